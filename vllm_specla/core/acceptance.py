@@ -1,0 +1,68 @@
+"""Acceptance rules for verified draft chains (ALGORITHMS.md §9, §3).
+
+Greedy chain: accept draft ``d_i`` while ``d_i == argmax p_{i-1}``; at the first mismatch emit
+``argmax p_{i-1}`` (the correction); if all ``K`` drafts are accepted emit the bonus
+``argmax p_K``. The emitted tokens are a prefix-shaped list (vLLM's scheduler contract:
+``num_accepted_tokens = len(emitted)``; the state commits window nodes ``0..len(emitted)-1``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def greedy_accept_chain(
+    draft_tokens: torch.Tensor, num_drafts: torch.Tensor, target_argmax: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy acceptance of a batch of draft chains, on any device (no host round trip).
+
+    Args:
+        draft_tokens: ``[R, K]`` int64 drafts (entries past ``num_drafts[r]`` are ignored).
+        num_drafts: ``[R]`` int64 number of drafts per row (0 allowed: a zero-draft step).
+        target_argmax: ``[R, K+1]`` int64, ``argmax p_i`` at window node ``i`` (node 0 = the last
+            committed token), entries past ``num_drafts[r]`` ignored.
+    Returns:
+        ``emitted [R, K+1]`` int64 (accepted drafts then the correction/bonus token, ``-1``
+        padded) and ``num_emitted [R]`` int64 in ``1..num_drafts+1`` (= vLLM's
+        ``num_accepted_tokens``).
+    """
+    R, K = draft_tokens.shape
+    pos = torch.arange(K, device=draft_tokens.device)
+    match = (draft_tokens == target_argmax[:, :K]) & (pos[None, :] < num_drafts[:, None])
+    # number of leading matches = index of the first non-match
+    accepted = torch.cumprod(match.to(torch.int64), dim=1).sum(1)
+    num_emitted = accepted + 1
+    col = torch.arange(K + 1, device=draft_tokens.device)
+    emitted = torch.where(col[None, :] < accepted[:, None], torch.nn.functional.pad(draft_tokens, (0, 1)), -1)
+    emitted.scatter_(1, accepted[:, None], target_argmax.gather(1, accepted[:, None]))
+    return emitted, num_emitted
+
+
+def per_position_acceptance(num_drafts: list[int], num_accepted_drafts: list[int], K: int) -> dict:
+    """Acceptance measures of ALGORITHMS.md §9b from per-step (drafted, accepted-drafts) counts.
+
+    Returns ``{"draft_tokens", "accepted_tokens", "verify_steps", "mean_acceptance_length"
+    (tokens emitted per verify step incl. the bonus), "per_position_rate" [K] (accepted at i /
+    drafted at i), "conditional_alpha" [K] (P(accept i | accepted 1..i-1))}``.
+    """
+    drafted = [0] * K
+    acc = [0] * K
+    for n, a in zip(num_drafts, num_accepted_drafts):
+        for i in range(n):
+            drafted[i] += 1
+            if i < a:
+                acc[i] += 1
+    steps = len(num_drafts)
+    cond = []
+    for i in range(K):
+        # drafted at i and all previous accepted  == reached position i
+        denom = sum(1 for n, a in zip(num_drafts, num_accepted_drafts) if n > i and a >= i)
+        cond.append(acc[i] / denom if denom else float("nan"))
+    return {
+        "draft_tokens": sum(num_drafts),
+        "accepted_tokens": sum(num_accepted_drafts),
+        "verify_steps": steps,
+        "mean_acceptance_length": (sum(num_accepted_drafts) + steps) / steps if steps else float("nan"),
+        "per_position_rate": [acc[i] / drafted[i] if drafted[i] else float("nan") for i in range(K)],
+        "conditional_alpha": cond,
+    }

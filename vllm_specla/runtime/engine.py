@@ -1,0 +1,218 @@
+"""A small vLLM-free decode loop: AR and SpecLA chain decoding on state slots.
+
+It drives the same core the vLLM worker uses (``models/gdn.py`` layers on state slots,
+``core/state.py`` plans and slot book, ``core/drafting.py`` drafters, ``core/acceptance.py``,
+``ops/``) with continuous batching: requests are admitted into free state slots up to
+``max_batch``, prefilled, then decoded one verify step at a time; finished requests free their
+slot (pending factors dropped) and waiting requests take it.
+
+Greedy decoding only here (lossless sampling: issue 7). GPU benchmarks (CUDA graphs) build on the
+same step functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from vllm_specla.core.acceptance import greedy_accept_chain
+from vllm_specla.core.drafting import DraftRow, EagleDrafterRunner, SlotDrafter
+from vllm_specla.core.state import SlotBook, allocate_layer_states, build_step_plan
+from vllm_specla.models.gdn import GatedDeltaNetForCausalLM
+from vllm_specla.ops.recover import conv_commit, recover
+
+
+@dataclass
+class _Req:
+    rid: int
+    prompt: list[int]
+    max_tokens: int
+    output: list[int] = field(default_factory=list)
+    slot: int = -1
+    drafts: list[int] = field(default_factory=list)
+    pending_rows: DraftRow | None = None
+    done: bool = False
+
+
+@dataclass
+class SpecStats:
+    """Per verify step: drafts proposed and drafts accepted (ALGORITHMS.md §9b)."""
+
+    num_drafts: list[int] = field(default_factory=list)
+    num_accepted: list[int] = field(default_factory=list)
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        n = len(self.num_drafts)
+        return (sum(self.num_accepted) + n) / n if n else float("nan")
+
+
+class SpecLAEngine:
+    """Greedy AR / SpecLA-chain generation with a GDN target on state slots.
+
+    Args:
+        target: the target model (eval mode, any device/dtype).
+        drafter: a :class:`SlotDrafter` (None with ``num_speculative_tokens=0``: AR).
+        num_speculative_tokens: K (draft tokens per verify step); 0 = plain AR decoding.
+        deferred_commit: fold accepted factors into the state at the next verify (fused) instead
+            of committing right after acceptance with ``recover``.
+        max_batch: state slots = concurrent requests.
+        eos_token_id: stop token (emitted, then the request finishes), or None.
+        draft_budget: optional ``f(step, request_index) -> int`` capping drafts per row (tests use it
+            to force zero-draft steps); default K.
+    Raises:
+        ValueError: K < 0, or K > 0 without a drafter.
+    """
+
+    def __init__(
+        self,
+        target: GatedDeltaNetForCausalLM,
+        drafter: SlotDrafter | None = None,
+        *,
+        num_speculative_tokens: int = 0,
+        deferred_commit: bool = True,
+        max_batch: int = 8,
+        eos_token_id: int | None = None,
+        draft_budget: Callable[[int, int], int] | None = None,
+    ):
+        if num_speculative_tokens < 0:
+            raise ValueError(f"num_speculative_tokens={num_speculative_tokens}: must be >= 0")
+        if num_speculative_tokens > 0 and drafter is None:
+            raise ValueError("num_speculative_tokens > 0 needs a drafter")
+        self.target = target
+        self.drafter = drafter
+        self.K = num_speculative_tokens
+        self.deferred = deferred_commit
+        self.max_batch = max_batch
+        self.eos = eos_token_id
+        self.draft_budget = draft_budget
+        p = next(target.parameters())
+        self.device = p.device
+        self.states = allocate_layer_states(target.config, max_batch, self.K + 1 if self.K else 0, device=self.device)
+        self.book = SlotBook(max_batch, device=self.device)
+        self.stats = SpecStats()
+        self.eagle = isinstance(drafter, EagleDrafterRunner)
+
+    # ------------------------------------------------------------------------------------------
+    def _finish(self, r: _Req) -> None:
+        r.done = True
+        # the slot is released: pending factors are dropped, no work (ALGORITHMS.md §6)
+        self.book.reset(torch.tensor([r.slot], device=self.device))
+        if self.drafter is not None:
+            self.drafter.release(r.slot)
+
+    def _emit(self, r: _Req, toks: list[int]) -> list[int]:
+        """Append emitted tokens, honouring max_tokens and EOS; returns the tokens kept."""
+        kept = []
+        for t in toks:
+            if len(r.output) >= r.max_tokens:
+                break
+            r.output.append(t)
+            kept.append(t)
+            if self.eos is not None and t == self.eos:
+                break
+        if len(r.output) >= r.max_tokens or (self.eos is not None and r.output and r.output[-1] == self.eos):
+            self._finish(r)
+        return kept
+
+    def _commit_now(self, slots: torch.Tensor, n: torch.Tensor) -> None:
+        """Immediate commit (``deferred_commit=False``): DeltaConstruct from the latest bank."""
+        banks = self.book.bank_sel[slots]
+        for st in self.states:
+            recover(st.ssm, slots, st.bank_k, st.bank_v, st.bank_g, banks, n)
+            conv_commit(st.conv, slots, st.bank_x, banks, n)
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], max_tokens: int | list[int]) -> list[list[int]]:
+        """Greedy-decode every prompt; returns the generated token ids per prompt (input order)."""
+        mt = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
+        reqs = [_Req(i, list(p), m) for i, (p, m) in enumerate(zip(prompts, mt))]
+        waiting = [r for r in reqs if r.max_tokens > 0]
+        for r in reqs:
+            if r.max_tokens <= 0:
+                r.done = True
+        free = list(range(self.max_batch))
+        running: list[_Req] = []
+        step = 0
+        while waiting or running:
+            new: list[_Req] = []
+            while waiting and free:
+                r = waiting.pop(0)
+                r.slot = free.pop(0)
+                new.append(r)
+            # ---- one target forward: verify rows of running requests + prefill rows of new ones
+            vrows = running
+            qlens, slots, is_pf, has_init, toks = [], [], [], [], []
+            for r in vrows:
+                win = [r.output[-1]] + r.drafts
+                qlens.append(len(win)); slots.append(r.slot); is_pf.append(False); has_init.append(True)
+                toks += win
+            for r in new:
+                qlens.append(len(r.prompt)); slots.append(r.slot); is_pf.append(True); has_init.append(False)
+                toks += r.prompt
+            plan = build_step_plan(qlens, slots, is_pf, has_init, speculative=self.K > 0, book=self.book,
+                                   device=self.device)
+            hidden = self.target(torch.tensor(toks, device=self.device), plan, self.states)
+            starts = torch.tensor([0] + qlens, device=self.device).cumsum(0)
+            draft_rows: list[DraftRow] = []
+            # ---- verify rows: acceptance, commit bookkeeping
+            if vrows:
+                nv = len(vrows)
+                Kmax = max(1, max(len(r.drafts) for r in vrows))
+                pos = starts[:nv, None] + torch.arange(Kmax + 1, device=self.device)[None, :]
+                pos = torch.minimum(pos, starts[1 : nv + 1, None] - 1)
+                argmax = self.target.compute_logits(hidden[pos.reshape(-1)]).argmax(-1).view(nv, Kmax + 1)
+                drafts = torch.full((nv, Kmax), -1, dtype=torch.int64, device=self.device)
+                for i, r in enumerate(vrows):
+                    if r.drafts:
+                        drafts[i, : len(r.drafts)] = torch.tensor(r.drafts, device=self.device)
+                nd = torch.tensor([len(r.drafts) for r in vrows], device=self.device)
+                emitted, n_emit = greedy_accept_chain(drafts, nd, argmax)
+                vslots = torch.tensor([r.slot for r in vrows], device=self.device)
+                if self.K > 0:
+                    if self.deferred:
+                        self.book.set_pending(vslots, n_emit)
+                    else:
+                        self._commit_now(vslots, n_emit)
+                emitted_l, n_l = emitted.tolist(), n_emit.tolist()
+                for i, r in enumerate(vrows):
+                    self.stats.num_drafts.append(len(r.drafts))
+                    self.stats.num_accepted.append(n_l[i] - 1)
+                    e = emitted_l[i][: n_l[i]]
+                    kept = self._emit(r, e)
+                    if not r.done and self.drafter is not None:
+                        feats = hidden[int(starts[i]) : int(starts[i]) + len(e)] if self.eagle else None
+                        draft_rows.append(DraftRow(r.slot, e, feats))
+            # ---- prefill rows: first token
+            for j, r in enumerate(new):
+                i = len(vrows) + j
+                last = int(starts[i + 1]) - 1
+                t0 = int(self.target.compute_logits(hidden[last : last + 1]).argmax(-1))
+                self._emit(r, [t0])
+                if not r.done and self.drafter is not None:
+                    if self.eagle:
+                        draft_rows.append(DraftRow(r.slot, r.prompt[1:] + [t0], hidden[int(starts[i]) : last + 1], fresh=True))
+                    else:
+                        draft_rows.append(DraftRow(r.slot, r.prompt + [t0], None, fresh=True))
+            running = [r for r in vrows + new if not r.done]
+            for r in vrows + new:
+                if r.done and r.slot >= 0 and r.slot not in free:
+                    free.append(r.slot)
+            # ---- drafts for the next step
+            byslot = {r.slot: r for r in running}
+            for dr in draft_rows:
+                r = byslot[dr.slot]
+                budget = self.K if self.draft_budget is None else min(self.K, self.draft_budget(step, r.rid))
+                # never draft past max_tokens (a verify emits at most drafts + 1)
+                dr.num_drafts = max(0, min(budget, r.max_tokens - len(r.output) - 1))
+            if self.drafter is not None and draft_rows:
+                outs = self.drafter.step(draft_rows)
+                for dr, d in zip(draft_rows, outs):
+                    byslot[dr.slot].drafts = d
+            for r in running:
+                if self.drafter is None:
+                    r.drafts = []
+            step += 1
+        return [r.output for r in reqs]
