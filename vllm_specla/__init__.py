@@ -1,0 +1,40 @@
+"""vllm_specla: SpecLA speculative decoding for Gated DeltaNet (linear attention) models in vLLM.
+
+``register()`` is the ``vllm.general_plugins`` entry point (``setup.py``). vLLM calls it in every
+process (front end, engine core, each worker, Ray actors), so it is idempotent, cheap, imports
+nothing heavy at module import and never initialises CUDA. It:
+
+* registers the ``gated_deltanet`` config with transformers' ``AutoConfig`` (no
+  ``--trust-remote-code``, no code in the checkpoint);
+* registers ``GatedDeltaNetForCausalLM`` (fla's architecture name) with vLLM's ``ModelRegistry``,
+  lazily by qualified name;
+* installs the version-guarded patches of ``vllm_specla/worker/patches.py``
+  (``"method": "specla"`` and JSON-file speculative configs, worker selection, prefix caching off
+  for our architecture).
+
+The SpecLA core (``ops/``, ``core/``, ``models/``, ``runtime/``) imports only torch (+ triton on
+GPU) and runs without vLLM.
+"""
+
+__version__ = "0.1.0"
+
+_registered = False
+
+
+def register() -> None:
+    """vLLM general-plugin entry point (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    from transformers import AutoConfig
+
+    from vllm_specla.models.config import GatedDeltaNetConfig
+
+    AutoConfig.register("gated_deltanet", GatedDeltaNetConfig, exist_ok=True)
+    from vllm import ModelRegistry
+
+    ModelRegistry.register_model("GatedDeltaNetForCausalLM", "vllm_specla.worker.model:SpeclaGDNForCausalLM")
+    from vllm_specla.worker.patches import apply_patches
+
+    apply_patches()
+    _registered = True

@@ -127,7 +127,8 @@ def gdn_mix(
     if pf is not None:
         idx = pf.token_idx
         init = state.ssm.index_select(0, pf.slots)
-        init = init * pf.has_initial_state.to(init.dtype)[:, None, None, None]
+        # fresh slots may hold garbage (vLLM does not zero new blocks): select, never multiply
+        init = torch.where(pf.has_initial_state[:, None, None, None], init, torch.zeros_like(init))
         o_pf, final = chunk_gated_delta_rule_ref(
             pick(q, idx), pick(k, idx), pick(v, idx), pick(g_all, idx), pick(beta_all, idx),
             dims.scale, pf.cu_seqlens, initial_state=init)

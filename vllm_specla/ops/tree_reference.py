@@ -1,0 +1,332 @@
+"""Plain-torch references for tree verify (ALGORITHMS.md §4) and tree conv.
+
+A draft tree per row is a *parent-pointer array in topological order*: ``parents [N]`` int, one
+entry per token of the flattened batch, holding the parent's position **within the same row**
+(``0 .. T_r-1``) or ``-1`` for a root (node 0 = x_0, the last sampled token; several roots make a
+forest, each root starting from the committed state). Parents come before children:
+``parents[t] < t``. A chain is ``parents = [-1, 0, 1, ..., T_r-2]``.
+
+Factors are recorded per node at the node's window position ``t`` in bank ``write_bank`` (k^_t,
+v~_t, and the node's own log decay g_t, not the path sum): DeltaConstruct for an accepted
+endpoint folds the factors along its path, in path order — :func:`compact_path_factors` gathers
+them to positions ``0..A-1`` so that ``recover`` / the next verify's pending fold can use them.
+
+Three forms, all float32, all updating ``state`` (pending commit) and the banks in place:
+
+* :func:`tree_verify_sequential_ref` — each node runs one recurrence step from its parent's state
+  (the definition; ALGORITHMS.md §10.1 "per node from its parent's state");
+* :func:`tree_verify_ut_ref` — ancestor-masked UT form of §4, reading the root state only;
+* :func:`tree_conv_ref` / :func:`tree_conv_sequential_ref` — causal conv where node ``t`` sees only
+  its own ancestors (then the committed conv window above the root), never its DFS neighbours.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from vllm_specla.ops.reference import _apply_pending_, _expand_heads, _rows, l2norm
+
+
+def _local_parents(parents: torch.Tensor | list[int], cu_seqlens: torch.Tensor) -> list[list[int]]:
+    p = parents.tolist() if isinstance(parents, torch.Tensor) else list(parents)
+    out = []
+    for s, e in _rows(cu_seqlens):
+        row = [int(x) for x in p[s:e]]
+        for t, par in enumerate(row):
+            if not (-1 <= par < t):
+                raise ValueError(f"parents must be topological (parent < node) and local to the row: node {t} has {par}")
+        out.append(row)
+    return out
+
+
+def is_chain(parents: torch.Tensor | list[int], cu_seqlens: torch.Tensor) -> bool:
+    """True iff every row is a chain ``[-1, 0, 1, ..., T-2]`` (then chain verify applies)."""
+    return all(row == list(range(-1, len(row) - 1)) for row in _local_parents(parents, cu_seqlens))
+
+
+def ancestor_mask(parents_row: list[int]) -> torch.Tensor:
+    """``Mi [T, T]`` bool, ``Mi[t, u]`` iff ``u`` is an ancestor-or-self of ``t`` (§4 ``M_i``)."""
+    T = len(parents_row)
+    m = torch.zeros(T, T, dtype=torch.bool)
+    for t, p in enumerate(parents_row):
+        m[t, t] = True
+        if p >= 0:
+            m[t] |= m[p]
+    return m
+
+
+def path_of(parents_row: list[int], node: int) -> list[int]:
+    """Root-to-``node`` path (ancestors then the node itself), in window positions."""
+    path = []
+    while node >= 0:
+        path.append(node)
+        node = parents_row[node]
+    return path[::-1]
+
+
+def _prep(q, k, v, g, beta, scale, use_qk_l2norm):
+    HV = v.shape[-2]
+    if use_qk_l2norm:
+        q, k = l2norm(q), l2norm(k)
+    q, k = q.float(), k.float()
+    return q, k, _expand_heads(q, HV) * scale, _expand_heads(k, HV), v.float(), g.float(), beta.float()
+
+
+def _pending_commit(state, slot, r, pending_len, read_bank, bank_k, bank_v, bank_g, HV):
+    if pending_len is None:
+        return
+    p = int(pending_len[r])
+    if p > 0:
+        rb = int(read_bank[r])
+        state[slot] = _apply_pending_(state[slot].clone(), bank_k[slot, rb, :p], bank_v[slot, rb, :p],
+                                      bank_g[slot, rb, :p], HV)
+
+
+def _check_window(T: int, bank_k, write_bank):
+    if write_bank is not None and T > bank_k.shape[2]:
+        raise ValueError(f"window of {T} nodes exceeds the factor bank (Tmax={bank_k.shape[2]})")
+
+
+def tree_verify_sequential_ref(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    *,
+    scale: float,
+    state: torch.Tensor,
+    slots: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    parents: torch.Tensor | list[int],
+    bank_k: torch.Tensor | None = None,
+    bank_v: torch.Tensor | None = None,
+    bank_g: torch.Tensor | None = None,
+    write_bank: torch.Tensor | None = None,
+    pending_len: torch.Tensor | None = None,
+    read_bank: torch.Tensor | None = None,
+    use_qk_l2norm: bool = True,
+    node_states: list | None = None,
+) -> torch.Tensor:
+    """Tree verify by definition: node ``t`` steps the gated delta rule from its parent's state.
+
+    Arguments as :func:`vllm_specla.ops.reference.chain_verify_ref` plus ``parents [N]`` (module
+    doc). Pending factors are committed into ``state[slot]`` first; the tree's node states are
+    never written to ``state``. If ``node_states`` is a list, each row's ``[T_r, HV, V, K]`` node
+    states are appended to it (tests). Returns ``o [N, HV, V]`` float32.
+    """
+    HV, V = v.shape[-2:]
+    q, k, qe, ke, v, g, beta = _prep(q, k, v, g, beta, scale, use_qk_l2norm)
+    prow = _local_parents(parents, cu_seqlens)
+    o = torch.empty(v.shape, dtype=torch.float32, device=v.device)
+    for r, (s, e) in enumerate(_rows(cu_seqlens)):
+        slot = int(slots[r])
+        _check_window(e - s, bank_k, write_bank)
+        _pending_commit(state, slot, r, pending_len, read_bank, bank_k, bank_v, bank_g, HV)
+        M0 = state[slot].clone()
+        Ms = []
+        for t in range(e - s):
+            i = s + t
+            par = prow[r][t]
+            M = (Ms[par] if par >= 0 else M0) * g[i].exp()[:, None, None]
+            vt = beta[i][:, None] * (v[i] - torch.einsum("hvk,hk->hv", M, ke[i]))
+            M = M + vt[:, :, None] * ke[i][:, None, :]
+            o[i] = torch.einsum("hvk,hk->hv", M, qe[i])
+            Ms.append(M)
+            if write_bank is not None:
+                wb = int(write_bank[r])
+                bank_k[slot, wb, t] = k[i]
+                bank_v[slot, wb, t] = vt
+                bank_g[slot, wb, t] = g[i]
+        if node_states is not None:
+            node_states.append(torch.stack(Ms) if Ms else M0.new_zeros(0, *M0.shape))
+    return o
+
+
+def tree_verify_ut_ref(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    *,
+    scale: float,
+    state: torch.Tensor,
+    slots: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    parents: torch.Tensor | list[int],
+    bank_k: torch.Tensor | None = None,
+    bank_v: torch.Tensor | None = None,
+    bank_g: torch.Tensor | None = None,
+    write_bank: torch.Tensor | None = None,
+    pending_len: torch.Tensor | None = None,
+    read_bank: torch.Tensor | None = None,
+    use_qk_l2norm: bool = True,
+) -> torch.Tensor:
+    """Tree verify, ancestor-masked UT form (ALGORITHMS.md §4), reading only the root state.
+
+    Per row and value head, with ``Mi`` the ancestor-or-self mask, ``Ms = Mi - I``,
+    ``g+ = Mi g``, ``D[t,u] = e^{g+_t - g+_u}`` on ``Mi`` (0 elsewhere),
+    ``A = Ms * beta_t (k_t.k_u) D``, ``T = (I + A)^-1``:
+    ``V~ = T (beta V) - T ((e^{g+} beta) K) S_0`` and ``O = (e^{g+} Q) S_0 + (Mi * Q K^T * D) V~``
+    (``S_0 = M_0^T``, [K, V] form). Same arguments/returns as :func:`tree_verify_sequential_ref`.
+    """
+    HV, V = v.shape[-2:]
+    q, k, qe, ke, v, g, beta = _prep(q, k, v, g, beta, scale, use_qk_l2norm)
+    prow = _local_parents(parents, cu_seqlens)
+    o = torch.empty(v.shape, dtype=torch.float32, device=v.device)
+    dev = v.device
+    for r, (s, e) in enumerate(_rows(cu_seqlens)):
+        slot = int(slots[r])
+        T = e - s
+        _check_window(T, bank_k, write_bank)
+        _pending_commit(state, slot, r, pending_len, read_bank, bank_k, bank_v, bank_g, HV)
+        if T == 0:
+            continue
+        Mi = ancestor_mask(prow[r]).to(dev)
+        Msk = Mi & ~torch.eye(T, dtype=torch.bool, device=dev)
+        S0 = state[slot].transpose(-1, -2)  # [HV, K, V]
+        Q = qe[s:e].transpose(0, 1)  # [HV, T, K]
+        Kk = ke[s:e].transpose(0, 1)
+        Vv = v[s:e].transpose(0, 1)  # [HV, T, V]
+        B = beta[s:e].transpose(0, 1)  # [HV, T]
+        Gp = g[s:e].transpose(0, 1) @ Mi.float().T  # g+_t = sum_{u in path(t)} g_u: [HV, T]
+        diff = (Gp[:, :, None] - Gp[:, None, :]).masked_fill(~Mi, float("-inf"))
+        D = diff.exp()  # [HV, T, T]
+        A = (B[:, :, None] * (Kk @ Kk.transpose(-1, -2)) * D).masked_fill(~Msk, 0.0)
+        eye = torch.eye(T, dtype=torch.float32, device=dev).expand(HV, T, T)
+        Tm = torch.linalg.solve_triangular(eye + A, eye, upper=False, unitriangular=True)
+        Vt = Tm @ (B[..., None] * Vv) - Tm @ ((Gp.exp() * B)[..., None] * Kk) @ S0
+        O = (Gp.exp()[..., None] * Q) @ S0 + ((Q @ Kk.transpose(-1, -2)) * D) @ Vt
+        o[s:e] = O.transpose(0, 1)
+        if write_bank is not None:
+            wb = int(write_bank[r])
+            bank_k[slot, wb, :T] = k[s:e]
+            bank_v[slot, wb, :T] = Vt.transpose(0, 1)
+            bank_g[slot, wb, :T] = g[s:e]
+    return o
+
+
+def _history(conv_state, slot, r, bank_x, pending_len, read_bank):
+    """Committed conv window after folding the pending raw inputs (committed in place)."""
+    W1 = conv_state.shape[1]
+    hist = conv_state[slot].float()
+    if pending_len is not None and int(pending_len[r]) > 0:
+        p = int(pending_len[r])
+        hist = torch.cat([hist, bank_x[slot, int(read_bank[r]), :p]], 0)[-W1:]
+        conv_state[slot] = hist.to(conv_state.dtype)
+    return hist
+
+
+def tree_conv_ref(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    parents: torch.Tensor | list[int],
+    conv_state: torch.Tensor,
+    slots: torch.Tensor,
+    *,
+    bank_x: torch.Tensor | None = None,
+    write_bank: torch.Tensor | None = None,
+    pending_len: torch.Tensor | None = None,
+    read_bank: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Tree conv (ALGORITHMS.md §4 "Tree conv"): ``y_t = SiLU(sum_j w[W-1-j] x_{a^j(t)})``.
+
+    ``a^0(t) = t``, ``a^j`` its j-th ancestor; above the root the committed window (after the
+    pending commit, done in place as in :func:`~vllm_specla.ops.reference.conv_verify_ref`), most
+    recent first. Raw inputs are recorded per node into ``bank_x[s, write_bank, t]``; the conv
+    window is not advanced (commit after acceptance: compaction + ``conv_commit``).
+
+    Args: x ``[N, C]``, weight ``[C, W]``, conv_state ``[num_slots, W-1, C]``, parents ``[N]``.
+    Returns ``y [N, C]`` float32.
+    """
+    W = weight.shape[-1]
+    x32, w32 = x.float(), weight.float()
+    y = torch.empty_like(x32)
+    prow = _local_parents(parents, cu_seqlens)
+    for r, (s, e) in enumerate(_rows(cu_seqlens)):
+        slot = int(slots[r])
+        hist = _history(conv_state, slot, r, bank_x, pending_len, read_bank)
+        T = e - s
+        if write_bank is not None and T > bank_x.shape[2]:
+            raise ValueError(f"window of {T} nodes exceeds the factor bank (Tmax={bank_x.shape[2]})")
+        # src[j, t] = index into z = hist ++ x_row of the j-th ancestor of t (j = 0: t itself)
+        z = torch.cat([hist, x32[s:e]], 0)
+        W1 = W - 1
+        idx = torch.empty(W, T, dtype=torch.long)
+        for t in range(T):
+            cur, h = t, W1 - 1
+            for j in range(W):
+                if cur >= 0:
+                    idx[j, t] = W1 + cur
+                    cur = prow[r][cur]
+                else:
+                    idx[j, t] = h
+                    h -= 1
+        acc = torch.zeros(T, x.shape[1], dtype=torch.float32, device=x.device)
+        for j in range(W):
+            acc = acc + w32[:, W - 1 - j] * z[idx[j].to(x.device)]
+        y[s:e] = F.silu(acc)
+        if write_bank is not None:
+            bank_x[slot, int(write_bank[r]), :T] = x32[s:e]
+    return y
+
+
+def tree_conv_sequential_ref(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    parents: torch.Tensor | list[int],
+    conv_state: torch.Tensor,
+    slots: torch.Tensor,
+) -> torch.Tensor:
+    """Oracle for :func:`tree_conv_ref`: for each node, the chain conv of its own path
+    (committed window ++ root..node) — what AR would compute had that path been generated.
+    Read-only (no pending, no banks). Returns ``y [N, C]`` float32."""
+    from vllm_specla.ops.reference import _conv_silu  # noqa: PLC0415
+
+    y = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+    prow = _local_parents(parents, cu_seqlens)
+    for r, (s, e) in enumerate(_rows(cu_seqlens)):
+        hist = conv_state[int(slots[r])].float()
+        for t in range(e - s):
+            path = path_of(prow[r], t)
+            xp = x[s:e].float()[path]
+            y[s + t] = _conv_silu(hist, xp, weight.float())[-1]
+    return y
+
+
+def compact_path_factors(
+    banks: list[torch.Tensor],
+    slots: torch.Tensor,
+    bank_idx: torch.Tensor,
+    path: torch.Tensor,
+    path_len: torch.Tensor,
+) -> None:
+    """Gather an accepted tree path's factors to window positions ``0..A-1`` in place.
+
+    After tree acceptance the endpoint's path ``path[r, :path_len[r]]`` (window positions, root
+    first, increasing) is moved to the front of bank ``bank_idx[r]`` of every bank tensor in
+    ``banks`` (any of ``bank_k``, ``bank_v``, ``bank_g``, ``bank_x``: ``[S, 2, Tmax, ...]``), so
+    that ``recover`` / ``conv_commit`` / the next verify's pending fold apply it as a chain.
+    In place is safe: ``path[r, j] >= j``, so position ``j`` is overwritten only after every read
+    of it. No host sync (pure tensor indexing).
+
+    Args: slots, bank_idx, path_len ``[R]`` int; path ``[R, P]`` int (entries past ``path_len``
+    ignored).
+    """
+    R, P = path.shape
+    if R == 0:
+        return
+    dev = path.device
+    slots = slots.to(dev).long()
+    bank_idx = bank_idx.to(dev).long()
+    path = path.long()
+    for j in range(P):
+        keep = (j < path_len.to(dev))
+        src = torch.where(keep, path[:, j], torch.full_like(path[:, j], j))
+        dst = torch.full_like(src, j)
+        for b in banks:
+            b[slots, bank_idx, dst] = b[slots, bank_idx, src]

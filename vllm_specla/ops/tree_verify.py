@@ -1,0 +1,341 @@
+"""Public tree-verify ops: verify a draft tree (parent pointers, topological order) per request.
+
+Topology format, factor positions and the torch references: :mod:`vllm_specla.ops.tree_reference`
+(ALGORITHMS.md §4). Dispatch:
+
+* a chain topology (every row ``[-1, 0, 1, ...]``) goes to :func:`~vllm_specla.ops.chain_verify.
+  chain_verify` / :func:`~vllm_specla.ops.chain_verify.conv_verify` (state-resident chain kernel);
+* CUDA tensors with Triton: the tree kernels below;
+* otherwise the torch references (UT form for the recurrence, ancestor-gather for the conv).
+
+Triton tree verify (``_tree_verify_kernel``), one program per ``(V-tile, value head, row)``, like the
+chain kernel: the ``[BV, K]`` root-state tile (after the fused pending commit) stays in registers and
+is never modified; node ``t``'s parent state is never materialised. It is applied through the UT /
+DeltaConstruct identity ``M_p = e^{G_p} M_0 + sum_{u in path(p)} e^{G_p - G_u} v~_u k_u^T``:
+
+    M_p k_t = e^{G_p} (M_0 k_t) + sum_u e^{G_p - G_u} (k_u . k_t) v~_u      (same for q_t)
+    v~_t = beta_t (v_t - e^{g_t} M_p k_t),   o_t = e^{g_t} M_p q_t + (k_t . q_t) v~_t
+
+with ``G`` the path-cumulative log decay and the ``v~_u`` of earlier nodes kept on chip
+(``[BN, BV]`` registers). Per node: two mat-vecs on the state tile (as in a chain step) plus a walk up
+its ancestors (depth x (K + BN*BV) work). No state write besides the pending commit.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from vllm_specla.ops.tree_reference import (  # noqa: F401
+    compact_path_factors,
+    is_chain,
+    tree_conv_ref,
+    tree_conv_sequential_ref,
+    tree_verify_sequential_ref,
+    tree_verify_ut_ref,
+)
+
+try:
+    import triton
+    import triton.language as tl
+
+    HAS_TRITON = True
+except ImportError:  # pragma: no cover - CPU installs without triton
+    HAS_TRITON = False
+
+
+if HAS_TRITON:
+
+    @triton.jit
+    def _tree_verify_kernel(
+        q, k, v, g, beta, o, parents,
+        state, slots, cu_seqlens,
+        bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
+        scale, Tmax,
+        H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+        BK: tl.constexpr, BV: tl.constexpr, BN: tl.constexpr,
+        HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, L2NORM: tl.constexpr,
+    ):
+        i_v = tl.program_id(0)
+        i_hv = tl.program_id(1)
+        i_r = tl.program_id(2)
+        G: tl.constexpr = HV // H
+        i_h = i_hv // G
+        bos = tl.load(cu_seqlens + i_r).to(tl.int64)
+        eos = tl.load(cu_seqlens + i_r + 1).to(tl.int64)
+        slot = tl.load(slots + i_r).to(tl.int64)
+        o_k = tl.arange(0, BK)
+        o_v = i_v * BV + tl.arange(0, BV)
+        o_n = tl.arange(0, BN)
+        mk = o_k < K
+        mv = o_v < V
+        mh = mv[:, None] & mk[None, :]
+        p_s = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K + o_k[None, :]
+        b_h = tl.load(p_s, mask=mh, other=0.0)
+
+        if HAS_PENDING:
+            n_p = tl.minimum(tl.load(pending_len + i_r).to(tl.int32), Tmax)
+            if n_p > 0:
+                rb = tl.load(read_bank + i_r).to(tl.int64)
+                base = (slot * 2 + rb) * Tmax
+                for u in range(0, n_p):
+                    b_pk = tl.load(bank_k + ((base + u) * H + i_h) * K + o_k, mask=mk, other=0.0)
+                    b_pv = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
+                    b_pg = tl.load(bank_g + (base + u) * HV + i_hv)
+                    b_h = b_h * tl.exp(b_pg) + b_pv[:, None] * b_pk[None, :]
+                tl.store(p_s, b_h, mask=mh)
+
+        if HAS_BANK:
+            wb = tl.load(write_bank + i_r).to(tl.int64)
+            wbase = (slot * 2 + wb) * Tmax
+
+        b_vt_all = tl.zeros([BN, BV], dtype=tl.float32)  # v~ of the nodes seen so far
+        b_G = tl.zeros([BN], dtype=tl.float32)  # path-cumulative log decay per node
+        for t in range(0, eos - bos):
+            i_t = bos + t
+            b_q = tl.load(q + (i_t * H + i_h) * K + o_k, mask=mk, other=0.0).to(tl.float32)
+            b_k = tl.load(k + (i_t * H + i_h) * K + o_k, mask=mk, other=0.0).to(tl.float32)
+            b_v = tl.load(v + (i_t * HV + i_hv) * V + o_v, mask=mv, other=0.0).to(tl.float32)
+            b_g = tl.load(g + i_t * HV + i_hv).to(tl.float32)
+            b_beta = tl.load(beta + i_t * HV + i_hv).to(tl.float32)
+            par = tl.load(parents + i_t).to(tl.int64)
+            if L2NORM:
+                b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q) + 1e-6)
+                b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k) + 1e-6)
+            b_q = b_q * scale
+            Gp = tl.sum(tl.where(o_n == par, b_G, 0.0))  # 0 for a root
+            egp = tl.exp(Gp)
+            acc_k = egp * tl.sum(b_h * b_k[None, :], 1)
+            acc_q = egp * tl.sum(b_h * b_q[None, :], 1)
+            u = par
+            while u >= 0:
+                b_ku = tl.load(k + ((bos + u) * H + i_h) * K + o_k, mask=mk, other=0.0).to(tl.float32)
+                if L2NORM:
+                    b_ku = b_ku * tl.rsqrt(tl.sum(b_ku * b_ku) + 1e-6)
+                sel = o_n == u
+                w = tl.exp(Gp - tl.sum(tl.where(sel, b_G, 0.0)))
+                b_vu = tl.sum(tl.where(sel[:, None], b_vt_all, 0.0), 0)
+                acc_k += (w * tl.sum(b_ku * b_k)) * b_vu
+                acc_q += (w * tl.sum(b_ku * b_q)) * b_vu
+                u = tl.load(parents + bos + u).to(tl.int64)
+            eg = tl.exp(b_g)
+            b_vt = b_beta * (b_v - eg * acc_k)
+            b_o = eg * acc_q + tl.sum(b_k * b_q) * b_vt
+            tl.store(o + (i_t * HV + i_hv) * V + o_v, b_o, mask=mv)
+            b_vt_all = tl.where((o_n == t)[:, None], b_vt[None, :], b_vt_all)
+            b_G = tl.where(o_n == t, Gp + b_g, b_G)
+            if HAS_BANK:
+                tl.store(bank_v + ((wbase + t) * HV + i_hv) * V + o_v, b_vt, mask=mv)
+                if i_v == 0:
+                    tl.store(bank_g + (wbase + t) * HV + i_hv, b_g)
+                    if i_hv % G == 0:
+                        tl.store(bank_k + ((wbase + t) * H + i_h) * K + o_k, b_k, mask=mk)
+
+    @triton.jit
+    def _tree_conv_kernel(
+        x, weight, y, parents, cu_seqlens, conv_state, slots,
+        bank_x, write_bank, pending_len, read_bank,
+        Tmax, C,
+        W: tl.constexpr, BW: tl.constexpr, BC: tl.constexpr,
+        HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr,
+    ):
+        i_c = tl.program_id(0)
+        i_r = tl.program_id(1)
+        W1: tl.constexpr = W - 1
+        bos = tl.load(cu_seqlens + i_r).to(tl.int64)
+        eos = tl.load(cu_seqlens + i_r + 1).to(tl.int64)
+        slot = tl.load(slots + i_r).to(tl.int64)
+        o_c = i_c * BC + tl.arange(0, BC)
+        mc = o_c < C
+        o_j = tl.arange(0, BW)
+        mj = o_j < W1
+        p_cs = conv_state + slot * W1 * C
+        if HAS_PENDING:
+            n_p = tl.minimum(tl.load(pending_len + i_r).to(tl.int64), Tmax)
+            if n_p > 0:
+                rb = tl.load(read_bank + i_r).to(tl.int64)
+                z = n_p + o_j
+                from_h = z < W1
+                zh = tl.where(from_h, z, 0)
+                zx = tl.where(from_h, 0, z - W1)
+                bh = tl.load(p_cs + zh[:, None] * C + o_c[None, :], mask=(mj & from_h)[:, None] & mc[None, :],
+                             other=0.0)
+                bx = tl.load(bank_x + ((slot * 2 + rb) * Tmax + zx[:, None]) * C + o_c[None, :],
+                             mask=(mj & (~from_h))[:, None] & mc[None, :], other=0.0)
+                val = tl.where(from_h[:, None], bh.to(tl.float32), bx)
+                tl.debug_barrier()
+                tl.store(p_cs + o_j[:, None] * C + o_c[None, :], val.to(conv_state.dtype.element_ty),
+                         mask=mj[:, None] & mc[None, :])
+                tl.debug_barrier()
+        if HAS_BANK:
+            wb = tl.load(write_bank + i_r).to(tl.int64)
+        for t in range(0, eos - bos):
+            acc = tl.zeros([BC], dtype=tl.float32)
+            cur = t + 0 * o_c  # current ancestor (window position), -1 once above the root
+            hpos = (W1 - 1) + 0 * o_c  # next committed-window row to use above the root
+            for j in tl.static_range(W):
+                in_t = cur >= 0
+                bx = tl.load(x + (bos + tl.where(in_t, cur, 0)) * C + o_c, mask=mc & in_t, other=0.0)
+                bh = tl.load(p_cs + tl.where(in_t, 0, hpos) * C + o_c, mask=mc & (~in_t), other=0.0)
+                w = tl.load(weight + o_c * W + (W - 1 - j), mask=mc, other=0.0).to(tl.float32)
+                acc += w * tl.where(in_t, bx.to(tl.float32), bh.to(tl.float32))
+                nxt = tl.load(parents + bos + tl.where(in_t, cur, 0), mask=mc & in_t, other=-1).to(cur.dtype)
+                hpos = tl.where(in_t, hpos, hpos - 1)
+                cur = tl.where(in_t, nxt, -1)
+            tl.store(y + (bos + t) * C + o_c, acc * tl.sigmoid(acc), mask=mc)
+            if HAS_BANK:
+                if t < Tmax:
+                    xt = tl.load(x + (bos + t) * C + o_c, mask=mc, other=0.0).to(tl.float32)
+                    tl.store(bank_x + ((slot * 2 + wb) * Tmax + t) * C + o_c, xt, mask=mc)
+
+
+def _max_nodes(cu_seqlens: torch.Tensor) -> int:
+    lens = cu_seqlens[1:] - cu_seqlens[:-1]
+    return int(lens.max()) if lens.numel() else 1
+
+
+def tree_verify_triton(
+    q, k, v, g, beta, *, scale, state, slots, cu_seqlens, parents,
+    bank_k=None, bank_v=None, bank_g=None, write_bank=None, pending_len=None, read_bank=None,
+    use_qk_l2norm=True, max_nodes: int | None = None,
+) -> torch.Tensor:
+    """Triton tree verify (module doc); arguments as :func:`tree_verify`."""
+    from vllm_specla.ops.triton_chain import _bounds_check, pick_config  # noqa: PLC0415
+
+    N, H, K = k.shape
+    HV, V = v.shape[-2:]
+    q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
+    R = cu_seqlens.numel() - 1
+    o = torch.empty(N, HV, V, dtype=torch.float32, device=v.device)
+    if R == 0:
+        return o
+    has_bank = write_bank is not None
+    has_pending = pending_len is not None and read_bank is not None and bank_k is not None
+    tmax = bank_k.shape[2] if bank_k is not None else 1
+    if has_bank:
+        _bounds_check(cu_seqlens, tmax)
+        nmax = tmax if max_nodes is None else max_nodes
+    else:
+        nmax = max_nodes if max_nodes is not None else _max_nodes(cu_seqlens)
+    BN = max(2, triton.next_power_of_2(nmax))
+    BK = triton.next_power_of_2(K)
+    BV, nw = pick_config(R, HV, V, K)
+    grid = (triton.cdiv(V, BV), HV, R)
+    _tree_verify_kernel[grid](
+        q, k, v, g, beta, o, parents.contiguous(),
+        state, slots, cu_seqlens,
+        bank_k if bank_k is not None else o, bank_v if bank_v is not None else o,
+        bank_g if bank_g is not None else o,
+        write_bank if has_bank else slots, pending_len if has_pending else slots,
+        read_bank if has_pending else slots,
+        float(scale), tmax,
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, BN=BN,
+        HAS_BANK=has_bank, HAS_PENDING=has_pending, L2NORM=bool(use_qk_l2norm),
+        num_warps=nw, num_stages=1,
+    )
+    return o
+
+
+def tree_conv_triton(x, weight, cu_seqlens, parents, conv_state, slots, *, bank_x=None, write_bank=None,
+                     pending_len=None, read_bank=None) -> torch.Tensor:
+    """Triton tree conv; arguments as :func:`tree_conv`."""
+    from vllm_specla.ops.triton_chain import _bounds_check  # noqa: PLC0415
+
+    N, C = x.shape
+    W = weight.shape[-1]
+    x, weight = x.contiguous(), weight.contiguous()
+    R = cu_seqlens.numel() - 1
+    y = torch.empty(N, C, dtype=torch.float32, device=x.device)
+    if R == 0:
+        return y
+    has_bank = write_bank is not None
+    has_pending = pending_len is not None and read_bank is not None and bank_x is not None
+    tmax = bank_x.shape[2] if bank_x is not None else 1
+    if has_bank:
+        _bounds_check(cu_seqlens, tmax)
+    BC = min(1024, triton.next_power_of_2(C))
+    BW = max(2, triton.next_power_of_2(W - 1))
+    _tree_conv_kernel[(triton.cdiv(C, BC), R)](
+        x, weight, y, parents.contiguous(), cu_seqlens, conv_state, slots,
+        bank_x if bank_x is not None else y, write_bank if has_bank else slots,
+        pending_len if has_pending else slots, read_bank if has_pending else slots,
+        tmax, C, W=W, BW=BW, BC=BC, HAS_BANK=has_bank, HAS_PENDING=has_pending, num_warps=4,
+    )
+    return y
+
+
+def tree_verify(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    *,
+    scale: float,
+    state: torch.Tensor,
+    slots: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    parents: torch.Tensor,
+    bank_k: torch.Tensor | None = None,
+    bank_v: torch.Tensor | None = None,
+    bank_g: torch.Tensor | None = None,
+    write_bank: torch.Tensor | None = None,
+    pending_len: torch.Tensor | None = None,
+    read_bank: torch.Tensor | None = None,
+    use_qk_l2norm: bool = True,
+    chain: bool | None = None,
+    max_nodes: int | None = None,
+) -> torch.Tensor:
+    """Verify a draft tree per row; outputs per node, factors per node, pending commit fused.
+
+    Args:
+        q, k ``[N, H, K]``; v ``[N, HV, V]``; g, beta ``[N, HV]``; state, slots, cu_seqlens, banks,
+        write_bank, pending_len, read_bank: as :func:`~vllm_specla.ops.reference.chain_verify_ref`.
+        parents: ``[N]`` int, parent position within the row, ``-1`` for a root, topological.
+        chain: topology hint; ``None`` inspects ``parents`` (a host sync if it lives on the GPU —
+            pass the step plan's flag in the hot path). ``True`` sends the batch to chain verify.
+        max_nodes: longest window when no banks are given (else ``bank_k.shape[2]``).
+    Returns:
+        ``o [N, HV, V]`` float32. The tree's node states are never written; ``state[slot]`` changes
+        only by the pending commit.
+    """
+    kw = dict(scale=scale, state=state, slots=slots, cu_seqlens=cu_seqlens, bank_k=bank_k, bank_v=bank_v,
+              bank_g=bank_g, write_bank=write_bank, pending_len=pending_len, read_bank=read_bank,
+              use_qk_l2norm=use_qk_l2norm)
+    if chain is None:
+        chain = is_chain(parents, cu_seqlens)
+    if chain:
+        from vllm_specla.ops.chain_verify import chain_verify  # noqa: PLC0415
+
+        return chain_verify(q, k, v, g, beta, write_final_state=False, **kw)
+    if q.is_cuda and HAS_TRITON:
+        return tree_verify_triton(q, k, v, g, beta, parents=parents, max_nodes=max_nodes, **kw)
+    return tree_verify_ut_ref(q, k, v, g, beta, parents=parents, **kw)
+
+
+def tree_conv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    parents: torch.Tensor,
+    conv_state: torch.Tensor,
+    slots: torch.Tensor,
+    *,
+    bank_x: torch.Tensor | None = None,
+    write_bank: torch.Tensor | None = None,
+    pending_len: torch.Tensor | None = None,
+    read_bank: torch.Tensor | None = None,
+    chain: bool | None = None,
+) -> torch.Tensor:
+    """Tree conv (node ``t`` sees only its ancestors, then the committed window); see
+    :func:`~vllm_specla.ops.tree_reference.tree_conv_ref`. A chain goes to ``conv_verify``
+    (without advancing the window). Returns ``y [N, C]`` float32."""
+    kw = dict(bank_x=bank_x, write_bank=write_bank, pending_len=pending_len, read_bank=read_bank)
+    if chain is None:
+        chain = is_chain(parents, cu_seqlens)
+    if chain:
+        from vllm_specla.ops.chain_verify import conv_verify  # noqa: PLC0415
+
+        return conv_verify(x, weight, cu_seqlens, conv_state, slots, write_final_state=False, **kw)
+    if x.is_cuda and HAS_TRITON:
+        return tree_conv_triton(x, weight, cu_seqlens, parents, conv_state, slots, **kw)
+    return tree_conv_ref(x, weight, cu_seqlens, parents, conv_state, slots, **kw)

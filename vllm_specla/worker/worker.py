@@ -1,0 +1,45 @@
+"""vLLM workers that install the SpecLA model runner.
+
+``SpeclaCPUWorker``: vLLM-CPU's ``CPUWorker`` builds its runner inline in ``init_device`` (no
+factory hook), so we swap the module-level runner class for the duration of that call.
+``SpeclaGPUWorker``: the CUDA ``Worker`` has the documented ``_make_model_runner`` hook. (The GPU
+worker cannot be run on any machine we have: no vLLM on the GPU machine.)
+
+Both are selected automatically for ``gated_deltanet`` checkpoints (``patches.py``) when
+``worker_cls`` is left at ``"auto"``.
+"""
+
+from __future__ import annotations
+
+from vllm.v1.worker import cpu_worker as _cpu_worker_mod
+from vllm.v1.worker.cpu_worker import CPUWorker
+
+from vllm_specla.worker.runner import cpu_runner_cls
+
+
+class SpeclaCPUWorker(CPUWorker):
+    def init_device(self):
+        original = _cpu_worker_mod.CPUModelRunner
+        _cpu_worker_mod.CPUModelRunner = cpu_runner_cls()
+        try:
+            return super().init_device()
+        finally:
+            _cpu_worker_mod.CPUModelRunner = original
+
+
+def _gpu_worker_cls():
+    from vllm.v1.worker.gpu_worker import Worker  # noqa: PLC0415
+
+    from vllm_specla.worker.runner import gpu_runner_cls  # noqa: PLC0415
+
+    class SpeclaGPUWorker(Worker):
+        def _make_model_runner(self):
+            return gpu_runner_cls()(self.vllm_config, self.device)
+
+    return SpeclaGPUWorker
+
+
+def __getattr__(name):
+    if name == "SpeclaGPUWorker":
+        return _gpu_worker_cls()
+    raise AttributeError(name)
