@@ -77,13 +77,23 @@ class SpeclaProposer:
             self.drafter.release(s)
 
     @torch.no_grad()
-    def propose_for_batch(self, input_batch, step: dict, scheduler_output, sampled_token_ids, hidden_states):
-        """Absorb this step's committed inputs per request and return K drafts per row.
+    def propose_for_batch(self, input_batch, step: dict, scheduler_output, sampled_token_ids, hidden_states,
+                          requests: dict | None = None):
+        """Absorb this step's committed inputs per request and return up to K drafts per row.
+
+        A row gets ``min(K, remaining - 1)`` drafts, ``remaining = max_tokens - outputs so far``:
+        a verify step emits at most drafts + 1 tokens, so drafting past ``max_tokens`` is wasted
+        work (this also yields zero-draft steps right after accepted steps, which the state
+        handling must get right, vLLM #39273 class).
 
         Returns ``list[list[int]]`` in the input batch's row order (``[]`` for rows that did not
         sample, e.g. a partial prefill chunk).
         """
-        for rid in getattr(scheduler_output, "finished_req_ids", ()) or ():
+        gone = (getattr(scheduler_output, "finished_req_ids", None) or set()) | (
+            getattr(scheduler_output, "preempted_req_ids", None) or set())
+        if requests is not None:  # the runner's live requests (scheduled or waiting for their turn)
+            gone = gone | {rid for rid in self._slot_of if rid not in requests}
+        for rid in gone:
             self._release(rid)
         n = input_batch.num_reqs
         tok_ids = input_batch.token_ids_cpu
@@ -109,7 +119,12 @@ class SpeclaProposer:
                 toks = tok_ids[i, start : int(n_no_spec[i])].tolist()
                 feats = None
             self._absorbed[rid] = int(n_no_spec[i])
-            rows.append(DraftRow(slot, toks, feats, fresh=fresh, num_drafts=self.K if len(sampled) else 0))
+            k = self.K if len(sampled) else 0
+            st = requests.get(rid) if requests else None
+            if k and st is not None and st.sampling_params is not None and st.sampling_params.max_tokens:
+                remaining = st.sampling_params.max_tokens - len(st.output_token_ids)
+                k = max(0, min(k, remaining - 1))
+            rows.append(DraftRow(slot, toks, feats, fresh=fresh, num_drafts=k))
             row_of.append(i)
         outs = self.drafter.step(rows)
         drafts: list[list[int]] = [[] for _ in range(n)]

@@ -31,6 +31,15 @@ class SpeclaRunnerMixin:
     """Mixed into vLLM's MRV1 model runner (CPU or GPU)."""
 
     _specla_step: dict | None = None
+    _specla_counters: dict | None = None
+
+    def specla_counters(self) -> dict:
+        """Counters for tests and debugging: verify rows, zero-draft verify rows, prefill rows,
+        accepted tokens, steps."""
+        if self._specla_counters is None:
+            self._specla_counters = dict(steps=0, verify_rows=0, zero_draft_rows=0, prefill_rows=0,
+                                         accepted_tokens=0, flushes=0)
+        return self._specla_counters
 
     def _specla_model(self):
         m = self.model
@@ -56,8 +65,15 @@ class SpeclaRunnerMixin:
         # a prefill continuation must never see pending factors: flush them first (rare: only
         # reachable if a decoding request is rescheduled as a multi-token non-spec row)
         cont = np.nonzero(~is_verify & (num_computed > 0))[0]
+        c = self.specla_counters()
         if len(cont):
             model.flush(torch.as_tensor(slots[cont], device=dev))
+            c["flushes"] += len(cont)
+        c["steps"] += 1
+        c["verify_rows"] += int(is_verify.sum())
+        c["prefill_rows"] += int((~is_verify).sum())
+        if spec:
+            c["zero_draft_rows"] += int((is_verify & (qlen == 1)).sum())
         plan = build_step_plan(qlen.tolist(), slots.tolist(), (~is_verify).tolist(), (num_computed > 0).tolist(),
                                speculative=spec, book=book, device=dev)
         self._specla_step = {
@@ -91,6 +107,7 @@ class SpeclaRunnerMixin:
         rows = torch.as_tensor(step["verify_rows"], device=output_token_ids.device)
         num_accepted = (output_token_ids[rows] != -1).sum(1).to(book.pending_len.device)
         slots = torch.as_tensor(step["slots"][step["verify_rows"]], device=book.pending_len.device)
+        self.specla_counters()["accepted_tokens"] += int(num_accepted.sum())
         if step["deferred"]:
             book.set_pending(slots, num_accepted)
         else:
@@ -107,7 +124,7 @@ class SpeclaRunnerMixin:
                 scheduler_output, sampled_token_ids, sampling_metadata, hidden_states, sample_hidden_states,
                 aux_hidden_states, spec_decode_metadata, common_attn_metadata, slot_mappings)
         return self.drafter.propose_for_batch(self.input_batch, self._specla_step, scheduler_output,
-                                              sampled_token_ids, hidden_states)
+                                              sampled_token_ids, hidden_states, requests=self.requests)
 
 
 def cpu_runner_cls():

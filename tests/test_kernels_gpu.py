@@ -1,0 +1,317 @@
+"""Triton kernels vs the torch references (ALGORITHMS.md §2-§4, §6, §10.1-10.2).
+
+Runs on CUDA; skipped without it, except under ``TRITON_INTERPRET=1`` where the small shapes run
+on the CPU through Triton's interpreter (how the kernels were developed without a GPU).
+
+Inputs are random (never zeros; banks are filled with random data so an unwritten or misplaced
+factor shows), the references run in float32 on the same device, and every comparison is the
+norm-wise relative error ``||x - ref|| / ||ref||``. Tolerance ``TOL = 1e-4``: all kernels use fp32
+FMA arithmetic (no tf32 dots), measured errors are ~1e-7 to 1e-6; the margin covers reduction
+order differences over K = 256. Shapes: (H, HV, K, V) = 6x256x512 ("flame 1B"), 8x256x256
+("m-a-p 1.3B"), and small odd GVA shapes (2, 4, 32, 48), (1, 3, 16, 20).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+import torch
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+HAVE_CUDA = torch.cuda.is_available()
+pytestmark = pytest.mark.skipif(not (HAVE_CUDA or INTERPRET), reason="needs CUDA (or TRITON_INTERPRET=1)")
+DEV = "cuda" if HAVE_CUDA else "cpu"
+TOL = 1e-4
+
+from vllm_specla.ops import reference as ref  # noqa: E402
+from vllm_specla.ops import tree_reference as tref  # noqa: E402
+
+if HAVE_CUDA or INTERPRET:
+    from vllm_specla.ops import triton_chain as tc  # noqa: E402
+    from vllm_specla.ops import triton_recover as tr  # noqa: E402
+    from vllm_specla.ops import tree_verify as tv  # noqa: E402
+
+SMALL = [(2, 4, 32, 48), (1, 3, 16, 20)]
+BIG = [(6, 6, 256, 512), (8, 8, 256, 256)]
+SHAPES = SMALL if not HAVE_CUDA else SMALL + BIG
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    assert torch.isfinite(a).all(), "non-finite output"
+    return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
+
+
+class Case:
+    """R rows with window lengths ``lens`` on random distinct slots; banks and pending random."""
+
+    def __init__(self, shape, lens, seed=0, Tmax=16, dtype=torch.float32, S=None):
+        H, HV, K, V = shape
+        gen = torch.Generator().manual_seed(seed)
+        rn = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+        ru = lambda *s: torch.rand(*s, generator=gen)  # noqa: E731
+        R = len(lens)
+        S = S or R + 2
+        N = sum(lens)
+        self.shape, self.R, self.N, self.Tmax = shape, R, N, Tmax
+        self.cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+        d = lambda x, dt=None: x.to(device=DEV, dtype=dt or x.dtype)  # noqa: E731
+        self.q, self.k, self.v = d(rn(N, H, K), dtype), d(rn(N, H, K), dtype), d(rn(N, HV, V), dtype)
+        self.g = d(-(ru(N, HV) * 0.5 + 0.01))
+        self.beta = d(ru(N, HV) * 0.9 + 0.05)
+        self.scale = K ** -0.5
+        self.state = d(rn(S, HV, V, K) * 0.1)
+        self.slots = d(torch.randperm(S, generator=gen)[:R])
+        self.bank_k = d(ref.l2norm(rn(S, 2, Tmax, H, K)))
+        self.bank_v = d(rn(S, 2, Tmax, HV, V) * 0.1)
+        self.bank_g = d(-ru(S, 2, Tmax, HV) * 0.3)
+        self.read_bank = d(torch.randint(0, 2, (R,), generator=gen))
+        self.write_bank = 1 - self.read_bank
+        self.pending_len = d(torch.randint(0, Tmax + 1, (R,), generator=gen))
+        W = 4
+        C = 2 * H * K + HV * V
+        self.C, self.W = C, W
+        self.x = d(rn(N, C), dtype)
+        self.weight = d(rn(C, W) * 0.5)
+        self.conv_state = d(rn(S, W - 1, C))
+        self.bank_x = d(rn(S, 2, Tmax, C))
+
+    def inputs(self):
+        return self.q, self.k, self.v, self.g, self.beta
+
+    def banks(self):
+        return [self.bank_k.clone(), self.bank_v.clone(), self.bank_g.clone()]
+
+
+def _lens(rng, R, tmin=1, tmax=16):
+    return [rng.randint(tmin, tmax) for _ in range(R)]
+
+
+# ------------------------------------------------------------------------------------------------
+# chain verify
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("pending", [False, True])
+@pytest.mark.parametrize("final", [False, True])
+def test_chain_verify_vs_ref(shape, pending, final):
+    rng = random.Random(hash((shape, pending, final)) % 1000)
+    R = 3 if shape in SMALL else 5
+    c = Case(shape, _lens(rng, R), seed=rng.randint(0, 10**6))
+    s1, s2 = c.state.clone(), c.state.clone()
+    b1, b2 = c.banks(), c.banks()
+    kw = dict(scale=c.scale, slots=c.slots, cu_seqlens=c.cu, write_bank=c.write_bank, write_final_state=final)
+    if pending:
+        kw.update(pending_len=c.pending_len, read_bank=c.read_bank)
+    o1 = ref.chain_verify_ref(*c.inputs(), state=s1, bank_k=b1[0], bank_v=b1[1], bank_g=b1[2], **kw)
+    o2 = tc.chain_verify(*c.inputs(), state=s2, bank_k=b2[0], bank_v=b2[1], bank_g=b2[2], **kw)
+    assert rel(o2, o1) < TOL
+    assert rel(s2, s1) < TOL
+    for x, y in zip(b2, b1):
+        assert rel(x, y) < TOL
+    for i in range(c.N):  # every token, not only the batch norm
+        assert rel(o2[i], o1[i]) < 10 * TOL
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_chain_ar_decode_no_banks(shape):
+    """T = 1 with write_final_state and no banks = the AR decode kernel."""
+    rng = random.Random(3)
+    R = 4 if shape in SMALL else 16
+    c = Case(shape, [1] * R, seed=rng.randint(0, 10**6))
+    s1, s2 = c.state.clone(), c.state.clone()
+    kw = dict(scale=c.scale, slots=c.slots, cu_seqlens=c.cu, write_final_state=True)
+    o1 = ref.chain_verify_ref(*c.inputs(), state=s1, **kw)
+    o2 = tc.chain_verify(*c.inputs(), state=s2, **kw)
+    assert rel(o2, o1) < TOL and rel(s2, s1) < TOL
+
+
+def test_chain_bf16_inputs():
+    shape = SMALL[0] if not HAVE_CUDA else BIG[0]
+    c = Case(shape, [5, 1, 9], seed=5, dtype=torch.bfloat16)
+    s1, s2 = c.state.clone(), c.state.clone()
+    b1, b2 = c.banks(), c.banks()
+    kw = dict(scale=c.scale, slots=c.slots, cu_seqlens=c.cu, write_bank=c.write_bank, pending_len=c.pending_len,
+              read_bank=c.read_bank)
+    o1 = ref.chain_verify_ref(*c.inputs(), state=s1, bank_k=b1[0], bank_v=b1[1], bank_g=b1[2], **kw)
+    o2 = tc.chain_verify(*c.inputs(), state=s2, bank_k=b2[0], bank_v=b2[1], bank_g=b2[2], **kw)
+    assert rel(o2, o1) < TOL and rel(s2, s1) < TOL and rel(b2[1], b1[1]) < TOL
+
+
+def test_chain_window_too_long():
+    c = Case(SMALL[0], [3, 5], seed=1, Tmax=4)
+    with pytest.raises(ValueError):
+        tc.chain_verify(*c.inputs(), scale=c.scale, state=c.state, slots=c.slots, cu_seqlens=c.cu,
+                        bank_k=c.bank_k, bank_v=c.bank_v, bank_g=c.bank_g, write_bank=c.write_bank)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_accepted_prefix(shape):
+    """Verify a T=9 window (K=8 drafts) with factors, then for every accepted count A = 0..9:
+    Triton recover == state after A tokens (sequential recurrence) == recover_ref, and the fused
+    deferred commit (next verify with pending_len = A) == recover + verify."""
+    T = 9
+    R = T + 1  # row r accepts A = r
+    c = Case(shape, [T] * R, seed=17, Tmax=16)
+    st = c.state.clone()
+    banks = c.banks()
+    kw = dict(scale=c.scale, slots=c.slots, cu_seqlens=c.cu)
+    tc.chain_verify(*c.inputs(), state=st, bank_k=banks[0], bank_v=banks[1], bank_g=banks[2],
+                    write_bank=c.write_bank, **kw)
+    assert rel(st, c.state) == 0.0  # verify without pending never writes the state
+    A = torch.arange(R, device=DEV)
+    s_tr, s_ref = st.clone(), st.clone()
+    tr.recover(s_tr, c.slots, *banks, c.write_bank, A)
+    ref.recover_ref(s_ref, c.slots, *banks, c.write_bank, A)
+    assert rel(s_tr, s_ref) < TOL
+    for r in range(R):
+        slot = int(c.slots[r])
+        if r == 0:
+            assert torch.equal(s_tr[slot], st[slot])
+            continue
+        s0 = r * T
+        sub = [x[s0 : s0 + r] for x in c.inputs()]
+        _, fin = ref.recurrent_gated_delta_rule_ref(*sub, c.scale, torch.tensor([0, r]), initial_state=st[slot][None])
+        assert rel(s_tr[slot], fin[0]) < TOL
+    # fused deferred commit: next window (2 tokens per row) with the A accepted factors pending
+    c2 = Case(shape, [2] * R, seed=18, Tmax=16)
+    nb = [b.clone() for b in banks]
+    s_fused = st.clone()
+    o_f = tc.chain_verify(*c2.inputs(), state=s_fused, bank_k=nb[0], bank_v=nb[1], bank_g=nb[2],
+                          write_bank=c.read_bank, pending_len=A, read_bank=c.write_bank, **kw)
+    nb2 = [b.clone() for b in banks]
+    s_sep = s_tr.clone()
+    o_s = tc.chain_verify(*c2.inputs(), state=s_sep, bank_k=nb2[0], bank_v=nb2[1], bank_g=nb2[2],
+                          write_bank=c.read_bank, **kw)
+    assert rel(s_fused, s_sep) < TOL and rel(o_f, o_s) < TOL
+    for x, y in zip(nb, nb2):
+        assert rel(x, y) < TOL
+
+
+def test_snapshot_baseline():
+    shape = SMALL[0]
+    c = Case(shape, [4, 2], seed=9, Tmax=4)
+    snap = torch.randn(2, 4, *c.state.shape[1:], device=DEV)
+    s = c.state.clone()
+    o = tc.chain_verify_snapshots(*c.inputs(), scale=c.scale, state=s, slots=c.slots, cu_seqlens=c.cu, snap=snap)
+    o1 = ref.chain_verify_ref(*c.inputs(), scale=c.scale, state=c.state.clone(), slots=c.slots, cu_seqlens=c.cu)
+    assert rel(o, o1) < TOL
+    for r, T in enumerate([4, 2]):
+        slot = int(c.slots[r])
+        for t in range(T):
+            sub = [x[r * 4 : r * 4 + t + 1] for x in c.inputs()]
+            _, fin = ref.recurrent_gated_delta_rule_ref(*sub, c.scale, torch.tensor([0, t + 1]),
+                                                       initial_state=c.state[slot][None])
+            assert rel(snap[r, t], fin[0]) < TOL
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="fla needs CUDA")
+def test_ar_matches_fla():
+    fla = pytest.importorskip("fla.ops.gated_delta_rule")
+    shape = BIG[0]
+    R = 8
+    c = Case(shape, [1] * R, seed=4)
+    st = c.state.clone()
+    o = tc.chain_verify(*c.inputs(), scale=c.scale, state=st, slots=c.slots, cu_seqlens=c.cu, write_final_state=True)
+    h0 = c.state[c.slots.long()].contiguous()
+    o_f, ht = fla.fused_recurrent_gated_delta_rule(
+        c.q[None], c.k[None], c.v[None], g=c.g[None], beta=c.beta[None], scale=c.scale, initial_state=h0,
+        output_final_state=True, use_qk_l2norm_in_kernel=True, state_v_first=True, cu_seqlens=c.cu.long())
+    assert rel(o, o_f[0].float()) < TOL
+    assert rel(st[c.slots.long()], ht) < TOL
+
+
+# ------------------------------------------------------------------------------------------------
+# conv
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("pending", [False, True])
+@pytest.mark.parametrize("final", [False, True])
+@pytest.mark.parametrize("cdtype", [torch.float32, torch.bfloat16])
+def test_conv_verify_vs_ref(shape, pending, final, cdtype):
+    rng = random.Random(21)
+    lens = [1, 2, 3] + _lens(rng, 3)
+    c = Case(shape, lens, seed=22)
+    cs0 = c.conv_state.to(cdtype)
+    cs1, cs2 = cs0.clone(), cs0.clone()
+    x1, x2 = c.bank_x.clone(), c.bank_x.clone()
+    kw = dict(write_bank=c.write_bank, write_final_state=final)
+    if pending:
+        kw.update(pending_len=c.pending_len, read_bank=c.read_bank)
+    y1 = ref.conv_verify_ref(c.x, c.weight, c.cu, cs1, c.slots, bank_x=x1, **kw)
+    y2 = tc.conv_verify(c.x, c.weight, c.cu, cs2, c.slots, bank_x=x2, **kw)
+    assert rel(y2, y1) < TOL
+    assert rel(cs2.float(), cs1.float()) < TOL and torch.equal(x1, x2)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("cdtype", [torch.float32, torch.bfloat16])
+def test_conv_commit_every_prefix(shape, cdtype):
+    Tmax = 9
+    R = Tmax + 1
+    c = Case(shape, [1] * R, seed=31, Tmax=Tmax)
+    A = torch.arange(R, device=DEV)
+    cs1 = c.conv_state.to(cdtype)
+    cs2 = cs1.clone()
+    ref.conv_commit_ref(cs1, c.slots, c.bank_x, c.read_bank, A)
+    tr.conv_commit(cs2, c.slots, c.bank_x, c.read_bank, A)
+    assert torch.equal(cs1, cs2)
+
+
+# ------------------------------------------------------------------------------------------------
+# tree
+# ------------------------------------------------------------------------------------------------
+
+
+def _random_tree(T, rng):
+    return [-1] + [rng.randint(0, t - 1) for t in range(1, T)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("pending", [False, True])
+def test_tree_verify_triton(shape, pending):
+    rng = random.Random(41)
+    trees = [_random_tree(rng.randint(1, 16), rng) for _ in range(3 if shape in SMALL else 4)]
+    trees[0] = _random_tree(16, rng)
+    c = Case(shape, [len(t) for t in trees], seed=42)
+    parents = torch.tensor([p for t in trees for p in t], device=DEV)
+    s1, s2 = c.state.clone(), c.state.clone()
+    b1, b2 = c.banks(), c.banks()
+    kw = dict(scale=c.scale, slots=c.slots, cu_seqlens=c.cu, parents=parents, write_bank=c.write_bank)
+    if pending:
+        kw.update(pending_len=c.pending_len, read_bank=c.read_bank)
+    o1 = tref.tree_verify_sequential_ref(*c.inputs(), state=s1, bank_k=b1[0], bank_v=b1[1], bank_g=b1[2], **kw)
+    o2 = tv.tree_verify(*c.inputs(), state=s2, bank_k=b2[0], bank_v=b2[1], bank_g=b2[2], chain=False, **kw)
+    assert rel(o2, o1) < TOL and rel(s2, s1) < TOL
+    for x, y in zip(b2, b1):
+        assert rel(x, y) < TOL
+    # chain topology through the dispatcher == chain kernel
+    lens = [5, 3]
+    c = Case(shape, lens, seed=43)
+    parents = torch.tensor([p for n in lens for p in range(-1, n - 1)], device=DEV)
+    s1, s2 = c.state.clone(), c.state.clone()
+    o1 = tv.tree_verify(*c.inputs(), scale=c.scale, state=s1, slots=c.slots, cu_seqlens=c.cu, parents=parents,
+                        max_nodes=8, chain=False)
+    o2 = tv.tree_verify(*c.inputs(), scale=c.scale, state=s2, slots=c.slots, cu_seqlens=c.cu, parents=parents)
+    assert rel(o1, o2) < TOL
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("pending", [False, True])
+def test_tree_conv_triton(shape, pending):
+    rng = random.Random(51)
+    trees = [_random_tree(rng.randint(1, 12), rng) for _ in range(3)]
+    c = Case(shape, [len(t) for t in trees], seed=52)
+    parents = torch.tensor([p for t in trees for p in t], device=DEV)
+    cs1, cs2 = c.conv_state.clone(), c.conv_state.clone()
+    x1, x2 = c.bank_x.clone(), c.bank_x.clone()
+    kw = dict(write_bank=c.write_bank)
+    if pending:
+        kw.update(pending_len=c.pending_len, read_bank=c.read_bank)
+    y1 = tref.tree_conv_ref(c.x, c.weight, c.cu, parents, cs1, c.slots, bank_x=x1, **kw)
+    y2 = tv.tree_conv(c.x, c.weight, c.cu, parents, cs2, c.slots, bank_x=x2, chain=False, **kw)
+    assert rel(y2, y1) < TOL and torch.equal(cs1, cs2) and torch.equal(x1, x2)

