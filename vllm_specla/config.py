@@ -86,7 +86,8 @@ class SpecLAConfig(BaseModel):
                 obj, base_dir = load_json_file(s), os.path.dirname(os.path.abspath(s))
         if not isinstance(obj, dict):
             raise SpecLAConfigError(f"speculative_config: expected a JSON object, got {type(obj).__name__}")
-        d = dict(obj)
+        # keys starting with "_" are documentation (JSON has no comments), e.g. "_doc" in examples/specla.json
+        d = {k: v for k, v in obj.items() if not (isinstance(k, str) and k.startswith("_"))}
         if base_dir and isinstance(d.get("drafter"), str) and not os.path.isabs(d["drafter"]):
             cand = os.path.join(base_dir, d["drafter"])
             if os.path.exists(cand) and not os.path.exists(d["drafter"]):

@@ -65,6 +65,8 @@ def translate_speculative_config(spec, target_model_config=None) -> tuple[dict |
     if not isinstance(spec, dict):
         return spec, None
     spec = {k.replace("-", "_"): v for k, v in spec.items()}
+    if spec.get("method") == "specla":
+        spec = {k: v for k, v in spec.items() if not k.startswith("_")}
     if spec.get("method") != "specla":
         return spec, None
     cfg = SpecLAConfig.parse(spec)
@@ -144,6 +146,9 @@ class SpeclaGDNConfigHook:
     def verify_and_update_config(vllm_config) -> None:
         from vllm.platforms import current_platform  # noqa: PLC0415
 
+        from vllm_specla.models.config import check_supported  # noqa: PLC0415
+
+        check_supported(vllm_config.model_config.hf_config)  # refuse unsupported fields in the front end
         cache = vllm_config.cache_config
         if cache.enable_prefix_caching:
             cache.enable_prefix_caching = False

