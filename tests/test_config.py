@@ -135,3 +135,45 @@ def test_specla_on_non_gdn_target_is_refused(tmp_path, tiny_dir):
     msg = _llm_error(str(d), speculative_config={"method": "specla", "num_speculative_tokens": 2,
                                                  "drafter": tiny_dir["random_eagle"]})
     assert "needs a gated_deltanet target" in msg
+
+
+def _engine_config(**kw):
+    from vllm.engine.arg_utils import EngineArgs
+
+    import vllm_specla
+
+    vllm_specla.register()
+    args = dict(skip_tokenizer_init=True, enforce_eager=True, dtype="float32", max_model_len=256)
+    args.update(kw)
+    return EngineArgs(**args).create_engine_config()
+
+
+def test_prefix_caching_turned_off_with_one_log_line(tiny_dir, caplog):
+    pytest.importorskip("vllm")
+    import logging
+
+    caplog.set_level(logging.INFO, logger="vllm_specla")
+    vc = _engine_config(model=tiny_dir["target"], enable_prefix_caching=True,
+                        speculative_config={"method": "specla", "num_speculative_tokens": 3,
+                                            "drafter": tiny_dir["random_eagle"]})
+    assert vc.cache_config.enable_prefix_caching is False
+    assert vc.cache_config.mamba_cache_mode == "none"
+    assert vc.parallel_config.worker_cls == "vllm_specla.worker.worker.SpeclaCPUWorker"
+    assert vc.speculative_config.method == "custom_class"
+    assert vc.additional_config["specla"]["num_speculative_tokens"] == 3
+    lines = [r.getMessage() for r in caplog.records if "prefix caching is off" in r.getMessage()]
+    assert len(lines) == 1
+
+
+def test_other_models_and_methods_untouched(tmp_path):
+    pytest.importorskip("vllm")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    d = tmp_path / "llama"
+    LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=2)).save_pretrained(d)
+    vc = _engine_config(model=str(d), speculative_config={"method": "ngram", "num_speculative_tokens": 2,
+                                                           "prompt_lookup_max": 3})
+    assert vc.speculative_config.method == "ngram"
+    assert "specla" not in (vc.additional_config or {})
+    assert "vllm_specla" not in vc.parallel_config.worker_cls
