@@ -66,3 +66,31 @@ def per_position_acceptance(num_drafts: list[int], num_accepted_drafts: list[int
         "per_position_rate": [acc[i] / drafted[i] if drafted[i] else float("nan") for i in range(K)],
         "conditional_alpha": cond,
     }
+
+
+def greedy_accept_tree(parents: list[int], tokens: list[int], target_argmax: list[int]) -> tuple[list[int], list[int]]:
+    """Greedy tree acceptance (ALGORITHMS.md §9): from the root, move to the child whose token is
+    ``argmax p_node``; stop when none matches and emit ``argmax p_node``.
+
+    Args:
+        parents, tokens: the draft tree (node 0 = root x0, topological order).
+        target_argmax: ``argmax p`` at every node.
+    Returns:
+        ``(path, emitted)``: window positions of the accepted path (root first) and the emitted
+        tokens (accepted drafts along the path, then the correction/bonus), a prefix-shaped list
+        for vLLM's scheduler; ``len(emitted) == len(path)``.
+    """
+    children: dict[int, list[int]] = {}
+    for c, p in enumerate(parents):
+        if p >= 0:
+            children.setdefault(p, []).append(c)
+    node, path = 0, [0]
+    while True:
+        want = target_argmax[node]
+        nxt = next((c for c in children.get(node, []) if tokens[c] == want), None)
+        if nxt is None:
+            break
+        node = nxt
+        path.append(node)
+    emitted = [tokens[i] for i in path[1:]] + [target_argmax[node]]
+    return path, emitted

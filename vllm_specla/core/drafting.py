@@ -49,6 +49,18 @@ class DraftRow:
     num_drafts: int = 0
 
 
+@dataclass
+class TreeSpec:
+    """Tree drafting shape (ALGORITHMS.md §7): ``top_k`` children per expanded node (also the beam
+    width per level), depth at most ``max_depth`` (<= K), at most ``node_budget`` drafts, and nodes
+    whose cumulative drafter log-prob is below ``best - tau`` are pruned (None: no pruning)."""
+
+    top_k: int = 4
+    max_depth: int = 4
+    node_budget: int = 16
+    tau: float | None = None
+
+
 class SlotDrafter:
     """Common absorb + speculate loop over the drafter's own state slots.
 
@@ -110,6 +122,85 @@ class SlotDrafter:
                         out[rows[i].slot].append(int(tok[j]))
         return [out[r.slot] for r in all_rows]
 
+    # ---- trees -------------------------------------------------------------------------------
+    def enable_trees(self, top_k: int) -> None:
+        """Reserve scratch drafter slots for tree drafting (before any request starts): per
+        request, two banks of ``top_k`` frontier slots (the parents' and the children's level)."""
+        need = self.max_requests * (1 + 2 * top_k)
+        if self.states[0].ssm.shape[0] < need:
+            self.states = allocate_layer_states(self.config, need, 0, device=self.device)
+        self._tree_width = top_k
+
+    @torch.no_grad()
+    def step_tree(self, rows: list[DraftRow], spec: TreeSpec):
+        """Absorb each row's committed inputs, then expand one draft tree per row, level by level.
+
+        The frontier (at most ``top_k`` nodes, best scores first) each proposes its ``top_k`` most
+        likely children; candidates are kept best-first while the tree has fewer than
+        ``node_budget`` drafts and their score is within ``tau`` of the best draft score. A row's
+        depth is capped by ``DraftRow.num_drafts`` (never draft past max_tokens). A frontier node's
+        drafter state lives in a scratch slot (its parent's state, then one step on its token).
+        Returns one :class:`~vllm_specla.core.topology.DraftTree` per row (root = last absorbed).
+        """
+        from vllm_specla.core.topology import DraftTree  # noqa: PLC0415
+
+        if getattr(self, "_tree_width", None) != spec.top_k:
+            raise RuntimeError(f"call enable_trees({spec.top_k}) before tree drafting")
+        trees = [DraftTree([r.tokens[-1]], [-1]) for r in rows]
+        if not rows:
+            return trees
+        toks = torch.tensor([t for r in rows for t in r.tokens], dtype=torch.int64, device=self.device)
+        feats = torch.cat([r.feats for r in rows]).to(self.device) if rows[0].feats is not None else None
+        plan = build_step_plan([len(r.tokens) for r in rows], [r.slot for r in rows], [True] * len(rows),
+                               [not r.fresh for r in rows], speculative=False, device=self.device)
+        f, logits = self._run(toks, feats, plan)
+        last = torch.tensor([len(r.tokens) for r in rows], device=self.device).cumsum(0) - 1
+        lp0 = torch.log_softmax(logits[last].float(), -1)
+        # frontier entries: (row, node, child log-probs, feature after node, drafter slot of node)
+        frontier = [(i, 0, lp0[i], f[last[i]] if f is not None else None, rows[i].slot)
+                    for i, r in enumerate(rows) if r.num_drafts > 0]
+        width = spec.top_k
+        for depth in range(1, spec.max_depth + 1):
+            cands_by_row: dict[int, list] = {}
+            for i, node, lp, feat, dslot in frontier:
+                top = torch.topk(lp, spec.top_k)
+                for val, tok in zip(top.values.tolist(), top.indices.tolist()):
+                    cands_by_row.setdefault(i, []).append((trees[i].score(node) + val, node, tok, val, feat, dslot))
+            nxt = []
+            for i, cands in cands_by_row.items():
+                tr = trees[i]
+                cands.sort(key=lambda c: -c[0])
+                best = max([tr.score(j) for j in range(1, len(tr))] + [cands[0][0]])
+                kept = []
+                for sc, parent, tok, val, feat, dslot in cands:
+                    if len(tr) - 1 >= spec.node_budget or (spec.tau is not None and sc < best - spec.tau):
+                        break
+                    tr.tokens.append(tok)
+                    tr.parents.append(parent)
+                    tr.logp.append(val)
+                    kept.append((len(tr) - 1, feat, dslot))
+                if depth < min(spec.max_depth, rows[i].num_drafts):
+                    for rank, (node, feat, dslot) in enumerate(kept[:width]):
+                        scratch = self.max_requests + rows[i].slot * 2 * width + (depth % 2) * width + rank
+                        nxt.append((i, node, feat, dslot, scratch))
+            if not nxt:
+                break
+            # one drafter step per new frontier node, from its parent's drafter state
+            src = torch.tensor([x[3] for x in nxt], device=self.device)
+            dst = torch.tensor([x[4] for x in nxt], device=self.device)
+            for st in self.states:
+                st.conv.index_copy_(0, dst, st.conv.index_select(0, src))
+                st.ssm.index_copy_(0, dst, st.ssm.index_select(0, src))
+            tok = torch.tensor([trees[x[0]].tokens[x[1]] for x in nxt], device=self.device)
+            feat = torch.stack([x[2] for x in nxt]) if nxt[0][2] is not None else None
+            plan = build_step_plan([1] * len(nxt), dst, [False] * len(nxt), [True] * len(nxt),
+                                   speculative=False, device=self.device)
+            f2, lg2 = self._run(tok, feat, plan)
+            lp2 = torch.log_softmax(lg2.float(), -1)
+            frontier = [(x[0], x[1], lp2[j], f2[j] if f2 is not None else None, x[4]) for j, x in enumerate(nxt)]
+        return trees
+
+
 
 class DraftModelDrafter(SlotDrafter):
     """A separate GDN causal LM as drafter (same tokenizer as the target).
@@ -151,3 +242,4 @@ class EagleDrafterRunner(SlotDrafter):
     def _run(self, tokens, feats, plan):
         f = self.drafter(tokens, feats, self.embed_fn, plan, self.states)
         return f, self.logits_fn(f).float()
+

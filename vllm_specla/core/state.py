@@ -115,6 +115,8 @@ class VerifyRows(RowGroup):
     pending_len: torch.Tensor | None = None  # [R] int64
     read_bank: torch.Tensor | None = None  # [R] int64
     write_bank: torch.Tensor | None = None  # [R] int64
+    # draft trees: [n_tok] parent position within the row (-1 = root); None = every row a chain
+    parents: torch.Tensor | None = None
 
 
 @dataclass
@@ -175,6 +177,7 @@ def build_step_plan(
     speculative: bool,
     book: SlotBook | None = None,
     device: torch.device | str = "cpu",
+    parents: list[list[int] | None] | None = None,
 ) -> StepPlan:
     """Build the :class:`StepPlan` of one step from per-row facts (row order = token order).
 
@@ -185,6 +188,8 @@ def build_step_plan(
         speculative: verify rows record factors (SpecLA) instead of writing the final state (AR).
         book: the :class:`SlotBook`; required when ``speculative``; pending factors of verify
         slots are taken (and banks flipped), and prefill slots without initial state are reset.
+        parents: per row, the draft tree's parent array (window positions, ``-1`` root) or None
+        for a chain; only verify rows may be trees.
     Raises:
         ValueError: when ``speculative`` and no ``book`` is given.
     """
@@ -227,6 +232,15 @@ def build_step_plan(
                 raise ValueError("speculative verify rows need a SlotBook")
             pending, read, write = book.take_pending(s)
             plan.verify = VerifyRows(tok, cu, s, speculative=True, pending_len=pending, read_bank=read, write_bank=write)
+            if parents is not None and any(parents[r] is not None and parents[r] != list(range(-1, ql[r] - 1))
+                                           for r in vrow):
+                flat = []
+                for r in vrow:
+                    pr = parents[r] if parents[r] is not None else list(range(-1, ql[r] - 1))
+                    if len(pr) != ql[r]:
+                        raise ValueError(f"row {r}: {len(pr)} parents for {ql[r]} tokens")
+                    flat.extend(pr)
+                plan.verify.parents = torch.tensor(flat, dtype=torch.int64, device=device)
         else:
             pending = read = None
             if book is not None and bool((book.pending_len[s] > 0).any()):

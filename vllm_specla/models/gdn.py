@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from vllm_specla.core.state import LayerState, StepPlan
 from vllm_specla.models.config import GatedDeltaNetConfig, check_supported
 from vllm_specla.ops.chain_verify import chain_verify, conv_verify
+from vllm_specla.ops.tree_verify import tree_conv, tree_verify
 from vllm_specla.ops.reference import (
     causal_conv1d_prefill_ref,
     chunk_gated_delta_rule_ref,
@@ -90,6 +91,14 @@ def gdn_mix(
         ``[N, HV*V]`` normed, gated mixer output in ``x.dtype`` (the input of ``o_proj``).
     """
     N = x.shape[0]
+    if N > plan.num_tokens:  # padded batch (e.g. CUDA-graph sizes): padding rows get zeros
+        out = torch.zeros(N, dims.HV * dims.V, dtype=x.dtype, device=x.device)
+        n = plan.num_tokens
+        out[:n] = gdn_mix(x[:n], a[:n], b[:n], gate[:n] if gate is not None else None, dims=dims,
+                          conv_weight=conv_weight, A_log=A_log, dt_bias=dt_bias, o_norm_weight=o_norm_weight,
+                          norm_eps=norm_eps, gate_act=gate_act, allow_neg_eigval=allow_neg_eigval,
+                          plan=plan, state=state)
+        return out
     H, HV, K, V = dims.H, dims.HV, dims.K, dims.V
     y = torch.empty(N, dims.conv_dim, dtype=torch.float32, device=x.device)
     o = torch.empty(N, HV, V, dtype=torch.float32, device=x.device)
@@ -116,7 +125,12 @@ def gdn_mix(
         if pf is not None:
             put(y, pf.token_idx, causal_conv1d_prefill_ref(
                 pick(x, pf.token_idx), conv_weight, pf.cu_seqlens, state.conv, pf.slots, pf.has_initial_state))
-        if vf is not None:
+        if vf is not None and vf.parents is not None:
+            put(y, vf.token_idx, tree_conv(
+                pick(x, vf.token_idx), conv_weight, vf.cu_seqlens, vf.parents, state.conv, vf.slots,
+                bank_x=state.bank_x, write_bank=vf.write_bank, pending_len=vf.pending_len,
+                read_bank=vf.read_bank, chain=False))
+        elif vf is not None:
             put(y, vf.token_idx, conv_verify(
                 pick(x, vf.token_idx), conv_weight, vf.cu_seqlens, state.conv, vf.slots,
                 bank_x=state.bank_x, write_bank=vf.write_bank, pending_len=vf.pending_len,
@@ -134,7 +148,15 @@ def gdn_mix(
             dims.scale, pf.cu_seqlens, initial_state=init)
         state.ssm.index_copy_(0, pf.slots, final)
         put(o, idx, o_pf)
-    if vf is not None:
+    if vf is not None and vf.parents is not None:
+        idx = vf.token_idx
+        o_vf = tree_verify(
+            pick(q, idx), pick(k, idx), pick(v, idx), pick(g_all, idx), pick(beta_all, idx),
+            scale=dims.scale, state=state.ssm, slots=vf.slots, cu_seqlens=vf.cu_seqlens, parents=vf.parents,
+            bank_k=state.bank_k, bank_v=state.bank_v, bank_g=state.bank_g, write_bank=vf.write_bank,
+            pending_len=vf.pending_len, read_bank=vf.read_bank, chain=False)
+        put(o, idx, o_vf)
+    elif vf is not None:
         idx = vf.token_idx
         o_vf = chain_verify(
             pick(q, idx), pick(k, idx), pick(v, idx), pick(g_all, idx), pick(beta_all, idx),

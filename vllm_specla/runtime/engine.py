@@ -17,8 +17,11 @@ from typing import Callable
 
 import torch
 
-from vllm_specla.core.acceptance import greedy_accept_chain
-from vllm_specla.core.drafting import DraftRow, EagleDrafterRunner, SlotDrafter
+from vllm_specla.core.acceptance import greedy_accept_chain, greedy_accept_tree
+from vllm_specla.core.drafting import DraftRow, EagleDrafterRunner, SlotDrafter, TreeSpec
+from vllm_specla.core.sampling import accept_chain_pointmass, accept_tree_residual, apply_sampling_transforms
+from vllm_specla.core.topology import DraftTree
+from vllm_specla.ops.tree_reference import compact_path_factors
 from vllm_specla.core.state import SlotBook, allocate_layer_states, build_step_plan
 from vllm_specla.models.gdn import GatedDeltaNetForCausalLM
 from vllm_specla.ops.recover import conv_commit, recover
@@ -32,6 +35,7 @@ class _Req:
     output: list[int] = field(default_factory=list)
     slot: int = -1
     drafts: list[int] = field(default_factory=list)
+    tree: DraftTree | None = None
     pending_rows: DraftRow | None = None
     done: bool = False
 
@@ -62,6 +66,10 @@ class SpecLAEngine:
         eos_token_id: stop token (emitted, then the request finishes), or None.
         draft_budget: optional ``f(step, request_index) -> int`` capping drafts per row (tests use it
             to force zero-draft steps); default K.
+        tree: draft trees of this shape instead of chains (depth <= K); None = chains.
+        temperature, top_k, top_p: sampling (temperature 0 = greedy). Stochastic acceptance is the
+            lossless point-mass / residual rule of ``core/sampling.py``.
+        seed: sampling seed.
     Raises:
         ValueError: K < 0, or K > 0 without a drafter.
     """
@@ -76,6 +84,11 @@ class SpecLAEngine:
         max_batch: int = 8,
         eos_token_id: int | None = None,
         draft_budget: Callable[[int, int], int] | None = None,
+        tree: TreeSpec | None = None,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
     ):
         if num_speculative_tokens < 0:
             raise ValueError(f"num_speculative_tokens={num_speculative_tokens}: must be >= 0")
@@ -94,6 +107,18 @@ class SpecLAEngine:
         self.book = SlotBook(max_batch, device=self.device)
         self.stats = SpecStats()
         self.eagle = isinstance(drafter, EagleDrafterRunner)
+        self.tree = tree
+        if tree is not None:
+            if tree.max_depth > self.K:
+                raise ValueError(f"tree.max_depth={tree.max_depth} must be <= num_speculative_tokens={self.K}")
+            if drafter is None:
+                raise ValueError("tree drafting needs a drafter")
+            drafter.enable_trees(tree.top_k)
+            self.window = 1 + tree.node_budget
+            self.states = allocate_layer_states(target.config, max_batch, self.window, device=self.device)
+        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+        self.gen = torch.Generator(device="cpu").manual_seed(seed)
+        self.tree_stats = {"nodes_verified": 0, "verify_steps": 0}
 
     # ------------------------------------------------------------------------------------------
     def _finish(self, r: _Req) -> None:
@@ -145,51 +170,96 @@ class SpecLAEngine:
             # ---- one target forward: verify rows of running requests + prefill rows of new ones
             vrows = running
             qlens, slots, is_pf, has_init, toks = [], [], [], [], []
+            parents: list = []
             for r in vrows:
-                win = [r.output[-1]] + r.drafts
+                win = r.tree.tokens if r.tree is not None else [r.output[-1]] + r.drafts
                 qlens.append(len(win)); slots.append(r.slot); is_pf.append(False); has_init.append(True)
+                parents.append(r.tree.parents if r.tree is not None else None)
                 toks += win
             for r in new:
                 qlens.append(len(r.prompt)); slots.append(r.slot); is_pf.append(True); has_init.append(False)
+                parents.append(None)
                 toks += r.prompt
             plan = build_step_plan(qlens, slots, is_pf, has_init, speculative=self.K > 0, book=self.book,
-                                   device=self.device)
+                                   device=self.device, parents=parents)
             hidden = self.target(torch.tensor(toks, device=self.device), plan, self.states)
             starts = torch.tensor([0] + qlens, device=self.device).cumsum(0)
             draft_rows: list[DraftRow] = []
             # ---- verify rows: acceptance, commit bookkeeping
             if vrows:
-                nv = len(vrows)
-                Kmax = max(1, max(len(r.drafts) for r in vrows))
-                pos = starts[:nv, None] + torch.arange(Kmax + 1, device=self.device)[None, :]
-                pos = torch.minimum(pos, starts[1 : nv + 1, None] - 1)
-                argmax = self.target.compute_logits(hidden[pos.reshape(-1)]).argmax(-1).view(nv, Kmax + 1)
-                drafts = torch.full((nv, Kmax), -1, dtype=torch.int64, device=self.device)
-                for i, r in enumerate(vrows):
-                    if r.drafts:
-                        drafts[i, : len(r.drafts)] = torch.tensor(r.drafts, device=self.device)
-                nd = torch.tensor([len(r.drafts) for r in vrows], device=self.device)
-                emitted, n_emit = greedy_accept_chain(drafts, nd, argmax)
                 vslots = torch.tensor([r.slot for r in vrows], device=self.device)
+                n_emit_l, paths, emitted_l = [], [], []
+                greedy_chains = self.temperature <= 0 and all(r.tree is None for r in vrows)
+                if greedy_chains:  # batched fast path, no host round trip per row
+                    nv = len(vrows)
+                    Kmax = max(1, max(len(r.drafts) for r in vrows))
+                    pos = starts[:nv, None] + torch.arange(Kmax + 1, device=self.device)[None, :]
+                    pos = torch.minimum(pos, starts[1 : nv + 1, None] - 1)
+                    argmax = self.target.compute_logits(hidden[pos.reshape(-1)]).argmax(-1).view(nv, Kmax + 1)
+                    drafts = torch.full((nv, Kmax), -1, dtype=torch.int64, device=self.device)
+                    for i, r in enumerate(vrows):
+                        if r.drafts:
+                            drafts[i, : len(r.drafts)] = torch.tensor(r.drafts, device=self.device)
+                    nd = torch.tensor([len(r.drafts) for r in vrows], device=self.device)
+                    em, ne = greedy_accept_chain(drafts, nd, argmax)
+                    for row, n in zip(em.tolist(), ne.tolist()):
+                        emitted_l.append(row[:n])
+                        paths.append(list(range(n)))
+                else:
+                    for i, r in enumerate(vrows):
+                        lo, hi = int(starts[i]), int(starts[i + 1])
+                        tree = r.tree if r.tree is not None else DraftTree.chain(r.output[-1], r.drafts)
+                        logits = self.target.compute_logits(hidden[lo:hi])
+                        if self.temperature > 0:
+                            p = apply_sampling_transforms(logits, self.temperature, self.top_k, self.top_p).cpu()
+                            if tree.is_chain():
+                                e = accept_chain_pointmass(p, tree.tokens[1:], self.gen)
+                                path = list(range(len(e)))
+                            else:
+                                path, e = accept_tree_residual(tree.parents, tree.tokens, p, self.gen)
+                        else:
+                            path, e = greedy_accept_tree(tree.parents, tree.tokens, logits.argmax(-1).tolist())
+                        emitted_l.append(e)
+                        paths.append(path)
+                for i, r in enumerate(vrows):
+                    e, path = emitted_l[i], paths[i]
+                    n_nodes = len(r.tree) if r.tree is not None else 1 + len(r.drafts)
+                    self.stats.num_drafts.append(n_nodes - 1)
+                    self.stats.num_accepted.append(len(e) - 1)
+                    self.tree_stats["nodes_verified"] += n_nodes
+                    self.tree_stats["verify_steps"] += 1
+                    n_emit_l.append(len(e))
+                    self._emit(r, e)
+                    if not r.done and self.drafter is not None:
+                        lo = int(starts[i])
+                        feats = hidden[lo + torch.tensor(path, device=self.device)] if self.eagle else None
+                        draft_rows.append(DraftRow(r.slot, e, feats))
                 if self.K > 0:
+                    n_emit = torch.tensor(n_emit_l, device=self.device)
+                    if any(p != list(range(len(p))) for p in paths):
+                        # a tree path off the window's prefix: gather its factors to positions 0..A-1
+                        P = max(len(p) for p in paths)
+                        pt = torch.tensor([p + [0] * (P - len(p)) for p in paths], device=self.device)
+                        banks = self.book.bank_sel[vslots]
+                        for st in self.states:
+                            compact_path_factors([st.bank_k, st.bank_v, st.bank_g, st.bank_x], vslots, banks, pt, n_emit)
                     if self.deferred:
                         self.book.set_pending(vslots, n_emit)
                     else:
                         self._commit_now(vslots, n_emit)
-                emitted_l, n_l = emitted.tolist(), n_emit.tolist()
-                for i, r in enumerate(vrows):
-                    self.stats.num_drafts.append(len(r.drafts))
-                    self.stats.num_accepted.append(n_l[i] - 1)
-                    e = emitted_l[i][: n_l[i]]
-                    kept = self._emit(r, e)
-                    if not r.done and self.drafter is not None:
-                        feats = hidden[int(starts[i]) : int(starts[i]) + len(e)] if self.eagle else None
-                        draft_rows.append(DraftRow(r.slot, e, feats))
+                    done = [r.slot for r in vrows if r.done]
+                    if done:  # finished: the slot is released, its pending factors dropped
+                        self.book.reset(torch.tensor(done, device=self.device))
             # ---- prefill rows: first token
             for j, r in enumerate(new):
                 i = len(vrows) + j
                 last = int(starts[i + 1]) - 1
-                t0 = int(self.target.compute_logits(hidden[last : last + 1]).argmax(-1))
+                lg = self.target.compute_logits(hidden[last : last + 1])
+                if self.temperature > 0:
+                    pr = apply_sampling_transforms(lg, self.temperature, self.top_k, self.top_p).cpu()[0]
+                    t0 = int(torch.multinomial(pr, 1, generator=self.gen))
+                else:
+                    t0 = int(lg.argmax(-1))
                 self._emit(r, [t0])
                 if not r.done and self.drafter is not None:
                     if self.eagle:
@@ -208,9 +278,14 @@ class SpecLAEngine:
                 # never draft past max_tokens (a verify emits at most drafts + 1)
                 dr.num_drafts = max(0, min(budget, r.max_tokens - len(r.output) - 1))
             if self.drafter is not None and draft_rows:
-                outs = self.drafter.step(draft_rows)
-                for dr, d in zip(draft_rows, outs):
-                    byslot[dr.slot].drafts = d
+                if self.tree is not None:
+                    for dr, t in zip(draft_rows, self.drafter.step_tree(draft_rows, self.tree)):
+                        byslot[dr.slot].tree = t if t.num_drafts > 0 else None
+                        byslot[dr.slot].drafts = []
+                else:
+                    outs = self.drafter.step(draft_rows)
+                    for dr, d in zip(draft_rows, outs):
+                        byslot[dr.slot].drafts = d
             for r in running:
                 if self.drafter is None:
                     r.drafts = []

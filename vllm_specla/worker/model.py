@@ -268,7 +268,7 @@ class SpeclaGDNForCausalLM(nn.Module, HasInnerState, IsHybrid):
         plan = self._plan
         if get_forward_context().attn_metadata is None:
             plan = None  # profile / dummy run
-        elif plan is not None and plan.num_tokens != h.shape[0]:
+        elif plan is not None and plan.num_tokens > h.shape[0]:
             raise RuntimeError(f"step plan covers {plan.num_tokens} tokens, the batch has {h.shape[0]}")
         for blk in self.model.layers:
             h = blk(h, plan)

@@ -1,0 +1,122 @@
+#!/usr/bin/env python
+"""Acceptance of the embedded target + drafter through vLLM (CPU): K = 1..8, MT-Bench and
+HumanEval, greedy and temperature 0.7. Prints a table and writes JSON.
+
+    python benchmarks/acceptance.py --ks 1,2,3,4,5,6,7,8 --json benchmarks/acceptance_cpu.json
+
+Measures (ALGORITHMS.md §9b), from vLLM's own spec-decode counters:
+* mean acceptance length tau = 1 + accepted / verify steps (tokens per verify step incl. bonus);
+* per-position acceptance rate r_i = accepted at position i / verify steps with a draft there
+  (vLLM counts per position; verify steps near max_tokens carry fewer drafts, so the denominator
+  is the number of steps that drafted position i, reconstructed as described in `_per_pos`);
+* conditional acceptance alpha_i = r_i / r_{i-1} (r_0 = 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+MODEL = os.path.join(REPO, "models", "specla-gdn-tiny")
+
+
+def prompts_for(dataset: str, tok, n: int | None):
+    from vllm_specla.data import humaneval_problems, mtbench_questions
+
+    if dataset == "mtbench":
+        qs = [q["turns"][0] for q in mtbench_questions()]
+        out = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+               for q in qs]
+    else:
+        out = [p["prompt"] for p in humaneval_problems()]  # raw code completion
+    return out[:n] if n else out
+
+
+def metrics(llm) -> dict:
+    return {m.name: (m.values if hasattr(m, "values") else m.value) for m in llm.get_metrics()
+            if m.name.startswith("vllm:spec_decode")}
+
+
+def diff(a: dict, b: dict) -> dict:
+    out = {}
+    for k, v in b.items():
+        if isinstance(v, list):
+            prev = a.get(k) or [0] * len(v)
+            out[k] = [x - y for x, y in zip(v, prev)]
+        else:
+            out[k] = (v or 0) - (a.get(k) or 0)
+    return out
+
+
+def summarize(m: dict, K: int) -> dict:
+    steps = m.get("vllm:spec_decode_num_drafts", 0)
+    acc = m.get("vllm:spec_decode_num_accepted_tokens", 0)
+    per_pos = m.get("vllm:spec_decode_num_accepted_tokens_per_pos") or [0] * K
+    rate = [a / steps if steps else float("nan") for a in per_pos]
+    alpha = [rate[i] / (rate[i - 1] if i else 1.0) if (rate[i - 1] if i else 1.0) else float("nan")
+             for i in range(len(rate))]
+    return {"verify_steps": steps, "draft_tokens": m.get("vllm:spec_decode_num_draft_tokens", 0),
+            "accepted_tokens": acc, "tau": 1 + acc / steps if steps else float("nan"),
+            "per_position_rate": rate, "conditional_alpha": alpha}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ks", default="1,2,3,4,5,6,7,8")
+    ap.add_argument("--datasets", default="mtbench,humaneval")
+    ap.add_argument("--temperatures", default="0,0.7")
+    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--num-prompts", type=int, default=None)
+    ap.add_argument("--json", default=os.path.join(REPO, "benchmarks", "acceptance_cpu.json"))
+    args = ap.parse_args()
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    import vllm_specla
+
+    vllm_specla.register()
+    from transformers import AutoTokenizer
+    from vllm import LLM, SamplingParams
+
+    target, drafter = os.path.join(MODEL, "target"), os.path.join(MODEL, "drafter")
+    tok = AutoTokenizer.from_pretrained(target)
+    data = {d: prompts_for(d, tok, args.num_prompts) for d in args.datasets.split(",")}
+    results = []
+    for K in [int(k) for k in args.ks.split(",")]:
+        t0 = time.time()
+        llm = LLM(model=target, dtype="float32", enforce_eager=True, max_model_len=2048, max_num_seqs=16,
+                  gpu_memory_utilization=0.15, disable_log_stats=False, seed=0,
+                  speculative_config={"method": "specla", "num_speculative_tokens": K, "drafter": drafter})
+        for ds, prompts in data.items():
+            for temp in [float(t) for t in args.temperatures.split(",")]:
+                before = metrics(llm)
+                sp = SamplingParams(temperature=temp, max_tokens=args.max_tokens, seed=0 if temp > 0 else None)
+                t1 = time.time()
+                outs = llm.generate(prompts, sp, use_tqdm=False)
+                el = time.time() - t1
+                s = summarize(diff(before, metrics(llm)), K)
+                s.update(K=K, dataset=ds, temperature=temp, prompts=len(prompts),
+                         output_tokens=sum(len(o.outputs[0].token_ids) for o in outs), seconds=el)
+                results.append(s)
+                print(f"K={K} {ds:9s} T={temp:.1f}  tau={s['tau']:.2f}  alpha=" +
+                      " ".join(f"{a:.2f}" for a in s["conditional_alpha"]) + f"  ({el:.0f}s)", flush=True)
+        llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()
+        print(f"# K={K} done in {time.time() - t0:.0f}s", flush=True)
+    with open(args.json, "w") as f:
+        json.dump({"model": "models/specla-gdn-tiny", "max_tokens": args.max_tokens, "dtype": "float32",
+                   "machine": "CPU (vLLM-CPU 0.32)", "results": results}, f, indent=1)
+    print(f"\n| K | dataset | T | tau | mean alpha | per-position rate |\n|---|---|---|---|---|---|")
+    for s in results:
+        ma = sum(s["conditional_alpha"]) / len(s["conditional_alpha"])
+        print(f"| {s['K']} | {s['dataset']} | {s['temperature']} | {s['tau']:.2f} | {ma:.2f} | "
+              + " ".join(f"{r:.2f}" for r in s["per_position_rate"]) + " |")
+
+
+if __name__ == "__main__":
+    main()
