@@ -87,3 +87,29 @@ def test_vllm_specla_lossless(tiny_dir, prompts, reference, drafter, K, deferred
         assert page["max_memory_usage_bytes"] == page["page_size_bytes"]  # one page per request
         assert page["page_size_bytes"] < (1 + K) * state_bytes  # AR page + factor banks, never 1 + K states
         assert len(page["shapes"]) == 6 and page["shapes"][2][1] == K + 1
+
+
+@pytest.mark.parametrize("deferred", [True])
+def test_vllm_specla_tree_lossless(tiny_dir, prompts, reference, deferred):
+    """Draft trees through vLLM: the runner verifies the whole tree in one forward and reports the
+    accepted path as a prefix; greedy output == AR; sampling runs (lossless rule tested in core)."""
+    model, ref = reference
+    spec = {"method": "specla", "num_speculative_tokens": 3, "drafter": tiny_dir["perturbed"],
+            "topology": "tree", "tree_top_k": 2, "tree_node_budget": 8, "prune_tau": 4.0,
+            "deferred_commit": deferred}
+    with vllm_engine(tiny_dir["target"], skip_tokenizer_init=True, max_num_seqs=4, speculative_config=spec) as llm:
+        out = greedy(llm, prompts, MAX_TOKENS)
+        assert assert_greedy_equal(model, prompts, ref, out) == 0
+        c = llm.collective_rpc("specla_counters")[0]
+        assert c["tree_rows"] > 0 and c["nodes_verified"] > 2 * c["tree_rows"]  # trees, not chains
+        m = spec_metrics(llm)
+        assert 0 < (m.get("vllm:spec_decode_num_accepted_tokens") or 0)
+        page = llm.collective_rpc("specla_state_page")[0]
+        assert page["shapes"][2][1] == 1 + 8  # banks sized for the node budget
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts[:4]],
+                            SamplingParams(temperature=0.8, top_p=0.95, max_tokens=12, ignore_eos=True, seed=3),
+                            use_tqdm=False)
+        assert all(len(o.outputs[0].token_ids) == 12 for o in outs)

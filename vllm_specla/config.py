@@ -34,7 +34,13 @@ class SpecLAConfig(BaseModel):
             causal LM sharing the target's tokenizer (a draft model).
         drafter_kind: ``"auto"`` (detect from the drafter's config.json), ``"eagle"`` or
             ``"draft_model"``.
-        topology: ``"chain"`` (draft trees come with the tree issue).
+        topology: ``"chain"`` or ``"tree"`` (top-k draft trees of depth <= K, verified in one pass
+            with each node's state and conv history taken from its own ancestors).
+        tree_top_k: children per expanded node and beam width per level (tree only; paper: 4).
+        tree_node_budget: most draft nodes per tree (tree only); the state page's factor banks
+            hold ``1 + max(K, tree_node_budget)`` window positions.
+        prune_tau: confidence pruning (tree only): drop nodes whose cumulative drafter log-prob is
+            below the best draft's minus ``prune_tau``; null = no pruning.
         deferred_commit: fold the accepted factors into the state at the start of the next
             verify (fused, ALGORITHMS.md §6) instead of a separate commit right after acceptance.
         recovery: ``"factors"`` (DeltaConstruct from per-token factors). ``"snapshot"`` and
@@ -49,7 +55,10 @@ class SpecLAConfig(BaseModel):
     num_speculative_tokens: int = Field(ge=1, le=16)
     drafter: str
     drafter_kind: Literal["auto", "eagle", "draft_model"] = "auto"
-    topology: Literal["chain"] = "chain"
+    topology: Literal["chain", "tree"] = "chain"
+    tree_top_k: int = Field(default=4, ge=1, le=8)
+    tree_node_budget: int = Field(default=16, ge=1, le=64)
+    prune_tau: float | None = Field(default=None, ge=0)
     deferred_commit: bool = True
     recovery: Literal["factors", "snapshot", "replay"] = "factors"
     max_num_requests: int | None = Field(default=None, ge=1)
@@ -60,6 +69,13 @@ class SpecLAConfig(BaseModel):
         if not v:
             raise ValueError("drafter must be a path to a drafter checkpoint directory")
         return v
+
+    @property
+    def max_window(self) -> int:
+        """Window positions per factor bank: ``1 + K`` (chain) or ``1 + max(K, node budget)``."""
+        if self.topology == "tree":
+            return 1 + max(self.num_speculative_tokens, self.tree_node_budget)
+        return 1 + self.num_speculative_tokens
 
     # ------------------------------------------------------------------------------------------
     @classmethod

@@ -48,6 +48,24 @@ class DraftTree:
     def num_drafts(self) -> int:
         return len(self.tokens) - 1
 
+    def truncated(self, max_depth: int) -> "DraftTree":
+        """The tree without nodes deeper than ``max_depth`` (topological order kept)."""
+        keep = [i for i in range(len(self)) if self.depth(i) <= max_depth]
+        if len(keep) == len(self):
+            return self
+        remap = {old: new for new, old in enumerate(keep)}
+        return DraftTree([self.tokens[i] for i in keep],
+                         [remap[self.parents[i]] if self.parents[i] >= 0 else -1 for i in keep],
+                         [self.logp[i] for i in keep], {remap[i]: d for i, d in self.q.items() if i in remap})
+
+    def deepest_path(self) -> list[int]:
+        """Tokens of the deepest root-to-leaf path (ties: best score), excluding the root: the
+        chain vLLM's scheduler is told about when a tree is verified."""
+        if len(self) == 1:
+            return []
+        best = max(range(1, len(self)), key=lambda i: (self.depth(i), self.score(i)))
+        return [self.tokens[j] for j in self.path(best)[1:]]
+
     def children(self, i: int) -> list[int]:
         return [c for c, p in enumerate(self.parents) if p == i]
 

@@ -43,7 +43,7 @@ from vllm_specla.worker.settings import specla_settings
 
 def _max_window(vllm_config: VllmConfig) -> int:
     s = specla_settings(vllm_config)
-    return s.num_speculative_tokens + 1 if s is not None else 0
+    return s.max_window if s is not None else 0
 
 
 class _ShardedParam(nn.Module):

@@ -14,7 +14,7 @@ import logging
 import numpy as np
 import torch
 
-from vllm_specla.core.drafting import DraftModelDrafter, DraftRow, EagleDrafterRunner
+from vllm_specla.core.drafting import DraftModelDrafter, DraftRow, EagleDrafterRunner, TreeSpec
 from vllm_specla.models.drafter import load_eagle_drafter
 from vllm_specla.models.gdn import load_fla_checkpoint
 from vllm_specla.worker.settings import specla_settings
@@ -52,6 +52,12 @@ class SpeclaProposer:
             net = load_fla_checkpoint(self.settings.drafter, dtype=p.dtype, device=p.device)
             self.drafter = DraftModelDrafter(net, self.max_requests)
         self._free = list(range(self.max_requests))
+        self.tree_spec = None
+        self.trees: dict = {}
+        if self.settings.topology == "tree":
+            self.tree_spec = TreeSpec(top_k=self.settings.tree_top_k, max_depth=self.K,
+                                      node_budget=self.settings.tree_node_budget, tau=self.settings.prune_tau)
+            self.drafter.enable_trees(self.tree_spec.top_k)
         logger.info("SpecLA: %s drafter from %s, K=%d, deferred_commit=%s", kind, self.settings.drafter,
                     self.K, self.settings.deferred_commit)
 
@@ -126,8 +132,16 @@ class SpeclaProposer:
                 k = max(0, min(k, remaining - 1))
             rows.append(DraftRow(slot, toks, feats, fresh=fresh, num_drafts=k))
             row_of.append(i)
-        outs = self.drafter.step(rows)
         drafts: list[list[int]] = [[] for _ in range(n)]
+        if self.tree_spec is not None:
+            self.trees = {}
+            for i, tree in zip(row_of, self.drafter.step_tree(rows, self.tree_spec)):
+                rid = input_batch.req_ids[i]
+                if tree.num_drafts > 0:
+                    self.trees[rid] = tree
+                    drafts[i] = tree.deepest_path()  # what the scheduler reserves; the tree is ours
+            return drafts
+        outs = self.drafter.step(rows)
         for i, d in zip(row_of, outs):
             drafts[i] = d
         return drafts

@@ -23,7 +23,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from vllm_specla.core.acceptance import greedy_accept_tree
+from vllm_specla.core.sampling import accept_tree_residual, apply_sampling_transforms
 from vllm_specla.core.state import build_step_plan
+from vllm_specla.ops.tree_reference import compact_path_factors
 from vllm_specla.worker.settings import specla_settings
 
 
@@ -89,12 +92,121 @@ class SpeclaRunnerMixin:
 
     def _model_forward(self, input_ids=None, positions=None, intermediate_tensors=None, inputs_embeds=None, **kw):
         model = self._specla_model()
+        settings = specla_settings(self.vllm_config)
+        if settings is not None and settings.topology == "tree" and input_ids is not None:
+            return self._specla_tree_forward(input_ids, positions, intermediate_tensors, **kw)
         n_tok = (input_ids if input_ids is not None else inputs_embeds).shape[0]
         model.set_step_plan(self._specla_build_plan(n_tok))
         try:
             return super()._model_forward(input_ids, positions, intermediate_tensors, inputs_embeds, **kw)
         finally:
             model.set_step_plan(None)
+
+    # ---- draft trees ----------------------------------------------------------------------------
+    def _specla_tree_forward(self, input_ids, positions, intermediate_tensors, **kw):
+        """Verify each request's draft tree in one forward (vLLM scheduled only its deepest path).
+
+        The tree replaces the scheduled ``[x0, chain]`` tokens of a verify row; acceptance (greedy,
+        or the lossless residual rule under sampling) runs here; the accepted path's factors are
+        gathered to the bank front (pending); the returned hidden states hold the path nodes at
+        the row's first positions, and :meth:`_sample` reports the emitted tokens, so vLLM's
+        scheduler sees an accepted prefix of at most the scheduled drafts.
+        """
+        model = self._specla_model()
+        ib = self.input_batch
+        n = ib.num_reqs
+        qsl = self.query_start_loc.cpu[: n + 1].numpy().astype(np.int64)
+        qlen = np.diff(qsl)
+        is_verify = self.num_decode_draft_tokens.np[:n] >= 0
+        trees = getattr(self.drafter, "trees", {}) or {}
+        ids_cpu = input_ids[: int(qsl[-1])].tolist()
+        new_ids, new_qlen, parents, row_tree = [], [], [], []
+        for i in range(n):
+            scheduled = ids_cpu[qsl[i]: qsl[i + 1]]
+            tree = trees.get(ib.req_ids[i]) if is_verify[i] else None
+            if tree is not None:
+                tree = tree.truncated(int(qlen[i]) - 1)  # the scheduler may cut drafts (token budget)
+                if tree.tokens[0] != scheduled[0] or tree.num_drafts == 0:
+                    tree = None
+            row_tree.append(tree)
+            toks = tree.tokens if tree is not None else scheduled
+            new_ids += toks
+            new_qlen.append(len(toks))
+            parents.append(tree.parents if tree is not None else None)
+        # plan over the tree tokens
+        step_qsl = np.concatenate([[0], np.cumsum(new_qlen)]).astype(np.int64)
+        num_computed = ib.num_computed_tokens_cpu[:n].astype(np.int64).copy()
+        slots = ib.block_table[0].get_numpy_array()[:n, 0].astype(np.int64).copy()
+        book = model.slot_book()
+        dev = book.bank_sel.device
+        plan = build_step_plan(new_qlen, slots.tolist(), (~is_verify).tolist(), (num_computed > 0).tolist(),
+                               speculative=True, book=book, device=dev, parents=parents)
+        c = self.specla_counters()
+        c["steps"] += 1
+        c["verify_rows"] += int(is_verify.sum())
+        c["prefill_rows"] += int((~is_verify).sum())
+        c["zero_draft_rows"] += int((is_verify & (qlen == 1)).sum())
+        self._specla_step = {"spec": True, "deferred": specla_settings(self.vllm_config).deferred_commit,
+                             "verify_rows": np.nonzero(is_verify)[0], "slots": slots, "num_computed": num_computed,
+                             "qsl": qsl, "is_verify": is_verify}
+        ids = torch.tensor(new_ids, dtype=input_ids.dtype, device=input_ids.device)
+        model.set_step_plan(plan)
+        try:
+            h = super()._model_forward(ids, positions, intermediate_tensors, None, **kw)
+        finally:
+            model.set_step_plan(None)
+        out = torch.zeros((input_ids.shape[0], h.shape[-1]), dtype=h.dtype, device=h.device)
+        emitted: dict[int, list[int]] = {}
+        paths, path_rows = [], []
+        for i in range(n):
+            lo = int(step_qsl[i])
+            tree = row_tree[i]
+            if tree is None:
+                out[qsl[i]: qsl[i + 1]] = h[lo: lo + int(qlen[i])]
+                continue
+            logits = model.compute_logits(h[lo: lo + len(tree)])
+            sp = self.requests[ib.req_ids[i]].sampling_params
+            if sp is not None and sp.temperature > 1e-5:
+                p = apply_sampling_transforms(logits, sp.temperature, sp.top_k if sp.top_k and sp.top_k > 0 else 0,
+                                              sp.top_p).cpu()
+                path, e = accept_tree_residual(tree.parents, tree.tokens, p, self._specla_gen())
+            else:
+                path, e = greedy_accept_tree(tree.parents, tree.tokens, logits.argmax(-1).tolist())
+            emitted[i] = e
+            idx = torch.tensor(path, device=h.device) + lo
+            out[int(qsl[i]): int(qsl[i]) + len(path)] = h[idx]
+            paths.append(path)
+            path_rows.append(i)
+            c["nodes_verified"] = c.get("nodes_verified", 0) + len(tree)
+            c["tree_rows"] = c.get("tree_rows", 0) + 1
+        if paths:
+            P = max(len(p) for p in paths)
+            pt = torch.tensor([p + [0] * (P - len(p)) for p in paths], device=dev)
+            ps = torch.as_tensor(slots[path_rows], device=dev)
+            plen = torch.tensor([len(p) for p in paths], device=dev)
+            banks = book.bank_sel[ps]
+            for st in model.layers_states():
+                compact_path_factors([st.bank_k, st.bank_v, st.bank_g, st.bank_x], ps, banks, pt, plen)
+        self._specla_tree_emitted = emitted
+        return out
+
+    def _specla_gen(self) -> torch.Generator:
+        if getattr(self, "_specla_generator", None) is None:
+            self._specla_generator = torch.Generator().manual_seed(self.vllm_config.model_config.seed or 0)
+        return self._specla_generator
+
+    def _sample(self, logits, spec_decode_metadata):
+        out = super()._sample(logits, spec_decode_metadata)
+        emitted = getattr(self, "_specla_tree_emitted", None)
+        if emitted:
+            ids = out.sampled_token_ids
+            for i, e in emitted.items():
+                if len(e) > ids.shape[1]:
+                    raise RuntimeError(f"tree row {i}: {len(e)} emitted tokens > {ids.shape[1]} sampler slots")
+                ids[i] = -1
+                ids[i, : len(e)] = torch.tensor(e, dtype=ids.dtype, device=ids.device)
+            self._specla_tree_emitted = None
+        return out
 
     # ---- after sampling ---------------------------------------------------------------------
     def _update_states_after_model_execute(self, output_token_ids: torch.Tensor, scheduler_output) -> None:
