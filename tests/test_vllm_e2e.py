@@ -33,10 +33,24 @@ def reference(tiny_dir, prompts):
     return t, SpecLAEngine(t, max_batch=16).generate(prompts, MAX_TOKENS)
 
 
+def _full_sequence_greedy(model, prompts, max_tokens):
+    """Plain-torch full-sequence reference: re-run the whole sequence for every token."""
+    out = []
+    for p, m in zip(prompts, max_tokens):
+        seq = list(p)
+        for _ in range(m):
+            with torch.no_grad():
+                seq.append(int(model.forward_sequence(torch.tensor([seq]))[0, -1].argmax()))
+        out.append(seq[len(p):])
+    return out
+
+
 def test_vllm_ar_matches_reference_and_batching(tiny_dir, prompts, reference):
     model, ref = reference
+    full = _full_sequence_greedy(model, prompts, MAX_TOKENS)
     with vllm_engine(tiny_dir["target"], skip_tokenizer_init=True, max_num_seqs=4) as llm:
-        out = greedy(llm, prompts, MAX_TOKENS)  # 10 requests through 4 slots: slot reuse
+        out = greedy(llm, prompts, MAX_TOKENS)  # 10 requests of different lengths through 4 slots: slot reuse
+        assert assert_greedy_equal(model, prompts, full, out) == 0
         assert_greedy_equal(model, prompts, ref, out)
         alone = greedy(llm, [prompts[5]], [MAX_TOKENS[5]])
         assert alone[0] == out[5], "same prompt alone and inside a batch"
@@ -113,3 +127,24 @@ def test_vllm_specla_tree_lossless(tiny_dir, prompts, reference, deferred):
                             SamplingParams(temperature=0.8, top_p=0.95, max_tokens=12, ignore_eos=True, seed=3),
                             use_tqdm=False)
         assert all(len(o.outputs[0].token_ids) == 12 for o in outs)
+
+
+def test_vllm_bf16_logits_and_dummy_weights(tiny_dir, prompts):
+    """bf16 through vLLM: next-token log-probs within tolerance of the fp32 full-sequence reference
+    (random weights have near-ties, so tokens are not compared); ``--load-format dummy`` runs."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    model = load_fla_checkpoint(tiny_dir["target"])
+    with vllm_engine(tiny_dir["target"], skip_tokenizer_init=True, dtype="bfloat16") as llm:
+        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
+                            SamplingParams(temperature=0, max_tokens=1, logprobs=5, detokenize=False), use_tqdm=False)
+    for p, o in zip(prompts, outs):
+        with torch.no_grad():
+            ref = torch.log_softmax(model.forward_sequence(torch.tensor([p]))[0, -1].double(), -1)
+        for tok, lp in o.outputs[0].logprobs[0].items():
+            # bf16 weights/activations vs fp32: |delta logprob| < 0.15 (stated tolerance; measured max ~0.06)
+            assert abs(lp.logprob - float(ref[tok])) < 0.15
+    with vllm_engine(tiny_dir["target"], skip_tokenizer_init=True, load_format="dummy") as llm:
+        out = greedy(llm, prompts[:3], 4)
+        assert [len(x) for x in out] == [4, 4, 4]
