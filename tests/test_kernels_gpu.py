@@ -24,6 +24,9 @@ HAVE_CUDA = torch.cuda.is_available()
 pytestmark = pytest.mark.skipif(not (HAVE_CUDA or INTERPRET), reason="needs CUDA (or TRITON_INTERPRET=1)")
 DEV = "cuda" if HAVE_CUDA else "cpu"
 TOL = 1e-4
+# Triton's interpreter converts fp32 -> bf16 by truncation (the GPU rounds to nearest even, like
+# torch), so bf16 conv windows are compared to 1 bf16 ulp there and exactly on the GPU.
+STATE_TOL_BF16 = 1e-2 if INTERPRET else 0.0
 
 from vllm_specla.ops import reference as ref  # noqa: E402
 from vllm_specla.ops import tree_reference as tref  # noqa: E402
@@ -140,6 +143,31 @@ def test_chain_bf16_inputs():
     assert rel(o2, o1) < TOL and rel(s2, s1) < TOL and rel(b2[1], b1[1]) < TOL
 
 
+@pytest.mark.parametrize("config", [(8, 1, 0), (8, 1, 8), (4, 1, 16, 1), (16, 2, 8, 1), (8, 1, 32, 0)])
+@pytest.mark.parametrize("strong_decay", [False, True])
+def test_chain_tile_configs(config, strong_decay, monkeypatch):
+    """Every tile layout (KI = 0: [BV, K] kernel; else [K/KI, BV, KI]) and the scaled-state
+    renormalisation (strong decay: g down to -100, e^g underflows) against the reference."""
+    monkeypatch.setattr(tc, "CONFIG_OVERRIDE", config)
+    shape = (2, 4, 32, 48)
+    c = Case(shape, [7, 1, 16, 4], seed=61)
+    if strong_decay:
+        gen = torch.Generator().manual_seed(62)
+        c.g = (-torch.rand(c.g.shape, generator=gen) * 40).to(DEV)
+        c.g[::3] = -100.0
+        c.bank_g = (-torch.rand(c.bank_g.shape, generator=gen) * 40).to(DEV)
+    for final in (False, True):
+        s1, s2 = c.state.clone(), c.state.clone()
+        b1, b2 = c.banks(), c.banks()
+        kw = dict(scale=c.scale, slots=c.slots, cu_seqlens=c.cu, write_bank=c.write_bank, write_final_state=final,
+                  pending_len=c.pending_len, read_bank=c.read_bank)
+        o1 = ref.chain_verify_ref(*c.inputs(), state=s1, bank_k=b1[0], bank_v=b1[1], bank_g=b1[2], **kw)
+        o2 = tc.chain_verify(*c.inputs(), state=s2, bank_k=b2[0], bank_v=b2[1], bank_g=b2[2], **kw)
+        assert rel(o2, o1) < TOL and rel(s2, s1) < TOL
+        for x, y in zip(b2, b1):
+            assert rel(x, y) < TOL
+
+
 def test_chain_window_too_long():
     c = Case(SMALL[0], [3, 5], seed=1, Tmax=4)
     with pytest.raises(ValueError):
@@ -177,6 +205,7 @@ def test_every_accepted_prefix(shape):
         assert rel(s_tr[slot], fin[0]) < TOL
     # fused deferred commit: next window (2 tokens per row) with the A accepted factors pending
     c2 = Case(shape, [2] * R, seed=18, Tmax=16)
+    kw = dict(scale=c.scale, slots=c.slots, cu_seqlens=c2.cu)
     nb = [b.clone() for b in banks]
     s_fused = st.clone()
     o_f = tc.chain_verify(*c2.inputs(), state=s_fused, bank_k=nb[0], bank_v=nb[1], bank_g=nb[2],
@@ -245,7 +274,8 @@ def test_conv_verify_vs_ref(shape, pending, final, cdtype):
     y1 = ref.conv_verify_ref(c.x, c.weight, c.cu, cs1, c.slots, bank_x=x1, **kw)
     y2 = tc.conv_verify(c.x, c.weight, c.cu, cs2, c.slots, bank_x=x2, **kw)
     assert rel(y2, y1) < TOL
-    assert rel(cs2.float(), cs1.float()) < TOL and torch.equal(x1, x2)
+    tol = STATE_TOL_BF16 if cdtype == torch.bfloat16 else TOL
+    assert rel(cs2.float(), cs1.float()) <= tol and torch.equal(x1, x2)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -259,7 +289,10 @@ def test_conv_commit_every_prefix(shape, cdtype):
     cs2 = cs1.clone()
     ref.conv_commit_ref(cs1, c.slots, c.bank_x, c.read_bank, A)
     tr.conv_commit(cs2, c.slots, c.bank_x, c.read_bank, A)
-    assert torch.equal(cs1, cs2)
+    if cdtype == torch.bfloat16 and INTERPRET:
+        assert rel(cs2.float(), cs1.float()) <= STATE_TOL_BF16
+    else:
+        assert torch.equal(cs1, cs2)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -302,16 +335,19 @@ def test_tree_verify_triton(shape, pending):
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("pending", [False, True])
-def test_tree_conv_triton(shape, pending):
+@pytest.mark.parametrize("cdtype", [torch.float32, torch.bfloat16])
+def test_tree_conv_triton(shape, pending, cdtype):
     rng = random.Random(51)
     trees = [_random_tree(rng.randint(1, 12), rng) for _ in range(3)]
     c = Case(shape, [len(t) for t in trees], seed=52)
     parents = torch.tensor([p for t in trees for p in t], device=DEV)
-    cs1, cs2 = c.conv_state.clone(), c.conv_state.clone()
+    cs1 = c.conv_state.to(cdtype)
+    cs2 = cs1.clone()
     x1, x2 = c.bank_x.clone(), c.bank_x.clone()
     kw = dict(write_bank=c.write_bank)
     if pending:
         kw.update(pending_len=c.pending_len, read_bank=c.read_bank)
     y1 = tref.tree_conv_ref(c.x, c.weight, c.cu, parents, cs1, c.slots, bank_x=x1, **kw)
     y2 = tv.tree_conv(c.x, c.weight, c.cu, parents, cs2, c.slots, bank_x=x2, chain=False, **kw)
-    assert rel(y2, y1) < TOL and torch.equal(cs1, cs2) and torch.equal(x1, x2)
+    tol = STATE_TOL_BF16 if cdtype == torch.bfloat16 else 0.0
+    assert rel(y2, y1) < TOL and rel(cs2.float(), cs1.float()) <= tol and torch.equal(x1, x2)

@@ -34,6 +34,7 @@ from vllm_specla.ops.tree_reference import (
     tree_verify_sequential_ref,
     tree_verify_ut_ref,
 )
+from vllm_specla.ops.chain_verify import chain_verify
 from vllm_specla.ops.tree_verify import tree_conv, tree_verify
 
 TOL = 2e-5  # relative (norm-wise) error between fp32 forms
@@ -263,7 +264,7 @@ def test_dispatcher_chain_topology():
     assert not is_chain(torch.tensor([-1, 0, 0]), torch.tensor([0, 3]))
     s1, s2 = c.state.clone(), c.state.clone()
     b1, b2 = c.banks(), c.banks()
-    o1 = chain_verify_ref(*c.inputs(), **c.kw(s1, b1))
+    o1 = chain_verify(*c.inputs(), **c.kw(s1, b1))  # the chain dispatcher (C++ op on CPU when built)
     o2 = tree_verify(*c.inputs(), parents=c.parents, **c.kw(s2, b2))
     assert torch.equal(o1, o2) and torch.equal(s1, s2)
     # and the UT form agrees with chain verify on a chain

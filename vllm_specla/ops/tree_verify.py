@@ -38,6 +38,8 @@ try:
     import triton
     import triton.language as tl
 
+    from vllm_specla.ops.triton_chain import _z_load
+
     HAS_TRITON = True
 except ImportError:  # pragma: no cover - CPU installs without triton
     HAS_TRITON = False
@@ -138,6 +140,8 @@ if HAS_TRITON:
         W: tl.constexpr, BW: tl.constexpr, BC: tl.constexpr,
         HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr,
     ):
+        # History above the root = rows n_p .. n_p+W-2 of (window ++ pending raw inputs), read in
+        # fp32 before the single in-place store of the committed window (after a barrier).
         i_c = tl.program_id(0)
         i_r = tl.program_id(1)
         W1: tl.constexpr = W - 1
@@ -149,23 +153,12 @@ if HAS_TRITON:
         o_j = tl.arange(0, BW)
         mj = o_j < W1
         p_cs = conv_state + slot * W1 * C
+        n_p = tl.zeros([], dtype=tl.int64)
+        p_bx = bank_x
         if HAS_PENDING:
-            n_p = tl.minimum(tl.load(pending_len + i_r).to(tl.int64), Tmax)
-            if n_p > 0:
-                rb = tl.load(read_bank + i_r).to(tl.int64)
-                z = n_p + o_j
-                from_h = z < W1
-                zh = tl.where(from_h, z, 0)
-                zx = tl.where(from_h, 0, z - W1)
-                bh = tl.load(p_cs + zh[:, None] * C + o_c[None, :], mask=(mj & from_h)[:, None] & mc[None, :],
-                             other=0.0)
-                bx = tl.load(bank_x + ((slot * 2 + rb) * Tmax + zx[:, None]) * C + o_c[None, :],
-                             mask=(mj & (~from_h))[:, None] & mc[None, :], other=0.0)
-                val = tl.where(from_h[:, None], bh.to(tl.float32), bx)
-                tl.debug_barrier()
-                tl.store(p_cs + o_j[:, None] * C + o_c[None, :], val.to(conv_state.dtype.element_ty),
-                         mask=mj[:, None] & mc[None, :])
-                tl.debug_barrier()
+            n_p = tl.maximum(tl.minimum(tl.load(pending_len + i_r).to(tl.int64), Tmax), 0)
+            rb = tl.load(read_bank + i_r).to(tl.int64)
+            p_bx = bank_x + (slot * 2 + rb) * Tmax * C
         if HAS_BANK:
             wb = tl.load(write_bank + i_r).to(tl.int64)
         for t in range(0, eos - bos):
@@ -175,9 +168,9 @@ if HAS_TRITON:
             for j in tl.static_range(W):
                 in_t = cur >= 0
                 bx = tl.load(x + (bos + tl.where(in_t, cur, 0)) * C + o_c, mask=mc & in_t, other=0.0)
-                bh = tl.load(p_cs + tl.where(in_t, 0, hpos) * C + o_c, mask=mc & (~in_t), other=0.0)
+                bh = _z_load(p_cs, p_bx, x, n_p + hpos, o_c, mc & (~in_t), n_p, C, W1)
                 w = tl.load(weight + o_c * W + (W - 1 - j), mask=mc, other=0.0).to(tl.float32)
-                acc += w * tl.where(in_t, bx.to(tl.float32), bh.to(tl.float32))
+                acc += w * tl.where(in_t, bx.to(tl.float32), bh)
                 nxt = tl.load(parents + bos + tl.where(in_t, cur, 0), mask=mc & in_t, other=-1).to(cur.dtype)
                 hpos = tl.where(in_t, hpos, hpos - 1)
                 cur = tl.where(in_t, nxt, -1)
@@ -186,6 +179,13 @@ if HAS_TRITON:
                 if t < Tmax:
                     xt = tl.load(x + (bos + t) * C + o_c, mask=mc, other=0.0).to(tl.float32)
                     tl.store(bank_x + ((slot * 2 + wb) * Tmax + t) * C + o_c, xt, mask=mc)
+        if n_p > 0:
+            z2 = (n_p + o_j)[:, None] + 0 * o_c[None, :]
+            oc2 = o_c[None, :] + 0 * o_j[:, None]
+            m2 = mj[:, None] & mc[None, :]
+            val = _z_load(p_cs, p_bx, x, z2, oc2, m2, n_p, C, W1)
+            tl.debug_barrier()
+            tl.store(p_cs + o_j[:, None] * C + o_c[None, :], val.to(conv_state.dtype.element_ty), mask=m2)
 
 
 def _max_nodes(cu_seqlens: torch.Tensor) -> int:
@@ -218,7 +218,7 @@ def tree_verify_triton(
         nmax = max_nodes if max_nodes is not None else _max_nodes(cu_seqlens)
     BN = max(2, triton.next_power_of_2(nmax))
     BK = triton.next_power_of_2(K)
-    BV, nw = pick_config(R, HV, V, K)
+    BV, nw = pick_config(R, HV, V, K, N / R)[:2]
     grid = (triton.cdiv(V, BV), HV, R)
     _tree_verify_kernel[grid](
         q, k, v, g, beta, o, parents.contiguous(),

@@ -3,19 +3,20 @@
 Public functions have exactly the signatures and semantics of their references in
 :mod:`vllm_specla.ops.reference` (``chain_verify_ref``, ``conv_verify_ref``); the dispatchers in
 ``chain_verify.py`` call them for CUDA tensors. Layouts: ``ops/__init__.py``. Math: ALGORITHMS.md
-§1 ([V, K] form), §3 (chain verify), §6 (deferred commit). Design notes: docs/KERNELS.md.
+§1 ([V, K] form), §3 (chain verify), §6 (deferred commit). Design notes and measurements:
+docs/KERNELS.md, benchmarks/RESULTS.md.
 
 Chain verify, one program per ``(V-tile, value head, row)``:
 
-* the ``[BV, K]`` slice of ``state[slot, hv]`` is loaded once and stays in registers; the full key
+* the ``BV x K`` slice of ``state[slot, hv]`` is loaded once and stays in registers; the full key
   dim is inside the program so ``M k`` / ``M q`` need no cross-program reduction, and one request
   spreads over ``HV * V / BV`` programs (many SMs at batch 1);
 * pending factors (deferred commit) are folded first with the serial flush
   ``M = e^{g_u} M + v~_u k_u^T`` and the committed tile is written once (skipped when the final
   state is written anyway);
 * per token: q/k l2norm (eps 1e-6) fused, ``hk = M k``, ``hq = M q`` from the *pre-decay* tile,
-  ``v~ = beta (v - e^g hk)``, ``o = e^g hq + v~ (k.q)``, ``M = e^g M + v~ k^T`` — 4 FP32 ops per state
-  element per token, exact fp32 (no tensor-core dots);
+  ``v~ = beta (v - e^g hk)``, ``o = e^g hq + v~ (k.q)``, ``M = e^g M + v~ k^T``; exact fp32 FMA
+  arithmetic (no tensor-core dots);
 * factors go to bank ``write_bank``: ``bank_v`` by every V-tile (its own V slice), ``bank_g`` by
   V-tile 0 only, ``bank_k`` by V-tile 0 of the first value head of each GVA group only — so every
   bank element has exactly one writer. Programs of the same row read the *other* bank
@@ -24,6 +25,9 @@ Chain verify, one program per ``(V-tile, value head, row)``:
   pending k/g another V-tile still reads;
 * no per-token state writes; ``write_final_state`` stores the tile after the last token (AR decode).
 
+Two kernel bodies with the same contract: ``_chain_verify_kernel_2d`` (a ``[BV, K]`` tile) and
+``_chain_verify_kernel`` (a ``[BV, K/KI, KI]`` tile, scaled state, optional prefetch of the next
+token); :data:`TUNED` picks one per regime from shapes only (no host sync, CUDA-graph safe).
 Rows must use distinct slots (two rows on one slot would race, as in any state-slot kernel).
 """
 
@@ -33,31 +37,51 @@ import torch
 import triton
 import triton.language as tl
 
-# (BV, num_warps) forced for every chain/recover launch when not None (benchmark sweeps).
-CONFIG_OVERRIDE: tuple[int, int] | None = None
+# (BV, num_warps[, KI[, prefetch]]) forced for every chain/recover/tree launch when not None
+# (benchmark sweeps, tests).
+CONFIG_OVERRIDE: tuple[int, ...] | None = None
 # Host-side window-length check (ValueError like the reference). It reads cu_seqlens, which syncs
 # when cu_seqlens is on the GPU; it is skipped during CUDA-graph capture. Set False to skip always.
 CHECK_BOUNDS = True
 
+# (BV, num_warps, KI, prefetch) per regime for K = 256 heads. "ar": one token per row (decode:
+# bandwidth-bound); "verify": several tokens per row (issue-bound per token). "small": at most 16
+# (row, head) pairs (batch 1-2). KI: inner key split of the [BV, K/KI, KI] tile of
+# _chain_verify_kernel; KI = 0 selects the plain [BV, K] kernel (_chain_verify_kernel_2d).
+# "recover": (BV, num_warps) of the recover kernel. From the H200 sweeps of
+# benchmarks/bench_kernels.py (benchmarks/RESULTS.md "Kernels", docs/KERNELS.md):
+#   ar_large     4/1/16/1   198.1 us vs 202.3 ([BV, K] 8/1) at B=128 6x256x512 (fla 198.0)
+#   ar_small     4/1/32/1     4.4 us vs 4.8 at B=1
+#   verify_large [BV, K] 8/1  T=8 B=128: 379.6 vs 382.2 (8/1/32/1); with pending fused (step T=5)
+#                             405.7 vs 444.0 -- the scaled-state fold is slower at large batch
+#   verify_small 8/1/32/1     T=8 B=1: 8.0 vs 9.5 us (6x256x512), 7.4 vs 8.9 (8x256x256)
+TUNED: dict[str, tuple[int, ...]] = {
+    "ar_large": (4, 1, 16, 1),
+    "ar_small": (4, 1, 32, 1),
+    "verify_large": (8, 1, 0, 0),
+    "verify_small": (8, 1, 32, 1),
+    "recover": (8, 1),
+}
+SMALL_PAIRS = 16  # (row, head) pairs at or below which the "small" configs apply
 
-def pick_config(num_rows: int, HV: int, V: int, K: int) -> tuple[int, int]:
-    """``(BV, num_warps)`` for a ``[BV, next_pow2(K)]`` state tile per program.
 
-    Largest V tile (fewer redundant q/k loads per token) that still gives >= ~8 programs per SM
-    on a 132-SM H200; ~64 fp32 state elements per thread.
+def pick_config(num_rows: int, HV: int, V: int, K: int, tokens_per_row: float = 1.0) -> tuple[int, int, int, int]:
+    """``(BV, num_warps, KI, prefetch)`` for the chain kernel (recover/tree use ``BV, num_warps``).
+
+    Host-only inputs (shapes), so no sync and CUDA-graph safe. For K = 256 the per-regime entries
+    of :data:`TUNED`; for other K the warps keep ~64 fp32 tile elements per thread.
     """
     if CONFIG_OVERRIDE is not None:
         return CONFIG_OVERRIDE
     BK = triton.next_power_of_2(K)
-    bv_max = triton.next_power_of_2(V)
-    BV = 8
-    for cand in (32, 16, 8):
-        if num_rows * HV * triton.cdiv(V, cand) >= 1024:
-            BV = cand
-            break
-    BV = max(1, min(BV, bv_max))
-    num_warps = max(1, min(8, BV * BK // 2048))
-    return BV, num_warps
+    regime = "ar" if tokens_per_row <= 1.0 else "verify"
+    size = "small" if num_rows * HV <= SMALL_PAIRS else "large"
+    BV, nw, KI, PF = (tuple(TUNED[f"{regime}_{size}"]) + (0, 0))[:4]
+    BV = max(1, min(BV, triton.next_power_of_2(V)))
+    if BK != 256:
+        nw = max(1, min(16, BV * BK // 2048))
+        KI = min(KI, BK) if KI else 0
+    return BV, nw, KI, PF
 
 
 def _bounds_check(cu_seqlens: torch.Tensor, tmax: int) -> None:
@@ -71,7 +95,7 @@ def _bounds_check(cu_seqlens: torch.Tensor, tmax: int) -> None:
 
 
 @triton.jit
-def _chain_verify_kernel(
+def _chain_verify_kernel_2d(
     q, k, v, g, beta, o,
     state, slots, cu_seqlens,
     bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
@@ -153,7 +177,146 @@ def _chain_verify_kernel(
             tl.store(p_sn, b_h, mask=mh)
 
     if WRITE_FINAL:
-        tl.store(p_s, b_h, mask=mh)
+        # re-read the slot so the compiler rebuilds the [BV, BK] addresses here instead of keeping
+        # 64-bit pointers for the whole tile live across the window (~2x the registers of the tile)
+        slot2 = tl.load(slots + i_r).to(tl.int64)
+        p_s2 = state + (slot2 * HV + i_hv) * (V * K) + o_v[:, None] * K + o_k[None, :]
+        tl.store(p_s2, b_h, mask=mh)
+
+
+# Renormalise the scaled state (M = s * Mt) when s falls below this (keeps v~/s far from overflow).
+_RESCALE_MIN = 1e-12
+
+
+@triton.jit
+def _chain_verify_kernel(
+    q, k, v, g, beta, o,
+    state, slots, cu_seqlens,
+    bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
+    snap,
+    scale, Tmax,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BV: tl.constexpr, KO: tl.constexpr, KI: tl.constexpr,
+    HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, WRITE_FINAL: tl.constexpr,
+    L2NORM: tl.constexpr, SNAPSHOT: tl.constexpr, RESCALE_MIN: tl.constexpr, PREFETCH: tl.constexpr,
+):
+    """State tile as ``[BV, KO, KI]`` (key index ``ko * KI + ki``): Triton gives the warp's threads
+    to ``KI`` (4 floats each) and then to ``BV`` (the leading dim wins the tie), so with ``KI`` = 16/32
+    each ``M k`` reduction is mostly in-thread (sum over ``KO``) plus log2(KI/4) shuffles per row,
+    instead of 5 shuffle levels per row of the ``[BV, K]`` layout. ``KO = 1, KI = K`` is the plain
+    ``[BV, K]`` tile.
+
+    The state is kept scaled, ``M = s * Mt`` with a scalar ``s`` (the decay is one scalar per head
+    and token): ``s <- e^g s`` and ``Mt += (v~ / s) k^T`` is one FMA per element per token instead
+    of a multiply and an FMA; ``Mt`` is renormalised (``Mt *= s, s = 1``, a uniform branch) if
+    ``s < RESCALE_MIN`` and multiplied by ``s`` when stored.
+
+    ``PREFETCH``: token ``t+1``'s q/k/v/g/beta are loaded while token ``t`` computes (manual software
+    pipelining: the per-token chain is otherwise load latency -> norms -> reductions -> update).
+    """
+    i_v = tl.program_id(0)
+    i_hv = tl.program_id(1)
+    i_r = tl.program_id(2)
+    G: tl.constexpr = HV // H
+    i_h = i_hv // G
+
+    bos = tl.load(cu_seqlens + i_r).to(tl.int64)
+    eos = tl.load(cu_seqlens + i_r + 1).to(tl.int64)
+    slot = tl.load(slots + i_r).to(tl.int64)
+
+    o_kk = tl.arange(0, KO)[:, None] * KI + tl.arange(0, KI)[None, :]  # [KO, KI] key index
+    o_v = i_v * BV + tl.arange(0, BV)
+    mk = o_kk < K
+    mv = o_v < V
+    offs = o_v[:, None, None] * K + o_kk[None, :, :]  # [BV, KO, KI]
+    mh = mv[:, None, None] & mk[None, :, :]
+
+    p_s = state + (slot * HV + i_hv) * (V * K) + offs
+    b_h = tl.load(p_s, mask=mh, other=0.0).to(tl.float32)
+    sc = tl.full([], 1.0, dtype=tl.float32)
+
+    # ---- deferred commit: fold the pending factors of bank read_bank, write the state once ----
+    if HAS_PENDING:
+        n_p = tl.load(pending_len + i_r).to(tl.int32)
+        n_p = tl.minimum(n_p, Tmax)
+        if n_p > 0:
+            rb = tl.load(read_bank + i_r).to(tl.int64)
+            base = (slot * 2 + rb) * Tmax
+            for u in range(0, n_p):
+                b_pk = tl.load(bank_k + ((base + u) * H + i_h) * K + o_kk, mask=mk, other=0.0)
+                b_pv = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
+                b_pg = tl.load(bank_g + (base + u) * HV + i_hv)
+                sc = sc * tl.exp(b_pg)
+                if sc < RESCALE_MIN:
+                    b_h = b_h * sc
+                    sc = tl.full([], 1.0, dtype=tl.float32)
+                b_h += (b_pv / sc)[:, None, None] * b_pk[None, :, :]
+            if not WRITE_FINAL:
+                tl.store(p_s, b_h * sc, mask=mh)
+
+    if HAS_BANK:
+        wb = tl.load(write_bank + i_r).to(tl.int64)
+        wbase = (slot * 2 + wb) * Tmax
+
+    # ---- the window, state tile on chip ----
+    T = eos - bos
+    if PREFETCH:
+        # clamped indices instead of masks: always a valid token (the launcher disables PREFETCH
+        # for N == 0); a row's last iteration re-reads its last token, unused
+        i_0 = tl.maximum(tl.minimum(bos, eos - 1), 0)
+        n_q = tl.load(q + (i_0 * H + i_h) * K + o_kk, mask=mk, other=0.0).to(tl.float32)
+        n_k = tl.load(k + (i_0 * H + i_h) * K + o_kk, mask=mk, other=0.0).to(tl.float32)
+        n_v = tl.load(v + (i_0 * HV + i_hv) * V + o_v, mask=mv, other=0.0).to(tl.float32)
+        n_g = tl.load(g + i_0 * HV + i_hv).to(tl.float32)
+        n_b = tl.load(beta + i_0 * HV + i_hv).to(tl.float32)
+    for t in range(0, T):
+        i_t = bos + t
+        if PREFETCH:
+            b_q, b_k, b_v, b_g, b_beta = n_q, n_k, n_v, n_g, n_b
+            i_n = tl.minimum(i_t + 1, eos - 1)
+            n_q = tl.load(q + (i_n * H + i_h) * K + o_kk, mask=mk, other=0.0).to(tl.float32)
+            n_k = tl.load(k + (i_n * H + i_h) * K + o_kk, mask=mk, other=0.0).to(tl.float32)
+            n_v = tl.load(v + (i_n * HV + i_hv) * V + o_v, mask=mv, other=0.0).to(tl.float32)
+            n_g = tl.load(g + i_n * HV + i_hv).to(tl.float32)
+            n_b = tl.load(beta + i_n * HV + i_hv).to(tl.float32)
+        else:
+            b_q = tl.load(q + (i_t * H + i_h) * K + o_kk, mask=mk, other=0.0).to(tl.float32)
+            b_k = tl.load(k + (i_t * H + i_h) * K + o_kk, mask=mk, other=0.0).to(tl.float32)
+            b_v = tl.load(v + (i_t * HV + i_hv) * V + o_v, mask=mv, other=0.0).to(tl.float32)
+            b_g = tl.load(g + i_t * HV + i_hv).to(tl.float32)
+            b_beta = tl.load(beta + i_t * HV + i_hv).to(tl.float32)
+        if L2NORM:
+            b_q = b_q * tl.rsqrt(tl.sum(tl.sum(b_q * b_q, 1), 0) + 1e-6)
+            b_k = b_k * tl.rsqrt(tl.sum(tl.sum(b_k * b_k, 1), 0) + 1e-6)
+        b_q = b_q * scale
+        sc = sc * tl.exp(b_g)
+        if sc < RESCALE_MIN:
+            b_h = b_h * sc
+            sc = tl.full([], 1.0, dtype=tl.float32)
+        hk = tl.sum(tl.sum(b_h * b_k[None, :, :], 1), 1)  # (Mt k): [BV]
+        hq = tl.sum(tl.sum(b_h * b_q[None, :, :], 1), 1)
+        b_vt = b_beta * (b_v - sc * hk)
+        kq = tl.sum(tl.sum(b_k * b_q, 1), 0)
+        b_o = sc * hq + b_vt * kq
+        b_h += (b_vt / sc)[:, None, None] * b_k[None, :, :]
+        tl.store(o + (i_t * HV + i_hv) * V + o_v, b_o, mask=mv)
+        if HAS_BANK:
+            if t < Tmax:
+                tl.store(bank_v + ((wbase + t) * HV + i_hv) * V + o_v, b_vt, mask=mv)
+                if i_v == 0:
+                    tl.store(bank_g + (wbase + t) * HV + i_hv, b_g)
+                    if i_hv % G == 0:
+                        tl.store(bank_k + ((wbase + t) * H + i_h) * K + o_kk, b_k, mask=mk)
+        if SNAPSHOT:
+            # baseline only (vLLM-native style): a full state after every window token
+            p_sn = snap + ((i_r * Tmax + t) * HV + i_hv) * (V * K) + offs
+            tl.store(p_sn, b_h * sc, mask=mh)
+
+    if WRITE_FINAL:
+        # re-read the slot so the compiler rebuilds the tile addresses here instead of keeping
+        # 64-bit pointers for the whole tile live across the window
+        slot2 = tl.load(slots + i_r).to(tl.int64)
+        tl.store(state + (slot2 * HV + i_hv) * (V * K) + offs, b_h * sc, mask=mh)
 
 
 def _launch_chain(
@@ -179,9 +342,13 @@ def _launch_chain(
         _bounds_check(cu_seqlens, tmax)
     dummy = o
     BK = triton.next_power_of_2(K)
-    BV, nw = config if config is not None else pick_config(R, HV, V, K)
+    cfg = config if config is not None else pick_config(R, HV, V, K, N / R)
+    BV, nw = cfg[0], cfg[1]
+    KI = cfg[2] if len(cfg) > 2 else 0
+    PF = bool(cfg[3]) if len(cfg) > 3 else False
+    PF = PF and N > 0
     grid = (triton.cdiv(V, BV), HV, R)
-    _chain_verify_kernel[grid](
+    args = (
         q, k, v, g, beta, o,
         state, slots, cu_seqlens,
         bank_k if bank_k is not None else dummy,
@@ -192,11 +359,16 @@ def _launch_chain(
         read_bank if has_pending else slots,
         snap if snap is not None else dummy,
         float(scale), tmax,
-        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV,
-        HAS_BANK=has_bank, HAS_PENDING=has_pending, WRITE_FINAL=bool(write_final_state),
-        L2NORM=bool(use_qk_l2norm), SNAPSHOT=snap is not None,
-        num_warps=nw, num_stages=1,
     )
+    flags = dict(HAS_BANK=has_bank, HAS_PENDING=has_pending, WRITE_FINAL=bool(write_final_state),
+                 L2NORM=bool(use_qk_l2norm), SNAPSHOT=snap is not None)
+    if KI == 0:  # the plain [BV, K] kernel (kept for comparison in the sweep)
+        _chain_verify_kernel_2d[grid](*args, H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, **flags,
+                                      num_warps=nw, num_stages=1)
+    else:
+        KI = min(KI, BK)
+        _chain_verify_kernel[grid](*args, H=H, HV=HV, K=K, V=V, BV=BV, KO=BK // KI, KI=KI, **flags,
+                                   RESCALE_MIN=_RESCALE_MIN, PREFETCH=PF, num_warps=nw, num_stages=1)
     return o
 
 
@@ -246,6 +418,19 @@ def chain_verify_snapshots(q, k, v, g, beta, *, scale, state, slots, cu_seqlens,
 
 
 @triton.jit
+def _z_load(p_cs, p_bx, p_x, z, oc, m, n_p, C, W1: tl.constexpr):
+    """Rows ``z`` of Z = (conv window ``p_cs`` [W1 rows] ++ pending raw inputs ``p_bx`` [n_p rows]
+    ++ the row's inputs ``p_x``), float32; ``z``, ``oc`` and ``m`` share one (broadcast) shape."""
+    in_h = z < W1
+    in_p = (z >= W1) & (z < W1 + n_p)
+    in_x = z >= W1 + n_p
+    a = tl.load(p_cs + tl.where(in_h, z, 0) * C + oc, mask=m & in_h, other=0.0).to(tl.float32)
+    b = tl.load(p_bx + tl.where(in_p, z - W1, 0) * C + oc, mask=m & in_p, other=0.0).to(tl.float32)
+    c = tl.load(p_x + tl.where(in_x, z - W1 - n_p, 0) * C + oc, mask=m & in_x, other=0.0).to(tl.float32)
+    return tl.where(in_h, a, tl.where(in_p, b, c))
+
+
+@triton.jit
 def _conv_verify_kernel(
     x, weight, y, cu_seqlens, conv_state, slots,
     bank_x, write_bank, pending_len, read_bank,
@@ -253,8 +438,9 @@ def _conv_verify_kernel(
     W: tl.constexpr, BW: tl.constexpr, BC: tl.constexpr,
     HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, WRITE_FINAL: tl.constexpr,
 ):
-    # One program per (channel tile, row). All accesses of conv_state by this program are ordered
-    # by debug_barrier (bar.sync orders global memory within the CTA) between read and write phases.
+    # One program per (channel tile, row). Everything is read from Z = window ++ pending ++ row
+    # (pending raw inputs in fp32, as the reference) before the single in-place window store, which
+    # follows a debug_barrier (bar.sync orders the CTA's global accesses).
     i_c = tl.program_id(0)
     i_r = tl.program_id(1)
     W1: tl.constexpr = W - 1
@@ -267,58 +453,40 @@ def _conv_verify_kernel(
     o_j = tl.arange(0, BW)
     mj = o_j < W1
     p_cs = conv_state + slot * W1 * C  # [W1, C] window of this slot
-
+    p_x = x + bos * C
+    n_p = tl.zeros([], dtype=tl.int64)
+    p_bx = bank_x
     if HAS_PENDING:
-        n_p = tl.load(pending_len + i_r).to(tl.int64)
-        n_p = tl.minimum(n_p, Tmax)
-        if n_p > 0:
-            rb = tl.load(read_bank + i_r).to(tl.int64)
-            z = n_p + o_j  # positions in (conv_state ++ pending x) kept as the new window
-            from_h = z < W1
-            zh = tl.where(from_h, z, 0)
-            zx = tl.where(from_h, 0, z - W1)
-            bh = tl.load(p_cs + zh[:, None] * C + o_c[None, :], mask=(mj & from_h)[:, None] & mc[None, :], other=0.0)
-            bx = tl.load(bank_x + ((slot * 2 + rb) * Tmax + zx[:, None]) * C + o_c[None, :],
-                         mask=(mj & (~from_h))[:, None] & mc[None, :], other=0.0)
-            val = tl.where(from_h[:, None], bh.to(tl.float32), bx)
-            tl.debug_barrier()
-            tl.store(p_cs + o_j[:, None] * C + o_c[None, :], val.to(conv_state.dtype.element_ty),
-                     mask=mj[:, None] & mc[None, :])
-            tl.debug_barrier()
-
+        n_p = tl.minimum(tl.load(pending_len + i_r).to(tl.int64), Tmax)
+        n_p = tl.maximum(n_p, 0)
+        rb = tl.load(read_bank + i_r).to(tl.int64)
+        p_bx = bank_x + (slot * 2 + rb) * Tmax * C
     if HAS_BANK:
         wb = tl.load(write_bank + i_r).to(tl.int64)
 
     for t in range(0, T):
         acc = tl.zeros([BC], dtype=tl.float32)
         for i in tl.static_range(W):
-            z = t + i + 0 * o_c  # position in (window ++ row), as a [BC] vector
-            in_h = z < W1
-            zh = tl.where(in_h, z, 0)
-            zx = tl.where(in_h, 0, z - W1)
-            bh = tl.load(p_cs + zh * C + o_c, mask=mc & in_h, other=0.0).to(tl.float32)
-            bx = tl.load(x + (bos + zx) * C + o_c, mask=mc & (~in_h), other=0.0).to(tl.float32)
+            z = n_p + t + i + 0 * o_c
             w = tl.load(weight + o_c * W + i, mask=mc, other=0.0).to(tl.float32)
-            acc += w * tl.where(in_h, bh, bx)
-        out = acc * tl.sigmoid(acc)
-        tl.store(y + (bos + t) * C + o_c, out, mask=mc)
+            acc += w * _z_load(p_cs, p_bx, p_x, z, o_c, mc, n_p, C, W1)
+        tl.store(y + (bos + t) * C + o_c, acc * tl.sigmoid(acc), mask=mc)
         if HAS_BANK:
             if t < Tmax:
-                xt = tl.load(x + (bos + t) * C + o_c, mask=mc, other=0.0).to(tl.float32)
+                xt = tl.load(p_x + t * C + o_c, mask=mc, other=0.0).to(tl.float32)
                 tl.store(bank_x + ((slot * 2 + wb) * Tmax + t) * C + o_c, xt, mask=mc)
 
     if WRITE_FINAL:
-        z = T + o_j
-        from_h = z < W1
-        zh = tl.where(from_h, z, 0)
-        zx = tl.where(from_h, 0, z - W1)
-        bh = tl.load(p_cs + zh[:, None] * C + o_c[None, :], mask=(mj & from_h)[:, None] & mc[None, :], other=0.0)
-        bx = tl.load(x + (bos + zx[:, None]) * C + o_c[None, :], mask=(mj & (~from_h))[:, None] & mc[None, :],
-                     other=0.0)
-        val = tl.where(from_h[:, None], bh.to(tl.float32), bx.to(tl.float32))
+        new_start = n_p + T  # window after the row
+    else:
+        new_start = n_p  # window after the pending commit (a no-op when n_p == 0)
+    if (new_start > 0):
+        z2 = (new_start + o_j)[:, None] + 0 * o_c[None, :]
+        oc2 = o_c[None, :] + 0 * o_j[:, None]
+        m2 = mj[:, None] & mc[None, :]
+        val = _z_load(p_cs, p_bx, p_x, z2, oc2, m2, n_p, C, W1)
         tl.debug_barrier()
-        tl.store(p_cs + o_j[:, None] * C + o_c[None, :], val.to(conv_state.dtype.element_ty),
-                 mask=mj[:, None] & mc[None, :])
+        tl.store(p_cs + o_j[:, None] * C + o_c[None, :], val.to(conv_state.dtype.element_ty), mask=m2)
 
 
 def conv_verify(

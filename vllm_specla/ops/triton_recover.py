@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from vllm_specla.ops.triton_chain import pick_config
+from vllm_specla.ops import triton_chain
 
 
 @triton.jit
@@ -70,7 +70,11 @@ def recover(
     H = bank_k.shape[3]
     assert state.dtype == torch.float32 and state.is_contiguous()
     BK = triton.next_power_of_2(K)
-    BV, nw = pick_config(R, HV, V, K)
+    if triton_chain.CONFIG_OVERRIDE is not None:
+        BV, nw = triton_chain.CONFIG_OVERRIDE[:2]
+    else:
+        BV, nw = triton_chain.TUNED["recover"][:2]
+    BV = min(BV, triton.next_power_of_2(V))
     grid = (triton.cdiv(V, BV), HV, R)
     _recover_kernel[grid](
         state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted,
