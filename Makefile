@@ -40,3 +40,13 @@ test-vllm: setup
 
 clean-venv:
 	rm -rf $(VENV)
+
+.PHONY: serve ray-serve
+
+# `vllm serve` with SpecLA on 127.0.0.1: MT-Bench questions through the OpenAI API, acceptance from /metrics
+serve: setup
+	$(PY) examples/serve_and_query.py
+
+# the same over Ray: a throw-away local Ray head, tensor parallelism 2, stopped by PID afterwards
+ray-serve: setup
+	$(PY) examples/ray_serve.py

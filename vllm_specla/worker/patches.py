@@ -5,10 +5,18 @@
    (``model = vllm_specla.worker.proposer.SpeclaProposer``) before vLLM's ``SpeculativeConfig``
    validates, carrying the SpecLA fields in ``additional_config["specla"]``. Other methods pass
    through untouched (a file path still works for them).
-2. The ``--speculative-config`` CLI argument parses a file path as well as inline JSON.
+2. The ``--speculative-config`` CLI argument parses a file path as well as inline JSON, and
+   processes that build vLLM's CLI parser (``vllm serve``, the OpenAI api_server module) end with
+   one line ``Error: ...`` (exit status 1) on a bad SpecLA config or an unsupported checkpoint,
+   instead of a traceback.
 3. ``MODELS_CONFIG_MAP["GatedDeltaNetForCausalLM"]``: for our architecture only, select our worker
    when ``worker_cls`` is ``"auto"`` and turn prefix caching off with one log line (the state
    pages hold SpecLA factor banks, and vLLM's mamba "align" copies are Triton-only on CPU).
+4. Opt-in (``VLLM_SPECLA_CPU_RAY=1``): Ray on the vLLM-CPU platform (``worker/ray_cpu.py``).
+
+(``vllm serve`` on vLLM-CPU itself is made to start by ``vllm_specla/compat.py``, a
+``vllm.platform_plugins`` entry point, because the failing lookup happens before general plugins
+load.)
 
 Each patch is applied once per process (``register()`` runs in every vLLM process) and checks
 the vLLM version range it was written for.
@@ -19,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 
 from vllm_specla.config import SpecLAConfig, SpecLAConfigError, load_json_file
 from vllm_specla.worker.settings import ADDITIONAL_CONFIG_KEY, PROPOSER_QUALNAME
@@ -35,6 +44,18 @@ def _vllm_version() -> tuple[int, int]:
 
     parts = vllm.__version__.split(".")
     return int(parts[0]), int(parts[1])
+
+
+def load_spec_file(path: str) -> dict:
+    """Read a speculative-config JSON file; a relative SpecLA ``drafter`` path that does not exist
+    from the working directory is resolved against the file's folder."""
+    spec = load_json_file(path)
+    d = spec.get("drafter")
+    if spec.get("method") == "specla" and isinstance(d, str) and d and not os.path.isabs(d) and not os.path.exists(d):
+        cand = os.path.join(os.path.dirname(os.path.abspath(path)), d)
+        if os.path.exists(cand):
+            spec["drafter"] = cand
+    return spec
 
 
 def translate_speculative_config(spec, target_model_config=None) -> tuple[dict | None, dict | None]:
@@ -56,17 +77,16 @@ def translate_speculative_config(spec, target_model_config=None) -> tuple[dict |
             except json.JSONDecodeError as e:
                 raise SpecLAConfigError(f"speculative_config: invalid JSON: {e}") from None
         else:
-            base = os.path.dirname(os.path.abspath(s))
-            spec = load_json_file(s)
-            if spec.get("method") == "specla" and isinstance(spec.get("drafter"), str):
-                cand = os.path.join(base, spec["drafter"])
-                if not os.path.isabs(spec["drafter"]) and not os.path.exists(spec["drafter"]) and os.path.exists(cand):
-                    spec["drafter"] = cand
+            spec = load_spec_file(s)
     if not isinstance(spec, dict):
         return spec, None
     spec = {k.replace("-", "_"): v for k, v in spec.items()}
     if spec.get("method") == "specla":
         spec = {k: v for k, v in spec.items() if not k.startswith("_")}
+        if isinstance(spec.get("drafter"), str) and spec["drafter"]:
+            # absolute, so that every process (engine core, workers, Ray actors in other working
+            # directories) finds the same drafter
+            spec["drafter"] = os.path.abspath(spec["drafter"])
     if spec.get("method") != "specla":
         return spec, None
     cfg = SpecLAConfig.parse(spec)
@@ -111,13 +131,69 @@ def _patch_create_speculative_config() -> None:
 
 
 def json_or_path(value: str):
-    """argparse type for ``--speculative-config``: inline JSON, or a path to a JSON file."""
+    """argparse type for ``--speculative-config``: inline JSON, or a path to a JSON file.
+
+    A value that cannot be read here (missing file, invalid JSON) is passed on unchanged, so that
+    ``create_speculative_config`` reports it in one line (:func:`cli_excepthook`) instead of
+    argparse printing its usage and a generic "invalid value".
+    """
     if value is None:
         return None
     s = value.strip()
-    if s.startswith("{"):
-        return json.loads(s)
-    return load_json_file(s)
+    try:
+        if s.startswith("{"):
+            return json.loads(s)
+        return load_spec_file(s)
+    except (json.JSONDecodeError, SpecLAConfigError):
+        return value
+
+
+def config_error_line(exc: BaseException | None) -> str | None:
+    """The one-line message of a SpecLA config / unsupported-checkpoint error in ``exc``'s
+    cause chain, or None."""
+    from vllm_specla.models.config import UnsupportedConfigError  # noqa: PLC0415
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (SpecLAConfigError, UnsupportedConfigError)):
+            lines = str(exc).strip().splitlines()
+            return lines[0] if lines else type(exc).__name__
+        errors = getattr(exc, "errors", None)  # pydantic ValidationError (e.g. VllmConfig hooks)
+        if callable(errors):
+            try:
+                for err in errors():
+                    inner = (err.get("ctx") or {}).get("error")
+                    if isinstance(inner, BaseException) and id(inner) not in seen:
+                        msg = config_error_line(inner)
+                        if msg is not None:
+                            return msg
+            except Exception:  # noqa: BLE001
+                pass
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _install_cli_excepthook() -> None:
+    """In vLLM CLI processes (``vllm serve``, ``python -m vllm.entrypoints.openai.api_server``) a bad
+    SpecLA config or an unsupported checkpoint ends the command with ``Error: <one line>`` on
+    stderr and exit status 1, not a traceback. Other exceptions keep the previous hook."""
+    prev = sys.excepthook
+    if getattr(prev, "_specla", False):
+        return
+
+    def specla_cli_excepthook(exc_type, exc, tb):
+        msg = config_error_line(exc)
+        if msg is None:
+            return prev(exc_type, exc, tb)
+        print(f"Error: {msg}", file=sys.stderr, flush=True)
+
+    specla_cli_excepthook._specla = True
+    sys.excepthook = specla_cli_excepthook
+
+
+_SC_HELP = (" (vllm_specla: or a path to a JSON file such as specla.json; "
+            '"method": "specla" selects SpecLA for gated_deltanet models)')
 
 
 def _patch_cli() -> None:
@@ -133,6 +209,9 @@ def _patch_cli() -> None:
         act = parser._option_string_actions.get("--speculative-config")
         if act is not None:
             act.type = json_or_path
+            if act.help and "vllm_specla" not in act.help:
+                act.help = act.help.rstrip() + _SC_HELP
+        _install_cli_excepthook()  # only processes that build vLLM's CLI parser get here
         return parser
 
     add_cli_args._specla = True
@@ -166,6 +245,11 @@ class SpeclaGDNConfigHook:
         return
 
 
+def cpu_ray_requested() -> bool:
+    """``VLLM_SPECLA_CPU_RAY=1``: enable Ray on the vLLM-CPU platform (``worker/ray_cpu.py``)."""
+    return os.environ.get("VLLM_SPECLA_CPU_RAY", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
 def apply_patches() -> None:
     """Install every patch once (idempotent; called from ``vllm_specla.register``)."""
     global _applied
@@ -179,4 +263,8 @@ def apply_patches() -> None:
     from vllm.model_executor.models.config import MODELS_CONFIG_MAP  # noqa: PLC0415
 
     MODELS_CONFIG_MAP[ARCH] = SpeclaGDNConfigHook
+    if cpu_ray_requested():  # opt-in Ray on vLLM-CPU (worker/ray_cpu.py)
+        from vllm_specla.worker.ray_cpu import install  # noqa: PLC0415
+
+        install()
     _applied = True

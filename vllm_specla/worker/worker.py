@@ -7,9 +7,33 @@ worker cannot be run on any machine we have: no vLLM on the GPU machine.)
 
 Both are selected automatically for ``gated_deltanet`` checkpoints (``patches.py``) when
 ``worker_cls`` is left at ``"auto"``.
+
+Tensor parallelism: the drafter runs on every TP rank (vLLM's rule for drafters) and its drafts
+must agree across ranks. The EAGLE drafter reads the target's LM head through
+``compute_logits``; vLLM's ``LogitsProcessor`` may *gather* the vocab-sharded logits to rank 0
+only (``Platform.use_all_gather() == False``; every platform all-gathers in vLLM 0.32), so with
+TP > 1 the worker forces the all-gather: every rank then drafts from the full logits of identical
+(all-reduced) features. The draft-model drafter loads a full, unsharded copy per rank.
+``specla_draft_digest`` (a CRC over all drafts a rank proposed) lets tests check the agreement.
+
+Fresh padded rows: with speculation on, vLLM 0.32's scheduler pads a *new* request that has a
+single token to schedule (a 1-token prompt while other requests run, or the last prompt token
+of a chunked prefill) to ``1 + K`` tokens with ``-1`` placeholder drafts ("uniform spec decode"
+padding, ``Scheduler.schedule``), so the runner sees it as a spec (verify) row. For a request
+with nothing computed yet (``num_computed_tokens == 0``) that verify must start from an empty
+state, but its state slot is a reused block holding the previous owner's state and pending
+factors (vLLM does not zero mamba blocks on CPU). Before each step's plan is built the worker
+therefore clears the conv window, recurrent state and pending factors of such rows' slots; the
+verify from zero state then equals a prefill of the first token, and the placeholders are
+rejected as usual.
 """
 
 from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import torch
 
 from vllm.v1.worker import cpu_worker as _cpu_worker_mod
 from vllm.v1.worker.cpu_worker import CPUWorker
@@ -17,7 +41,70 @@ from vllm.v1.worker.cpu_worker import CPUWorker
 from vllm_specla.worker.runner import cpu_runner_cls
 
 
+def _clear_fresh_verify_slots(runner) -> None:
+    """Zero the state slots of verify rows that have nothing computed yet (see module doc)."""
+    ib = runner.input_batch
+    n = ib.num_reqs
+    if n == 0 or runner.speculative_config is None:
+        return
+    fresh = (runner.num_decode_draft_tokens.np[:n] >= 0) & (ib.num_computed_tokens_cpu[:n] == 0)
+    if not fresh.any():
+        return
+    model = getattr(runner.model, "module", runner.model)
+    book = model.slot_book()
+    slots = torch.as_tensor(ib.block_table[0].get_numpy_array()[:n, 0][fresh].astype(np.int64),
+                            device=book.pending_len.device)
+    for st in model.layers_states():
+        st.conv.index_fill_(0, slots, 0)
+        st.ssm.index_fill_(0, slots, 0)
+    book.reset(slots)
+
+
 class _SpeclaWorkerMixin:
+    _specla_digest: int = 0
+
+    def load_model(self, *args, **kwargs):
+        out = super().load_model(*args, **kwargs)
+        self._specla_after_load()
+        return out
+
+    def _specla_after_load(self) -> None:
+        runner = self.model_runner
+        model = getattr(runner.model, "module", runner.model)
+        if self.parallel_config.tensor_parallel_size > 1:
+            lp = getattr(model, "logits_processor", None)
+            if lp is not None and hasattr(lp, "use_all_gather"):
+                lp.use_all_gather = True  # full logits on every TP rank: identical drafts
+        propose = runner.propose_draft_token_ids
+
+        def propose_draft_token_ids(*args, **kwargs):
+            drafts = propose(*args, **kwargs)
+            if isinstance(drafts, list):  # our proposer's host lists (a device tensor would need a sync)
+                self._specla_digest = zlib.crc32(repr(drafts).encode(), self._specla_digest)
+            return drafts
+
+        runner.propose_draft_token_ids = propose_draft_token_ids
+        build_plan = getattr(runner, "_specla_build_plan", None)
+        if build_plan is not None:
+
+            def _specla_build_plan(num_input_tokens):
+                _clear_fresh_verify_slots(runner)
+                return build_plan(num_input_tokens)
+
+            runner._specla_build_plan = _specla_build_plan
+
+    def specla_slots(self) -> dict:
+        """Drafter state slots in use / free (a leak check for aborted requests), for tests."""
+        drafter = getattr(self.model_runner, "drafter", None)
+        in_use = getattr(drafter, "_slot_of", None)
+        free = getattr(drafter, "_free", None)
+        return {"drafter_slots_in_use": None if in_use is None else len(in_use),
+                "drafter_slots_free": None if free is None else len(free)}
+
+    def specla_draft_digest(self) -> int:
+        """CRC32 over every draft this rank proposed (equal on all TP ranks), for tests."""
+        return self._specla_digest
+
     def specla_counters(self) -> dict:
         """Runner counters (``collective_rpc("specla_counters")``), for tests and debugging."""
         return dict(self.model_runner.specla_counters())

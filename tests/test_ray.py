@@ -1,0 +1,96 @@
+"""Ray: ``vllm serve ... --tensor-parallel-size 2 --distributed-executor-backend ray`` with SpecLA on CPU.
+
+The test starts its own local Ray head (``vllm_specla.serving.RayCluster``: free ports, own temp
+dir, two units of the ``vllm_cpu`` resource) and stops it by PID; CPU Ray support is the plugin's
+opt-in ``VLLM_SPECLA_CPU_RAY=1`` (``vllm_specla/worker/ray_cpu.py``). GDN heads, their states and
+factor banks are split over the two ranks; the EAGLE drafter runs on both ranks and must propose
+identical drafts. Greedy output must equal the single-process AR reference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from test_serving import MODEL_NAME, SERVER_ENV, Reference, _ids, _rpc, make_served_model, random_prompts, serve_args
+from vllm_specla.serving import RayCluster, Server, spec_decode_metrics, vllm_serve_command
+
+pytestmark = pytest.mark.vllm
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def ray_served(tmp_path_factory, tiny_dir):
+    root = tmp_path_factory.mktemp("ray_served")
+    model, _ = make_served_model(root, tiny_dir, drafter="random_eagle", k=3)
+    # inline JSON this time (test_serving.py serves from a file)
+    spec = json.dumps({"method": "specla", "num_speculative_tokens": 3, "drafter": str(root / "drafter")})
+    cluster = RayCluster(num_workers=2, log_path=str(root / "ray.log"))
+    cluster.start()
+    try:
+        cmd = vllm_serve_command(model, *serve_args(spec, "--tensor-parallel-size", "2",
+                                                    "--distributed-executor-backend", "ray"))
+        env = {**SERVER_ENV, **cluster.env, "OMP_NUM_THREADS": "1"}
+        with Server(cmd, env=env, log_path=str(root / "server.log"), cwd=str(root)) as server:
+            yield {"server": server, "model": model, "ref": Reference(model), "cluster": cluster}
+        pgid = cluster.proc.pid
+    finally:
+        cluster.stop()
+    with pytest.raises(ProcessLookupError):  # nothing of the Ray cluster survives
+        os.killpg(pgid, signal.SIGCONT)
+
+
+def test_tp2_over_ray_matches_single_process_ar(ray_served):
+    from openai import OpenAI
+
+    server, ref = ray_served["server"], ray_served["ref"]
+    client = OpenAI(base_url=server.base_url, api_key="EMPTY", max_retries=0, timeout=300)
+    prompts = random_prompts(8, seed=11)
+    prompts[0] = prompts[0][:1]
+    r = client.completions.create(model=MODEL_NAME, prompt=prompts, max_tokens=20, temperature=0,
+                                  extra_body={"return_token_ids": True, "ignore_eos": True})
+    got = [_ids(c) for c in sorted(r.choices, key=lambda c: c.index)]
+    assert got == ref(prompts, 20)
+    stream = client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "the water"}],
+                                            max_tokens=12, temperature=0, stream=True, extra_body={"ignore_eos": True})
+    assert "".join((c.choices[0].delta.content or "") for c in stream if c.choices).strip()
+    m = spec_decode_metrics(server.get("/metrics"))
+    assert m["num_drafts"] > 0 and m["num_draft_tokens"] > 0
+
+
+def test_tp2_ranks_split_heads_and_draft_identically(ray_served):
+    server = ray_served["server"]
+    pages = _rpc(server, "specla_state_page")
+    assert len(pages) == 2 and pages[0] == pages[1]
+    hv_per_rank = pages[0]["shapes"][1][0]  # ssm [HV/tp, V, K]
+    assert hv_per_rank == 2  # tiny model: 4 value heads over 2 ranks
+    digests = _rpc(server, "specla_draft_digest")
+    assert len(digests) == 2 and digests[0] == digests[1] and int(digests[0]) != 0
+    counters = _rpc(server, "specla_counters")
+    assert counters[0] == counters[1] and counters[0]["verify_rows"] > 0
+
+
+@pytest.mark.skipif(os.environ.get("SPECLA_TEST_RAY_DP") != "1",
+                    reason="data-parallel replicas over Ray start two engines (~2-3 min here); SPECLA_TEST_RAY_DP=1")
+def test_dp2_replicas_over_ray(tmp_path, tiny_dir):
+    model, spec = make_served_model(tmp_path, tiny_dir, drafter="perturbed", k=3)
+    prompts = random_prompts(6, seed=12)
+    with RayCluster(num_workers=2, log_path=str(tmp_path / "ray.log")) as cluster:
+        cmd = vllm_serve_command(model, *serve_args(spec, "--data-parallel-size", "2",
+                                                    "--data-parallel-backend", "ray"))
+        env = {**SERVER_ENV, **cluster.env, "OMP_NUM_THREADS": "1"}
+        with Server(cmd, env=env, log_path=str(tmp_path / "server.log")) as server:
+            outs = []
+            for p in prompts:  # one at a time: the front end spreads them over both engines
+                status, body = server.post("/v1/completions", {"model": MODEL_NAME, "prompt": p, "max_tokens": 16,
+                                                               "temperature": 0, "ignore_eos": True,
+                                                               "return_token_ids": True})
+                assert status == 200, body
+                outs.append(body["choices"][0]["token_ids"])
+            metrics_text = server.get("/metrics")
+    assert outs == Reference(model)(prompts, 16)
+    assert 'engine="1"' in metrics_text and spec_decode_metrics(metrics_text)["num_drafts"] > 0
