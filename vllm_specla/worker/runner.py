@@ -49,7 +49,29 @@ class SpeclaRunnerMixin:
         return getattr(m, "module", m)  # unwrap possible wrappers
 
     # ---- before forward -------------------------------------------------------------------
+    def _specla_clear_fresh_verify_slots(self) -> None:
+        """vLLM 0.32 pads a *new* request with a single token to schedule into a ``1 + K`` spec row
+        (placeholder drafts), so it arrives as a verify row with nothing computed. Its slot is a
+        reused block (vLLM does not zero mamba blocks on CPU): clear the slot's conv window,
+        recurrent state and pending factors so the verify starts from zero state."""
+        ib = self.input_batch
+        n = ib.num_reqs
+        if n == 0 or self.speculative_config is None:
+            return
+        fresh = (self.num_decode_draft_tokens.np[:n] >= 0) & (ib.num_computed_tokens_cpu[:n] == 0)
+        if not fresh.any():
+            return
+        model = self._specla_model()
+        book = model.slot_book()
+        slots = torch.as_tensor(ib.block_table[0].get_numpy_array()[:n, 0][fresh].astype(np.int64),
+                                device=book.pending_len.device)
+        for st in model.layers_states():
+            st.conv.index_fill_(0, slots, 0)
+            st.ssm.index_fill_(0, slots, 0)
+        book.reset(slots)
+
     def _specla_build_plan(self, num_input_tokens: int):
+        self._specla_clear_fresh_verify_slots()
         ib = self.input_batch
         n = ib.num_reqs
         qsl = self.query_start_loc.cpu[: n + 1].numpy().astype(np.int64)
@@ -113,6 +135,7 @@ class SpeclaRunnerMixin:
         scheduler sees an accepted prefix of at most the scheduled drafts.
         """
         model = self._specla_model()
+        self._specla_clear_fresh_verify_slots()
         ib = self.input_batch
         n = ib.num_reqs
         qsl = self.query_start_loc.cpu[: n + 1].numpy().astype(np.int64)
