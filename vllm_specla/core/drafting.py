@@ -130,6 +130,7 @@ class SlotDrafter:
         if self.states[0].ssm.shape[0] < need:
             self.states = allocate_layer_states(self.config, need, 0, device=self.device)
         self._tree_width = top_k
+        self.tree_counts = {"candidates": 0, "kept": 0}  # pruned fraction = 1 - kept / candidates
 
     @torch.no_grad()
     def step_tree(self, rows: list[DraftRow], spec: TreeSpec):
@@ -172,6 +173,7 @@ class SlotDrafter:
                 cands.sort(key=lambda c: -c[0])
                 best = max([tr.score(j) for j in range(1, len(tr))] + [cands[0][0]])
                 kept = []
+                self.tree_counts["candidates"] += len(cands)
                 for sc, parent, tok, val, feat, dslot in cands:
                     if len(tr) - 1 >= spec.node_budget or (spec.tau is not None and sc < best - spec.tau):
                         break
@@ -179,6 +181,7 @@ class SlotDrafter:
                     tr.parents.append(parent)
                     tr.logp.append(val)
                     kept.append((len(tr) - 1, feat, dslot))
+                self.tree_counts["kept"] += len(kept)
                 if depth < min(spec.max_depth, rows[i].num_drafts):
                     for rank, (node, feat, dslot) in enumerate(kept[:width]):
                         scratch = self.max_requests + rows[i].slot * 2 * width + (depth % 2) * width + rank
