@@ -22,42 +22,20 @@ of a chunked prefill) to ``1 + K`` tokens with ``-1`` placeholder drafts ("unifo
 padding, ``Scheduler.schedule``), so the runner sees it as a spec (verify) row. For a request
 with nothing computed yet (``num_computed_tokens == 0``) that verify must start from an empty
 state, but its state slot is a reused block holding the previous owner's state and pending
-factors (vLLM does not zero mamba blocks on CPU). Before each step's plan is built the worker
-therefore clears the conv window, recurrent state and pending factors of such rows' slots; the
-verify from zero state then equals a prefill of the first token, and the placeholders are
-rejected as usual.
+factors (vLLM does not zero mamba blocks on CPU). Before each step's plan is built the runner
+(``SpeclaRunnerMixin._specla_clear_fresh_verify_slots``) therefore clears the conv window,
+recurrent state and pending factors of such rows' slots; the verify from zero state then equals a
+prefill of the first token, and the placeholders are rejected as usual.
 """
 
 from __future__ import annotations
 
 import zlib
 
-import numpy as np
-import torch
-
 from vllm.v1.worker import cpu_worker as _cpu_worker_mod
 from vllm.v1.worker.cpu_worker import CPUWorker
 
 from vllm_specla.worker.runner import cpu_runner_cls
-
-
-def _clear_fresh_verify_slots(runner) -> None:
-    """Zero the state slots of verify rows that have nothing computed yet (see module doc)."""
-    ib = runner.input_batch
-    n = ib.num_reqs
-    if n == 0 or runner.speculative_config is None:
-        return
-    fresh = (runner.num_decode_draft_tokens.np[:n] >= 0) & (ib.num_computed_tokens_cpu[:n] == 0)
-    if not fresh.any():
-        return
-    model = getattr(runner.model, "module", runner.model)
-    book = model.slot_book()
-    slots = torch.as_tensor(ib.block_table[0].get_numpy_array()[:n, 0][fresh].astype(np.int64),
-                            device=book.pending_len.device)
-    for st in model.layers_states():
-        st.conv.index_fill_(0, slots, 0)
-        st.ssm.index_fill_(0, slots, 0)
-    book.reset(slots)
 
 
 class _SpeclaWorkerMixin:
@@ -84,14 +62,6 @@ class _SpeclaWorkerMixin:
             return drafts
 
         runner.propose_draft_token_ids = propose_draft_token_ids
-        build_plan = getattr(runner, "_specla_build_plan", None)
-        if build_plan is not None:
-
-            def _specla_build_plan(num_input_tokens):
-                _clear_fresh_verify_slots(runner)
-                return build_plan(num_input_tokens)
-
-            runner._specla_build_plan = _specla_build_plan
 
     def specla_slots(self) -> dict:
         """Drafter state slots in use / free (a leak check for aborted requests), for tests."""
