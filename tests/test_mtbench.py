@@ -60,7 +60,8 @@ def core_ar(core_models, mt_prompts):
 
 @pytest.mark.parametrize(
     "kind,K,deferred",
-    [("eagle", 1, True), ("eagle", 4, False), ("eagle", 8, True), ("identical", 4, True), ("random_eagle", 2, False)],
+    [("eagle", 1, True), ("eagle", 4, False), ("eagle", 8, True), ("identical", 4, True), ("random_eagle", 2, False),
+     ("eagle_tree", 4, True)],
 )
 def test_core_mtbench_lossless(core_models, core_ar, kind, K, deferred):
     """MT-Bench prompts (one per category) through 4 slots (slot reuse), EOS on: SpecLA == AR for the
@@ -72,13 +73,20 @@ def test_core_mtbench_lossless(core_models, core_ar, kind, K, deferred):
 
     target, drafter = core_models
     prompts, ar = core_ar
-    if kind == "eagle":
+    tree = None
+    if kind == "eagle_tree":
+        from vllm_specla.core.drafting import TreeSpec
+
+        tree = TreeSpec(top_k=2, max_depth=4, node_budget=8, tau=6.0)
+        d = EagleDrafterRunner.for_target(drafter, target, 4)
+    elif kind == "eagle":
         d = EagleDrafterRunner.for_target(drafter, target, 4)
     elif kind == "identical":
         d = DraftModelDrafter(target, 4)
     else:
         d = EagleDrafterRunner.for_target(EagleDrafter(drafter.config).init_weights(seed=5).eval(), target, 4)
-    eng = SpecLAEngine(target, d, num_speculative_tokens=K, deferred_commit=deferred, max_batch=4, eos_token_id=2)
+    eng = SpecLAEngine(target, d, num_speculative_tokens=K, deferred_commit=deferred, max_batch=4, eos_token_id=2,
+                       tree=tree)
     out = eng.generate(prompts, 20)
     assert assert_greedy_equal(target, prompts, ar, out) == 0
     tau = eng.stats.mean_acceptance_length

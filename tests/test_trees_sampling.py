@@ -73,9 +73,10 @@ def test_topology_basics():
     ],
 )
 def test_greedy_tree_equals_ar(models, prompts, ar_out, kind, spec, deferred):
-    d = (EagleDrafterRunner.for_target(models["random"], models["target"], 4) if kind == "random"
-         else DraftModelDrafter(models[kind], 4))
-    eng = SpecLAEngine(models["target"], d, num_speculative_tokens=4, deferred_commit=deferred, max_batch=4,
+    slots = 8 if deferred else 4  # 8 concurrent requests, or 4 slots reused by 10 requests
+    d = (EagleDrafterRunner.for_target(models["random"], models["target"], slots) if kind == "random"
+         else DraftModelDrafter(models[kind], slots))
+    eng = SpecLAEngine(models["target"], d, num_speculative_tokens=4, deferred_commit=deferred, max_batch=slots,
                        tree=spec)
     out = eng.generate(prompts, MAX_TOKENS)
     assert assert_greedy_equal(models["target"], prompts, ar_out, out) == 0

@@ -42,6 +42,10 @@ class SpeclaRunnerMixin:
         if self._specla_counters is None:
             self._specla_counters = dict(steps=0, verify_rows=0, zero_draft_rows=0, prefill_rows=0,
                                          accepted_tokens=0, flushes=0)
+        tc = getattr(getattr(getattr(self, "drafter", None), "drafter", None), "tree_counts", None)
+        if tc:  # tree drafting: candidate / kept nodes -> pruned fraction
+            self._specla_counters["tree_candidates"] = tc["candidates"]
+            self._specla_counters["tree_kept"] = tc["kept"]
         return self._specla_counters
 
     def _specla_model(self):
