@@ -30,7 +30,7 @@ demo: setup
 	$(PY) examples/offline_generate.py --speculative-config examples/specla.json --check-lossless
 
 test: setup
-	$(PY) -m pytest -q -rs tests
+	$(PY) -m pytest -q -rfEs tests
 
 test-core: setup
 	$(PY) -m pytest -q -rs tests -m "not vllm"

@@ -25,13 +25,14 @@ _registered = False
 def register() -> None:
     """vLLM general-plugin entry point (idempotent)."""
     global _registered
-    if _registered:
-        return
     from transformers import AutoConfig
 
     from vllm_specla.models.config import GatedDeltaNetConfig
 
+    # every call: importing fla registers fla's own class for "gated_deltanet" (last one wins)
     AutoConfig.register("gated_deltanet", GatedDeltaNetConfig, exist_ok=True)
+    if _registered:
+        return
     from vllm import ModelRegistry
 
     ModelRegistry.register_model("GatedDeltaNetForCausalLM", "vllm_specla.worker.model:SpeclaGDNForCausalLM")

@@ -169,3 +169,16 @@ def check_supported(config: PretrainedConfig) -> None:
         )
     if config.conv_size < 2:
         raise UnsupportedConfigError(f"conv_size={config.conv_size}: allowed values: >= 2")
+
+
+def as_gdn_config(config: PretrainedConfig) -> GatedDeltaNetConfig:
+    """Our :class:`GatedDeltaNetConfig` for any ``gated_deltanet`` config object.
+
+    fla registers its own ``GatedDeltaNetConfig`` with transformers' ``AutoConfig`` when ``fla`` is
+    imported, and whichever registration ran last decides the class vLLM hands the model; this
+    converts fla's (or any) config with the same fields so the derived sizes are always available.
+    """
+    if isinstance(config, GatedDeltaNetConfig):
+        return config
+    d = {k: v for k, v in config.to_dict().items() if k not in ("model_type", "transformers_version")}
+    return GatedDeltaNetConfig(**d)

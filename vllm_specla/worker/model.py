@@ -35,7 +35,7 @@ from vllm.sequence import IntermediateTensors
 from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
 
 from vllm_specla.core.state import LayerState, SlotBook, StepPlan, layer_state_shapes
-from vllm_specla.models.config import check_supported
+from vllm_specla.models.config import as_gdn_config, check_supported
 from vllm_specla.models.gdn import GDNDims, gdn_mix, rms_norm
 from vllm_specla.ops.recover import conv_commit, recover
 from vllm_specla.worker.settings import specla_settings
@@ -194,6 +194,7 @@ class SpeclaGDNForCausalLM(nn.Module, HasInnerState, IsHybrid):
         super().__init__()
         config = vllm_config.model_config.hf_config
         check_supported(config)
+        config = as_gdn_config(config)
         self.config = config
         self.vllm_config = vllm_config
         self.max_window = _max_window(vllm_config)
@@ -209,7 +210,7 @@ class SpeclaGDNForCausalLM(nn.Module, HasInnerState, IsHybrid):
     # ---- IsHybrid ------------------------------------------------------------------------------
     @classmethod
     def get_mamba_state_shape_from_config(cls, vllm_config: VllmConfig):
-        cfg = vllm_config.model_config.hf_config
+        cfg = as_gdn_config(vllm_config.model_config.hf_config)
         return tuple(layer_state_shapes(cfg, _max_window(vllm_config), vllm_config.parallel_config.tensor_parallel_size))
 
     @classmethod
