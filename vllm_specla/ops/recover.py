@@ -1,7 +1,8 @@
 """Public recovery ops: DeltaConstruct commit of an accepted prefix from the factor banks.
 
-Dispatch: Triton on CUDA when available (``vllm_specla.ops.triton_recover``), else the
-plain-torch :func:`~vllm_specla.ops.reference.recover_ref` /
+Dispatch: Triton on CUDA when available (``vllm_specla.ops.triton_recover``), the C++ CPU ops
+(``csrc/``, :mod:`vllm_specla.ops._cpp`) on CPU tensors when built, else the plain-torch
+:func:`~vllm_specla.ops.reference.recover_ref` /
 :func:`~vllm_specla.ops.reference.conv_commit_ref` (ALGORITHMS.md §2).
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from vllm_specla.ops import _cpp
 from vllm_specla.ops.reference import conv_commit_ref, recover_ref
 
 
@@ -26,6 +28,8 @@ def recover(state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted) -> Non
         impl = _triton_impl()
         if impl is not None and hasattr(impl, "recover"):
             return impl.recover(state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted)
+    elif _cpp.use("recover", state):
+        return _cpp.recover(state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted)
     return recover_ref(state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted)
 
 
@@ -35,6 +39,8 @@ def conv_commit(conv_state, slots, bank_x, bank_idx, num_accepted) -> None:
         impl = _triton_impl()
         if impl is not None and hasattr(impl, "conv_commit"):
             return impl.conv_commit(conv_state, slots, bank_x, bank_idx, num_accepted)
+    elif _cpp.use("conv_commit", conv_state):
+        return _cpp.conv_commit(conv_state, slots, bank_x, bank_idx, num_accepted)
     return conv_commit_ref(conv_state, slots, bank_x, bank_idx, num_accepted)
 
 

@@ -1,0 +1,350 @@
+"""C++ CPU ops (``csrc/``, ``torch.ops.vllm_specla.*``) vs the plain-torch references.
+
+Every op is compared with its reference on random inputs (never zeros, banks pre-filled with random
+values so that untouched entries are checked too) on clones of the same state: outputs, the
+state, every factor bank and the conv window, for fp32 and bf16 token inputs, odd sizes
+(H=2, HV=6, K=24, V=40: GVA, V not a multiple of the 32-row value block), several rows on
+permuted slots of a larger cache, with and without pending factors, every accepted prefix
+(recover / conv_commit for A = 0..T), every node of random trees and forests, and a state that
+is a strided view into a larger page (as vLLM binds it).
+
+Tolerances: recurrent ops fp32 ``atol=2e-5, rtol=1e-4`` (same math in fp32, only the summation
+order differs; bf16 inputs are upcast identically on both sides, so the same tolerance);
+conv ops ``atol=1e-6, rtol=1e-5`` (identical sums, SiLU's exp may differ in the last ulp);
+conv_commit and the recorded raw inputs / k^ / g are exact copies (compared exactly).
+
+Skipped when the extension is not built (``pip install`` without a compiler or under build
+isolation); ``VLLM_SPECLA_REQUIRE_CPP=1`` turns that skip into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+import torch
+
+from vllm_specla.ops import _cpp
+from vllm_specla.ops.reference import chain_verify_ref, conv_commit_ref, conv_verify_ref, recover_ref
+from vllm_specla.ops.tree_reference import tree_verify_sequential_ref
+
+if not _cpp.AVAILABLE:
+    if os.environ.get("VLLM_SPECLA_REQUIRE_CPP", "0") not in ("", "0"):
+        raise RuntimeError(f"VLLM_SPECLA_REQUIRE_CPP=1 but the C++ ops are not available: {_cpp.LOAD_ERROR}")
+    pytest.skip(f"C++ CPU ops not built: {_cpp.LOAD_ERROR}", allow_module_level=True)
+
+TOL = dict(atol=2e-5, rtol=1e-4)
+CONV_TOL = dict(atol=1e-6, rtol=1e-5)
+SHAPES = [(2, 6, 24, 40), (3, 3, 17, 33)]  # (H, HV, K, V)
+
+
+class Case:
+    """Random verify inputs: rows of ``lens`` tokens on random slots of an ``S``-slot cache."""
+
+    def __init__(self, lens, H, HV, K, V, *, S=5, Tmax=None, dtype=torch.float32, seed=0, pending=None,
+                 page_view=False):
+        gen = torch.Generator().manual_seed(seed)
+        self.lens, self.H, self.HV, self.K, self.V = lens, H, HV, K, V
+        R, N = len(lens), sum(lens)
+        Tmax = Tmax or max(max(lens), 1) + 1
+        self.q = torch.randn(N, H, K, generator=gen).to(dtype)
+        self.k = torch.randn(N, H, K, generator=gen).to(dtype)
+        self.v = torch.randn(N, HV, V, generator=gen).to(dtype)
+        self.g = -torch.rand(N, HV, generator=gen) * 0.7 - 0.01
+        self.beta = torch.rand(N, HV, generator=gen) * 0.9 + 0.05
+        self.scale = K ** -0.5
+        self.cu = torch.tensor([0] + list(lens)).cumsum(0)
+        self.slots = torch.randperm(S, generator=gen)[:R]
+        if page_view:  # state as a strided view [S, HV, V, K] into a page [S, P] (vLLM state pages)
+            page = torch.randn(S, HV * V * K + 37, generator=gen) * 0.3
+            self.state = page[:, 5:5 + HV * V * K].view(S, HV, V, K)
+            assert not self.state.is_contiguous()
+        else:
+            self.state = torch.randn(S, HV, V, K, generator=gen) * 0.3
+        self.bank_k = torch.nn.functional.normalize(torch.randn(S, 2, Tmax, H, K, generator=gen), dim=-1)
+        self.bank_v = torch.randn(S, 2, Tmax, HV, V, generator=gen)
+        self.bank_g = -torch.rand(S, 2, Tmax, HV, generator=gen) * 0.5 - 0.01
+        self.read_bank = torch.randint(0, 2, (R,), generator=gen)
+        self.write_bank = 1 - self.read_bank
+        self.pending = torch.tensor(pending if pending is not None else [0] * R)
+
+    def mutables(self):
+        return [self.state, self.bank_k, self.bank_v, self.bank_g]
+
+    def clone_mutables(self):
+        return [t.clone() for t in self.mutables()]
+
+    def kwargs(self, muts, record=True, pending=True, write_final_state=None):
+        st, bk, bv, bg = muts
+        kw = dict(scale=self.scale, state=st, slots=self.slots, cu_seqlens=self.cu, bank_k=bk, bank_v=bv, bank_g=bg,
+                  write_bank=self.write_bank if record else None,
+                  pending_len=self.pending if pending else None, read_bank=self.read_bank if pending else None)
+        if write_final_state is not None:
+            kw["write_final_state"] = write_final_state
+        return kw
+
+    def tensors(self):
+        return self.q, self.k, self.v, self.g, self.beta
+
+
+def assert_all_close(got, exp, **tol):
+    for a, b in zip(got, exp):
+        torch.testing.assert_close(a, b, **tol)
+
+
+# --------------------------------------------------------------------------------------------
+# chain verify
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("mode", ["spec", "spec_pending", "ar", "ar_pending", "plain"])
+def test_chain_verify_matches_reference(dtype, shape, mode):
+    H, HV, K, V = shape
+    lens = [5, 1, 3] if mode.startswith("spec") else [1, 1, 2]
+    pend = [3, 0, 2] if mode.endswith("pending") else None
+    c = Case(lens, H, HV, K, V, dtype=dtype, seed=hash((mode, shape)) % 1000, pending=pend)
+    record = mode.startswith("spec")
+    wfs = mode.startswith("ar")
+    use_pending = pend is not None
+    m_ref, m_cpp = c.clone_mutables(), c.clone_mutables()
+    o_ref = chain_verify_ref(*c.tensors(), **c.kwargs(m_ref, record, use_pending, wfs))
+    o_cpp = _cpp.chain_verify(*c.tensors(), **c.kwargs(m_cpp, record, use_pending, wfs))
+    assert o_cpp.dtype == torch.float32 and o_cpp.shape == o_ref.shape
+    torch.testing.assert_close(o_cpp, o_ref, **TOL)
+    assert_all_close(m_cpp, m_ref, **TOL)
+    if not (use_pending or wfs):
+        assert torch.equal(m_cpp[0], c.state), "a speculative verify must not write the state"
+    if record:  # k^ and g are copied verbatim
+        torch.testing.assert_close(m_cpp[1], m_ref[1], atol=1e-7, rtol=1e-6)
+        assert torch.equal(m_cpp[3], m_ref[3])
+
+
+def test_chain_verify_no_l2norm_and_strided_state_view():
+    c = Case([4, 2], 2, 6, 24, 40, seed=3, pending=[2, 1], page_view=True)
+    m_ref, m_cpp = c.clone_mutables(), [c.state] + [t.clone() for t in c.mutables()[1:]]
+    m_ref[0] = c.state.clone()
+    o_ref = chain_verify_ref(*c.tensors(), use_qk_l2norm=False, **c.kwargs(m_ref))
+    o_cpp = _cpp.chain_verify(*c.tensors(), use_qk_l2norm=False, **c.kwargs(m_cpp))
+    torch.testing.assert_close(o_cpp, o_ref, **TOL)
+    assert_all_close(m_cpp, m_ref, **TOL)
+
+
+@pytest.mark.parametrize("K_draft", [1, 4, 7])
+def test_verify_then_recover_every_prefix(K_draft):
+    """Chain verify + DeltaConstruct for EVERY accepted prefix A = 0..T, C++ vs reference, and the
+    C++ fused pending fold in the next verify == C++ recover then verify."""
+    T = K_draft + 1
+    H, HV, K, V = 2, 6, 24, 40
+    c = Case([T, T, T], H, HV, K, V, seed=K_draft, Tmax=T)
+    m_ref, m_cpp = c.clone_mutables(), c.clone_mutables()
+    chain_verify_ref(*c.tensors(), **c.kwargs(m_ref, pending=False))
+    _cpp.chain_verify(*c.tensors(), **c.kwargs(m_cpp, pending=False))
+    assert_all_close(m_cpp, m_ref, **TOL)
+    for A in range(T + 1):
+        acc = torch.tensor([A, max(A - 1, 0), T - A])
+        st_ref, st_cpp = m_ref[0].clone(), m_cpp[0].clone()
+        recover_ref(st_ref, c.slots, m_ref[1], m_ref[2], m_ref[3], c.write_bank, acc)
+        _cpp.recover(st_cpp, c.slots, m_cpp[1], m_cpp[2], m_cpp[3], c.write_bank, acc)
+        torch.testing.assert_close(st_cpp, st_ref, **TOL)
+        others = [i for i in range(st_cpp.shape[0]) if i not in c.slots.tolist()]
+        assert torch.equal(st_cpp[others], m_cpp[0][others])
+        # next window with the accepted prefix pending (fused commit) == recover then verify
+        c2 = Case([2, T, 1], H, HV, K, V, seed=100 + A)
+        nxt = dict(scale=c.scale, slots=c.slots, cu_seqlens=c2.cu, write_bank=c.read_bank)
+        b_sep = [t.clone() for t in m_cpp[1:]]
+        o_sep = _cpp.chain_verify(*c2.tensors(), state=st_cpp, bank_k=b_sep[0], bank_v=b_sep[1], bank_g=b_sep[2],
+                                  **nxt)
+        st_f = m_cpp[0].clone()
+        b_f = [t.clone() for t in m_cpp[1:]]
+        o_f = _cpp.chain_verify(*c2.tensors(), state=st_f, bank_k=b_f[0], bank_v=b_f[1], bank_g=b_f[2],
+                                pending_len=acc, read_bank=c.write_bank, **nxt)
+        torch.testing.assert_close(o_f, o_sep, **TOL)
+        torch.testing.assert_close(st_f, st_cpp, **TOL)
+
+
+def test_chain_verify_same_read_and_write_bank():
+    """read_bank == write_bank (not used by the runtime): the pending fold reads before the window writes."""
+    c = Case([3, 2], 2, 6, 24, 40, seed=11, pending=[2, 3])
+    c.write_bank = c.read_bank.clone()
+    m_ref, m_cpp = c.clone_mutables(), c.clone_mutables()
+    o_ref = chain_verify_ref(*c.tensors(), **c.kwargs(m_ref))
+    o_cpp = _cpp.chain_verify(*c.tensors(), **c.kwargs(m_cpp))
+    torch.testing.assert_close(o_cpp, o_ref, **TOL)
+    assert_all_close(m_cpp, m_ref, **TOL)
+
+
+def test_chain_verify_rejects_long_window_and_empty_rows_ok():
+    c = Case([4], 2, 6, 24, 40, Tmax=3)
+    with pytest.raises(ValueError, match="exceeds the factor bank"):
+        _cpp.chain_verify(*c.tensors(), **c.kwargs(c.clone_mutables(), pending=False))
+    # zero-length rows are valid (pending fold only)
+    c = Case([0, 3], 2, 6, 24, 40, pending=[2, 0], seed=4)
+    m_ref, m_cpp = c.clone_mutables(), c.clone_mutables()
+    o_ref = chain_verify_ref(*c.tensors(), **c.kwargs(m_ref))
+    o_cpp = _cpp.chain_verify(*c.tensors(), **c.kwargs(m_cpp))
+    torch.testing.assert_close(o_cpp, o_ref, **TOL)
+    assert_all_close(m_cpp, m_ref, **TOL)
+
+
+def test_dispatchers_use_cpp_on_cpu(monkeypatch):
+    from vllm_specla.ops import chain_verify as cv_mod  # noqa: PLC0415
+    from vllm_specla.ops import recover as rec_mod  # noqa: PLC0415
+
+    calls = []
+    for name in ("chain_verify", "conv_verify", "recover", "conv_commit"):
+        real = getattr(_cpp, name)
+        monkeypatch.setattr(_cpp, name, lambda *a, _r=real, _n=name, **kw: (calls.append(_n), _r(*a, **kw))[1])
+    c = Case([3, 2], 2, 6, 24, 40, seed=5, pending=[1, 2])
+    m_ref, m_cpp = c.clone_mutables(), c.clone_mutables()
+    o = cv_mod.chain_verify(*c.tensors(), **c.kwargs(m_cpp))
+    torch.testing.assert_close(o, chain_verify_ref(*c.tensors(), **c.kwargs(m_ref)), **TOL)
+    rec_mod.recover(m_cpp[0], c.slots, m_cpp[1], m_cpp[2], m_cpp[3], c.write_bank, torch.tensor([2, 1]))
+    cc = ConvCase([3, 2], C=20, seed=5)
+    cv_mod.conv_verify(cc.x, cc.w, cc.cu, cc.conv.clone(), cc.slots)
+    rec_mod.conv_commit(cc.conv.clone(), cc.slots, cc.bank_x, cc.read_bank, torch.tensor([1, 2]))
+    assert calls == ["chain_verify", "recover", "conv_verify", "conv_commit"]
+
+
+def test_check_mode_compares_with_reference(monkeypatch):
+    """VLLM_SPECLA_CPP_CHECK (debug): every op also runs its reference on copies of the rows' slots."""
+    monkeypatch.setattr(_cpp, "CHECK", True)
+    c = Case([3, 2], 2, 6, 24, 40, seed=12, pending=[1, 2], page_view=True)
+    m = c.clone_mutables()
+    m[0] = c.state
+    _cpp.chain_verify(*c.tensors(), **c.kwargs(m))
+    _cpp.recover(m[0], c.slots, m[1], m[2], m[3], c.write_bank, torch.tensor([2, 1]))
+    cc = ConvCase([3, 2], C=20, seed=12, pending=[1, 2])
+    _cpp.conv_verify(cc.x, cc.w, cc.cu, cc.conv, cc.slots, bank_x=cc.bank_x, write_bank=cc.write_bank,
+                     pending_len=cc.pending, read_bank=cc.read_bank)
+    _cpp.conv_commit(cc.conv, cc.slots, cc.bank_x, cc.read_bank, torch.tensor([1, 2]))
+    # a wrong kernel is caught
+    def wrong_recover(state, *args):
+        state.add_(1.0)
+
+    monkeypatch.setattr(torch.ops.vllm_specla, "recover", wrong_recover, raising=False)
+    with pytest.raises(RuntimeError, match="differs from recover_ref"):
+        _cpp.recover(m[0], c.slots, m[1], m[2], m[3], c.write_bank, torch.tensor([2, 1]))
+
+
+# --------------------------------------------------------------------------------------------
+# tree verify (sequential per-node form)
+# --------------------------------------------------------------------------------------------
+
+
+def random_tree(T, rng, forest=False):
+    return [-1] + [rng.randint(-1 if forest else 0, t - 1) for t in range(1, T)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("pending", [False, True])
+@pytest.mark.parametrize("forest", [False, True])
+def test_tree_verify_every_node_matches_reference(dtype, pending, forest):
+    rng = random.Random(7 + 2 * pending + forest)
+    lens = [9, 1, 6]
+    trees = [random_tree(T, rng, forest) for T in lens]
+    trees[2] = list(range(-1, 5))  # a chain row
+    parents = torch.tensor([p for t in trees for p in t])
+    c = Case(lens, 2, 6, 24, 40, dtype=dtype, seed=rng.randrange(1000), pending=[2, 1, 0] if pending else None)
+    m_ref, m_cpp = c.clone_mutables(), c.clone_mutables()
+    kw_ref = c.kwargs(m_ref, pending=pending)
+    kw_cpp = c.kwargs(m_cpp, pending=pending)
+    o_ref = tree_verify_sequential_ref(*c.tensors(), parents=parents, **kw_ref)
+    o_cpp = _cpp.tree_verify(*c.tensors(), parents=parents, **kw_cpp)
+    for n in range(sum(lens)):  # every node
+        torch.testing.assert_close(o_cpp[n], o_ref[n], **TOL)
+    assert_all_close(m_cpp, m_ref, **TOL)
+    # a chain row of the tree op == chain verify
+    s = int(c.cu[2])
+    m2 = c.clone_mutables()
+    o_chain = _cpp.chain_verify(*c.tensors(), **c.kwargs(m2, pending=pending))
+    torch.testing.assert_close(o_cpp[s:], o_chain[s:], **TOL)
+
+
+def test_tree_verify_rejects_bad_parents():
+    c = Case([3], 2, 6, 24, 40)
+    with pytest.raises(ValueError, match="topological"):
+        _cpp.tree_verify(*c.tensors(), parents=[-1, 2, 0], **c.kwargs(c.clone_mutables(), pending=False))
+
+
+# --------------------------------------------------------------------------------------------
+# conv verify / conv commit
+# --------------------------------------------------------------------------------------------
+
+
+class ConvCase:
+    def __init__(self, lens, C=300, W=4, S=4, Tmax=None, dtype=torch.float32, conv_dtype=torch.float32, seed=0,
+                 pending=None):
+        gen = torch.Generator().manual_seed(seed)
+        R, N = len(lens), sum(lens)
+        Tmax = Tmax or max(max(lens), 1) + 1
+        self.x = torch.randn(N, C, generator=gen).to(dtype)
+        self.w = torch.randn(C, W, generator=gen).to(dtype)
+        self.cu = torch.tensor([0] + list(lens)).cumsum(0)
+        self.slots = torch.randperm(S, generator=gen)[:R]
+        self.conv = torch.randn(S, W - 1, C, generator=gen).to(conv_dtype)
+        self.bank_x = torch.randn(S, 2, Tmax, C, generator=gen)
+        self.read_bank = torch.randint(0, 2, (R,), generator=gen)
+        self.write_bank = 1 - self.read_bank
+        self.pending = torch.tensor(pending if pending is not None else [0] * R)
+
+
+@pytest.mark.parametrize("dtype,conv_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
+                                              (torch.bfloat16, torch.float32)])
+@pytest.mark.parametrize("mode", ["spec", "spec_pending", "ar", "ar_pending"])
+def test_conv_verify_matches_reference(dtype, conv_dtype, mode):
+    lens = [5, 1, 3] if mode.startswith("spec") else [1, 1, 1]
+    pend = [3, 1, 5] if mode.endswith("pending") else None
+    c = ConvCase(lens, dtype=dtype, conv_dtype=conv_dtype, seed=len(mode), pending=pend, Tmax=5)
+    record, wfs = mode.startswith("spec"), mode.startswith("ar")
+    res = []
+    for fn in (conv_verify_ref, _cpp.conv_verify):
+        conv, bank_x = c.conv.clone(), c.bank_x.clone()
+        y = fn(c.x, c.w, c.cu, conv, c.slots, bank_x=bank_x, write_bank=c.write_bank if record else None,
+               pending_len=c.pending if pend else None, read_bank=c.read_bank if pend else None,
+               write_final_state=wfs)
+        res.append((y, conv, bank_x))
+    (y_r, conv_r, bx_r), (y_c, conv_c, bx_c) = res
+    assert y_c.dtype == torch.float32
+    torch.testing.assert_close(y_c, y_r, **CONV_TOL)
+    assert torch.equal(conv_c, conv_r)
+    assert torch.equal(bx_c, bx_r)
+
+
+@pytest.mark.parametrize("conv_dtype", [torch.float32, torch.bfloat16])
+def test_conv_commit_every_prefix(conv_dtype):
+    T = 5
+    c = ConvCase([T, T, T], C=300, conv_dtype=conv_dtype, Tmax=T, seed=2)
+    for A in range(T + 1):
+        acc = torch.tensor([A, T - A, min(A, 2)])
+        conv_r, conv_c = c.conv.clone(), c.conv.clone()
+        conv_commit_ref(conv_r, c.slots, c.bank_x, c.read_bank, acc)
+        _cpp.conv_commit(conv_c, c.slots, c.bank_x, c.read_bank, acc)
+        assert torch.equal(conv_c, conv_r)
+
+
+# --------------------------------------------------------------------------------------------
+# registration: schemas, fake kernels (torch.compile)
+# --------------------------------------------------------------------------------------------
+
+
+def test_opcheck_schemas_and_fakes():
+    c = Case([3, 2], 2, 6, 24, 40, seed=8, pending=[1, 2])
+    st, bk, bv, bg = c.clone_mutables()
+    cc = ConvCase([3, 2], C=20, seed=8, pending=[1, 2])
+    tests = ("test_schema", "test_faketensor")
+    torch.library.opcheck(torch.ops.vllm_specla.chain_verify.default,
+                          (*c.tensors(), c.scale, st, c.slots, c.cu, bk, bv, bg, c.write_bank, c.pending,
+                           c.read_bank, False, True), test_utils=tests)
+    torch.library.opcheck(torch.ops.vllm_specla.tree_verify.default,
+                          (*c.tensors(), c.scale, st, c.slots, c.cu, torch.tensor([-1, 0, 0, -1, 0]), bk, bv, bg,
+                           c.write_bank, c.pending, c.read_bank, True), test_utils=tests)
+    torch.library.opcheck(torch.ops.vllm_specla.recover.default,
+                          (st, c.slots, bk, bv, bg, c.read_bank, torch.tensor([2, 1])), test_utils=tests)
+    torch.library.opcheck(torch.ops.vllm_specla.conv_verify.default,
+                          (cc.x, cc.w, cc.cu, cc.conv, cc.slots, cc.bank_x, cc.write_bank, cc.pending, cc.read_bank,
+                           False), test_utils=tests)
+    torch.library.opcheck(torch.ops.vllm_specla.conv_commit.default,
+                          (cc.conv, cc.slots, cc.bank_x, cc.read_bank, torch.tensor([1, 2])), test_utils=tests)

@@ -1,0 +1,214 @@
+"""Loader of the C++ CPU ops (``csrc/``): ``torch.ops.vllm_specla.<name>``.
+
+``setup.py`` builds the extension ``vllm_specla._C`` when torch and a C++ compiler are present at
+install time (the Makefile installs with ``--no-build-isolation``). Importing it registers the
+ops; this module wraps them with the keyword signatures of the torch references and registers
+fake (meta) kernels so they trace under ``torch.compile``.
+
+* :data:`AVAILABLE` – True when the ops are registered (the dispatchers in ``chain_verify.py`` /
+  ``recover.py`` then use them for CPU tensors, else the plain-torch references);
+* :data:`LOAD_ERROR` – why not, when not;
+* ``VLLM_SPECLA_DISABLE_CPP=1`` – never use the C++ ops (references everywhere);
+* ``VLLM_SPECLA_CPP_JIT=1`` – if the built extension is missing, compile ``csrc/`` now with
+  ``torch.utils.cpp_extension.load`` (about 1-2 min, cached under ``TORCH_EXTENSIONS_DIR``);
+* ``VLLM_SPECLA_CPP_OPS=chain_verify,recover`` – use the C++ ops only for these names (debug);
+* ``VLLM_SPECLA_CPP_CHECK=1`` – debug: every call also runs the torch reference on copies of the
+  rows' slots and raises ``RuntimeError`` if any output or mutated slot differs (slow).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+import torch
+
+AVAILABLE = False
+LOAD_ERROR: str | None = None
+CHECK = os.environ.get("VLLM_SPECLA_CPP_CHECK", "0") not in ("", "0")
+_OPS = ("chain_verify", "tree_verify", "recover", "conv_verify", "conv_commit")
+_ENABLED = {n.strip() for n in os.environ.get("VLLM_SPECLA_CPP_OPS", ",".join(_OPS)).split(",") if n.strip()}
+
+
+def _csrc_dir() -> str:
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "csrc")
+
+
+def _jit_load() -> None:
+    from torch.utils.cpp_extension import load  # noqa: PLC0415
+
+    src = _csrc_dir()
+    sources = [os.path.join(src, "torch_bindings.cpp")] + sorted(glob.glob(os.path.join(src, "cpu", "*.cpp")))
+    if not os.path.isfile(sources[0]):
+        raise ImportError(f"no C++ sources at {src}")
+    load(name="vllm_specla_C_jit", sources=sources, extra_cflags=["-O3", "-fopenmp", "-fno-trapping-math"],
+         extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
+
+
+def _registered() -> bool:
+    ns = getattr(torch.ops, "vllm_specla", None)
+    try:
+        return ns is not None and all(hasattr(ns, name) for name in _OPS)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _load() -> None:
+    global AVAILABLE, LOAD_ERROR
+    if os.environ.get("VLLM_SPECLA_DISABLE_CPP", "0") not in ("", "0"):
+        LOAD_ERROR = "disabled by VLLM_SPECLA_DISABLE_CPP"
+        return
+    try:
+        import vllm_specla._C  # noqa: F401, PLC0415  (runs the TORCH_LIBRARY registrations)
+    except (ImportError, OSError) as e:  # not built, or built against another torch
+        LOAD_ERROR = f"vllm_specla._C not importable ({e})"
+        if os.environ.get("VLLM_SPECLA_CPP_JIT", "0") not in ("", "0"):
+            try:
+                _jit_load()
+                LOAD_ERROR = None
+            except Exception as e2:  # noqa: BLE001
+                LOAD_ERROR += f"; JIT build failed ({e2})"
+                return
+        else:
+            return
+    if not _registered():
+        LOAD_ERROR = "extension loaded but torch.ops.vllm_specla ops are missing"
+        return
+    _register_fakes()
+    AVAILABLE = True
+    LOAD_ERROR = None
+
+
+def _register_fakes() -> None:
+    def _o(v):
+        return v.new_empty(v.shape, dtype=torch.float32)
+
+    fakes = {
+        "vllm_specla::chain_verify": lambda q, k, v, *a, **kw: _o(v),
+        "vllm_specla::tree_verify": lambda q, k, v, *a, **kw: _o(v),
+        "vllm_specla::conv_verify": lambda x, *a, **kw: x.new_empty(x.shape, dtype=torch.float32),
+        "vllm_specla::recover": lambda *a, **kw: None,
+        "vllm_specla::conv_commit": lambda *a, **kw: None,
+    }
+    for name, fn in fakes.items():
+        try:
+            torch.library.register_fake(name)(fn)
+        except RuntimeError:  # already registered (module reloaded)
+            pass
+
+
+def use(op: str, *tensors) -> bool:
+    """True when the C++ op ``op`` is built (and enabled) and every given tensor (None skipped) is
+    on the CPU: the dispatchers' test."""
+    return AVAILABLE and op in _ENABLED and all(t is None or t.device.type == "cpu" for t in tensors)
+
+
+def _checked(name: str, ref, cpp_call, slots, mutated: dict, ref_call):
+    """Debug mode: run ``cpp_call()``; run ``ref_call(sub, local_slots)`` on copies of the rows
+    ``slots`` of every slot-indexed tensor in ``mutated`` (slots renumbered 0..R-1, so the possibly
+    huge slot pools are never cloned); raise if any output or mutated row differs."""
+    idx = slots.long()
+    subs = {k: v[idx].clone() for k, v in mutated.items() if v is not None}
+    out_ref = ref_call(subs, torch.arange(idx.numel(), device=idx.device))
+    out = cpp_call()
+    bad = []
+    if out is not None and not torch.allclose(out, out_ref, atol=1e-4, rtol=1e-3, equal_nan=True):
+        bad.append(f"output max|diff| {float((out - out_ref).abs().nan_to_num().max()):.3g}")
+    for k, c in subs.items():
+        t = mutated[k][idx]
+        if not torch.allclose(t.float(), c.float(), atol=1e-4, rtol=1e-3, equal_nan=True):
+            bad.append(f"{k} max|diff| {float((t.float() - c.float()).abs().nan_to_num().max()):.3g}")
+    if bad:
+        shapes = {k: (tuple(v.shape), v.stride(), v.dtype) for k, v in mutated.items() if v is not None}
+        msg = f"vllm_specla C++ {name} differs from {ref.__name__}: {bad}; {shapes}"
+        print(msg, file=sys.stderr, flush=True)
+        raise RuntimeError(msg)
+    return out
+
+
+# ---- wrappers with the references' keyword signatures ---------------------------------------
+
+
+def chain_verify(q, k, v, g, beta, *, scale, state, slots, cu_seqlens, bank_k=None, bank_v=None, bank_g=None,
+                 write_bank=None, pending_len=None, read_bank=None, write_final_state=False,
+                 use_qk_l2norm=True) -> torch.Tensor:
+    """C++ :func:`~vllm_specla.ops.reference.chain_verify_ref` (same arguments and result)."""
+    if CHECK:
+        from vllm_specla.ops.reference import chain_verify_ref as ref  # noqa: PLC0415
+
+        kw = dict(scale=scale, cu_seqlens=cu_seqlens, write_bank=write_bank, pending_len=pending_len,
+                  read_bank=read_bank, write_final_state=write_final_state, use_qk_l2norm=use_qk_l2norm)
+        muts = dict(state=state, bank_k=bank_k, bank_v=bank_v, bank_g=bank_g)
+        return _checked("chain_verify", ref, lambda: _chain_verify(q, k, v, g, beta, slots=slots, **kw, **muts), slots,
+                        muts, lambda c, ls: ref(q, k, v, g, beta, slots=ls, **kw, **{m: c.get(m) for m in muts}))
+    return _chain_verify(q, k, v, g, beta, scale=scale, state=state, slots=slots, cu_seqlens=cu_seqlens,
+                         bank_k=bank_k, bank_v=bank_v, bank_g=bank_g, write_bank=write_bank, pending_len=pending_len,
+                         read_bank=read_bank, write_final_state=write_final_state, use_qk_l2norm=use_qk_l2norm)
+
+
+def _chain_verify(q, k, v, g, beta, *, scale, state, slots, cu_seqlens, bank_k, bank_v, bank_g, write_bank,
+                  pending_len, read_bank, write_final_state, use_qk_l2norm):
+    return torch.ops.vllm_specla.chain_verify(q, k, v, g, beta, float(scale), state, slots, cu_seqlens, bank_k, bank_v,
+                                              bank_g, write_bank, pending_len, read_bank, bool(write_final_state),
+                                              bool(use_qk_l2norm))
+
+
+def tree_verify(q, k, v, g, beta, *, scale, state, slots, cu_seqlens, parents, bank_k=None, bank_v=None,
+                bank_g=None, write_bank=None, pending_len=None, read_bank=None, use_qk_l2norm=True,
+                node_states=None) -> torch.Tensor:
+    """C++ :func:`~vllm_specla.ops.tree_reference.tree_verify_sequential_ref` (``node_states`` unsupported)."""
+    if node_states is not None:
+        raise ValueError("the C++ tree_verify does not return node states; use tree_verify_sequential_ref")
+    if not isinstance(parents, torch.Tensor):
+        parents = torch.tensor(list(parents), dtype=torch.int64)
+    return torch.ops.vllm_specla.tree_verify(q, k, v, g, beta, float(scale), state, slots, cu_seqlens, parents,
+                                             bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
+                                             bool(use_qk_l2norm))
+
+
+def recover(state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted) -> None:
+    """C++ :func:`~vllm_specla.ops.reference.recover_ref` (in place)."""
+    if CHECK:
+        from vllm_specla.ops.reference import recover_ref as ref  # noqa: PLC0415
+
+        _checked("recover", ref, lambda: torch.ops.vllm_specla.recover(state, slots, bank_k, bank_v, bank_g, bank_idx,
+                                                                       num_accepted),
+                 slots, dict(state=state, bank_k=bank_k, bank_v=bank_v, bank_g=bank_g),
+                 lambda c, ls: ref(c["state"], ls, c["bank_k"], c["bank_v"], c["bank_g"], bank_idx, num_accepted))
+        return
+    torch.ops.vllm_specla.recover(state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted)
+
+
+def conv_verify(x, weight, cu_seqlens, conv_state, slots, *, bank_x=None, write_bank=None, pending_len=None,
+                read_bank=None, write_final_state=False) -> torch.Tensor:
+    """C++ :func:`~vllm_specla.ops.reference.conv_verify_ref` (same arguments and result)."""
+    if CHECK:
+        from vllm_specla.ops.reference import conv_verify_ref as ref  # noqa: PLC0415
+
+        kw = dict(write_bank=write_bank, pending_len=pending_len, read_bank=read_bank,
+                  write_final_state=write_final_state)
+        return _checked("conv_verify", ref,
+                        lambda: torch.ops.vllm_specla.conv_verify(x, weight, cu_seqlens, conv_state, slots, bank_x,
+                                                                  write_bank, pending_len, read_bank,
+                                                                  bool(write_final_state)),
+                        slots, dict(conv_state=conv_state, bank_x=bank_x),
+                        lambda c, ls: ref(x, weight, cu_seqlens, c["conv_state"], ls, bank_x=c.get("bank_x"), **kw))
+    return torch.ops.vllm_specla.conv_verify(x, weight, cu_seqlens, conv_state, slots, bank_x, write_bank,
+                                             pending_len, read_bank, bool(write_final_state))
+
+
+def conv_commit(conv_state, slots, bank_x, bank_idx, num_accepted) -> None:
+    """C++ :func:`~vllm_specla.ops.reference.conv_commit_ref` (in place)."""
+    if CHECK:
+        from vllm_specla.ops.reference import conv_commit_ref as ref  # noqa: PLC0415
+
+        _checked("conv_commit", ref,
+                 lambda: torch.ops.vllm_specla.conv_commit(conv_state, slots, bank_x, bank_idx, num_accepted),
+                 slots, dict(conv_state=conv_state, bank_x=bank_x),
+                 lambda c, ls: ref(c["conv_state"], ls, c["bank_x"], bank_idx, num_accepted))
+        return
+    torch.ops.vllm_specla.conv_commit(conv_state, slots, bank_x, bank_idx, num_accepted)
+
+
+_load()
