@@ -348,3 +348,26 @@ def test_opcheck_schemas_and_fakes():
                            False), test_utils=tests)
     torch.library.opcheck(torch.ops.vllm_specla.conv_commit.default,
                           (cc.conv, cc.slots, cc.bank_x, cc.read_bank, torch.tensor([1, 2])), test_utils=tests)
+
+
+# --------------------------------------------------------------------------------------------
+# CUDA chain verify (csrc/cuda, JIT): NOT RUN by its author (no GPU); skipped without CUDA
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
+@pytest.mark.parametrize("mode", ["spec_pending", "ar", "plain"])
+def test_cuda_chain_verify_matches_reference(mode):
+    assert _cpp.load_cuda()
+    c = Case([5, 1, 3], 2, 6, 24, 40, seed=21, pending=[3, 0, 2] if mode == "spec_pending" else None)
+    record, pend, wfs = mode.startswith("spec"), mode == "spec_pending", mode == "ar"
+    m_ref = c.clone_mutables()
+    o_ref = chain_verify_ref(*c.tensors(), **c.kwargs(m_ref, record, pend, wfs))
+    dev = torch.device("cuda")
+    cuda = lambda t: t.to(dev) if isinstance(t, torch.Tensor) else t  # noqa: E731
+    m_gpu = [t.to(dev) for t in c.mutables()]
+    kw = {k: cuda(v) for k, v in c.kwargs(m_gpu, record, pend, wfs).items()}
+    o = _cpp.chain_verify(*(cuda(t) for t in c.tensors()), **kw)
+    torch.testing.assert_close(o.cpu(), o_ref, **TOL)
+    assert_all_close([t.cpu() for t in m_gpu], m_ref, **TOL)

@@ -46,6 +46,27 @@ def _jit_load() -> None:
          extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
 
 
+def load_cuda(verbose: bool = False) -> bool:
+    """JIT-build ``csrc/cuda/`` (a CUDA ``chain_verify``: state tile in shared memory, V tiled, fused
+    deferred commit) and register it for CUDA tensors of ``torch.ops.vllm_specla.chain_verify``.
+
+    NOT RUN: written on a machine without a GPU and only compile-checked (``nvcc -arch=sm_90 -c``);
+    the public dispatcher keeps using the Triton kernel on CUDA. Needs CUDA torch, nvcc and the
+    CPU extension loaded first (it defines the op schemas). Returns False when CUDA is absent.
+    """
+    if not AVAILABLE:
+        raise RuntimeError(f"the C++ CPU extension (op schemas) is not loaded: {LOAD_ERROR}")
+    if not torch.cuda.is_available():
+        return False
+    from torch.utils.cpp_extension import load  # noqa: PLC0415
+
+    src = os.path.join(_csrc_dir(), "cuda")
+    load(name="vllm_specla_cuda_jit", sources=[os.path.join(src, "chain_verify.cu"),
+                                               os.path.join(src, "torch_binding_cuda.cpp")],
+         extra_cflags=["-O3"], extra_cuda_cflags=["-O3"], is_python_module=False, verbose=verbose)
+    return True
+
+
 def _registered() -> bool:
     ns = getattr(torch.ops, "vllm_specla", None)
     try:

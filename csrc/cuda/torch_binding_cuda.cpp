@@ -1,0 +1,96 @@
+// CUDA kernel of torch.ops.vllm_specla.chain_verify (schema: csrc/torch_bindings.cpp).
+//
+// NOT RUN: compiled only on a machine with CUDA torch, via vllm_specla.ops._cpp.load_cuda()
+// (torch.utils.cpp_extension.load of csrc/cuda/*); never executed by its author (no GPU).
+// The C++ CPU extension (vllm_specla._C) must be loaded first: it defines the op schemas.
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <optional>
+
+#include "chain_verify.cuh"
+
+namespace {
+
+at::Tensor idx64(const at::Tensor& t) {
+  TORCH_CHECK(t.is_cuda(), "vllm_specla chain_verify (CUDA): index tensors must be on the GPU");
+  return t.to(at::kLong).contiguous();
+}
+
+const int64_t* opt_idx(const std::optional<at::Tensor>& t, std::optional<at::Tensor>& keep) {
+  if (!t.has_value()) return nullptr;
+  keep = idx64(*t);
+  return keep->data_ptr<int64_t>();
+}
+
+template <int D>
+void strides(const at::Tensor& t, int64_t* out) {
+  TORCH_CHECK(t.dim() == D, "expected a ", D, "-d tensor");
+  for (int d = 0; d < D; ++d) out[d] = t.stride(d);
+}
+
+at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
+                             const at::Tensor& beta, double scale, const at::Tensor& state, const at::Tensor& slots,
+                             const at::Tensor& cu_seqlens, const std::optional<at::Tensor>& bank_k,
+                             const std::optional<at::Tensor>& bank_v, const std::optional<at::Tensor>& bank_g,
+                             const std::optional<at::Tensor>& write_bank,
+                             const std::optional<at::Tensor>& pending_len,
+                             const std::optional<at::Tensor>& read_bank, bool write_final_state,
+                             bool use_qk_l2norm) {
+  TORCH_CHECK(state.is_cuda() && state.scalar_type() == at::kFloat, "state must be a CUDA float32 tensor");
+  const c10::cuda::CUDAGuard guard(state.device());
+  TORCH_CHECK(q.is_cuda() && k.is_cuda() && v.is_cuda() && g.is_cuda() && beta.is_cuda(),
+              "vllm_specla chain_verify (CUDA): all tensors must be on the GPU");
+  // Windows longer than the bank (Tmax) are not checked here (that needs a host sync of
+  // cu_seqlens): factors past Tmax are not recorded.
+  at::Tensor qf = q.to(at::kFloat).contiguous(), kf = k.to(at::kFloat).contiguous();
+  at::Tensor vf = v.to(at::kFloat).contiguous(), gf = g.to(at::kFloat).contiguous();
+  at::Tensor bf = beta.to(at::kFloat).contiguous();
+  at::Tensor sl = idx64(slots), cu = idx64(cu_seqlens);
+  std::optional<at::Tensor> wb, pl, rb;
+  vllm_specla::cuda::ChainVerifyParams p{};
+  p.q = qf.data_ptr<float>();
+  p.k = kf.data_ptr<float>();
+  p.v = vf.data_ptr<float>();
+  p.g = gf.data_ptr<float>();
+  p.beta = bf.data_ptr<float>();
+  at::Tensor o = at::empty(vf.sizes(), vf.options());
+  p.o = o.data_ptr<float>();
+  p.state = state.data_ptr<float>();
+  strides<4>(state, p.st_stride);
+  p.slots = sl.data_ptr<int64_t>();
+  p.cu_seqlens = cu.data_ptr<int64_t>();
+  p.write_bank = opt_idx(write_bank, wb);
+  p.pending_len = opt_idx(pending_len, pl);
+  p.read_bank = opt_idx(read_bank, rb);
+  const bool banks = bank_k.has_value() && bank_v.has_value() && bank_g.has_value();
+  TORCH_CHECK(banks || (p.write_bank == nullptr && p.pending_len == nullptr),
+              "bank_k, bank_v, bank_g are required with write_bank or pending_len");
+  if (banks) {
+    p.bank_k = bank_k->data_ptr<float>();
+    p.bank_v = bank_v->data_ptr<float>();
+    p.bank_g = bank_g->data_ptr<float>();
+    strides<5>(*bank_k, p.bk_stride);
+    strides<5>(*bank_v, p.bv_stride);
+    strides<4>(*bank_g, p.bg_stride);
+    p.Tmax = static_cast<int>(bank_k->size(2));
+  }
+  p.R = static_cast<int>(sl.numel());
+  p.H = static_cast<int>(q.size(1));
+  p.K = static_cast<int>(q.size(2));
+  p.HV = static_cast<int>(v.size(1));
+  p.V = static_cast<int>(v.size(2));
+  p.scale = static_cast<float>(scale);
+  p.write_final_state = write_final_state;
+  p.use_qk_l2norm = use_qk_l2norm;
+  const cudaError_t err = vllm_specla::cuda::chain_verify(p, c10::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err == cudaSuccess, "vllm_specla chain_verify CUDA launch failed: ", cudaGetErrorString(err));
+  return o;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(vllm_specla, CUDA, m) { m.impl("chain_verify", &chain_verify_cuda); }
