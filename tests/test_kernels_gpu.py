@@ -131,6 +131,32 @@ def test_chain_ar_decode_no_banks(shape):
     assert rel(o2, o1) < TOL and rel(s2, s1) < TOL
 
 
+@pytest.mark.parametrize("config", [(8, 1, 0, 0), (4, 1, 16, 1)])
+def test_chain_token_strided_inputs(config, monkeypatch):
+    """q/k/v as column slices of one [N, C] conv output and g/beta as slices of one [N, 2*HV]
+    tensor (what the fused runtime passes) are read in place and give the contiguous result."""
+    monkeypatch.setattr(tc, "CONFIG_OVERRIDE", config)
+    shape = SMALL[0]
+    c = Case(shape, [3, 1, 4], seed=11)
+    q, k, v, g, beta = c.inputs()
+    N = q.shape[0]
+    big = torch.cat([q.reshape(N, -1), k.reshape(N, -1), v.reshape(N, -1)], 1) + 0.0
+    qs, ks, vs = torch.split(big, [q[0].numel(), k[0].numel(), v[0].numel()], 1)
+    gb = torch.cat([g, beta], 1)
+    gs, bs = gb[:, : g.shape[1]], gb[:, g.shape[1]:]
+    assert not qs.is_contiguous() and not gs.is_contiguous()
+    s1, s2 = c.state.clone(), c.state.clone()
+    b1, b2 = c.banks(), c.banks()
+    kw = dict(scale=c.scale, slots=c.slots, cu_seqlens=c.cu, write_bank=c.write_bank,
+              pending_len=c.pending_len, read_bank=c.read_bank)
+    o1 = tc.chain_verify(q, k, v, g, beta, state=s1, bank_k=b1[0], bank_v=b1[1], bank_g=b1[2], **kw)
+    o2 = tc.chain_verify(qs.view(q.shape), ks.view(k.shape), vs.view(v.shape), gs, bs, state=s2,
+                         bank_k=b2[0], bank_v=b2[1], bank_g=b2[2], **kw)
+    assert torch.equal(o1, o2) and torch.equal(s1, s2)
+    for x, y in zip(b1, b2):
+        assert torch.equal(x, y)
+
+
 def test_chain_bf16_inputs():
     shape = SMALL[0] if not HAVE_CUDA else BIG[0]
     c = Case(shape, [5, 1, 9], seed=5, dtype=torch.bfloat16)

@@ -100,7 +100,7 @@ def _chain_verify_kernel_2d(
     state, slots, cu_seqlens,
     bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
     snap,
-    scale, Tmax,
+    scale, Tmax, sq, sk, sv, sg, sb,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr,
     HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, WRITE_FINAL: tl.constexpr,
@@ -147,11 +147,11 @@ def _chain_verify_kernel_2d(
     # ---- the window, state tile on chip ----
     for t in range(0, eos - bos):
         i_t = bos + t
-        b_q = tl.load(q + (i_t * H + i_h) * K + o_k, mask=mk, other=0.0).to(tl.float32)
-        b_k = tl.load(k + (i_t * H + i_h) * K + o_k, mask=mk, other=0.0).to(tl.float32)
-        b_v = tl.load(v + (i_t * HV + i_hv) * V + o_v, mask=mv, other=0.0).to(tl.float32)
-        b_g = tl.load(g + i_t * HV + i_hv).to(tl.float32)
-        b_beta = tl.load(beta + i_t * HV + i_hv).to(tl.float32)
+        b_q = tl.load(q + i_t * sq + i_h * K + o_k, mask=mk, other=0.0).to(tl.float32)
+        b_k = tl.load(k + i_t * sk + i_h * K + o_k, mask=mk, other=0.0).to(tl.float32)
+        b_v = tl.load(v + i_t * sv + i_hv * V + o_v, mask=mv, other=0.0).to(tl.float32)
+        b_g = tl.load(g + i_t * sg + i_hv).to(tl.float32)
+        b_beta = tl.load(beta + i_t * sb + i_hv).to(tl.float32)
         if L2NORM:
             b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q) + 1e-6)
             b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k) + 1e-6)
@@ -194,7 +194,7 @@ def _chain_verify_kernel(
     state, slots, cu_seqlens,
     bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
     snap,
-    scale, Tmax,
+    scale, Tmax, sq, sk, sv, sg, sb,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BV: tl.constexpr, KO: tl.constexpr, KI: tl.constexpr,
     HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, WRITE_FINAL: tl.constexpr,
@@ -264,27 +264,27 @@ def _chain_verify_kernel(
         # clamped indices instead of masks: always a valid token (the launcher disables PREFETCH
         # for N == 0); a row's last iteration re-reads its last token, unused
         i_0 = tl.maximum(tl.minimum(bos, eos - 1), 0)
-        n_q = tl.load(q + (i_0 * H + i_h) * K + o_kk, mask=mk, other=0.0).to(tl.float32)
-        n_k = tl.load(k + (i_0 * H + i_h) * K + o_kk, mask=mk, other=0.0).to(tl.float32)
-        n_v = tl.load(v + (i_0 * HV + i_hv) * V + o_v, mask=mv, other=0.0).to(tl.float32)
-        n_g = tl.load(g + i_0 * HV + i_hv).to(tl.float32)
-        n_b = tl.load(beta + i_0 * HV + i_hv).to(tl.float32)
+        n_q = tl.load(q + i_0 * sq + i_h * K + o_kk, mask=mk, other=0.0).to(tl.float32)
+        n_k = tl.load(k + i_0 * sk + i_h * K + o_kk, mask=mk, other=0.0).to(tl.float32)
+        n_v = tl.load(v + i_0 * sv + i_hv * V + o_v, mask=mv, other=0.0).to(tl.float32)
+        n_g = tl.load(g + i_0 * sg + i_hv).to(tl.float32)
+        n_b = tl.load(beta + i_0 * sb + i_hv).to(tl.float32)
     for t in range(0, T):
         i_t = bos + t
         if PREFETCH:
             b_q, b_k, b_v, b_g, b_beta = n_q, n_k, n_v, n_g, n_b
             i_n = tl.minimum(i_t + 1, eos - 1)
-            n_q = tl.load(q + (i_n * H + i_h) * K + o_kk, mask=mk, other=0.0).to(tl.float32)
-            n_k = tl.load(k + (i_n * H + i_h) * K + o_kk, mask=mk, other=0.0).to(tl.float32)
-            n_v = tl.load(v + (i_n * HV + i_hv) * V + o_v, mask=mv, other=0.0).to(tl.float32)
-            n_g = tl.load(g + i_n * HV + i_hv).to(tl.float32)
-            n_b = tl.load(beta + i_n * HV + i_hv).to(tl.float32)
+            n_q = tl.load(q + i_n * sq + i_h * K + o_kk, mask=mk, other=0.0).to(tl.float32)
+            n_k = tl.load(k + i_n * sk + i_h * K + o_kk, mask=mk, other=0.0).to(tl.float32)
+            n_v = tl.load(v + i_n * sv + i_hv * V + o_v, mask=mv, other=0.0).to(tl.float32)
+            n_g = tl.load(g + i_n * sg + i_hv).to(tl.float32)
+            n_b = tl.load(beta + i_n * sb + i_hv).to(tl.float32)
         else:
-            b_q = tl.load(q + (i_t * H + i_h) * K + o_kk, mask=mk, other=0.0).to(tl.float32)
-            b_k = tl.load(k + (i_t * H + i_h) * K + o_kk, mask=mk, other=0.0).to(tl.float32)
-            b_v = tl.load(v + (i_t * HV + i_hv) * V + o_v, mask=mv, other=0.0).to(tl.float32)
-            b_g = tl.load(g + i_t * HV + i_hv).to(tl.float32)
-            b_beta = tl.load(beta + i_t * HV + i_hv).to(tl.float32)
+            b_q = tl.load(q + i_t * sq + i_h * K + o_kk, mask=mk, other=0.0).to(tl.float32)
+            b_k = tl.load(k + i_t * sk + i_h * K + o_kk, mask=mk, other=0.0).to(tl.float32)
+            b_v = tl.load(v + i_t * sv + i_hv * V + o_v, mask=mv, other=0.0).to(tl.float32)
+            b_g = tl.load(g + i_t * sg + i_hv).to(tl.float32)
+            b_beta = tl.load(beta + i_t * sb + i_hv).to(tl.float32)
         if L2NORM:
             b_q = b_q * tl.rsqrt(tl.sum(tl.sum(b_q * b_q, 1), 0) + 1e-6)
             b_k = b_k * tl.rsqrt(tl.sum(tl.sum(b_k * b_k, 1), 0) + 1e-6)
@@ -319,6 +319,16 @@ def _chain_verify_kernel(
         tl.store(state + (slot2 * HV + i_hv) * (V * K) + offs, b_h * sc, mask=mh)
 
 
+def _rows_dense(x: torch.Tensor, ndim_inner: int) -> torch.Tensor:
+    """``x`` itself when every dim but the first (token) dim is densely packed, else a copy."""
+    expect = 1
+    for d in range(x.dim() - 1, x.dim() - 1 - ndim_inner, -1):
+        if x.shape[d] != 1 and x.stride(d) != expect:
+            return x.contiguous()
+        expect *= x.shape[d]
+    return x
+
+
 def _launch_chain(
     q, k, v, g, beta, scale, state, slots, cu_seqlens,
     bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
@@ -328,7 +338,10 @@ def _launch_chain(
     HV, V = v.shape[-2:]
     assert HV % H == 0, "HV must be a multiple of H"
     assert state.shape[1:] == (HV, V, K) and state.dtype == torch.float32 and state.is_contiguous()
-    q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
+    # token-strided inputs are read in place (e.g. q/k/v column slices of one conv output, g/beta
+    # of one gating output); only the head and feature dims must be dense
+    q, k, v = (_rows_dense(x, 2) for x in (q, k, v))
+    g, beta = (_rows_dense(x, 1) for x in (g, beta))
     R = cu_seqlens.numel() - 1
     o = torch.empty(N, HV, V, dtype=torch.float32, device=v.device)
     if R == 0:
@@ -358,7 +371,7 @@ def _launch_chain(
         pending_len if has_pending else slots,
         read_bank if has_pending else slots,
         snap if snap is not None else dummy,
-        float(scale), tmax,
+        float(scale), tmax, q.stride(0), k.stride(0), v.stride(0), g.stride(0), beta.stride(0),
     )
     flags = dict(HAS_BANK=has_bank, HAS_PENDING=has_pending, WRITE_FINAL=bool(write_final_state),
                  L2NORM=bool(use_qk_l2norm), SNAPSHOT=snap is not None)
