@@ -283,6 +283,23 @@ def test_ar_matches_fla():
 # ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("final", [False, True])
+def test_conv_verify_row_strided_input(final):
+    """x as a column slice of a wider projection output is read in place, same result."""
+    c = Case(SMALL[0], [2, 3, 1], seed=23)
+    wide = torch.cat([c.x, torch.randn(c.x.shape[0], 7, device=c.x.device, dtype=c.x.dtype)], 1)
+    xs = wide[:, : c.x.shape[1]]
+    assert not xs.is_contiguous()
+    outs = []
+    for x in (c.x, xs):
+        cs, bx = c.conv_state.clone(), c.bank_x.clone()
+        y = tc.conv_verify(x, c.weight, c.cu, cs, c.slots, bank_x=bx, write_bank=c.write_bank,
+                           pending_len=c.pending_len, read_bank=c.read_bank, write_final_state=final)
+        outs.append((y, cs, bx))
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("pending", [False, True])
 @pytest.mark.parametrize("final", [False, True])

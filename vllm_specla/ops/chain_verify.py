@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from vllm_specla.ops import _cpp
-from vllm_specla.ops.reference import chain_verify_ref, conv_verify_ref
+from vllm_specla.ops.reference import chain_verify_ref, chain_verify_snapshots_ref, conv_verify_ref
 
 
 def _triton_impl():
@@ -32,6 +32,15 @@ def chain_verify(q, k, v, g, beta, **kw) -> torch.Tensor:
     elif _cpp.use("chain_verify", q, kw.get("state")):
         return _cpp.chain_verify(q, k, v, g, beta, **kw)
     return chain_verify_ref(q, k, v, g, beta, **kw)
+
+
+def chain_verify_snapshots(q, k, v, g, beta, **kw) -> torch.Tensor:
+    """Per-token-snapshot verify (baseline); see :func:`chain_verify_snapshots_ref`."""
+    if q.is_cuda:
+        impl = _triton_impl()
+        if impl is not None and hasattr(impl, "chain_verify_snapshots"):
+            return impl.chain_verify_snapshots(q, k, v, g, beta, **kw)
+    return chain_verify_snapshots_ref(q, k, v, g, beta, **kw)
 
 
 def conv_verify(x, weight, cu_seqlens, conv_state, slots, **kw) -> torch.Tensor:

@@ -262,6 +262,40 @@ def chain_verify_ref(
     return o
 
 
+def chain_verify_snapshots_ref(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    *,
+    scale: float,
+    state: torch.Tensor,
+    slots: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    snap: torch.Tensor,
+    use_qk_l2norm: bool = True,
+) -> torch.Tensor:
+    """Per-token-snapshot verify (the vLLM-native baseline, benchmarks only).
+
+    Like :func:`chain_verify_ref` without factors, but writes the full state after every window
+    token ``t`` of row ``r`` into ``snap[r, t]`` (``snap [R, Tmax, HV, V, K]`` float32). ``state``
+    may be a view of ``snap`` (``snap.view(R * Tmax, HV, V, K)``, rollback = read slot
+    ``r * Tmax + num_accepted - 1``): each row's state is read before any of its snapshots is
+    written. Returns ``o [N, HV, V]`` float32.
+    """
+    o = torch.empty(q.shape[0], v.shape[1], v.shape[2], dtype=torch.float32, device=v.device)
+    for r, (s, e) in enumerate(_rows(cu_seqlens)):
+        tmp = state[int(slots[r])].clone()[None]
+        for t in range(s, e):
+            o[t : t + 1] = chain_verify_ref(
+                q[t : t + 1], k[t : t + 1], v[t : t + 1], g[t : t + 1], beta[t : t + 1], scale=scale,
+                state=tmp, slots=torch.zeros(1, dtype=torch.long), cu_seqlens=torch.tensor([0, 1]),
+                write_final_state=True, use_qk_l2norm=use_qk_l2norm)
+            snap[r, t - s] = tmp[0]
+    return o
+
+
 def recover_ref(
     state: torch.Tensor,
     slots: torch.Tensor,

@@ -431,23 +431,30 @@ def chain_verify_snapshots(q, k, v, g, beta, *, scale, state, slots, cu_seqlens,
 
 
 @triton.jit
-def _z_load(p_cs, p_bx, p_x, z, oc, m, n_p, C, W1: tl.constexpr):
+def _z_load_s(p_cs, p_bx, p_x, z, oc, m, n_p, C, SX, W1: tl.constexpr):
     """Rows ``z`` of Z = (conv window ``p_cs`` [W1 rows] ++ pending raw inputs ``p_bx`` [n_p rows]
-    ++ the row's inputs ``p_x``), float32; ``z``, ``oc`` and ``m`` share one (broadcast) shape."""
+    ++ the row's inputs ``p_x``, row stride ``SX``), float32; ``z``, ``oc`` and ``m`` share one
+    (broadcast) shape."""
     in_h = z < W1
     in_p = (z >= W1) & (z < W1 + n_p)
     in_x = z >= W1 + n_p
     a = tl.load(p_cs + tl.where(in_h, z, 0) * C + oc, mask=m & in_h, other=0.0).to(tl.float32)
     b = tl.load(p_bx + tl.where(in_p, z - W1, 0) * C + oc, mask=m & in_p, other=0.0).to(tl.float32)
-    c = tl.load(p_x + tl.where(in_x, z - W1 - n_p, 0) * C + oc, mask=m & in_x, other=0.0).to(tl.float32)
+    c = tl.load(p_x + tl.where(in_x, z - W1 - n_p, 0) * SX + oc, mask=m & in_x, other=0.0).to(tl.float32)
     return tl.where(in_h, a, tl.where(in_p, b, c))
+
+
+@triton.jit
+def _z_load(p_cs, p_bx, p_x, z, oc, m, n_p, C, W1: tl.constexpr):
+    """:func:`_z_load_s` with densely packed inputs (row stride ``C``)."""
+    return _z_load_s(p_cs, p_bx, p_x, z, oc, m, n_p, C, C, W1)
 
 
 @triton.jit
 def _conv_verify_kernel(
     x, weight, y, cu_seqlens, conv_state, slots,
     bank_x, write_bank, pending_len, read_bank,
-    Tmax, C,
+    Tmax, C, SX,
     W: tl.constexpr, BW: tl.constexpr, BC: tl.constexpr,
     HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, WRITE_FINAL: tl.constexpr,
 ):
@@ -466,7 +473,7 @@ def _conv_verify_kernel(
     o_j = tl.arange(0, BW)
     mj = o_j < W1
     p_cs = conv_state + slot * W1 * C  # [W1, C] window of this slot
-    p_x = x + bos * C
+    p_x = x + bos * SX
     n_p = tl.zeros([], dtype=tl.int64)
     p_bx = bank_x
     if HAS_PENDING:
@@ -482,11 +489,11 @@ def _conv_verify_kernel(
         for i in tl.static_range(W):
             z = n_p + t + i + 0 * o_c
             w = tl.load(weight + o_c * W + i, mask=mc, other=0.0).to(tl.float32)
-            acc += w * _z_load(p_cs, p_bx, p_x, z, o_c, mc, n_p, C, W1)
+            acc += w * _z_load_s(p_cs, p_bx, p_x, z, o_c, mc, n_p, C, SX, W1)
         tl.store(y + (bos + t) * C + o_c, acc * tl.sigmoid(acc), mask=mc)
         if HAS_BANK:
             if t < Tmax:
-                xt = tl.load(p_x + t * C + o_c, mask=mc, other=0.0).to(tl.float32)
+                xt = tl.load(p_x + t * SX + o_c, mask=mc, other=0.0).to(tl.float32)
                 tl.store(bank_x + ((slot * 2 + wb) * Tmax + t) * C + o_c, xt, mask=mc)
 
     if WRITE_FINAL:
@@ -497,7 +504,7 @@ def _conv_verify_kernel(
         z2 = (new_start + o_j)[:, None] + 0 * o_c[None, :]
         oc2 = o_c[None, :] + 0 * o_j[:, None]
         m2 = mj[:, None] & mc[None, :]
-        val = _z_load(p_cs, p_bx, p_x, z2, oc2, m2, n_p, C, W1)
+        val = _z_load_s(p_cs, p_bx, p_x, z2, oc2, m2, n_p, C, SX, W1)
         tl.debug_barrier()
         tl.store(p_cs + o_j[:, None] * C + o_c[None, :], val.to(conv_state.dtype.element_ty), mask=m2)
 
@@ -520,7 +527,8 @@ def conv_verify(
     N, C = x.shape
     W = weight.shape[-1]
     assert conv_state.shape[1:] == (W - 1, C) and conv_state.is_contiguous()
-    x, weight = x.contiguous(), weight.contiguous()
+    x = x if x.stride(1) == 1 else x.contiguous()  # row stride free (a column slice is read in place)
+    weight = weight.contiguous()
     R = cu_seqlens.numel() - 1
     y = torch.empty(N, C, dtype=torch.float32, device=x.device)
     if R == 0:
@@ -539,7 +547,7 @@ def conv_verify(
         write_bank if has_bank else slots,
         pending_len if has_pending else slots,
         read_bank if has_pending else slots,
-        tmax, C,
+        tmax, C, x.stride(0),
         W=W, BW=BW, BC=BC, HAS_BANK=has_bank, HAS_PENDING=has_pending,
         WRITE_FINAL=bool(write_final_state), num_warps=4,
     )

@@ -1,0 +1,128 @@
+"""The vLLM-free decode runtime (``runtime/decode.py``, ``runtime/fused_model.py``) on CPU, fp32.
+
+The same code runs on the H200 under CUDA graphs (``benchmarks/bench_e2e.py``); here it runs eagerly
+with the reference / C++ ops: AR, SpecLA and the per-token-snapshot baseline must emit the same
+greedy tokens, the fused weight packing must equal the reference model, padding tokens of the
+drafter's absorb window must leave the state untouched, and the acceptance-controlled drafter must
+produce the requested acceptance.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vllm_specla.core.state import allocate_layer_states
+from vllm_specla.runtime.decode import DecodeRuntime, greedy_accept_window
+from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget, StepCtrl
+
+
+@pytest.fixture(scope="module")
+def pair():
+    from vllm_specla.models.drafter import load_eagle_drafter
+    from vllm_specla.models.gdn import load_fla_checkpoint
+
+    tm = load_fla_checkpoint("models/specla-gdn-tiny/target")
+    dm = load_eagle_drafter("models/specla-gdn-tiny/drafter")
+    tgt = FusedTarget(tm, torch.float32, "cpu")
+    return tm, tgt, FusedEagle(dm, tgt, torch.float32, "cpu")
+
+
+def _prompts(B, P, seed):
+    return torch.randint(3, 8000, (B, P), generator=torch.Generator().manual_seed(seed))
+
+
+def test_fused_target_equals_reference_model(pair):
+    tm, tgt, _ = pair
+    prompts = _prompts(2, 12, 0)
+    states = allocate_layer_states(tm.config, 2, 0)
+    h = tgt.hidden(prompts, states, "ar", StepCtrl.uniform(2, 12, "cpu"))
+    ref = tm.hidden_sequence(prompts).reshape(24, -1)
+    assert float((h - ref).norm() / ref.norm()) < 1e-5
+
+
+def test_commit_mode_padding_leaves_state_unchanged(pair):
+    """Drafter absorb: a row of T tokens with valid_len = v ends in the state of its first v tokens."""
+    tm, tgt, _ = pair
+    B, T = 3, 5
+    toks = _prompts(B, T, 1)
+    valid = torch.tensor([1, 3, 5])
+    s_commit = allocate_layer_states(tm.config, B, T)
+    c = StepCtrl.uniform(B, T, "cpu")
+    c.valid_len.copy_(valid)
+    h_commit = tgt.hidden(toks, s_commit, "commit", c).view(B, T, -1)
+    for r in range(B):
+        v = int(valid[r])
+        s_ar = allocate_layer_states(tm.config, 1, 0)
+        h_ar = tgt.hidden(toks[r : r + 1, :v], s_ar, "ar", StepCtrl.uniform(1, v, "cpu"))
+        assert torch.allclose(h_commit[r, :v], h_ar, atol=1e-5, rtol=1e-5)
+        for a, b in zip(s_commit, s_ar):
+            assert torch.allclose(a.ssm[r], b.ssm[0], atol=1e-6, rtol=1e-5)
+            assert torch.allclose(a.conv[r], b.conv[0], atol=1e-5, rtol=1e-5)
+
+
+def test_greedy_accept_window_matches_core():
+    g = torch.Generator().manual_seed(2)
+    B, K = 64, 4
+    am = torch.randint(0, 3, (B, K + 1), generator=g)
+    window = torch.cat([torch.zeros(B, 1, dtype=torch.long), torch.randint(0, 3, (B, K), generator=g)], 1)
+    a, bonus = greedy_accept_window(window, am)
+    for b in range(B):  # written out: accepted = longest prefix with draft == target argmax
+        m = 0
+        while m < K and int(window[b, m + 1]) == int(am[b, m]):
+            m += 1
+        assert int(a[b]) == m and int(bonus[b]) == int(am[b, m])
+    assert a.min() == 0 and a.max() >= 2  # both ends exercised
+
+
+@pytest.mark.parametrize("K", [1, 3])
+def test_modes_emit_identical_greedy_tokens(pair, K):
+    _, tgt, dr = pair
+    B = 3
+    prompts = _prompts(B, 8, 3)
+    outs, taus = {}, {}
+    for mode, steps in (("ar", 24), ("specla", 10), ("snapshot", 10)):
+        rt = DecodeRuntime(tgt, B, mode, K, dr, max_new_tokens=40)
+        rt.prefill(prompts)
+        r = rt.run(steps)
+        outs[mode], taus[mode] = rt.outputs(), r.mean_acceptance_length
+        assert r.tokens == sum(len(o) for o in outs[mode]) - B  # prefill emitted one per row
+    for mode in ("specla", "snapshot"):
+        for a, b in zip(outs["ar"], outs[mode]):
+            n = min(len(a), len(b))
+            assert n >= 11 and a[:n] == b[:n]
+    assert taus["specla"] == taus["snapshot"] > 1.0  # same drafts, same acceptance
+    if K == 3:
+        sb = DecodeRuntime(tgt, B, "snapshot", K, dr).state_bytes_per_request()
+        ss = DecodeRuntime(tgt, B, "specla", K, dr).state_bytes_per_request()
+        ar = DecodeRuntime(tgt, B, "ar").state_bytes_per_request()
+        assert ss["state"] == ar["state"] and ss["factors"] < ar["state"]
+        assert sb["snapshots"] > (K + 1) * 0.9 * ar["state"]
+
+
+def test_acceptance_controlled_drafter(pair):
+    _, tgt, dr = pair
+    B, K, alpha = 8, 4, 0.5
+    prompts = _prompts(B, 6, 4)
+    ar = DecodeRuntime(tgt, B, "ar", max_new_tokens=130)
+    ar.prefill(prompts)
+    ar.run(120)
+    trace = torch.tensor([o[:121] for o in ar.outputs()])
+    torch.manual_seed(0)
+    rt = DecodeRuntime(tgt, B, "specla", K, dr, max_new_tokens=130, alpha=alpha, trace=trace)
+    rt.prefill(prompts)
+    r = rt.run(20)
+    expect = (1 - alpha ** (K + 1)) / (1 - alpha)  # ALGORITHMS.md §9b
+    assert abs(r.mean_acceptance_length - expect) < 0.3, (r.mean_acceptance_length, expect)
+    for o, t in zip(rt.outputs(), trace.tolist()):
+        assert o == t[: len(o)]  # still lossless: the target decides every token
+    with pytest.raises(ValueError, match="alpha"):
+        DecodeRuntime(tgt, B, "specla", K, dr, alpha=0.5)
+
+
+def test_bad_arguments(pair):
+    _, tgt, dr = pair
+    with pytest.raises(ValueError, match="mode"):
+        DecodeRuntime(tgt, 1, "tree")
+    with pytest.raises(ValueError, match="drafter"):
+        DecodeRuntime(tgt, 1, "specla", 4)

@@ -1,0 +1,83 @@
+"""Fused per-layer Triton kernels (``ops/triton_fused.py``) vs their torch references (``ops/fused.py``).
+
+Runs on CUDA; skipped without it, except under ``TRITON_INTERPRET=1`` (CPU interpreter).
+Tolerances: float32 math in both, different reduction order: 1e-5 relative (norm-wise) for fp32
+outputs, one bf16 ulp (8e-3 relative) element-wise for bf16 outputs.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+HAVE_CUDA = torch.cuda.is_available()
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+pytestmark = pytest.mark.skipif(not (HAVE_CUDA or INTERPRET), reason="needs CUDA (or TRITON_INTERPRET=1)")
+DEV = "cuda" if HAVE_CUDA else "cpu"
+
+if HAVE_CUDA or INTERPRET:
+    from vllm_specla.ops import fused as F_ref
+    from vllm_specla.ops import triton_fused as tf
+
+
+def rel(a, b):
+    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
+
+
+def _close(a, b, dtype):
+    if dtype == torch.float32:
+        assert rel(a, b) < 1e-5
+    else:
+        torch.testing.assert_close(a.float(), b.float(), rtol=8e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("D", [384, 2048, 100])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rms_norm(D, dtype):
+    g = torch.Generator().manual_seed(D)
+    x = (torch.randn(7, D + 5, generator=g) * 3).to(DEV, dtype)[:, 2 : D + 2]  # row-strided
+    w = torch.rand(D, generator=g).to(DEV) + 0.5
+    _close(tf.rms_norm(x, w, 1e-6, dtype), F_ref.rms_norm_ref(x, w, 1e-6, dtype), dtype)
+
+
+@pytest.mark.parametrize("act", ["swish", "sigmoid"])
+@pytest.mark.parametrize("gated", [True, False])
+def test_gated_rms_norm(act, gated):
+    g = torch.Generator().manual_seed(3)
+    N, HV, V = 5, 3, 48
+    o = torch.randn(N, HV, V, generator=g).to(DEV)
+    wide = torch.randn(N, HV * V + 11, generator=g).to(DEV, torch.bfloat16)
+    gate = wide[:, 11:] if gated else None
+    w = (torch.rand(V, generator=g) + 0.5).to(DEV)
+    for dt in (torch.float32, torch.bfloat16):
+        _close(tf.gated_rms_norm(o, gate, w, 1e-5, act, dt), F_ref.gated_rms_norm_ref(o, gate, w, 1e-5, act, dt), dt)
+
+
+@pytest.mark.parametrize("I", [64, 5632 // 8, 3000])
+def test_silu_mul(I):
+    g = torch.Generator().manual_seed(I)
+    for dt in (torch.float32, torch.bfloat16):
+        x = (torch.randn(4, 2 * I, generator=g) * 2).to(DEV, dt)
+        _close(tf.silu_mul(x), F_ref.silu_mul_ref(x), dt)
+
+
+@pytest.mark.parametrize("neg", [False, True])
+@pytest.mark.parametrize("masked", [False, True])
+def test_gdn_gating(neg, masked):
+    g = torch.Generator().manual_seed(5)
+    B, T, HV = 3, 4, 6
+    N = B * T
+    proj = (torch.randn(N, 2 * HV + 9, generator=g) * 8).to(DEV)  # a | b as strided column slices, large |a|
+    a, b = proj[:, 9 : 9 + HV], proj[:, 9 + HV :]
+    A_log = torch.rand(HV, generator=g).to(DEV) * 2
+    dt_bias = torch.randn(HV, generator=g).to(DEV)
+    valid = torch.tensor([1, 4, 2], device=DEV) if masked else None
+    g1, b1 = tf.gdn_gating(a, b, A_log, dt_bias, neg, valid, T)
+    g2, b2 = F_ref.gdn_gating_masked_ref(a, b, A_log, dt_bias, neg, valid, T)
+    assert rel(g1, g2) < 1e-5 and rel(b1, b2) < 1e-5
+    if masked:
+        assert float(g1.reshape(B, T, HV)[0, 1:].abs().sum()) == 0.0  # padding: no decay, no write
+        assert float(b1.reshape(B, T, HV)[2, 2:].abs().sum()) == 0.0
+        assert float(b1.reshape(B, T, HV)[1].abs().min()) > 0.0

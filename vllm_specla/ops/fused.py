@@ -1,0 +1,84 @@
+"""Fused per-layer elementwise ops of the decode runtime: dispatch + plain-torch references.
+
+Each op runs the Triton kernel of :mod:`vllm_specla.ops.triton_fused` on CUDA tensors and the
+reference below otherwise (CPU, CI, and the test oracle). The references are the math of fla 0.6.0
+(``fla/modules/layernorm.py`` ``RMSNorm`` / ``FusedRMSNormGated``, ``fla/modules/mlp.py``
+``GatedMLP`` swish, ``fla/layers/gated_deltanet.py`` gating), all in float32.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from vllm_specla.ops.reference import gdn_gating_ref
+
+
+def _triton():
+    try:
+        from vllm_specla.ops import triton_fused  # noqa: PLC0415
+    except Exception:  # no triton / no GPU backend
+        return None
+    return triton_fused
+
+
+def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``x [N, D]`` -> ``x * rsqrt(mean(x^2) + eps) * weight`` in float32, cast to ``out_dtype``."""
+    x32 = x.float()
+    y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
+    return y.to(out_dtype or x.dtype)
+
+
+def gated_rms_norm_ref(o: torch.Tensor, gate: torch.Tensor | None, weight: torch.Tensor, eps: float, act: str,
+                       out_dtype: torch.dtype) -> torch.Tensor:
+    """``o [N, HV, V]``, ``gate [N, HV*V]`` -> ``RMSNorm_V(o) * weight * act(gate)`` ``[N, HV*V]``."""
+    N, HV, V = o.shape
+    o32 = o.float()
+    y = o32 * torch.rsqrt(o32.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
+    if gate is not None:
+        g32 = gate.reshape(N, HV, V).float()
+        y = y * (torch.sigmoid(g32) if act == "sigmoid" else F.silu(g32))
+    return y.reshape(N, HV * V).to(out_dtype)
+
+
+def silu_mul_ref(x: torch.Tensor) -> torch.Tensor:
+    """``x [N, 2I]`` -> ``silu(x[:, :I]) * x[:, I:]`` (float32 math, ``x.dtype`` out)."""
+    a, b = x.float().chunk(2, -1)
+    return (F.silu(a) * b).to(x.dtype)
+
+
+def gdn_gating_masked_ref(a, b, A_log, dt_bias, allow_neg_eigval=False, valid_len=None, tokens_per_row=1):
+    """:func:`gdn_gating_ref` with padding tokens (``t >= valid_len[row]``) set to ``g = beta = 0``."""
+    g, beta = gdn_gating_ref(A_log, a, dt_bias, b, allow_neg_eigval)
+    if valid_len is not None:
+        N = a.shape[0]
+        t = torch.arange(N, device=a.device) % tokens_per_row
+        ok = (t < valid_len.to(a.device).repeat_interleave(tokens_per_row))[:, None]
+        g, beta = torch.where(ok, g, 0.0), torch.where(ok, beta, 0.0)
+    return g, beta
+
+
+def rms_norm(x, weight, eps, out_dtype=None):
+    """Row RMSNorm; Triton on CUDA, :func:`rms_norm_ref` otherwise."""
+    impl = _triton() if x.is_cuda else None
+    return impl.rms_norm(x, weight, eps, out_dtype) if impl else rms_norm_ref(x, weight, eps, out_dtype)
+
+
+def gated_rms_norm(o, gate, weight, eps, act, out_dtype):
+    """Per-head gated RMSNorm; Triton on CUDA, :func:`gated_rms_norm_ref` otherwise."""
+    impl = _triton() if o.is_cuda else None
+    fn = impl.gated_rms_norm if impl else gated_rms_norm_ref
+    return fn(o, gate, weight, eps, act, out_dtype)
+
+
+def silu_mul(x):
+    """SwiGLU activation; Triton on CUDA, :func:`silu_mul_ref` otherwise."""
+    impl = _triton() if x.is_cuda else None
+    return impl.silu_mul(x) if impl else silu_mul_ref(x)
+
+
+def gdn_gating(a, b, A_log, dt_bias, allow_neg_eigval=False, valid_len=None, tokens_per_row=1):
+    """``(g, beta)`` float32 ``[N, HV]``; Triton on CUDA, :func:`gdn_gating_masked_ref` otherwise."""
+    impl = _triton() if a.is_cuda else None
+    fn = impl.gdn_gating if impl else gdn_gating_masked_ref
+    return fn(a, b, A_log, dt_bias, allow_neg_eigval, valid_len, tokens_per_row)

@@ -1,0 +1,139 @@
+"""Triton kernels for the non-recurrent per-layer work of a GDN decode / verify step.
+
+GPU_BASELINE.md ("Where a batch-1 step goes"): a simple graph-captured step spends most of its
+2.5 ms at batch 1 in ~25 small kernels per layer (norms, gates, softplus, conv taps, residual
+adds, copies). These kernels fuse each group into one launch; the GEMMs stay cuBLAS
+(``torch.addmm`` fuses the residual add into the GEMM epilogue) and the conv and recurrence are
+``triton_chain``'s kernels. Each kernel equals its plain-torch reference in
+:mod:`vllm_specla.ops.fused` (the dispatcher; references there), tested in
+``tests/test_fused_gpu.py``. All math in float32; inputs may be token-strided (column slices of
+one projection output) as long as the feature dim is dense.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_norm_kernel(x, w, y, sx, sy, D, eps, BD: tl.constexpr):
+    i = tl.program_id(0).to(tl.int64)
+    o = tl.arange(0, BD)
+    m = o < D
+    xv = tl.load(x + i * sx + o, mask=m, other=0.0).to(tl.float32)
+    r = tl.rsqrt(tl.sum(xv * xv, 0) / D + eps)
+    wv = tl.load(w + o, mask=m, other=0.0).to(tl.float32)
+    tl.store(y + i * sy + o, (xv * r * wv).to(y.dtype.element_ty), mask=m)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Row RMSNorm (fla ``RMSNorm``): ``x [N, D]`` (row stride free) -> ``[N, D]`` ``out_dtype``."""
+    N, D = x.shape
+    assert x.stride(1) == 1
+    y = torch.empty(N, D, dtype=out_dtype or x.dtype, device=x.device)
+    if N:
+        BD = triton.next_power_of_2(D)
+        _rms_norm_kernel[(N,)](x, weight, y, x.stride(0), y.stride(0), D, eps, BD=BD,
+                               num_warps=4 if BD <= 2048 else 8)
+    return y
+
+
+@triton.jit
+def _gated_rms_norm_kernel(o, gate, w, y, so, sg, sy, V, eps, BV: tl.constexpr, HAS_GATE: tl.constexpr,
+                           SIGMOID: tl.constexpr):
+    i = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1).to(tl.int64)
+    c = tl.arange(0, BV)
+    m = c < V
+    ov = tl.load(o + i * so + h * V + c, mask=m, other=0.0).to(tl.float32)
+    r = tl.rsqrt(tl.sum(ov * ov, 0) / V + eps)
+    out = ov * r * tl.load(w + c, mask=m, other=0.0).to(tl.float32)
+    if HAS_GATE:
+        gv = tl.load(gate + i * sg + h * V + c, mask=m, other=0.0).to(tl.float32)
+        if SIGMOID:
+            out = out * tl.sigmoid(gv)
+        else:
+            out = out * gv * tl.sigmoid(gv)
+    tl.store(y + i * sy + h * V + c, out.to(y.dtype.element_ty), mask=m)
+
+
+def gated_rms_norm(o: torch.Tensor, gate: torch.Tensor | None, weight: torch.Tensor, eps: float, act: str,
+                   out_dtype: torch.dtype) -> torch.Tensor:
+    """fla ``FusedRMSNormGated`` per value head: ``o [N, HV, V]`` (fp32), ``gate [N, HV*V]`` or None
+    -> ``[N, HV*V]`` ``out_dtype``; ``act`` is ``"swish"``/``"silu"`` or ``"sigmoid"``."""
+    N, HV, V = o.shape
+    assert o.stride(2) == 1 and o.stride(1) == V
+    y = torch.empty(N, HV * V, dtype=out_dtype, device=o.device)
+    if N:
+        if gate is not None:
+            assert gate.stride(1) == 1
+        _gated_rms_norm_kernel[(N, HV)](
+            o, gate if gate is not None else o, weight, y, o.stride(0),
+            gate.stride(0) if gate is not None else 0, y.stride(0), V, eps,
+            BV=triton.next_power_of_2(V), HAS_GATE=gate is not None, SIGMOID=act == "sigmoid", num_warps=4)
+    return y
+
+
+@triton.jit
+def _silu_mul_kernel(x, y, sx, sy, I, BI: tl.constexpr):
+    i = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1) * BI + tl.arange(0, BI)
+    m = c < I
+    a = tl.load(x + i * sx + c, mask=m, other=0.0).to(tl.float32)
+    b = tl.load(x + i * sx + I + c, mask=m, other=0.0).to(tl.float32)
+    tl.store(y + i * sy + c, (a * tl.sigmoid(a) * b).to(y.dtype.element_ty), mask=m)
+
+
+def silu_mul(x: torch.Tensor) -> torch.Tensor:
+    """``x [N, 2I]`` (gate | up, fla ``GatedMLP`` swish) -> ``silu(x[:, :I]) * x[:, I:]`` ``[N, I]``."""
+    N, I2 = x.shape
+    assert x.stride(1) == 1 and I2 % 2 == 0
+    I = I2 // 2
+    y = torch.empty(N, I, dtype=x.dtype, device=x.device)
+    if N:
+        BI = min(2048, triton.next_power_of_2(I))
+        _silu_mul_kernel[(N, triton.cdiv(I, BI))](x, y, x.stride(0), y.stride(0), I, BI=BI, num_warps=4)
+    return y
+
+
+@triton.jit
+def _gating_kernel(a, b, A_log, dt_bias, valid, out, sa, sb, HV, T, BH: tl.constexpr,
+                   NEG: tl.constexpr, HAS_VALID: tl.constexpr):
+    i = tl.program_id(0).to(tl.int64)
+    h = tl.arange(0, BH)
+    m = h < HV
+    av = tl.load(a + i * sa + h, mask=m, other=0.0).to(tl.float32) + tl.load(dt_bias + h, mask=m, other=0.0).to(tl.float32)
+    sp = tl.where(av > 20.0, av, tl.log(1.0 + tl.exp(tl.minimum(av, 20.0))))
+    g = -tl.exp(tl.load(A_log + h, mask=m, other=0.0).to(tl.float32)) * sp
+    beta = tl.sigmoid(tl.load(b + i * sb + h, mask=m, other=0.0).to(tl.float32))
+    if NEG:
+        beta = beta * 2.0
+    if HAS_VALID:
+        # token t of its row is a real token iff t < valid[row]; padding tokens get g = 0 and
+        # beta = 0, which leaves the recurrent state unchanged (no decay, no write)
+        ok = (i % T) < tl.load(valid + i // T)
+        g = tl.where(ok, g, 0.0)
+        beta = tl.where(ok, beta, 0.0)
+    tl.store(out + i * 2 * HV + h, g, mask=m)
+    tl.store(out + i * 2 * HV + HV + h, beta, mask=m)
+
+
+def gdn_gating(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
+               allow_neg_eigval: bool = False, valid_len: torch.Tensor | None = None,
+               tokens_per_row: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fused :func:`vllm_specla.ops.reference.gdn_gating_ref` with an optional padding mask.
+
+    ``a, b [N, HV]`` (row stride free) -> ``(g, beta)``, each ``[N, HV]`` float32 (column views of
+    one ``[N, 2*HV]`` buffer). ``valid_len [N // tokens_per_row]`` int: token ``t`` of a row of
+    ``tokens_per_row`` tokens is padding when ``t >= valid_len[row]`` (then ``g = beta = 0``).
+    """
+    N, HV = a.shape
+    out = torch.empty(N, 2 * HV, dtype=torch.float32, device=a.device)
+    if N:
+        assert a.stride(1) == 1 and b.stride(1) == 1
+        _gating_kernel[(N,)](a, b, A_log, dt_bias, valid_len if valid_len is not None else a, out,
+                             a.stride(0), b.stride(0), HV, tokens_per_row, BH=triton.next_power_of_2(HV),
+                             NEG=bool(allow_neg_eigval), HAS_VALID=valid_len is not None, num_warps=1)
+    return out[:, :HV], out[:, HV:]

@@ -1,0 +1,344 @@
+"""vLLM-free decode runtime with CUDA graphs: AR, SpecLA chain, per-token-snapshot baseline.
+
+One :class:`DecodeRuntime` holds a fixed batch of ``B`` requests on state slots ``0..B-1`` and
+decodes them greedily, one *step* at a time; on CUDA each step (target forward, GPU-side
+acceptance, bookkeeping, drafting) is one captured CUDA graph, replayed with no host round trip
+(the host reads the outputs once at the end). Modes (ALGORITHMS.md §3, §6, §8, §9b):
+
+* ``"ar"``: one token per row per step (plain autoregressive decoding, the baseline);
+* ``"specla"``: verify a window ``[last token, d_1..d_K]`` with the chain kernel (previous step's
+  accepted factors folded in first: deferred commit, state written once, factors recorded), accept
+  the longest matching prefix ``a`` plus the bonus token, keep ``a + 1`` factors pending;
+* ``"snapshot"``: the vLLM-native baseline: ``1 + K`` full states per request, a state written
+  after every window token, rollback = read snapshot ``a`` next step.
+
+Drafting (spec modes) uses the EAGLE-style drafter (``models/drafter.py``) on its own state slots:
+it *absorbs* the ``a + 1`` accepted (token, target feature) pairs of the window in one launch per
+layer with the window kept at fixed width (padding tokens have ``g = beta = 0``, so they leave the
+state unchanged; conv window committed with ``conv_commit``), then drafts ``K - 1`` more tokens
+autoregressively on a scratch copy of its state. With ``alpha`` set, the drafter still runs (its
+cost is real) but its tokens are replaced, independently per draft position, by the target's
+greedy token from a recorded AR ``trace`` with probability ``alpha`` and by a different token
+otherwise (issue 6: acceptance-controlled drafter; i.i.d. ``alpha`` per position, §9b).
+
+Losslessness: outputs are the target's own greedy tokens (argmax of the verify logits at every
+accepted position), so SpecLA output equals AR output up to floating-point ties between the two
+forward shapes; :meth:`DecodeRuntime.outputs` lets the caller check it.
+
+This runtime drives the same ops as the vLLM path (``ops/chain_verify.py``, ``ops/recover.py``,
+the fused model in :mod:`vllm_specla.runtime.fused_model`) and the same batched device-side
+acceptance, :func:`vllm_specla.core.acceptance.greedy_accept_chain`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from vllm_specla.core.acceptance import greedy_accept_chain
+from vllm_specla.core.state import LayerState, allocate_layer_states
+from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget, StepCtrl
+
+RUNTIME_MODES = ("ar", "specla", "snapshot")
+
+
+def greedy_accept_window(window: torch.Tensor, argmax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Batched greedy chain acceptance on the device (no host sync).
+
+    Args:
+        window: ``[B, T]`` int64, ``[last token, d_1..d_K]``; argmax: ``[B, T]`` the target's greedy
+            token after each window position.
+    Returns:
+        ``(a [B], bonus [B])``: accepted drafts (longest prefix with ``d_i == argmax[i-1]``) and
+        the bonus token ``argmax[a]`` (ALGORITHMS.md §9, greedy).
+    """
+    B, T = window.shape
+    full = torch.full((B,), T - 1, dtype=torch.long, device=window.device)
+    _, num_emitted = greedy_accept_chain(window[:, 1:], full, argmax)
+    a = num_emitted - 1
+    return a, argmax.gather(1, a[:, None])[:, 0]
+
+
+@dataclass
+class RunResult:
+    """What :meth:`DecodeRuntime.run` measured: ``steps`` replays in ``seconds``, ``tokens`` emitted
+    (all rows), ``mean_acceptance_length`` = tokens per row per step (τ, includes the bonus)."""
+
+    steps: int
+    seconds: float
+    tokens: int
+    mean_acceptance_length: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds
+
+    def ms_per_token(self, batch: int) -> float:
+        """Milliseconds per output token of one request (step time / τ)."""
+        return 1e3 * self.seconds / (self.tokens / batch)
+
+
+class DecodeRuntime:
+    """Fixed-batch greedy decoding on state slots; see the module docstring.
+
+    Args:
+        target: packed target (:class:`FusedTarget`); one instance can serve many runtimes.
+        batch_size: ``B`` requests (state slots ``0..B-1``).
+        mode: ``"ar"``, ``"specla"`` or ``"snapshot"``.
+        num_speculative_tokens: ``K >= 1`` for the spec modes (ignored for ``"ar"``).
+        drafter: packed EAGLE drafter (:class:`FusedEagle`), required for the spec modes.
+        max_new_tokens: capacity of the output buffer per request (tokens beyond it are dropped;
+            :meth:`run` stops being meaningful once a row is full).
+        alpha: acceptance-controlled drafting (needs ``trace``); None = the drafter's own tokens.
+        trace: ``[B, L]`` int64 greedy AR continuation of the same prompts (``out`` of an AR run).
+        use_cuda_graphs: capture the step (default: on CUDA).
+    Raises:
+        ValueError: unknown mode, K < 1 or no drafter for a spec mode, alpha without trace or
+            outside [0, 1].
+    """
+
+    def __init__(self, target: FusedTarget, batch_size: int, mode: str = "ar", num_speculative_tokens: int = 0,
+                 drafter: FusedEagle | None = None, max_new_tokens: int = 256, alpha: float | None = None,
+                 trace: torch.Tensor | None = None, use_cuda_graphs: bool | None = None):
+        if mode not in RUNTIME_MODES:
+            raise ValueError(f"mode must be one of {RUNTIME_MODES}, got {mode!r}")
+        spec = mode != "ar"
+        if spec and (num_speculative_tokens < 1 or drafter is None):
+            raise ValueError(f"mode {mode!r} needs num_speculative_tokens >= 1 and a drafter")
+        if alpha is not None and (trace is None or not 0.0 <= alpha <= 1.0):
+            raise ValueError("alpha must be in [0, 1] and comes with a trace (the AR run's outputs)")
+        self.tgt, self.dr = target, drafter
+        self.B, self.mode = batch_size, mode
+        self.K = num_speculative_tokens if spec else 0
+        self.T = self.K + 1
+        self.dev = target.embed.device
+        self.alpha = alpha
+        self.trace = trace.to(self.dev) if trace is not None else None
+        self.use_graphs = (self.dev.type == "cuda") if use_cuda_graphs is None else use_cuda_graphs
+        B, T, dev, cfg = self.B, self.T, self.dev, target.config
+        self.Lout = max_new_tokens + T + 1  # last column = dump for rejected positions
+        self.out = torch.zeros(B, self.Lout, dtype=torch.long, device=dev)
+        self.n = torch.zeros(B, dtype=torch.long, device=dev)
+        self.window = torch.zeros(B, T, dtype=torch.long, device=dev)
+        self.ctrl = StepCtrl.uniform(B, T, dev)
+        self.ctrl1 = StepCtrl.uniform(B, 1, dev)
+        self.rows = torch.arange(B, device=dev)
+        self.pos = torch.arange(T, device=dev)
+        # ---- target state ----
+        self.snaps = None
+        if mode == "ar":
+            self.states = allocate_layer_states(cfg, B, 0, dev)
+        elif mode == "specla":
+            self.states = allocate_layer_states(cfg, B, T, dev)
+        else:  # snapshot: 1 + K full states per request; conv window via bank_x (same as specla)
+            full = allocate_layer_states(cfg, 1, T, dev)[0]
+            shapes = dict(conv=full.conv.shape[1:], x=full.bank_x.shape[1:], s=full.ssm.shape[1:])
+            z = lambda *s: torch.zeros(*s, dtype=torch.float32, device=dev)  # noqa: E731
+            self.states = [LayerState(z(B, *shapes["conv"]), z(1, *shapes["s"]), bank_x=z(B, *shapes["x"]))
+                           for _ in range(cfg.num_hidden_layers)]
+            self.snaps = [z(B, T, *shapes["s"]) for _ in range(cfg.num_hidden_layers)]
+        # ---- drafter state: committed slots (bank_x for the conv commit) + scratch slots ----
+        if spec:
+            dcfg = drafter_config(drafter)
+            self.dstates = allocate_layer_states(dcfg, B, T, dev)
+            self.dscratch = allocate_layer_states(dcfg, B, 0, dev)
+            self.dctrl = StepCtrl.uniform(B, T, dev)
+        self.acc_sum = torch.zeros((), dtype=torch.long, device=dev)
+        self.graph = None
+        self.steps_done = 0
+
+    # ------------------------------------------------------------------ memory
+    def state_bytes_per_request(self) -> dict[str, int]:
+        """Bytes of target state per request: ``{"state", "factors", "snapshots", "total"}``."""
+        st = self.states[0]
+        per = lambda t: 0 if t is None else t[0].numel() * t.element_size()  # noqa: E731
+        L = len(self.states)
+        conv, ssm = per(st.conv), per(st.ssm)
+        factors = sum(per(t) for t in (st.bank_k, st.bank_v, st.bank_g, st.bank_x))
+        snaps = 0
+        if self.snaps is not None:
+            ssm, snaps = 0, self.snaps[0][0].numel() * 4
+        out = {"state": L * (conv + ssm), "factors": L * factors, "snapshots": L * snaps}
+        out["total"] = sum(out.values())
+        return out
+
+    # ------------------------------------------------------------------ steps
+    def _argmax(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.tgt.logits(hidden).argmax(-1)
+
+    def _speculate(self, f: torch.Tensor) -> torch.Tensor:
+        """First draft from feature ``f [B, D]``, then ``K - 1`` more on the scratch slots."""
+        d = self._argmax(f)
+        drafts = [d]
+        if self.K > 1:
+            for dst, src in zip(self.dscratch, self.dstates):
+                dst.ssm.copy_(src.ssm)
+                dst.conv.copy_(src.conv)
+            for _ in range(self.K - 1):
+                f = self.dr.hidden(d[:, None], f, self.dscratch, "ar", self.ctrl1)
+                d = self._argmax(f)
+                drafts.append(d)
+        drafts = torch.stack(drafts, 1)
+        if self.alpha is not None:  # acceptance-controlled: i.i.d. per position
+            L = self.trace.shape[1]
+            idx = (self.n[:, None] - 1 + self.pos[None, 1:]).clamp(max=L - 1)
+            true = self.trace.gather(1, idx)
+            coin = torch.rand(drafts.shape, device=self.dev) < self.alpha
+            wrong = (true + 1) % self.tgt.config.vocab_size
+            drafts = torch.where(coin, true, wrong)
+        return drafts
+
+    def _emit(self, tokens: torch.Tensor, count: torch.Tensor) -> None:
+        """Append ``tokens[:, :count]`` (``[B, T]``, ``count [B]``) to each row's output."""
+        T = tokens.shape[1]
+        ar = self.pos[:T][None]
+        pos = torch.where(ar < count[:, None], self.n[:, None] + ar, self.Lout - 1).clamp(max=self.Lout - 1)
+        self.out.scatter_(1, pos, tokens)
+        self.n += count
+
+    def _step(self) -> None:
+        B, T, K = self.B, self.T, self.K
+        if self.mode == "ar":
+            F = self.tgt.hidden(self.window, self.states, "ar", self.ctrl1)
+            tok = self._argmax(F)
+            self._emit(tok[:, None], torch.ones_like(self.n))
+            self.window.copy_(tok[:, None])
+            return
+        ctrl = self.ctrl
+        F = self.tgt.hidden(self.window, self.states, "verify" if self.mode == "specla" else "snapshot", ctrl,
+                            self.snaps)
+        am = self._argmax(F).view(B, T)
+        a, bonus = greedy_accept_window(self.window, am)
+        self._emit(am, a + 1)
+        self.acc_sum += a.sum()
+        # deferred commit bookkeeping: a + 1 factors pending in the bank just written; swap banks
+        ctrl.pending_len.copy_(a + 1)
+        rb = ctrl.read_bank.clone()
+        ctrl.read_bank.copy_(ctrl.write_bank)
+        ctrl.write_bank.copy_(rb)
+        if self.mode == "snapshot":
+            ctrl.snap_slots.copy_(self.rows * T + a)
+        # drafter: absorb (x_{i+1}, F_i) for i <= a; the pair at i = a carries the bonus token
+        nxt = torch.cat([self.window[:, 1:], bonus[:, None]], 1).scatter(1, a[:, None], bonus[:, None])
+        self.dctrl.valid_len.copy_(a + 1)
+        fh = self.dr.hidden(nxt, F, self.dstates, "commit", self.dctrl).view(B, T, -1)
+        f = fh.gather(1, a[:, None, None].expand(B, 1, fh.shape[-1]))[:, 0]
+        drafts = self._speculate(f)
+        self.window[:, 0].copy_(bonus)
+        self.window[:, 1:].copy_(drafts)
+
+    # ------------------------------------------------------------------ driver
+    def reset(self) -> None:
+        """Zero every state, bank, output and counter (slots are reused from scratch)."""
+        tensors = [t for st in self.states for t in st if t is not None]
+        if self.snaps is not None:
+            tensors += self.snaps
+        if self.mode != "ar":
+            tensors += [t for st in self.dstates + self.dscratch for t in st if t is not None]
+        for t in tensors + [self.out, self.n, self.window, self.acc_sum]:
+            t.zero_()
+        for c in (self.ctrl,) + ((self.dctrl,) if self.mode != "ar" else ()):
+            c.pending_len.zero_()
+            c.read_bank.zero_()
+            c.write_bank.fill_(1)
+            c.snap_slots.copy_(self.rows * self.T)
+        self.steps_done = 0
+
+    @torch.no_grad()
+    def prefill(self, prompts: torch.Tensor) -> None:
+        """Reset, then run ``prompts [B, P]`` (P >= 2) and set up the first window (eager)."""
+        self.reset()
+        B, P = prompts.shape
+        prompts = prompts.to(self.dev)
+        cP = StepCtrl.uniform(B, P, self.dev)
+        if self.mode == "snapshot":  # prefill into a plain state, then it becomes snapshot 0
+            tmp = allocate_layer_states(self.tgt.config, B, 0, self.dev)
+            for t, st in zip(tmp, self.states):
+                t.conv.copy_(st.conv)
+            F = self.tgt.hidden(prompts, tmp, "ar", cP)
+            for t, st, sn in zip(tmp, self.states, self.snaps):
+                st.conv.copy_(t.conv)
+                sn[:, 0].copy_(t.ssm)
+            del tmp
+        else:
+            F = self.tgt.hidden(prompts, self.states, "ar", cP)
+        first = self._argmax(F.view(B, P, -1)[:, -1])
+        self._emit(first[:, None], torch.ones_like(self.n))
+        self.window[:, 0].copy_(first)
+        if self.mode != "ar":
+            nxt = torch.cat([prompts[:, 1:], first[:, None]], 1)
+            fh = self.dr.hidden(nxt, F, self.dstates, "ar", cP).view(B, P, -1)
+            self.window[:, 1:].copy_(self._speculate(fh[:, -1]))
+
+    @torch.no_grad()
+    def capture(self) -> None:
+        """Warm up (compiles the Triton kernels) and capture one step as a CUDA graph.
+
+        Warm-up steps change the state: call :meth:`prefill` again afterwards."""
+        if not self.use_graphs:
+            return
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                self._step()
+        torch.cuda.current_stream().wait_stream(s)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self._step()
+        torch.cuda.synchronize()
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One decode / verify step (graph replay when captured)."""
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self._step()
+        self.steps_done += 1
+
+    @torch.no_grad()
+    def run(self, steps: int) -> RunResult:
+        """``steps`` steps, timed (CUDA events on GPU, wall clock on CPU)."""
+        n0 = int(self.n.sum())
+        acc0 = int(self.acc_sum)
+        if self.dev.type == "cuda":
+            torch.cuda.synchronize()
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            for _ in range(steps):
+                self.step()
+            e1.record()
+            torch.cuda.synchronize()
+            sec = e0.elapsed_time(e1) / 1e3
+        else:
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                self.step()
+            sec = time.perf_counter() - t0
+        tokens = int(self.n.sum()) - n0
+        if self.mode == "ar":
+            tau = 1.0
+        else:
+            tau = (int(self.acc_sum) - acc0) / (steps * self.B) + 1.0
+        return RunResult(steps=steps, seconds=sec, tokens=tokens, mean_acceptance_length=tau)
+
+    def outputs(self) -> list[list[int]]:
+        """Each row's emitted tokens so far (host copy; the first is the token after the prompt)."""
+        n = self.n.tolist()
+        out = self.out.cpu()
+        return [out[b, : min(n[b], self.Lout - 1)].tolist() for b in range(self.B)]
+
+
+def drafter_config(drafter: FusedEagle):
+    """The drafter stack's :class:`GatedDeltaNetConfig` with its number of layers."""
+    cfg = drafter.stack.config
+    if cfg.num_hidden_layers != len(drafter.stack.layers):
+        d = cfg.to_dict()
+        for k in ("model_type", "architectures", "transformers_version"):
+            d.pop(k, None)
+        d["num_hidden_layers"] = len(drafter.stack.layers)
+        cfg = type(cfg)(**d)
+    return cfg

@@ -1,0 +1,217 @@
+"""A uniform-batch GDN forward with fused projections, for the CUDA-graph decode runtime.
+
+:class:`FusedGDN` packs the weights of a :class:`~vllm_specla.models.gdn.GatedDeltaNetForCausalLM`
+(or of an :class:`~vllm_specla.models.drafter.EagleDrafter`'s blocks) so one layer of a decode /
+verify step is 9 launches: RMSNorm, one in-projection GEMM (q|k|v|gate|a|b), gating, conv window,
+chain verify, gated RMSNorm, ``o_proj`` GEMM with the residual add in the epilogue, RMSNorm, one
+gate|up GEMM, SwiGLU, ``down_proj`` GEMM with the residual add. The recurrent and conv math are the
+same ops the vLLM path uses (``ops/chain_verify.py``, ``ops/recover.py``); q/k/v, gate, a and b are
+column slices of the one projection output, read in place by the kernels (no copies).
+
+Every batch is *uniform*: ``B`` rows of ``T`` tokens each (AR: T = 1; chain verify: T = 1 + K;
+drafter absorb: T = 1 + K with ``valid_len`` real tokens). Row ``r`` uses state slot
+``ctrl.slots[r]``. All per-step control lives in device tensors (:class:`StepCtrl`), so a step is
+graph-capturable and replays with new values.
+
+Modes (one captured graph each):
+  * ``"ar"``: write the state and conv window after the T tokens (decode; prefill with T = prompt).
+  * ``"verify"``: SpecLA chain verify: fold ``pending_len`` accepted factors of bank
+    ``read_bank`` into the state (written once), run the window without writing the state, record
+    factors into bank ``write_bank`` (ALGORITHMS.md §3, §6).
+  * ``"commit"``: like ``"ar"`` but only the first ``valid_len[r]`` tokens of each row count:
+    padding tokens get ``g = beta = 0`` (the state passes unchanged) and the conv window is
+    committed with ``conv_commit(valid_len)`` from the raw inputs recorded in bank 0. Used by the
+    drafter to absorb the accepted tokens of a window of fixed width.
+  * ``"snapshot"``: the vLLM-native baseline: the state is read from snapshot ``snap_slots[r]``
+    and a full state is written after every window token (rollback = pick a snapshot); the conv
+    window uses the same deferred conv commit as ``"verify"``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from vllm_specla.core.state import LayerState
+from vllm_specla.models.gdn import GDNDims, GatedDeltaNetBlock, GatedDeltaNetForCausalLM
+from vllm_specla.ops import fused
+from vllm_specla.ops.chain_verify import chain_verify, chain_verify_snapshots, conv_verify
+from vllm_specla.ops.recover import conv_commit
+
+MODES = ("ar", "verify", "commit", "snapshot")
+
+
+@dataclass
+class StepCtrl:
+    """Device-side control of one uniform step (all ``[B]`` int64 unless noted).
+
+    slots: state slot per row; cu_seqlens ``[B+1]``: ``arange(B+1) * T``; pending_len,
+    read_bank, write_bank: deferred commit (``"verify"`` / ``"snapshot"`` conv); valid_len: real
+    tokens per row (``"commit"``); snap_slots: snapshot read index per row (``"snapshot"``,
+    ``r * Tmax + accepted``).
+    """
+
+    slots: torch.Tensor
+    cu_seqlens: torch.Tensor
+    pending_len: torch.Tensor | None = None
+    read_bank: torch.Tensor | None = None
+    write_bank: torch.Tensor | None = None
+    valid_len: torch.Tensor | None = None
+    snap_slots: torch.Tensor | None = None
+    zeros: torch.Tensor | None = None
+
+    @classmethod
+    def uniform(cls, B: int, T: int, device, slots: torch.Tensor | None = None) -> "StepCtrl":
+        """Rows ``0..B-1`` on slots ``0..B-1`` (or ``slots``), ``T`` tokens each, no pending."""
+        z = torch.zeros(B, dtype=torch.long, device=device)
+        return cls(
+            slots=torch.arange(B, device=device) if slots is None else slots,
+            cu_seqlens=torch.arange(B + 1, device=device) * T,
+            pending_len=z.clone(), read_bank=z.clone(), write_bank=z + 1,
+            valid_len=z + T, snap_slots=torch.arange(B, device=device) * T, zeros=z.clone(),
+        )
+
+
+class _Layer:
+    """Packed weights of one GDN block (fla parameter layout, see ``models/gdn.py``)."""
+
+    def __init__(self, blk: GatedDeltaNetBlock, dtype: torch.dtype, device):
+        m, c = blk.attn, blk.attn.config
+        d: GDNDims = m.dims
+        self.dims, self.config = d, c
+        ws = [m.q_proj.weight, m.k_proj.weight, m.v_proj.weight]
+        self.G = d.value_dim if c.use_gate else 0
+        if c.use_gate:
+            ws.append(m.g_proj.weight)
+        ws += [m.a_proj.weight, m.b_proj.weight]
+        cast = dict(device=device, dtype=dtype)
+        self.w_in = torch.cat(ws, 0).detach().to(**cast).contiguous()
+        cw = m.conv_weight()
+        self.conv_w = None if cw is None else cw.detach().to(device=device, dtype=torch.float32).contiguous()
+        f32 = dict(device=device, dtype=torch.float32)
+        self.A_log = m.A_log.detach().to(**f32)
+        self.dt_bias = m.dt_bias.detach().to(**f32)
+        self.o_norm_w = m.o_norm.weight.detach().to(**f32)
+        self.w_o = m.o_proj.weight.detach().to(**cast).contiguous()
+        self.attn_norm_w = blk.attn_norm.weight.detach().to(**f32)
+        self.mlp_norm_w = blk.mlp_norm.weight.detach().to(**f32)
+        self.w_gu = torch.cat([blk.mlp.gate_proj.weight, blk.mlp.up_proj.weight], 0).detach().to(**cast).contiguous()
+        self.w_down = blk.mlp.down_proj.weight.detach().to(**cast).contiguous()
+        self.eps = c.norm_eps
+
+
+class FusedGDN:
+    """Fused uniform-batch forward over a stack of GDN blocks.
+
+    Args:
+        blocks: the blocks (``model.model.layers`` of a target, ``drafter.layers`` of a drafter).
+        dtype: weight / activation dtype (bf16 on GPU; fp32 for exact tests). States are fp32.
+        device: where the packed weights live.
+    """
+
+    def __init__(self, blocks, dtype: torch.dtype, device):
+        self.layers = [_Layer(b, dtype, device) for b in blocks]
+        self.dtype = dtype
+        self.device = torch.device(device)
+        self.dims = self.layers[0].dims
+        self.config = self.layers[0].config
+
+    def layer_forward(self, h: torch.Tensor, L: _Layer, st: LayerState, mode: str, ctrl: StepCtrl, T: int,
+                      snap: torch.Tensor | None = None) -> torch.Tensor:
+        """One block on ``h [B*T, D]`` (the residual stream, ``dtype``); returns the new stream."""
+        d, c = L.dims, L.config
+        x = fused.rms_norm(h, L.attn_norm_w, L.eps, self.dtype)
+        p = x @ L.w_in.t()
+        C, G, HV = d.conv_dim, L.G, d.HV
+        xc = p[:, :C]
+        gate = p[:, C : C + G] if G else None
+        g, beta = fused.gdn_gating(p[:, C + G : C + G + HV], p[:, C + G + HV :], L.A_log, L.dt_bias,
+                                   c.allow_neg_eigval, ctrl.valid_len if mode == "commit" else None, T)
+        # ---- short conv (+ SiLU) ----
+        if L.conv_w is None:
+            raise NotImplementedError("FusedGDN needs use_short_conv=True (every fla GDN checkpoint has it)")
+        if mode == "ar":
+            y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, write_final_state=True)
+        elif mode == "commit":
+            y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, bank_x=st.bank_x,
+                            write_bank=ctrl.zeros)
+            conv_commit(st.conv, ctrl.slots, st.bank_x, ctrl.zeros, ctrl.valid_len)
+        else:  # verify / snapshot: deferred conv commit through bank_x
+            y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, bank_x=st.bank_x,
+                            write_bank=ctrl.write_bank, pending_len=ctrl.pending_len, read_bank=ctrl.read_bank)
+        N = y.shape[0]
+        q = y[:, : d.key_dim].view(N, d.H, d.K)
+        k = y[:, d.key_dim : 2 * d.key_dim].view(N, d.H, d.K)
+        v = y[:, 2 * d.key_dim :].view(N, d.HV, d.V)
+        # ---- gated delta rule ----
+        kw = dict(scale=d.scale, slots=ctrl.slots, cu_seqlens=ctrl.cu_seqlens)
+        if mode in ("ar", "commit"):
+            o = chain_verify(q, k, v, g, beta, state=st.ssm, write_final_state=True, **kw)
+        elif mode == "verify":
+            o = chain_verify(q, k, v, g, beta, state=st.ssm, bank_k=st.bank_k, bank_v=st.bank_v,
+                             bank_g=st.bank_g, write_bank=ctrl.write_bank, pending_len=ctrl.pending_len,
+                             read_bank=ctrl.read_bank, **kw)
+        elif mode == "snapshot":
+            kw["slots"] = ctrl.snap_slots
+            o = chain_verify_snapshots(q, k, v, g, beta, state=snap.view(-1, *snap.shape[2:]), snap=snap, **kw)
+        else:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        on = fused.gated_rms_norm(o, gate, L.o_norm_w, L.eps, c.output_gate_activation, self.dtype)
+        h = torch.addmm(h, on, L.w_o.t())
+        x = fused.rms_norm(h, L.mlp_norm_w, L.eps, self.dtype)
+        return torch.addmm(h, fused.silu_mul(x @ L.w_gu.t()), L.w_down.t())
+
+    def forward(self, h: torch.Tensor, states: list[LayerState], mode: str, ctrl: StepCtrl, T: int,
+                snaps: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """All blocks on ``h [B*T, D]`` (``snaps``: per-layer ``[B, Tmax, HV, V, K]`` for ``"snapshot"``)."""
+        for i, (L, st) in enumerate(zip(self.layers, states)):
+            h = self.layer_forward(h, L, st, mode, ctrl, T, snaps[i] if snaps is not None else None)
+        return h
+
+
+class FusedTarget:
+    """A target LM for the runtime: embedding, :class:`FusedGDN` blocks, final norm, LM head.
+
+    ``hidden(tokens [B, T], ...) -> [B*T, D]`` final-normed features (``dtype``);
+    ``logits(hidden) -> [N, vocab]`` in ``dtype`` (bf16 on GPU: argmax over bf16 logits).
+    """
+
+    def __init__(self, model: GatedDeltaNetForCausalLM, dtype: torch.dtype, device):
+        self.config = model.config
+        self.stack = FusedGDN(model.model.layers, dtype, device)
+        self.embed = model.model.embeddings.weight.detach().to(device=device, dtype=dtype)
+        self.norm_w = model.model.norm.weight.detach().to(device=device, dtype=torch.float32)
+        self.lm_head = model.lm_head.weight.detach().to(device=device, dtype=dtype).contiguous()
+        self.eps = model.config.norm_eps
+        self.dtype = dtype
+
+    def hidden(self, tokens: torch.Tensor, states, mode: str, ctrl: StepCtrl, snaps=None) -> torch.Tensor:
+        B, T = tokens.shape
+        h = self.embed[tokens.reshape(-1)]
+        h = self.stack.forward(h, states, mode, ctrl, T, snaps)
+        return fused.rms_norm(h, self.norm_w, self.eps, self.dtype)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return hidden @ self.lm_head.t()
+
+
+class FusedEagle:
+    """The EAGLE-style drafter (``models/drafter.py``) on :class:`FusedGDN`: ``fc([embed(x); f])``,
+    its block(s), final norm; logits through the target's LM head."""
+
+    def __init__(self, drafter, target: FusedTarget, dtype: torch.dtype, device):
+        self.stack = FusedGDN(drafter.layers, dtype, device)
+        self.fc = drafter.fc.weight.detach().to(device=device, dtype=dtype).contiguous()
+        self.norm_w = drafter.norm.weight.detach().to(device=device, dtype=torch.float32)
+        self.eps = drafter.config.norm_eps
+        self.target = target
+        self.dtype = dtype
+
+    def hidden(self, tokens: torch.Tensor, feats: torch.Tensor, states, mode: str, ctrl: StepCtrl) -> torch.Tensor:
+        """``tokens [B, T]``, ``feats [B*T, D]`` -> predicted next features ``[B*T, D]``."""
+        B, T = tokens.shape
+        e = self.target.embed[tokens.reshape(-1)]
+        h = torch.cat([e, feats.to(self.dtype)], -1) @ self.fc.t()
+        h = self.stack.forward(h, states, mode, ctrl, T)
+        return fused.rms_norm(h, self.norm_w, self.eps, self.dtype)
