@@ -126,3 +126,24 @@ def test_bad_arguments(pair):
         DecodeRuntime(tgt, 1, "tree")
     with pytest.raises(ValueError, match="drafter"):
         DecodeRuntime(tgt, 1, "specla", 4)
+
+
+def test_ragged_prompts_prefill_per_request(pair):
+    """A list of prompts of different lengths = each request prefilled on its own slot."""
+    _, tgt, dr = pair
+    prompts = [list(range(5, 5 + n)) for n in (3, 9, 5)]
+    outs = {}
+    for mode in ("ar", "specla"):
+        rt = DecodeRuntime(tgt, 3, mode, 2, dr, max_new_tokens=30)
+        rt.prefill(prompts)
+        rt.run(12 if mode == "ar" else 6)
+        outs[mode] = rt.outputs()
+    solo = []
+    for p in prompts:
+        rt = DecodeRuntime(tgt, 1, "ar", max_new_tokens=30)
+        rt.prefill(torch.tensor([p]))
+        rt.run(12)
+        solo.append(rt.outputs()[0])
+    for a, b, c in zip(outs["ar"], outs["specla"], solo):
+        n = min(len(a), len(b))
+        assert a == c and a[:n] == b[:n] and n >= 7

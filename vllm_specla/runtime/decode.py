@@ -115,6 +115,7 @@ class DecodeRuntime:
         self.T = self.K + 1
         self.dev = target.embed.device
         self.alpha = alpha
+        self.alpha_t = torch.tensor(float(alpha or 0.0), device=target.embed.device)
         self.trace = trace.to(self.dev) if trace is not None else None
         self.use_graphs = (self.dev.type == "cuda") if use_cuda_graphs is None else use_cuda_graphs
         B, T, dev, cfg = self.B, self.T, self.dev, target.config
@@ -148,6 +149,13 @@ class DecodeRuntime:
         self.acc_sum = torch.zeros((), dtype=torch.long, device=dev)
         self.graph = None
         self.steps_done = 0
+
+    def set_alpha(self, alpha: float) -> None:
+        """Change the controlled acceptance (kept on the device: no re-capture needed)."""
+        if self.alpha is None or not 0.0 <= alpha <= 1.0:
+            raise ValueError("set_alpha needs a runtime built with alpha and trace, and alpha in [0, 1]")
+        self.alpha = alpha
+        self.alpha_t.fill_(alpha)
 
     # ------------------------------------------------------------------ memory
     def state_bytes_per_request(self) -> dict[str, int]:
@@ -185,7 +193,7 @@ class DecodeRuntime:
             L = self.trace.shape[1]
             idx = (self.n[:, None] - 1 + self.pos[None, 1:]).clamp(max=L - 1)
             true = self.trace.gather(1, idx)
-            coin = torch.rand(drafts.shape, device=self.dev) < self.alpha
+            coin = torch.rand(drafts.shape, device=self.dev) < self.alpha_t
             wrong = (true + 1) % self.tgt.config.vocab_size
             drafts = torch.where(coin, true, wrong)
         return drafts
@@ -246,31 +254,47 @@ class DecodeRuntime:
             c.snap_slots.copy_(self.rows * self.T)
         self.steps_done = 0
 
-    @torch.no_grad()
-    def prefill(self, prompts: torch.Tensor) -> None:
-        """Reset, then run ``prompts [B, P]`` (P >= 2) and set up the first window (eager)."""
-        self.reset()
-        B, P = prompts.shape
-        prompts = prompts.to(self.dev)
-        cP = StepCtrl.uniform(B, P, self.dev)
+    def _prefill_rows(self, prompts: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prefill ``prompts [R, P]`` into slots ``rows``; returns (first tokens ``[R]``, drafter
+        feature ``[R, D]`` after absorbing the prompt, or None for AR)."""
+        R, P = prompts.shape
+        cP = StepCtrl.uniform(R, P, self.dev, slots=rows)
         if self.mode == "snapshot":  # prefill into a plain state, then it becomes snapshot 0
-            tmp = allocate_layer_states(self.tgt.config, B, 0, self.dev)
-            for t, st in zip(tmp, self.states):
-                t.conv.copy_(st.conv)
-            F = self.tgt.hidden(prompts, tmp, "ar", cP)
+            tmp = allocate_layer_states(self.tgt.config, R, 0, self.dev)
+            cT = StepCtrl.uniform(R, P, self.dev)
+            F = self.tgt.hidden(prompts, tmp, "ar", cT)
             for t, st, sn in zip(tmp, self.states, self.snaps):
-                st.conv.copy_(t.conv)
-                sn[:, 0].copy_(t.ssm)
-            del tmp
+                st.conv.index_copy_(0, rows, t.conv)
+                sn[rows, 0] = t.ssm
         else:
             F = self.tgt.hidden(prompts, self.states, "ar", cP)
-        first = self._argmax(F.view(B, P, -1)[:, -1])
+        first = self._argmax(F.view(R, P, -1)[:, -1])
+        if self.mode == "ar":
+            return first, None
+        nxt = torch.cat([prompts[:, 1:], first[:, None]], 1)
+        fh = self.dr.hidden(nxt, F, self.dstates, "ar", cP).view(R, P, -1)
+        return first, fh[:, -1]
+
+    @torch.no_grad()
+    def prefill(self, prompts: torch.Tensor | list[list[int]]) -> None:
+        """Reset, run the prompts (eager) and set up the first window.
+
+        ``prompts``: ``[B, P]`` int64 (P >= 2; one batched prefill) or ``B`` token lists of any
+        lengths >= 2 (one prefill per request)."""
+        self.reset()
+        if isinstance(prompts, torch.Tensor):
+            first, f = self._prefill_rows(prompts.to(self.dev), self.rows)
+        else:
+            if len(prompts) != self.B:
+                raise ValueError(f"prompts: expected {self.B} requests, got {len(prompts)}")
+            parts = [self._prefill_rows(torch.tensor([p], device=self.dev), self.rows[r : r + 1])
+                     for r, p in enumerate(prompts)]
+            first = torch.cat([p[0] for p in parts])
+            f = None if self.mode == "ar" else torch.cat([p[1] for p in parts])
         self._emit(first[:, None], torch.ones_like(self.n))
         self.window[:, 0].copy_(first)
         if self.mode != "ar":
-            nxt = torch.cat([prompts[:, 1:], first[:, None]], 1)
-            fh = self.dr.hidden(nxt, F, self.dstates, "ar", cP).view(B, P, -1)
-            self.window[:, 1:].copy_(self._speculate(fh[:, -1]))
+            self.window[:, 1:].copy_(self._speculate(f))
 
     @torch.no_grad()
     def capture(self) -> None:

@@ -1,0 +1,269 @@
+"""End-to-end decode benchmark on one GPU: AR vs SpecLA chain vs per-token snapshots (issue 6).
+
+Runs the vLLM-free runtime (``vllm_specla/runtime/decode.py``) with every step captured in a CUDA
+graph, side by side in one process: for each model shape and batch size it records the AR greedy
+trace of random prompts, times AR, then times SpecLA (and the snapshot baseline) with the
+acceptance-controlled drafter for each K and alpha, checks that every run emitted exactly the AR
+tokens, and appends one JSON record per run to ``--out``.
+
+Shapes (GPU_BASELINE.md, DATA.md §3): ``flame`` = fla/flame GDN 1B (21 layers, 6 x 256 x 512
+heads), ``map`` = m-a-p 1.3B pure GDN (24 layers, 8 x 256 x 256 heads); hidden 2048, MLP 5632,
+vocab 32000, bf16 weights, fp32 states. Random weights: normal(0.02) projections, residual
+projections (``o_proj``, ``down_proj``) scaled by 1/sqrt(2 * layers), embedding normal(1) and an LM
+head that is the embedding of a fixed permutation, so the greedy next token is a permutation of the
+current token with a large logit margin: the AR trace is then stable under the bf16 reassociation
+differences between a T = 1 and a T = 1 + K forward (kernel costs do not depend on weight values).
+The drafter is an EAGLE block at the target's width (its cost is real, its tokens are replaced:
+alpha = per-position acceptance, ALGORITHMS.md §9b).
+
+``--trained``: the embedded trained pair (``models/specla-gdn-tiny``) with its own drafter (real
+acceptance) on pre-tokenized prompts (``--prompts FILE``: JSON list of token lists).
+
+Usage (one device call each, < 10 min): ``python benchmarks/bench_e2e.py --shapes flame --out
+$OUT/e2e.json``; ``--dry-cpu`` runs a tiny shape eagerly on the CPU (every code path once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from vllm_specla.models.config import GatedDeltaNetConfig  # noqa: E402
+from vllm_specla.models.drafter import EagleDrafter, drafter_config_from_target  # noqa: E402
+from vllm_specla.models.gdn import GatedDeltaNetForCausalLM  # noqa: E402
+from vllm_specla.runtime.decode import DecodeRuntime  # noqa: E402
+from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget  # noqa: E402
+
+SHAPES = {
+    "flame": dict(hidden_size=2048, num_hidden_layers=21, num_heads=6, head_dim=256, expand_v=2.0,
+                  intermediate_size=5632, vocab_size=32000),
+    "map": dict(hidden_size=2048, num_hidden_layers=24, num_heads=8, head_dim=256, expand_v=1.0,
+                intermediate_size=5632, vocab_size=32000),
+    "tiny": dict(hidden_size=128, num_hidden_layers=2, num_heads=2, head_dim=32, expand_v=2.0,
+                 intermediate_size=256, vocab_size=512),
+}
+
+
+def shape_config(name: str) -> GatedDeltaNetConfig:
+    return GatedDeltaNetConfig(**SHAPES[name], conv_size=4, use_gate=True, use_short_conv=True, norm_eps=1e-6,
+                               tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+
+
+@torch.no_grad()
+def random_init_(model: torch.nn.Module, layers: int, seed: int) -> None:
+    """The random weights described in the module docstring, drawn on the model's device."""
+    torch.manual_seed(seed)
+    for name, p in model.named_parameters():
+        if name.endswith("A_log"):
+            p.uniform_(1, 16).log_()
+        elif name.endswith("dt_bias"):
+            dt = torch.exp(torch.rand_like(p) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)).clamp(min=1e-4)
+            p.copy_(dt + torch.log(-torch.expm1(-dt)))
+        elif "norm" in name:
+            p.fill_(1.0)
+        elif "conv1d" in name:
+            p.normal_(0, p.shape[-1] ** -0.5)
+        elif name.endswith(("o_proj.weight", "down_proj.weight")):
+            p.normal_(0, 0.02 / math.sqrt(2 * layers))
+        elif "embeddings" in name:
+            p.normal_(0, 1.0)
+        else:
+            p.normal_(0, 0.02)
+
+
+def build(shape: str, device: str, dtype: torch.dtype, seed: int = 0):
+    """(config, FusedTarget, FusedEagle) with random weights (see module docstring)."""
+    cfg = shape_config(shape)
+    perm = torch.randperm(cfg.vocab_size, generator=torch.Generator().manual_seed(seed)).to(device)
+    with torch.device(device):
+        tm = GatedDeltaNetForCausalLM(cfg).to(dtype)
+        random_init_(tm, cfg.num_hidden_layers, seed)
+        # greedy next token of x = perm[x]: lm_head row perm[x] = embedding of x
+        tm.lm_head.weight.data[perm] = tm.model.embeddings.weight.data.clone()
+        dm = EagleDrafter(drafter_config_from_target(cfg)).to(dtype)
+        random_init_(dm, 1, seed + 1)
+    tgt = FusedTarget(tm, dtype, device)
+    dr = FusedEagle(dm, tgt, dtype, device)
+    del tm, dm
+    return cfg, tgt, dr
+
+
+def fits(bytes_needed: int, device: str, margin: float = 8e9) -> bool:
+    if device != "cuda":
+        return True
+    free, _ = torch.cuda.mem_get_info()
+    return bytes_needed + margin < free
+
+
+def spec_state_bytes(cfg: GatedDeltaNetConfig, K: int, mode: str) -> int:
+    """Per-request target state bytes of a mode (computed before allocating)."""
+    L, HV, V, Kd = cfg.num_hidden_layers, cfg.n_v_heads, cfg.head_v_dim, cfg.head_k_dim
+    H, C, W, T = cfg.num_heads, 2 * cfg.num_heads * cfg.head_k_dim + cfg.n_v_heads * cfg.head_v_dim, cfg.conv_size, K + 1
+    ssm, conv = HV * V * Kd * 4, (W - 1) * C * 4
+    banks = 2 * T * (H * Kd + HV * V + HV + C) * 4
+    if mode == "ar":
+        return L * (ssm + conv)
+    if mode == "specla":
+        return L * (ssm + conv + banks)
+    return L * (T * ssm + conv + 2 * T * C * 4)
+
+
+def steps_for(steps: int, batch: int) -> int:
+    """Timed steps per run: at least ``steps``, more at small batch so that the measured acceptance
+    length averages over >= ~1000 row-steps (tau of a row is a geometric draw per step)."""
+    return max(steps, min(128, 1024 // batch))
+
+
+def timed_runtime(rt: DecodeRuntime, prompts, steps: int):
+    rt.prefill(prompts)
+    return rt.run(steps)
+
+
+def record(out_path, rec):
+    print(json.dumps(rec), flush=True)
+    if out_path:
+        with open(out_path, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+
+def bench_shape(args, shape: str, device: str) -> None:
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    t0 = time.time()
+    cfg, tgt, dr = build(shape, device, dtype)
+    gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    print(f"# {shape}: built in {time.time() - t0:.1f}s on {gpu}", flush=True)
+    kmax = max(args.ks)
+    for B in args.batches:
+        prompts = torch.randint(3, cfg.vocab_size, (B, args.prompt_len), generator=torch.Generator().manual_seed(B))
+        steps = steps_for(args.steps, B)
+        L = steps * (kmax + 1) + kmax + 4
+        base = dict(shape=shape, batch=B, gpu=gpu, steps=steps, prompt_len=args.prompt_len)
+        # ---- AR: trace, then the timed run ----
+        ar = DecodeRuntime(tgt, B, "ar", max_new_tokens=L + 2)
+        ar.capture()
+        ar.prefill(prompts)
+        ar.run(L)
+        trace = torch.stack([torch.tensor(o[: L + 1]) for o in ar.outputs()]).to(device)
+        r_ar = timed_runtime(ar, prompts, steps)
+        ar_tps = r_ar.tokens_per_s
+        record(args.out, dict(base, mode="ar", K=0, alpha=None, step_ms=1e3 * r_ar.seconds / r_ar.steps,
+                              tokens_per_s=ar_tps, ms_per_token=r_ar.ms_per_token(B), tau=1.0, speedup=1.0,
+                              state_bytes_per_request=ar.state_bytes_per_request()))
+        del ar
+        for K in args.ks:
+            for mode in ("specla", "snapshot"):
+                if mode == "snapshot" and K not in args.snapshot_ks:
+                    continue
+                need = B * (spec_state_bytes(cfg, K, mode) + 2 * spec_state_bytes(cfg, 0, "ar") // cfg.num_hidden_layers)
+                if not fits(need, device):
+                    record(args.out, dict(base, mode=mode, K=K, skipped=f"needs {need / 2**30:.1f} GiB of state"))
+                    continue
+                alphas = args.alphas if mode == "specla" else args.snapshot_alphas
+                rt = DecodeRuntime(tgt, B, mode, K, dr, max_new_tokens=L + 2, alpha=alphas[0], trace=trace)
+                rt.capture()
+                for a in alphas:
+                    rt.set_alpha(a)
+                    torch.manual_seed(1000 + B + K)
+                    r = timed_runtime(rt, prompts, steps)
+                    outs = rt.outputs()
+                    ok = sum(o == trace[b, : len(o)].tolist() for b, o in enumerate(outs))
+                    record(args.out, dict(
+                        base, mode=mode, K=K, alpha=a, step_ms=1e3 * r.seconds / r.steps, tokens_per_s=r.tokens_per_s,
+                        ms_per_token=r.ms_per_token(B), tau=r.mean_acceptance_length,
+                        tau_expected=(1 - a ** (K + 1)) / (1 - a), speedup=r.tokens_per_s / ar_tps,
+                        lossless_rows=f"{ok}/{B}", state_bytes_per_request=rt.state_bytes_per_request()))
+                del rt
+                gc.collect()
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+    del tgt, dr
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def bench_trained(args, device: str) -> None:
+    """The embedded trained pair, its own drafter (real acceptance), fp32, on ``--prompts``."""
+    from vllm_specla.models.drafter import load_eagle_drafter  # noqa: PLC0415
+    from vllm_specla.models.gdn import load_fla_checkpoint  # noqa: PLC0415
+
+    root = os.path.join(os.path.dirname(__file__), "..", "models", "specla-gdn-tiny")
+    dtype = torch.float32
+    tm = load_fla_checkpoint(os.path.join(root, "target"), dtype, device)
+    dm = load_eagle_drafter(os.path.join(root, "drafter"), dtype, device)
+    tgt = FusedTarget(tm, dtype, device)
+    dr = FusedEagle(dm, tgt, dtype, device)
+    with open(args.prompts) as f:
+        all_prompts = json.load(f)
+    gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    for B in args.trained_batches:
+        prompts = [all_prompts[i % len(all_prompts)] for i in range(B)]
+        steps = steps_for(args.steps, B)
+        cap = steps * (max(args.ks) + 1) + 16
+        ar = DecodeRuntime(tgt, B, "ar", max_new_tokens=cap)
+        ar.capture()
+        r_ar = timed_runtime(ar, prompts, steps * (max(args.ks) + 1))
+        ar_out = ar.outputs()
+        base = dict(shape="specla-gdn-tiny (trained pair)", batch=B, gpu=gpu, dtype="fp32", steps=steps,
+                    prompts=os.path.basename(args.prompts))
+        record(args.out, dict(base, mode="ar", K=0, step_ms=1e3 * r_ar.seconds / r_ar.steps,
+                              tokens_per_s=r_ar.tokens_per_s, tau=1.0, speedup=1.0))
+        for K in args.ks:
+            rt = DecodeRuntime(tgt, B, "specla", K, dr, max_new_tokens=cap)
+            rt.capture()
+            r = timed_runtime(rt, prompts, steps)
+            outs = rt.outputs()
+            ok = sum(o[: min(len(o), len(a))] == a[: min(len(o), len(a))] for o, a in zip(outs, ar_out))
+            record(args.out, dict(base, mode="specla", K=K, step_ms=1e3 * r.seconds / r.steps,
+                                  tokens_per_s=r.tokens_per_s, tau=r.mean_acceptance_length,
+                                  speedup=r.tokens_per_s / r_ar.tokens_per_s, lossless_rows=f"{ok}/{B}"))
+            del rt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", default="flame,map")
+    ap.add_argument("--batches", default="1,16,64,256")
+    ap.add_argument("--ks", default="2,4,6,8")
+    ap.add_argument("--alphas", default="0.7,0.8,0.9")
+    ap.add_argument("--snapshot-ks", default="4")
+    ap.add_argument("--snapshot-alphas", default="0.8")
+    ap.add_argument("--steps", type=int, default=24, help="timed steps per run")
+    ap.add_argument("--prompt-len", type=int, default=16)
+    ap.add_argument("--trained", action="store_true", help="run the embedded trained pair instead of --shapes")
+    ap.add_argument("--prompts", default=None, help="JSON list of token lists (with --trained)")
+    ap.add_argument("--trained-batches", default="1,16")
+    ap.add_argument("--out", default=None, help="append JSON lines here")
+    ap.add_argument("--dry-cpu", action="store_true", help="tiny shape, eager, CPU: every code path once")
+    args = ap.parse_args()
+    ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
+    floats = lambda s: [float(x) for x in s.split(",") if x]  # noqa: E731
+    args.batches, args.ks, args.snapshot_ks = ints(args.batches), ints(args.ks), ints(args.snapshot_ks)
+    args.alphas, args.snapshot_alphas = floats(args.alphas), floats(args.snapshot_alphas)
+    args.trained_batches = ints(args.trained_batches)
+    device = "cuda" if torch.cuda.is_available() and not args.dry_cpu else "cpu"
+    if args.dry_cpu:
+        args.batches, args.ks, args.steps = [2], [2], 3
+        args.alphas = args.snapshot_alphas = [0.8]
+        args.snapshot_ks = [2]
+        args.shapes = "tiny"
+    if args.trained:
+        if not args.prompts:
+            ap.error("--trained needs --prompts FILE (a JSON list of token lists)")
+        bench_trained(args, device)
+        return
+    for shape in args.shapes.split(","):
+        bench_shape(args, shape, device)
+
+
+if __name__ == "__main__":
+    main()
