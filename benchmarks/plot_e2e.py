@@ -1,0 +1,88 @@
+"""Plot speedup vs batch from ``bench_e2e.py`` JSON lines (matplotlib; run on any machine).
+
+One panel per shape; x = batch (log2), y = speedup over AR measured in the same run. Lines: SpecLA
+at each alpha with the best K of the grid, SpecLA with the automatic draft-length policy
+(``mode == "specla-auto"`` records), and the per-token-snapshot baseline. Also prints a markdown
+table (best K per shape, batch, alpha) for benchmarks/RESULTS.md.
+
+Usage: ``python benchmarks/plot_e2e.py benchmarks/e2e_h200.jsonl --png benchmarks/e2e_speedup.png``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+
+
+def load(path: str) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def best_k(recs, shape, mode="specla"):
+    """{(alpha, batch): record with the highest speedup} over K."""
+    out = {}
+    for r in recs:
+        if r.get("shape") != shape or r.get("mode") != mode or "speedup" not in r:
+            continue
+        key = (r["alpha"], r["batch"])
+        if key not in out or r["speedup"] > out[key]["speedup"]:
+            out[key] = r
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("jsonl")
+    ap.add_argument("--png", default=None)
+    args = ap.parse_args()
+    recs = load(args.jsonl)
+    shapes = [s for s in ("flame", "map") if any(r.get("shape") == s for r in recs)]
+    print("| shape | B | alpha | best K | tau | SpecLA tok/s | AR tok/s | speedup | auto K | auto speedup |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    ar = {(r["shape"], r["batch"]): r for r in recs if r.get("mode") == "ar"}
+    auto = {(r["shape"], r["alpha"], r["batch"]): r for r in recs if r.get("mode") == "specla-auto"}
+    for s in shapes:
+        bk = best_k(recs, s)
+        for (a, B), r in sorted(bk.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            au = auto.get((s, a, B))
+            au_k, au_s = (str(au["K"]), f"{au['speedup']:.2f}") if au else ("-", "-")
+            print(f"| {s} | {B} | {a} | {r['K']} | {r['tau']:.2f} | {r['tokens_per_s']:.0f} | "
+                  f"{ar[(s, B)]['tokens_per_s']:.0f} | {r['speedup']:.2f} | {au_k} | {au_s} |")
+    if not args.png:
+        return
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, axes = plt.subplots(1, len(shapes), figsize=(6 * len(shapes), 4.2), squeeze=False)
+    for ax, s in zip(axes[0], shapes):
+        bk = best_k(recs, s)
+        lines = defaultdict(list)
+        for (a, B), r in bk.items():
+            lines[f"SpecLA, alpha={a}, best K"].append((B, r["speedup"]))
+        for r in recs:
+            if r.get("shape") == s and r.get("mode") == "specla-auto":
+                lines[f"SpecLA auto K, alpha={r['alpha']}"].append((r["batch"], r["speedup"]))
+            if r.get("shape") == s and r.get("mode") == "snapshot" and "speedup" in r:
+                lines[f"snapshots, K={r['K']}, alpha={r['alpha']}"].append((r["batch"], r["speedup"]))
+        for name, pts in sorted(lines.items()):
+            pts.sort()
+            style = "--" if "snapshot" in name else (":" if "auto" in name else "-")
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", label=name)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch (requests)")
+        ax.set_ylabel("speedup over AR (tokens/s)")
+        ax.set_title(f"{s}: H200, CUDA graphs, greedy, acceptance-controlled drafter")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(args.png, dpi=120)
+    print(f"wrote {args.png}")
+
+
+if __name__ == "__main__":
+    main()
