@@ -14,9 +14,12 @@ import json
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 SPECLA_METHOD = "specla"
+AUTO = "auto"
+DEFAULT_MAX_AUTO_K = 8  # max_num_speculative_tokens when num_speculative_tokens is "auto"
+MAX_K = 16
 
 
 class SpecLAConfigError(ValueError):
@@ -28,7 +31,15 @@ class SpecLAConfig(BaseModel):
 
     Fields:
         method: must be ``"specla"``.
-        num_speculative_tokens: K >= 1, draft tokens per verify step (window = 1 + K tokens).
+        num_speculative_tokens: K in 1..16, draft tokens per verify step (window = 1 + K tokens);
+            or ``"auto"``: K is chosen per step in 0..``max_num_speculative_tokens`` by the
+            draft-length policy (``core/policy.py``) from measured step times and acceptance, so
+            that SpecLA does not run slower than AR (chains only).
+        max_num_speculative_tokens: with ``"auto"``: the largest K (1..16, default 8); it sizes the
+            factor banks and is the K vLLM's scheduler is told. Only valid with ``"auto"``.
+        step_cost_table: with ``"auto"``: seed step costs ``{"B": {"T": seconds}}`` (a JSON file
+            path, relative to the config file, or an object) measured offline on the serving
+            machine; the policy starts from it and keeps learning. Only valid with ``"auto"``.
         drafter: path to the drafter checkpoint directory: an EAGLE-style drafter
             (``config.json`` with ``"specla_drafter": "eagle"``) or any fla ``gated_deltanet``
             causal LM sharing the target's tokenizer (a draft model).
@@ -52,7 +63,9 @@ class SpecLAConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     method: Literal["specla"] = SPECLA_METHOD
-    num_speculative_tokens: int = Field(ge=1, le=16)
+    num_speculative_tokens: int | Literal["auto"]
+    max_num_speculative_tokens: int | None = Field(default=None, ge=1, le=MAX_K)
+    step_cost_table: str | dict | None = None
     drafter: str
     drafter_kind: Literal["auto", "eagle", "draft_model"] = "auto"
     topology: Literal["chain", "tree"] = "chain"
@@ -63,6 +76,30 @@ class SpecLAConfig(BaseModel):
     recovery: Literal["factors", "snapshot", "replay"] = "factors"
     max_num_requests: int | None = Field(default=None, ge=1)
 
+    @field_validator("num_speculative_tokens", mode="before")
+    @classmethod
+    def _k_or_auto(cls, v: Any) -> Any:
+        if isinstance(v, str) and v.strip().lower() == AUTO:
+            return AUTO
+        if isinstance(v, str) and v.strip().isdigit():
+            v = int(v.strip())
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_K:
+            raise ValueError(f"must be an integer 1..{MAX_K} or \"auto\"")
+        return v
+
+    @field_validator("max_num_speculative_tokens", "step_cost_table")
+    @classmethod
+    def _auto_only(cls, v: Any, info: ValidationInfo) -> Any:
+        k = info.data.get("num_speculative_tokens")
+        if v is not None and k is not None and k != AUTO:
+            raise ValueError(f"only used with num_speculative_tokens=\"auto\" (num_speculative_tokens is {k})")
+        if v is not None and info.field_name == "step_cost_table":
+            from vllm_specla.core.policy import load_cost_table  # noqa: PLC0415
+
+            # a file is read here, so every worker process gets the table itself, not a path
+            v = {str(b): {str(t): s for t, s in row.items()} for b, row in load_cost_table(v).items()}
+        return v
+
     @field_validator("drafter")
     @classmethod
     def _drafter_exists(cls, v: str) -> str:
@@ -70,12 +107,32 @@ class SpecLAConfig(BaseModel):
             raise ValueError("drafter must be a path to a drafter checkpoint directory")
         return v
 
+    @field_validator("topology")
+    @classmethod
+    def _auto_chain_only(cls, v: str, info: ValidationInfo) -> str:
+        if v == "tree" and info.data.get("num_speculative_tokens") == AUTO:
+            raise ValueError('num_speculative_tokens="auto" supports topology "chain" only')
+        return v
+
+    @property
+    def auto_draft_length(self) -> bool:
+        """True when K is chosen per step by the draft-length policy (``"auto"``)."""
+        return self.num_speculative_tokens == AUTO
+
+    @property
+    def k_max(self) -> int:
+        """The largest K: ``num_speculative_tokens``, or ``max_num_speculative_tokens`` (default
+        8) with ``"auto"``. vLLM's ``SpeculativeConfig.num_speculative_tokens`` gets this value."""
+        if self.auto_draft_length:
+            return self.max_num_speculative_tokens or DEFAULT_MAX_AUTO_K
+        return self.num_speculative_tokens
+
     @property
     def max_window(self) -> int:
         """Window positions per factor bank: ``1 + K`` (chain) or ``1 + max(K, node budget)``."""
         if self.topology == "tree":
-            return 1 + max(self.num_speculative_tokens, self.tree_node_budget)
-        return 1 + self.num_speculative_tokens
+            return 1 + max(self.k_max, self.tree_node_budget)
+        return 1 + self.k_max
 
     # ------------------------------------------------------------------------------------------
     @classmethod
@@ -104,10 +161,11 @@ class SpecLAConfig(BaseModel):
             raise SpecLAConfigError(f"speculative_config: expected a JSON object, got {type(obj).__name__}")
         # keys starting with "_" are documentation (JSON has no comments), e.g. "_doc" in examples/specla.json
         d = {k: v for k, v in obj.items() if not (isinstance(k, str) and k.startswith("_"))}
-        if base_dir and isinstance(d.get("drafter"), str) and not os.path.isabs(d["drafter"]):
-            cand = os.path.join(base_dir, d["drafter"])
-            if os.path.exists(cand) and not os.path.exists(d["drafter"]):
-                d["drafter"] = cand
+        for key in ("drafter", "step_cost_table"):
+            if base_dir and isinstance(d.get(key), str) and not os.path.isabs(d[key]):
+                cand = os.path.join(base_dir, d[key])
+                if os.path.exists(cand) and not os.path.exists(d[key]):
+                    d[key] = cand
         try:
             return cls(**d)
         except ValidationError as e:
@@ -167,7 +225,10 @@ def format_validation_error(e: ValidationError) -> str:
     parts = []
     for err in e.errors():
         loc = ".".join(str(x) for x in err["loc"]) or "(root)"
-        if err["type"] == "extra_forbidden":
+        if err["type"] == "value_error":  # our validators: the message names the allowed values
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            parts.append(f"speculative_config.{loc}: {msg} (got {err.get('input')!r})")
+        elif err["type"] == "extra_forbidden":
             allowed = ", ".join(SpecLAConfig.model_fields)
             parts.append(f"speculative_config.{loc}: unknown field (allowed: {allowed})")
         elif err["type"] == "missing":

@@ -8,10 +8,19 @@ slot (pending factors dropped) and waiting requests take it.
 
 Greedy decoding only here (lossless sampling: issue 7). GPU benchmarks (CUDA graphs) build on the
 same step functions.
+
+With ``num_speculative_tokens="auto"`` (or a :class:`~vllm_specla.core.policy.DraftLengthPolicy`)
+K is chosen per step by the draft-length policy: the engine times each pure-decode step's target
+forward + acceptance (``time.perf_counter``; a step that also prefills new requests is not timed)
+and its drafting pass, and feeds those times and the acceptance outcomes back. When a step's K is
+0 the drafter is not run: the committed inputs are kept per request and absorbed with the next
+drafting pass (at most ``LAZY_ABSORB_MAX`` tokens are kept), so a K = 0 step does no drafter
+work.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -19,6 +28,7 @@ import torch
 
 from vllm_specla.core.acceptance import greedy_accept_chain, greedy_accept_tree
 from vllm_specla.core.drafting import DraftRow, EagleDrafterRunner, SlotDrafter, TreeSpec
+from vllm_specla.core.policy import DraftLengthPolicy
 from vllm_specla.core.sampling import accept_chain_pointmass, accept_tree_residual, apply_sampling_transforms
 from vllm_specla.core.topology import DraftTree
 from vllm_specla.ops.tree_reference import compact_path_factors
@@ -36,8 +46,19 @@ class _Req:
     slot: int = -1
     drafts: list[int] = field(default_factory=list)
     tree: DraftTree | None = None
-    pending_rows: DraftRow | None = None
+    pending_rows: DraftRow | None = None  # committed inputs not yet absorbed by the drafter (K = 0 steps)
     done: bool = False
+
+
+LAZY_ABSORB_MAX = 64  # tokens a request may hold back from the drafter during K = 0 steps
+
+
+def merge_draft_rows(held: DraftRow | None, row: DraftRow) -> DraftRow:
+    """``row`` preceded by the inputs ``held`` back from earlier steps (one absorb chunk)."""
+    if held is None or row.fresh:
+        return row
+    feats = None if row.feats is None else torch.cat([held.feats, row.feats])
+    return DraftRow(row.slot, held.tokens + row.tokens, feats, fresh=held.fresh, num_drafts=row.num_drafts)
 
 
 @dataclass
@@ -59,7 +80,11 @@ class SpecLAEngine:
     Args:
         target: the target model (eval mode, any device/dtype).
         drafter: a :class:`SlotDrafter` (None with ``num_speculative_tokens=0``: AR).
-        num_speculative_tokens: K (draft tokens per verify step); 0 = plain AR decoding.
+        num_speculative_tokens: K (draft tokens per verify step); 0 = plain AR decoding;
+            ``"auto"`` = K chosen per step in ``0..max_num_speculative_tokens`` by a default
+            :class:`DraftLengthPolicy`; or a policy object (``choose``, ``observe_step``,
+            ``observe_draft``, ``observe_acceptance``, ``k_max``) used as is. Chains only.
+        max_num_speculative_tokens: K_max with ``"auto"`` (sizes the factor banks).
         deferred_commit: fold accepted factors into the state at the next verify (fused) instead
             of committing right after acceptance with ``recover``.
         max_batch: state slots = concurrent requests.
@@ -79,7 +104,8 @@ class SpecLAEngine:
         target: GatedDeltaNetForCausalLM,
         drafter: SlotDrafter | None = None,
         *,
-        num_speculative_tokens: int = 0,
+        num_speculative_tokens: int | str | DraftLengthPolicy = 0,
+        max_num_speculative_tokens: int = 8,
         deferred_commit: bool = True,
         max_batch: int = 8,
         eos_token_id: int | None = None,
@@ -90,6 +116,17 @@ class SpecLAEngine:
         top_p: float = 1.0,
         seed: int = 0,
     ):
+        self.policy = None
+        if isinstance(num_speculative_tokens, str):
+            if num_speculative_tokens != "auto":
+                raise ValueError(f"num_speculative_tokens={num_speculative_tokens!r}: an int >= 0 or 'auto'")
+            self.policy = DraftLengthPolicy(k_max=max_num_speculative_tokens)
+        elif hasattr(num_speculative_tokens, "choose"):
+            self.policy = num_speculative_tokens
+        if self.policy is not None:
+            if tree is not None:
+                raise ValueError("num_speculative_tokens='auto' supports chains only (tree given)")
+            num_speculative_tokens = int(self.policy.k_max)
         if num_speculative_tokens < 0:
             raise ValueError(f"num_speculative_tokens={num_speculative_tokens}: must be >= 0")
         if num_speculative_tokens > 0 and drafter is None:
@@ -119,6 +156,7 @@ class SpecLAEngine:
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
         self.gen = torch.Generator(device="cpu").manual_seed(seed)
         self.tree_stats = {"nodes_verified": 0, "verify_steps": 0}
+        self.step_k: list[int] = []  # with a policy: K chosen per drafting step
 
     # ------------------------------------------------------------------------------------------
     def _finish(self, r: _Req) -> None:
@@ -148,6 +186,29 @@ class SpecLAEngine:
         for st in self.states:
             recover(st.ssm, slots, st.bank_k, st.bank_v, st.bank_g, banks, n)
             conv_commit(st.conv, slots, st.bank_x, banks, n)
+
+    def _draft_with_policy(self, rows: list[DraftRow], byslot: dict, timed: bool) -> None:
+        """Draft under the policy: skip the drafter on a K = 0 step (inputs held back per request,
+        up to ``LAZY_ABSORB_MAX`` tokens), else absorb held + new inputs in one chunk; time it."""
+        held = [byslot[dr.slot].pending_rows for dr in rows]
+        too_many = any((len(h.tokens) if h is not None else 0) + len(dr.tokens) > LAZY_ABSORB_MAX
+                       for h, dr in zip(held, rows))
+        if all(dr.num_drafts == 0 for dr in rows) and not too_many:
+            for dr in rows:
+                r = byslot[dr.slot]
+                feats = None if dr.feats is None else dr.feats.clone()
+                r.pending_rows = merge_draft_rows(r.pending_rows, DraftRow(dr.slot, dr.tokens, feats, dr.fresh))
+                r.drafts = []
+            return
+        rows = [merge_draft_rows(h, dr) for h, dr in zip(held, rows)]
+        t0 = time.perf_counter()
+        outs = self.drafter.step(rows)
+        k = max(dr.num_drafts for dr in rows)
+        if timed and k > 0:
+            self.policy.observe_draft(len(rows), k, time.perf_counter() - t0)
+        for dr, d in zip(rows, outs):
+            byslot[dr.slot].pending_rows = None
+            byslot[dr.slot].drafts = d
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], max_tokens: int | list[int]) -> list[list[int]]:
@@ -180,6 +241,8 @@ class SpecLAEngine:
                 qlens.append(len(r.prompt)); slots.append(r.slot); is_pf.append(True); has_init.append(False)
                 parents.append(None)
                 toks += r.prompt
+            t_step = time.perf_counter()
+            window = 1 + max((len(r.drafts) for r in vrows), default=0)
             plan = build_step_plan(qlens, slots, is_pf, has_init, speculative=self.K > 0, book=self.book,
                                    device=self.device, parents=parents)
             hidden = self.target(torch.tensor(toks, device=self.device), plan, self.states)
@@ -250,6 +313,11 @@ class SpecLAEngine:
                     done = [r.slot for r in vrows if r.done]
                     if done:  # finished: the slot is released, its pending factors dropped
                         self.book.reset(torch.tensor(done, device=self.device))
+                if self.policy is not None:
+                    nd, na = self.stats.num_drafts[-len(vrows):], self.stats.num_accepted[-len(vrows):]
+                    self.policy.observe_acceptance([d for d in nd if d > 0], [a for d, a in zip(nd, na) if d > 0])
+                    if not new:  # a pure decode step (prefill work would inflate its time)
+                        self.policy.observe_step(len(vrows), window, time.perf_counter() - t_step)
             # ---- prefill rows: first token
             for j, r in enumerate(new):
                 i = len(vrows) + j
@@ -272,9 +340,13 @@ class SpecLAEngine:
                     free.append(r.slot)
             # ---- drafts for the next step
             byslot = {r.slot: r for r in running}
+            k_step = self.K
+            if self.policy is not None and draft_rows:
+                k_step = max(0, min(self.K, int(self.policy.choose(len(draft_rows)))))
+                self.step_k.append(k_step)
             for dr in draft_rows:
                 r = byslot[dr.slot]
-                budget = self.K if self.draft_budget is None else min(self.K, self.draft_budget(step, r.rid))
+                budget = k_step if self.draft_budget is None else min(k_step, self.draft_budget(step, r.rid))
                 # never draft past max_tokens (a verify emits at most drafts + 1)
                 dr.num_drafts = max(0, min(budget, r.max_tokens - len(r.output) - 1))
             if self.drafter is not None and draft_rows:
@@ -282,6 +354,8 @@ class SpecLAEngine:
                     for dr, t in zip(draft_rows, self.drafter.step_tree(draft_rows, self.tree)):
                         byslot[dr.slot].tree = t if t.num_drafts > 0 else None
                         byslot[dr.slot].drafts = []
+                elif self.policy is not None:
+                    self._draft_with_policy(draft_rows, byslot, timed=not new)
                 else:
                     outs = self.drafter.step(draft_rows)
                     for dr, d in zip(draft_rows, outs):

@@ -47,14 +47,15 @@ def _vllm_version() -> tuple[int, int]:
 
 
 def load_spec_file(path: str) -> dict:
-    """Read a speculative-config JSON file; a relative SpecLA ``drafter`` path that does not exist
-    from the working directory is resolved against the file's folder."""
+    """Read a speculative-config JSON file; a relative SpecLA ``drafter`` (or ``step_cost_table``)
+    path that does not exist from the working directory is resolved against the file's folder."""
     spec = load_json_file(path)
-    d = spec.get("drafter")
-    if spec.get("method") == "specla" and isinstance(d, str) and d and not os.path.isabs(d) and not os.path.exists(d):
-        cand = os.path.join(os.path.dirname(os.path.abspath(path)), d)
-        if os.path.exists(cand):
-            spec["drafter"] = cand
+    for key in ("drafter", "step_cost_table"):
+        d = spec.get(key)
+        if spec.get("method") == "specla" and isinstance(d, str) and d and not os.path.isabs(d) and not os.path.exists(d):
+            cand = os.path.join(os.path.dirname(os.path.abspath(path)), d)
+            if os.path.exists(cand):
+                spec[key] = cand
     return spec
 
 
@@ -103,8 +104,9 @@ def translate_speculative_config(spec, target_model_config=None) -> tuple[dict |
                 f"{target_model_config.model!r} is model_type={getattr(hf, 'model_type', None)!r}"
             )
         cfg.check_drafter(hf.vocab_size)
+    # "auto": vLLM's scheduler is told K_max (it sizes the spec rows); the proposer proposes 0..K_max
     vllm_spec = {"method": "custom_class", "model": PROPOSER_QUALNAME,
-                 "num_speculative_tokens": cfg.num_speculative_tokens}
+                 "num_speculative_tokens": cfg.k_max}
     return vllm_spec, cfg.model_dump()
 
 

@@ -5,21 +5,46 @@ calls :meth:`SpeclaProposer.propose_for_batch` with the target's hidden states (
 ``propose`` call carries none). The drafting itself is the vLLM-free
 :class:`~vllm_specla.core.drafting.SlotDrafter` (draft model or EAGLE-style drafter) on its own
 state slots, one per live request, keyed by request id (vLLM reorders batch rows between steps).
+
+With ``num_speculative_tokens: "auto"`` the proposer asks a
+:class:`~vllm_specla.core.policy.DraftLengthPolicy` for one K per step (0..K_max; vLLM was told
+K_max) and feeds it back:
+
+* **step time** = wall time from the end of one ``propose_for_batch`` call to the start of the
+  next: vLLM's scheduling, input preparation, the target forward, rejection sampling and
+  bookkeeping of one step — everything but drafting — keyed by the step's verify rows (B) and
+  its widest window (``1 + max scheduled drafts``). Only pure decode steps count (every row a
+  verify row of a running request): a step with prefill work, or the first step after idling
+  (which always brings a new request), is not a sample. Drafting is timed separately.
+* **acceptance** = per row, the drafts this proposer gave the request last step (cut to what the
+  scheduler kept) and ``len(sampled tokens) - 1`` accepted.
+
+When the step's K is 0 (no row gets drafts) and no row is a prefill row, the drafter is not run:
+the committed inputs (tokens, and for EAGLE the target's features, copied) are held per request
+and absorbed with the next drafting pass (at most ``LAZY_ABSORB_MAX`` tokens), so a K = 0 step
+does no drafter work. With tensor parallelism, TP rank 0's K is broadcast (the EAGLE
+drafter runs collectives through the target's embedding and LM head, so every rank must draft
+the same number of steps).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 import torch
 
 from vllm_specla.core.drafting import DraftModelDrafter, DraftRow, EagleDrafterRunner, TreeSpec
+from vllm_specla.core.policy import DraftLengthPolicy, StepCostModel
 from vllm_specla.models.drafter import load_eagle_drafter
 from vllm_specla.models.gdn import load_fla_checkpoint
+from vllm_specla.runtime.engine import LAZY_ABSORB_MAX
+from vllm_specla.runtime.engine import merge_draft_rows as _merge
 from vllm_specla.worker.settings import specla_settings
 
 logger = logging.getLogger("vllm_specla")
+
 
 
 class SpeclaProposer:
@@ -30,7 +55,14 @@ class SpeclaProposer:
         self.settings = specla_settings(vllm_config)
         if self.settings is None:
             raise ValueError("SpeclaProposer needs a SpecLA speculative config (method: specla)")
-        self.K = self.settings.num_speculative_tokens
+        self.K = self.settings.k_max  # vLLM's num_speculative_tokens (K_max under "auto")
+        self.policy: DraftLengthPolicy | None = None
+        if self.settings.auto_draft_length:
+            self.policy = DraftLengthPolicy(k_max=self.K, costs=StepCostModel(table=self.settings.step_cost_table))
+        self._held: dict[str, DraftRow] = {}  # inputs held back from the drafter (K = 0 steps)
+        self._last_drafts: dict[str, int] = {}  # drafts proposed per request last step
+        self._t_end: float | None = None  # end of the last propose_for_batch call (perf_counter)
+        self.policy_counts = {"steps_timed": 0, "drafter_skipped": 0}
         self.max_requests = self.settings.max_num_requests or vllm_config.scheduler_config.max_num_seqs
         self.drafter = None
         self.kind = None
@@ -58,8 +90,8 @@ class SpeclaProposer:
             self.tree_spec = TreeSpec(top_k=self.settings.tree_top_k, max_depth=self.K,
                                       node_budget=self.settings.tree_node_budget, tau=self.settings.prune_tau)
             self.drafter.enable_trees(self.tree_spec.top_k)
-        logger.info("SpecLA: %s drafter from %s, K=%d, deferred_commit=%s", kind, self.settings.drafter,
-                    self.K, self.settings.deferred_commit)
+        logger.info("SpecLA: %s drafter from %s, K=%s, deferred_commit=%s", kind, self.settings.drafter,
+                    f"auto (max {self.K})" if self.policy is not None else self.K, self.settings.deferred_commit)
 
     # vLLM's own entry point (unused: our runner calls propose_for_batch with hidden states)
     def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None):
@@ -78,6 +110,8 @@ class SpeclaProposer:
     def _release(self, req_id: str) -> None:
         s = self._slot_of.pop(req_id, None)
         self._absorbed.pop(req_id, None)
+        self._held.pop(req_id, None)
+        self._last_drafts.pop(req_id, None)
         if s is not None:
             self._free.append(s)
             self.drafter.release(s)
@@ -92,9 +126,12 @@ class SpeclaProposer:
         work (this also yields zero-draft steps right after accepted steps, which the state
         handling must get right, vLLM #39273 class).
 
+        Under ``"auto"`` the step's K comes from the draft-length policy (see the module doc).
+
         Returns ``list[list[int]]`` in the input batch's row order (``[]`` for rows that did not
         sample, e.g. a partial prefill chunk).
         """
+        t_start = time.perf_counter()
         gone = (getattr(scheduler_output, "finished_req_ids", None) or set()) | (
             getattr(scheduler_output, "preempted_req_ids", None) or set())
         if requests is not None:  # the runner's live requests (scheduled or waiting for their turn)
@@ -105,6 +142,11 @@ class SpeclaProposer:
         tok_ids = input_batch.token_ids_cpu
         n_no_spec = input_batch.num_tokens_no_spec
         qsl, num_computed = step["qsl"], step["num_computed"]
+        pure_decode = n > 0 and bool(np.all(step["is_verify"][:n])) and bool(np.all(num_computed[:n] > 0))
+        k_step = self.K
+        if self.policy is not None:
+            self._feed_policy(input_batch, step, sampled_token_ids, t_start, pure_decode)
+            k_step = self._choose(sum(1 for i in range(n) if i < len(sampled_token_ids) and len(sampled_token_ids[i])))
         rows: list[DraftRow] = []
         row_of: list[int] = []
         for i, rid in enumerate(input_batch.req_ids[:n]):
@@ -125,7 +167,7 @@ class SpeclaProposer:
                 toks = tok_ids[i, start : int(n_no_spec[i])].tolist()
                 feats = None
             self._absorbed[rid] = int(n_no_spec[i])
-            k = self.K if len(sampled) else 0
+            k = k_step if len(sampled) else 0
             st = requests.get(rid) if requests else None
             if k and st is not None and st.sampling_params is not None and st.sampling_params.max_tokens:
                 remaining = st.sampling_params.max_tokens - len(st.output_token_ids)
@@ -141,9 +183,65 @@ class SpeclaProposer:
                     self.trees[rid] = tree
                     drafts[i] = tree.deepest_path()  # what the scheduler reserves; the tree is ours
             return drafts
+        if self.policy is not None:
+            return self._draft_with_policy(input_batch, rows, row_of, drafts, pure_decode)
         outs = self.drafter.step(rows)
         for i, d in zip(row_of, outs):
             drafts[i] = d
+        return drafts
+
+    # ---- draft-length policy ("auto") -------------------------------------------------------------
+    def _feed_policy(self, input_batch, step: dict, sampled_token_ids, t_start: float, pure_decode: bool) -> None:
+        """Acceptance outcomes of the step that just ran, and its time when it was pure decode."""
+        n = input_batch.num_reqs
+        qlen = np.diff(step["qsl"])
+        nd, na = [], []
+        for i, rid in enumerate(input_batch.req_ids[:n]):
+            proposed = self._last_drafts.get(rid, 0)
+            if not step["is_verify"][i] or proposed == 0 or i >= len(sampled_token_ids):
+                continue
+            d = min(proposed, int(qlen[i]) - 1)  # the scheduler may have cut drafts (token budget)
+            if d > 0 and len(sampled_token_ids[i]):
+                nd.append(d)
+                na.append(min(d, len(sampled_token_ids[i]) - 1))
+        self.policy.observe_acceptance(nd, na)
+        if pure_decode and self._t_end is not None:
+            self.policy.observe_step(n, int(qlen[:n].max()), t_start - self._t_end)
+            self.policy_counts["steps_timed"] += 1
+
+    def _choose(self, batch_size: int) -> int:
+        k = self.policy.choose(batch_size) if batch_size else 0
+        tp = self.vllm_config.parallel_config.tensor_parallel_size
+        if tp > 1:  # every TP rank must draft the same K (the EAGLE drafter runs collectives)
+            from vllm.distributed import get_tp_group  # noqa: PLC0415
+
+            k = int(get_tp_group().broadcast_object(k, src=0))
+        return max(0, min(self.K, k))
+
+    def _draft_with_policy(self, input_batch, rows: list[DraftRow], row_of: list[int], drafts, pure_decode: bool):
+        """Run the drafter, or on a pure-decode K = 0 step hold the inputs back; time drafting."""
+        rids = [input_batch.req_ids[i] for i in row_of]
+        held = [self._held.pop(rid, None) for rid in rids]
+        too_many = any((len(h.tokens) if h is not None else 0) + len(r.tokens) > LAZY_ABSORB_MAX
+                       for h, r in zip(held, rows))
+        if pure_decode and not too_many and all(r.num_drafts == 0 for r in rows):
+            for rid, h, r in zip(rids, held, rows):
+                feats = None if r.feats is None else r.feats.clone()  # vLLM reuses its hidden-state buffer
+                self._held[rid] = _merge(h, DraftRow(r.slot, r.tokens, feats, fresh=r.fresh))
+            self.policy_counts["drafter_skipped"] += 1
+            self._last_drafts = {}
+            self._t_end = time.perf_counter()
+            return drafts
+        rows = [_merge(h, r) for h, r in zip(held, rows)]
+        t0 = time.perf_counter()
+        outs = self.drafter.step(rows) if rows else []
+        self._t_end = time.perf_counter()
+        k = max((r.num_drafts for r in rows), default=0)
+        if pure_decode and k > 0:
+            self.policy.observe_draft(len(rows), k, self._t_end - t0)
+        for i, d in zip(row_of, outs):
+            drafts[i] = d
+        self._last_drafts = {rid: len(d) for rid, d in zip(rids, outs)}
         return drafts
 
 

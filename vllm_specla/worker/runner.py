@@ -46,6 +46,9 @@ class SpeclaRunnerMixin:
         if tc:  # tree drafting: candidate / kept nodes -> pruned fraction
             self._specla_counters["tree_candidates"] = tc["candidates"]
             self._specla_counters["tree_kept"] = tc["kept"]
+        policy = getattr(getattr(self, "drafter", None), "policy", None)
+        if policy is not None:  # num_speculative_tokens "auto": K histogram, timed steps, skipped drafter
+            self._specla_counters["policy"] = {**policy.summary(), **self.drafter.policy_counts}
         return self._specla_counters
 
     def _specla_model(self):
