@@ -117,10 +117,13 @@ def spec_state_bytes(cfg: GatedDeltaNetConfig, K: int, mode: str) -> int:
     return L * (T * ssm + conv + 2 * T * C * 4)
 
 
+DRY = False  # --dry-cpu
+
+
 def steps_for(steps: int, batch: int) -> int:
     """Timed steps per run: at least ``steps``, more at small batch so that the measured acceptance
     length averages over >= ~1000 row-steps (tau of a row is a geometric draw per step)."""
-    return max(steps, min(128, 1024 // batch))
+    return steps if DRY else max(steps, min(128, 1024 // batch))
 
 
 def timed_runtime(rt: DecodeRuntime, prompts, steps: int):
@@ -159,6 +162,8 @@ def bench_shape(args, shape: str, device: str) -> None:
                               tokens_per_s=ar_tps, ms_per_token=r_ar.ms_per_token(B), tau=1.0, speedup=1.0,
                               state_bytes_per_request=ar.state_bytes_per_request()))
         del ar
+        step_s = {1: r_ar.seconds / r_ar.steps}  # window T -> seconds per step (drafting included)
+        outcomes = {}  # alpha -> per-step accepted drafts per row, from the K = max run
         for K in args.ks:
             for mode in ("specla", "snapshot"):
                 if mode == "snapshot" and K not in args.snapshot_ks:
@@ -176,6 +181,10 @@ def bench_shape(args, shape: str, device: str) -> None:
                     r = timed_runtime(rt, prompts, steps)
                     outs = rt.outputs()
                     ok = sum(o == trace[b, : len(o)].tolist() for b, o in enumerate(outs))
+                    if mode == "specla":
+                        step_s[K + 1] = min(step_s.get(K + 1, 1e9), r.seconds / r.steps)
+                        if K == kmax:
+                            outcomes[a] = rt.acceptance_outcomes()
                     record(args.out, dict(
                         base, mode=mode, K=K, alpha=a, step_ms=1e3 * r.seconds / r.steps, tokens_per_s=r.tokens_per_s,
                         ms_per_token=r.ms_per_token(B), tau=r.mean_acceptance_length,
@@ -185,10 +194,42 @@ def bench_shape(args, shape: str, device: str) -> None:
                 gc.collect()
                 if device == "cuda":
                     torch.cuda.empty_cache()
+        if args.auto:
+            run_auto(args, base, tgt, dr, B, prompts, trace, steps, step_s, outcomes, ar_tps, L)
     del tgt, dr
     gc.collect()
     if device == "cuda":
         torch.cuda.empty_cache()
+
+
+def run_auto(args, base, tgt, dr, B, prompts, trace, steps, step_s, outcomes, ar_tps, L) -> None:
+    """``num_speculative_tokens: "auto"``: the draft-length policy (``core/policy.py``) gets this
+    batch size's measured step costs (AR and each K of the grid; other K interpolated in T) and
+    the acceptance outcomes of the K = max run at each alpha, picks K (0 = AR), and that choice
+    is measured again in its own run."""
+    from vllm_specla.core.policy import DraftLengthPolicy, StepCostModel  # noqa: PLC0415
+
+    kmax = max(args.ks)
+    for a in args.alphas:
+        pol = DraftLengthPolicy(k_max=kmax, costs=StepCostModel({B: step_s}, draft_seconds_per_token=0.0, learn=False),
+                                explore_every=0)
+        for acc in outcomes.get(a, []):
+            pol.observe_acceptance([kmax] * B, acc)
+        K = pol.best(B)
+        if K == 0:
+            rt = DecodeRuntime(tgt, B, "ar", max_new_tokens=L + 2)
+        else:
+            rt = DecodeRuntime(tgt, B, "specla", K, dr, max_new_tokens=L + 2, alpha=a, trace=trace)
+        rt.capture()
+        torch.manual_seed(2000 + B + K)
+        r = timed_runtime(rt, prompts, steps)
+        ok = sum(o == trace[b, : len(o)].tolist() for b, o in enumerate(rt.outputs()))
+        record(args.out, dict(base, mode="specla-auto", K=K, alpha=a, step_ms=1e3 * r.seconds / r.steps,
+                              tokens_per_s=r.tokens_per_s, ms_per_token=r.ms_per_token(B), tau=r.mean_acceptance_length,
+                              speedup=r.tokens_per_s / ar_tps, lossless_rows=f"{ok}/{B}",
+                              policy=dict(alpha_est=round(pol.acceptance.pooled, 4),
+                                          cost_table_ms={t: round(1e3 * v, 4) for t, v in sorted(step_s.items())})))
+        del rt
 
 
 def bench_trained(args, device: str) -> None:
@@ -239,6 +280,7 @@ def main() -> None:
     ap.add_argument("--snapshot-alphas", default="0.8")
     ap.add_argument("--steps", type=int, default=24, help="timed steps per run")
     ap.add_argument("--prompt-len", type=int, default=16)
+    ap.add_argument("--auto", action="store_true", help="also run the automatic draft-length policy per batch/alpha")
     ap.add_argument("--trained", action="store_true", help="run the embedded trained pair instead of --shapes")
     ap.add_argument("--prompts", default=None, help="JSON list of token lists (with --trained)")
     ap.add_argument("--trained-batches", default="1,16")
@@ -252,6 +294,8 @@ def main() -> None:
     args.trained_batches = ints(args.trained_batches)
     device = "cuda" if torch.cuda.is_available() and not args.dry_cpu else "cpu"
     if args.dry_cpu:
+        global DRY
+        DRY = True
         args.batches, args.ks, args.steps = [2], [2], 3
         args.alphas = args.snapshot_alphas = [0.8]
         args.snapshot_ks = [2]

@@ -99,6 +99,8 @@ class DecodeRuntime:
             outside [0, 1].
     """
 
+    LOG_STEPS = 256
+
     def __init__(self, target: FusedTarget, batch_size: int, mode: str = "ar", num_speculative_tokens: int = 0,
                  drafter: FusedEagle | None = None, max_new_tokens: int = 256, alpha: float | None = None,
                  trace: torch.Tensor | None = None, use_cuda_graphs: bool | None = None):
@@ -147,6 +149,9 @@ class DecodeRuntime:
             self.dscratch = allocate_layer_states(dcfg, B, 0, dev)
             self.dctrl = StepCtrl.uniform(B, T, dev)
         self.acc_sum = torch.zeros((), dtype=torch.long, device=dev)
+        # per-step accepted drafts per row (ring of LOG_STEPS steps) for acceptance estimators
+        self.acc_log = torch.zeros(self.LOG_STEPS, B, dtype=torch.long, device=dev)
+        self.step_i = torch.zeros(1, dtype=torch.long, device=dev)
         self.graph = None
         self.steps_done = 0
 
@@ -221,6 +226,8 @@ class DecodeRuntime:
         a, bonus = greedy_accept_window(self.window, am)
         self._emit(am, a + 1)
         self.acc_sum += a.sum()
+        self.acc_log.index_copy_(0, self.step_i % self.LOG_STEPS, a[None])
+        self.step_i += 1
         # deferred commit bookkeeping: a + 1 factors pending in the bank just written; swap banks
         ctrl.pending_len.copy_(a + 1)
         rb = ctrl.read_bank.clone()
@@ -245,7 +252,7 @@ class DecodeRuntime:
             tensors += self.snaps
         if self.mode != "ar":
             tensors += [t for st in self.dstates + self.dscratch for t in st if t is not None]
-        for t in tensors + [self.out, self.n, self.window, self.acc_sum]:
+        for t in tensors + [self.out, self.n, self.window, self.acc_sum, self.acc_log, self.step_i]:
             t.zero_()
         for c in (self.ctrl,) + ((self.dctrl,) if self.mode != "ar" else ()):
             c.pending_len.zero_()
@@ -348,6 +355,14 @@ class DecodeRuntime:
         else:
             tau = (int(self.acc_sum) - acc0) / (steps * self.B) + 1.0
         return RunResult(steps=steps, seconds=sec, tokens=tokens, mean_acceptance_length=tau)
+
+    def acceptance_outcomes(self) -> list[list[int]]:
+        """Accepted drafts per row for each of the last ``min(steps, LOG_STEPS)`` spec steps since
+        :meth:`prefill` (oldest first): what an acceptance estimator consumes."""
+        n = int(self.step_i)
+        log = self.acc_log.cpu()
+        idx = [i % self.LOG_STEPS for i in range(max(0, n - self.LOG_STEPS), n)]
+        return [log[i].tolist() for i in idx]
 
     def outputs(self) -> list[list[int]]:
         """Each row's emitted tokens so far (host copy; the first is the token after the prompt)."""
