@@ -14,9 +14,9 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -62,7 +62,10 @@ SPECLA_INLINE float exp_vec(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
-  return p * std::bit_cast<float>((ni + 127) << 23);
+  const int32_t bits = (ni + 127) << 23;  // 2^ni as an fp32 bit pattern (C++17: memcpy, not bit_cast)
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
 }
 
 // A strided fp32 tensor: base pointer plus strides (elements), up to 5 dims.
