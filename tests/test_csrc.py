@@ -14,7 +14,7 @@ conv ops ``atol=1e-6, rtol=1e-5`` (identical sums, SiLU's exp may differ in the 
 conv_commit and the recorded raw inputs / k^ / g are exact copies (compared exactly).
 
 Skipped when the extension is not built (``pip install`` without a compiler or under build
-isolation); ``VLLM_SPECLA_REQUIRE_CPP=1`` turns that skip into a failure.
+isolation); ``VLLM_SPECLA_REQUIRE_CPP=1`` (set by ``.ci/run``) turns that skip into a failure.
 """
 
 from __future__ import annotations
@@ -27,12 +27,26 @@ import torch
 
 from vllm_specla.ops import _cpp
 from vllm_specla.ops.reference import chain_verify_ref, conv_commit_ref, conv_verify_ref, recover_ref
-from vllm_specla.ops.tree_reference import tree_verify_sequential_ref
+from vllm_specla.ops.tree_reference import tree_verify_ref, tree_verify_sequential_ref
 
-if not _cpp.AVAILABLE:
-    if os.environ.get("VLLM_SPECLA_REQUIRE_CPP", "0") not in ("", "0"):
-        raise RuntimeError(f"VLLM_SPECLA_REQUIRE_CPP=1 but the C++ ops are not available: {_cpp.LOAD_ERROR}")
+REQUIRE_CPP = os.environ.get("VLLM_SPECLA_REQUIRE_CPP", "0") not in ("", "0")  # set by .ci/run
+if not _cpp.AVAILABLE and not REQUIRE_CPP:
     pytest.skip(f"C++ CPU ops not built: {_cpp.LOAD_ERROR}", allow_module_level=True)
+_MISSING_REPORTED = []
+
+
+@pytest.fixture(autouse=True)
+def _require_cpp():
+    """With VLLM_SPECLA_REQUIRE_CPP=1 a missing extension is one test error (the first test of this
+    module; the others skip with the same reason) instead of a module skip. Not a collection error,
+    which would stop the whole pytest session before any other test runs."""
+    if _cpp.AVAILABLE:
+        return
+    msg = f"VLLM_SPECLA_REQUIRE_CPP=1 but the C++ ops are not available: {_cpp.LOAD_ERROR}"
+    if not _MISSING_REPORTED:
+        _MISSING_REPORTED.append(msg)
+        pytest.fail(msg, pytrace=False)
+    pytest.skip(msg)
 
 TOL = dict(atol=2e-5, rtol=1e-4)
 CONV_TOL = dict(atol=1e-6, rtol=1e-5)
@@ -261,6 +275,55 @@ def test_tree_verify_every_node_matches_reference(dtype, pending, forest):
     m2 = c.clone_mutables()
     o_chain = _cpp.chain_verify(*c.tensors(), **c.kwargs(m2, pending=pending))
     torch.testing.assert_close(o_cpp[s:], o_chain[s:], **TOL)
+
+
+@pytest.mark.parametrize("pending", [False, True])
+def test_tree_dispatcher_uses_cpp_on_cpu(monkeypatch, pending):
+    """ops.tree_verify sends non-chain CPU trees (and forests) to the C++ op; == tree_verify_ref at
+    every node, state and banks; chains still go to chain verify; tree_conv stays on the torch
+    reference (no C++ tree conv op)."""
+    from vllm_specla.ops import tree_verify as tv_mod  # noqa: PLC0415
+
+    calls = []
+    for name in ("tree_verify", "chain_verify"):
+        real = getattr(_cpp, name)
+        monkeypatch.setattr(_cpp, name, lambda *a, _r=real, _n=name, **kw: (calls.append(_n), _r(*a, **kw))[1])
+    rng = random.Random(31 + pending)
+    for it in range(4):
+        lens = [rng.randint(2, 16) for _ in range(3)] + [1]
+        trees = [random_tree(T, rng, forest=(it % 2 == 1)) for T in lens]
+        trees[1] = [-1] + [0] * (lens[1] - 1)  # a star
+        parents = torch.tensor([p for t in trees for p in t])
+        c = Case(lens, 2, 6, 24, 40, seed=rng.randrange(1000), pending=[2, 0, 1, 3] if pending else None)
+        m_ref, m_cpp = c.clone_mutables(), c.clone_mutables()
+        o_ref = tree_verify_ref(*c.tensors(), parents=parents, **c.kwargs(m_ref, pending=pending))
+        calls.clear()
+        o = tv_mod.tree_verify(*c.tensors(), parents=parents, **c.kwargs(m_cpp, pending=pending))
+        assert calls == ["tree_verify"]
+        for n in range(sum(lens)):
+            torch.testing.assert_close(o[n], o_ref[n], **TOL)
+        assert_all_close(m_cpp, m_ref, **TOL)
+    # a chain topology: chain verify (C++), not the tree op
+    c = Case([4, 2], 2, 6, 24, 40, seed=3)
+    calls.clear()
+    tv_mod.tree_verify(*c.tensors(), parents=torch.tensor([-1, 0, 1, 2, -1, 0]),
+                       **c.kwargs(c.clone_mutables(), pending=False))
+    assert calls == ["chain_verify"]
+
+
+def test_tree_verify_check_mode(monkeypatch):
+    """VLLM_SPECLA_CPP_CHECK covers the tree op too (the dispatcher now routes trees to it)."""
+    monkeypatch.setattr(_cpp, "CHECK", True)
+    c = Case([5, 3], 2, 6, 24, 40, seed=13, pending=[1, 2])
+    _cpp.tree_verify(*c.tensors(), parents=torch.tensor([-1, 0, 0, 1, 1, -1, 0, 0]), **c.kwargs(c.clone_mutables()))
+
+    def wrong_tree(*args):
+        return torch.ops.vllm_specla.chain_verify(*args[:9], *args[10:16], False, args[16])
+
+    monkeypatch.setattr(torch.ops.vllm_specla, "tree_verify", wrong_tree, raising=False)
+    with pytest.raises(RuntimeError, match="differs from tree_verify_sequential_ref"):
+        _cpp.tree_verify(*c.tensors(), parents=torch.tensor([-1, 0, 0, 1, 1, -1, 0, 0]),
+                         **c.kwargs(c.clone_mutables()))
 
 
 def test_tree_verify_rejects_bad_parents():

@@ -6,7 +6,8 @@ ops; this module wraps them with the keyword signatures of the torch references 
 fake (meta) kernels so they trace under ``torch.compile``.
 
 * :data:`AVAILABLE` – True when the ops are registered (the dispatchers in ``chain_verify.py`` /
-  ``recover.py`` then use them for CPU tensors, else the plain-torch references);
+  ``recover.py`` / ``tree_verify.py`` then use them for CPU tensors, else the plain-torch
+  references; ``tree_verify`` takes any non-chain tree or forest);
 * :data:`LOAD_ERROR` – why not, when not;
 * ``VLLM_SPECLA_DISABLE_CPP=1`` – never use the C++ ops (references everywhere);
 * ``VLLM_SPECLA_CPP_JIT=1`` – if the built extension is missing, compile ``csrc/`` now with
@@ -183,6 +184,21 @@ def tree_verify(q, k, v, g, beta, *, scale, state, slots, cu_seqlens, parents, b
         raise ValueError("the C++ tree_verify does not return node states; use tree_verify_sequential_ref")
     if not isinstance(parents, torch.Tensor):
         parents = torch.tensor(list(parents), dtype=torch.int64)
+    if CHECK:
+        from vllm_specla.ops.tree_reference import tree_verify_sequential_ref as ref  # noqa: PLC0415
+
+        kw = dict(scale=scale, cu_seqlens=cu_seqlens, parents=parents, write_bank=write_bank,
+                  pending_len=pending_len, read_bank=read_bank, use_qk_l2norm=use_qk_l2norm)
+        muts = dict(state=state, bank_k=bank_k, bank_v=bank_v, bank_g=bank_g)
+        return _checked("tree_verify", ref, lambda: _tree_verify(q, k, v, g, beta, slots=slots, **kw, **muts), slots,
+                        muts, lambda c, ls: ref(q, k, v, g, beta, slots=ls, **kw, **{m: c.get(m) for m in muts}))
+    return _tree_verify(q, k, v, g, beta, scale=scale, state=state, slots=slots, cu_seqlens=cu_seqlens,
+                        parents=parents, bank_k=bank_k, bank_v=bank_v, bank_g=bank_g, write_bank=write_bank,
+                        pending_len=pending_len, read_bank=read_bank, use_qk_l2norm=use_qk_l2norm)
+
+
+def _tree_verify(q, k, v, g, beta, *, scale, state, slots, cu_seqlens, parents, bank_k, bank_v, bank_g, write_bank,
+                 pending_len, read_bank, use_qk_l2norm):
     return torch.ops.vllm_specla.tree_verify(q, k, v, g, beta, float(scale), state, slots, cu_seqlens, parents,
                                              bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
                                              bool(use_qk_l2norm))

@@ -330,3 +330,226 @@ def compact_path_factors(
         dst = torch.full_like(src, j)
         for b in banks:
             b[slots, bank_idx, dst] = b[slots, bank_idx, src]
+
+
+# Name used by the issue tracker and the kernel tests for "the" tree-verify oracle.
+tree_verify_ref = tree_verify_sequential_ref
+
+
+# --------------------------------------------------------------------------------------------
+# Heavy-light (chain-decomposed) schedule, ALGORITHMS.md §5
+# --------------------------------------------------------------------------------------------
+#
+# Per row (forests allowed): a virtual root sits above the row's roots, holding the committed
+# state S_0 (after the pending fold). size(u) = 1 + sum of its children's sizes; heavy(u) = the
+# child with the largest subtree, ties -> the earliest in topological order (the virtual root's
+# heavy child = the largest root subtree, ties -> the earliest root, so node 0 for a single tree).
+# Chains start at every root and at every light child and follow heavy pointers to a leaf. The
+# chain of the heavy root is wave 0; a chain starting at a light child c has
+# wave(chain of parent(c)) + 1 (the other roots of a forest: wave 1). A node with light children is
+# a *boundary*: its state is materialised (scratch slot ``bslot``) for its light children's chains.
+# A tree (single root) of N nodes has at most floor(log2 N) + 1 waves (each light edge at least
+# halves the subtree size).
+
+
+class HLDRow:
+    """Heavy-light schedule of one row (window positions ``0..T-1``).
+
+    Attributes: ``size``, ``heavy`` (heavy child, ``-1`` for a leaf), ``wave`` (of the node's chain),
+    ``chains`` (``[(wave, [head, ..., tail])]`` sorted by ``(wave, head)``), ``boundary`` (nodes with
+    light children, increasing), ``bslot`` (scratch slot per node = index in ``boundary``, ``-1``
+    otherwise), ``heavy_root``.
+    """
+
+    def __init__(self, parents_row: list[int]):
+        par = [int(p) for p in parents_row]
+        T = len(par)
+        for t, p in enumerate(par):
+            if not (-1 <= p < t):
+                raise ValueError(f"parents must be topological (parent < node): node {t} has {p}")
+        size = [1] * T
+        for t in range(T - 1, -1, -1):
+            if par[t] >= 0:
+                size[par[t]] += size[t]
+        heavy, best = [-1] * T, [0] * T
+        heavy_root, best_root = -1, 0
+        for t in range(T):  # increasing t + strict '>' = ties go to the earliest child
+            p = par[t]
+            if p >= 0:
+                if size[t] > best[p]:
+                    best[p], heavy[p] = size[t], t
+            elif size[t] > best_root:
+                best_root, heavy_root = size[t], t
+        wave, bnd = [0] * T, [False] * T
+        heads = []
+        for t in range(T):
+            p = par[t]
+            light = (t != heavy_root) if p < 0 else (heavy[p] != t)
+            wave[t] = (0 if p < 0 else wave[p]) + int(light)
+            if p < 0 or light:
+                heads.append(t)
+            if p >= 0 and light:
+                bnd[p] = True
+        heads.sort(key=lambda h: (wave[h], h))
+        chains = []
+        for h in heads:
+            nodes, u = [], h
+            while u >= 0:
+                nodes.append(u)
+                u = heavy[u]
+            chains.append((wave[h], nodes))
+        self.parents = par
+        self.size, self.heavy, self.wave, self.heavy_root = size, heavy, wave, heavy_root
+        self.chains = chains
+        self.boundary = [t for t in range(T) if bnd[t]]
+        self.bslot = [-1] * T
+        for i, t in enumerate(self.boundary):
+            self.bslot[t] = i
+
+    @property
+    def num_waves(self) -> int:
+        return (self.chains[-1][0] + 1) if self.chains else 0
+
+    def chains_per_wave(self) -> list[int]:
+        out = [0] * self.num_waves
+        for w, _ in self.chains:
+            out[w] += 1
+        return out
+
+    @property
+    def serial_depth(self) -> int:
+        """Sum over waves of the longest chain: the sequential node steps of the wave schedule."""
+        best = [0] * self.num_waves
+        for w, nodes in self.chains:
+            best[w] = max(best[w], len(nodes))
+        return sum(best)
+
+
+def hld_schedule_ref(parents: torch.Tensor | list[int], cu_seqlens: torch.Tensor) -> list[HLDRow]:
+    """Heavy-light schedule of every row (plain Python; the oracle of the device schedule kernel)."""
+    return [HLDRow(row) for row in _local_parents(parents, cu_seqlens)]
+
+
+def hld_layout(BN: int, NW: int) -> dict[str, int]:
+    """Offsets of the packed int32 schedule row (one row per request, ``LS`` entries):
+    ``heavy[BN]`` | ``bslot[BN]`` | ``heads[BN]`` (chain heads sorted by (wave, node), ``-1`` pad) |
+    ``wave_off[NW + 1]`` (chains of wave ``w`` = ``heads[wave_off[w]:wave_off[w+1]]``) | ``n_boundary``."""
+    return dict(heavy=0, bslot=BN, heads=2 * BN, wave_off=3 * BN, n_boundary=3 * BN + NW + 1, LS=3 * BN + NW + 2)
+
+
+def hld_pack(rows: list[HLDRow], BN: int, NW: int) -> torch.Tensor:
+    """Pack schedules into the ``[R, LS]`` int32 layout of :func:`hld_layout` (what the device
+    schedule kernel writes; chains of waves ``>= NW`` are dropped, which never happens for rows of
+    at most ``BN`` nodes and ``NW = len(hld_max_chains_per_wave(BN))``)."""
+    lay = hld_layout(BN, NW)
+    out = torch.full((len(rows), lay["LS"]), -1, dtype=torch.int32)
+    for r, row in enumerate(rows):
+        T = len(row.heavy)
+        if T > BN:
+            raise ValueError(f"row of {T} nodes exceeds the schedule width {BN}")
+        out[r, lay["heavy"]:lay["heavy"] + T] = torch.tensor(row.heavy, dtype=torch.int32)
+        out[r, lay["bslot"]:lay["bslot"] + T] = torch.tensor(row.bslot, dtype=torch.int32)
+        heads = [nodes[0] for w, nodes in row.chains if w < NW]
+        out[r, lay["heads"]:lay["heads"] + len(heads)] = torch.tensor(heads, dtype=torch.int32)
+        for w in range(NW + 1):
+            out[r, lay["wave_off"] + w] = sum(1 for cw, _ in row.chains if cw < w)
+        out[r, lay["n_boundary"]] = len(row.boundary)
+    return out
+
+
+def _hld_max_chains_table(n: int) -> list[list[int]]:
+    """``F[w][s]``: the most chains of wave ``w`` any tree of ``s <= n`` nodes can have (its root's
+    chain is wave 0). DP: ``F[w][s] = max_S F[w][S] + G_{w-1}(s - 1 - S, cap S)``, ``S`` the heavy
+    subtree size, ``G_x(m, cap)`` the best sum of ``F[x][s_i]`` over light subtrees ``s_i <= cap``
+    with ``sum s_i = m`` (unbounded knapsack, item sizes added one cap at a time)."""
+    F = [[0] + [1] * n]
+    while True:
+        prev = F[-1]
+        # G[cap][m]: light subtrees of size <= cap summing to exactly m (m = 0 -> 0)
+        G = [[0] + [-1] * n]  # cap 0: only m = 0 reachable (-1 = unreachable)
+        for cap in range(1, n + 1):
+            row = list(G[-1])
+            for m in range(cap, n + 1):
+                if row[m - cap] >= 0:
+                    row[m] = max(row[m], row[m - cap] + prev[cap])
+            G.append(row)
+        cur = [0] * (n + 1)
+        for s in range(2, n + 1):
+            cur[s] = max(cur[S] + G[S][s - 1 - S] for S in range(1, s))
+        if max(cur) == 0:
+            return F
+        F.append(cur)
+
+
+_WAVE_BOUNDS: dict[int, list[int]] = {}
+
+
+def hld_max_chains_per_wave(n_nodes: int, forest: bool = True) -> list[int]:
+    """Upper bound on the chains of each wave over all rows of at most ``n_nodes`` nodes: entry
+    ``w`` bounds wave ``w``; the length bounds the number of waves (``floor(log2 n) + 1`` for
+    trees). With ``forest`` the bound covers forests (a virtual root above the roots, ``n + 1``
+    nodes). Host-only (shapes), so launch grids derived from it need no sync."""
+    n = max(1, int(n_nodes)) + (1 if forest else 0)
+    if n not in _WAVE_BOUNDS:
+        F = _hld_max_chains_table(n)
+        _WAVE_BOUNDS[n] = [F[w][n] for w in range(len(F))]
+    return list(_WAVE_BOUNDS[n])
+
+
+def tree_verify_hld_ref(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    *,
+    scale: float,
+    state: torch.Tensor,
+    slots: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    parents: torch.Tensor | list[int],
+    bank_k: torch.Tensor | None = None,
+    bank_v: torch.Tensor | None = None,
+    bank_g: torch.Tensor | None = None,
+    write_bank: torch.Tensor | None = None,
+    pending_len: torch.Tensor | None = None,
+    read_bank: torch.Tensor | None = None,
+    use_qk_l2norm: bool = True,
+    boundary_log: list | None = None,
+) -> torch.Tensor:
+    """Tree verify executed on the heavy-light schedule (what the Triton HLD kernel does), in torch.
+
+    Chains run wave by wave; each starts from ``S_0`` (its head is a root) or from the materialised
+    state of its head's parent, steps its nodes with the state kept local, and materialises the
+    state after every boundary node. Same arguments, results and side effects as
+    :func:`tree_verify_sequential_ref`. ``boundary_log`` (tests): appended ``(row, node)`` for every
+    materialised state.
+    """
+    HV, V = v.shape[-2:]
+    q, k, qe, ke, v, g, beta = _prep(q, k, v, g, beta, scale, use_qk_l2norm)
+    o = torch.empty(v.shape, dtype=torch.float32, device=v.device)
+    for r, ((s, e), row) in enumerate(zip(_rows(cu_seqlens), hld_schedule_ref(parents, cu_seqlens))):
+        slot = int(slots[r])
+        _check_window(e - s, bank_k, write_bank)
+        _pending_commit(state, slot, r, pending_len, read_bank, bank_k, bank_v, bank_g, HV)
+        M0 = state[slot].clone()
+        scratch = {}
+        for _, nodes in row.chains:  # sorted by wave: a head's parent was materialised earlier
+            par = row.parents[nodes[0]]
+            M = M0 if par < 0 else scratch[par]
+            for t in nodes:
+                i = s + t
+                M = M * g[i].exp()[:, None, None]
+                vt = beta[i][:, None] * (v[i] - torch.einsum("hvk,hk->hv", M, ke[i]))
+                M = M + vt[:, :, None] * ke[i][:, None, :]
+                o[i] = torch.einsum("hvk,hk->hv", M, qe[i])
+                if row.bslot[t] >= 0:
+                    scratch[t] = M
+                    if boundary_log is not None:
+                        boundary_log.append((r, t))
+                if write_bank is not None:
+                    wb = int(write_bank[r])
+                    bank_k[slot, wb, t] = k[i]
+                    bank_v[slot, wb, t] = vt
+                    bank_g[slot, wb, t] = g[i]
+    return o

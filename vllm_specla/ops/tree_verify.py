@@ -1,17 +1,25 @@
 """Public tree-verify ops: verify a draft tree (parent pointers, topological order) per request.
 
 Topology format, factor positions and the torch references: :mod:`vllm_specla.ops.tree_reference`
-(ALGORITHMS.md §4). Dispatch:
+(ALGORITHMS.md §4, §5). Dispatch of :func:`tree_verify`:
 
 * a chain topology (every row ``[-1, 0, 1, ...]``) goes to :func:`~vllm_specla.ops.chain_verify.
   chain_verify` / :func:`~vllm_specla.ops.chain_verify.conv_verify` (state-resident chain kernel);
-* CUDA tensors with Triton: the tree kernels below;
-* otherwise the torch references (UT form for the recurrence, ancestor-gather for the conv).
+* CUDA tensors with Triton: one of two tree kernels, picked by :func:`pick_tree_kernel` (shapes
+  only, no host sync): the heavy-light kernel (:mod:`vllm_specla.ops.triton_tree_hld`, chains with
+  the state on chip, boundary states materialised in a scratch buffer) or the ancestor-walk kernel
+  below (``_tree_verify_kernel``, root tile only, no scratch);
+* CPU tensors: the C++ op ``torch.ops.vllm_specla.tree_verify`` when built (:mod:`~vllm_specla.ops.
+  _cpp`; sequential per-node form, any tree or forest), else the torch UT reference.
 
-Triton tree verify (``_tree_verify_kernel``), one program per ``(V-tile, value head, row)``, like the
-chain kernel: the ``[BV, K]`` root-state tile (after the fused pending commit) stays in registers and
-is never modified; node ``t``'s parent state is never materialised. It is applied through the UT /
-DeltaConstruct identity ``M_p = e^{G_p} M_0 + sum_{u in path(p)} e^{G_p - G_u} v~_u k_u^T``:
+:func:`tree_conv`: chain -> ``conv_verify``; CUDA -> the Triton tree conv below; CPU -> the torch
+reference (there is no C++ tree conv op; a chain's conv goes to the C++ ``conv_verify``).
+
+Triton tree verify, ancestor walk (``_tree_verify_kernel``), one program per ``(V-tile, value
+head, row)``, like the chain kernel: the ``[BV, K]`` root-state tile (after the fused pending commit)
+stays in registers and is never modified; node ``t``'s parent state is never materialised. It is
+applied through the UT / DeltaConstruct identity
+``M_p = e^{G_p} M_0 + sum_{u in path(p)} e^{G_p - G_u} v~_u k_u^T``:
 
     M_p k_t = e^{G_p} (M_0 k_t) + sum_u e^{G_p - G_u} (k_u . k_t) v~_u      (same for q_t)
     v~_t = beta_t (v_t - e^{g_t} M_p k_t),   o_t = e^{g_t} M_p q_t + (k_t . q_t) v~_t
@@ -25,8 +33,10 @@ from __future__ import annotations
 
 import torch
 
+from vllm_specla.ops import _cpp
 from vllm_specla.ops.tree_reference import (  # noqa: F401
     compact_path_factors,
+    hld_max_chains_per_wave,
     is_chain,
     tree_conv_ref,
     tree_conv_sequential_ref,
@@ -39,6 +49,7 @@ try:
     import triton.language as tl
 
     from vllm_specla.ops.triton_chain import _z_load
+    from vllm_specla.ops.triton_tree_hld import HLDPlan, hld_device_plan, hld_plan, tree_verify_hld  # noqa: F401
 
     HAS_TRITON = True
 except ImportError:  # pragma: no cover - CPU installs without triton
@@ -263,6 +274,34 @@ def tree_conv_triton(x, weight, cu_seqlens, parents, conv_state, slots, *, bank_
     return y
 
 
+# Tree-kernel choice on CUDA for non-chain batches: "auto" applies pick_tree_kernel's rule,
+# "hld" / "walk" force one kernel (benchmarks, tests).
+TREE_KERNEL = "auto"
+# pick_tree_kernel's thresholds. First guesses from the design, NOT measured yet (tune with
+# benchmarks/bench_tree.py on the GPU):
+HLD_MIN_NODES = 8  # shorter windows: ancestor walk (its walks are short; HLD adds launches/scratch)
+HLD_MAX_SCRATCH_BYTES = 64 << 20  # boundary scratch above this (~L2): ancestor walk
+
+
+def pick_tree_kernel(num_rows: int, HV: int, V: int, K: int, nmax: int, scratch_slots: int | None = None) -> str:
+    """``"hld"`` or ``"walk"`` for a non-chain CUDA batch (:data:`TREE_KERNEL` ``"auto"``).
+
+    Shapes only (no host sync, CUDA-graph safe). Rule: the heavy-light kernel when windows can hold
+    at least :data:`HLD_MIN_NODES` nodes and its boundary scratch, ``num_rows x scratch_slots``
+    states (``scratch_slots`` defaults to the bound ``(nmax - 1) // 2``; exact with a host plan),
+    fits :data:`HLD_MAX_SCRATCH_BYTES`; else the ancestor walk. Reasoning: per node the HLD kernel
+    does one chain step (the ancestor walk adds a depth-long walk over K-vectors), but every
+    boundary costs a state-sized store and load, cheap while the scratch stays in L2 (small
+    batches) and a full HBM pass each at large batch, where the walk's single state read wins.
+    """
+    if TREE_KERNEL in ("hld", "walk"):
+        return TREE_KERNEL
+    if nmax < HLD_MIN_NODES:
+        return "walk"
+    slots = (max(0, (nmax - 1) // 2)) if scratch_slots is None else scratch_slots
+    return "hld" if num_rows * slots * HV * V * K * 4 <= HLD_MAX_SCRATCH_BYTES else "walk"
+
+
 def tree_verify(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -284,6 +323,8 @@ def tree_verify(
     use_qk_l2norm: bool = True,
     chain: bool | None = None,
     max_nodes: int | None = None,
+    hld_plan: "HLDPlan | None" = None,
+    tree_kernel: str | None = None,
 ) -> torch.Tensor:
     """Verify a draft tree per row; outputs per node, factors per node, pending commit fused.
 
@@ -294,6 +335,12 @@ def tree_verify(
         chain: topology hint; ``None`` inspects ``parents`` (a host sync if it lives on the GPU —
             pass the step plan's flag in the hot path). ``True`` sends the batch to chain verify.
         max_nodes: longest window when no banks are given (else ``bank_k.shape[2]``).
+        hld_plan: a heavy-light schedule for the CUDA HLD kernel, shared by the step's layers:
+            :func:`~vllm_specla.ops.triton_tree_hld.hld_device_plan` (device, no sync, once per
+            step) or :func:`~vllm_specla.ops.triton_tree_hld.hld_plan` (host, exact grids, once per
+            static tree shape); without it each call builds the schedule on the device (no sync).
+        tree_kernel: ``"hld"`` / ``"walk"`` forces the CUDA tree kernel (default
+            :func:`pick_tree_kernel`).
     Returns:
         ``o [N, HV, V]`` float32. The tree's node states are never written; ``state[slot]`` changes
         only by the pending commit.
@@ -308,7 +355,20 @@ def tree_verify(
 
         return chain_verify(q, k, v, g, beta, write_final_state=False, **kw)
     if q.is_cuda and HAS_TRITON:
+        which = tree_kernel
+        if which is None:
+            if hld_plan is not None:
+                nmax, slots_ = hld_plan.nmax, hld_plan.NB
+            else:
+                nmax = max_nodes if max_nodes is not None else (
+                    bank_k.shape[2] if write_bank is not None else _max_nodes(cu_seqlens))
+                slots_ = None
+            which = pick_tree_kernel(cu_seqlens.numel() - 1, v.shape[-2], v.shape[-1], k.shape[-1], nmax, slots_)
+        if which == "hld":
+            return tree_verify_hld(q, k, v, g, beta, parents=parents, max_nodes=max_nodes, plan=hld_plan, **kw)
         return tree_verify_triton(q, k, v, g, beta, parents=parents, max_nodes=max_nodes, **kw)
+    if _cpp.use("tree_verify", q, state):
+        return _cpp.tree_verify(q, k, v, g, beta, parents=parents, **kw)
     return tree_verify_ut_ref(q, k, v, g, beta, parents=parents, **kw)
 
 
