@@ -1,0 +1,320 @@
+"""UT-form Triton chain verify (``ops/triton_chain_ut.py``) vs the torch reference ``chain_verify_ref``.
+
+Runs on CUDA; skipped without it, except under ``TRITON_INTERPRET=1`` where everything runs on the
+CPU through Triton's interpreter (small shapes; the GDN-1.3B head shapes with 1-2 short rows and a
+coarser tile so the interpreter stays fast).
+
+Inputs are random and never zero (banks are filled with random data, so an unwritten or misplaced
+factor shows); the reference runs in fp32 on the same device. Every comparison is the norm-wise
+relative error ``||x - ref|| / ||ref||`` of the outputs, the state slots (all of them: untouched
+slots must stay equal) and the three factor banks (both buffers: the pending bank must be left
+alone), plus a per-token check of the outputs.
+
+Tolerances: ``TOL = 1e-4`` norm-wise (``10 * TOL`` per token) with the default ``tf32x3`` dots
+(three TF32 tensor-core products per fp32 product, ~fp32 accuracy; expected errors ~1e-6 on the
+GPU); ``TOL_IEEE = 1e-5`` with fp32 FMA dots (``DOT_PRECISION = "ieee"``). Under the interpreter
+every dot is an fp32 numpy matmul (measured errors ~1e-7).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+import torch
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+HAVE_CUDA = torch.cuda.is_available()
+pytestmark = pytest.mark.skipif(not (HAVE_CUDA or INTERPRET), reason="needs CUDA (or TRITON_INTERPRET=1)")
+DEV = "cuda" if HAVE_CUDA else "cpu"
+TOL = 1e-4
+TOL_IEEE = 1e-5
+
+from vllm_specla.ops import reference as ref  # noqa: E402
+
+if HAVE_CUDA or INTERPRET:
+    from vllm_specla.ops import triton_chain as tc  # noqa: E402
+    from vllm_specla.ops import triton_chain_ut as ut  # noqa: E402
+    from vllm_specla.ops import triton_recover as tr  # noqa: E402
+
+SMALL = [(2, 4, 32, 48), (1, 3, 16, 20)]  # (H, HV, K, V): odd GVA shapes
+BIG = [(6, 6, 256, 512), (8, 8, 256, 256)]  # GDN-1.3B heads ("flame 1B", "m-a-p 1.3B")
+LENS = [1, 2, 5, 8, 9, 16]  # window lengths, all in one launch
+PEND = [1, 3, 5, 16, 2, 4]  # pending factors per row (1..5 and a full bank of 16)
+# under the interpreter the big shapes run with few, large programs (fewer interpreted ops)
+BIG_INTERP_CFG = (128, 4, 64, 1)
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    assert torch.isfinite(a).all(), "non-finite output"
+    return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
+
+
+@pytest.fixture
+def big_fast(monkeypatch):
+    """Coarser tiles for the big shapes under the interpreter (a no-op on the GPU)."""
+    if INTERPRET and not HAVE_CUDA:
+        monkeypatch.setattr(ut, "CONFIG_OVERRIDE", BIG_INTERP_CFG)
+        monkeypatch.setattr(ut, "KG_MAX", 64)
+
+
+class Case:
+    """R rows with window lengths ``lens`` on random distinct slots; banks and pending random."""
+
+    def __init__(self, shape, lens, seed=0, Tmax=16, dtype=torch.float32, pend=None, strong_decay=False):
+        H, HV, K, V = shape
+        gen = torch.Generator().manual_seed(seed)
+        rn = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+        ru = lambda *s: torch.rand(*s, generator=gen)  # noqa: E731
+        R = len(lens)
+        S = R + 3
+        N = sum(lens)
+        self.shape, self.R, self.N, self.Tmax, self.lens = shape, R, N, Tmax, list(lens)
+        self.cu = torch.tensor([0] + torch.tensor(lens, dtype=torch.long).cumsum(0).tolist(), dtype=torch.int32,
+                               device=DEV)
+        d = lambda x, dt=None: x.to(device=DEV, dtype=dt or x.dtype)  # noqa: E731
+        self.q, self.k, self.v = d(rn(N, H, K), dtype), d(rn(N, H, K), dtype), d(rn(N, HV, V), dtype)
+        g = -(ru(N, HV) * 0.5 + 0.01)
+        bank_g = -ru(S, 2, Tmax, HV) * 0.3
+        if strong_decay:
+            g = -ru(N, HV) * 40
+            g[::3] = -100.0
+            bank_g = -ru(S, 2, Tmax, HV) * 40
+            bank_g[..., ::4, :] = -100.0
+        self.g = d(g)
+        self.beta = d(ru(N, HV) * 0.9 + 0.05)
+        self.scale = K ** -0.5
+        self.state = d(rn(S, HV, V, K) * 0.1)
+        self.slots = d(torch.randperm(S, generator=gen)[:R])
+        self.bank_k = d(ref.l2norm(rn(S, 2, Tmax, H, K)))
+        self.bank_v = d(rn(S, 2, Tmax, HV, V) * 0.1)
+        self.bank_g = d(bank_g)
+        self.read_bank = d(torch.randint(0, 2, (R,), generator=gen))
+        self.write_bank = 1 - self.read_bank
+        pend = pend if pend is not None else [int(x) for x in torch.randint(1, 6, (R,), generator=gen)]
+        self.pending_len = torch.tensor(pend, device=DEV)
+
+    def inputs(self):
+        return self.q, self.k, self.v, self.g, self.beta
+
+    def banks(self):
+        return [self.bank_k.clone(), self.bank_v.clone(), self.bank_g.clone()]
+
+
+def run_both(c: Case, *, pending: bool, final: bool, banks: bool = True, fn=None):
+    """Reference and UT kernel on clones of the same state / banks; returns both results."""
+    fn = fn or ut.chain_verify_ut
+    s1, s2 = c.state.clone(), c.state.clone()
+    b1, b2 = c.banks(), c.banks()
+    kw = dict(scale=c.scale, slots=c.slots, cu_seqlens=c.cu, write_final_state=final)
+    if banks:
+        kw.update(write_bank=c.write_bank)
+    if pending:
+        kw.update(pending_len=c.pending_len, read_bank=c.read_bank)
+    k1 = dict(bank_k=b1[0], bank_v=b1[1], bank_g=b1[2]) if banks else {}
+    k2 = dict(bank_k=b2[0], bank_v=b2[1], bank_g=b2[2]) if banks else {}
+    o1 = ref.chain_verify_ref(*c.inputs(), state=s1, **k1, **kw)
+    o2 = fn(*c.inputs(), state=s2, **k2, **kw)
+    return (o1, s1, b1), (o2, s2, b2)
+
+
+def check(res_ref, res_ut, tol=TOL, per_token=True):
+    (o1, s1, b1), (o2, s2, b2) = res_ref, res_ut
+    errs = {"o": rel(o2, o1), "state": rel(s2, s1), "bank_k": rel(b2[0], b1[0]), "bank_v": rel(b2[1], b1[1]),
+            "bank_g": rel(b2[2], b1[2])}
+    bad = {k: e for k, e in errs.items() if not e < tol}
+    assert not bad, f"relative errors above {tol}: {bad} (all: {errs})"
+    if per_token:
+        for i in range(o1.shape[0]):  # every token, not only the batch norm
+            assert rel(o2[i], o1[i]) < 10 * tol, f"token {i}: {rel(o2[i], o1[i])}"
+    return errs
+
+
+# ------------------------------------------------------------------------------------------------
+# outputs, factors and state vs the reference
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", SMALL)
+@pytest.mark.parametrize("pending", [False, True])
+@pytest.mark.parametrize("final", [False, True])
+def test_ut_vs_ref_small(shape, pending, final):
+    """T in {1, 2, 5, 8, 9, 16} (variable per row, one launch), P in {1..5, 16}."""
+    c = Case(shape, LENS, seed=hash((shape, pending, final)) % 1000, pend=PEND)
+    check(*run_both(c, pending=pending, final=final))
+
+
+@pytest.mark.parametrize("shape", BIG)
+@pytest.mark.parametrize("final", [False, True])
+def test_ut_vs_ref_big(shape, final, big_fast):
+    """GDN-1.3B head shapes; the interpreter runs 2 short rows, the GPU all window lengths."""
+    lens, pend = ([3, 1], [2, 5]) if not HAVE_CUDA else (LENS, PEND)
+    c = Case(shape, lens, seed=7 + int(final), pend=pend)
+    check(*run_both(c, pending=True, final=final))
+
+
+@pytest.mark.parametrize("shape", BIG)
+def test_ut_big_no_pending_full_window(shape, big_fast):
+    """Verify without pending (the benchmark's "verify" kind) on one full 16-token window (GPU: 8 rows)."""
+    lens = [16] if not HAVE_CUDA else [16, 8, 5, 9, 1, 2, 16, 3]
+    c = Case(shape, lens, seed=8)
+    check(*run_both(c, pending=False, final=False))
+
+
+def test_ut_bf16_inputs():
+    shape = SMALL[0] if not HAVE_CUDA else BIG[0]
+    c = Case(shape, [5, 1, 9, 16], seed=5, dtype=torch.bfloat16, pend=[3, 16, 1, 0])
+    for final in (False, True):
+        check(*run_both(c, pending=True, final=final))
+
+
+@pytest.mark.parametrize("config", [None, (16, 4, 16, 1), (32, 2, 32, 2), (64, 4, 16, 3), (16, 1, 16, 1)])
+@pytest.mark.parametrize("precision", ["tf32x3", "ieee"])
+def test_ut_strong_decay_and_configs(config, precision, monkeypatch):
+    """Every tile config and dot precision, with strong decay (g down to -100: e^g underflows, the
+    cumulative decays of a window reach -1600) in the window and in the pending factors."""
+    monkeypatch.setattr(ut, "CONFIG_OVERRIDE", config)
+    monkeypatch.setattr(ut, "DOT_PRECISION", precision)
+    tol = TOL_IEEE if precision == "ieee" else TOL
+    c = Case((2, 4, 32, 48), [7, 1, 16, 4], seed=61, pend=[5, 16, 0, 2], strong_decay=True)
+    for final in (False, True):
+        check(*run_both(c, pending=True, final=final), tol=tol)
+
+
+def test_ut_multi_chunk_and_long_pending(monkeypatch):
+    """Rows longer than one 16-token chunk (write_final_state; no banks), an empty row, and more than
+    16 pending factors (a bank with Tmax = 24: several rank-16 folds)."""
+    c = Case((1, 3, 16, 20), [33, 1, 17, 0], seed=71)
+    check(*run_both(c, pending=False, final=True, banks=False))
+    c = Case((2, 4, 32, 48), [3, 5, 1], seed=72, Tmax=24, pend=[20, 17, 0])
+    for final in (False, True):
+        check(*run_both(c, pending=True, final=final))
+
+
+def test_ut_windows_too_long():
+    c = Case((2, 4, 32, 48), [3, 5], seed=1, Tmax=4)
+    with pytest.raises(ValueError):
+        ut.chain_verify_ut(*c.inputs(), scale=c.scale, state=c.state, slots=c.slots, cu_seqlens=c.cu,
+                           bank_k=c.bank_k, bank_v=c.bank_v, bank_g=c.bank_g, write_bank=c.write_bank)
+    c = Case((2, 4, 32, 48), [17, 2], seed=2)
+    with pytest.raises(ValueError):  # > 16 tokens without write_final_state (the UT kernel's limit)
+        ut.chain_verify_ut(*c.inputs(), scale=c.scale, state=c.state, slots=c.slots, cu_seqlens=c.cu)
+
+
+def test_ut_no_rows():
+    c = Case((2, 4, 32, 48), [2], seed=3)
+    cu = torch.zeros(1, dtype=torch.int32, device=DEV)
+    e = torch.empty(0, dtype=torch.long, device=DEV)
+    o = ut.chain_verify_ut(c.q[:0], c.k[:0], c.v[:0], c.g[:0], c.beta[:0], scale=c.scale, state=c.state,
+                           slots=e, cu_seqlens=cu)
+    assert o.shape == (0, 4, 48)
+
+
+# ------------------------------------------------------------------------------------------------
+# consistency with the serial kernel and across steps
+# ------------------------------------------------------------------------------------------------
+
+
+def test_ut_matches_serial_kernel():
+    c = Case((2, 4, 32, 48), [1, 5, 9, 16], seed=81, pend=[3, 16, 0, 2])
+    for final in (False, True):
+        _, (o_s, s_s, b_s) = run_both(c, pending=True, final=final, fn=tc.chain_verify)
+        _, (o_u, s_u, b_u) = run_both(c, pending=True, final=final)
+        assert rel(o_u, o_s) < TOL and rel(s_u, s_s) < TOL
+        for x, y in zip(b_u, b_s):
+            assert rel(x, y) < TOL
+
+
+def test_ut_speculative_steps():
+    """Three SpecLA steps (deferred commit): each verify folds the previous step's accepted prefix
+    from the other bank, then the banks swap; the UT kernel and the reference stay in lockstep.
+    Between steps 2 and 3 the accepted prefix is committed by triton_recover.recover instead."""
+    shape = (2, 4, 32, 48)
+    rng = random.Random(5)
+    c = Case(shape, [5, 5, 5, 5], seed=91)
+    st_r, st_u = c.state.clone(), c.state.clone()
+    bk_r, bk_u = c.banks(), c.banks()
+    wb = c.write_bank.clone()
+    pend = torch.zeros(c.R, dtype=torch.long, device=DEV)
+    for step in range(3):
+        ci = Case(shape, [rng.randint(1, 16) for _ in range(c.R)], seed=100 + step)
+        kw = dict(scale=c.scale, slots=c.slots, cu_seqlens=ci.cu, write_bank=wb, pending_len=pend, read_bank=1 - wb)
+        o_r = ref.chain_verify_ref(*ci.inputs(), state=st_r, bank_k=bk_r[0], bank_v=bk_r[1], bank_g=bk_r[2], **kw)
+        o_u = ut.chain_verify_ut(*ci.inputs(), state=st_u, bank_k=bk_u[0], bank_v=bk_u[1], bank_g=bk_u[2], **kw)
+        assert rel(o_u, o_r) < TOL and rel(st_u, st_r) < TOL
+        for x, y in zip(bk_u, bk_r):
+            assert rel(x, y) < TOL
+        acc = torch.tensor([rng.randint(0, n) for n in ci.lens], device=DEV)
+        if step == 1:  # separate commit instead of the fused one
+            ref.recover_ref(st_r, c.slots, *bk_r, wb, acc)
+            tr.recover(st_u, c.slots, *bk_u, wb, acc)
+            pend = torch.zeros_like(acc)
+        else:
+            pend = acc
+        wb = 1 - wb
+
+
+def test_ut_token_strided_inputs():
+    """q/k/v as column slices of one [N, C] tensor and g/beta as slices of one [N, 2*HV] tensor are
+    read in place and give the contiguous result."""
+    c = Case((2, 4, 32, 48), [3, 1, 4], seed=11)
+    q, k, v, g, beta = c.inputs()
+    N = q.shape[0]
+    big = torch.cat([q.reshape(N, -1), k.reshape(N, -1), v.reshape(N, -1)], 1) + 0.0
+    qs, ks, vs = torch.split(big, [q[0].numel(), k[0].numel(), v[0].numel()], 1)
+    gb = torch.cat([g, beta], 1)
+    gs, bs = gb[:, : g.shape[1]], gb[:, g.shape[1]:]
+    assert not qs.is_contiguous() and not gs.is_contiguous()
+    s1, s2 = c.state.clone(), c.state.clone()
+    b1, b2 = c.banks(), c.banks()
+    kw = dict(scale=c.scale, slots=c.slots, cu_seqlens=c.cu, write_bank=c.write_bank,
+              pending_len=c.pending_len, read_bank=c.read_bank)
+    o1 = ut.chain_verify_ut(q, k, v, g, beta, state=s1, bank_k=b1[0], bank_v=b1[1], bank_g=b1[2], **kw)
+    o2 = ut.chain_verify_ut(qs.view(q.shape), ks.view(k.shape), vs.view(v.shape), gs, bs, state=s2,
+                            bank_k=b2[0], bank_v=b2[1], bank_g=b2[2], **kw)
+    assert torch.equal(o1, o2) and torch.equal(s1, s2)
+    for x, y in zip(b1, b2):
+        assert torch.equal(x, y)
+
+
+def test_pick_config_ut_shape_only():
+    for R in (1, 8, 128, 256):
+        for shape in SMALL + BIG:
+            H, HV, K, V = shape
+            BV, nw, KC, ns = ut.pick_config_ut(R, HV, V, K, 8.0)
+            assert BV >= 16 and BV & (BV - 1) == 0 and nw in (1, 2, 4, 8) and KC >= 16 and ns >= 1
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="CUDA graphs need CUDA")
+def test_ut_cuda_graph_capture():
+    """The launch is graph-capturable (no host sync during capture) and replays the eager result."""
+    c = Case(BIG[0], [8] * 4, seed=12, pend=[5, 0, 3, 16])
+    st, bk = c.state.clone(), c.banks()
+    kw = dict(scale=c.scale, slots=c.slots, cu_seqlens=c.cu, write_bank=c.write_bank,
+              pending_len=c.pending_len, read_bank=c.read_bank, bank_k=bk[0], bank_v=bk[1], bank_g=bk[2])
+    o_eager = ut.chain_verify_ut(*c.inputs(), state=st, **kw).clone()
+    st_eager, bk_eager = st.clone(), [b.clone() for b in bk]
+    st.copy_(c.state)
+    for b, b0 in zip(bk, c.banks()):
+        b.copy_(b0)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        ut.chain_verify_ut(*c.inputs(), state=st, **kw)
+    torch.cuda.current_stream().wait_stream(s)
+    st.copy_(c.state)
+    for b, b0 in zip(bk, c.banks()):
+        b.copy_(b0)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o_g = ut.chain_verify_ut(*c.inputs(), state=st, **kw)
+    st.copy_(c.state)
+    for b, b0 in zip(bk, c.banks()):
+        b.copy_(b0)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(o_g, o_eager) and torch.equal(st, st_eager)
+    for x, y in zip(bk, bk_eager):
+        assert torch.equal(x, y)

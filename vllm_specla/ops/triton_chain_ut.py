@@ -1,0 +1,467 @@
+"""Triton chain verify in the tensor-core UT (chunk) form ("v3", docs/KERNELS.md).
+
+Same contract as :func:`vllm_specla.ops.triton_chain.chain_verify` and its oracle
+:func:`vllm_specla.ops.reference.chain_verify_ref`: pending factors folded first (deferred commit,
+ALGORITHMS.md §6), the window verified from the state kept on chip (§3), factors written to bank
+``write_bank``, the state written once. What changes is how the window is computed: instead of a
+serial walk with two mat-vecs per token on the ``[BV, K]`` tile (``triton_chain``), the window is
+one chunk of the gated delta rule in UT / WY form (ALGORITHMS.md §4 with a chain mask, the same
+algebra as fla 0.6.0 ``fla/ops/gated_delta_rule/chunk.py`` + ``fla/ops/utils/solve_tril.py``;
+``reference.chunk_gated_delta_rule_ref`` is its torch form), so the state tile is touched by a few
+``tl.dot`` products and the serial part of the window runs on ``[BT, BT]`` matrices only.
+
+Shapes and dtypes (``ops/__init__.py``)::
+
+    q, k     [N, H, K]    fp32 / bf16 / fp16 (token stride free, head and feature dims dense)
+    v        [N, HV, V]   fp32 / bf16 / fp16
+    g, beta  [N, HV]      float (log decay g <= 0, write strength)
+    state    [slots, HV, V, K] fp32, contiguous, updated in place  ("[V, K]" form: M = S^T)
+    bank_k   [slots, 2, Tmax, H, K] fp32; bank_v [slots, 2, Tmax, HV, V] fp32; bank_g [slots, 2, Tmax, HV] fp32
+    slots, write_bank, read_bank, pending_len [R] int; cu_seqlens [R+1] int
+    returns o [N, HV, V] fp32
+
+One program per ``(V-tile, value head, row)``, grid ``(cdiv(V, BV), HV, R)``; ``BT = BP = 16``
+(token chunk, pending chunk). The ``[BV, K]`` state tile is never whole in registers: it is
+streamed in ``[BV, KC]`` column chunks (``KC`` = 16..64, ``num_stages`` > 1 prefetches the next
+chunk), which keeps the kernel at ~130-230 registers without spills (sm_90 compiles). Per program:
+
+1. Gram part (raw q/k, 16-column chunks): ``KK = K K^T``, ``QK = Q K^T`` (``[16, 16]``) and the
+   squared norms; the l2norm (eps 1e-6, as ``triton_chain``/fla) and the q scale are applied to
+   the products afterwards (``k^ = rk k``, ``q^ = rq q``);
+2. pass 1 over the state chunks: load ``M[:, c]``; HAS_PENDING: fold the row's
+   ``P = pending_len[r]`` factors of bank ``read_bank[r]`` as one rank-16 ``tl.dot`` update per 16
+   factors, ``M = e^{G_P} M + (Pv ⊙ e^{G_P - G_u}) @ Pk[:, c]``, and store the chunk (the folded
+   state is written once; not when ``write_final_state``); accumulate ``MK = M @ K^T``,
+   ``MQ = M @ Q^T`` (``[BV, KC] x [KC, 16]``);
+3. the window (ALGORITHMS.md §4, chain mask): ``A[t,u] = beta_t KK^[t,u] e^{Γ_t-Γ_u}`` (u < t,
+   ``Γ`` = cumsum of the window's g; the differences ``Γ_t-Γ_u`` are summed directly, see
+   below); ``Tinv = (I + A)^{-1}`` by forward substitution on the 16x16 tile (fla ``solve_tril``);
+   ``V~^T = R @ Tinv^T`` with ``R = beta ⊙ (V^T - e^Γ ⊙ MK^)``;
+   ``O^T = e^Γ ⊙ MQ^ + V~^T @ (tril_incl ⊙ QK^ ⊙ e^{Γ_t-Γ_u})^T``; factors ``(k^, v~, g)`` to
+   bank ``write_bank[r]`` positions ``0..T-1`` (``< Tmax``) with the writer rules of
+   ``triton_chain``: ``bank_v`` by every V-tile (its slice), ``bank_g`` by V-tile 0, ``bank_k`` by
+   V-tile 0 of the first value head of each GVA group -- one writer per element;
+4. ``write_final_state``: pass 2 over the state chunks re-reads the slot (still the pre-pending
+   state, mostly from L2), folds the pending factors again and stores
+   ``M_T = e^{Γ_T} M + (V~^T ⊙ e^{Γ_T-Γ}) @ K^[:, c]`` (rank-16 ``tl.dot``) once. Rows longer than
+   16 tokens run as several chunks through the slot (``write_final_state`` only; without it the
+   launcher rejects windows > 16, which a verify window never is with Tmax = 16).
+
+Requirements (as ``triton_chain``): ``read_bank[r] != write_bank[r]`` for rows with
+``pending_len[r] > 0`` (double buffer), rows on distinct slots.
+
+Precision. The state is fp32 and the oracle is fp32, so plain TF32 dots (10-bit mantissa, ~1e-3
+relative) are not acceptable. Every ``tl.dot`` uses ``input_precision="tf32x3"`` by default
+(:data:`DOT_PRECISION`): each operand is split into a TF32 high part and a TF32 remainder and
+three tensor-core products are summed in fp32 (hi*hi + hi*lo + lo*hi), ~fp32 accuracy (expected
+norm-wise error ~1e-6 vs the fp32 reference). ``"ieee"`` (fp32 FMA, no tensor cores) is the exact
+alternative, ``"tf32"`` the fast inexact one, ``"bf16x3"`` (split bf16, in newer Tritons) a
+faster, less precise one; benchmarks/bench_ut.py measures them. The ``[BT, BT]`` solve and the
+decay factors are plain fp32. Decay differences are summed directly (``sum_{u<s<=t} g_s``), not
+taken as differences of cumulative sums: under strong decay (g = -100) the cumulative sums reach
+-1600 and their difference loses ~1e-4 absolute, i.e. ~1e-4 relative error in ``e^{Γ_t-Γ_u}``
+(measured 2-5e-5 state error before the change, ~1e-7 after, like the serial reference).
+Under ``TRITON_INTERPRET=1`` every dot is an fp32 numpy matmul.
+
+Sources: ALGORITHMS.md §3 (chain verify), §4 (UT form, chain = tree with a chain mask), §6
+(deferred commit); fla 0.6.0 ``chunk_gated_delta_rule`` (``fla/ops/gated_delta_rule/chunk.py``,
+``wy_fast.py``, ``fla/ops/utils/solve_tril.py``) for the WY/UT algebra and the 16x16 solve;
+``reference.chunk_gated_delta_rule_ref`` is the torch form of the same algebra.
+
+The launcher never reads device data on the host except the optional window-length checks (the
+pattern of ``triton_chain._bounds_check``: skipped during CUDA-graph capture or with
+``triton_chain.CHECK_BOUNDS = False``), so launches are graph-capturable; configs come from shapes
+only (:func:`pick_config_ut`).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from vllm_specla.ops import triton_chain as _tc
+
+# (BV, num_warps, KC, num_stages) forced for every launch when not None (tests, benchmark sweeps).
+CONFIG_OVERRIDE: tuple[int, ...] | None = None
+# Input precision of every tl.dot: "tf32x3" (default, ~fp32), "ieee" (fp32 FMA), "tf32", "bf16x3".
+DOT_PRECISION = "tf32x3"
+_PREC_CODE = {"ieee": 0, "tf32x3": 1, "tf32": 2, "bf16x3": 3}
+BT = 16  # window-token chunk (a verify window of <= 16 tokens is one chunk); dot K-dim >= 16
+BP = 16  # pending-factor chunk
+KG_MAX = 16  # key-dim chunk of the [BT, BT] Gram products (their operands cannot spread over warps)
+
+# (BV, num_warps, KC, num_stages) by regime. KC: key-dim chunk in which the [BV, K] state tile is
+# streamed through registers (the tile is never whole in registers); num_stages > 1 lets Triton
+# prefetch the next chunk (cp.async). NOT MEASURED: first guesses from sm_90 compiles (Triton 3.9,
+# 6x256x512, no spills: 64/4/16/2 uses 168 registers for verify and step, 231 with the final-state
+# pass; KC = 32/64 or num_stages 3 push the step variant to 220-255 with spills) -- run
+# benchmarks/bench_ut.py (its sweep prints the best config per shape) and update. "large": enough
+# programs at BV = 64 to fill the GPU (>= LARGE_PROGRAMS); "small": batch 1-2, smaller programs.
+TUNED_UT: dict[str, tuple[int, int, int, int]] = {
+    "large": (64, 4, 16, 2),
+    "small": (32, 4, 16, 2),
+}
+LARGE_PROGRAMS = 4 * 132
+
+
+def pick_config_ut(num_rows: int, HV: int, V: int, K: int, tokens_per_row: float = 1.0) -> tuple[int, int, int, int]:
+    """``(BV, num_warps, KC, num_stages)`` for the UT kernel from shapes only (no host sync,
+    CUDA-graph safe); ``(BV, num_warps)`` are the grid / CTA choice, ``KC, num_stages`` how the
+    state tile is streamed.
+
+    Bigger ``BV`` amortises the per-program q/k loads, the two ``16 x 16 x K`` Gram products and
+    the ``16 x 16`` solve (identical in every V-tile of a (row, head)) over more state rows and is
+    the M dim of the state products (64 per warpgroup for Hopper wgmma); smaller ``BV`` gives more
+    programs at small batch. ``tokens_per_row`` is unused (one chunk per verify window).
+    """
+    if CONFIG_OVERRIDE is not None:
+        cfg = tuple(CONFIG_OVERRIDE)
+        return (cfg + (64, 4, 16, 1)[len(cfg):])[:4]
+    BK = max(16, triton.next_power_of_2(K))
+    large = TUNED_UT["large"]
+    progs = num_rows * HV * triton.cdiv(V, large[0])
+    BV, nw, KC, ns = large if progs >= LARGE_PROGRAMS else TUNED_UT["small"]
+    BV = max(16, min(BV, triton.next_power_of_2(V)))
+    KC = min(KC, BK)
+    return BV, nw, KC, ns
+
+
+@triton.jit
+def _mm(a, b, PREC: tl.constexpr):
+    if PREC == 0:
+        r = tl.dot(a, b, input_precision="ieee")
+    elif PREC == 1:
+        r = tl.dot(a, b, input_precision="tf32x3")
+    elif PREC == 2:
+        r = tl.dot(a, b, input_precision="tf32")
+    else:
+        r = tl.dot(a, b, input_precision="bf16x3")
+    return r
+
+
+@triton.jit
+def _suffix_sum(x, o):
+    """``s[u] = sum_{w > u} x[w]``, summed directly (not as ``cumsum[-1] - cumsum[u]``: cumulative log
+    decays reach -1600 under strong decay, and their difference would lose ~1e-4 absolute)."""
+    return tl.sum(tl.where(o[None, :] > o[:, None], x[None, :], 0.0), 1)
+
+
+@triton.jit
+def _pending_vw(bank_v, bank_g, p_base, p0, n_p, i_hv, o_v, mv, o_p, HV: tl.constexpr, V: tl.constexpr):
+    """Pending factors ``p0 .. p0+BP-1``: ``[BV, BP]`` columns ``v~_u e^{G_last - G_u}`` and ``e^{G_last}``
+    (``G`` the cumulative decay inside the chunk; positions ``>= n_p`` contribute nothing)."""
+    mp = (p0 + o_p) < n_p
+    pos = p_base + p0 + o_p
+    b_pv = tl.load(bank_v + (pos[None, :] * HV + i_hv) * V + o_v[:, None], mask=mv[:, None] & mp[None, :], other=0.0)
+    b_pg = tl.load(bank_g + pos * HV + i_hv, mask=mp, other=0.0)
+    g_last = tl.sum(b_pg, 0)
+    w = tl.where(mp, tl.exp(_suffix_sum(b_pg, o_p)), 0.0)
+    return b_pv * w[None, :], tl.exp(g_last)
+
+
+@triton.jit
+def _fold_pending(b_h, bank_k, bank_v, bank_g, p_base, n_p, pvw0, pe0, i_h, i_hv, o_v, mv, o_k, mk, o_p,
+                  H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BP: tl.constexpr,
+                  MULTI_P: tl.constexpr, PREC: tl.constexpr):
+    """``M = e^{G_P} M + sum_u e^{G_P - G_u} v~_u k^_u^T`` on the key columns ``o_k`` of ``b_h [BV, KC]``:
+    one rank-BP tl.dot per BP pending factors (``pvw0, pe0``: the first BP, prepared once)."""
+    if n_p > 0:
+        mp = o_p < n_p
+        b_pk = tl.load(bank_k + ((p_base + o_p)[:, None] * H + i_h) * K + o_k[None, :],
+                       mask=mp[:, None] & mk[None, :], other=0.0)  # [BP, KC]
+        b_h = b_h * pe0 + _mm(pvw0, b_pk, PREC)
+        if MULTI_P:  # Tmax > BP only (compiled out otherwise: the loop costs ~60 registers)
+            for p0 in range(BP, n_p, BP):
+                pvw, pe = _pending_vw(bank_v, bank_g, p_base, p0, n_p, i_hv, o_v, mv, o_p, HV, V)
+                mp = (p0 + o_p) < n_p
+                b_pk = tl.load(bank_k + ((p_base + p0 + o_p)[:, None] * H + i_h) * K + o_k[None, :],
+                               mask=mp[:, None] & mk[None, :], other=0.0)
+                b_h = b_h * pe + _mm(pvw, b_pk, PREC)
+    return b_h
+
+
+@triton.jit
+def _chain_ut_kernel(
+    q, k, v, g, beta, o,
+    state, slots, cu_seqlens,
+    bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
+    scale, Tmax, sq, sk, sv, sg, sb,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    KC: tl.constexpr, NKC: tl.constexpr, KG: tl.constexpr, NKG: tl.constexpr,
+    BV: tl.constexpr, BT: tl.constexpr, BP: tl.constexpr, MULTI_P: tl.constexpr,
+    HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, WRITE_FINAL: tl.constexpr,
+    L2NORM: tl.constexpr, PREC: tl.constexpr,
+):
+    i_v = tl.program_id(0)
+    i_hv = tl.program_id(1)
+    i_r = tl.program_id(2)
+    G: tl.constexpr = HV // H
+    i_h = i_hv // G
+
+    bos = tl.load(cu_seqlens + i_r).to(tl.int64)
+    eos = tl.load(cu_seqlens + i_r + 1).to(tl.int64)
+    slot = tl.load(slots + i_r).to(tl.int64)
+    T = eos - bos
+
+    o_v = i_v * BV + tl.arange(0, BV)
+    mv = o_v < V
+    o_c = tl.arange(0, KC)  # key index inside a K-chunk of the state
+    o_g = tl.arange(0, KG)  # key index inside a K-chunk of the Gram products
+    o_t = tl.arange(0, BT)
+    o_p = tl.arange(0, BP)
+    m_s = o_t[:, None] > o_t[None, :]  # strictly lower: u < t
+    m_i = o_t[:, None] >= o_t[None, :]  # lower incl. the diagonal
+    m_e = o_t[:, None] == o_t[None, :]
+    p_st = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K  # [BV, 1] row pointers of the tile
+
+    n_p = tl.zeros([], dtype=tl.int32)
+    if HAS_PENDING:
+        n_p = tl.maximum(tl.minimum(tl.load(pending_len + i_r).to(tl.int32), Tmax), 0)
+        p_base = (slot * 2 + tl.load(read_bank + i_r).to(tl.int64)) * Tmax
+        pvw0, pe0 = _pending_vw(bank_v, bank_g, p_base, 0, n_p, i_hv, o_v, mv, o_p, HV, V)
+    if HAS_BANK:
+        wbase = (slot * 2 + tl.load(write_bank + i_r).to(tl.int64)) * Tmax
+        k_writer = (i_v == 0) & (i_hv % G == 0)
+
+    # One window chunk for a verify window (T <= BT). Longer rows are supported with
+    # write_final_state only: each chunk's final state goes through the slot (launcher checks).
+    if WRITE_FINAL:
+        T_run = T
+    else:
+        T_run = tl.minimum(T, BT)
+    for c0 in range(0, tl.maximum(T_run, 1), BT):
+        n_pc = tl.where(c0 == 0, n_p, 0)  # pending factors are folded before the first chunk only
+        mt = (c0 + o_t) < T
+        i_t = bos + c0 + o_t  # [BT] token index
+        b_g = tl.load(g + i_t * sg + i_hv, mask=mt, other=0.0).to(tl.float32)
+        b_b = tl.load(beta + i_t * sb + i_hv, mask=mt, other=0.0).to(tl.float32)
+        b_vT = tl.load(v + i_t[None, :] * sv + i_hv * V + o_v[:, None],
+                       mask=mv[:, None] & mt[None, :], other=0.0).to(tl.float32)  # [BV, BT]
+
+        # ---- Gram matrices K K^T, Q K^T and the squared norms, on raw q/k ----
+        b_kk = tl.zeros([BT, BT], dtype=tl.float32)
+        b_qk = tl.zeros([BT, BT], dtype=tl.float32)
+        ssq = tl.zeros([BT], dtype=tl.float32)
+        ssk = tl.zeros([BT], dtype=tl.float32)
+        for kg in range(0, NKG):
+            o_k = kg * KG + o_g
+            mtk = mt[:, None] & (o_k < K)[None, :]
+            b_qc = tl.load(q + i_t[:, None] * sq + i_h * K + o_k[None, :], mask=mtk, other=0.0).to(tl.float32)
+            b_kc = tl.load(k + i_t[:, None] * sk + i_h * K + o_k[None, :], mask=mtk, other=0.0).to(tl.float32)
+            ssq += tl.sum(b_qc * b_qc, 1)
+            ssk += tl.sum(b_kc * b_kc, 1)
+            b_kcT = tl.trans(b_kc)
+            b_kk += _mm(b_kc, b_kcT, PREC)
+            b_qk += _mm(b_qc, b_kcT, PREC)
+
+        # ---- pass 1 over K-chunks: state tile (pending folded, stored once), M0 k, M0 q ----
+        b_mk = tl.zeros([BV, BT], dtype=tl.float32)  # M0 k_t (raw k)
+        b_mq = tl.zeros([BV, BT], dtype=tl.float32)  # M0 q_t (raw q)
+        for kc in range(0, NKC):
+            o_k = kc * KC + o_c
+            mk = o_k < K
+            mh = mv[:, None] & mk[None, :]
+            b_h = tl.load(p_st + o_k[None, :], mask=mh, other=0.0)  # [BV, KC]
+            if HAS_PENDING:
+                b_h = _fold_pending(b_h, bank_k, bank_v, bank_g, p_base, n_pc, pvw0, pe0, i_h, i_hv, o_v, mv,
+                                    o_k, mk, o_p, H, HV, K, V, BP, MULTI_P, PREC)
+                if not WRITE_FINAL:
+                    if n_pc > 0:
+                        tl.store(p_st + o_k[None, :], b_h, mask=mh)
+            mkt = mk[:, None] & mt[None, :]  # [KC, BT]: q/k loaded transposed (dot B operands)
+            b_qcT = tl.load(q + i_t[None, :] * sq + i_h * K + o_k[:, None], mask=mkt, other=0.0).to(tl.float32)
+            b_kcT = tl.load(k + i_t[None, :] * sk + i_h * K + o_k[:, None], mask=mkt, other=0.0).to(tl.float32)
+            b_mk += _mm(b_h, b_kcT, PREC)
+            b_mq += _mm(b_h, b_qcT, PREC)
+
+        # ---- l2norm applied to the products (q^ = rq q, k^ = rk k), q scaled ----
+        if L2NORM:
+            rk = tl.rsqrt(ssk + 1e-6)
+            rq = tl.rsqrt(ssq + 1e-6) * scale
+        else:
+            rk = tl.full([BT], 1.0, dtype=tl.float32)
+            rq = tl.full([BT], 1.0, dtype=tl.float32) * scale
+        b_mk = b_mk * rk[None, :]
+        b_mq = b_mq * rq[None, :]
+        b_kk = b_kk * rk[:, None] * rk[None, :]
+        b_qk = b_qk * rq[:, None] * rk[None, :]
+
+        # ---- [BT, BT] part: A, decay-masked Q K^T, (I + A)^-1 by forward substitution ----
+        b_G = tl.cumsum(b_g, 0)  # Γ (padded tokens have g = 0: Γ stays at the last token's)
+        g_T = tl.sum(b_g, 0)  # Γ of the chunk's last token
+        # Γ_t - Γ_u = sum_{u < s <= t} g_s summed directly ([BT, BT, BT] masked sum), not as a
+        # difference of cumulative sums (which loses ~1e-4 absolute when Γ reaches -1600)
+        m3 = (o_t[None, None, :] > o_t[None, :, None]) & (o_t[None, None, :] <= o_t[:, None, None])
+        b_S = tl.sum(tl.where(m3, b_g[None, None, :], 0.0), 2)
+        b_D = tl.exp(tl.where(m_i, b_S, 0.0))
+        b_A = tl.where(m_s, b_b[:, None] * b_kk * b_D, 0.0)
+        b_W = tl.where(m_i, b_qk * b_D, 0.0)
+        # N = (I + A)^-1 - I row by row: N_i = -A_i - sum_{j<i} A_ij N_j (fla solve_tril); rows 0, 1
+        # of -A are already exact
+        b_N = -b_A
+        n_c = tl.minimum(T - c0, BT)
+        for i in range(2, n_c):
+            b_a = -tl.sum(tl.where(o_t[:, None] == i, b_A, 0.0), 0)  # -A[i, :]
+            b_a = b_a + tl.sum(b_a[:, None] * b_N, 0)
+            b_N = tl.where(o_t[:, None] == i, b_a[None, :], b_N)
+        b_Ti = b_N + tl.where(m_e, 1.0, 0.0)
+
+        eG = tl.exp(b_G)
+        b_r = b_b[None, :] * (b_vT - eG[None, :] * b_mk)  # beta (v - e^Γ M0 k^)   [BV, BT]
+        b_x = _mm(b_r, tl.trans(b_Ti), PREC)  # V~^T = R Tinv^T
+        b_o = eG[None, :] * b_mq + _mm(b_x, tl.trans(b_W), PREC)
+
+        tl.store(o + (i_t[None, :] * HV + i_hv) * V + o_v[:, None], b_o, mask=mv[:, None] & mt[None, :])
+        write_k = False
+        if HAS_BANK:
+            mb = mt & ((c0 + o_t) < Tmax)
+            pw = wbase + c0 + o_t  # [BT] bank positions
+            tl.store(bank_v + (pw[None, :] * HV + i_hv) * V + o_v[:, None], b_x, mask=mv[:, None] & mb[None, :])
+            if i_v == 0:
+                tl.store(bank_g + pw * HV + i_hv, b_g, mask=mb)
+            write_k = k_writer
+
+        # ---- pass 2 over K-chunks: bank_k (one writer per GVA group) and the final state ----
+        if WRITE_FINAL:
+            w_t = tl.where(mt, tl.exp(_suffix_sum(b_g, o_t)), 0.0)  # e^{Γ_T - Γ_t}
+            b_xw = b_x * w_t[None, :]
+            eT = tl.exp(g_T)
+            for kc in range(0, NKC):
+                o_k = kc * KC + o_c
+                mk = o_k < K
+                mh = mv[:, None] & mk[None, :]
+                b_kc = tl.load(k + i_t[:, None] * sk + i_h * K + o_k[None, :], mask=mt[:, None] & mk[None, :],
+                               other=0.0).to(tl.float32) * rk[:, None]
+                if HAS_BANK:
+                    if write_k:
+                        tl.store(bank_k + (pw[:, None] * H + i_h) * K + o_k[None, :], b_kc,
+                                 mask=mb[:, None] & mk[None, :])
+                # the slot still holds the pre-pending state (not stored in pass 1): fold again
+                b_h = tl.load(p_st + o_k[None, :], mask=mh, other=0.0)
+                if HAS_PENDING:
+                    b_h = _fold_pending(b_h, bank_k, bank_v, bank_g, p_base, n_pc, pvw0, pe0, i_h, i_hv, o_v,
+                                        mv, o_k, mk, o_p, H, HV, K, V, BP, MULTI_P, PREC)
+                b_h = b_h * eT + _mm(b_xw, b_kc, PREC)
+                tl.store(p_st + o_k[None, :], b_h, mask=mh)
+            # the next chunk (rows longer than BT) re-reads what this CTA just stored
+            tl.debug_barrier()
+        else:
+            if write_k:
+                for kc in range(0, NKC):
+                    o_k = kc * KC + o_c
+                    mk = o_k < K
+                    b_kc = tl.load(k + i_t[:, None] * sk + i_h * K + o_k[None, :],
+                                   mask=mt[:, None] & mk[None, :], other=0.0).to(tl.float32) * rk[:, None]
+                    tl.store(bank_k + (pw[:, None] * H + i_h) * K + o_k[None, :], b_kc,
+                             mask=mb[:, None] & mk[None, :])
+
+
+def _check_windows(cu_seqlens: torch.Tensor, tmax: int | None, chunk: int | None) -> None:
+    """Host-side window-length checks (``ValueError``), the pattern of ``triton_chain._bounds_check``:
+    reads ``cu_seqlens`` (a sync when it is on the GPU), so skipped during CUDA-graph capture and
+    when ``triton_chain.CHECK_BOUNDS`` is False. ``tmax``: the factor bank's length;
+    ``chunk``: the longest window this kernel verifies without ``write_final_state``."""
+    if (tmax is None and chunk is None) or not _tc.CHECK_BOUNDS:
+        return
+    if cu_seqlens.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
+    lens = cu_seqlens[1:] - cu_seqlens[:-1]
+    if not lens.numel():
+        return
+    longest = int(lens.max())
+    if tmax is not None and longest > tmax:
+        raise ValueError(f"window of {longest} tokens exceeds the factor bank (Tmax={tmax})")
+    if chunk is not None and longest > chunk:
+        raise ValueError(f"window of {longest} tokens: the UT kernel verifies at most {chunk} tokens per row "
+                         "without write_final_state (use triton_chain.chain_verify)")
+
+
+def _rows_dense(x: torch.Tensor, ndim_inner: int) -> torch.Tensor:
+    """``x`` itself when every dim but the first (token) dim is densely packed, else a copy."""
+    expect = 1
+    for d in range(x.dim() - 1, x.dim() - 1 - ndim_inner, -1):
+        if x.shape[d] != 1 and x.stride(d) != expect:
+            return x.contiguous()
+        expect *= x.shape[d]
+    return x
+
+
+def _launch_ut(
+    q, k, v, g, beta, scale, state, slots, cu_seqlens,
+    bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
+    write_final_state, use_qk_l2norm, config=None, precision=None,
+):
+    N, H, K = k.shape
+    HV, V = v.shape[-2:]
+    assert HV % H == 0, "HV must be a multiple of H"
+    assert state.shape[1:] == (HV, V, K) and state.dtype == torch.float32 and state.is_contiguous()
+    q, k, v = (_rows_dense(x, 2) for x in (q, k, v))
+    g, beta = (_rows_dense(x, 1) for x in (g, beta))
+    R = cu_seqlens.numel() - 1
+    o = torch.empty(N, HV, V, dtype=torch.float32, device=v.device)
+    if R == 0:
+        return o
+    has_bank = write_bank is not None
+    has_pending = pending_len is not None and read_bank is not None and bank_k is not None
+    tmax = bank_k.shape[2] if bank_k is not None else 1
+    if has_bank:
+        assert bank_k.is_contiguous() and bank_v.is_contiguous() and bank_g.is_contiguous()
+    _check_windows(cu_seqlens, tmax if has_bank else None, None if write_final_state else BT)
+    dummy = o
+    BK = max(16, triton.next_power_of_2(K))
+    BV, nw, KC, ns = tuple(config) if config is not None else pick_config_ut(R, HV, V, K, N / R)
+    KC = min(KC, BK)
+    KG = min(KG_MAX, BK)
+    prec = _PREC_CODE[precision or DOT_PRECISION]
+    grid = (triton.cdiv(V, BV), HV, R)
+    _chain_ut_kernel[grid](
+        q, k, v, g, beta, o,
+        state, slots, cu_seqlens,
+        bank_k if bank_k is not None else dummy,
+        bank_v if bank_v is not None else dummy,
+        bank_g if bank_g is not None else dummy,
+        write_bank if has_bank else slots,
+        pending_len if has_pending else slots,
+        read_bank if has_pending else slots,
+        float(scale), tmax, q.stride(0), k.stride(0), v.stride(0), g.stride(0), beta.stride(0),
+        H=H, HV=HV, K=K, V=V, KC=KC, NKC=BK // KC, KG=KG, NKG=BK // KG, BV=BV, BT=BT, BP=BP, MULTI_P=tmax > BP,
+        HAS_BANK=has_bank, HAS_PENDING=has_pending, WRITE_FINAL=bool(write_final_state),
+        L2NORM=bool(use_qk_l2norm), PREC=prec,
+        num_warps=nw, num_stages=ns,
+    )
+    return o
+
+
+def chain_verify_ut(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    *,
+    scale: float,
+    state: torch.Tensor,
+    slots: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    bank_k: torch.Tensor | None = None,
+    bank_v: torch.Tensor | None = None,
+    bank_g: torch.Tensor | None = None,
+    write_bank: torch.Tensor | None = None,
+    pending_len: torch.Tensor | None = None,
+    read_bank: torch.Tensor | None = None,
+    write_final_state: bool = False,
+    use_qk_l2norm: bool = True,
+) -> torch.Tensor:
+    """UT-form Triton chain verify; same arguments, semantics and return as
+    :func:`vllm_specla.ops.reference.chain_verify_ref` and
+    :func:`vllm_specla.ops.triton_chain.chain_verify` (``o [N, HV, V]`` float32; ``state`` and the
+    write bank updated in place). Extra requirement: ``read_bank[r] != write_bank[r]`` for rows with
+    ``pending_len[r] > 0``. Windows of any length run (chunks of 16); factors are written for
+    positions ``< Tmax`` and longer windows raise ``ValueError`` like the reference (host check,
+    skipped during CUDA-graph capture or with ``triton_chain.CHECK_BOUNDS = False``)."""
+    return _launch_ut(
+        q, k, v, g, beta, scale, state, slots, cu_seqlens,
+        bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
+        write_final_state, use_qk_l2norm,
+    )
