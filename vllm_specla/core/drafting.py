@@ -74,8 +74,11 @@ class SlotDrafter:
         self.device = torch.device(device)
         self.states = allocate_layer_states(config, 2 * max_requests, 0, device=device)
 
-    # subclasses: run the network on a plan; return (features-or-None, logits) at every position
-    def _run(self, tokens: torch.Tensor, feats: torch.Tensor | None, plan) -> tuple[torch.Tensor, torch.Tensor]:
+    # subclasses: run the network on a plan; return (features-or-None at every position, logits at
+    # positions ``pick`` -- every position when None). Absorbing a prompt needs only the last
+    # position's logits, so ``pick`` saves the LM head over the rest.
+    def _run(self, tokens: torch.Tensor, feats: torch.Tensor | None, plan,
+             pick: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
 
     def release(self, slot: int) -> None:
@@ -94,9 +97,9 @@ class SlotDrafter:
         plan = build_step_plan(
             [len(r.tokens) for r in rows], [r.slot for r in rows], [True] * len(rows),
             [not r.fresh for r in rows], speculative=False, device=self.device)
-        f, logits = self._run(toks, feats, plan)
         last = torch.tensor([len(r.tokens) for r in rows], device=self.device).cumsum(0) - 1
-        cur_tok = logits[last].argmax(-1)
+        f, logits = self._run(toks, feats, plan, last)
+        cur_tok = logits.argmax(-1)
         cur_feat = f[last] if f is not None else None
         live = [i for i, r in enumerate(rows) if r.num_drafts > 0]
         for i in live:
@@ -154,9 +157,9 @@ class SlotDrafter:
         feats = torch.cat([r.feats for r in rows]).to(self.device) if rows[0].feats is not None else None
         plan = build_step_plan([len(r.tokens) for r in rows], [r.slot for r in rows], [True] * len(rows),
                                [not r.fresh for r in rows], speculative=False, device=self.device)
-        f, logits = self._run(toks, feats, plan)
         last = torch.tensor([len(r.tokens) for r in rows], device=self.device).cumsum(0) - 1
-        lp0 = torch.log_softmax(logits[last].float(), -1)
+        f, logits = self._run(toks, feats, plan, last)
+        lp0 = torch.log_softmax(logits.float(), -1)
         # frontier entries: (row, node, child log-probs, feature after node, drafter slot of node)
         frontier = [(i, 0, lp0[i], f[last[i]] if f is not None else None, rows[i].slot)
                     for i, r in enumerate(rows) if r.num_drafts > 0]
@@ -217,9 +220,9 @@ class DraftModelDrafter(SlotDrafter):
         super().__init__(model.config, max_requests, p.device, p.dtype)
         self.model = model
 
-    def _run(self, tokens, feats, plan):
+    def _run(self, tokens, feats, plan, pick=None):
         h = self.model(tokens, plan, self.states)
-        return None, self.model.compute_logits(h)
+        return None, self.model.compute_logits(h if pick is None else h[pick])
 
 
 class EagleDrafterRunner(SlotDrafter):
@@ -242,7 +245,7 @@ class EagleDrafterRunner(SlotDrafter):
     def for_target(cls, drafter: EagleDrafter, target: GatedDeltaNetForCausalLM, max_requests: int):
         return cls(drafter, target.model.embeddings, target.compute_logits, max_requests)
 
-    def _run(self, tokens, feats, plan):
+    def _run(self, tokens, feats, plan, pick=None):
         f = self.drafter(tokens, feats, self.embed_fn, plan, self.states)
-        return f, self.logits_fn(f).float()
+        return f, self.logits_fn(f if pick is None else f[pick]).float()
 
