@@ -131,7 +131,11 @@ def timed_runtime(rt: DecodeRuntime, prompts, steps: int):
     return rt.run(steps)
 
 
+SETTINGS: dict = {}
+
+
 def record(out_path, rec):
+    rec = dict(rec, **SETTINGS)
     print(json.dumps(rec), flush=True)
     if out_path:
         with open(out_path, "a") as f:
@@ -280,6 +284,10 @@ def main() -> None:
     ap.add_argument("--snapshot-alphas", default="0.8")
     ap.add_argument("--steps", type=int, default=24, help="timed steps per run")
     ap.add_argument("--prompt-len", type=int, default=16)
+    ap.add_argument("--verify-kernel", default=None, choices=["serial", "ut", "auto"],
+                    help="chain verify kernel on CUDA (ops/chain_verify.py VERIFY_KERNEL)")
+    ap.add_argument("--no-gemv", action="store_true", help="cuBLAS for every GEMM (no fused skinny GEMM)")
+    ap.add_argument("--tag", default="", help="label stored in every record (A/B runs)")
     ap.add_argument("--auto", action="store_true", help="also run the automatic draft-length policy per batch/alpha")
     ap.add_argument("--trained", action="store_true", help="run the embedded trained pair instead of --shapes")
     ap.add_argument("--prompts", default=None, help="JSON list of token lists (with --trained)")
@@ -293,6 +301,14 @@ def main() -> None:
     args.alphas, args.snapshot_alphas = floats(args.alphas), floats(args.snapshot_alphas)
     args.trained_batches = ints(args.trained_batches)
     device = "cuda" if torch.cuda.is_available() and not args.dry_cpu else "cpu"
+    from vllm_specla.ops import chain_verify as cv_mod, fused as fused_mod  # noqa: PLC0415
+
+    if args.verify_kernel:
+        cv_mod.VERIFY_KERNEL = args.verify_kernel
+    if args.no_gemv:
+        fused_mod.USE_GEMV = False
+    global SETTINGS
+    SETTINGS = dict(verify_kernel=cv_mod.VERIFY_KERNEL, gemv=fused_mod.USE_GEMV, tag=args.tag)
     if args.dry_cpu:
         global DRY
         DRY = True

@@ -9,6 +9,8 @@ Arguments, shapes and semantics: see :func:`~vllm_specla.ops.reference.chain_ver
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from vllm_specla.ops import _cpp
@@ -23,9 +25,39 @@ def _triton_impl():
     return triton_chain
 
 
+# CUDA kernel for chain verify: "serial" (triton_chain: per-token walk on the state tile), "ut"
+# (triton_chain_ut: tensor-core UT/chunk form), or "auto": UT for windows of >= UT_MIN_TOKENS
+# tokens per row at >= UT_MIN_ROWS rows, serial otherwise (AR decode, small batch). Shapes only:
+# no host sync, CUDA-graph safe. Thresholds from benchmarks/RESULTS.md (bench_ut.py, H200).
+VERIFY_KERNEL = os.environ.get("VLLM_SPECLA_VERIFY_KERNEL", "serial")
+UT_MIN_TOKENS = 2.0
+UT_MIN_ROWS = 8
+
+
+def _use_ut(q: torch.Tensor, kw: dict) -> bool:
+    if VERIFY_KERNEL == "serial":
+        return False
+    if VERIFY_KERNEL == "ut":
+        return True
+    rows = kw["cu_seqlens"].numel() - 1
+    return rows >= UT_MIN_ROWS and q.shape[0] >= UT_MIN_TOKENS * max(rows, 1)
+
+
+def _ut_impl():
+    try:
+        from vllm_specla.ops import triton_chain_ut  # noqa: PLC0415
+    except Exception:
+        return None
+    return triton_chain_ut
+
+
 def chain_verify(q, k, v, g, beta, **kw) -> torch.Tensor:
     """Chain verify (outputs ``[N, HV, V]`` float32); see :func:`chain_verify_ref`."""
     if q.is_cuda:
+        if _use_ut(q, kw):
+            ut = _ut_impl()
+            if ut is not None:
+                return ut.chain_verify_ut(q, k, v, g, beta, **kw)
         impl = _triton_impl()
         if impl is not None and hasattr(impl, "chain_verify"):
             return impl.chain_verify(q, k, v, g, beta, **kw)

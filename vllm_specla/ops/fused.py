@@ -58,6 +58,31 @@ def gdn_gating_masked_ref(a, b, A_log, dt_bias, allow_neg_eigval=False, valid_le
     return g, beta
 
 
+def linear_ref(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
+               residual: torch.Tensor | None = None) -> torch.Tensor:
+    """``[rms_norm_ref(x, norm_weight)] @ w.T [+ residual]`` in ``w.dtype`` (the unfused form)."""
+    if norm_weight is not None:
+        x = rms_norm_ref(x, norm_weight, eps, w.dtype)
+    x = x.to(w.dtype)
+    return x @ w.t() if residual is None else torch.addmm(residual, x, w.t())
+
+
+# Skinny-GEMM kernel for rows <= triton_fused.GEMV_MAX_M on CUDA; False = always cuBLAS (A/B runs)
+USE_GEMV = True
+
+
+def linear(x, w, norm_weight=None, eps=1e-6, residual=None):
+    """``[RMSNorm(x)] @ w.T [+ residual]``: the fused Triton skinny GEMM for decode-sized ``x`` on
+    CUDA (:func:`vllm_specla.ops.triton_fused.gemv`), else RMSNorm kernel + cuBLAS / the reference."""
+    impl = _triton() if x.is_cuda else None
+    if impl is not None and USE_GEMV and x.shape[0] <= impl.GEMV_MAX_M:
+        return impl.gemv(x, w, norm_weight, eps, residual)
+    if norm_weight is not None:
+        x = rms_norm(x, norm_weight, eps, w.dtype)
+    x = x.to(w.dtype)
+    return x @ w.t() if residual is None else torch.addmm(residual, x, w.t())
+
+
 def rms_norm(x, weight, eps, out_dtype=None):
     """Row RMSNorm; Triton on CUDA, :func:`rms_norm_ref` otherwise."""
     impl = _triton() if x.is_cuda else None

@@ -2,9 +2,11 @@
 
 :class:`FusedGDN` packs the weights of a :class:`~vllm_specla.models.gdn.GatedDeltaNetForCausalLM`
 (or of an :class:`~vllm_specla.models.drafter.EagleDrafter`'s blocks) so one layer of a decode /
-verify step is 9 launches: RMSNorm, one in-projection GEMM (q|k|v|gate|a|b), gating, conv window,
-chain verify, gated RMSNorm, ``o_proj`` GEMM with the residual add in the epilogue, RMSNorm, one
-gate|up GEMM, SwiGLU, ``down_proj`` GEMM with the residual add. The recurrent and conv math are the
+verify step is 9-11 launches: [RMSNorm +] one in-projection GEMM (q|k|v|gate|a|b), gating, conv
+window, chain verify, gated RMSNorm, ``o_proj`` GEMM with the residual add in the epilogue,
+[RMSNorm +] one gate|up GEMM, SwiGLU, ``down_proj`` GEMM with the residual add. For decode-sized
+batches (<= 16 token rows) the GEMMs are the fused Triton skinny GEMM with the RMSNorm as its
+prologue (``ops/fused.py`` ``linear``); larger batches use the RMSNorm kernel + cuBLAS. The recurrent and conv math are the
 same ops the vLLM path uses (``ops/chain_verify.py``, ``ops/recover.py``); q/k/v, gate, a and b are
 column slices of the one projection output, read in place by the kernels (no copies).
 
@@ -121,8 +123,7 @@ class FusedGDN:
                       snap: torch.Tensor | None = None) -> torch.Tensor:
         """One block on ``h [B*T, D]`` (the residual stream, ``dtype``); returns the new stream."""
         d, c = L.dims, L.config
-        x = fused.rms_norm(h, L.attn_norm_w, L.eps, self.dtype)
-        p = x @ L.w_in.t()
+        p = fused.linear(h, L.w_in, L.attn_norm_w, L.eps)
         C, G, HV = d.conv_dim, L.G, d.HV
         xc = p[:, :C]
         gate = p[:, C : C + G] if G else None
@@ -158,9 +159,9 @@ class FusedGDN:
         else:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         on = fused.gated_rms_norm(o, gate, L.o_norm_w, L.eps, c.output_gate_activation, self.dtype)
-        h = torch.addmm(h, on, L.w_o.t())
-        x = fused.rms_norm(h, L.mlp_norm_w, L.eps, self.dtype)
-        return torch.addmm(h, fused.silu_mul(x @ L.w_gu.t()), L.w_down.t())
+        h = fused.linear(on, L.w_o, residual=h)
+        gu = fused.linear(h, L.w_gu, L.mlp_norm_w, L.eps)
+        return fused.linear(fused.silu_mul(gu), L.w_down, residual=h)
 
     def forward(self, h: torch.Tensor, states: list[LayerState], mode: str, ctrl: StepCtrl, T: int,
                 snaps: list[torch.Tensor] | None = None) -> torch.Tensor:

@@ -1,0 +1,119 @@
+"""CUDA (csrc/cuda, JIT) vs Triton chain verify on one GPU (issue 9).
+
+Same inputs for both: the CUDA ``torch.ops.vllm_specla.chain_verify`` (state tile in shared
+memory, V tiled, fused deferred commit; ``_cpp.load_cuda()``) and the Triton serial kernel
+(``ops/triton_chain.py``) and UT kernel (``ops/triton_chain_ut.py``). Per configuration a CUDA
+graph of 21 launches (each on its own state slots, as bench_kernels.py), replayed 10 times,
+median of 5 -> microseconds per launch. Kinds: ``verify`` (factors written, no pending, no state
+write), ``step`` (T pending folded + window), ``ar`` (T = 1, state written). Also checks that the
+CUDA result equals Triton's (max relative error). Prints a table, writes JSON to ``--out``.
+Run with ``VLLM_SPECLA_CPP_JIT=1`` (JIT-builds the CPU op schemas, then the CUDA kernel).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from vllm_specla.ops import _cpp  # noqa: E402
+from vllm_specla.ops import triton_chain as tc  # noqa: E402
+
+SHAPES = {"6x256x512": (6, 256, 512), "8x256x256": (8, 256, 256)}
+LAYERS = 21
+
+
+def graph_us(fn, reps=10):
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    ts = []
+    for _ in range(5):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        for _ in range(reps):
+            g.replay()
+        e1.record()
+        torch.cuda.synchronize()
+        ts.append(1e3 * e0.elapsed_time(e1) / reps / LAYERS)
+    return sorted(ts)[2]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batches", default="1,32,128")
+    ap.add_argument("--Ts", default="1,5,8")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    assert _cpp.load_cuda(), "CUDA build unavailable"
+    try:
+        from vllm_specla.ops import triton_chain_ut as ut  # noqa: PLC0415
+    except Exception:  # noqa: BLE001
+        ut = None
+    dev = "cuda"
+    recs = []
+    for sname, (H, K, V) in SHAPES.items():
+        for B in [int(b) for b in args.batches.split(",")]:
+            for T in [int(t) for t in args.Ts.split(",")]:
+                for kind in (("ar",) if T == 1 else ("verify", "step")):
+                    S, Tm = LAYERS * B, 16
+                    g = torch.Generator(device=dev).manual_seed(B * 100 + T)
+                    N = B * T
+                    q = torch.randn(N, H, K, device=dev, generator=g, dtype=torch.bfloat16)
+                    k = torch.randn(N, H, K, device=dev, generator=g, dtype=torch.bfloat16)
+                    v = torch.randn(N, H, V, device=dev, generator=g, dtype=torch.bfloat16)
+                    gg = -torch.rand(N, H, device=dev, generator=g)
+                    beta = torch.rand(N, H, device=dev, generator=g)
+                    state = torch.randn(S, H, V, K, device=dev, generator=g) * 0.1
+                    bk = torch.randn(S, 2, Tm, H, K, device=dev, generator=g) * 0.05
+                    bv = torch.randn(S, 2, Tm, H, V, device=dev, generator=g) * 0.05
+                    bg = -torch.rand(S, 2, Tm, H, device=dev, generator=g) * 0.1
+                    cu = torch.arange(B + 1, device=dev) * T
+                    slots = [torch.arange(B, device=dev) + l * B for l in range(LAYERS)]
+                    kw = dict(scale=K ** -0.5, cu_seqlens=cu)
+                    if kind == "ar":
+                        kw.update(write_final_state=True)
+                    else:
+                        kw.update(bank_k=bk, bank_v=bv, bank_g=bg, write_bank=torch.ones(B, dtype=torch.long, device=dev))
+                        if kind == "step":
+                            kw.update(pending_len=torch.full((B,), T, device=dev, dtype=torch.long),
+                                      read_bank=torch.zeros(B, dtype=torch.long, device=dev))
+                    impls = {"cuda": _cpp.chain_verify, "triton": tc.chain_verify}
+                    if ut is not None and kind != "ar":
+                        impls["triton_ut"] = ut.chain_verify_ut
+                    r = dict(shape=sname, batch=B, T=T, kind=kind, gpu=torch.cuda.get_device_name())
+                    outs = {}
+                    for name, fn in impls.items():
+                        try:
+                            st0 = state.clone()
+                            outs[name] = fn(q, k, v, gg, beta, state=st0, slots=slots[0], **kw)
+                            r[f"{name}_us"] = graph_us(lambda: [fn(q, k, v, gg, beta, state=state, slots=s, **kw)
+                                                                for s in slots])
+                        except Exception as e:  # noqa: BLE001
+                            r[f"{name}_error"] = str(e)[:200]
+                    ref = outs["triton"]
+                    if "cuda" in outs:
+                        r["cuda_vs_triton_rel_err"] = float((outs["cuda"] - ref).norm() / ref.norm())
+                    if "cuda_us" in r and "triton_us" in r:
+                        r["cuda_over_triton"] = r["cuda_us"] / r["triton_us"]
+                    recs.append(r)
+                    print(json.dumps(r), flush=True)
+                    del state, bk, bv, bg
+                    torch.cuda.empty_cache()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(recs, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
