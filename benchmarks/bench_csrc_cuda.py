@@ -93,10 +93,14 @@ def main() -> None:
                         impls["triton_ut"] = ut.chain_verify_ut
                     r = dict(shape=sname, batch=B, T=T, kind=kind, gpu=torch.cuda.get_device_name())
                     outs = {}
+                    for name, fn in impls.items():  # results first, from the same untouched inputs
+                        try:
+                            outs[name] = fn(q, k, v, gg, beta, state=state.clone(), slots=slots[0],
+                                            **{a: (b.clone() if a.startswith("bank") else b) for a, b in kw.items()})
+                        except Exception as e:  # noqa: BLE001
+                            r[f"{name}_error"] = str(e)[:200]
                     for name, fn in impls.items():
                         try:
-                            st0 = state.clone()
-                            outs[name] = fn(q, k, v, gg, beta, state=st0, slots=slots[0], **kw)
                             r[f"{name}_us"] = graph_us(lambda: [fn(q, k, v, gg, beta, state=state, slots=s, **kw)
                                                                 for s in slots])
                         except Exception as e:  # noqa: BLE001
