@@ -67,8 +67,9 @@ def linear_ref(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | Non
     return x @ w.t() if residual is None else torch.addmm(residual, x, w.t())
 
 
-# Skinny-GEMM kernel for rows <= triton_fused.GEMV_MAX_M on CUDA; False = always cuBLAS (A/B runs)
-USE_GEMV = True
+# Skinny-GEMM kernel for rows <= triton_fused.GEMV_MAX_M on CUDA. Off by default: on the H200 it
+# measured slower than RMSNorm kernel + cuBLAS (AR step at batch 1: 2.02 vs 1.68 ms, RESULTS.md)
+USE_GEMV = False
 
 
 def linear(x, w, norm_weight=None, eps=1e-6, residual=None):
