@@ -287,6 +287,8 @@ def main() -> None:
     ap.add_argument("--verify-kernel", default=None, choices=["serial", "ut", "auto"],
                     help="chain verify kernel on CUDA (ops/chain_verify.py VERIFY_KERNEL)")
     ap.add_argument("--no-gemv", action="store_true", help="cuBLAS for every GEMM (no fused skinny GEMM)")
+    ap.add_argument("--gemv-config", default=None,
+                    help="BN,BK,warps,stages: use the fused Triton skinny GEMM with this config (bench_gemv.py)")
     ap.add_argument("--tag", default="", help="label stored in every record (A/B runs)")
     ap.add_argument("--auto", action="store_true", help="also run the automatic draft-length policy per batch/alpha")
     ap.add_argument("--trained", action="store_true", help="run the embedded trained pair instead of --shapes")
@@ -307,8 +309,14 @@ def main() -> None:
         cv_mod.VERIFY_KERNEL = args.verify_kernel
     if args.no_gemv:
         fused_mod.USE_GEMV = False
+    if args.gemv_config:
+        from vllm_specla.ops import triton_fused  # noqa: PLC0415
+
+        triton_fused.GEMV_CONFIG = tuple(int(v) for v in args.gemv_config.split(","))
+        fused_mod.USE_GEMV = True
     global SETTINGS
-    SETTINGS = dict(verify_kernel=cv_mod.VERIFY_KERNEL, gemv=fused_mod.USE_GEMV, tag=args.tag)
+    SETTINGS = dict(verify_kernel=cv_mod.VERIFY_KERNEL, gemv=fused_mod.USE_GEMV, tag=args.tag,
+                    gemv_config=args.gemv_config)
     if args.dry_cpu:
         global DRY
         DRY = True

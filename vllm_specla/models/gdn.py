@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from vllm_specla.core.state import LayerState, StepPlan
 from vllm_specla.models.config import GatedDeltaNetConfig, check_supported
+from vllm_specla.ops import fused
 from vllm_specla.ops.chain_verify import chain_verify, conv_verify
 from vllm_specla.ops.tree_verify import tree_conv, tree_verify
 from vllm_specla.ops.reference import (
@@ -33,20 +34,9 @@ from vllm_specla.ops.reference import (
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm in float32, cast back to ``x.dtype`` (fla ``RMSNorm``)."""
-    x32 = x.float()
-    y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
-    return y.to(x.dtype)
-
-
-def gated_rms_norm(o: torch.Tensor, gate: torch.Tensor | None, weight: torch.Tensor, eps: float, act: str) -> torch.Tensor:
-    """fla ``FusedRMSNormGated``: ``RMSNorm(o) * weight * act(gate)`` over the last dim (fp32)."""
-    o32 = o.float()
-    y = o32 * torch.rsqrt(o32.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
-    if gate is not None:
-        g32 = gate.float()
-        y = y * (torch.sigmoid(g32) if act == "sigmoid" else F.silu(g32))
-    return y
+    """RMSNorm in float32, cast back to ``x.dtype`` (fla ``RMSNorm``; :func:`ops.fused.rms_norm_ref`,
+    differentiable: training and the model's norms use it)."""
+    return fused.rms_norm_ref(x, weight, eps)
 
 
 class GDNDims:
@@ -166,10 +156,8 @@ def gdn_mix(
             pending_len=vf.pending_len, read_bank=vf.read_bank,
             write_final_state=not vf.speculative)
         put(o, idx, o_vf)
-    # ---- output norm + gate -----------------------------------------------------------------
-    gv = gate.reshape(N, HV, V) if gate is not None else None
-    out = gated_rms_norm(o, gv, o_norm_weight, norm_eps, gate_act)
-    return out.reshape(N, HV * V).to(x.dtype)
+    # ---- output norm + gate (fused kernel on CUDA, the reference elsewhere) -----------------
+    return fused.gated_rms_norm(o, gate, o_norm_weight, norm_eps, gate_act, x.dtype)
 
 
 def gdn_mix_sequence(
@@ -206,9 +194,9 @@ def gdn_mix_sequence(
     o, _ = chunk_gated_delta_rule_ref(
         q.reshape(B * T, H, K), k.reshape(B * T, H, K), v.reshape(B * T, HV, V),
         g.reshape(B * T, HV), beta.reshape(B * T, HV), dims.scale, cu)
-    gv = gate.reshape(B * T, HV, V) if gate is not None else None
-    out = gated_rms_norm(o, gv, o_norm_weight, norm_eps, gate_act)
-    return out.reshape(B, T, HV * V).to(x.dtype)
+    gv = gate.reshape(B * T, HV * V) if gate is not None else None
+    out = fused.gated_rms_norm_ref(o, gv, o_norm_weight, norm_eps, gate_act, x.dtype)  # differentiable
+    return out.reshape(B, T, HV * V)
 
 
 class ShortConv(nn.Module):
