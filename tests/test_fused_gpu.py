@@ -97,3 +97,23 @@ def test_gemv(M, norm, res):
     ref = F_ref.linear_ref(x, w, nw, 1e-6, r)
     assert got.dtype == w.dtype and got.shape == (M, N)
     assert rel(got, ref) < (1e-2 if dt == torch.bfloat16 else 1e-5)
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="needs CUDA")
+def test_state_slot_model_cuda_matches_cpu():
+    """The vLLM-path model (models/gdn.py on state slots, fused gated RMSNorm + Triton ops on CUDA)
+    gives the CPU reference's hidden states for a prefill then a decode step (fp32)."""
+    from vllm_specla.core.state import allocate_layer_states, build_step_plan
+    from vllm_specla.models.gdn import load_fla_checkpoint
+
+    outs = []
+    for dev in ("cpu", "cuda"):
+        m = load_fla_checkpoint("models/specla-gdn-tiny/target", torch.float32, dev)
+        st = allocate_layer_states(m.config, 2, 0, dev)
+        toks = torch.tensor([5, 9, 33, 7, 100, 11, 12], device=dev)
+        plan = build_step_plan([4, 3], [0, 1], [True, True], [False, False], speculative=False, device=dev)
+        h1 = m(toks, plan, st)
+        plan2 = build_step_plan([1, 1], [0, 1], [False, False], [True, True], speculative=False, device=dev)
+        h2 = m(torch.tensor([42, 43], device=dev), plan2, st)
+        outs.append(torch.cat([h1, h2]).cpu())
+    assert rel(outs[1], outs[0]) < 1e-4
