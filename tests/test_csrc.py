@@ -414,7 +414,7 @@ def test_opcheck_schemas_and_fakes():
 
 
 # --------------------------------------------------------------------------------------------
-# CUDA chain verify (csrc/cuda, JIT): NOT RUN by its author (no GPU); skipped without CUDA
+# CUDA chain verify (csrc/cuda, JIT): run on the H200 (RESULTS.md); skipped without CUDA
 # --------------------------------------------------------------------------------------------
 
 
@@ -434,3 +434,35 @@ def test_cuda_chain_verify_matches_reference(mode):
     o = _cpp.chain_verify(*(cuda(t) for t in c.tensors()), **kw)
     torch.testing.assert_close(o.cpu(), o_ref, **TOL)
     assert_all_close([t.cpu() for t in m_gpu], m_ref, **TOL)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
+@pytest.mark.parametrize("shape", [(6, 6, 256, 512), (8, 8, 256, 256), (2, 4, 48, 20)])
+def test_cuda_chain_verify_bf16_inputs_big_shapes(shape):
+    """bf16 q/k/v are read in the kernel (no conversion): equals the reference on the same values,
+    at both GDN-1.3B head shapes and an odd GVA shape, with pending factors and factor output."""
+    assert _cpp.load_cuda()
+    H, HV, K, V = shape
+    g = torch.Generator().manual_seed(sum(shape))
+    lens, S, Tm = [5, 1, 8], 4, 16
+    N = sum(lens)
+    q, k = (torch.randn(N, H, K, generator=g).bfloat16() for _ in range(2))
+    v = torch.randn(N, HV, V, generator=g).bfloat16()
+    gg, beta = -torch.rand(N, HV, generator=g) * 2, torch.rand(N, HV, generator=g)
+    state = torch.randn(S, HV, V, K, generator=g) * 0.1
+    banks = [torch.randn(S, 2, Tm, H, K, generator=g) * 0.05, torch.randn(S, 2, Tm, HV, V, generator=g) * 0.05,
+             -torch.rand(S, 2, Tm, HV, generator=g) * 0.1]
+    kw = dict(scale=K ** -0.5, slots=torch.tensor([2, 0, 3]), cu_seqlens=torch.tensor([0, 5, 6, 14]),
+              write_bank=torch.tensor([1, 0, 1]), pending_len=torch.tensor([3, 0, 16]), read_bank=torch.tensor([0, 1, 0]))
+    st_ref, b_ref = state.clone(), [b.clone() for b in banks]
+    o_ref = chain_verify_ref(q, k, v, gg, beta, state=st_ref, bank_k=b_ref[0], bank_v=b_ref[1], bank_g=b_ref[2], **kw)
+    dev = torch.device("cuda")
+    st, bs = state.to(dev), [b.to(dev) for b in banks]
+    o = _cpp.chain_verify(q.to(dev), k.to(dev), v.to(dev), gg.to(dev), beta.to(dev), state=st, bank_k=bs[0],
+                          bank_v=bs[1], bank_g=bs[2], **{a: (t.to(dev) if isinstance(t, torch.Tensor) else t)
+                                                           for a, t in kw.items()})
+    torch.testing.assert_close(o.cpu(), o_ref, **TOL)
+    torch.testing.assert_close(st.cpu(), st_ref, **TOL)
+    for x, y in zip(bs, b_ref):
+        torch.testing.assert_close(x.cpu(), y, **TOL)

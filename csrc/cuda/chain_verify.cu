@@ -1,28 +1,30 @@
-// CUDA chain verify: state tile in shared memory, value dim tiled, deferred commit fused.
+// CUDA chain verify (v2): state tile in registers, value dim tiled, deferred commit fused.
 //
-// NOT RUN (no GPU was available to its author): compile-checked with `nvcc -arch=sm_90 -c` only.
+// v1 (one 4-warp CTA per 32 value rows, tile in shared memory, k/q normalised through shared
+// memory) ran 3-10x slower than the Triton kernel on the H200 (benchmarks/RESULTS.md). v2 mirrors
+// the Triton kernel's layout (ops/triton_chain.py, the [BV, K] variant):
 //
-// One CTA per (value tile of BV = 32 rows, value head hv, request row r), 4 warps:
-//   1. load the [BV, K] tile of state[slot, hv] into shared memory (read once);
+// One warp per (value tile of kBV = 8 rows, value head hv, request row r):
+//   1. load the [kBV, K] tile of state[slot, hv] into registers, lane-strided along K (read once);
 //   2. fold the pending factors of bank read_bank (serial DeltaConstruct
-//      acc = e^{g_u} acc + v~_u k_u^T) and write the committed tile S_0 back once;
-//   3. run the window from the shared tile: per token, k/q are l2-normalised into shared memory,
-//      each warp owns value rows (the key dim stays inside the warp: lane-strided K elements,
-//      shuffle reductions, no cross-warp reduction), emitting o_t and v~_t; the tile is never
-//      written to global memory between tokens;
-//   4. record (k^_t, v~_t, g_t) into bank write_bank; write the final tile only for AR
-//      (write_final_state).
+//      M = e^{g_u} M + v~_u k_u^T) and write the committed tile S_0 once;
+//   3. run the window from the register tile: per token, q/k loaded (fp32 or bf16, widened in
+//      the kernel), l2-normalised with warp reductions; per value row two warp reductions
+//      (M k, M q), v~ = beta (v - e^g M k), o = e^g M q + v~ (k.q), M = e^g M + v~ k^T;
+//   4. record (k^_t, v~_t, g_t) into bank write_bank (one writer per element); write the final
+//      tile only for AR (write_final_state).
 // Value rows are independent recurrences in the [V, K] layout, so V tiling needs no
-// communication between CTAs; only the k^/g factor writes are done by the hv-tile 0 CTA.
+// communication between programs.
 
 #include "chain_verify.cuh"
+
+#include <cuda_bf16.h>
 
 namespace vllm_specla {
 namespace cuda {
 namespace {
 
-constexpr int kBV = 32;       // value rows per CTA
-constexpr int kWarps = 4;     // warps per CTA
+constexpr int kBV = 8;         // value rows per warp program (registers: kBV * K / 32 floats)
 constexpr float kEps = 1e-6f;  // fla l2norm eps
 
 __device__ __forceinline__ float warp_sum(float x) {
@@ -31,34 +33,48 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
-// KPL: key elements per lane (K <= 32 * KPL).
-template <int KPL>
-__global__ void __launch_bounds__(kWarps * 32) chain_verify_kernel(const ChainVerifyParams p) {
-  extern __shared__ float smem[];
-  const int K = p.K, V = p.V, H = p.H, HV = p.HV;
-  float* tile = smem;              // [kBV, K]
-  float* ks = tile + kBV * K;      // [K] current k^ (or pending k_u)
-  float* qs = ks + K;              // [K] current scaled q^
-  float* red = qs + K;             // [4]: 1/|k|, 1/|q|, k.q
+template <typename T>
+__device__ __forceinline__ float ld(const T* p, int64_t i);
+template <>
+__device__ __forceinline__ float ld<float>(const float* p, int64_t i) {
+  return p[i];
+}
+template <>
+__device__ __forceinline__ float ld<__nv_bfloat16>(const __nv_bfloat16* p, int64_t i) {
+  return __bfloat162float(p[i]);
+}
 
+// One warp per (value tile of kBV rows, value head hv, request row r); KPL key elements per lane
+// (K <= 32 * KPL). The [kBV, K] state tile lives in registers (lane-strided key columns), read
+// once; pending factors are folded in registers and the committed tile written once; each window
+// token costs two warp reductions per value row and no global state traffic.
+template <typename TIn, int KPL>
+__global__ void __launch_bounds__(32) chain_verify_kernel(const ChainVerifyParams p) {
+  const int K = p.K, V = p.V, H = p.H, HV = p.HV;
+  const int lane = threadIdx.x;
   const int vt0 = blockIdx.x * kBV;
   const int hv = blockIdx.y;
   const int r = blockIdx.z;
   const int h = hv / (HV / H);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t slot = p.slots[r];
   const int64_t bos = p.cu_seqlens[r], eos = p.cu_seqlens[r + 1];
   const int rows = min(kBV, V - vt0);
+  const TIn* q = static_cast<const TIn*>(p.q);
+  const TIn* k = static_cast<const TIn*>(p.k);
+  const TIn* v = static_cast<const TIn*>(p.v);
 
   float* st = p.state + slot * p.st_stride[0] + hv * p.st_stride[1];
-  // 1. state tile -> shared memory
-  for (int i = tid; i < kBV * K; i += blockDim.x) {
-    const int vi = i / K, j = i % K;
-    tile[i] = vi < rows ? st[(vt0 + vi) * p.st_stride[2] + j * p.st_stride[3]] : 0.f;
+  float m[kBV][KPL];
+#pragma unroll
+  for (int vi = 0; vi < kBV; ++vi) {
+#pragma unroll
+    for (int c = 0; c < KPL; ++c) {
+      const int j = lane + 32 * c;
+      m[vi][c] = (vi < rows && j < K) ? st[(vt0 + vi) * p.st_stride[2] + j * p.st_stride[3]] : 0.f;
+    }
   }
-  __syncthreads();
 
-  // 2. fused deferred commit
+  // fused deferred commit: fold the pending factors of bank read_bank, write S_0 once
   int64_t np = p.pending_len != nullptr ? p.pending_len[r] : 0;
   if (np > p.Tmax) np = p.Tmax;
   if (np > 0) {
@@ -66,138 +82,137 @@ __global__ void __launch_bounds__(kWarps * 32) chain_verify_kernel(const ChainVe
     for (int64_t u = 0; u < np; ++u) {
       const float* bk = p.bank_k + slot * p.bk_stride[0] + rb * p.bk_stride[1] + u * p.bk_stride[2] +
                         h * p.bk_stride[3];
-      for (int j = tid; j < K; j += blockDim.x) ks[j] = bk[j * p.bk_stride[4]];
-      const float eg = __expf(p.bank_g[slot * p.bg_stride[0] + rb * p.bg_stride[1] + u * p.bg_stride[2] +
-                                       hv * p.bg_stride[3]]);
-      __syncthreads();
       const float* bv = p.bank_v + slot * p.bv_stride[0] + rb * p.bv_stride[1] + u * p.bv_stride[2] +
                         hv * p.bv_stride[3];
-      for (int i = tid; i < rows * K; i += blockDim.x) {
-        const int vi = i / K, j = i % K;
-        tile[i] = fmaf(ks[j], bv[(vt0 + vi) * p.bv_stride[4]], eg * tile[i]);
+      const float eg =
+          __expf(p.bank_g[slot * p.bg_stride[0] + rb * p.bg_stride[1] + u * p.bg_stride[2] + hv * p.bg_stride[3]]);
+      float kk[KPL];
+#pragma unroll
+      for (int c = 0; c < KPL; ++c) {
+        const int j = lane + 32 * c;
+        kk[c] = j < K ? bk[j * p.bk_stride[4]] : 0.f;
       }
-      __syncthreads();
+#pragma unroll
+      for (int vi = 0; vi < kBV; ++vi) {
+        const float vv = vi < rows ? bv[(vt0 + vi) * p.bv_stride[4]] : 0.f;
+#pragma unroll
+        for (int c = 0; c < KPL; ++c) m[vi][c] = fmaf(kk[c], vv, eg * m[vi][c]);
+      }
     }
-    for (int i = tid; i < rows * K; i += blockDim.x) {  // S_0 written once
-      const int vi = i / K, j = i % K;
-      st[(vt0 + vi) * p.st_stride[2] + j * p.st_stride[3]] = tile[i];
+    if (!p.write_final_state) {
+#pragma unroll
+      for (int vi = 0; vi < kBV; ++vi) {
+#pragma unroll
+        for (int c = 0; c < KPL; ++c) {
+          const int j = lane + 32 * c;
+          if (vi < rows && j < K) st[(vt0 + vi) * p.st_stride[2] + j * p.st_stride[3]] = m[vi][c];
+        }
+      }
     }
   }
 
-  // 3. the window, from the shared tile
+  // the window, state tile in registers
   const bool record = p.write_bank != nullptr;
   const int64_t wb = record ? p.write_bank[r] : 0;
   for (int64_t n = bos; n < eos; ++n) {
     const int64_t t = n - bos;
-    const float* kr = p.k + (n * H + h) * K;
-    const float* qr = p.q + (n * H + h) * K;
-    __syncthreads();  // previous token's readers of ks/qs are done
-    for (int j = tid; j < K; j += blockDim.x) {
-      ks[j] = kr[j];
-      qs[j] = qr[j];
-    }
-    __syncthreads();
-    if (warp < 2) {  // warp 0: |k|, warp 1: |q|
-      const float* x = warp == 0 ? ks : qs;
-      float ss = 0.f;
-      for (int j = lane; j < K; j += 32) ss += x[j] * x[j];
-      ss = warp_sum(ss);
-      if (lane == 0) red[warp] = p.use_qk_l2norm ? rsqrtf(ss + kEps) : 1.f;
-    }
-    __syncthreads();
-    for (int j = tid; j < K; j += blockDim.x) {
-      ks[j] *= red[0];
-      qs[j] *= red[1] * p.scale;
-    }
-    __syncthreads();
-    if (warp == 0) {
-      float s = 0.f;
-      for (int j = lane; j < K; j += 32) s += ks[j] * qs[j];
-      s = warp_sum(s);
-      if (lane == 0) red[2] = s;
-    }
-    __syncthreads();
-    const float e = __expf(p.g[n * HV + hv]);
-    const float b = p.beta[n * HV + hv];
-    const float kq = red[2];
     float kl[KPL], ql[KPL];
+    float sk = 0.f, sq = 0.f;
 #pragma unroll
     for (int c = 0; c < KPL; ++c) {
       const int j = lane + 32 * c;
-      kl[c] = j < K ? ks[j] : 0.f;
-      ql[c] = j < K ? qs[j] : 0.f;
+      kl[c] = j < K ? ld<TIn>(k, (n * H + h) * K + j) : 0.f;
+      ql[c] = j < K ? ld<TIn>(q, (n * H + h) * K + j) : 0.f;
+      sk = fmaf(kl[c], kl[c], sk);
+      sq = fmaf(ql[c], ql[c], sq);
     }
-    for (int vi = warp; vi < rows; vi += kWarps) {
-      float* m = tile + vi * K;
-      float ml[KPL];
+    float rk = 1.f, rq = 1.f;
+    if (p.use_qk_l2norm) {
+      rk = rsqrtf(warp_sum(sk) + kEps);
+      rq = rsqrtf(warp_sum(sq) + kEps);
+    }
+    rq *= p.scale;
+    float kq = 0.f;
+#pragma unroll
+    for (int c = 0; c < KPL; ++c) {
+      kl[c] *= rk;
+      ql[c] *= rq;
+      kq = fmaf(kl[c], ql[c], kq);
+    }
+    kq = warp_sum(kq);
+    const float gn = p.g[n * HV + hv];
+    const float e = __expf(gn);
+    const float b = p.beta[n * HV + hv];
+    const int64_t vbase = (n * HV + hv) * V + vt0;
+#pragma unroll
+    for (int vi = 0; vi < kBV; ++vi) {
       float dk = 0.f, dq = 0.f;
 #pragma unroll
       for (int c = 0; c < KPL; ++c) {
-        const int j = lane + 32 * c;
-        ml[c] = j < K ? m[j] : 0.f;
-        dk = fmaf(ml[c], kl[c], dk);
-        dq = fmaf(ml[c], ql[c], dq);
+        dk = fmaf(m[vi][c], kl[c], dk);
+        dq = fmaf(m[vi][c], ql[c], dq);
       }
       dk = warp_sum(dk);
       dq = warp_sum(dq);
-      const int64_t vo = (n * HV + hv) * V + vt0 + vi;
-      const float vt = b * (p.v[vo] - e * dk);
+      const float vv = vi < rows ? ld<TIn>(v, vbase + vi) : 0.f;
+      const float vt = b * (vv - e * dk);
 #pragma unroll
-      for (int c = 0; c < KPL; ++c) {
-        const int j = lane + 32 * c;
-        if (j < K) m[j] = fmaf(vt, kl[c], e * ml[c]);
-      }
-      if (lane == 0) {
-        p.o[vo] = fmaf(vt, kq, e * dq);
+      for (int c = 0; c < KPL; ++c) m[vi][c] = fmaf(vt, kl[c], e * m[vi][c]);
+      if (lane == vi && vi < rows) {
+        p.o[vbase + vi] = fmaf(vt, kq, e * dq);
         if (record && t < p.Tmax)
           p.bank_v[slot * p.bv_stride[0] + wb * p.bv_stride[1] + t * p.bv_stride[2] + hv * p.bv_stride[3] +
                    (vt0 + vi) * p.bv_stride[4]] = vt;
       }
     }
-    // 4. k^ and g factors, once per (token, head)
+    // k^ and g factors: one writer per element (V-tile 0; k^ by the first value head of its group)
     if (record && t < p.Tmax && blockIdx.x == 0) {
-      if (tid == 0)
-        p.bank_g[slot * p.bg_stride[0] + wb * p.bg_stride[1] + t * p.bg_stride[2] + hv * p.bg_stride[3]] =
-            p.g[n * HV + hv];
+      if (lane == 0)
+        p.bank_g[slot * p.bg_stride[0] + wb * p.bg_stride[1] + t * p.bg_stride[2] + hv * p.bg_stride[3]] = gn;
       if (hv % (HV / H) == 0) {
-        float* bk = p.bank_k + slot * p.bk_stride[0] + wb * p.bk_stride[1] + t * p.bk_stride[2] +
-                    h * p.bk_stride[3];
-        for (int j = tid; j < K; j += blockDim.x) bk[j * p.bk_stride[4]] = ks[j];
+        float* bk = p.bank_k + slot * p.bk_stride[0] + wb * p.bk_stride[1] + t * p.bk_stride[2] + h * p.bk_stride[3];
+#pragma unroll
+        for (int c = 0; c < KPL; ++c) {
+          const int j = lane + 32 * c;
+          if (j < K) bk[j * p.bk_stride[4]] = kl[c];
+        }
       }
     }
   }
   if (p.write_final_state) {
-    __syncthreads();
-    for (int i = tid; i < rows * K; i += blockDim.x) {
-      const int vi = i / K, j = i % K;
-      st[(vt0 + vi) * p.st_stride[2] + j * p.st_stride[3]] = tile[i];
+#pragma unroll
+    for (int vi = 0; vi < kBV; ++vi) {
+#pragma unroll
+      for (int c = 0; c < KPL; ++c) {
+        const int j = lane + 32 * c;
+        if (vi < rows && j < K) st[(vt0 + vi) * p.st_stride[2] + j * p.st_stride[3]] = m[vi][c];
+      }
     }
   }
 }
 
-template <int KPL>
+template <typename TIn, int KPL>
 cudaError_t launch(const ChainVerifyParams& p, cudaStream_t stream) {
   const dim3 grid((p.V + kBV - 1) / kBV, p.HV, p.R);
-  const size_t smem = sizeof(float) * (kBV * p.K + 2 * p.K + 4);
-  if (smem > 48 * 1024) {
-    const cudaError_t err =
-        cudaFuncSetAttribute(chain_verify_kernel<KPL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (err != cudaSuccess) return err;
-  }
-  chain_verify_kernel<KPL><<<grid, kWarps * 32, smem, stream>>>(p);
+  chain_verify_kernel<TIn, KPL><<<grid, 32, 0, stream>>>(p);
   return cudaGetLastError();
+}
+
+template <typename TIn>
+cudaError_t dispatch_k(const ChainVerifyParams& p, cudaStream_t stream) {
+  if (p.K <= 32) return launch<TIn, 1>(p, stream);
+  if (p.K <= 64) return launch<TIn, 2>(p, stream);
+  if (p.K <= 128) return launch<TIn, 4>(p, stream);
+  if (p.K <= 256) return launch<TIn, 8>(p, stream);
+  if (p.K <= 512) return launch<TIn, 16>(p, stream);
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace
 
 cudaError_t chain_verify(const ChainVerifyParams& p, cudaStream_t stream) {
   if (p.R == 0) return cudaSuccess;
-  if (p.K <= 32) return launch<1>(p, stream);
-  if (p.K <= 64) return launch<2>(p, stream);
-  if (p.K <= 128) return launch<4>(p, stream);
-  if (p.K <= 256) return launch<8>(p, stream);
-  if (p.K <= 512) return launch<16>(p, stream);
-  return cudaErrorInvalidValue;
+  return p.in_bf16 ? dispatch_k<__nv_bfloat16>(p, stream) : dispatch_k<float>(p, stream);
 }
 
 }  // namespace cuda

@@ -17,9 +17,9 @@ namespace cuda {
 // Token tensors contiguous fp32; state/banks fp32 with arbitrary strides (elements); index
 // tensors contiguous int64. Optional pointers may be null (no banks / no pending / no record).
 struct ChainVerifyParams {
-  const float* q;     // [N, H, K]
-  const float* k;     // [N, H, K]
-  const float* v;     // [N, HV, V]
+  const void* q;      // [N, H, K]  float32, or bfloat16 when in_bf16
+  const void* k;      // [N, H, K]
+  const void* v;      // [N, HV, V]
   const float* g;     // [N, HV]
   const float* beta;  // [N, HV]
   float* o;           // [N, HV, V]
@@ -40,6 +40,7 @@ struct ChainVerifyParams {
   float scale;
   bool write_final_state;
   bool use_qk_l2norm;
+  bool in_bf16;  // q, k, v are bfloat16 (read and widened in the kernel, no conversion kernels)
 };
 
 // Launches one CTA per (32-row value tile, value head, row); returns the launch error.

@@ -1,6 +1,6 @@
 // CUDA kernel of torch.ops.vllm_specla.chain_verify (schema: csrc/torch_bindings.cpp).
 //
-// NOT RUN: compiled only on a machine with CUDA torch, via vllm_specla.ops._cpp.load_cuda()
+// JIT-built on a machine with CUDA torch by vllm_specla.ops._cpp.load_cuda() (run on the H200)
 // (torch.utils.cpp_extension.load of csrc/cuda/*); never executed by its author (no GPU).
 // The C++ CPU extension (vllm_specla._C) must be loaded first: it defines the op schemas.
 
@@ -46,18 +46,23 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
               "vllm_specla chain_verify (CUDA): all tensors must be on the GPU");
   // Windows longer than the bank (Tmax) are not checked here (that needs a host sync of
   // cu_seqlens): factors past Tmax are not recorded.
-  at::Tensor qf = q.to(at::kFloat).contiguous(), kf = k.to(at::kFloat).contiguous();
-  at::Tensor vf = v.to(at::kFloat).contiguous(), gf = g.to(at::kFloat).contiguous();
+  // q, k, v: bf16 is read (and widened) in the kernel; anything else is converted to fp32 here
+  const bool in_bf16 = q.scalar_type() == at::kBFloat16 && k.scalar_type() == at::kBFloat16 &&
+                       v.scalar_type() == at::kBFloat16;
+  const auto in_t = in_bf16 ? at::kBFloat16 : at::kFloat;
+  at::Tensor qf = q.to(in_t).contiguous(), kf = k.to(in_t).contiguous();
+  at::Tensor vf = v.to(in_t).contiguous(), gf = g.to(at::kFloat).contiguous();
   at::Tensor bf = beta.to(at::kFloat).contiguous();
   at::Tensor sl = idx64(slots), cu = idx64(cu_seqlens);
   std::optional<at::Tensor> wb, pl, rb;
   vllm_specla::cuda::ChainVerifyParams p{};
-  p.q = qf.data_ptr<float>();
-  p.k = kf.data_ptr<float>();
-  p.v = vf.data_ptr<float>();
+  p.q = qf.data_ptr();
+  p.k = kf.data_ptr();
+  p.v = vf.data_ptr();
+  p.in_bf16 = in_bf16;
   p.g = gf.data_ptr<float>();
   p.beta = bf.data_ptr<float>();
-  at::Tensor o = at::empty(vf.sizes(), vf.options());
+  at::Tensor o = at::empty(vf.sizes(), vf.options().dtype(at::kFloat));
   p.o = o.data_ptr<float>();
   p.state = state.data_ptr<float>();
   strides<4>(state, p.st_stride);

@@ -51,7 +51,7 @@ def load_cuda(verbose: bool = False) -> bool:
     """JIT-build ``csrc/cuda/`` (a CUDA ``chain_verify``: state tile in shared memory, V tiled, fused
     deferred commit) and register it for CUDA tensors of ``torch.ops.vllm_specla.chain_verify``.
 
-    NOT RUN: written on a machine without a GPU and only compile-checked (``nvcc -arch=sm_90 -c``);
+    Run on the H200 (tests/test_csrc.py, benchmarks/bench_csrc_cuda.py, RESULTS.md);
     the public dispatcher keeps using the Triton kernel on CUDA. Needs CUDA torch, nvcc and the
     CPU extension loaded first (it defines the op schemas). Returns False when CUDA is absent.
     """
