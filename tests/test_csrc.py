@@ -438,17 +438,19 @@ def test_cuda_chain_verify_matches_reference(mode):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
-@pytest.mark.parametrize("shape", [(6, 6, 256, 512), (8, 8, 256, 256), (2, 4, 48, 20)])
-def test_cuda_chain_verify_bf16_inputs_big_shapes(shape):
-    """bf16 q/k/v are read in the kernel (no conversion): equals the reference on the same values,
-    at both GDN-1.3B head shapes and an odd GVA shape, with pending factors and factor output."""
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", [(6, 6, 256, 512), (8, 8, 256, 256), (2, 4, 48, 20), (2, 2, 128, 24)])
+def test_cuda_chain_verify_bf16_inputs_big_shapes(shape, dtype):
+    """bf16 q/k/v are read in the kernel (no conversion), K % 128 == 0 takes the 16-byte path:
+    equals the reference on the same values at both GDN-1.3B head shapes and odd shapes, with
+    pending factors and factor output."""
     assert _cpp.load_cuda()
     H, HV, K, V = shape
     g = torch.Generator().manual_seed(sum(shape))
     lens, S, Tm = [5, 1, 8], 4, 16
     N = sum(lens)
-    q, k = (torch.randn(N, H, K, generator=g).bfloat16() for _ in range(2))
-    v = torch.randn(N, HV, V, generator=g).bfloat16()
+    q, k = (torch.randn(N, H, K, generator=g).to(dtype) for _ in range(2))
+    v = torch.randn(N, HV, V, generator=g).to(dtype)
     gg, beta = -torch.rand(N, HV, generator=g) * 2, torch.rand(N, HV, generator=g)
     state = torch.randn(S, HV, V, K, generator=g) * 0.1
     banks = [torch.randn(S, 2, Tm, H, K, generator=g) * 0.05, torch.randn(S, 2, Tm, HV, V, generator=g) * 0.05,

@@ -44,11 +44,63 @@ __device__ __forceinline__ float ld<__nv_bfloat16>(const __nv_bfloat16* p, int64
   return __bfloat162float(p[i]);
 }
 
+// Key index of a lane's c-th element. VEC: 4 consecutive keys per lane per 128-key chunk (16-byte
+// loads and stores of the state, banks and q/k); else lane-strided (any K).
+template <bool VEC>
+__device__ __forceinline__ int kidx(int lane, int c) {
+  return VEC ? (c >> 2) * 128 + lane * 4 + (c & 3) : lane + 32 * c;
+}
+
+template <typename T>
+__device__ __forceinline__ void ld4(const T* p, float* out);
+template <>
+__device__ __forceinline__ void ld4<float>(const float* p, float* out) {
+  const float4 x = *reinterpret_cast<const float4*>(p);
+  out[0] = x.x, out[1] = x.y, out[2] = x.z, out[3] = x.w;
+}
+template <>
+__device__ __forceinline__ void ld4<__nv_bfloat16>(const __nv_bfloat16* p, float* out) {
+  const uint2 x = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x.y));
+  out[0] = a.x, out[1] = a.y, out[2] = b.x, out[3] = b.y;
+}
+
+// Load KPL key elements of a dense row (element stride 1 when VEC, else ``stride``).
+template <bool VEC, int KPL, typename T>
+__device__ __forceinline__ void load_row(const T* row, int64_t stride, int lane, int K, float* out) {
+  if constexpr (VEC) {
+#pragma unroll
+    for (int c = 0; c < KPL; c += 4) ld4<T>(row + kidx<true>(lane, c), out + c);
+  } else {
+#pragma unroll
+    for (int c = 0; c < KPL; ++c) {
+      const int j = kidx<false>(lane, c);
+      out[c] = j < K ? ld<T>(row, j * stride) : 0.f;
+    }
+  }
+}
+
+template <bool VEC, int KPL>
+__device__ __forceinline__ void store_row(float* row, int64_t stride, int lane, int K, const float* in) {
+  if constexpr (VEC) {
+#pragma unroll
+    for (int c = 0; c < KPL; c += 4)
+      *reinterpret_cast<float4*>(row + kidx<true>(lane, c)) = make_float4(in[c], in[c + 1], in[c + 2], in[c + 3]);
+  } else {
+#pragma unroll
+    for (int c = 0; c < KPL; ++c) {
+      const int j = kidx<false>(lane, c);
+      if (j < K) row[j * stride] = in[c];
+    }
+  }
+}
+
 // One warp per (value tile of kBV rows, value head hv, request row r); KPL key elements per lane
 // (K <= 32 * KPL). The [kBV, K] state tile lives in registers (lane-strided key columns), read
 // once; pending factors are folded in registers and the committed tile written once; each window
 // token costs two warp reductions per value row and no global state traffic.
-template <typename TIn, int KPL>
+template <typename TIn, int KPL, bool VEC>
 __global__ void __launch_bounds__(32) chain_verify_kernel(const ChainVerifyParams p) {
   const int K = p.K, V = p.V, H = p.H, HV = p.HV;
   const int lane = threadIdx.x;
@@ -67,10 +119,11 @@ __global__ void __launch_bounds__(32) chain_verify_kernel(const ChainVerifyParam
   float m[kBV][KPL];
 #pragma unroll
   for (int vi = 0; vi < kBV; ++vi) {
+    if (vi < rows) {
+      load_row<VEC, KPL>(st + (vt0 + vi) * p.st_stride[2], p.st_stride[3], lane, K, m[vi]);
+    } else {
 #pragma unroll
-    for (int c = 0; c < KPL; ++c) {
-      const int j = lane + 32 * c;
-      m[vi][c] = (vi < rows && j < K) ? st[(vt0 + vi) * p.st_stride[2] + j * p.st_stride[3]] : 0.f;
+      for (int c = 0; c < KPL; ++c) m[vi][c] = 0.f;
     }
   }
 
@@ -87,11 +140,7 @@ __global__ void __launch_bounds__(32) chain_verify_kernel(const ChainVerifyParam
       const float eg =
           __expf(p.bank_g[slot * p.bg_stride[0] + rb * p.bg_stride[1] + u * p.bg_stride[2] + hv * p.bg_stride[3]]);
       float kk[KPL];
-#pragma unroll
-      for (int c = 0; c < KPL; ++c) {
-        const int j = lane + 32 * c;
-        kk[c] = j < K ? bk[j * p.bk_stride[4]] : 0.f;
-      }
+      load_row<VEC, KPL>(bk, p.bk_stride[4], lane, K, kk);
 #pragma unroll
       for (int vi = 0; vi < kBV; ++vi) {
         const float vv = vi < rows ? bv[(vt0 + vi) * p.bv_stride[4]] : 0.f;
@@ -101,13 +150,8 @@ __global__ void __launch_bounds__(32) chain_verify_kernel(const ChainVerifyParam
     }
     if (!p.write_final_state) {
 #pragma unroll
-      for (int vi = 0; vi < kBV; ++vi) {
-#pragma unroll
-        for (int c = 0; c < KPL; ++c) {
-          const int j = lane + 32 * c;
-          if (vi < rows && j < K) st[(vt0 + vi) * p.st_stride[2] + j * p.st_stride[3]] = m[vi][c];
-        }
-      }
+      for (int vi = 0; vi < kBV; ++vi)
+        if (vi < rows) store_row<VEC, KPL>(st + (vt0 + vi) * p.st_stride[2], p.st_stride[3], lane, K, m[vi]);
     }
   }
 
@@ -118,11 +162,10 @@ __global__ void __launch_bounds__(32) chain_verify_kernel(const ChainVerifyParam
     const int64_t t = n - bos;
     float kl[KPL], ql[KPL];
     float sk = 0.f, sq = 0.f;
+    load_row<VEC, KPL>(k + (n * H + h) * K, 1, lane, K, kl);
+    load_row<VEC, KPL>(q + (n * H + h) * K, 1, lane, K, ql);
 #pragma unroll
     for (int c = 0; c < KPL; ++c) {
-      const int j = lane + 32 * c;
-      kl[c] = j < K ? ld<TIn>(k, (n * H + h) * K + j) : 0.f;
-      ql[c] = j < K ? ld<TIn>(q, (n * H + h) * K + j) : 0.f;
       sk = fmaf(kl[c], kl[c], sk);
       sq = fmaf(ql[c], ql[c], sq);
     }
@@ -171,40 +214,35 @@ __global__ void __launch_bounds__(32) chain_verify_kernel(const ChainVerifyParam
         p.bank_g[slot * p.bg_stride[0] + wb * p.bg_stride[1] + t * p.bg_stride[2] + hv * p.bg_stride[3]] = gn;
       if (hv % (HV / H) == 0) {
         float* bk = p.bank_k + slot * p.bk_stride[0] + wb * p.bk_stride[1] + t * p.bk_stride[2] + h * p.bk_stride[3];
-#pragma unroll
-        for (int c = 0; c < KPL; ++c) {
-          const int j = lane + 32 * c;
-          if (j < K) bk[j * p.bk_stride[4]] = kl[c];
-        }
+        store_row<VEC, KPL>(bk, p.bk_stride[4], lane, K, kl);
       }
     }
   }
   if (p.write_final_state) {
 #pragma unroll
-    for (int vi = 0; vi < kBV; ++vi) {
-#pragma unroll
-      for (int c = 0; c < KPL; ++c) {
-        const int j = lane + 32 * c;
-        if (vi < rows && j < K) st[(vt0 + vi) * p.st_stride[2] + j * p.st_stride[3]] = m[vi][c];
-      }
-    }
+    for (int vi = 0; vi < kBV; ++vi)
+      if (vi < rows) store_row<VEC, KPL>(st + (vt0 + vi) * p.st_stride[2], p.st_stride[3], lane, K, m[vi]);
   }
 }
 
-template <typename TIn, int KPL>
+template <typename TIn, int KPL, bool VEC>
 cudaError_t launch(const ChainVerifyParams& p, cudaStream_t stream) {
   const dim3 grid((p.V + kBV - 1) / kBV, p.HV, p.R);
-  chain_verify_kernel<TIn, KPL><<<grid, 32, 0, stream>>>(p);
+  chain_verify_kernel<TIn, KPL, VEC><<<grid, 32, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
 template <typename TIn>
 cudaError_t dispatch_k(const ChainVerifyParams& p, cudaStream_t stream) {
-  if (p.K <= 32) return launch<TIn, 1>(p, stream);
-  if (p.K <= 64) return launch<TIn, 2>(p, stream);
-  if (p.K <= 128) return launch<TIn, 4>(p, stream);
-  if (p.K <= 256) return launch<TIn, 8>(p, stream);
-  if (p.K <= 512) return launch<TIn, 16>(p, stream);
+  // 16-byte path: K a multiple of 128 with unit key strides and 16-byte aligned rows (p.vec_ok)
+  if (p.vec_ok && p.K == 128) return launch<TIn, 4, true>(p, stream);
+  if (p.vec_ok && p.K == 256) return launch<TIn, 8, true>(p, stream);
+  if (p.vec_ok && p.K == 512) return launch<TIn, 16, true>(p, stream);
+  if (p.K <= 32) return launch<TIn, 1, false>(p, stream);
+  if (p.K <= 64) return launch<TIn, 2, false>(p, stream);
+  if (p.K <= 128) return launch<TIn, 4, false>(p, stream);
+  if (p.K <= 256) return launch<TIn, 8, false>(p, stream);
+  if (p.K <= 512) return launch<TIn, 16, false>(p, stream);
   return cudaErrorInvalidValue;
 }
 

@@ -41,6 +41,7 @@ struct ChainVerifyParams {
   bool write_final_state;
   bool use_qk_l2norm;
   bool in_bf16;  // q, k, v are bfloat16 (read and widened in the kernel, no conversion kernels)
+  bool vec_ok;   // K % 128 == 0, unit key strides, 16-byte aligned bases: 16-byte loads/stores
 };
 
 // Launches one CTA per (32-row value tile, value head, row); returns the launch error.

@@ -90,6 +90,9 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   p.V = static_cast<int>(v.size(2));
   p.scale = static_cast<float>(scale);
   p.write_final_state = write_final_state;
+  auto al16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  p.vec_ok = p.K % 128 == 0 && p.st_stride[3] == 1 && al16(p.q) && al16(p.k) && al16(p.state) &&
+             (!banks || (p.bk_stride[4] == 1 && al16(p.bank_k)));
   p.use_qk_l2norm = use_qk_l2norm;
   const cudaError_t err = vllm_specla::cuda::chain_verify(p, c10::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "vllm_specla chain_verify CUDA launch failed: ", cudaGetErrorString(err));
