@@ -48,7 +48,7 @@ def _jit_load() -> None:
 
 
 def load_cuda(verbose: bool = False) -> bool:
-    """JIT-build ``csrc/cuda/`` (a CUDA ``chain_verify``: state tile in shared memory, V tiled, fused
+    """JIT-build ``csrc/cuda/`` (a CUDA ``chain_verify``: state tile in registers, V tiled, fused
     deferred commit) and register it for CUDA tensors of ``torch.ops.vllm_specla.chain_verify``.
 
     Run on the H200 (tests/test_csrc.py, benchmarks/bench_csrc_cuda.py, RESULTS.md);

@@ -93,10 +93,12 @@ KG_MAX = 16  # key-dim chunk of the [BT, BT] Gram products (their operands canno
 
 # (BV, num_warps, KC, num_stages) by regime. KC: key-dim chunk in which the [BV, K] state tile is
 # streamed through registers (the tile is never whole in registers); num_stages > 1 lets Triton
-# prefetch the next chunk (cp.async). NOT MEASURED: first guesses from sm_90 compiles (Triton 3.9,
+# prefetch the next chunk (cp.async). First guesses from sm_90 compiles (Triton 3.9,
 # 6x256x512, no spills: 64/4/16/2 uses 168 registers for verify and step, 231 with the final-state
 # pass; KC = 32/64 or num_stages 3 push the step variant to 220-255 with spills) -- run
-# benchmarks/bench_ut.py (its sweep prints the best config per shape) and update. "large": enough
+# benchmarks/bench_ut.py (its sweep prints the best config per shape) and update. Measured on the
+# H200 with these defaults: 1.5-6x slower than the serial kernel (benchmarks/RESULTS.md), so the
+# dispatcher does not use it (ops/chain_verify.py VERIFY_KERNEL). "large": enough
 # programs at BV = 64 to fill the GPU (>= LARGE_PROGRAMS); "small": batch 1-2, smaller programs.
 TUNED_UT: dict[str, tuple[int, int, int, int]] = {
     "large": (64, 4, 16, 2),

@@ -50,7 +50,8 @@ from vllm_specla.ops.tree_reference import hld_layout, hld_max_chains_per_wave, 
 
 # Chain lanes per row: P = 1 (single launch) when the (row, value head, V-tile) programs reach
 # HLD_TARGET_PROGRAMS, else up to HLD_MAX_PARALLEL lanes so that ~HLD_TARGET_PROGRAMS programs
-# run. Guesses (not measured yet): tune with benchmarks/bench_tree.py.
+# run. First guesses, measured on the H200 (benchmarks/RESULTS.md, tree_h200.json) but not swept
+# (bench_tree.py --sweep-parallel).
 HLD_TARGET_PROGRAMS = 2048
 HLD_MAX_PARALLEL = 8
 _BIG = tl.constexpr(1 << 30)  # jit code may only read constexpr globals
