@@ -20,34 +20,13 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from bench_e2e import build  # noqa: E402
+from graph_timing import graph_ms as _graph_ms  # noqa: E402
 
 from vllm_specla.core.state import allocate_layer_states  # noqa: E402
 from vllm_specla.ops import fused  # noqa: E402
 from vllm_specla.ops.chain_verify import chain_verify, conv_verify  # noqa: E402
 from vllm_specla.runtime.decode import DecodeRuntime  # noqa: E402
 from vllm_specla.runtime.fused_model import StepCtrl  # noqa: E402
-
-
-def graph_ms(fn, reps: int = 50) -> float:
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    ts = []
-    for _ in range(5):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        for _ in range(reps):
-            g.replay()
-        e1.record()
-        torch.cuda.synchronize()
-        ts.append(e0.elapsed_time(e1) / reps)
-    return sorted(ts)[2]
 
 
 @torch.no_grad()

@@ -21,6 +21,8 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from graph_timing import graph_ms  # noqa: E402
+
 from vllm_specla.ops import _cpp  # noqa: E402
 from vllm_specla.ops import triton_chain as tc  # noqa: E402
 
@@ -29,24 +31,8 @@ LAYERS = 21
 
 
 def graph_us(fn, reps=10):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    ts = []
-    for _ in range(5):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        for _ in range(reps):
-            g.replay()
-        e1.record()
-        torch.cuda.synchronize()
-        ts.append(1e3 * e0.elapsed_time(e1) / reps / LAYERS)
-    return sorted(ts)[2]
+    """Microseconds per launch: one call of ``fn`` is LAYERS launches."""
+    return 1e3 * graph_ms(fn, replays=reps) / LAYERS
 
 
 def main() -> None:

@@ -19,30 +19,16 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from graph_timing import graph_ms as _graph_ms  # noqa: E402
+
 from vllm_specla.ops import triton_fused as tf  # noqa: E402
 
 SHAPES = [(9228, 2048), (2048, 3072), (11264, 2048), (2048, 5632), (32000, 2048)]
 
 
 def graph_ms(fn, reps=20):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(reps):
-            fn()
-    ts = []
-    for _ in range(5):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        g.replay()
-        e1.record()
-        torch.cuda.synchronize()
-        ts.append(e0.elapsed_time(e1) / reps)
-    return sorted(ts)[2]
+    """Milliseconds per call, ``reps`` calls captured in one graph (weights partly L2-resident)."""
+    return _graph_ms(fn, replays=1, calls_per_graph=reps)
 
 
 def main() -> None:

@@ -81,6 +81,7 @@ import triton
 import triton.language as tl
 
 from vllm_specla.ops import triton_chain as _tc
+from vllm_specla.ops.triton_chain import _rows_dense
 
 # (BV, num_warps, KC, num_stages) forced for every launch when not None (tests, benchmark sweeps).
 CONFIG_OVERRIDE: tuple[int, ...] | None = None
@@ -377,16 +378,6 @@ def _check_windows(cu_seqlens: torch.Tensor, tmax: int | None, chunk: int | None
     if chunk is not None and longest > chunk:
         raise ValueError(f"window of {longest} tokens: the UT kernel verifies at most {chunk} tokens per row "
                          "without write_final_state (use triton_chain.chain_verify)")
-
-
-def _rows_dense(x: torch.Tensor, ndim_inner: int) -> torch.Tensor:
-    """``x`` itself when every dim but the first (token) dim is densely packed, else a copy."""
-    expect = 1
-    for d in range(x.dim() - 1, x.dim() - 1 - ndim_inner, -1):
-        if x.shape[d] != 1 and x.stride(d) != expect:
-            return x.contiguous()
-        expect *= x.shape[d]
-    return x
 
 
 def _launch_ut(
