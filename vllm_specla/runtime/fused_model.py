@@ -90,7 +90,10 @@ class _Layer:
         cast = dict(device=device, dtype=dtype)
         self.w_in = torch.cat(ws, 0).detach().to(**cast).contiguous()
         cw = m.conv_weight()
-        self.conv_w = None if cw is None else cw.detach().to(device=device, dtype=torch.float32).contiguous()
+        if cw is None:
+            raise ValueError("use_short_conv=False is not supported by the decode runtime (allowed: true, as in "
+                             "every fla GDN checkpoint); the state-slot model of models/gdn.py supports it")
+        self.conv_w = cw.detach().to(device=device, dtype=torch.float32).contiguous()
         f32 = dict(device=device, dtype=torch.float32)
         self.A_log = m.A_log.detach().to(**f32)
         self.dt_bias = m.dt_bias.detach().to(**f32)
@@ -110,6 +113,8 @@ class FusedGDN:
         blocks: the blocks (``model.model.layers`` of a target, ``drafter.layers`` of a drafter).
         dtype: weight / activation dtype (bf16 on GPU; fp32 for exact tests). States are fp32.
         device: where the packed weights live.
+    Raises:
+        ValueError: a block without the short convolution (``use_short_conv=False``).
     """
 
     def __init__(self, blocks, dtype: torch.dtype, device):
@@ -130,8 +135,6 @@ class FusedGDN:
         g, beta = fused.gdn_gating(p[:, C + G : C + G + HV], p[:, C + G + HV :], L.A_log, L.dt_bias,
                                    c.allow_neg_eigval, ctrl.valid_len if mode == "commit" else None, T)
         # ---- short conv (+ SiLU) ----
-        if L.conv_w is None:
-            raise NotImplementedError("FusedGDN needs use_short_conv=True (every fla GDN checkpoint has it)")
         if mode == "ar":
             y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, write_final_state=True)
         elif mode == "commit":
