@@ -38,7 +38,7 @@ def main() -> None:
     ap.add_argument("--png", default=None)
     args = ap.parse_args()
     recs = load(args.jsonl)
-    shapes = [s for s in ("flame", "map") if any(r.get("shape") == s for r in recs)]
+    shapes = [s for s in ("flame", "map", "tiny") if any(r.get("shape") == s for r in recs)]
     print("| shape | B | alpha | best K | tau | SpecLA tok/s | AR tok/s | speedup | auto K | auto speedup |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     ar = {(r["shape"], r["batch"]): r for r in recs if r.get("mode") == "ar"}
