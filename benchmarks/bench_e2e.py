@@ -37,6 +37,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from vllm_specla.core.policy import chain_tau  # noqa: E402
 from vllm_specla.models.config import GatedDeltaNetConfig  # noqa: E402
 from vllm_specla.models.drafter import EagleDrafter, drafter_config_from_target  # noqa: E402
 from vllm_specla.models.gdn import GatedDeltaNetForCausalLM  # noqa: E402
@@ -122,8 +123,10 @@ DRY = False  # --dry-cpu
 
 def steps_for(steps: int, batch: int) -> int:
     """Timed steps per run: at least ``steps``, more at small batch so that the measured acceptance
-    length averages over >= ~1000 row-steps (tau of a row is a geometric draw per step)."""
-    return steps if DRY else max(steps, min(128, 1024 // batch))
+    length averages over ~1000 row-steps (512 at batch 1; tau of a row is a random draw per step).
+    The committed H200 records used ``max(steps, min(128, 1024 // batch))`` (each records its
+    ``steps``)."""
+    return steps if DRY else max(steps, min(512, -(-1024 // batch)))
 
 
 def timed_runtime(rt: DecodeRuntime, prompts, steps: int):
@@ -155,7 +158,7 @@ def bench_shape(args, shape: str, device: str) -> None:
         L = steps * (kmax + 1) + kmax + 4
         base = dict(shape=shape, batch=B, gpu=gpu, steps=steps, prompt_len=args.prompt_len)
         # ---- AR: trace, then the timed run ----
-        ar = DecodeRuntime(tgt, B, "ar", max_new_tokens=L + 2)
+        ar = DecodeRuntime(tgt, B, "ar", output_capacity=L + 2)
         ar.capture()
         ar.prefill(prompts)
         ar.run(L)
@@ -177,7 +180,7 @@ def bench_shape(args, shape: str, device: str) -> None:
                     record(args.out, dict(base, mode=mode, K=K, skipped=f"needs {need / 2**30:.1f} GiB of state"))
                     continue
                 alphas = args.alphas if mode == "specla" else args.snapshot_alphas
-                rt = DecodeRuntime(tgt, B, mode, K, dr, max_new_tokens=L + 2, alpha=alphas[0], trace=trace)
+                rt = DecodeRuntime(tgt, B, mode, K, dr, output_capacity=L + 2, alpha=alphas[0], trace=trace)
                 rt.capture()
                 for a in alphas:
                     rt.set_alpha(a)
@@ -192,7 +195,7 @@ def bench_shape(args, shape: str, device: str) -> None:
                     record(args.out, dict(
                         base, mode=mode, K=K, alpha=a, step_ms=1e3 * r.seconds / r.steps, tokens_per_s=r.tokens_per_s,
                         ms_per_token=r.ms_per_token(B), tau=r.mean_acceptance_length,
-                        tau_expected=(1 - a ** (K + 1)) / (1 - a), speedup=r.tokens_per_s / ar_tps,
+                        tau_expected=chain_tau(a, K), speedup=r.tokens_per_s / ar_tps,
                         lossless_rows=f"{ok}/{B}", state_bytes_per_request=rt.state_bytes_per_request()))
                 del rt
                 gc.collect()
@@ -221,9 +224,9 @@ def run_auto(args, base, tgt, dr, B, prompts, trace, steps, step_s, outcomes, ar
             pol.observe_acceptance([kmax] * B, acc)
         K = pol.best(B)
         if K == 0:
-            rt = DecodeRuntime(tgt, B, "ar", max_new_tokens=L + 2)
+            rt = DecodeRuntime(tgt, B, "ar", output_capacity=L + 2)
         else:
-            rt = DecodeRuntime(tgt, B, "specla", K, dr, max_new_tokens=L + 2, alpha=a, trace=trace)
+            rt = DecodeRuntime(tgt, B, "specla", K, dr, output_capacity=L + 2, alpha=a, trace=trace)
         rt.capture()
         torch.manual_seed(2000 + B + K)
         r = timed_runtime(rt, prompts, steps)
@@ -254,7 +257,7 @@ def bench_trained(args, device: str) -> None:
         prompts = [all_prompts[i % len(all_prompts)] for i in range(B)]
         steps = steps_for(args.steps, B)
         cap = steps * (max(args.ks) + 1) + 16
-        ar = DecodeRuntime(tgt, B, "ar", max_new_tokens=cap)
+        ar = DecodeRuntime(tgt, B, "ar", output_capacity=cap)
         ar.capture()
         r_ar = timed_runtime(ar, prompts, steps * (max(args.ks) + 1))
         ar_out = ar.outputs()
@@ -263,7 +266,7 @@ def bench_trained(args, device: str) -> None:
         record(args.out, dict(base, mode="ar", K=0, step_ms=1e3 * r_ar.seconds / r_ar.steps,
                               tokens_per_s=r_ar.tokens_per_s, tau=1.0, speedup=1.0))
         for K in args.ks:
-            rt = DecodeRuntime(tgt, B, "specla", K, dr, max_new_tokens=cap)
+            rt = DecodeRuntime(tgt, B, "specla", K, dr, output_capacity=cap)
             rt.capture()
             r = timed_runtime(rt, prompts, steps)
             outs = rt.outputs()
@@ -286,7 +289,7 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=16)
     ap.add_argument("--verify-kernel", default=None, choices=["serial", "ut", "auto"],
                     help="chain verify kernel on CUDA (ops/chain_verify.py VERIFY_KERNEL)")
-    ap.add_argument("--no-gemv", action="store_true", help="cuBLAS for every GEMM (no fused skinny GEMM)")
+    ap.add_argument("--no-gemv", action="store_true", help="cuBLAS for every GEMM (the default; kept for A/B scripts)")
     ap.add_argument("--gemv-config", default=None,
                     help="BN,BK,warps,stages: use the fused Triton skinny GEMM with this config (bench_gemv.py)")
     ap.add_argument("--tag", default="", help="label stored in every record (A/B runs)")

@@ -18,12 +18,16 @@ from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget, StepCtrl
 
 
 @pytest.fixture(scope="module")
-def pair():
+def models():
     from vllm_specla.models.drafter import load_eagle_drafter
     from vllm_specla.models.gdn import load_fla_checkpoint
 
-    tm = load_fla_checkpoint("models/specla-gdn-tiny/target")
-    dm = load_eagle_drafter("models/specla-gdn-tiny/drafter")
+    return load_fla_checkpoint("models/specla-gdn-tiny/target"), load_eagle_drafter("models/specla-gdn-tiny/drafter")
+
+
+@pytest.fixture(scope="module")
+def pair(models):
+    tm, dm = models
     tgt = FusedTarget(tm, torch.float32, "cpu")
     return tm, tgt, FusedEagle(dm, tgt, torch.float32, "cpu")
 
@@ -83,7 +87,7 @@ def test_modes_emit_identical_greedy_tokens(pair, K):
     prompts = _prompts(B, 8, 3)
     outs, taus = {}, {}
     for mode, steps in (("ar", 24), ("specla", 10), ("snapshot", 10)):
-        rt = DecodeRuntime(tgt, B, mode, K, dr, max_new_tokens=40)
+        rt = DecodeRuntime(tgt, B, mode, K, dr, output_capacity=40)
         rt.prefill(prompts)
         r = rt.run(steps)
         outs[mode], taus[mode] = rt.outputs(), r.mean_acceptance_length
@@ -105,12 +109,12 @@ def test_acceptance_controlled_drafter(pair):
     _, tgt, dr = pair
     B, K, alpha = 8, 4, 0.5
     prompts = _prompts(B, 6, 4)
-    ar = DecodeRuntime(tgt, B, "ar", max_new_tokens=130)
+    ar = DecodeRuntime(tgt, B, "ar", output_capacity=130)
     ar.prefill(prompts)
     ar.run(120)
     trace = torch.tensor([o[:121] for o in ar.outputs()])
     torch.manual_seed(0)
-    rt = DecodeRuntime(tgt, B, "specla", K, dr, max_new_tokens=130, alpha=alpha, trace=trace)
+    rt = DecodeRuntime(tgt, B, "specla", K, dr, output_capacity=130, alpha=alpha, trace=trace)
     rt.prefill(prompts)
     r = rt.run(20)
     expect = (1 - alpha ** (K + 1)) / (1 - alpha)  # ALGORITHMS.md §9b
@@ -135,16 +139,74 @@ def test_ragged_prompts_prefill_per_request(pair):
     prompts = [list(range(5, 5 + n)) for n in (3, 9, 5)]
     outs = {}
     for mode in ("ar", "specla"):
-        rt = DecodeRuntime(tgt, 3, mode, 2, dr, max_new_tokens=30)
+        rt = DecodeRuntime(tgt, 3, mode, 2, dr, output_capacity=30)
         rt.prefill(prompts)
         rt.run(12 if mode == "ar" else 6)
         outs[mode] = rt.outputs()
     solo = []
     for p in prompts:
-        rt = DecodeRuntime(tgt, 1, "ar", max_new_tokens=30)
+        rt = DecodeRuntime(tgt, 1, "ar", output_capacity=30)
         rt.prefill(torch.tensor([p]))
         rt.run(12)
         solo.append(rt.outputs()[0])
     for a, b, c in zip(outs["ar"], outs["specla"], solo):
         n = min(len(a), len(b))
         assert a == c and a[:n] == b[:n] and n >= 7
+
+
+def test_fused_eagle_equals_reference_drafter(models, pair):
+    tm, dm = models
+    _, tgt, dr = pair
+    B, T = 2, 6
+    toks = _prompts(B, T, 7)
+    with torch.no_grad():
+        feats = tm.hidden_sequence(_prompts(B, T, 8))
+        ref = dm.forward_sequence(toks, feats, tm.model.embeddings).reshape(B * T, -1)
+    from vllm_specla.runtime.decode import drafter_config
+
+    st = allocate_layer_states(drafter_config(dr), B, 0)
+    got = dr.hidden(toks, feats.reshape(B * T, -1), st, "ar", StepCtrl.uniform(B, T, "cpu"))
+    assert float((got - ref).norm() / ref.norm()) < 1e-5
+
+
+def test_snapshot_mode_ragged_prompts_and_set_alpha(pair):
+    _, tgt, dr = pair
+    prompts = [list(range(9, 9 + n)) for n in (2, 7)]
+    ar = DecodeRuntime(tgt, 2, "ar", output_capacity=40)
+    ar.prefill(prompts)
+    ar.run(30)
+    trace = torch.tensor([o[:31] for o in ar.outputs()])
+    rt = DecodeRuntime(tgt, 2, "snapshot", 3, dr, output_capacity=40, alpha=0.0, trace=trace)
+    rt.prefill(prompts)
+    r0 = rt.run(4)
+    assert r0.mean_acceptance_length == 1.0  # alpha 0: every draft replaced by a wrong token
+    rt.set_alpha(1.0)
+    rt.prefill(prompts)
+    r1 = rt.run(4)
+    assert r1.mean_acceptance_length == 4.0  # alpha 1: every draft is the target's token
+    for o, t in zip(rt.outputs(), trace.tolist()):
+        assert o == t[: len(o)]
+    with pytest.raises(ValueError, match="alpha"):
+        rt.set_alpha(1.5)
+
+
+def test_runtime_input_validation(pair):
+    _, tgt, dr = pair
+    rt = DecodeRuntime(tgt, 2, "specla", 2, dr)
+    with pytest.raises(RuntimeError, match="prefill"):
+        rt.step()
+    with pytest.raises(ValueError, match="batch_size=2"):
+        rt.prefill(torch.zeros(3, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="token ids"):
+        rt.prefill(torch.full((2, 4), tgt.config.vocab_size))
+    with pytest.raises(ValueError, match="non-empty"):
+        rt.prefill([[1, 2], []])
+    with pytest.raises(ValueError, match="integer"):
+        rt.prefill(torch.zeros(2, 4))
+    rt.prefill([[5, 6], [7]])
+    with pytest.raises(ValueError, match="steps"):
+        rt.run(0)
+    with pytest.raises(ValueError, match="trace"):
+        DecodeRuntime(tgt, 2, "specla", 2, dr, alpha=0.5, trace=torch.zeros(3, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match="specla"):
+        DecodeRuntime(tgt, 2, "ar", alpha=0.5, trace=torch.zeros(2, 5, dtype=torch.long))

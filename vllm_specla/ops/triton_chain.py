@@ -343,6 +343,7 @@ def _launch_chain(
     q, k, v = (_rows_dense(x, 2) for x in (q, k, v))
     g, beta = (_rows_dense(x, 1) for x in (g, beta))
     R = cu_seqlens.numel() - 1
+    assert slots.numel() >= R, f"slots ({slots.numel()}) must cover the {R} rows of cu_seqlens"
     o = torch.empty(N, HV, V, dtype=torch.float32, device=v.device)
     if R == 0:
         return o
@@ -530,6 +531,7 @@ def conv_verify(
     x = x if x.stride(1) == 1 else x.contiguous()  # row stride free (a column slice is read in place)
     weight = weight.contiguous()
     R = cu_seqlens.numel() - 1
+    assert slots.numel() >= R, f"slots ({slots.numel()}) must cover the {R} rows of cu_seqlens"
     y = torch.empty(N, C, dtype=torch.float32, device=x.device)
     if R == 0:
         return y

@@ -13,10 +13,10 @@ acceptance, bookkeeping, drafting) is one captured CUDA graph, replayed with no 
   after every window token, rollback = read snapshot ``a`` next step.
 
 Drafting (spec modes) uses the EAGLE-style drafter (``models/drafter.py``) on its own state slots:
-it *absorbs* the ``a + 1`` accepted (token, target feature) pairs of the window in one launch per
-layer with the window kept at fixed width (padding tokens have ``g = beta = 0``, so they leave the
-state unchanged; conv window committed with ``conv_commit``), then drafts ``K - 1`` more tokens
-autoregressively on a scratch copy of its state. With ``alpha`` set, the drafter still runs (its
+it *absorbs* the ``a + 1`` accepted (token, target feature) pairs of the window in one pass of its
+block over the window kept at fixed width (padding tokens have ``g = beta = 0``, so they leave the
+state unchanged; the conv window is committed with ``conv_commit``), then drafts ``K - 1`` more
+tokens autoregressively on a scratch copy of its state. With ``alpha`` set, the drafter still runs (its
 cost is real) but its tokens are replaced, independently per draft position, by the target's
 greedy token from a recorded AR ``trace`` with probability ``alpha`` and by a different token
 otherwise (issue 6: acceptance-controlled drafter; i.i.d. ``alpha`` per position, §9b).
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from vllm_specla.core.acceptance import greedy_accept_chain
-from vllm_specla.core.state import LayerState, allocate_layer_states
+from vllm_specla.core.state import LayerState, allocate_layer_states, layer_state_shapes
 from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget, StepCtrl
 
 RUNTIME_MODES = ("ar", "specla", "snapshot")
@@ -70,14 +70,15 @@ class RunResult:
     seconds: float
     tokens: int
     mean_acceptance_length: float
+    batch: int = 1
 
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds
 
-    def ms_per_token(self, batch: int) -> float:
+    def ms_per_token(self, batch: int | None = None) -> float:
         """Milliseconds per output token of one request (step time / τ)."""
-        return 1e3 * self.seconds / (self.tokens / batch)
+        return 1e3 * self.seconds / (self.tokens / (batch or self.batch))
 
 
 class DecodeRuntime:
@@ -89,20 +90,20 @@ class DecodeRuntime:
         mode: ``"ar"``, ``"specla"`` or ``"snapshot"``.
         num_speculative_tokens: ``K >= 1`` for the spec modes (ignored for ``"ar"``).
         drafter: packed EAGLE drafter (:class:`FusedEagle`), required for the spec modes.
-        max_new_tokens: capacity of the output buffer per request (tokens beyond it are dropped;
-            :meth:`run` stops being meaningful once a row is full).
+        output_capacity: tokens stored per request (a benchmark runtime: no stop tokens; tokens
+            emitted beyond the capacity are counted by :meth:`run` but not stored).
         alpha: acceptance-controlled drafting (needs ``trace``); None = the drafter's own tokens.
         trace: ``[B, L]`` int64 greedy AR continuation of the same prompts (``out`` of an AR run).
         use_cuda_graphs: capture the step (default: on CUDA).
     Raises:
         ValueError: unknown mode, K < 1 or no drafter for a spec mode, alpha without trace or
-            outside [0, 1].
+            outside [0, 1], alpha/trace with mode "ar", a trace that is not ``[B, L]`` int64.
     """
 
     LOG_STEPS = 256
 
     def __init__(self, target: FusedTarget, batch_size: int, mode: str = "ar", num_speculative_tokens: int = 0,
-                 drafter: FusedEagle | None = None, max_new_tokens: int = 256, alpha: float | None = None,
+                 drafter: FusedEagle | None = None, output_capacity: int = 256, alpha: float | None = None,
                  trace: torch.Tensor | None = None, use_cuda_graphs: bool | None = None):
         if mode not in RUNTIME_MODES:
             raise ValueError(f"mode must be one of {RUNTIME_MODES}, got {mode!r}")
@@ -111,6 +112,10 @@ class DecodeRuntime:
             raise ValueError(f"mode {mode!r} needs num_speculative_tokens >= 1 and a drafter")
         if alpha is not None and (trace is None or not 0.0 <= alpha <= 1.0):
             raise ValueError("alpha must be in [0, 1] and comes with a trace (the AR run's outputs)")
+        if not spec and (alpha is not None or trace is not None):
+            raise ValueError('alpha and trace (acceptance-controlled drafting) need mode "specla" or "snapshot"')
+        if trace is not None and (trace.dim() != 2 or trace.shape[0] != batch_size or trace.dtype != torch.long):
+            raise ValueError(f"trace must be [batch_size={batch_size}, L] int64, got {tuple(trace.shape)} {trace.dtype}")
         self.tgt, self.dr = target, drafter
         self.B, self.mode = batch_size, mode
         self.K = num_speculative_tokens if spec else 0
@@ -121,7 +126,7 @@ class DecodeRuntime:
         self.trace = trace.to(self.dev) if trace is not None else None
         self.use_graphs = (self.dev.type == "cuda") if use_cuda_graphs is None else use_cuda_graphs
         B, T, dev, cfg = self.B, self.T, self.dev, target.config
-        self.Lout = max_new_tokens + T + 1  # last column = dump for rejected positions
+        self.Lout = output_capacity + T + 1  # last column = dump for rejected positions
         self.out = torch.zeros(B, self.Lout, dtype=torch.long, device=dev)
         self.n = torch.zeros(B, dtype=torch.long, device=dev)
         self.window = torch.zeros(B, T, dtype=torch.long, device=dev)
@@ -136,8 +141,8 @@ class DecodeRuntime:
         elif mode == "specla":
             self.states = allocate_layer_states(cfg, B, T, dev)
         else:  # snapshot: 1 + K full states per request; conv window via bank_x (same as specla)
-            full = allocate_layer_states(cfg, 1, T, dev)[0]
-            shapes = dict(conv=full.conv.shape[1:], x=full.bank_x.shape[1:], s=full.ssm.shape[1:])
+            conv_s, ssm_s, _, _, _, x_s = layer_state_shapes(cfg, T)
+            shapes = dict(conv=conv_s, x=x_s, s=ssm_s)
             z = lambda *s: torch.zeros(*s, dtype=torch.float32, device=dev)  # noqa: E731
             self.states = [LayerState(z(B, *shapes["conv"]), z(1, *shapes["s"]), bank_x=z(B, *shapes["x"]))
                            for _ in range(cfg.num_hidden_layers)]
@@ -145,7 +150,8 @@ class DecodeRuntime:
         # ---- drafter state: committed slots (bank_x for the conv commit) + scratch slots ----
         if spec:
             dcfg = drafter_config(drafter)
-            self.dstates = allocate_layer_states(dcfg, B, T, dev)
+            self.dstates = [LayerState(st.conv, st.ssm, bank_x=st.bank_x)  # only bank_x is used
+                            for st in allocate_layer_states(dcfg, B, T, dev)]
             self.dscratch = allocate_layer_states(dcfg, B, 0, dev)
             self.dctrl = StepCtrl.uniform(B, T, dev)
         self.acc_sum = torch.zeros((), dtype=torch.long, device=dev)
@@ -154,6 +160,7 @@ class DecodeRuntime:
         self.step_i = torch.zeros(1, dtype=torch.long, device=dev)
         self.graph = None
         self.steps_done = 0
+        self.prefilled = False
 
     def set_alpha(self, alpha: float) -> None:
         """Change the controlled acceptance (kept on the device: no re-capture needed)."""
@@ -246,7 +253,8 @@ class DecodeRuntime:
 
     # ------------------------------------------------------------------ driver
     def reset(self) -> None:
-        """Zero every state, bank, output and counter (slots are reused from scratch)."""
+        """Zero every state, bank, output and counter (slots are reused from scratch); a
+        :meth:`prefill` must follow before stepping."""
         tensors = [t for st in self.states for t in st if t is not None]
         if self.snaps is not None:
             tensors += self.snaps
@@ -260,6 +268,7 @@ class DecodeRuntime:
             c.write_bank.fill_(1)
             c.snap_slots.copy_(self.rows * self.T)
         self.steps_done = 0
+        self.prefilled = False
 
     def _prefill_rows(self, prompts: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Prefill ``prompts [R, P]`` into slots ``rows``; returns (first tokens ``[R]``, drafter
@@ -286,14 +295,29 @@ class DecodeRuntime:
     def prefill(self, prompts: torch.Tensor | list[list[int]]) -> None:
         """Reset, run the prompts (eager) and set up the first window.
 
-        ``prompts``: ``[B, P]`` int64 (P >= 2; one batched prefill) or ``B`` token lists of any
-        lengths >= 2 (one prefill per request)."""
+        ``prompts``: ``[B, P]`` int64 (P >= 1; one batched prefill) or ``B`` non-empty token lists
+        of any lengths (one prefill per request); token ids in ``[0, vocab_size)``.
+
+        Raises:
+            ValueError: wrong batch size, empty prompts, non-integer or out-of-range token ids.
+        """
+        V = self.tgt.config.vocab_size
+        if isinstance(prompts, torch.Tensor):
+            ok = prompts.dim() == 2 and prompts.shape[0] == self.B and prompts.shape[1] >= 1
+            if not ok or prompts.is_floating_point() or prompts.is_complex():
+                raise ValueError(f"prompts: expected an integer tensor [batch_size={self.B}, P >= 1], got "
+                                 f"{tuple(prompts.shape)} {prompts.dtype}")
+            if int(prompts.min()) < 0 or int(prompts.max()) >= V:
+                raise ValueError(f"prompts: token ids must be in [0, {V}), got [{int(prompts.min())}, {int(prompts.max())}]")
+        else:
+            if len(prompts) != self.B or any(len(p) == 0 for p in prompts):
+                raise ValueError(f"prompts: expected {self.B} non-empty token lists, got lengths {[len(p) for p in prompts]}")
+            if any(not 0 <= t < V for p in prompts for t in p):
+                raise ValueError(f"prompts: token ids must be in [0, {V})")
         self.reset()
         if isinstance(prompts, torch.Tensor):
             first, f = self._prefill_rows(prompts.to(self.dev), self.rows)
         else:
-            if len(prompts) != self.B:
-                raise ValueError(f"prompts: expected {self.B} requests, got {len(prompts)}")
             parts = [self._prefill_rows(torch.tensor([p], device=self.dev), self.rows[r : r + 1])
                      for r, p in enumerate(prompts)]
             first = torch.cat([p[0] for p in parts])
@@ -302,14 +326,16 @@ class DecodeRuntime:
         self.window[:, 0].copy_(first)
         if self.mode != "ar":
             self.window[:, 1:].copy_(self._speculate(f))
+        self.prefilled = True
 
     @torch.no_grad()
     def capture(self) -> None:
         """Warm up (compiles the Triton kernels) and capture one step as a CUDA graph.
 
-        Warm-up steps change the state: call :meth:`prefill` again afterwards."""
+        Warm-up steps change the state, so a :meth:`prefill` is required afterwards."""
         if not self.use_graphs:
             return
+        self.prefilled = False
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
@@ -323,7 +349,13 @@ class DecodeRuntime:
 
     @torch.no_grad()
     def step(self) -> None:
-        """One decode / verify step (graph replay when captured)."""
+        """One decode / verify step (graph replay when captured).
+
+        Raises:
+            RuntimeError: no :meth:`prefill` since construction, :meth:`reset` or :meth:`capture`.
+        """
+        if not self.prefilled:
+            raise RuntimeError("DecodeRuntime.step: call prefill(prompts) first (after capture() too)")
         if self.graph is not None:
             self.graph.replay()
         else:
@@ -332,7 +364,9 @@ class DecodeRuntime:
 
     @torch.no_grad()
     def run(self, steps: int) -> RunResult:
-        """``steps`` steps, timed (CUDA events on GPU, wall clock on CPU)."""
+        """``steps >= 1`` steps, timed (CUDA events on GPU, wall clock on CPU)."""
+        if steps < 1:
+            raise ValueError(f"run: steps must be >= 1, got {steps}")
         n0 = int(self.n.sum())
         acc0 = int(self.acc_sum)
         if self.dev.type == "cuda":
@@ -354,7 +388,7 @@ class DecodeRuntime:
             tau = 1.0
         else:
             tau = (int(self.acc_sum) - acc0) / (steps * self.B) + 1.0
-        return RunResult(steps=steps, seconds=sec, tokens=tokens, mean_acceptance_length=tau)
+        return RunResult(steps=steps, seconds=sec, tokens=tokens, mean_acceptance_length=tau, batch=self.B)
 
     def acceptance_outcomes(self) -> list[list[int]]:
         """Accepted drafts per row for each of the last ``min(steps, LOG_STEPS)`` spec steps since

@@ -4,9 +4,10 @@
 (or of an :class:`~vllm_specla.models.drafter.EagleDrafter`'s blocks) so one layer of a decode /
 verify step is 9-11 launches: [RMSNorm +] one in-projection GEMM (q|k|v|gate|a|b), gating, conv
 window, chain verify, gated RMSNorm, ``o_proj`` GEMM with the residual add in the epilogue,
-[RMSNorm +] one gate|up GEMM, SwiGLU, ``down_proj`` GEMM with the residual add. For decode-sized
-batches (<= 16 token rows) the GEMMs are the fused Triton skinny GEMM with the RMSNorm as its
-prologue (``ops/fused.py`` ``linear``); larger batches use the RMSNorm kernel + cuBLAS. The recurrent and conv math are the
+[RMSNorm +] one gate|up GEMM, SwiGLU, ``down_proj`` GEMM with the residual add. The GEMMs are
+cuBLAS after an RMSNorm kernel (``ops/fused.py`` ``linear``); a fused Triton skinny GEMM with the
+RMSNorm as its prologue exists for <= 16 token rows (``fused.USE_GEMV``) but is off by default:
+it measured slower on the H200 (benchmarks/RESULTS.md). The recurrent and conv math are the
 same ops the vLLM path uses (``ops/chain_verify.py``, ``ops/recover.py``); q/k/v, gate, a and b are
 column slices of the one projection output, read in place by the kernels (no copies).
 
@@ -127,6 +128,8 @@ class FusedGDN:
     def layer_forward(self, h: torch.Tensor, L: _Layer, st: LayerState, mode: str, ctrl: StepCtrl, T: int,
                       snap: torch.Tensor | None = None) -> torch.Tensor:
         """One block on ``h [B*T, D]`` (the residual stream, ``dtype``); returns the new stream."""
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         d, c = L.dims, L.config
         p = fused.linear(h, L.w_in, L.attn_norm_w, L.eps)
         C, G, HV = d.conv_dim, L.G, d.HV
