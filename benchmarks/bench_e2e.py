@@ -201,6 +201,23 @@ def bench_shape(args, shape: str, device: str) -> None:
                 gc.collect()
                 if device == "cuda":
                     torch.cuda.empty_cache()
+            for W in args.tree_widths:  # draft trees: W branches of depth K sharing the root
+                rt = DecodeRuntime(tgt, B, "specla", K, dr, output_capacity=L + 2, alpha=args.alphas[0], trace=trace,
+                                   tree_width=W)
+                rt.capture()
+                for a in args.alphas:
+                    rt.set_alpha(a)
+                    torch.manual_seed(3000 + B + K + W)
+                    r = timed_runtime(rt, prompts, steps)
+                    ok = sum(o == trace[b, : len(o)].tolist() for b, o in enumerate(rt.outputs()))
+                    record(args.out, dict(
+                        base, mode="specla-tree", K=K, tree_width=W, nodes=1 + W * K, alpha=a,
+                        step_ms=1e3 * r.seconds / r.steps, tokens_per_s=r.tokens_per_s, ms_per_token=r.ms_per_token(B),
+                        tau=r.mean_acceptance_length,
+                        tau_expected=1 + sum(1 - (1 - a ** i) ** W for i in range(1, K + 1)),
+                        speedup=r.tokens_per_s / ar_tps, lossless_rows=f"{ok}/{B}",
+                        state_bytes_per_request=rt.state_bytes_per_request()))
+                del rt
         if args.auto:
             run_auto(args, base, tgt, dr, B, prompts, trace, steps, step_s, outcomes, ar_tps, L)
     del tgt, dr
@@ -284,6 +301,7 @@ def main() -> None:
     ap.add_argument("--ks", default="2,4,6,8")
     ap.add_argument("--alphas", default="0.7,0.8,0.9")
     ap.add_argument("--snapshot-ks", default="4")
+    ap.add_argument("--tree-widths", default="", help="also run draft trees of these widths (W branches of depth K)")
     ap.add_argument("--snapshot-alphas", default="0.8")
     ap.add_argument("--steps", type=int, default=24, help="timed steps per run")
     ap.add_argument("--prompt-len", type=int, default=16)
@@ -305,6 +323,7 @@ def main() -> None:
     args.batches, args.ks, args.snapshot_ks = ints(args.batches), ints(args.ks), ints(args.snapshot_ks)
     args.alphas, args.snapshot_alphas = floats(args.alphas), floats(args.snapshot_alphas)
     args.trained_batches = ints(args.trained_batches)
+    args.tree_widths = ints(args.tree_widths)
     device = "cuda" if torch.cuda.is_available() and not args.dry_cpu else "cpu"
     from vllm_specla.ops import chain_verify as cv_mod, fused as fused_mod  # noqa: PLC0415
 
@@ -326,6 +345,7 @@ def main() -> None:
         args.batches, args.ks, args.steps = [2], [2], 3
         args.alphas = args.snapshot_alphas = [0.8]
         args.snapshot_ks = [2]
+        args.tree_widths = [2]
         args.shapes = "tiny"
     if args.trained:
         if not args.prompts:

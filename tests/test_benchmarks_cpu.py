@@ -19,7 +19,7 @@ def test_bench_e2e_dry_cpu(tmp_path):
                     "--out", str(out)], check=True, env=env, capture_output=True, timeout=600)
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     modes = {r["mode"] for r in recs}
-    assert {"ar", "specla", "snapshot", "specla-auto"} <= modes
+    assert {"ar", "specla", "snapshot", "specla-auto", "specla-tree"} <= modes
     for r in recs:
         if "lossless_rows" in r:
             done, total = r["lossless_rows"].split("/")

@@ -210,3 +210,79 @@ def test_runtime_input_validation(pair):
         DecodeRuntime(tgt, 2, "specla", 2, dr, alpha=0.5, trace=torch.zeros(3, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="specla"):
         DecodeRuntime(tgt, 2, "ar", alpha=0.5, trace=torch.zeros(2, 5, dtype=torch.long))
+
+
+def test_greedy_accept_branches_is_longest_branch_and_agrees_with_core_rule():
+    from vllm_specla.core.acceptance import greedy_accept_tree
+    from vllm_specla.runtime.decode import greedy_accept_branches
+
+    g = torch.Generator().manual_seed(9)
+    B, W, K = 200, 3, 3
+    T = 1 + W * K
+    window = torch.randint(0, 3, (B, T), generator=g)
+    parents = [-1] + [0 if i == 0 else 1 + j * K + i - 1 for j in range(W) for i in range(K)]
+    # a target's greedy token is a function of the node's context (its token path), so siblings
+    # carrying the same token see the same argmax, as in a real model
+    salt = torch.randint(0, 1000, (B,), generator=g)
+    am = torch.empty_like(window)
+    for b in range(B):
+        for t in range(T):
+            ctx, u = [], t
+            while u >= 0:
+                ctx.append(int(window[b, u]))
+                u = parents[u]
+            am[b, t] = hash((int(salt[b]), tuple(ctx))) % 3
+    a, path = greedy_accept_branches(window, am, W, K)
+    for b in range(B):
+        best = 0
+        for j in range(W):  # brute force: matched prefix of branch j
+            m, prev = 0, 0
+            while m < K and int(window[b, 1 + j * K + m]) == int(am[b, prev]):
+                prev = 1 + j * K + m
+                m += 1
+            best = max(best, m)
+        assert int(a[b]) == best
+        mine = [int(am[b, p]) for p in path[b, : int(a[b]) + 1]]
+        _, core = greedy_accept_tree(parents, window[b].tolist(), am[b].tolist())
+        n = min(len(mine), len(core))
+        assert mine[:n] == core[:n] and len(mine) >= len(core)  # same greedy continuation, never shorter
+    assert a.max() >= 2 and a.min() == 0
+
+
+@pytest.mark.parametrize("W,K", [(2, 2), (3, 3)])
+def test_tree_mode_emits_ar_tokens(pair, W, K):
+    _, tgt, dr = pair
+    B = 3
+    prompts = _prompts(B, 7, 11)
+    ar = DecodeRuntime(tgt, B, "ar", output_capacity=40)
+    ar.prefill(prompts)
+    ar.run(30)
+    rt = DecodeRuntime(tgt, B, "specla", K, dr, output_capacity=40, tree_width=W)
+    rt.prefill(prompts)
+    r = rt.run(8)
+    assert r.mean_acceptance_length > 1.0
+    for a, b in zip(ar.outputs(), rt.outputs()):
+        n = min(len(a), len(b))
+        assert n >= 9 and a[:n] == b[:n]
+    assert rt.state_bytes_per_request()["factors"] > 0
+    with pytest.raises(ValueError, match="tree_width"):
+        DecodeRuntime(tgt, B, "snapshot", K, dr, tree_width=2)
+
+
+def test_tree_mode_controlled_acceptance(pair):
+    """W branches with i.i.d. per-node acceptance alpha: E[a] = sum_i 1 - (1 - alpha^i)^W."""
+    _, tgt, dr = pair
+    B, W, K, alpha = 8, 3, 2, 0.5
+    prompts = _prompts(B, 6, 12)
+    ar = DecodeRuntime(tgt, B, "ar", output_capacity=80)
+    ar.prefill(prompts)
+    ar.run(70)
+    trace = torch.tensor([o[:71] for o in ar.outputs()])
+    torch.manual_seed(1)
+    rt = DecodeRuntime(tgt, B, "specla", K, dr, output_capacity=80, alpha=alpha, trace=trace, tree_width=W)
+    rt.prefill(prompts)
+    r = rt.run(20)
+    expect = 1 + sum(1 - (1 - alpha ** i) ** W for i in range(1, K + 1))
+    assert abs(r.mean_acceptance_length - expect) < 0.25, (r.mean_acceptance_length, expect)
+    for o, t in zip(rt.outputs(), trace.tolist()):
+        assert o == t[: len(o)]

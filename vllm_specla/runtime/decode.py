@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from vllm_specla.core.acceptance import greedy_accept_chain
+from vllm_specla.ops.tree_reference import compact_path_factors
 from vllm_specla.core.state import LayerState, allocate_layer_states, layer_state_shapes
 from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget, StepCtrl
 
@@ -59,6 +60,29 @@ def greedy_accept_window(window: torch.Tensor, argmax: torch.Tensor) -> tuple[to
     _, num_emitted = greedy_accept_chain(window[:, 1:], full, argmax)
     a = num_emitted - 1
     return a, argmax.gather(1, a[:, None])[:, 0]
+
+
+def greedy_accept_branches(window: torch.Tensor, argmax: torch.Tensor, W: int, K: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy acceptance of ``W`` draft branches of depth ``K`` sharing the root (device, no sync).
+
+    Args:
+        window: ``[B, 1 + W*K]`` tokens ``[root, branch 0 d_1..d_K, branch 1 ...]``; argmax:
+            ``[B, 1 + W*K]`` the target's greedy token after each node.
+    Returns:
+        ``(a [B], path [B, K+1])``: the longest accepted prefix over the branches (ties: the first
+        branch) and the window positions of the accepted path, root first (entries past ``a`` lie on
+        the same branch and are ignored). The bonus token is ``argmax[path[a]]`` (the tree rule of
+        :func:`vllm_specla.core.acceptance.greedy_accept_tree` for this topology).
+    """
+    B = window.shape[0]
+    toks = window[:, 1:].view(B, W, K)
+    parent_am = torch.cat([argmax[:, :1, None].expand(B, W, 1), argmax[:, 1:].view(B, W, K)[:, :, :-1]], 2)
+    acc = (toks == parent_am).long().cumprod(2).sum(2)  # [B, W]
+    best = acc.argmax(1)  # first maximal branch
+    a = acc.gather(1, best[:, None])[:, 0]
+    depth = torch.arange(K, device=window.device)[None, :]
+    path = torch.cat([torch.zeros(B, 1, dtype=torch.long, device=window.device), 1 + best[:, None] * K + depth], 1)
+    return a, path
 
 
 @dataclass
@@ -95,6 +119,11 @@ class DecodeRuntime:
         alpha: acceptance-controlled drafting (needs ``trace``); None = the drafter's own tokens.
         trace: ``[B, L]`` int64 greedy AR continuation of the same prompts (``out`` of an AR run).
         use_cuda_graphs: capture the step (default: on CUDA).
+        tree_width: ``W >= 2`` with mode ``"specla"``: verify a draft *tree* of ``W`` branches of depth
+            ``K`` sharing the root (the drafter's top-``W`` first tokens, each continued greedily;
+            ``1 + W*K`` nodes), accept the branch with the longest matching prefix, gather its
+            factors into path order (``compact_path_factors``) and keep them pending like a chain.
+            1 = chain.
     Raises:
         ValueError: unknown mode, K < 1 or no drafter for a spec mode, alpha without trace or
             outside [0, 1], alpha/trace with mode "ar", a trace that is not ``[B, L]`` int64.
@@ -104,10 +133,12 @@ class DecodeRuntime:
 
     def __init__(self, target: FusedTarget, batch_size: int, mode: str = "ar", num_speculative_tokens: int = 0,
                  drafter: FusedEagle | None = None, output_capacity: int = 256, alpha: float | None = None,
-                 trace: torch.Tensor | None = None, use_cuda_graphs: bool | None = None):
+                 trace: torch.Tensor | None = None, use_cuda_graphs: bool | None = None, tree_width: int = 1):
         if mode not in RUNTIME_MODES:
             raise ValueError(f"mode must be one of {RUNTIME_MODES}, got {mode!r}")
         spec = mode != "ar"
+        if tree_width < 1 or (tree_width > 1 and mode != "specla"):
+            raise ValueError(f'tree_width must be >= 1, and > 1 only with mode "specla" (got {tree_width}, {mode!r})')
         if spec and (num_speculative_tokens < 1 or drafter is None):
             raise ValueError(f"mode {mode!r} needs num_speculative_tokens >= 1 and a drafter")
         if alpha is not None and (trace is None or not 0.0 <= alpha <= 1.0):
@@ -119,7 +150,8 @@ class DecodeRuntime:
         self.tgt, self.dr = target, drafter
         self.B, self.mode = batch_size, mode
         self.K = num_speculative_tokens if spec else 0
-        self.T = self.K + 1
+        self.W = tree_width
+        self.T = self.W * self.K + 1  # window nodes: root + W branches of K drafts
         self.dev = target.embed.device
         self.alpha = alpha
         self.alpha_t = torch.tensor(float(alpha or 0.0), device=target.embed.device)
@@ -132,6 +164,11 @@ class DecodeRuntime:
         self.window = torch.zeros(B, T, dtype=torch.long, device=dev)
         self.ctrl = StepCtrl.uniform(B, T, dev)
         self.ctrl1 = StepCtrl.uniform(B, 1, dev)
+        if self.W > 1:  # branch j, depth i (1-based) at position 1 + j*K + i - 1; parent = previous or root
+            Kd = self.K
+            par = [-1] + [0 if i == 0 else 1 + j * Kd + i - 1 for j in range(self.W) for i in range(Kd)]
+            self.ctrl.parents = torch.tensor(par * B, dtype=torch.long, device=dev)
+            self.ctrlW = StepCtrl.uniform(B * self.W, 1, dev)
         self.rows = torch.arange(B, device=dev)
         self.pos = torch.arange(T, device=dev)
         # ---- target state ----
@@ -151,9 +188,9 @@ class DecodeRuntime:
         if spec:
             dcfg = drafter_config(drafter)
             self.dstates = [LayerState(st.conv, st.ssm, bank_x=st.bank_x)  # only bank_x is used
-                            for st in allocate_layer_states(dcfg, B, T, dev)]
-            self.dscratch = allocate_layer_states(dcfg, B, 0, dev)
-            self.dctrl = StepCtrl.uniform(B, T, dev)
+                            for st in allocate_layer_states(dcfg, B, self.K + 1, dev)]
+            self.dscratch = allocate_layer_states(dcfg, B * self.W, 0, dev)
+            self.dctrl = StepCtrl.uniform(B, self.K + 1, dev)
         self.acc_sum = torch.zeros((), dtype=torch.long, device=dev)
         # per-step accepted drafts per row (ring of LOG_STEPS steps) for acceptance estimators
         self.acc_log = torch.zeros(self.LOG_STEPS, B, dtype=torch.long, device=dev)
@@ -189,26 +226,32 @@ class DecodeRuntime:
         return self.tgt.logits(hidden).argmax(-1)
 
     def _speculate(self, f: torch.Tensor) -> torch.Tensor:
-        """First draft from feature ``f [B, D]``, then ``K - 1`` more on the scratch slots."""
-        d = self._argmax(f)
-        drafts = [d]
-        if self.K > 1:
+        """Drafts from feature ``f [B, D]``: the first token (top-``W`` for a tree), then ``K - 1``
+        more per branch on the scratch slots. Returns ``[B, W*K]`` (branch-major)."""
+        B, W, K = self.B, self.W, self.K
+        logits = self.tgt.logits(f)
+        d = logits.argmax(-1) if W == 1 else logits.topk(W, -1).indices.reshape(B * W)
+        levels = [d]
+        if K > 1:
             for dst, src in zip(self.dscratch, self.dstates):
-                dst.ssm.copy_(src.ssm)
-                dst.conv.copy_(src.conv)
-            for _ in range(self.K - 1):
-                f = self.dr.hidden(d[:, None], f, self.dscratch, "ar", self.ctrl1)
-                d = self._argmax(f)
-                drafts.append(d)
-        drafts = torch.stack(drafts, 1)
-        if self.alpha is not None:  # acceptance-controlled: i.i.d. per position
+                dst.ssm.copy_(src.ssm.repeat_interleave(W, 0) if W > 1 else src.ssm)
+                dst.conv.copy_(src.conv.repeat_interleave(W, 0) if W > 1 else src.conv)
+            fw = f.repeat_interleave(W, 0) if W > 1 else f
+            ctrl = self.ctrlW if W > 1 else self.ctrl1
+            for _ in range(K - 1):
+                fw = self.dr.hidden(d[:, None], fw, self.dscratch, "ar", ctrl)
+                d = self._argmax(fw)
+                levels.append(d)
+        drafts = torch.stack(levels, 1).view(B, W, K)
+        if self.alpha is not None:  # acceptance-controlled: i.i.d. per node
             L = self.trace.shape[1]
-            idx = (self.n[:, None] - 1 + self.pos[None, 1:]).clamp(max=L - 1)
-            true = self.trace.gather(1, idx)
+            idx = (self.n[:, None] - 1 + self.pos[None, 1 : K + 1]).clamp(max=L - 1)
+            true = self.trace.gather(1, idx)[:, None, :].expand(B, W, K)
             coin = torch.rand(drafts.shape, device=self.dev) < self.alpha_t
-            wrong = (true + 1) % self.tgt.config.vocab_size
+            branch = torch.arange(W, device=self.dev)[None, :, None]
+            wrong = (true + 1 + branch) % self.tgt.config.vocab_size
             drafts = torch.where(coin, true, wrong)
-        return drafts
+        return drafts.reshape(B, W * K)
 
     def _emit(self, tokens: torch.Tensor, count: torch.Tensor) -> None:
         """Append ``tokens[:, :count]`` (``[B, T]``, ``count [B]``) to each row's output."""
@@ -225,6 +268,9 @@ class DecodeRuntime:
             tok = self._argmax(F)
             self._emit(tok[:, None], torch.ones_like(self.n))
             self.window.copy_(tok[:, None])
+            return
+        if self.W > 1:
+            self._step_tree()
             return
         ctrl = self.ctrl
         F = self.tgt.hidden(self.window, self.states, "verify" if self.mode == "specla" else "snapshot", ctrl,
@@ -246,6 +292,36 @@ class DecodeRuntime:
         nxt = torch.cat([self.window[:, 1:], bonus[:, None]], 1).scatter(1, a[:, None], bonus[:, None])
         self.dctrl.valid_len.copy_(a + 1)
         fh = self.dr.hidden(nxt, F, self.dstates, "commit", self.dctrl).view(B, T, -1)
+        f = fh.gather(1, a[:, None, None].expand(B, 1, fh.shape[-1]))[:, 0]
+        drafts = self._speculate(f)
+        self.window[:, 0].copy_(bonus)
+        self.window[:, 1:].copy_(drafts)
+
+    def _step_tree(self) -> None:
+        """One tree step: verify, greedy tree acceptance (best branch), path compaction, drafting."""
+        B, T, K, W = self.B, self.T, self.K, self.W
+        ctrl = self.ctrl
+        F = self.tgt.hidden(self.window, self.states, "tree", ctrl)
+        am = self._argmax(F).view(B, T)
+        a, path = greedy_accept_branches(self.window, am, W, K)
+        bonus = am.gather(1, path.gather(1, a[:, None]))[:, 0]
+        self._emit(am.gather(1, path), a + 1)
+        self.acc_sum += a.sum()
+        self.acc_log.index_copy_(0, self.step_i % self.LOG_STEPS, a[None])
+        self.step_i += 1
+        # the accepted path's factors to bank positions 0..a, then pending like a chain
+        banks = [b for st in self.states for b in (st.bank_k, st.bank_v, st.bank_g, st.bank_x)]
+        compact_path_factors(banks, ctrl.slots, ctrl.write_bank, path, a + 1)
+        ctrl.pending_len.copy_(a + 1)
+        rb = ctrl.read_bank.clone()
+        ctrl.read_bank.copy_(ctrl.write_bank)
+        ctrl.write_bank.copy_(rb)
+        # drafter absorbs the path: (token of path node i+1, feature of path node i); bonus at i = a
+        nxt = torch.cat([self.window.gather(1, path[:, 1:]), bonus[:, None]], 1).scatter(1, a[:, None], bonus[:, None])
+        D = F.shape[-1]
+        feats = F.view(B, T, D).gather(1, path[:, :, None].expand(B, K + 1, D)).reshape(B * (K + 1), D)
+        self.dctrl.valid_len.copy_(a + 1)
+        fh = self.dr.hidden(nxt, feats, self.dstates, "commit", self.dctrl).view(B, K + 1, -1)
         f = fh.gather(1, a[:, None, None].expand(B, 1, fh.shape[-1]))[:, 0]
         drafts = self._speculate(f)
         self.window[:, 0].copy_(bonus)

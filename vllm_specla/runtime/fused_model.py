@@ -28,6 +28,9 @@ Modes (one captured graph each):
   * ``"snapshot"``: the vLLM-native baseline: the state is read from snapshot ``snap_slots[r]``
     and a full state is written after every window token (rollback = pick a snapshot); the conv
     window uses the same deferred conv commit as ``"verify"``.
+  * ``"tree"``: like ``"verify"`` for a draft tree per row (``ctrl.parents``, row-local parent
+    positions, topological): tree conv + tree verify (each node from its own ancestors,
+    ALGORITHMS.md §4-5), factors per node.
 """
 
 from __future__ import annotations
@@ -41,8 +44,9 @@ from vllm_specla.models.gdn import GDNDims, GatedDeltaNetBlock, GatedDeltaNetFor
 from vllm_specla.ops import fused
 from vllm_specla.ops.chain_verify import chain_verify, chain_verify_snapshots, conv_verify
 from vllm_specla.ops.recover import conv_commit
+from vllm_specla.ops.tree_verify import tree_conv, tree_verify
 
-MODES = ("ar", "verify", "commit", "snapshot")
+MODES = ("ar", "verify", "commit", "snapshot", "tree")
 
 
 @dataclass
@@ -63,6 +67,7 @@ class StepCtrl:
     valid_len: torch.Tensor | None = None
     snap_slots: torch.Tensor | None = None
     zeros: torch.Tensor | None = None
+    parents: torch.Tensor | None = None  # [B*T] row-local parent positions ("tree" mode)
 
     @classmethod
     def uniform(cls, B: int, T: int, device, slots: torch.Tensor | None = None) -> "StepCtrl":
@@ -144,6 +149,10 @@ class FusedGDN:
             y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, bank_x=st.bank_x,
                             write_bank=ctrl.zeros)
             conv_commit(st.conv, ctrl.slots, st.bank_x, ctrl.zeros, ctrl.valid_len)
+        elif mode == "tree":
+            y = tree_conv(xc, L.conv_w, ctrl.cu_seqlens, ctrl.parents, st.conv, ctrl.slots, bank_x=st.bank_x,
+                          write_bank=ctrl.write_bank, pending_len=ctrl.pending_len, read_bank=ctrl.read_bank,
+                          chain=False)
         else:  # verify / snapshot: deferred conv commit through bank_x
             y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, bank_x=st.bank_x,
                             write_bank=ctrl.write_bank, pending_len=ctrl.pending_len, read_bank=ctrl.read_bank)
@@ -159,6 +168,10 @@ class FusedGDN:
             o = chain_verify(q, k, v, g, beta, state=st.ssm, bank_k=st.bank_k, bank_v=st.bank_v,
                              bank_g=st.bank_g, write_bank=ctrl.write_bank, pending_len=ctrl.pending_len,
                              read_bank=ctrl.read_bank, **kw)
+        elif mode == "tree":
+            o = tree_verify(q, k, v, g, beta, state=st.ssm, parents=ctrl.parents, bank_k=st.bank_k, bank_v=st.bank_v,
+                            bank_g=st.bank_g, write_bank=ctrl.write_bank, pending_len=ctrl.pending_len,
+                            read_bank=ctrl.read_bank, chain=False, **kw)
         elif mode == "snapshot":
             kw["slots"] = ctrl.snap_slots
             o = chain_verify_snapshots(q, k, v, g, beta, state=snap.view(-1, *snap.shape[2:]), snap=snap, **kw)
