@@ -169,6 +169,10 @@ class DecodeRuntime:
             par = [-1] + [0 if i == 0 else 1 + j * Kd + i - 1 for j in range(self.W) for i in range(Kd)]
             self.ctrl.parents = torch.tensor(par * B, dtype=torch.long, device=dev)
             self.ctrlW = StepCtrl.uniform(B * self.W, 1, dev)
+            if dev.type == "cuda":  # static tree: the heavy-light schedule is built once, on the host
+                from vllm_specla.ops.triton_tree_hld import hld_plan  # noqa: PLC0415
+
+                self.ctrl.hld_plan = hld_plan(torch.tensor(par * B), torch.arange(B + 1) * T, max_nodes=T, device=dev)
         self.rows = torch.arange(B, device=dev)
         self.pos = torch.arange(T, device=dev)
         # ---- target state ----

@@ -68,6 +68,7 @@ class StepCtrl:
     snap_slots: torch.Tensor | None = None
     zeros: torch.Tensor | None = None
     parents: torch.Tensor | None = None  # [B*T] row-local parent positions ("tree" mode)
+    hld_plan: object | None = None  # heavy-light schedule of the (static) tree, shared by all layers
 
     @classmethod
     def uniform(cls, B: int, T: int, device, slots: torch.Tensor | None = None) -> "StepCtrl":
@@ -171,7 +172,7 @@ class FusedGDN:
         elif mode == "tree":
             o = tree_verify(q, k, v, g, beta, state=st.ssm, parents=ctrl.parents, bank_k=st.bank_k, bank_v=st.bank_v,
                             bank_g=st.bank_g, write_bank=ctrl.write_bank, pending_len=ctrl.pending_len,
-                            read_bank=ctrl.read_bank, chain=False, **kw)
+                            read_bank=ctrl.read_bank, chain=False, hld_plan=ctrl.hld_plan, **kw)
         elif mode == "snapshot":
             kw["slots"] = ctrl.snap_slots
             o = chain_verify_snapshots(q, k, v, g, beta, state=snap.view(-1, *snap.shape[2:]), snap=snap, **kw)
