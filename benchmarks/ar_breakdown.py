@@ -41,7 +41,7 @@ def main() -> None:
     D = cfg.hidden_size
     recs = []
     for B in [int(b) for b in args.batches.split(",")]:
-        rt = DecodeRuntime(tgt, B, "ar", max_new_tokens=400)
+        rt = DecodeRuntime(tgt, B, "ar", output_capacity=400)
         rt.prefill(torch.randint(3, cfg.vocab_size, (B, 8)))
         step = graph_ms(rt._step)
         x = torch.randn(B, D, device="cuda", dtype=torch.bfloat16)
