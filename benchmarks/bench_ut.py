@@ -21,8 +21,8 @@ precisions at B = 128, T = 8 (verify) and installs the best config as ``TUNED_UT
 an accuracy check (both kernels vs ``chain_verify_ref`` on the GPU, B = 4, T = 8, 5 pending).
 Prints tables and the targets, writes all records as JSON to ``--out``.
 
-    python benchmarks/bench_ut.py --out /tmp/ut.json          # H200: < 4 minutes
-    python benchmarks/bench_ut.py --dry-cpu --out /tmp/ut_dry.json   # every code path once, CPU interpreter
+    python benchmarks/bench_ut.py --out ut.json               # H200: < 4 minutes
+    python benchmarks/bench_ut.py --dry-cpu --out ut_dry.json        # every code path once, CPU interpreter
 """
 
 from __future__ import annotations

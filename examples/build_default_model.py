@@ -11,7 +11,7 @@ held-out slice) and nothing else. The tokenizer and the corpus are prepared befo
     python -c "import sys; sys.path.insert(0, 'examples'); from specla_train_lib import prepare_corpus; \\
                prepare_corpus('.cache/specla/tokenizer', '.cache/specla/corpus')"
     python examples/build_default_model.py --tokenizer .cache/specla/tokenizer \\
-           --data .cache/specla/corpus --work /tmp/specla_build --export $OUT
+           --data .cache/specla/corpus --work .cache/specla/build --export "${OUT:-.cache/specla/export}"
 """
 
 from __future__ import annotations

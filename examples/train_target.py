@@ -22,7 +22,7 @@ plain-torch model's logits with fla's on the saved checkpoint (the issue-2 oracl
 Usage::
 
     python examples/train_target.py --tokenizer T --data D --out models/specla-gdn-tiny/target --device cuda
-    python examples/train_target.py --tokenizer T --data D --out /tmp/t --device cpu --tiny --steps 3
+    python examples/train_target.py --tokenizer T --data D --out .cache/specla/smoke_target --device cpu --tiny --steps 3
 """
 
 from __future__ import annotations

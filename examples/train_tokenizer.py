@@ -12,7 +12,7 @@ template writes bos itself (HF renders chat prompts with ``add_special_tokens=Fa
 Usage::
 
     python examples/train_tokenizer.py --out models/specla-gdn-tiny/target            # full
-    python examples/train_tokenizer.py --out /tmp/tok --tiny                          # CI smoke
+    python examples/train_tokenizer.py --out .cache/specla/smoke_tok --tiny                        # CI smoke
 """
 
 from __future__ import annotations
