@@ -266,6 +266,9 @@ class DecodeRuntime:
         self.n += count
 
     def _step(self) -> None:
+        """One step: verify the window, accept on the device, keep the accepted factors pending,
+        let the drafter absorb the accepted path and draft the next window. A chain is the
+        one-branch case (its accepted path is the window prefix, no compaction needed)."""
         B, T, K = self.B, self.T, self.K
         if self.mode == "ar":
             F = self.tgt.hidden(self.window, self.states, "ar", self.ctrl1)
@@ -273,15 +276,21 @@ class DecodeRuntime:
             self._emit(tok[:, None], torch.ones_like(self.n))
             self.window.copy_(tok[:, None])
             return
-        if self.W > 1:
-            self._step_tree()
-            return
         ctrl = self.ctrl
-        F = self.tgt.hidden(self.window, self.states, "verify" if self.mode == "specla" else "snapshot", ctrl,
-                            self.snaps)
+        mode = "tree" if self.W > 1 else ("verify" if self.mode == "specla" else "snapshot")
+        F = self.tgt.hidden(self.window, self.states, mode, ctrl, self.snaps)
         am = self._argmax(F).view(B, T)
-        a, bonus = greedy_accept_window(self.window, am)
-        self._emit(am, a + 1)
+        if self.W > 1:
+            a, path = greedy_accept_branches(self.window, am, self.W, K)
+            bonus = am.gather(1, path.gather(1, a[:, None]))[:, 0]
+            # the accepted path's factors to bank positions 0..a: then it is pending like a chain
+            banks = [b for st in self.states for b in (st.bank_k, st.bank_v, st.bank_g, st.bank_x)]
+            compact_path_factors(banks, ctrl.slots, ctrl.write_bank, path, a + 1)
+            am_path = am.gather(1, path)
+        else:
+            a, bonus = greedy_accept_window(self.window, am)
+            path, am_path = None, am
+        self._emit(am_path, a + 1)
         self.acc_sum += a.sum()
         self.acc_log.index_copy_(0, self.step_i % self.LOG_STEPS, a[None])
         self.step_i += 1
@@ -292,44 +301,20 @@ class DecodeRuntime:
         ctrl.write_bank.copy_(rb)
         if self.mode == "snapshot":
             ctrl.snap_slots.copy_(self.rows * T + a)
-        # drafter: absorb (x_{i+1}, F_i) for i <= a; the pair at i = a carries the bonus token
-        nxt = torch.cat([self.window[:, 1:], bonus[:, None]], 1).scatter(1, a[:, None], bonus[:, None])
-        self.dctrl.valid_len.copy_(a + 1)
-        fh = self.dr.hidden(nxt, F, self.dstates, "commit", self.dctrl).view(B, T, -1)
-        f = fh.gather(1, a[:, None, None].expand(B, 1, fh.shape[-1]))[:, 0]
-        drafts = self._speculate(f)
-        self.window[:, 0].copy_(bonus)
-        self.window[:, 1:].copy_(drafts)
-
-    def _step_tree(self) -> None:
-        """One tree step: verify, greedy tree acceptance (best branch), path compaction, drafting."""
-        B, T, K, W = self.B, self.T, self.K, self.W
-        ctrl = self.ctrl
-        F = self.tgt.hidden(self.window, self.states, "tree", ctrl)
-        am = self._argmax(F).view(B, T)
-        a, path = greedy_accept_branches(self.window, am, W, K)
-        bonus = am.gather(1, path.gather(1, a[:, None]))[:, 0]
-        self._emit(am.gather(1, path), a + 1)
-        self.acc_sum += a.sum()
-        self.acc_log.index_copy_(0, self.step_i % self.LOG_STEPS, a[None])
-        self.step_i += 1
-        # the accepted path's factors to bank positions 0..a, then pending like a chain
-        banks = [b for st in self.states for b in (st.bank_k, st.bank_v, st.bank_g, st.bank_x)]
-        compact_path_factors(banks, ctrl.slots, ctrl.write_bank, path, a + 1)
-        ctrl.pending_len.copy_(a + 1)
-        rb = ctrl.read_bank.clone()
-        ctrl.read_bank.copy_(ctrl.write_bank)
-        ctrl.write_bank.copy_(rb)
-        # drafter absorbs the path: (token of path node i+1, feature of path node i); bonus at i = a
-        nxt = torch.cat([self.window.gather(1, path[:, 1:]), bonus[:, None]], 1).scatter(1, a[:, None], bonus[:, None])
+        # drafter: absorb (token of path node i+1, feature of path node i) for i <= a; the pair at
+        # i = a carries the bonus token
         D = F.shape[-1]
-        feats = F.view(B, T, D).gather(1, path[:, :, None].expand(B, K + 1, D)).reshape(B * (K + 1), D)
+        if path is None:
+            nxt_tok, feats = self.window[:, 1:], F
+        else:
+            nxt_tok = self.window.gather(1, path[:, 1:])
+            feats = F.view(B, T, D).gather(1, path[:, :, None].expand(B, K + 1, D)).reshape(B * (K + 1), D)
+        nxt = torch.cat([nxt_tok, bonus[:, None]], 1).scatter(1, a[:, None], bonus[:, None])
         self.dctrl.valid_len.copy_(a + 1)
-        fh = self.dr.hidden(nxt, feats, self.dstates, "commit", self.dctrl).view(B, K + 1, -1)
-        f = fh.gather(1, a[:, None, None].expand(B, 1, fh.shape[-1]))[:, 0]
-        drafts = self._speculate(f)
+        fh = self.dr.hidden(nxt, feats, self.dstates, "commit", self.dctrl).view(B, K + 1, D)
+        f = fh.gather(1, a[:, None, None].expand(B, 1, D))[:, 0]
         self.window[:, 0].copy_(bonus)
-        self.window[:, 1:].copy_(drafts)
+        self.window[:, 1:].copy_(self._speculate(f))
 
     # ------------------------------------------------------------------ driver
     def reset(self) -> None:
