@@ -51,7 +51,8 @@ from vllm_specla.ops import triton_recover as tr  # noqa: E402
 
 SHAPES = {"6x256x512": (6, 6, 256, 512), "8x256x256": (8, 8, 256, 256)}
 # (BV, num_warps, KC, num_stages)
-SWEEP = [(64, 4, 16, 1), (64, 4, 16, 2), (64, 4, 16, 3), (64, 4, 32, 2), (128, 8, 16, 2), (32, 4, 16, 2)]
+SWEEP = [(64, 4, 16, 2), (64, 4, 16, 1), (64, 4, 16, 3), (64, 4, 32, 2), (128, 8, 16, 2), (32, 4, 16, 2),
+         (32, 2, 32, 2), (32, 4, 32, 2), (16, 1, 16, 2), (16, 1, 32, 2)]
 # the sweep also times the best config with these dot precisions (tf32 / bf16x3: speed reference
 # only, not ~fp32; bf16x3 needs a Triton that has it)
 SWEEP_PRECISIONS = ["ieee", "bf16x3", "tf32"]

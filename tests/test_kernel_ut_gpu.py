@@ -56,7 +56,6 @@ def big_fast(monkeypatch):
     """Coarser tiles for the big shapes under the interpreter (a no-op on the GPU)."""
     if INTERPRET and not HAVE_CUDA:
         monkeypatch.setattr(ut, "CONFIG_OVERRIDE", BIG_INTERP_CFG)
-        monkeypatch.setattr(ut, "KG_MAX", 64)
 
 
 class Case:

@@ -90,7 +90,8 @@ DOT_PRECISION = "tf32x3"
 _PREC_CODE = {"ieee": 0, "tf32x3": 1, "tf32": 2, "bf16x3": 3}
 BT = 16  # window-token chunk (a verify window of <= 16 tokens is one chunk); dot K-dim >= 16
 BP = 16  # pending-factor chunk
-KG_MAX = 16  # key-dim chunk of the [BT, BT] Gram products (their operands cannot spread over warps)
+PREP_WARPS = 4  # warps of the per-(row, head) prep kernel
+PREP_KG = 16  # key-dim chunk of its [BT, BT, KG] Gram products
 
 # (BV, num_warps, KC, num_stages) by regime. KC: key-dim chunk in which the [BV, K] state tile is
 # streamed through registers (the tile is never whole in registers); num_stages > 1 lets Triton
@@ -185,17 +186,121 @@ def _fold_pending(b_h, bank_k, bank_v, bank_g, p_base, n_p, pvw0, pe0, i_h, i_hv
 
 
 @triton.jit
+def _ut_prep_kernel(
+    q, k, g, beta, slots, cu_seqlens,
+    bank_k, bank_g, write_bank,
+    qk_s, mat_s, vec_s,
+    scale, Tmax, sq, sk, sg, sb,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, KG: tl.constexpr, BT: tl.constexpr,
+    HAS_BANK: tl.constexpr, L2NORM: tl.constexpr,
+):
+    """Per ``(value head, row)``: everything of the window that does not touch the state.
+
+    Writes ``q^`` (l2-normalised, times ``scale``) and ``k^`` (l2-normalised) of the key head to
+    ``qk_s[r, h, 0/1, t, :]`` (rows ``t < T`` only, by the first value head of each GVA group),
+    ``Tinv = (I + A)^-1`` and ``W = tril_incl(Q^ K^T ⊙ D)`` to ``mat_s[r, hv, 0/1]`` (``[BT, BT]``)
+    and ``e^{Γ_t}``, ``beta_t`` to ``vec_s[r, hv, 0/1]`` (``[BT]``); with ``HAS_BANK`` the ``k^``
+    and ``g`` factors of the window to bank ``write_bank[r]`` (one writer per element). Padded
+    tokens (``t >= T``) have ``g = beta = 0``, zero rows of ``A`` and ``W``, identity rows of ``Tinv``.
+    """
+    i_hv = tl.program_id(0)
+    i_r = tl.program_id(1)
+    G: tl.constexpr = HV // H
+    i_h = i_hv // G
+
+    bos = tl.load(cu_seqlens + i_r).to(tl.int64)
+    eos = tl.load(cu_seqlens + i_r + 1).to(tl.int64)
+    T = tl.minimum(eos - bos, BT)
+    o_t = tl.arange(0, BT)
+    o_g = tl.arange(0, KG)
+    mt = o_t < T
+    i_t = bos + o_t
+
+    # Gram products K K^T, Q K^T and the squared norms on raw q/k, KG-column chunks as exact fp32
+    # [BT, BT, KG] products (tl.dot's FMA path spills at K = 256); the l2norm is applied after
+    ssq = tl.zeros([BT], dtype=tl.float32)
+    ssk = tl.zeros([BT], dtype=tl.float32)
+    b_kk = tl.zeros([BT, BT], dtype=tl.float32)
+    b_qk = tl.zeros([BT, BT], dtype=tl.float32)
+    for c in range(0, BK // KG):
+        o_kc = c * KG + o_g
+        mtc = mt[:, None] & (o_kc < K)[None, :]
+        b_qc = tl.load(q + i_t[:, None] * sq + i_h * K + o_kc[None, :], mask=mtc, other=0.0).to(tl.float32)
+        b_kc = tl.load(k + i_t[:, None] * sk + i_h * K + o_kc[None, :], mask=mtc, other=0.0).to(tl.float32)
+        ssq += tl.sum(b_qc * b_qc, 1)
+        ssk += tl.sum(b_kc * b_kc, 1)
+        b_kk += tl.sum(b_kc[:, None, :] * b_kc[None, :, :], 2)
+        b_qk += tl.sum(b_qc[:, None, :] * b_kc[None, :, :], 2)
+    if L2NORM:
+        rk = tl.rsqrt(ssk + 1e-6)
+        rq = tl.rsqrt(ssq + 1e-6) * scale
+    else:
+        rk = tl.full([BT], 1.0, dtype=tl.float32)
+        rq = tl.full([BT], 1.0, dtype=tl.float32) * scale
+    b_kk = b_kk * rk[:, None] * rk[None, :]
+    b_qk = b_qk * rq[:, None] * rk[None, :]
+
+    b_g = tl.load(g + i_t * sg + i_hv, mask=mt, other=0.0).to(tl.float32)
+    b_b = tl.load(beta + i_t * sb + i_hv, mask=mt, other=0.0).to(tl.float32)
+    m_s = o_t[:, None] > o_t[None, :]  # strictly lower: u < t
+    m_i = o_t[:, None] >= o_t[None, :]  # lower incl. the diagonal
+    # Γ_t - Γ_u = sum_{u < s <= t} g_s summed directly ([BT, BT, BT] masked sum), not as a
+    # difference of cumulative sums (which loses ~1e-4 absolute when Γ reaches -1600)
+    m3 = (o_t[None, None, :] > o_t[None, :, None]) & (o_t[None, None, :] <= o_t[:, None, None])
+    b_S = tl.sum(tl.where(m3, b_g[None, None, :], 0.0), 2)
+    b_D = tl.exp(tl.where(m_i, b_S, 0.0))
+    b_A = tl.where(m_s, b_b[:, None] * b_kk * b_D, 0.0)
+    b_W = tl.where(m_i, b_qk * b_D, 0.0)
+    # N = (I + A)^-1 - I row by row: N_i = -A_i - sum_{j<i} A_ij N_j (fla solve_tril); rows 0, 1
+    # of -A are already exact
+    b_N = -b_A
+    for i in range(2, T):
+        b_a = -tl.sum(tl.where(o_t[:, None] == i, b_A, 0.0), 0)  # -A[i, :]
+        b_a = b_a + tl.sum(b_a[:, None] * b_N, 0)
+        b_N = tl.where(o_t[:, None] == i, b_a[None, :], b_N)
+    b_Ti = b_N + tl.where(o_t[:, None] == o_t[None, :], 1.0, 0.0)
+    eG = tl.exp(tl.cumsum(b_g, 0))
+
+    p_m = mat_s + (i_r * HV + i_hv) * (2 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
+    tl.store(p_m, b_Ti)
+    tl.store(p_m + BT * BT, b_W)
+    p_e = vec_s + (i_r * HV + i_hv) * (2 * BT) + o_t
+    tl.store(p_e, eG)
+    tl.store(p_e + BT, b_b)
+    k_writer = i_hv % G == 0
+    if HAS_BANK:
+        slot = tl.load(slots + i_r).to(tl.int64)
+        pw = (slot * 2 + tl.load(write_bank + i_r).to(tl.int64)) * Tmax + o_t  # [BT] bank positions
+        mb = mt & (o_t < Tmax)
+        tl.store(bank_g + pw * HV + i_hv, b_g, mask=mb)
+    if k_writer:  # q^, k^ rows t < T to the scratch (and k^ to the bank), second pass over K
+        p_qk = qk_s + (i_r * H + i_h) * (2 * BT * K) + o_t[:, None] * K
+        for c in range(0, BK // KG):
+            o_kc = c * KG + o_g
+            mkc = (o_kc < K)[None, :]
+            mtc = mt[:, None] & mkc
+            b_qc = tl.load(q + i_t[:, None] * sq + i_h * K + o_kc[None, :], mask=mtc, other=0.0).to(tl.float32)
+            b_kc = tl.load(k + i_t[:, None] * sk + i_h * K + o_kc[None, :], mask=mtc, other=0.0).to(tl.float32)
+            b_kc = b_kc * rk[:, None]
+            tl.store(p_qk + o_kc[None, :], b_qc * rq[:, None], mask=mtc)
+            tl.store(p_qk + BT * K + o_kc[None, :], b_kc, mask=mtc)
+            if HAS_BANK:
+                tl.store(bank_k + (pw[:, None] * H + i_h) * K + o_kc[None, :], b_kc, mask=mb[:, None] & mkc)
+
+
+@triton.jit
 def _chain_ut_kernel(
-    q, k, v, g, beta, o,
+    v, o,
     state, slots, cu_seqlens,
     bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
-    scale, Tmax, sq, sk, sv, sg, sb,
+    qk_s, mat_s, vec_s,
+    Tmax, sv,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    KC: tl.constexpr, NKC: tl.constexpr, KG: tl.constexpr, NKG: tl.constexpr,
+    KC: tl.constexpr, NKC: tl.constexpr,
     BV: tl.constexpr, BT: tl.constexpr, BP: tl.constexpr, MULTI_P: tl.constexpr,
-    HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, WRITE_FINAL: tl.constexpr,
-    L2NORM: tl.constexpr, PREC: tl.constexpr,
+    HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, PREC: tl.constexpr,
 ):
+    """Per ``(V-tile, value head, row)``: the state part of the window (see the module docstring)."""
     i_v = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_r = tl.program_id(2)
@@ -205,159 +310,60 @@ def _chain_ut_kernel(
     bos = tl.load(cu_seqlens + i_r).to(tl.int64)
     eos = tl.load(cu_seqlens + i_r + 1).to(tl.int64)
     slot = tl.load(slots + i_r).to(tl.int64)
-    T = eos - bos
+    T = tl.minimum(eos - bos, BT)
 
     o_v = i_v * BV + tl.arange(0, BV)
     mv = o_v < V
     o_c = tl.arange(0, KC)  # key index inside a K-chunk of the state
-    o_g = tl.arange(0, KG)  # key index inside a K-chunk of the Gram products
     o_t = tl.arange(0, BT)
     o_p = tl.arange(0, BP)
-    m_s = o_t[:, None] > o_t[None, :]  # strictly lower: u < t
-    m_i = o_t[:, None] >= o_t[None, :]  # lower incl. the diagonal
-    m_e = o_t[:, None] == o_t[None, :]
+    mt = o_t < T
+    i_t = bos + o_t  # [BT] token index
     p_st = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K  # [BV, 1] row pointers of the tile
+    p_qk = qk_s + (i_r * H + i_h) * (2 * BT * K) + o_t[None, :] * K  # [1, BT]: q^ rows (k^ at + BT*K)
 
     n_p = tl.zeros([], dtype=tl.int32)
     if HAS_PENDING:
         n_p = tl.maximum(tl.minimum(tl.load(pending_len + i_r).to(tl.int32), Tmax), 0)
         p_base = (slot * 2 + tl.load(read_bank + i_r).to(tl.int64)) * Tmax
         pvw0, pe0 = _pending_vw(bank_v, bank_g, p_base, 0, n_p, i_hv, o_v, mv, o_p, HV, V)
-    if HAS_BANK:
-        wbase = (slot * 2 + tl.load(write_bank + i_r).to(tl.int64)) * Tmax
-        k_writer = (i_v == 0) & (i_hv % G == 0)
 
-    # One window chunk for a verify window (T <= BT). Longer rows are supported with
-    # write_final_state only: each chunk's final state goes through the slot (launcher checks).
-    if WRITE_FINAL:
-        T_run = T
-    else:
-        T_run = tl.minimum(T, BT)
-    for c0 in range(0, tl.maximum(T_run, 1), BT):
-        n_pc = tl.where(c0 == 0, n_p, 0)  # pending factors are folded before the first chunk only
-        mt = (c0 + o_t) < T
-        i_t = bos + c0 + o_t  # [BT] token index
-        b_g = tl.load(g + i_t * sg + i_hv, mask=mt, other=0.0).to(tl.float32)
-        b_b = tl.load(beta + i_t * sb + i_hv, mask=mt, other=0.0).to(tl.float32)
-        b_vT = tl.load(v + i_t[None, :] * sv + i_hv * V + o_v[:, None],
-                       mask=mv[:, None] & mt[None, :], other=0.0).to(tl.float32)  # [BV, BT]
-
-        # ---- Gram matrices K K^T, Q K^T and the squared norms, on raw q/k ----
-        b_kk = tl.zeros([BT, BT], dtype=tl.float32)
-        b_qk = tl.zeros([BT, BT], dtype=tl.float32)
-        ssq = tl.zeros([BT], dtype=tl.float32)
-        ssk = tl.zeros([BT], dtype=tl.float32)
-        for kg in range(0, NKG):
-            o_k = kg * KG + o_g
-            mtk = mt[:, None] & (o_k < K)[None, :]
-            b_qc = tl.load(q + i_t[:, None] * sq + i_h * K + o_k[None, :], mask=mtk, other=0.0).to(tl.float32)
-            b_kc = tl.load(k + i_t[:, None] * sk + i_h * K + o_k[None, :], mask=mtk, other=0.0).to(tl.float32)
-            ssq += tl.sum(b_qc * b_qc, 1)
-            ssk += tl.sum(b_kc * b_kc, 1)
-            b_kcT = tl.trans(b_kc)
-            b_kk += _mm(b_kc, b_kcT, PREC)
-            b_qk += _mm(b_qc, b_kcT, PREC)
-
-        # ---- pass 1 over K-chunks: state tile (pending folded, stored once), M0 k, M0 q ----
-        b_mk = tl.zeros([BV, BT], dtype=tl.float32)  # M0 k_t (raw k)
-        b_mq = tl.zeros([BV, BT], dtype=tl.float32)  # M0 q_t (raw q)
-        for kc in range(0, NKC):
-            o_k = kc * KC + o_c
-            mk = o_k < K
-            mh = mv[:, None] & mk[None, :]
-            b_h = tl.load(p_st + o_k[None, :], mask=mh, other=0.0)  # [BV, KC]
-            if HAS_PENDING:
-                b_h = _fold_pending(b_h, bank_k, bank_v, bank_g, p_base, n_pc, pvw0, pe0, i_h, i_hv, o_v, mv,
-                                    o_k, mk, o_p, H, HV, K, V, BP, MULTI_P, PREC)
-                if not WRITE_FINAL:
-                    if n_pc > 0:
-                        tl.store(p_st + o_k[None, :], b_h, mask=mh)
-            mkt = mk[:, None] & mt[None, :]  # [KC, BT]: q/k loaded transposed (dot B operands)
-            b_qcT = tl.load(q + i_t[None, :] * sq + i_h * K + o_k[:, None], mask=mkt, other=0.0).to(tl.float32)
-            b_kcT = tl.load(k + i_t[None, :] * sk + i_h * K + o_k[:, None], mask=mkt, other=0.0).to(tl.float32)
-            b_mk += _mm(b_h, b_kcT, PREC)
-            b_mq += _mm(b_h, b_qcT, PREC)
-
-        # ---- l2norm applied to the products (q^ = rq q, k^ = rk k), q scaled ----
-        if L2NORM:
-            rk = tl.rsqrt(ssk + 1e-6)
-            rq = tl.rsqrt(ssq + 1e-6) * scale
-        else:
-            rk = tl.full([BT], 1.0, dtype=tl.float32)
-            rq = tl.full([BT], 1.0, dtype=tl.float32) * scale
-        b_mk = b_mk * rk[None, :]
-        b_mq = b_mq * rq[None, :]
-        b_kk = b_kk * rk[:, None] * rk[None, :]
-        b_qk = b_qk * rq[:, None] * rk[None, :]
-
-        # ---- [BT, BT] part: A, decay-masked Q K^T, (I + A)^-1 by forward substitution ----
-        b_G = tl.cumsum(b_g, 0)  # Γ (padded tokens have g = 0: Γ stays at the last token's)
-        g_T = tl.sum(b_g, 0)  # Γ of the chunk's last token
-        # Γ_t - Γ_u = sum_{u < s <= t} g_s summed directly ([BT, BT, BT] masked sum), not as a
-        # difference of cumulative sums (which loses ~1e-4 absolute when Γ reaches -1600)
-        m3 = (o_t[None, None, :] > o_t[None, :, None]) & (o_t[None, None, :] <= o_t[:, None, None])
-        b_S = tl.sum(tl.where(m3, b_g[None, None, :], 0.0), 2)
-        b_D = tl.exp(tl.where(m_i, b_S, 0.0))
-        b_A = tl.where(m_s, b_b[:, None] * b_kk * b_D, 0.0)
-        b_W = tl.where(m_i, b_qk * b_D, 0.0)
-        # N = (I + A)^-1 - I row by row: N_i = -A_i - sum_{j<i} A_ij N_j (fla solve_tril); rows 0, 1
-        # of -A are already exact
-        b_N = -b_A
-        n_c = tl.minimum(T - c0, BT)
-        for i in range(2, n_c):
-            b_a = -tl.sum(tl.where(o_t[:, None] == i, b_A, 0.0), 0)  # -A[i, :]
-            b_a = b_a + tl.sum(b_a[:, None] * b_N, 0)
-            b_N = tl.where(o_t[:, None] == i, b_a[None, :], b_N)
-        b_Ti = b_N + tl.where(m_e, 1.0, 0.0)
-
-        eG = tl.exp(b_G)
-        b_r = b_b[None, :] * (b_vT - eG[None, :] * b_mk)  # beta (v - e^Γ M0 k^)   [BV, BT]
-        b_x = _mm(b_r, tl.trans(b_Ti), PREC)  # V~^T = R Tinv^T
-        b_o = eG[None, :] * b_mq + _mm(b_x, tl.trans(b_W), PREC)
-
-        tl.store(o + (i_t[None, :] * HV + i_hv) * V + o_v[:, None], b_o, mask=mv[:, None] & mt[None, :])
-        write_k = False
-        if HAS_BANK:
-            mb = mt & ((c0 + o_t) < Tmax)
-            pw = wbase + c0 + o_t  # [BT] bank positions
-            tl.store(bank_v + (pw[None, :] * HV + i_hv) * V + o_v[:, None], b_x, mask=mv[:, None] & mb[None, :])
-            if i_v == 0:
-                tl.store(bank_g + pw * HV + i_hv, b_g, mask=mb)
-            write_k = k_writer
-
-        # ---- pass 2 over K-chunks: bank_k (one writer per GVA group) and the final state ----
-        if WRITE_FINAL:
-            w_t = tl.where(mt, tl.exp(_suffix_sum(b_g, o_t)), 0.0)  # e^{Γ_T - Γ_t}
-            b_xw = b_x * w_t[None, :]
-            eT = tl.exp(g_T)
-            for kc in range(0, NKC):
-                o_k = kc * KC + o_c
-                mk = o_k < K
-                mh = mv[:, None] & mk[None, :]
-                b_kc = tl.load(k + i_t[:, None] * sk + i_h * K + o_k[None, :], mask=mt[:, None] & mk[None, :],
-                               other=0.0).to(tl.float32) * rk[:, None]
-                if HAS_BANK:
-                    if write_k:
-                        tl.store(bank_k + (pw[:, None] * H + i_h) * K + o_k[None, :], b_kc,
-                                 mask=mb[:, None] & mk[None, :])
-                # the slot still holds the pre-pending state (not stored in pass 1): fold again
-                b_h = tl.load(p_st + o_k[None, :], mask=mh, other=0.0)
-                if HAS_PENDING:
-                    b_h = _fold_pending(b_h, bank_k, bank_v, bank_g, p_base, n_pc, pvw0, pe0, i_h, i_hv, o_v,
-                                        mv, o_k, mk, o_p, H, HV, K, V, BP, MULTI_P, PREC)
-                b_h = b_h * eT + _mm(b_xw, b_kc, PREC)
+    # ---- one pass over K-chunks: state tile (pending folded, stored once), M0 k^, M0 q^ ----
+    b_mk = tl.zeros([BV, BT], dtype=tl.float32)
+    b_mq = tl.zeros([BV, BT], dtype=tl.float32)
+    for kc in range(0, NKC):
+        o_k = kc * KC + o_c
+        mk = o_k < K
+        mh = mv[:, None] & mk[None, :]
+        b_h = tl.load(p_st + o_k[None, :], mask=mh, other=0.0)  # [BV, KC]
+        if HAS_PENDING:
+            b_h = _fold_pending(b_h, bank_k, bank_v, bank_g, p_base, n_p, pvw0, pe0, i_h, i_hv, o_v, mv,
+                                o_k, mk, o_p, H, HV, K, V, BP, MULTI_P, PREC)
+            if n_p > 0:
                 tl.store(p_st + o_k[None, :], b_h, mask=mh)
-            # the next chunk (rows longer than BT) re-reads what this CTA just stored
-            tl.debug_barrier()
-        else:
-            if write_k:
-                for kc in range(0, NKC):
-                    o_k = kc * KC + o_c
-                    mk = o_k < K
-                    b_kc = tl.load(k + i_t[:, None] * sk + i_h * K + o_k[None, :],
-                                   mask=mt[:, None] & mk[None, :], other=0.0).to(tl.float32) * rk[:, None]
-                    tl.store(bank_k + (pw[:, None] * H + i_h) * K + o_k[None, :], b_kc,
-                             mask=mb[:, None] & mk[None, :])
+        mkt = mk[:, None] & mt[None, :]  # [KC, BT]: q^/k^ loaded transposed (dot B operands)
+        b_qT = tl.load(p_qk + o_k[:, None], mask=mkt, other=0.0)
+        b_kT = tl.load(p_qk + BT * K + o_k[:, None], mask=mkt, other=0.0)
+        b_mk += _mm(b_h, b_kT, PREC)
+        b_mq += _mm(b_h, b_qT, PREC)
+
+    # ---- the window on [BV, BT] tiles (ALGORITHMS.md §4, chain mask) ----
+    p_m = mat_s + (i_r * HV + i_hv) * (2 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
+    b_Ti = tl.load(p_m)
+    b_W = tl.load(p_m + BT * BT)
+    p_e = vec_s + (i_r * HV + i_hv) * (2 * BT) + o_t
+    eG = tl.load(p_e)
+    b_b = tl.load(p_e + BT)
+    b_vT = tl.load(v + i_t[None, :] * sv + i_hv * V + o_v[:, None],
+                   mask=mv[:, None] & mt[None, :], other=0.0).to(tl.float32)  # [BV, BT]
+    b_r = b_b[None, :] * (b_vT - eG[None, :] * b_mk)  # beta (v - e^Γ M0 k^)
+    b_x = _mm(b_r, tl.trans(b_Ti), PREC)  # V~^T = R Tinv^T
+    b_o = eG[None, :] * b_mq + _mm(b_x, tl.trans(b_W), PREC)
+    tl.store(o + (i_t[None, :] * HV + i_hv) * V + o_v[:, None], b_o, mask=mv[:, None] & mt[None, :])
+    if HAS_BANK:
+        mb = mt & (o_t < Tmax)
+        pw = (slot * 2 + tl.load(write_bank + i_r).to(tl.int64)) * Tmax + o_t
+        tl.store(bank_v + (pw[None, :] * HV + i_hv) * V + o_v[:, None], b_x, mask=mv[:, None] & mb[None, :])
 
 
 def _check_windows(cu_seqlens: torch.Tensor, tmax: int | None, chunk: int | None) -> None:
@@ -385,6 +391,13 @@ def _launch_ut(
     bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
     write_final_state, use_qk_l2norm, config=None, precision=None,
 ):
+    if write_final_state:
+        # AR / commit windows: one state write after the window, the serial kernel's job (the UT
+        # form is for verify windows, whose state is not written after the window)
+        return _tc.chain_verify(q, k, v, g, beta, scale=scale, state=state, slots=slots, cu_seqlens=cu_seqlens,
+                                bank_k=bank_k, bank_v=bank_v, bank_g=bank_g, write_bank=write_bank,
+                                pending_len=pending_len, read_bank=read_bank, write_final_state=True,
+                                use_qk_l2norm=use_qk_l2norm)
     N, H, K = k.shape
     HV, V = v.shape[-2:]
     assert HV % H == 0, "HV must be a multiple of H"
@@ -400,27 +413,36 @@ def _launch_ut(
     tmax = bank_k.shape[2] if bank_k is not None else 1
     if has_bank:
         assert bank_k.is_contiguous() and bank_v.is_contiguous() and bank_g.is_contiguous()
-    _check_windows(cu_seqlens, tmax if has_bank else None, None if write_final_state else BT)
+    _check_windows(cu_seqlens, tmax if has_bank else None, BT)
     dummy = o
     BK = max(16, triton.next_power_of_2(K))
     BV, nw, KC, ns = tuple(config) if config is not None else pick_config_ut(R, HV, V, K, N / R)
     KC = min(KC, BK)
-    KG = min(KG_MAX, BK)
     prec = _PREC_CODE[precision or DOT_PRECISION]
-    grid = (triton.cdiv(V, BV), HV, R)
-    _chain_ut_kernel[grid](
-        q, k, v, g, beta, o,
+    # per-(row, head) scratch of the prep kernel (fp32): q^/k^ rows, Tinv/W, e^Γ/beta
+    qk_s = torch.empty(R, H, 2, BT, K, dtype=torch.float32, device=v.device)
+    mat_s = torch.empty(R, HV, 2, BT, BT, dtype=torch.float32, device=v.device)
+    vec_s = torch.empty(R, HV, 2, BT, dtype=torch.float32, device=v.device)
+    bk_, bv_, bg_ = (x if x is not None else dummy for x in (bank_k, bank_v, bank_g))
+    wb_ = write_bank if has_bank else slots
+    _ut_prep_kernel[(HV, R)](
+        q, k, g, beta, slots, cu_seqlens,
+        bk_, bg_, wb_,
+        qk_s, mat_s, vec_s,
+        float(scale), tmax, q.stride(0), k.stride(0), g.stride(0), beta.stride(0),
+        H=H, HV=HV, K=K, BK=BK, KG=min(PREP_KG, BK), BT=BT, HAS_BANK=has_bank, L2NORM=bool(use_qk_l2norm),
+        num_warps=PREP_WARPS,
+    )
+    _chain_ut_kernel[(triton.cdiv(V, BV), HV, R)](
+        v, o,
         state, slots, cu_seqlens,
-        bank_k if bank_k is not None else dummy,
-        bank_v if bank_v is not None else dummy,
-        bank_g if bank_g is not None else dummy,
-        write_bank if has_bank else slots,
+        bk_, bv_, bg_, wb_,
         pending_len if has_pending else slots,
         read_bank if has_pending else slots,
-        float(scale), tmax, q.stride(0), k.stride(0), v.stride(0), g.stride(0), beta.stride(0),
-        H=H, HV=HV, K=K, V=V, KC=KC, NKC=BK // KC, KG=KG, NKG=BK // KG, BV=BV, BT=BT, BP=BP, MULTI_P=tmax > BP,
-        HAS_BANK=has_bank, HAS_PENDING=has_pending, WRITE_FINAL=bool(write_final_state),
-        L2NORM=bool(use_qk_l2norm), PREC=prec,
+        qk_s, mat_s, vec_s,
+        tmax, v.stride(0),
+        H=H, HV=HV, K=K, V=V, KC=KC, NKC=BK // KC, BV=BV, BT=BT, BP=BP, MULTI_P=tmax > BP,
+        HAS_BANK=has_bank, HAS_PENDING=has_pending, PREC=prec,
         num_warps=nw, num_stages=ns,
     )
     return o
