@@ -1,12 +1,16 @@
 """CUDA (csrc/cuda, JIT) vs Triton chain verify on one GPU (issue 9).
 
-Same inputs for both: the CUDA ``torch.ops.vllm_specla.chain_verify`` (state tile in shared
-memory, V tiled, fused deferred commit; ``_cpp.load_cuda()``) and the Triton serial kernel
+Same inputs for both: the CUDA ``torch.ops.vllm_specla.chain_verify`` (v3: state tile in
+registers, V tiled, fused deferred commit, one batched warp reduction per token;
+``_cpp.load_cuda()``) and the Triton serial kernel
 (``ops/triton_chain.py``) and UT kernel (``ops/triton_chain_ut.py``). Per configuration a CUDA
 graph of 21 launches (each on its own state slots, as bench_kernels.py), replayed 10 times,
 median of 5 -> microseconds per launch. Kinds: ``verify`` (factors written, no pending, no state
 write), ``step`` (T pending folded + window), ``ar`` (T = 1, state written). Also checks that the
-CUDA result equals Triton's (max relative error). Prints a table, writes JSON to ``--out``.
+CUDA result equals Triton's (relative error). ``--bv 0,4,8`` also times the CUDA kernel with 4 /
+8 value rows per warp forced (``VLLM_SPECLA_CUDA_BV``; 0 = its automatic choice, key ``cuda``),
+``--regcap 1,0`` with and without its register caps (``VLLM_SPECLA_CUDA_REGCAP=0``: ``_nocap``).
+Prints a table, writes JSON to ``--out``.
 Run with ``VLLM_SPECLA_CPP_JIT=1`` (JIT-builds the CPU op schemas, then the CUDA kernel).
 """
 
@@ -35,12 +39,36 @@ def graph_us(fn, reps=10):
     return 1e3 * graph_ms(fn, replays=reps) / LAYERS
 
 
+def _with_env(bv, cap):
+    """``_cpp.chain_verify`` with ``bv`` value rows per warp forced (0: automatic) and the register
+    caps on (``cap``) or off. The binding reads VLLM_SPECLA_CUDA_BV / VLLM_SPECLA_CUDA_REGCAP at
+    each call, i.e. at graph capture for the timed graphs."""
+    env = {"VLLM_SPECLA_CUDA_BV": str(bv) if bv else None, "VLLM_SPECLA_CUDA_REGCAP": None if cap else "0"}
+
+    def fn(*a, **kw):
+        for key, val in env.items():
+            if val is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = val
+        try:
+            return _cpp.chain_verify(*a, **kw)
+        finally:
+            for key in env:
+                os.environ.pop(key, None)
+
+    return fn
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", default="1,32,128")
     ap.add_argument("--Ts", default="1,5,8")
+    ap.add_argument("--bv", default="0", help="CUDA value rows per warp to time: 0 (automatic), 4, 8")
+    ap.add_argument("--regcap", default="1", help="CUDA register caps to time: 1 (on, default), 0 (off)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    variants = [(int(b), int(c)) for b in args.bv.split(",") for c in args.regcap.split(",")]
     assert _cpp.load_cuda(), "CUDA build unavailable"
     try:
         from vllm_specla.ops import triton_chain_ut as ut  # noqa: PLC0415
@@ -74,7 +102,9 @@ def main() -> None:
                         if kind == "step":
                             kw.update(pending_len=torch.full((B,), T, device=dev, dtype=torch.long),
                                       read_bank=torch.zeros(B, dtype=torch.long, device=dev))
-                    impls = {"cuda": _cpp.chain_verify, "triton": tc.chain_verify}
+                    impls = {"cuda" + (f"_bv{bv}" if bv else "") + ("" if cap else "_nocap"): _with_env(bv, cap)
+                             for bv, cap in variants}
+                    impls["triton"] = tc.chain_verify
                     if ut is not None and kind != "ar":
                         impls["triton_ut"] = ut.chain_verify_ut
                     r = dict(shape=sname, batch=B, T=T, kind=kind, gpu=torch.cuda.get_device_name())
@@ -92,10 +122,11 @@ def main() -> None:
                         except Exception as e:  # noqa: BLE001
                             r[f"{name}_error"] = str(e)[:200]
                     ref = outs["triton"]
-                    if "cuda" in outs:
-                        r["cuda_vs_triton_rel_err"] = float((outs["cuda"] - ref).norm() / ref.norm())
-                    if "cuda_us" in r and "triton_us" in r:
-                        r["cuda_over_triton"] = r["cuda_us"] / r["triton_us"]
+                    for name in [n for n in impls if n.startswith("cuda")]:
+                        if name in outs:
+                            r[f"{name}_vs_triton_rel_err"] = float((outs[name] - ref).norm() / ref.norm())
+                        if f"{name}_us" in r and "triton_us" in r:
+                            r[f"{name}_over_triton"] = r[f"{name}_us"] / r["triton_us"]
                     recs.append(r)
                     print(json.dumps(r), flush=True)
                     del state, bk, bv, bg

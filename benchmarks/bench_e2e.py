@@ -307,6 +307,9 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=16)
     ap.add_argument("--verify-kernel", default=None, choices=["serial", "ut", "auto"],
                     help="chain verify kernel on CUDA (ops/chain_verify.py VERIFY_KERNEL)")
+    ap.add_argument("--cuda-csrc", action="store_true",
+                    help="JIT-build the CUDA csrc chain verify (needs VLLM_SPECLA_CPP_JIT=1 and nvcc) so the "
+                         "dispatcher uses it where faster (ops/chain_verify.py)")
     ap.add_argument("--no-gemv", action="store_true", help="cuBLAS for every GEMM (the default; kept for A/B scripts)")
     ap.add_argument("--gemv-config", default=None,
                     help="BN,BK,warps,stages: use the fused Triton skinny GEMM with this config (bench_gemv.py)")
@@ -329,6 +332,10 @@ def main() -> None:
 
     if args.verify_kernel:
         cv_mod.VERIFY_KERNEL = args.verify_kernel
+    if args.cuda_csrc and device == "cuda":
+        from vllm_specla.ops import _cpp  # noqa: PLC0415
+
+        _cpp.load_cuda()
     if args.no_gemv:
         fused_mod.USE_GEMV = False
     if args.gemv_config:
@@ -337,7 +344,7 @@ def main() -> None:
         triton_fused.GEMV_CONFIG = tuple(int(v) for v in args.gemv_config.split(","))
         fused_mod.USE_GEMV = True
     global SETTINGS
-    SETTINGS = dict(verify_kernel=cv_mod.VERIFY_KERNEL, gemv=fused_mod.USE_GEMV, tag=args.tag,
+    SETTINGS = dict(verify_kernel=cv_mod.VERIFY_KERNEL, cuda_csrc=bool(args.cuda_csrc and device == "cuda"), gemv=fused_mod.USE_GEMV, tag=args.tag,
                     gemv_config=args.gemv_config)
     if args.dry_cpu:
         global DRY

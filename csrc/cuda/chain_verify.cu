@@ -1,20 +1,48 @@
-// CUDA chain verify (v2): state tile in registers, value dim tiled, deferred commit fused.
+// CUDA chain verify (v3): state tile in registers, value dim tiled, deferred commit fused, one
+// batched warp reduction per token, next token prefetched.
 //
-// v1 (one 4-warp CTA per 32 value rows, tile in shared memory, k/q normalised through shared
-// memory) ran 3-10x slower than the Triton kernel on the H200 (benchmarks/RESULTS.md). v2 mirrors
-// the Triton kernel's layout (ops/triton_chain.py, the [BV, K] variant):
+// History. v1 (one 4-warp CTA per 32 value rows, tile in shared memory) ran 3-10x slower than the
+// Triton kernel on the H200. v2 mirrored the Triton [BV, K] layout (one warp per 8 value rows, the
+// tile in registers) but still took 1.18-1.22x Triton's time for AR (T = 1), 1.3-1.36x for the
+// fused step and 1.55-1.6x for verify at batch >= 32 (benchmarks/RESULTS.md). Its per-token chain
+// was serial: 19 separate 5-level warp_sum's (95 shuffles), and per value row a global load of v
+// issued only after the previous row's o / bank_v stores (the compiler cannot hoist a load above
+// a store that may alias it), so every row of every token waited for a memory round trip.
 //
-// One warp per (value tile of kBV = 8 rows, value head hv, request row r):
-//   1. load the [kBV, K] tile of state[slot, hv] into registers, lane-strided along K (read once);
-//   2. fold the pending factors of bank read_bank (serial DeltaConstruct
-//      M = e^{g_u} M + v~_u k_u^T) and write the committed tile S_0 once;
-//   3. run the window from the register tile: per token, q/k loaded (fp32 or bf16, widened in
-//      the kernel), l2-normalised with warp reductions; per value row two warp reductions
-//      (M k, M q), v~ = beta (v - e^g M k), o = e^g M q + v~ (k.q), M = e^g M + v~ k^T;
-//   4. record (k^_t, v~_t, g_t) into bank write_bank (one writer per element); write the final
-//      tile only for AR (write_final_state).
+// v3, one warp per (value tile of BV = 4 or 8 rows, value head hv, request row r):
+//   1. the token inputs of the first window token, then the [BV, K] state tile (16-byte loads when
+//      K % 128 == 0; rows past V re-read row V-1 and are zeroed, so the loads are unconditional):
+//      every load of the tile is in flight before the first use;
+//   2. pending factors (deferred commit) are folded with the serial DeltaConstruct
+//      M = e^{g_u} M + v~_u k_u^T; the per-factor scalars (g_u and the BV values v~_u) of up to
+//      32 / BV factors are loaded at once, one per lane, and broadcast with __shfl_sync; the next
+//      k_u row is prefetched; the committed tile is written once (skipped for write_final_state);
+//   3. per window token, on raw (un-normalised) q and k: every lane forms its partial sums of
+//      (M k, M q) for each row, (|k|^2, |q|^2) and (k.q, 0): NP = BV + 2 float pairs, reduced by
+//      ONE batched butterfly reduce-scatter (rs_step: at each xor level a lane keeps half of its
+//      pairs and sends the other half to the partner; once one pair is left the remaining levels
+//      are plain all-reduce steps). BV = 8: 5 + 3 + 2 + 1 + 1 = 12 pair shuffles (24 shuffles)
+//      instead of v2's 95; BV = 4: 3 + 2 + 1 + 1 + 1 = 8 (16 shuffles). Then 3 broadcasts of the
+//      norms and k.q, the l2norm scales rk = rsqrt(|k|^2 + 1e-6), rq = rsqrt(|q|^2 + 1e-6) * scale
+//      (fla's x * rsqrt(sum x^2 + eps)), and the lane that holds row i's pair computes
+//      v~_i = beta (v_i - e^g (M k)_i rk) and o_i = e^g (M q)_i rq + v~_i (k.q) rk rq, with v_i
+//      loaded by that lane only; BV broadcasts of v~ feed the update M = e^g M + v~ k^T with
+//      k^ = k rk (the same k^ written to bank_k);
+//   4. token t+1's q/k/v/g/beta are loaded into registers at the top of token t, before any store
+//      of token t (software pipelining), read through the read-only path (__ldg);
+//   5. factors (k^_t, v~_t, g_t) go to bank write_bank with one writer per element: bank_v by
+//      every V-tile for its own rows (one lane per row), bank_g by V-tile 0 (lane 0), bank_k by
+//      V-tile 0 of the first value head of each GVA group; o by one lane per row; the final tile
+//      only with write_final_state (AR).
+// BV is picked by the launcher like triton_chain.pick_config: 4 for AR (one token per row) and
+// for small batches (R * HV <= 16 (row, head) pairs), else 8; for K > 256 always 4 (2 on the
+// non-vector path) and no prefetch (register budget); ChainVerifyParams::bv overrides (the binding
+// reads VLLM_SPECLA_CUDA_BV). Register caps (min_blocks) raise the warps per SM where they cost
+// no spills. q/k/v/g/beta may be token-strided (read in place; the 16-byte path needs 16-byte
+// aligned rows, else the lane-strided path).
 // Value rows are independent recurrences in the [V, K] layout, so V tiling needs no
-// communication between programs.
+// communication between warps. Exact fp32 arithmetic (FMA, no tensor cores); results differ from
+// chain_verify_ref only by summation order and the fast exp/rsqrt intrinsics (as v2 / Triton).
 
 #include "chain_verify.cuh"
 
@@ -24,25 +52,111 @@ namespace vllm_specla {
 namespace cuda {
 namespace {
 
-constexpr int kBV = 8;         // value rows per warp program (registers: kBV * K / 32 floats)
 constexpr float kEps = 1e-6f;  // fla l2norm eps
+constexpr unsigned kFull = 0xffffffffu;
 
-__device__ __forceinline__ float warp_sum(float x) {
+// ---- batched warp reduction: reduce-scatter of NP float pairs ---------------------------------
+// Levels at xor offsets 16, 8, 4, 2, 1. At a level with n > 1 live pairs (uniform over lanes,
+// trailing entries may be zero padding), h = ceil(n / 2): the lane with the offset bit clear
+// keeps pairs [0, h), its partner keeps [h, n) (padded with a zero pair to h entries); each
+// sends the half the other keeps and adds what it receives, so h pair shuffles halve n. Once
+// n == 1 the remaining levels are all-reduce steps (the pair is then held, bit-identical, by the
+// lanes differing only in those offset bits). The layout functions below are constexpr and
+// checked at compile time (rs_layout_ok).
+
+__host__ __device__ constexpr int rs_half(int n) { return (n + 1) / 2; }
+
+// Offset bits of the all-reduce levels (lanes differing only in them hold the same pair).
+template <int NP>
+__host__ __device__ constexpr int rs_rep_mask() {
+  int m = 0, n = NP;
+  for (int off = 16; off > 0; off >>= 1) {
+    if (n > 1)
+      n = rs_half(n);
+    else
+      m |= off;
+  }
+  return m;
+}
+
+// The lane (all-reduce bits clear) that ends holding fully reduced pair i.
+template <int NP>
+__host__ __device__ constexpr int rs_owner(int i) {
+  int lane = 0, n = NP;
+  for (int off = 16; off > 0; off >>= 1) {
+    if (n > 1) {
+      const int h = rs_half(n);
+      if (i >= h) {
+        lane |= off;
+        i -= h;
+      }
+      n = h;
+    }
+  }
+  return lane;
+}
+
+// The pair held by `lane` after the reduce-scatter, or -1 when it holds padding. [base, lim) is
+// the range of real pair indices of the lane's sub-array at each level.
+template <int NP>
+__host__ __device__ constexpr int rs_pair(int lane) {
+  int base = 0, lim = NP, n = NP;
+  for (int off = 16; off > 0; off >>= 1) {
+    if (n > 1) {
+      const int h = rs_half(n);
+      if (lane & off)
+        base += h;
+      else
+        lim = lim < base + h ? lim : base + h;
+      n = h;
+    }
+  }
+  return base < lim ? base : -1;
+}
+
+// Every pair has exactly one owner (all-reduce bits clear) and the owner holds it.
+template <int NP>
+__host__ __device__ constexpr bool rs_layout_ok() {
+  if (NP < 1 || NP > 32) return false;
+  const int rep = rs_rep_mask<NP>();
+  for (int i = 0; i < NP; ++i) {
+    const int o = rs_owner<NP>(i);
+    if ((o & rep) != 0 || rs_pair<NP>(o) != i) return false;
+    int holders = 0;
+    for (int lane = 0; lane < 32; ++lane) holders += rs_pair<NP>(lane) == i && (lane & rep) == 0;
+    if (holders != 1) return false;
+  }
+  return true;
+}
+
+// One level (offset OFF, N live pairs) and the levels below it.
+template <int NP, int N, int OFF>
+__device__ __forceinline__ void rs_step(float2 (&a)[NP], int lane) {
+  if constexpr (OFF > 0) {
+    if constexpr (N > 1) {
+      constexpr int h = rs_half(N);
+      const bool up = (lane & OFF) != 0;
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
+      for (int j = 0; j < h; ++j) {
+        const float2 hi = j + h < N ? a[j + h < N ? j + h : 0] : make_float2(0.f, 0.f);
+        const float2 send = up ? a[j] : hi;
+        const float2 keep = up ? hi : a[j];
+        a[j].x = keep.x + __shfl_xor_sync(kFull, send.x, OFF);
+        a[j].y = keep.y + __shfl_xor_sync(kFull, send.y, OFF);
+      }
+      rs_step<NP, h, OFF / 2>(a, lane);
+    } else {
+      a[0].x += __shfl_xor_sync(kFull, a[0].x, OFF);
+      a[0].y += __shfl_xor_sync(kFull, a[0].y, OFF);
+      rs_step<NP, 1, OFF / 2>(a, lane);
+    }
+  }
 }
 
-template <typename T>
-__device__ __forceinline__ float ld(const T* p, int64_t i);
-template <>
-__device__ __forceinline__ float ld<float>(const float* p, int64_t i) {
-  return p[i];
-}
-template <>
-__device__ __forceinline__ float ld<__nv_bfloat16>(const __nv_bfloat16* p, int64_t i) {
-  return __bfloat162float(p[i]);
-}
+static_assert(rs_layout_ok<4>() && rs_layout_ok<6>() && rs_layout_ok<10>(), "reduce-scatter layout");
+static_assert(rs_owner<10>(8) != rs_owner<10>(9) && rs_rep_mask<10>() == 1 && rs_rep_mask<6>() == 3, "layout");
+
+// ---- loads and stores ---------------------------------------------------------------------------
 
 // Key index of a lane's c-th element. VEC: 4 consecutive keys per lane per 128-key chunk (16-byte
 // loads and stores of the state, banks and q/k); else lane-strided (any K).
@@ -51,32 +165,63 @@ __device__ __forceinline__ int kidx(int lane, int c) {
   return VEC ? (c >> 2) * 128 + lane * 4 + (c & 3) : lane + 32 * c;
 }
 
+// token inputs (q, k, v): read-only for the whole kernel, read through the non-coherent path
 template <typename T>
-__device__ __forceinline__ void ld4(const T* p, float* out);
+__device__ __forceinline__ float ldg1(const T* p);
 template <>
-__device__ __forceinline__ void ld4<float>(const float* p, float* out) {
-  const float4 x = *reinterpret_cast<const float4*>(p);
+__device__ __forceinline__ float ldg1<float>(const float* p) {
+  return __ldg(p);
+}
+template <>
+__device__ __forceinline__ float ldg1<__nv_bfloat16>(const __nv_bfloat16* p) {
+  return __bfloat162float(__ldg(p));
+}
+
+template <typename T>
+__device__ __forceinline__ void ldg4(const T* p, float* out);
+template <>
+__device__ __forceinline__ void ldg4<float>(const float* p, float* out) {
+  const float4 x = __ldg(reinterpret_cast<const float4*>(p));
   out[0] = x.x, out[1] = x.y, out[2] = x.z, out[3] = x.w;
 }
 template <>
-__device__ __forceinline__ void ld4<__nv_bfloat16>(const __nv_bfloat16* p, float* out) {
-  const uint2 x = *reinterpret_cast<const uint2*>(p);
+__device__ __forceinline__ void ldg4<__nv_bfloat16>(const __nv_bfloat16* p, float* out) {
+  const uint2 x = __ldg(reinterpret_cast<const uint2*>(p));
   const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x.x));
   const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x.y));
   out[0] = a.x, out[1] = a.y, out[2] = b.x, out[3] = b.y;
 }
 
-// Load KPL key elements of a dense row (element stride 1 when VEC, else ``stride``).
+// KPL key elements of a dense token row (q or k).
 template <bool VEC, int KPL, typename T>
-__device__ __forceinline__ void load_row(const T* row, int64_t stride, int lane, int K, float* out) {
+__device__ __forceinline__ void ldg_row(const T* row, int lane, int K, float* out) {
   if constexpr (VEC) {
 #pragma unroll
-    for (int c = 0; c < KPL; c += 4) ld4<T>(row + kidx<true>(lane, c), out + c);
+    for (int c = 0; c < KPL; c += 4) ldg4<T>(row + kidx<true>(lane, c), out + c);
   } else {
 #pragma unroll
     for (int c = 0; c < KPL; ++c) {
       const int j = kidx<false>(lane, c);
-      out[c] = j < K ? ld<T>(row, j * stride) : 0.f;
+      out[c] = j < K ? ldg1<T>(row + j) : 0.f;
+    }
+  }
+}
+
+// KPL key elements of an fp32 state / bank row (element stride 1 when VEC, else ``stride``);
+// coherent loads (the kernel writes these tensors).
+template <bool VEC, int KPL>
+__device__ __forceinline__ void load_row(const float* row, int64_t stride, int lane, int K, float* out) {
+  if constexpr (VEC) {
+#pragma unroll
+    for (int c = 0; c < KPL; c += 4) {
+      const float4 x = *reinterpret_cast<const float4*>(row + kidx<true>(lane, c));
+      out[c] = x.x, out[c + 1] = x.y, out[c + 2] = x.z, out[c + 3] = x.w;
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < KPL; ++c) {
+      const int j = kidx<false>(lane, c);
+      out[c] = j < K ? row[j * stride] : 0.f;
     }
   }
 }
@@ -96,153 +241,266 @@ __device__ __forceinline__ void store_row(float* row, int64_t stride, int lane, 
   }
 }
 
-// One warp per (value tile of kBV rows, value head hv, request row r); KPL key elements per lane
-// (K <= 32 * KPL). The [kBV, K] state tile lives in registers (lane-strided key columns), read
-// once; pending factors are folded in registers and the committed tile written once; each window
-// token costs two warp reductions per value row and no global state traffic.
+// One window token's inputs in registers (v: the value of this lane's row, 0 for other lanes).
+template <int KPL>
+struct Tok {
+  float q[KPL], k[KPL];
+  float v, g, b;
+};
+
 template <typename TIn, int KPL, bool VEC>
-__global__ void __launch_bounds__(32) chain_verify_kernel(const ChainVerifyParams p) {
+__device__ __forceinline__ void load_tok(const ChainVerifyParams& p, int64_t n, int h, int hv, int vcol, int lane,
+                                         Tok<KPL>& t) {
+  const TIn* q = static_cast<const TIn*>(p.q) + n * p.tok_stride[0] + h * p.K;
+  const TIn* k = static_cast<const TIn*>(p.k) + n * p.tok_stride[1] + h * p.K;
+  ldg_row<VEC, KPL>(q, lane, p.K, t.q);
+  ldg_row<VEC, KPL>(k, lane, p.K, t.k);
+  t.v = vcol >= 0 ? ldg1<TIn>(static_cast<const TIn*>(p.v) + n * p.tok_stride[2] + hv * p.V + vcol) : 0.f;
+  t.g = __ldg(p.g + n * p.tok_stride[3] + hv);
+  t.b = __ldg(p.beta + n * p.tok_stride[4] + hv);
+}
+
+// ---- the kernel -----------------------------------------------------------------------------------
+
+// Register cap: minimum resident CTAs (single warps) per SM asked of ptxas for the capped kernel
+// variant (__launch_bounds__(32, n): at most 65536 / (32 n) registers per thread; 0: none, only
+// the plain __launch_bounds__(32) variant, ptxas' own choice; an explicit n = 1 would make it take
+// far more). Chosen where the cap costs no spills (nvcc -Xptxas -v) and raises the warps per SM:
+// K = 256 vector path 8 rows 140 -> 128 registers (14 -> 16 warps), 4 rows 96 -> 80 (21 -> 25);
+// the non-vector K > 256 path (2 rows) 255 -> 128. ChainVerifyParams::reg_cap = false launches the
+// plain variant instead (VLLM_SPECLA_CUDA_REGCAP=0, for A/B timing).
+template <int KPL, bool VEC, int BV>
+constexpr int min_blocks() {
+  if (!VEC && KPL >= 16) return 16;
+  if (VEC && KPL == 8) return BV == 8 ? 16 : 24;
+  return 0;
+}
+
+// One warp per (value tile of BV rows, value head hv, request row r); KPL key elements per lane
+// (K <= 32 * KPL). See the header comment for the steps.
+template <typename TIn, int KPL, bool VEC, int BV>
+__device__ __forceinline__ void chain_verify_body(const ChainVerifyParams& p) {
+  constexpr int NP = BV + 2;          // reduced pairs: (M k, M q) per row, then:
+  constexpr int kNorm = BV;           //   (|k|^2, |q|^2)
+  constexpr int kDot = BV + 1;        //   (k.q, 0)
+  constexpr int kRep = rs_rep_mask<NP>();
+  constexpr bool kPrefetch = KPL < 16;  // K > 256: the tile and q/k leave no room for the next token
+  static_assert(rs_layout_ok<NP>(), "reduce-scatter layout");
+  static_assert(32 % BV == 0, "BV must divide 32");
   const int K = p.K, V = p.V, H = p.H, HV = p.HV;
   const int lane = threadIdx.x;
-  const int vt0 = blockIdx.x * kBV;
+  const int vt0 = blockIdx.x * BV;
   const int hv = blockIdx.y;
   const int r = blockIdx.z;
   const int h = hv / (HV / H);
+  const int rows = min(BV, V - vt0);
+  // the value row whose v~ / o this lane computes after the reduce-scatter (-1: none); one of the
+  // lanes holding a row (all-reduce bits clear) stores its o and v~
+  const int mp = rs_pair<NP>(lane);
+  const int myrow = mp >= 0 && mp < rows ? mp : -1;
+  const bool row_writer = myrow >= 0 && (lane & kRep) == 0;
+  const int vcol = myrow >= 0 ? vt0 + myrow : -1;
+
+  // per-row indices: independent loads, all in flight together
   const int64_t slot = p.slots[r];
   const int64_t bos = p.cu_seqlens[r], eos = p.cu_seqlens[r + 1];
-  const int rows = min(kBV, V - vt0);
-  const TIn* q = static_cast<const TIn*>(p.q);
-  const TIn* k = static_cast<const TIn*>(p.k);
-  const TIn* v = static_cast<const TIn*>(p.v);
+  int64_t np = p.pending_len != nullptr ? p.pending_len[r] : 0;
+  const int64_t rb = p.read_bank != nullptr ? p.read_bank[r] : 0;  // non-null with pending_len
+  const bool record = p.write_bank != nullptr;
+  const int64_t wb = record ? p.write_bank[r] : 0;
+  if (np > p.Tmax) np = p.Tmax;
 
-  float* st = p.state + slot * p.st_stride[0] + hv * p.st_stride[1];
-  float m[kBV][KPL];
+  // first window token's inputs, then the state tile: every load issued before the first use
+  Tok<KPL> nx;
 #pragma unroll
-  for (int vi = 0; vi < kBV; ++vi) {
-    if (vi < rows) {
-      load_row<VEC, KPL>(st + (vt0 + vi) * p.st_stride[2], p.st_stride[3], lane, K, m[vi]);
-    } else {
+  for (int c = 0; c < KPL; ++c) nx.q[c] = nx.k[c] = 0.f;
+  nx.v = nx.g = nx.b = 0.f;
+  if (bos < eos) load_tok<TIn, KPL, VEC>(p, bos, h, hv, vcol, lane, nx);
+
+  float* const st = p.state + slot * p.st_stride[0] + hv * p.st_stride[1];
+  float m[BV][KPL];
+#pragma unroll
+  for (int vi = 0; vi < BV; ++vi)  // rows past V re-read row V - 1 (valid memory), zeroed below
+    load_row<VEC, KPL>(st + min(vt0 + vi, V - 1) * p.st_stride[2], p.st_stride[3], lane, K, m[vi]);
+#pragma unroll
+  for (int vi = 0; vi < BV; ++vi) {
+    if (vi >= rows) {
 #pragma unroll
       for (int c = 0; c < KPL; ++c) m[vi][c] = 0.f;
     }
   }
 
   // fused deferred commit: fold the pending factors of bank read_bank, write S_0 once
-  int64_t np = p.pending_len != nullptr ? p.pending_len[r] : 0;
-  if (np > p.Tmax) np = p.Tmax;
   if (np > 0) {
-    const int64_t rb = p.read_bank[r];
-    for (int64_t u = 0; u < np; ++u) {
-      const float* bk = p.bank_k + slot * p.bk_stride[0] + rb * p.bk_stride[1] + u * p.bk_stride[2] +
-                        h * p.bk_stride[3];
-      const float* bv = p.bank_v + slot * p.bv_stride[0] + rb * p.bv_stride[1] + u * p.bv_stride[2] +
-                        hv * p.bv_stride[3];
-      const float eg =
-          __expf(p.bank_g[slot * p.bg_stride[0] + rb * p.bg_stride[1] + u * p.bg_stride[2] + hv * p.bg_stride[3]]);
-      float kk[KPL];
-      load_row<VEC, KPL>(bk, p.bk_stride[4], lane, K, kk);
+    const float* bkp = p.bank_k + slot * p.bk_stride[0] + rb * p.bk_stride[1] + h * p.bk_stride[3];
+    const float* bvp = p.bank_v + slot * p.bv_stride[0] + rb * p.bv_stride[1] + hv * p.bv_stride[3];
+    const float* bgp = p.bank_g + slot * p.bg_stride[0] + rb * p.bg_stride[1] + hv * p.bg_stride[3];
+    constexpr int UPC = 32 / BV;  // factors per chunk: lane l holds (factor u0 + l / BV, row l % BV)
+    const int lu = lane / BV, lr = lane % BV;
+    float kn[KPL];
+    load_row<VEC, KPL>(bkp, p.bk_stride[4], lane, K, kn);
+    for (int64_t u0 = 0; u0 < np; u0 += UPC) {
+      const int64_t ul = u0 + lu;
+      const float pv = ul < np && lr < rows ? bvp[ul * p.bv_stride[2] + (vt0 + lr) * p.bv_stride[4]] : 0.f;
+      const float pg = ul < np ? bgp[ul * p.bg_stride[2]] : 0.f;
+      const int cnt = np - u0 < UPC ? static_cast<int>(np - u0) : UPC;
+      for (int j = 0; j < cnt; ++j) {
+        float kc[KPL];
 #pragma unroll
-      for (int vi = 0; vi < kBV; ++vi) {
-        const float vv = vi < rows ? bv[(vt0 + vi) * p.bv_stride[4]] : 0.f;
+        for (int c = 0; c < KPL; ++c) kc[c] = kn[c];
+        if (u0 + j + 1 < np) load_row<VEC, KPL>(bkp + (u0 + j + 1) * p.bk_stride[2], p.bk_stride[4], lane, K, kn);
+        const float eg = __expf(__shfl_sync(kFull, pg, j * BV));
 #pragma unroll
-        for (int c = 0; c < KPL; ++c) m[vi][c] = fmaf(kk[c], vv, eg * m[vi][c]);
+        for (int vi = 0; vi < BV; ++vi) {
+          const float vv = __shfl_sync(kFull, pv, j * BV + vi);
+#pragma unroll
+          for (int c = 0; c < KPL; ++c) m[vi][c] = fmaf(kc[c], vv, eg * m[vi][c]);
+        }
       }
     }
     if (!p.write_final_state) {
 #pragma unroll
-      for (int vi = 0; vi < kBV; ++vi)
+      for (int vi = 0; vi < BV; ++vi)
         if (vi < rows) store_row<VEC, KPL>(st + (vt0 + vi) * p.st_stride[2], p.st_stride[3], lane, K, m[vi]);
     }
   }
 
   // the window, state tile in registers
-  const bool record = p.write_bank != nullptr;
-  const int64_t wb = record ? p.write_bank[r] : 0;
+  const bool g_writer = record && blockIdx.x == 0 && lane == 0;
+  const bool k_writer = record && blockIdx.x == 0 && hv % (HV / H) == 0;
   for (int64_t n = bos; n < eos; ++n) {
     const int64_t t = n - bos;
-    float kl[KPL], ql[KPL];
-    float sk = 0.f, sq = 0.f;
-    load_row<VEC, KPL>(k + (n * H + h) * K, 1, lane, K, kl);
-    load_row<VEC, KPL>(q + (n * H + h) * K, 1, lane, K, ql);
-#pragma unroll
-    for (int c = 0; c < KPL; ++c) {
-      sk = fmaf(kl[c], kl[c], sk);
-      sq = fmaf(ql[c], ql[c], sq);
+    if constexpr (!kPrefetch) {
+      if (n > bos) load_tok<TIn, KPL, VEC>(p, n, h, hv, vcol, lane, nx);
     }
-    float rk = 1.f, rq = 1.f;
-    if (p.use_qk_l2norm) {
-      rk = rsqrtf(warp_sum(sk) + kEps);
-      rq = rsqrtf(warp_sum(sq) + kEps);
+    const Tok<KPL> cur = nx;
+    if constexpr (kPrefetch) {
+      if (n + 1 < eos) load_tok<TIn, KPL, VEC>(p, n + 1, h, hv, vcol, lane, nx);  // next token
     }
-    rq *= p.scale;
-    float kq = 0.f;
+
+    // partial sums of this lane's keys, then one batched reduction
+    float2 a[NP];
 #pragma unroll
-    for (int c = 0; c < KPL; ++c) {
-      kl[c] *= rk;
-      ql[c] *= rq;
-      kq = fmaf(kl[c], ql[c], kq);
-    }
-    kq = warp_sum(kq);
-    const float gn = p.g[n * HV + hv];
-    const float e = __expf(gn);
-    const float b = p.beta[n * HV + hv];
-    const int64_t vbase = (n * HV + hv) * V + vt0;
-#pragma unroll
-    for (int vi = 0; vi < kBV; ++vi) {
+    for (int vi = 0; vi < BV; ++vi) {
       float dk = 0.f, dq = 0.f;
 #pragma unroll
       for (int c = 0; c < KPL; ++c) {
-        dk = fmaf(m[vi][c], kl[c], dk);
-        dq = fmaf(m[vi][c], ql[c], dq);
+        dk = fmaf(m[vi][c], cur.k[c], dk);
+        dq = fmaf(m[vi][c], cur.q[c], dq);
       }
-      dk = warp_sum(dk);
-      dq = warp_sum(dq);
-      const float vv = vi < rows ? ld<TIn>(v, vbase + vi) : 0.f;
-      const float vt = b * (vv - e * dk);
+      a[vi] = make_float2(dk, dq);
+    }
+    {
+      float sk = 0.f, sq = 0.f, kq = 0.f;
 #pragma unroll
-      for (int c = 0; c < KPL; ++c) m[vi][c] = fmaf(vt, kl[c], e * m[vi][c]);
-      if (lane == vi && vi < rows) {
-        p.o[vbase + vi] = fmaf(vt, kq, e * dq);
-        if (record && t < p.Tmax)
-          p.bank_v[slot * p.bv_stride[0] + wb * p.bv_stride[1] + t * p.bv_stride[2] + hv * p.bv_stride[3] +
-                   (vt0 + vi) * p.bv_stride[4]] = vt;
+      for (int c = 0; c < KPL; ++c) {
+        sk = fmaf(cur.k[c], cur.k[c], sk);
+        sq = fmaf(cur.q[c], cur.q[c], sq);
+        kq = fmaf(cur.k[c], cur.q[c], kq);
       }
+      a[kNorm] = make_float2(sk, sq);
+      a[kDot] = make_float2(kq, 0.f);
+    }
+    rs_step<NP, NP, 16>(a, lane);  // a[0]: the pair rs_pair(lane), summed over the warp
+
+    const float nk = __shfl_sync(kFull, a[0].x, rs_owner<NP>(kNorm));
+    const float nq = __shfl_sync(kFull, a[0].y, rs_owner<NP>(kNorm));
+    const float dot = __shfl_sync(kFull, a[0].x, rs_owner<NP>(kDot));
+    float rk = 1.f, rq = 1.f;
+    if (p.use_qk_l2norm) {
+      rk = rsqrtf(nk + kEps);
+      rq = rsqrtf(nq + kEps);
+    }
+    rq *= p.scale;
+    const float e = __expf(cur.g);
+    // this lane's row (garbage-free zeros on lanes without one): v~ and o
+    const float vt = cur.b * (cur.v - e * (a[0].x * rk));
+    const float ov = fmaf(vt, dot * rk * rq, e * (a[0].y * rq));
+
+    float kh[KPL];  // k^ = l2norm(k)
+#pragma unroll
+    for (int c = 0; c < KPL; ++c) kh[c] = cur.k[c] * rk;
+#pragma unroll
+    for (int vi = 0; vi < BV; ++vi) {
+      const float w = __shfl_sync(kFull, vt, rs_owner<NP>(vi));  // v~ of row vi
+#pragma unroll
+      for (int c = 0; c < KPL; ++c) m[vi][c] = fmaf(w, kh[c], e * m[vi][c]);
+    }
+
+    if (row_writer) {
+      p.o[(n * HV + hv) * V + vcol] = ov;
+      if (record && t < p.Tmax)
+        p.bank_v[slot * p.bv_stride[0] + wb * p.bv_stride[1] + t * p.bv_stride[2] + hv * p.bv_stride[3] +
+                 vcol * p.bv_stride[4]] = vt;
     }
     // k^ and g factors: one writer per element (V-tile 0; k^ by the first value head of its group)
-    if (record && t < p.Tmax && blockIdx.x == 0) {
-      if (lane == 0)
-        p.bank_g[slot * p.bg_stride[0] + wb * p.bg_stride[1] + t * p.bg_stride[2] + hv * p.bg_stride[3]] = gn;
-      if (hv % (HV / H) == 0) {
-        float* bk = p.bank_k + slot * p.bk_stride[0] + wb * p.bk_stride[1] + t * p.bk_stride[2] + h * p.bk_stride[3];
-        store_row<VEC, KPL>(bk, p.bk_stride[4], lane, K, kl);
-      }
+    if (record && t < p.Tmax) {
+      if (g_writer)
+        p.bank_g[slot * p.bg_stride[0] + wb * p.bg_stride[1] + t * p.bg_stride[2] + hv * p.bg_stride[3]] = cur.g;
+      if (k_writer)
+        store_row<VEC, KPL>(p.bank_k + slot * p.bk_stride[0] + wb * p.bk_stride[1] + t * p.bk_stride[2] +
+                                h * p.bk_stride[3],
+                            p.bk_stride[4], lane, K, kh);
     }
   }
   if (p.write_final_state) {
 #pragma unroll
-    for (int vi = 0; vi < kBV; ++vi)
+    for (int vi = 0; vi < BV; ++vi)
       if (vi < rows) store_row<VEC, KPL>(st + (vt0 + vi) * p.st_stride[2], p.st_stride[3], lane, K, m[vi]);
   }
 }
 
-template <typename TIn, int KPL, bool VEC>
+template <typename TIn, int KPL, bool VEC, int BV>
+__global__ void __launch_bounds__(32) chain_verify_kernel(const ChainVerifyParams p) {
+  chain_verify_body<TIn, KPL, VEC, BV>(p);
+}
+
+template <typename TIn, int KPL, bool VEC, int BV, int MINB>
+__global__ void __launch_bounds__(32, MINB) chain_verify_kernel_capped(const ChainVerifyParams p) {
+  chain_verify_body<TIn, KPL, VEC, BV>(p);
+}
+
+template <typename TIn, int KPL, bool VEC, int BV>
 cudaError_t launch(const ChainVerifyParams& p, cudaStream_t stream) {
-  const dim3 grid((p.V + kBV - 1) / kBV, p.HV, p.R);
-  chain_verify_kernel<TIn, KPL, VEC><<<grid, 32, 0, stream>>>(p);
+  const dim3 grid((p.V + BV - 1) / BV, p.HV, p.R);
+  constexpr int kMinB = min_blocks<KPL, VEC, BV>();
+  if constexpr (kMinB > 0) {
+    if (p.reg_cap) {
+      chain_verify_kernel_capped<TIn, KPL, VEC, BV, kMinB><<<grid, 32, 0, stream>>>(p);
+      return cudaGetLastError();
+    }
+  }
+  chain_verify_kernel<TIn, KPL, VEC, BV><<<grid, 32, 0, stream>>>(p);
   return cudaGetLastError();
+}
+
+// BV = 4 for AR (one token per row) and small batches, else 8 (triton_chain.pick_config's rule);
+// p.bv (4 or 8) overrides; K > 256 (KPL 16) always uses 4 (the tile is BV * KPL registers).
+template <typename TIn, int KPL, bool VEC>
+cudaError_t dispatch_bv(const ChainVerifyParams& p, cudaStream_t stream) {
+  if constexpr (KPL >= 16) {
+    // the [BV, K] tile is BV * KPL registers per lane: 4 rows (2 on the non-vector path, whose
+    // per-element addressing costs registers) so that nothing spills
+    return launch<TIn, KPL, VEC, VEC ? 4 : 2>(p, stream);
+  } else {
+    int bv = p.bv;
+    if (bv != 4 && bv != 8)
+      bv = (p.N <= p.R || static_cast<int64_t>(p.R) * p.HV <= 16) ? 4 : 8;
+    return bv == 4 ? launch<TIn, KPL, VEC, 4>(p, stream) : launch<TIn, KPL, VEC, 8>(p, stream);
+  }
 }
 
 template <typename TIn>
 cudaError_t dispatch_k(const ChainVerifyParams& p, cudaStream_t stream) {
   // 16-byte path: K a multiple of 128 with unit key strides and 16-byte aligned rows (p.vec_ok)
-  if (p.vec_ok && p.K == 128) return launch<TIn, 4, true>(p, stream);
-  if (p.vec_ok && p.K == 256) return launch<TIn, 8, true>(p, stream);
-  if (p.vec_ok && p.K == 512) return launch<TIn, 16, true>(p, stream);
-  if (p.K <= 32) return launch<TIn, 1, false>(p, stream);
-  if (p.K <= 64) return launch<TIn, 2, false>(p, stream);
-  if (p.K <= 128) return launch<TIn, 4, false>(p, stream);
-  if (p.K <= 256) return launch<TIn, 8, false>(p, stream);
-  if (p.K <= 512) return launch<TIn, 16, false>(p, stream);
+  if (p.vec_ok && p.K == 128) return dispatch_bv<TIn, 4, true>(p, stream);
+  if (p.vec_ok && p.K == 256) return dispatch_bv<TIn, 8, true>(p, stream);
+  if (p.vec_ok && p.K == 512) return dispatch_bv<TIn, 16, true>(p, stream);
+  if (p.K <= 32) return dispatch_bv<TIn, 1, false>(p, stream);
+  if (p.K <= 64) return dispatch_bv<TIn, 2, false>(p, stream);
+  if (p.K <= 128) return dispatch_bv<TIn, 4, false>(p, stream);
+  if (p.K <= 256) return dispatch_bv<TIn, 8, false>(p, stream);
+  if (p.K <= 512) return dispatch_bv<TIn, 16, false>(p, stream);
   return cudaErrorInvalidValue;
 }
 

@@ -1,9 +1,10 @@
-// CUDA chain verify with the state tile in shared memory and the deferred commit fused
-// (ALGORITHMS.md §3, §6). Plain CUDA (no torch headers): the torch binding is
-// csrc/cuda/torch_binding_cuda.cpp, compiled only where CUDA torch is present.
+// CUDA chain verify: state tile in registers, value dim tiled, deferred commit fused
+// (ALGORITHMS.md §3, §6); v3 design notes in chain_verify.cu. Plain CUDA (no torch headers): the
+// torch binding is csrc/cuda/torch_binding_cuda.cpp, compiled only where CUDA torch is present.
 //
-// NOT RUN: written and compile-checked with `nvcc -arch=sm_90 -c` on a machine without a GPU; it
-// has never executed. Treat it as a starting point for the GPU engineer, not as a tested kernel.
+// v2 ran the GPU tests on the H200 (benchmarks/RESULTS.md); v3 (batched warp reduction, prefetch,
+// BV 4/8, register caps, token strides) was written on a machine without a GPU: compile-checked
+// with `nvcc -arch=sm_90` and run against chain_verify_ref in a host emulation of the warp.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +15,10 @@ namespace vllm_specla {
 namespace cuda {
 
 // Semantics: vllm_specla/ops/reference.py::chain_verify_ref. All pointers are device pointers.
-// Token tensors contiguous fp32; state/banks fp32 with arbitrary strides (elements); index
-// tensors contiguous int64. Optional pointers may be null (no banks / no pending / no record).
+// Token tensors: dense head and feature dims, any token stride (tok_stride, elements); o is
+// contiguous [N, HV, V]; state/banks fp32 with arbitrary strides (elements); index tensors
+// contiguous int64. Optional pointers may be null (no banks / no pending / no record);
+// read_bank is required with pending_len.
 struct ChainVerifyParams {
   const void* q;      // [N, H, K]  float32, or bfloat16 when in_bf16
   const void* k;      // [N, H, K]
@@ -31,20 +34,24 @@ struct ChainVerifyParams {
   int64_t bk_stride[5];
   int64_t bv_stride[5];
   int64_t bg_stride[4];
+  int64_t tok_stride[5];       // token (dim-0) strides of q, k, v, g, beta
   const int64_t* slots;        // [R]
   const int64_t* cu_seqlens;   // [R + 1]
   const int64_t* write_bank;   // [R] or null: no factor output
   const int64_t* pending_len;  // [R] or null: no pending factors
   const int64_t* read_bank;    // [R] or null
-  int R, H, HV, K, V, Tmax;
+  int R, N, H, HV, K, V, Tmax;  // N: tokens (q.size(0))
+  int bv;       // value rows per warp: 4 or 8; anything else = automatic (chain_verify.cu, dispatch_bv)
+  bool reg_cap;  // launch the register-capped variants where defined (chain_verify.cu, min_blocks)
   float scale;
   bool write_final_state;
   bool use_qk_l2norm;
   bool in_bf16;  // q, k, v are bfloat16 (read and widened in the kernel, no conversion kernels)
-  bool vec_ok;   // K % 128 == 0, unit key strides, 16-byte aligned bases: 16-byte loads/stores
+  bool vec_ok;   // K % 128 == 0, unit key strides, 16-byte aligned rows: 16-byte loads/stores
 };
 
-// Launches one CTA per (32-row value tile, value head, row); returns the launch error.
+// Launches one single-warp CTA per (value tile of 4 or 8 rows, value head, row); returns the
+// launch error.
 cudaError_t chain_verify(const ChainVerifyParams& p, cudaStream_t stream);
 
 }  // namespace cuda

@@ -9,6 +9,8 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <optional>
 
 #include "chain_verify.cuh"
@@ -24,6 +26,32 @@ const int64_t* opt_idx(const std::optional<at::Tensor>& t, std::optional<at::Ten
   if (!t.has_value()) return nullptr;
   keep = idx64(*t);
   return keep->data_ptr<int64_t>();
+}
+
+// x itself when every dim but the first (token) dim is densely packed, else a contiguous copy:
+// token-strided inputs (column slices of one projection output) are read in place.
+at::Tensor rows_dense(const at::Tensor& x) {
+  int64_t expect = 1;
+  for (int64_t d = x.dim() - 1; d >= 1; --d) {
+    if (x.size(d) != 1 && x.stride(d) != expect) return x.contiguous();
+    expect *= x.size(d);
+  }
+  return x;
+}
+
+// Tuning overrides, read at each call (benchmarks/bench_csrc_cuda.py --bv / --regcap): value rows
+// per warp VLLM_SPECLA_CUDA_BV (4 or 8, else 0: automatic) and VLLM_SPECLA_CUDA_REGCAP=0 (the
+// kernel variants without the register caps of chain_verify.cu's min_blocks).
+int bv_override() {
+  const char* s = std::getenv("VLLM_SPECLA_CUDA_BV");
+  if (s == nullptr) return 0;
+  const int bv = std::atoi(s);
+  return bv == 4 || bv == 8 ? bv : 0;
+}
+
+bool reg_cap() {
+  const char* s = std::getenv("VLLM_SPECLA_CUDA_REGCAP");
+  return s == nullptr || std::atoi(s) != 0;
 }
 
 template <int D>
@@ -50,9 +78,11 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   const bool in_bf16 = q.scalar_type() == at::kBFloat16 && k.scalar_type() == at::kBFloat16 &&
                        v.scalar_type() == at::kBFloat16;
   const auto in_t = in_bf16 ? at::kBFloat16 : at::kFloat;
-  at::Tensor qf = q.to(in_t).contiguous(), kf = k.to(in_t).contiguous();
-  at::Tensor vf = v.to(in_t).contiguous(), gf = g.to(at::kFloat).contiguous();
-  at::Tensor bf = beta.to(at::kFloat).contiguous();
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3 && g.dim() == 2 && beta.dim() == 2,
+              "chain_verify (CUDA): q, k [N, H, K], v [N, HV, V], g, beta [N, HV]");
+  at::Tensor qf = rows_dense(q.to(in_t)), kf = rows_dense(k.to(in_t));
+  at::Tensor vf = rows_dense(v.to(in_t)), gf = rows_dense(g.to(at::kFloat));
+  at::Tensor bf = rows_dense(beta.to(at::kFloat));
   at::Tensor sl = idx64(slots), cu = idx64(cu_seqlens);
   std::optional<at::Tensor> wb, pl, rb;
   vllm_specla::cuda::ChainVerifyParams p{};
@@ -62,6 +92,11 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   p.in_bf16 = in_bf16;
   p.g = gf.data_ptr<float>();
   p.beta = bf.data_ptr<float>();
+  p.tok_stride[0] = qf.stride(0);
+  p.tok_stride[1] = kf.stride(0);
+  p.tok_stride[2] = vf.stride(0);
+  p.tok_stride[3] = gf.stride(0);
+  p.tok_stride[4] = bf.stride(0);
   at::Tensor o = at::empty(vf.sizes(), vf.options().dtype(at::kFloat));
   p.o = o.data_ptr<float>();
   p.state = state.data_ptr<float>();
@@ -74,6 +109,7 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   const bool banks = bank_k.has_value() && bank_v.has_value() && bank_g.has_value();
   TORCH_CHECK(banks || (p.write_bank == nullptr && p.pending_len == nullptr),
               "bank_k, bank_v, bank_g are required with write_bank or pending_len");
+  TORCH_CHECK(p.pending_len == nullptr || p.read_bank != nullptr, "read_bank is required with pending_len");
   if (banks) {
     p.bank_k = bank_k->data_ptr<float>();
     p.bank_v = bank_v->data_ptr<float>();
@@ -83,16 +119,27 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
     strides<4>(*bank_g, p.bg_stride);
     p.Tmax = static_cast<int>(bank_k->size(2));
   }
-  p.R = static_cast<int>(sl.numel());
+  p.R = static_cast<int>(std::max<int64_t>(cu.numel() - 1, 0));
+  TORCH_CHECK(sl.numel() >= p.R, "slots must cover the rows of cu_seqlens");
+  p.N = static_cast<int>(q.size(0));
+  p.bv = bv_override();
+  p.reg_cap = reg_cap();
   p.H = static_cast<int>(q.size(1));
   p.K = static_cast<int>(q.size(2));
   p.HV = static_cast<int>(v.size(1));
   p.V = static_cast<int>(v.size(2));
+  TORCH_CHECK(p.H > 0 && p.HV % p.H == 0, "chain_verify (CUDA): HV must be a multiple of H");
   p.scale = static_cast<float>(scale);
   p.write_final_state = write_final_state;
+  // 16-byte path: every row start 16-byte aligned (base pointer and all outer strides), unit key
+  // strides; K % 128 == 0 makes the per-head offsets h * K aligned too
   auto al16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  p.vec_ok = p.K % 128 == 0 && p.st_stride[3] == 1 && al16(p.q) && al16(p.k) && al16(p.state) &&
-             (!banks || (p.bk_stride[4] == 1 && al16(p.bank_k)));
+  const int64_t in_vec = in_bf16 ? 8 : 4;  // elements per 16 bytes
+  p.vec_ok = p.K % 128 == 0 && al16(p.q) && al16(p.k) && p.tok_stride[0] % in_vec == 0 &&
+             p.tok_stride[1] % in_vec == 0 && qf.stride(2) == 1 && kf.stride(2) == 1 && al16(p.state) &&
+             p.st_stride[3] == 1 && p.st_stride[0] % 4 == 0 && p.st_stride[1] % 4 == 0 && p.st_stride[2] % 4 == 0 &&
+             (!banks || (al16(p.bank_k) && p.bk_stride[4] == 1 && p.bk_stride[0] % 4 == 0 &&
+                         p.bk_stride[1] % 4 == 0 && p.bk_stride[2] % 4 == 0 && p.bk_stride[3] % 4 == 0));
   p.use_qk_l2norm = use_qk_l2norm;
   const cudaError_t err = vllm_specla::cuda::chain_verify(p, c10::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "vllm_specla chain_verify CUDA launch failed: ", cudaGetErrorString(err));

@@ -27,6 +27,7 @@ import torch
 
 AVAILABLE = False
 LOAD_ERROR: str | None = None
+CUDA_LOADED = False  # set by load_cuda(): the CUDA chain_verify is registered for CUDA tensors
 CHECK = os.environ.get("VLLM_SPECLA_CPP_CHECK", "0") not in ("", "0")
 _OPS = ("chain_verify", "tree_verify", "recover", "conv_verify", "conv_commit")
 _ENABLED = {n.strip() for n in os.environ.get("VLLM_SPECLA_CPP_OPS", ",".join(_OPS)).split(",") if n.strip()}
@@ -48,12 +49,16 @@ def _jit_load() -> None:
 
 
 def load_cuda(verbose: bool = False) -> bool:
-    """JIT-build ``csrc/cuda/`` (a CUDA ``chain_verify``: state tile in registers, V tiled, fused
-    deferred commit) and register it for CUDA tensors of ``torch.ops.vllm_specla.chain_verify``.
+    """JIT-build ``csrc/cuda/`` (a CUDA ``chain_verify``, v3: state tile in registers, V tiled,
+    fused deferred commit, one batched warp reduction per token, next token prefetched) and
+    register it for CUDA tensors of ``torch.ops.vllm_specla.chain_verify``.
 
-    Run on the H200 (tests/test_csrc.py, benchmarks/bench_csrc_cuda.py, RESULTS.md);
-    the public dispatcher keeps using the Triton kernel on CUDA. Needs CUDA torch, nvcc and the
+    Run on the H200 (tests/test_csrc.py, benchmarks/bench_csrc_cuda.py, RESULTS.md). Once loaded,
+    the public dispatcher (``ops/chain_verify.py``) uses it per shape where it measured faster than
+    Triton (verify / SpecLA-step windows at more than 16 (row, head) pairs). Needs CUDA torch, nvcc and the
     CPU extension loaded first (it defines the op schemas). Returns False when CUDA is absent.
+    Tuning overrides read at each call: ``VLLM_SPECLA_CUDA_BV=4|8`` (value rows per warp, else
+    automatic) and ``VLLM_SPECLA_CUDA_REGCAP=0`` (no register caps).
     """
     if not AVAILABLE:
         raise RuntimeError(f"the C++ CPU extension (op schemas) is not loaded: {LOAD_ERROR}")
@@ -65,6 +70,8 @@ def load_cuda(verbose: bool = False) -> bool:
     load(name="vllm_specla_cuda_jit", sources=[os.path.join(src, "chain_verify.cu"),
                                                os.path.join(src, "torch_binding_cuda.cpp")],
          extra_cflags=["-O3"], extra_cuda_cflags=["-O3"], is_python_module=False, verbose=verbose)
+    global CUDA_LOADED
+    CUDA_LOADED = True
     return True
 
 

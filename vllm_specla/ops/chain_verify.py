@@ -1,6 +1,8 @@
 """Public chain-verify op: state-resident verify of a draft chain with factor output.
 
-Dispatch: the Triton kernel on CUDA tensors when available (``vllm_specla.ops.triton_chain``),
+Dispatch on CUDA tensors: the UT (tensor-core) Triton kernel for long verify windows at large batch,
+the CUDA csrc kernel when JIT-built (:func:`vllm_specla.ops._cpp.load_cuda`) for other verify windows
+at more than 16 (row, head) pairs, else the serial Triton kernel (``vllm_specla.ops.triton_chain``);
 the C++ CPU op (``csrc/``, :mod:`vllm_specla.ops._cpp`) on CPU tensors when built, else the
 plain-torch :func:`vllm_specla.ops.reference.chain_verify_ref` (fallback, oracle).
 Arguments, shapes and semantics: see :func:`~vllm_specla.ops.reference.chain_verify_ref`
@@ -26,21 +28,39 @@ def _triton_impl():
 
 
 # CUDA kernel for chain verify: "serial" (triton_chain: per-token walk on the state tile), "ut"
-# (triton_chain_ut: tensor-core UT/chunk form), or "auto": UT for windows of >= UT_MIN_TOKENS
-# tokens per row at >= UT_MIN_ROWS rows, serial otherwise (AR decode, small batch). Shapes only:
-# no host sync, CUDA-graph safe. Thresholds from benchmarks/RESULTS.md (bench_ut.py, H200).
-VERIFY_KERNEL = os.environ.get("VLLM_SPECLA_VERIFY_KERNEL", "serial")
-UT_MIN_TOKENS = 2.0
-UT_MIN_ROWS = 8
+# (triton_chain_ut: tensor-core UT/chunk form, pending factors committed first by the recover
+# kernel), or "auto" (default): UT for verify windows of >= UT_MIN_TOKENS tokens per row at
+# >= UT_MIN_ROWS rows, serial otherwise (AR decode, short windows, small batch, write_final_state).
+# Shapes only: no host sync, CUDA-graph safe. Thresholds from the H200 (benchmarks/RESULTS.md,
+# ut_v5_h200.json): at T = 8 the UT path (recover + UT verify) beats the serial fused step by
+# 1.08-1.23x at B = 32-256; at T = 5 the serial kernel is faster.
+VERIFY_KERNEL = os.environ.get("VLLM_SPECLA_VERIFY_KERNEL", "auto")
+UT_MIN_TOKENS = 7.5
+UT_MIN_ROWS = 32
 
 
 def _use_ut(q: torch.Tensor, kw: dict) -> bool:
-    if VERIFY_KERNEL == "serial":
+    if VERIFY_KERNEL == "serial" or kw.get("write_final_state", False):
         return False
     if VERIFY_KERNEL == "ut":
         return True
     rows = kw["cu_seqlens"].numel() - 1
     return rows >= UT_MIN_ROWS and q.shape[0] >= UT_MIN_TOKENS * max(rows, 1)
+
+
+# The CUDA csrc chain verify (csrc/cuda, v3) once _cpp.load_cuda() has JIT-built it: used for verify
+# and SpecLA-step windows (no write_final_state) at more than CUDA_MIN_PAIRS (row, value head) pairs,
+# where it measured 0.78-0.90x the Triton serial kernel's time on the H200 (RESULTS.md,
+# csrc_cuda_v3.json); Triton keeps AR (equal at large batch) and batch 1-2 (Triton 1.07-1.26x faster).
+# VLLM_SPECLA_CUDA_CSRC=0 turns it off.
+USE_CUDA_CSRC = os.environ.get("VLLM_SPECLA_CUDA_CSRC", "1") not in ("", "0")
+CUDA_MIN_PAIRS = 16
+
+
+def _use_cuda_csrc(kw: dict) -> bool:
+    if not (USE_CUDA_CSRC and _cpp.CUDA_LOADED) or kw.get("write_final_state", False):
+        return False
+    return (kw["cu_seqlens"].numel() - 1) * kw["state"].shape[1] > CUDA_MIN_PAIRS
 
 
 def _ut_impl():
@@ -58,6 +78,8 @@ def chain_verify(q, k, v, g, beta, **kw) -> torch.Tensor:
             ut = _ut_impl()
             if ut is not None:
                 return ut.chain_verify_ut(q, k, v, g, beta, **kw)
+        if _use_cuda_csrc(kw):
+            return _cpp.chain_verify(q, k, v, g, beta, **kw)
         impl = _triton_impl()
         if impl is not None and hasattr(impl, "chain_verify"):
             return impl.chain_verify(q, k, v, g, beta, **kw)

@@ -81,6 +81,7 @@ import triton
 import triton.language as tl
 
 from vllm_specla.ops import triton_chain as _tc
+from vllm_specla.ops import triton_recover as _tr
 from vllm_specla.ops.triton_chain import _rows_dense
 
 # (BV, num_warps, KC, num_stages) forced for every launch when not None (tests, benchmark sweeps).
@@ -89,21 +90,23 @@ CONFIG_OVERRIDE: tuple[int, ...] | None = None
 DOT_PRECISION = "tf32x3"
 _PREC_CODE = {"ieee": 0, "tf32x3": 1, "tf32": 2, "bf16x3": 3}
 BT = 16  # window-token chunk (a verify window of <= 16 tokens is one chunk); dot K-dim >= 16
-BP = 16  # pending-factor chunk
-PREP_WARPS = 4  # warps of the per-(row, head) prep kernel
-PREP_KG = 16  # key-dim chunk of its [BT, BT, KG] Gram products
+# Pending factors (deferred commit): False = the recover kernel commits them first and the UT kernel
+# verifies from the committed state (3 state passes); True = folded inside the UT kernel on the CUDA
+# cores while the tensor-core products read the pre-pending state (2 passes). Measured on the H200
+# (benchmarks/RESULTS.md, ut_v5_h200.json) the fused form is 1.15-1.3x slower (its per-chunk fold
+# loop costs more than the extra pass), so it is off; tests run both.
+FUSE_PENDING = False
+PREP_WARPS = 1  # warps of the per-(row, head) prep kernel (its [BT, BT] work stays in one warp)
+PREP_KG = 32  # key-dim chunk of its Gram dots (64 spills at 1 warp)
 
 # (BV, num_warps, KC, num_stages) by regime. KC: key-dim chunk in which the [BV, K] state tile is
 # streamed through registers (the tile is never whole in registers); num_stages > 1 lets Triton
-# prefetch the next chunk (cp.async). First guesses from sm_90 compiles (Triton 3.9,
-# 6x256x512, no spills: 64/4/16/2 uses 168 registers for verify and step, 231 with the final-state
-# pass; KC = 32/64 or num_stages 3 push the step variant to 220-255 with spills) -- run
-# benchmarks/bench_ut.py (its sweep prints the best config per shape) and update. Measured on the
-# H200 with these defaults: 1.5-6x slower than the serial kernel (benchmarks/RESULTS.md), so the
-# dispatcher does not use it (ops/chain_verify.py VERIFY_KERNEL). "large": enough
-# programs at BV = 64 to fill the GPU (>= LARGE_PROGRAMS); "small": batch 1-2, smaller programs.
+# prefetch the next chunk. "large": from the H200 sweep of benchmarks/bench_ut.py (ut_v5_h200.json;
+# verify T = 8 at B = 128: 32/2/16/3 217 / 169 us for 6x256x512 / 8x256x256, 64/4/32/2 219 / 170,
+# 64/4/16/2 271 / 197, 128/8/16/2 314 / 238); "small" (fewer than LARGE_PROGRAMS programs at the
+# large BV: batch 1-2, where the dispatcher uses the serial kernel anyway) unswept.
 TUNED_UT: dict[str, tuple[int, int, int, int]] = {
-    "large": (64, 4, 16, 2),
+    "large": (32, 2, 16, 3),
     "small": (32, 4, 16, 2),
 }
 LARGE_PROGRAMS = 4 * 132
@@ -165,43 +168,26 @@ def _pending_vw(bank_v, bank_g, p_base, p0, n_p, i_hv, o_v, mv, o_p, HV: tl.cons
 
 
 @triton.jit
-def _fold_pending(b_h, bank_k, bank_v, bank_g, p_base, n_p, pvw0, pe0, i_h, i_hv, o_v, mv, o_k, mk, o_p,
-                  H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BP: tl.constexpr,
-                  MULTI_P: tl.constexpr, PREC: tl.constexpr):
-    """``M = e^{G_P} M + sum_u e^{G_P - G_u} v~_u k^_u^T`` on the key columns ``o_k`` of ``b_h [BV, KC]``:
-    one rank-BP tl.dot per BP pending factors (``pvw0, pe0``: the first BP, prepared once)."""
-    if n_p > 0:
-        mp = o_p < n_p
-        b_pk = tl.load(bank_k + ((p_base + o_p)[:, None] * H + i_h) * K + o_k[None, :],
-                       mask=mp[:, None] & mk[None, :], other=0.0)  # [BP, KC]
-        b_h = b_h * pe0 + _mm(pvw0, b_pk, PREC)
-        if MULTI_P:  # Tmax > BP only (compiled out otherwise: the loop costs ~60 registers)
-            for p0 in range(BP, n_p, BP):
-                pvw, pe = _pending_vw(bank_v, bank_g, p_base, p0, n_p, i_hv, o_v, mv, o_p, HV, V)
-                mp = (p0 + o_p) < n_p
-                b_pk = tl.load(bank_k + ((p_base + p0 + o_p)[:, None] * H + i_h) * K + o_k[None, :],
-                               mask=mp[:, None] & mk[None, :], other=0.0)
-                b_h = b_h * pe + _mm(pvw, b_pk, PREC)
-    return b_h
-
-
-@triton.jit
 def _ut_prep_kernel(
     q, k, g, beta, slots, cu_seqlens,
-    bank_k, bank_g, write_bank,
+    bank_k, bank_g, write_bank, pending_len, read_bank,
     qk_s, mat_s, vec_s,
     scale, Tmax, sq, sk, sg, sb,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, KG: tl.constexpr, BT: tl.constexpr,
-    HAS_BANK: tl.constexpr, L2NORM: tl.constexpr,
+    HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, L2NORM: tl.constexpr, PREC: tl.constexpr,
 ):
     """Per ``(value head, row)``: everything of the window that does not touch the state.
 
     Writes ``q^`` (l2-normalised, times ``scale``) and ``k^`` (l2-normalised) of the key head to
-    ``qk_s[r, h, 0/1, t, :]`` (rows ``t < T`` only, by the first value head of each GVA group),
-    ``Tinv = (I + A)^-1`` and ``W = tril_incl(Q^ K^T ⊙ D)`` to ``mat_s[r, hv, 0/1]`` (``[BT, BT]``)
-    and ``e^{Γ_t}``, ``beta_t`` to ``vec_s[r, hv, 0/1]`` (``[BT]``); with ``HAS_BANK`` the ``k^``
-    and ``g`` factors of the window to bank ``write_bank[r]`` (one writer per element). Padded
-    tokens (``t >= T``) have ``g = beta = 0``, zero rows of ``A`` and ``W``, identity rows of ``Tinv``.
+    ``qk_s[r, h, 0/1, t, :]`` (rows ``t < T`` only, by the first value head of each GVA group);
+    ``mat_s[r, hv, 0..3]`` (``[BT, BT]``): ``Tinv = (I + A)^-1``, ``W = tril_incl(Q^ K^^T ⊙ D)`` and,
+    with pending factors, ``Gpk[u, t] = k_u . k^_t``, ``Gpq[u, t] = k_u . q^_t`` (``k_u`` the pending
+    keys of bank ``read_bank[r]``, ``u < pending_len[r] <= BT``); ``vec_s[r, hv, 0/1]``: ``e^{Γ_t}``,
+    ``beta_t``; with ``HAS_BANK`` the ``k^`` and ``g`` factors of the window to bank
+    ``write_bank[r]`` (one writer per element). Padded tokens (``t >= T``) have ``g = beta = 0``,
+    zero rows of ``A`` and ``W``, identity rows of ``Tinv``. The products run as tensor-core dots
+    (``PREC``, tf32x3 by default) on ``[BT, KG]`` column chunks of the raw q/k; the l2norm scales
+    are applied to the products afterwards.
     """
     i_hv = tl.program_id(0)
     i_r = tl.program_id(1)
@@ -215,22 +201,34 @@ def _ut_prep_kernel(
     o_g = tl.arange(0, KG)
     mt = o_t < T
     i_t = bos + o_t
+    slot = tl.load(slots + i_r).to(tl.int64)
+    if HAS_PENDING:
+        n_p = tl.maximum(tl.minimum(tl.minimum(tl.load(pending_len + i_r).to(tl.int32), Tmax), BT), 0)
+        p_pos = (slot * 2 + tl.load(read_bank + i_r).to(tl.int64)) * Tmax + o_t  # [BP = BT] pending positions
+        m_pu = o_t < n_p
 
-    # Gram products K K^T, Q K^T and the squared norms on raw q/k, KG-column chunks as exact fp32
-    # [BT, BT, KG] products (tl.dot's FMA path spills at K = 256); the l2norm is applied after
     ssq = tl.zeros([BT], dtype=tl.float32)
     ssk = tl.zeros([BT], dtype=tl.float32)
     b_kk = tl.zeros([BT, BT], dtype=tl.float32)
     b_qk = tl.zeros([BT, BT], dtype=tl.float32)
+    b_pk = tl.zeros([BT, BT], dtype=tl.float32)
+    b_pq = tl.zeros([BT, BT], dtype=tl.float32)
     for c in range(0, BK // KG):
         o_kc = c * KG + o_g
-        mtc = mt[:, None] & (o_kc < K)[None, :]
+        mkc = (o_kc < K)[None, :]
+        mtc = mt[:, None] & mkc
         b_qc = tl.load(q + i_t[:, None] * sq + i_h * K + o_kc[None, :], mask=mtc, other=0.0).to(tl.float32)
         b_kc = tl.load(k + i_t[:, None] * sk + i_h * K + o_kc[None, :], mask=mtc, other=0.0).to(tl.float32)
         ssq += tl.sum(b_qc * b_qc, 1)
         ssk += tl.sum(b_kc * b_kc, 1)
-        b_kk += tl.sum(b_kc[:, None, :] * b_kc[None, :, :], 2)
-        b_qk += tl.sum(b_qc[:, None, :] * b_kc[None, :, :], 2)
+        b_kcT = tl.trans(b_kc)
+        b_kk += _mm(b_kc, b_kcT, PREC)
+        b_qk += _mm(b_qc, b_kcT, PREC)
+        if HAS_PENDING:
+            b_uc = tl.load(bank_k + (p_pos[:, None] * H + i_h) * K + o_kc[None, :], mask=m_pu[:, None] & mkc,
+                           other=0.0)  # pending keys (already normalised) [BT, KG]
+            b_pk += _mm(b_uc, b_kcT, PREC)
+            b_pq += _mm(b_uc, tl.trans(b_qc), PREC)
     if L2NORM:
         rk = tl.rsqrt(ssk + 1e-6)
         rq = tl.rsqrt(ssq + 1e-6) * scale
@@ -244,10 +242,12 @@ def _ut_prep_kernel(
     b_b = tl.load(beta + i_t * sb + i_hv, mask=mt, other=0.0).to(tl.float32)
     m_s = o_t[:, None] > o_t[None, :]  # strictly lower: u < t
     m_i = o_t[:, None] >= o_t[None, :]  # lower incl. the diagonal
-    # Γ_t - Γ_u = sum_{u < s <= t} g_s summed directly ([BT, BT, BT] masked sum), not as a
-    # difference of cumulative sums (which loses ~1e-4 absolute when Γ reaches -1600)
-    m3 = (o_t[None, None, :] > o_t[None, :, None]) & (o_t[None, None, :] <= o_t[:, None, None])
-    b_S = tl.sum(tl.where(m3, b_g[None, None, :], 0.0), 2)
+    # Γ_t - Γ_u = sum_{u < s <= t} g_s summed directly, not as a difference of cumulative sums
+    # (which loses ~1e-4 absolute when Γ reaches -1600 under strong decay)
+    b_S = tl.zeros([BT, BT], dtype=tl.float32)
+    for s in range(1, T):
+        g_s = tl.load(g + (bos + s) * sg + i_hv).to(tl.float32)
+        b_S += tl.where((o_t[None, :] < s) & (o_t[:, None] >= s), g_s, 0.0)
     b_D = tl.exp(tl.where(m_i, b_S, 0.0))
     b_A = tl.where(m_s, b_b[:, None] * b_kk * b_D, 0.0)
     b_W = tl.where(m_i, b_qk * b_D, 0.0)
@@ -261,15 +261,17 @@ def _ut_prep_kernel(
     b_Ti = b_N + tl.where(o_t[:, None] == o_t[None, :], 1.0, 0.0)
     eG = tl.exp(tl.cumsum(b_g, 0))
 
-    p_m = mat_s + (i_r * HV + i_hv) * (2 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
+    p_m = mat_s + (i_r * HV + i_hv) * (4 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
     tl.store(p_m, b_Ti)
     tl.store(p_m + BT * BT, b_W)
+    if HAS_PENDING:
+        tl.store(p_m + 2 * BT * BT, b_pk * rk[None, :])
+        tl.store(p_m + 3 * BT * BT, b_pq * rq[None, :])
     p_e = vec_s + (i_r * HV + i_hv) * (2 * BT) + o_t
     tl.store(p_e, eG)
     tl.store(p_e + BT, b_b)
     k_writer = i_hv % G == 0
     if HAS_BANK:
-        slot = tl.load(slots + i_r).to(tl.int64)
         pw = (slot * 2 + tl.load(write_bank + i_r).to(tl.int64)) * Tmax + o_t  # [BT] bank positions
         mb = mt & (o_t < Tmax)
         tl.store(bank_g + pw * HV + i_hv, b_g, mask=mb)
@@ -297,7 +299,7 @@ def _chain_ut_kernel(
     Tmax, sv,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     KC: tl.constexpr, NKC: tl.constexpr,
-    BV: tl.constexpr, BT: tl.constexpr, BP: tl.constexpr, MULTI_P: tl.constexpr,
+    BV: tl.constexpr, BT: tl.constexpr,
     HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, PREC: tl.constexpr,
 ):
     """Per ``(V-tile, value head, row)``: the state part of the window (see the module docstring)."""
@@ -316,7 +318,6 @@ def _chain_ut_kernel(
     mv = o_v < V
     o_c = tl.arange(0, KC)  # key index inside a K-chunk of the state
     o_t = tl.arange(0, BT)
-    o_p = tl.arange(0, BP)
     mt = o_t < T
     i_t = bos + o_t  # [BT] token index
     p_st = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K  # [BV, 1] row pointers of the tile
@@ -324,11 +325,12 @@ def _chain_ut_kernel(
 
     n_p = tl.zeros([], dtype=tl.int32)
     if HAS_PENDING:
-        n_p = tl.maximum(tl.minimum(tl.load(pending_len + i_r).to(tl.int32), Tmax), 0)
+        n_p = tl.maximum(tl.minimum(tl.minimum(tl.load(pending_len + i_r).to(tl.int32), Tmax), BT), 0)
         p_base = (slot * 2 + tl.load(read_bank + i_r).to(tl.int64)) * Tmax
-        pvw0, pe0 = _pending_vw(bank_v, bank_g, p_base, 0, n_p, i_hv, o_v, mv, o_p, HV, V)
 
-    # ---- one pass over K-chunks: state tile (pending folded, stored once), M0 k^, M0 q^ ----
+    # ---- one pass over K-chunks of the slot's state M (pre-pending): M k^, M q^ (tensor cores);
+    # the pending factors are folded on the CUDA cores (the reference's serial order) and the
+    # committed state is stored once; the products see them through Gpk / Gpq below ----
     b_mk = tl.zeros([BV, BT], dtype=tl.float32)
     b_mq = tl.zeros([BV, BT], dtype=tl.float32)
     for kc in range(0, NKC):
@@ -336,19 +338,28 @@ def _chain_ut_kernel(
         mk = o_k < K
         mh = mv[:, None] & mk[None, :]
         b_h = tl.load(p_st + o_k[None, :], mask=mh, other=0.0)  # [BV, KC]
-        if HAS_PENDING:
-            b_h = _fold_pending(b_h, bank_k, bank_v, bank_g, p_base, n_p, pvw0, pe0, i_h, i_hv, o_v, mv,
-                                o_k, mk, o_p, H, HV, K, V, BP, MULTI_P, PREC)
-            if n_p > 0:
-                tl.store(p_st + o_k[None, :], b_h, mask=mh)
         mkt = mk[:, None] & mt[None, :]  # [KC, BT]: q^/k^ loaded transposed (dot B operands)
         b_qT = tl.load(p_qk + o_k[:, None], mask=mkt, other=0.0)
         b_kT = tl.load(p_qk + BT * K + o_k[:, None], mask=mkt, other=0.0)
         b_mk += _mm(b_h, b_kT, PREC)
         b_mq += _mm(b_h, b_qT, PREC)
+        if HAS_PENDING:
+            if n_p > 0:
+                for u in range(0, n_p):
+                    b_uk = tl.load(bank_k + ((p_base + u) * H + i_h) * K + o_k, mask=mk, other=0.0)
+                    b_uv = tl.load(bank_v + ((p_base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
+                    b_ug = tl.load(bank_g + (p_base + u) * HV + i_hv)
+                    b_h = b_h * tl.exp(b_ug) + b_uv[:, None] * b_uk[None, :]
+                tl.store(p_st + o_k[None, :], b_h, mask=mh)
+
+    p_m = mat_s + (i_r * HV + i_hv) * (4 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
+    if HAS_PENDING:
+        # M0 = e^{G_P} M + sum_u e^{G_P - G_u} v~_u k_u^T, so M0 k^ = e^{G_P} M k^ + Pvw Gpk (and q^)
+        pvw, pe = _pending_vw(bank_v, bank_g, p_base, 0, n_p, i_hv, o_v, mv, o_t, HV, V)
+        b_mk = b_mk * pe + _mm(pvw, tl.load(p_m + 2 * BT * BT), PREC)
+        b_mq = b_mq * pe + _mm(pvw, tl.load(p_m + 3 * BT * BT), PREC)
 
     # ---- the window on [BV, BT] tiles (ALGORITHMS.md §4, chain mask) ----
-    p_m = mat_s + (i_r * HV + i_hv) * (2 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
     b_Ti = tl.load(p_m)
     b_W = tl.load(p_m + BT * BT)
     p_e = vec_s + (i_r * HV + i_hv) * (2 * BT) + o_t
@@ -419,29 +430,35 @@ def _launch_ut(
     BV, nw, KC, ns = tuple(config) if config is not None else pick_config_ut(R, HV, V, K, N / R)
     KC = min(KC, BK)
     prec = _PREC_CODE[precision or DOT_PRECISION]
-    # per-(row, head) scratch of the prep kernel (fp32): q^/k^ rows, Tinv/W, e^Γ/beta
+    if has_pending and (not FUSE_PENDING or tmax > BT):
+        # separate commit (the default, faster here, see FUSE_PENDING) or more pending factors than
+        # one [BT, BT] pending Gram holds: commit them with the recover kernel, verify without pending
+        _tr.recover(state, slots, bank_k, bank_v, bank_g, read_bank, pending_len)
+        has_pending = False
+    # per-(row, head) scratch of the prep kernel (fp32): q^/k^ rows, Tinv/W/Gpk/Gpq, e^Γ/beta
     qk_s = torch.empty(R, H, 2, BT, K, dtype=torch.float32, device=v.device)
-    mat_s = torch.empty(R, HV, 2, BT, BT, dtype=torch.float32, device=v.device)
+    mat_s = torch.empty(R, HV, 4, BT, BT, dtype=torch.float32, device=v.device)
     vec_s = torch.empty(R, HV, 2, BT, dtype=torch.float32, device=v.device)
     bk_, bv_, bg_ = (x if x is not None else dummy for x in (bank_k, bank_v, bank_g))
     wb_ = write_bank if has_bank else slots
+    pl_ = pending_len if has_pending else slots
+    rb_ = read_bank if has_pending else slots
     _ut_prep_kernel[(HV, R)](
         q, k, g, beta, slots, cu_seqlens,
-        bk_, bg_, wb_,
+        bk_, bg_, wb_, pl_, rb_,
         qk_s, mat_s, vec_s,
         float(scale), tmax, q.stride(0), k.stride(0), g.stride(0), beta.stride(0),
-        H=H, HV=HV, K=K, BK=BK, KG=min(PREP_KG, BK), BT=BT, HAS_BANK=has_bank, L2NORM=bool(use_qk_l2norm),
+        H=H, HV=HV, K=K, BK=BK, KG=min(PREP_KG, BK), BT=BT, HAS_BANK=has_bank, HAS_PENDING=has_pending,
+        L2NORM=bool(use_qk_l2norm), PREC=prec,
         num_warps=PREP_WARPS,
     )
     _chain_ut_kernel[(triton.cdiv(V, BV), HV, R)](
         v, o,
         state, slots, cu_seqlens,
-        bk_, bv_, bg_, wb_,
-        pending_len if has_pending else slots,
-        read_bank if has_pending else slots,
+        bk_, bv_, bg_, wb_, pl_, rb_,
         qk_s, mat_s, vec_s,
         tmax, v.stride(0),
-        H=H, HV=HV, K=K, V=V, KC=KC, NKC=BK // KC, BV=BV, BT=BT, BP=BP, MULTI_P=tmax > BP,
+        H=H, HV=HV, K=K, V=V, KC=KC, NKC=BK // KC, BV=BV, BT=BT,
         HAS_BANK=has_bank, HAS_PENDING=has_pending, PREC=prec,
         num_warps=nw, num_stages=ns,
     )

@@ -1,0 +1,46 @@
+"""Kernel choice of the public chain-verify op on CUDA tensors (``ops/chain_verify.py``).
+
+The rules are shape-only (no host sync, CUDA-graph safe), so they are checked here on CPU tensors
+standing in for CUDA ones: the UT kernel for long verify windows at large batch, the CUDA csrc
+kernel (when loaded) for other verify windows at > 16 (row, head) pairs, never either for
+``write_final_state`` (AR / commit), and the environment switches.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from vllm_specla.ops import _cpp
+from vllm_specla.ops import chain_verify as cv
+
+
+def _kw(rows: int, T: int, HV: int = 6, final: bool = False):
+    q = torch.zeros(rows * T, 6, 4)
+    kw = dict(cu_seqlens=torch.arange(0, rows * T + 1, T), state=torch.zeros(rows, HV, 2, 4), write_final_state=final)
+    return q, kw
+
+
+def test_ut_rule(monkeypatch):
+    monkeypatch.setattr(cv, "VERIFY_KERNEL", "auto")
+    assert cv._use_ut(*_kw(32, 8))
+    assert cv._use_ut(*_kw(256, 9))
+    assert not cv._use_ut(*_kw(32, 5))  # short windows: serial / csrc
+    assert not cv._use_ut(*_kw(16, 8))  # small batch
+    assert not cv._use_ut(*_kw(64, 8, final=True))  # AR / commit writes the state: serial
+    monkeypatch.setattr(cv, "VERIFY_KERNEL", "serial")
+    assert not cv._use_ut(*_kw(128, 8))
+    monkeypatch.setattr(cv, "VERIFY_KERNEL", "ut")
+    assert cv._use_ut(*_kw(1, 2))
+    assert not cv._use_ut(*_kw(1, 2, final=True))
+
+
+def test_cuda_csrc_rule(monkeypatch):
+    monkeypatch.setattr(_cpp, "CUDA_LOADED", False)
+    assert not cv._use_cuda_csrc(_kw(64, 5)[1])  # not built: Triton
+    monkeypatch.setattr(_cpp, "CUDA_LOADED", True)
+    assert cv._use_cuda_csrc(_kw(64, 5)[1])
+    assert cv._use_cuda_csrc(_kw(3, 5, HV=6)[1])  # 18 (row, head) pairs
+    assert not cv._use_cuda_csrc(_kw(2, 5, HV=8)[1])  # 16 pairs: batch 1-2 stays on Triton
+    assert not cv._use_cuda_csrc(_kw(64, 1, final=True)[1])  # AR: Triton
+    monkeypatch.setattr(cv, "USE_CUDA_CSRC", False)
+    assert not cv._use_cuda_csrc(_kw(64, 5)[1])
