@@ -316,20 +316,21 @@ def compact_path_factors(
 
     Args: slots, bank_idx, path_len ``[R]`` int; path ``[R, P]`` int (entries past ``path_len``
     ignored).
+
+    Two indexing kernels per bank tensor (one gather of all ``P`` path positions, then one
+    scatter), so a runtime step with ``4 x layers`` banks launches ``8 x layers`` small kernels
+    instead of ``P`` times that; the gather materialises every source before any write.
     """
     R, P = path.shape
     if R == 0:
         return
     dev = path.device
-    slots = slots.to(dev).long()
-    bank_idx = bank_idx.to(dev).long()
-    path = path.long()
-    for j in range(P):
-        keep = (j < path_len.to(dev))
-        src = torch.where(keep, path[:, j], torch.full_like(path[:, j], j))
-        dst = torch.full_like(src, j)
-        for b in banks:
-            b[slots, bank_idx, dst] = b[slots, bank_idx, src]
+    slots = slots.to(dev).long()[:, None]
+    bank_idx = bank_idx.to(dev).long()[:, None]
+    ar = torch.arange(P, device=dev)[None, :]
+    src = torch.where(ar < path_len.to(dev)[:, None], path.long(), ar)  # positions past the path stay
+    for b in banks:
+        b[slots, bank_idx, ar] = b[slots, bank_idx, src]
 
 
 # Name used by the issue tracker and the kernel tests for "the" tree-verify oracle.
