@@ -18,6 +18,7 @@ Kinds (per layer):
             chain-lane rule (``hld_parallelism``)
   hld_plan  the same with a host-built exact plan (static tree shape: exact waves/grids/scratch)
   walk      ancestor-walk Triton tree kernel (``tree_verify_triton``)
+  ut        tensor-core UT-form tree verify (``triton_chain_ut.tree_verify_ut``; <= 16 nodes)
   replay    sequential per-node replay: N launches, node t reads its parent's materialised state
             and writes its own (2 state passes per node; no pending fold, no factors)
   chain     reference: the chain kernel on a chain of N nodes (same B)
@@ -225,6 +226,12 @@ def make_body(st: Setup, kind: str, par_row, inputs, cu, per_node, parallel=None
         def body():
             for l in range(L):
                 outs.append(tv.tree_verify_triton(q, k, v, g, beta, state=state, slots=st.slots[l], **kw))
+    elif kind == "ut":  # tensor-core UT form (trees of <= 16 nodes; pending via recover first)
+        from vllm_specla.ops import triton_chain_ut as ut  # noqa: PLC0415
+
+        def body():
+            for l in range(L):
+                outs.append(ut.tree_verify_ut(q, k, v, g, beta, state=state, slots=st.slots[l], **kw))
     elif kind == "sched":  # per step, not per layer
         def body():
             th.hld_device_schedule(parents, cu, n)
@@ -280,7 +287,8 @@ def check(st: Setup, par_row, inputs, cu, per_node, parallel=None) -> dict:
         return max(float((a[i] - b[i]).norm() / b[i].norm().clamp_min(1e-30)) for i in range(a.shape[0]))
 
     o_ref, s_ref = ref(True)
-    for kind in ("hld", "hld_plan", "walk") + (("chain",) if par_row == list(range(-1, n - 1)) else ()):
+    for kind in ("hld", "hld_plan", "walk") + (("ut",) if n <= 16 else ()) + (
+            ("chain",) if par_row == list(range(-1, n - 1)) else ()):
         s, banks = fresh()
         body = make_body(st, kind, par_row, inputs, cu, per_node, state=s, banks=banks, layers=1, parallel=parallel)
         body()
@@ -390,7 +398,7 @@ def main():
                             print(f"CHECK FAILED {sname} B={B} {tname} N={n}: {bad}", flush=True)
                     pick = tv.pick_tree_kernel(B, HV, V, K, n)
                     row = {}
-                    for kind in ("hld", "hld_plan", "walk", "replay"):
+                    for kind in ("hld", "hld_plan", "walk", "replay") + (("ut",) if n <= 16 else ()):
                         try:
                             us = timed(make_body(st, kind, par, inputs, cu, per_node, parallel=parallel), L)
                         except Exception as e:  # noqa: BLE001
@@ -408,7 +416,8 @@ def main():
                             us = timed(make_body(st, "hld_plan", par, inputs, cu, per_node, parallel=P), L)
                             out["records"].append(dict(shape=sname, B=B, N=n, tree=tname, kind=f"hld_plan_P{P}",
                                                        us=round(us, 2), layers=L, **stats))
-                    best = min(row.get("hld", 1e30), row.get("hld_plan", 1e30), row.get("walk", 1e30))
+                    best = min(row.get("hld", 1e30), row.get("hld_plan", 1e30), row.get("walk", 1e30),
+                               row.get("ut", 1e30))
                     print(f"[{time.time() - clock.t0:4.0f}s] {sname} B={B:<3} N={n:<2} {tname:<11} "
                           + " ".join(f"{a}={b:.1f}" for a, b in row.items())
                           + (f"  replay/best={row['replay'] / best:.1f}x" if "replay" in row else ""), flush=True)

@@ -322,3 +322,67 @@ def test_ut_cuda_graph_capture():
     assert torch.equal(o_g, o_eager) and torch.equal(st, st_eager)
     for x, y in zip(bk, bk_eager):
         assert torch.equal(x, y)
+
+
+# ------------------------------------------------------------------------------------------------
+# draft trees (tree_verify_ut) vs the sequential tree reference
+# ------------------------------------------------------------------------------------------------
+
+
+def _trees(rng, lens, forest=False):
+    """One parent list per row: random trees (``forest``: several roots), plus fixed shapes."""
+    fixed = {1: [-1], 2: [-1, 0], 5: [-1, 0, 0, 1, 2], 8: [-1, 0, 0, 1, 1, 2, 2, 3],
+             9: [-1, 0, 1, 2, 0, 4, 5, 0, 7], 16: [-1] + [(t - 1) // 2 for t in range(1, 16)]}
+    out = []
+    for i, n in enumerate(lens):
+        if i % 2 == 0 and n in fixed:
+            out.append(fixed[n])
+        else:
+            out.append([-1] + [rng.randint(-1 if forest else 0, t - 1) for t in range(1, n)])
+    return out
+
+
+def run_tree(c: Case, parents, *, pending: bool):
+    from vllm_specla.ops import tree_reference as tref  # noqa: PLC0415
+
+    par = torch.tensor([p for row in parents for p in row], dtype=torch.int32, device=DEV)
+    s1, s2 = c.state.clone(), c.state.clone()
+    b1, b2 = c.banks(), c.banks()
+    kw = dict(scale=c.scale, slots=c.slots, cu_seqlens=c.cu, parents=par, write_bank=c.write_bank)
+    if pending:
+        kw.update(pending_len=c.pending_len, read_bank=c.read_bank)
+    o1 = tref.tree_verify_sequential_ref(*c.inputs(), state=s1, bank_k=b1[0], bank_v=b1[1], bank_g=b1[2], **kw)
+    o2 = ut.tree_verify_ut(*c.inputs(), state=s2, bank_k=b2[0], bank_v=b2[1], bank_g=b2[2], **kw)
+    return (o1, s1, b1), (o2, s2, b2)
+
+
+@pytest.mark.parametrize("shape", SMALL)
+@pytest.mark.parametrize("pending", [False, True])
+@pytest.mark.parametrize("forest", [False, True])
+def test_ut_tree_vs_sequential_ref(shape, pending, forest):
+    """Random trees / forests and fixed shapes (star-like, binary, three chains from the root) of
+    1-16 nodes per row in one launch: every node's output and factors, the committed state."""
+    rng = random.Random(hash((shape, pending, forest)) % 1000)
+    c = Case(shape, LENS, seed=rng.randint(0, 999), pend=PEND)
+    check(*run_tree(c, _trees(rng, LENS, forest), pending=pending))
+
+
+def test_ut_tree_strong_decay_and_chain_equivalence():
+    """Strong decay inside trees; and a chain-shaped tree equals the chain kernel."""
+    rng = random.Random(3)
+    c = Case((2, 4, 32, 48), [7, 1, 16, 4], seed=62, pend=[5, 16, 0, 2], strong_decay=True)
+    check(*run_tree(c, _trees(rng, c.lens), pending=True))
+    c = Case((2, 4, 32, 48), [5, 9], seed=63, pend=[2, 3])
+    chain = [list(range(-1, n - 1)) for n in c.lens]
+    (_, _, _), (o_t, s_t, b_t) = run_tree(c, chain, pending=True)
+    (_, _, _), (o_c, s_c, b_c) = run_both(c, pending=True, final=False)
+    assert rel(o_t, o_c) < 1e-6 and rel(s_t, s_c) < 1e-6
+    for x, y in zip(b_t, b_c):
+        assert rel(x, y) < 1e-6
+
+
+def test_ut_tree_big_shape(big_fast):
+    rng = random.Random(4)
+    lens = [9, 3] if not HAVE_CUDA else [16, 9, 5, 16, 8, 3, 1, 12]
+    c = Case(BIG[0], lens, seed=64, pend=[3, 5] if not HAVE_CUDA else PEND + [1, 2])
+    check(*run_tree(c, _trees(rng, lens), pending=True))

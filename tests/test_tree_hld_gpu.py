@@ -416,8 +416,11 @@ def test_dispatch_rule():
         tv.TREE_KERNEL = "auto"
         assert tv.pick_tree_kernel(1, 6, 512, 256, nmax=4) == "walk"  # short windows
         assert tv.pick_tree_kernel(1, 6, 512, 256, nmax=16) == "hld"  # 7 x 3 MiB scratch
-        assert tv.pick_tree_kernel(128, 6, 512, 256, nmax=16) == "walk"  # 2.7 GB scratch
-        assert tv.pick_tree_kernel(128, 6, 512, 256, nmax=16, scratch_slots=0) == "hld"  # plan: no boundary
+        assert tv.pick_tree_kernel(128, 6, 512, 256, nmax=16) == "ut"  # <= 16 nodes, many rows
+        assert tv.pick_tree_kernel(8, 6, 512, 256, nmax=16) == "ut"
+        assert tv.pick_tree_kernel(2, 6, 512, 256, nmax=16) == "hld"  # 2 x 7 x 3 MiB scratch
+        assert tv.pick_tree_kernel(128, 6, 512, 256, nmax=32) == "walk"  # 5.8 GB scratch
+        assert tv.pick_tree_kernel(128, 6, 512, 256, nmax=32, scratch_slots=0) == "hld"  # plan: no boundary
         tv.TREE_KERNEL = "hld"
         assert tv.pick_tree_kernel(128, 6, 512, 256, nmax=4) == "hld"
     finally:
@@ -434,10 +437,12 @@ def test_dispatch_rule():
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAVE_CUDA, reason="needs CUDA")
 @pytest.mark.parametrize("shape", BIG)
-@pytest.mark.parametrize("kernel", ["hld", "walk"])
+@pytest.mark.parametrize("kernel", ["hld", "walk", "ut"])
 def test_cuda_dispatcher_both_tree_kernels(shape, kernel):
     rng = random.Random(41)
     trees = [t_binary(16), t_beams(17), t_caterpillar(12), t_random(32, rng), t_random(9, rng, forest=True)]
+    if kernel == "ut":  # windows of <= 16 nodes
+        trees = [t_binary(16), t_beams(16), t_caterpillar(12), t_random(16, rng), t_random(9, rng, forest=True)]
     c = Case(shape, trees, seed=42)
     got = c.run(lambda *a, **kw: tv.tree_verify(*a, chain=False, tree_kernel=kernel, **kw), True)
     exp = c.run(tref.tree_verify_ref, True)

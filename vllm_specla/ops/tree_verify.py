@@ -275,8 +275,13 @@ def tree_conv_triton(x, weight, cu_seqlens, parents, conv_state, slots, *, bank_
 
 
 # Tree-kernel choice on CUDA for non-chain batches: "auto" applies pick_tree_kernel's rule,
-# "hld" / "walk" force one kernel (benchmarks, tests).
+# "ut" / "hld" / "walk" force one kernel (benchmarks, tests).
 TREE_KERNEL = "auto"
+# The tensor-core UT form (triton_chain_ut.tree_verify_ut: one state pass + [16, 16] work per
+# (row, head)) for windows of <= UT_TREE_MAX_NODES nodes at >= UT_TREE_MIN_ROWS rows; at batch 1-2
+# its per-(row, head) prep latency (~20-30 us) loses to the serial tree kernels (benchmarks/RESULTS.md).
+UT_TREE_MAX_NODES = 16
+UT_TREE_MIN_ROWS = 8
 # pick_tree_kernel's thresholds. First guesses from the design, NOT measured yet (tune with
 # benchmarks/bench_tree.py on the GPU):
 HLD_MIN_NODES = 8  # shorter windows: ancestor walk (its walks are short; HLD adds launches/scratch)
@@ -284,9 +289,10 @@ HLD_MAX_SCRATCH_BYTES = 64 << 20  # boundary scratch above this (~L2): ancestor 
 
 
 def pick_tree_kernel(num_rows: int, HV: int, V: int, K: int, nmax: int, scratch_slots: int | None = None) -> str:
-    """``"hld"`` or ``"walk"`` for a non-chain CUDA batch (:data:`TREE_KERNEL` ``"auto"``).
+    """``"ut"``, ``"hld"`` or ``"walk"`` for a non-chain CUDA batch (:data:`TREE_KERNEL` ``"auto"``).
 
-    Shapes only (no host sync, CUDA-graph safe). Rule: the heavy-light kernel when windows can hold
+    Shapes only (no host sync, CUDA-graph safe). Rule: the UT kernel for windows of at most
+    :data:`UT_TREE_MAX_NODES` nodes at :data:`UT_TREE_MIN_ROWS` rows or more; else the heavy-light kernel when windows can hold
     at least :data:`HLD_MIN_NODES` nodes and its boundary scratch, ``num_rows x scratch_slots``
     states (``scratch_slots`` defaults to the bound ``(nmax - 1) // 2``; exact with a host plan),
     fits :data:`HLD_MAX_SCRATCH_BYTES`; else the ancestor walk. Reasoning: per node the HLD kernel
@@ -294,8 +300,10 @@ def pick_tree_kernel(num_rows: int, HV: int, V: int, K: int, nmax: int, scratch_
     boundary costs a state-sized store and load, cheap while the scratch stays in L2 (small
     batches) and a full HBM pass each at large batch, where the walk's single state read wins.
     """
-    if TREE_KERNEL in ("hld", "walk"):
+    if TREE_KERNEL in ("ut", "hld", "walk"):
         return TREE_KERNEL
+    if nmax <= UT_TREE_MAX_NODES and num_rows >= UT_TREE_MIN_ROWS:
+        return "ut"
     if nmax < HLD_MIN_NODES:
         return "walk"
     slots = (max(0, (nmax - 1) // 2)) if scratch_slots is None else scratch_slots
@@ -339,7 +347,7 @@ def tree_verify(
             :func:`~vllm_specla.ops.triton_tree_hld.hld_device_plan` (device, no sync, once per
             step) or :func:`~vllm_specla.ops.triton_tree_hld.hld_plan` (host, exact grids, once per
             static tree shape); without it each call builds the schedule on the device (no sync).
-        tree_kernel: ``"hld"`` / ``"walk"`` forces the CUDA tree kernel (default
+        tree_kernel: ``"ut"`` / ``"hld"`` / ``"walk"`` forces the CUDA tree kernel (default
             :func:`pick_tree_kernel`).
     Returns:
         ``o [N, HV, V]`` float32. The tree's node states are never written; ``state[slot]`` changes
@@ -364,6 +372,10 @@ def tree_verify(
                     bank_k.shape[2] if write_bank is not None else _max_nodes(cu_seqlens))
                 slots_ = None
             which = pick_tree_kernel(cu_seqlens.numel() - 1, v.shape[-2], v.shape[-1], k.shape[-1], nmax, slots_)
+        if which == "ut":
+            from vllm_specla.ops.triton_chain_ut import tree_verify_ut  # noqa: PLC0415
+
+            return tree_verify_ut(q, k, v, g, beta, parents=parents, **kw)
         if which == "hld":
             return tree_verify_hld(q, k, v, g, beta, parents=parents, max_nodes=max_nodes, plan=hld_plan, **kw)
         return tree_verify_triton(q, k, v, g, beta, parents=parents, max_nodes=max_nodes, **kw)

@@ -169,12 +169,13 @@ def _pending_vw(bank_v, bank_g, p_base, p0, n_p, i_hv, o_v, mv, o_p, HV: tl.cons
 
 @triton.jit
 def _ut_prep_kernel(
-    q, k, g, beta, slots, cu_seqlens,
+    q, k, g, beta, slots, cu_seqlens, parents,
     bank_k, bank_g, write_bank, pending_len, read_bank,
     qk_s, mat_s, vec_s,
     scale, Tmax, sq, sk, sg, sb,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, KG: tl.constexpr, BT: tl.constexpr,
     HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, L2NORM: tl.constexpr, PREC: tl.constexpr,
+    HAS_TREE: tl.constexpr,
 ):
     """Per ``(value head, row)``: everything of the window that does not touch the state.
 
@@ -185,7 +186,12 @@ def _ut_prep_kernel(
     keys of bank ``read_bank[r]``, ``u < pending_len[r] <= BT``); ``vec_s[r, hv, 0/1]``: ``e^{Γ_t}``,
     ``beta_t``; with ``HAS_BANK`` the ``k^`` and ``g`` factors of the window to bank
     ``write_bank[r]`` (one writer per element). Padded tokens (``t >= T``) have ``g = beta = 0``,
-    zero rows of ``A`` and ``W``, identity rows of ``Tinv``. The products run as tensor-core dots
+    zero rows of ``A`` and ``W``, identity rows of ``Tinv``. ``HAS_TREE``: the window is a draft tree
+    (``parents``: row-local parent positions, ``-1`` for a root, topological); ``A`` and ``W`` are
+    masked to ancestors (``anc[t, u]``: ``u`` on the root path of ``t``), ``Γ_t`` is the decay
+    summed along the root path of ``t`` and the decay between ``u`` and ``t`` is summed over the
+    nodes of the path of ``t`` not on the path of ``u`` (ALGORITHMS.md §4: a chain is the tree
+    whose mask is lower triangular). The products run as tensor-core dots
     (``PREC``, tf32x3 by default) on ``[BT, KG]`` column chunks of the raw q/k; the l2norm scales
     are applied to the products afterwards.
     """
@@ -240,14 +246,36 @@ def _ut_prep_kernel(
 
     b_g = tl.load(g + i_t * sg + i_hv, mask=mt, other=0.0).to(tl.float32)
     b_b = tl.load(beta + i_t * sb + i_hv, mask=mt, other=0.0).to(tl.float32)
-    m_s = o_t[:, None] > o_t[None, :]  # strictly lower: u < t
-    m_i = o_t[:, None] >= o_t[None, :]  # lower incl. the diagonal
-    # Γ_t - Γ_u = sum_{u < s <= t} g_s summed directly, not as a difference of cumulative sums
-    # (which loses ~1e-4 absolute when Γ reaches -1600 under strong decay)
-    b_S = tl.zeros([BT, BT], dtype=tl.float32)
-    for s in range(1, T):
-        g_s = tl.load(g + (bos + s) * sg + i_hv).to(tl.float32)
-        b_S += tl.where((o_t[None, :] < s) & (o_t[:, None] >= s), g_s, 0.0)
+    m_e = o_t[:, None] == o_t[None, :]
+    if HAS_TREE:
+        # ancestor-or-self matrix, row by row in topological order: anc[t] = anc[parent(t)] | {t}
+        anc = tl.where(m_e, 1.0, 0.0)
+        for t in range(1, T):
+            p_t = tl.load(parents + bos + t).to(tl.int32)  # < t, or -1 (a root: nothing to add)
+            row_p = tl.sum(tl.where(o_t[:, None] == p_t, anc, 0.0), 0)
+            anc = tl.where(o_t[:, None] == t, tl.maximum(anc, row_p[None, :]), anc)
+        m_i = anc > 0.0
+        m_s = m_i & (o_t[:, None] != o_t[None, :])
+        # log D[t, u] = sum of g over path(t) \ path(u) (for u on the path of t: the nodes after u),
+        # Γ_t = sum of g over path(t); both summed directly, node by node
+        b_S = tl.zeros([BT, BT], dtype=tl.float32)
+        b_G = tl.zeros([BT], dtype=tl.float32)
+        for s in range(0, T):
+            g_s = tl.load(g + (bos + s) * sg + i_hv).to(tl.float32)
+            on = tl.sum(tl.where(o_t[None, :] == s, anc, 0.0), 1)  # 1 where s is on path(t)
+            b_S += tl.where((on[:, None] > 0.0) & (on[None, :] == 0.0), g_s, 0.0)
+            b_G += tl.where(on > 0.0, g_s, 0.0)
+        eG = tl.exp(b_G)
+    else:
+        m_s = o_t[:, None] > o_t[None, :]  # strictly lower: u < t
+        m_i = o_t[:, None] >= o_t[None, :]  # lower incl. the diagonal
+        # Γ_t - Γ_u = sum_{u < s <= t} g_s summed directly, not as a difference of cumulative sums
+        # (which loses ~1e-4 absolute when Γ reaches -1600 under strong decay)
+        b_S = tl.zeros([BT, BT], dtype=tl.float32)
+        for s in range(1, T):
+            g_s = tl.load(g + (bos + s) * sg + i_hv).to(tl.float32)
+            b_S += tl.where((o_t[None, :] < s) & (o_t[:, None] >= s), g_s, 0.0)
+        eG = tl.exp(tl.cumsum(b_g, 0))
     b_D = tl.exp(tl.where(m_i, b_S, 0.0))
     b_A = tl.where(m_s, b_b[:, None] * b_kk * b_D, 0.0)
     b_W = tl.where(m_i, b_qk * b_D, 0.0)
@@ -258,8 +286,7 @@ def _ut_prep_kernel(
         b_a = -tl.sum(tl.where(o_t[:, None] == i, b_A, 0.0), 0)  # -A[i, :]
         b_a = b_a + tl.sum(b_a[:, None] * b_N, 0)
         b_N = tl.where(o_t[:, None] == i, b_a[None, :], b_N)
-    b_Ti = b_N + tl.where(o_t[:, None] == o_t[None, :], 1.0, 0.0)
-    eG = tl.exp(tl.cumsum(b_g, 0))
+    b_Ti = b_N + tl.where(m_e, 1.0, 0.0)
 
     p_m = mat_s + (i_r * HV + i_hv) * (4 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
     tl.store(p_m, b_Ti)
@@ -400,9 +427,10 @@ def _check_windows(cu_seqlens: torch.Tensor, tmax: int | None, chunk: int | None
 def _launch_ut(
     q, k, v, g, beta, scale, state, slots, cu_seqlens,
     bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
-    write_final_state, use_qk_l2norm, config=None, precision=None,
+    write_final_state, use_qk_l2norm, config=None, precision=None, parents=None,
 ):
     if write_final_state:
+        assert parents is None, "a draft tree never writes its node states"
         # AR / commit windows: one state write after the window, the serial kernel's job (the UT
         # form is for verify windows, whose state is not written after the window)
         return _tc.chain_verify(q, k, v, g, beta, scale=scale, state=state, slots=slots, cu_seqlens=cu_seqlens,
@@ -444,12 +472,12 @@ def _launch_ut(
     pl_ = pending_len if has_pending else slots
     rb_ = read_bank if has_pending else slots
     _ut_prep_kernel[(HV, R)](
-        q, k, g, beta, slots, cu_seqlens,
+        q, k, g, beta, slots, cu_seqlens, parents if parents is not None else slots,
         bk_, bg_, wb_, pl_, rb_,
         qk_s, mat_s, vec_s,
         float(scale), tmax, q.stride(0), k.stride(0), g.stride(0), beta.stride(0),
         H=H, HV=HV, K=K, BK=BK, KG=min(PREP_KG, BK), BT=BT, HAS_BANK=has_bank, HAS_PENDING=has_pending,
-        L2NORM=bool(use_qk_l2norm), PREC=prec,
+        L2NORM=bool(use_qk_l2norm), PREC=prec, HAS_TREE=parents is not None,
         num_warps=PREP_WARPS,
     )
     _chain_ut_kernel[(triton.cdiv(V, BV), HV, R)](
@@ -496,4 +524,40 @@ def chain_verify_ut(
         q, k, v, g, beta, scale, state, slots, cu_seqlens,
         bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
         write_final_state, use_qk_l2norm,
+    )
+
+
+def tree_verify_ut(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    *,
+    scale: float,
+    state: torch.Tensor,
+    slots: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    parents: torch.Tensor,
+    bank_k: torch.Tensor | None = None,
+    bank_v: torch.Tensor | None = None,
+    bank_g: torch.Tensor | None = None,
+    write_bank: torch.Tensor | None = None,
+    pending_len: torch.Tensor | None = None,
+    read_bank: torch.Tensor | None = None,
+    use_qk_l2norm: bool = True,
+) -> torch.Tensor:
+    """UT-form Triton tree verify of draft trees of at most 16 nodes per row: the same two kernels as
+    :func:`chain_verify_ut` with the window's ``[16, 16]`` matrices masked to ancestors (ALGORITHMS.md
+    §4), so a tree costs what a chain of the same node count costs (one state pass plus tensor-core
+    products). Same arguments, semantics and return as
+    :func:`vllm_specla.ops.tree_reference.tree_verify_sequential_ref` (``parents [N]``: row-local
+    parent positions, ``-1`` for a root, topological; ``o [N, HV, V]`` float32; factors per node to
+    the write bank at node positions; the node states are never written, ``state[slot]`` changes
+    only by the pending commit). Raises ``ValueError`` for a row of more than 16 nodes (host check,
+    skipped during CUDA-graph capture)."""
+    return _launch_ut(
+        q, k, v, g, beta, scale, state, slots, cu_seqlens,
+        bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
+        False, use_qk_l2norm, parents=parents,
     )

@@ -1,0 +1,144 @@
+#!/usr/bin/env python
+"""Deferred (fused) commit and SpecLA step vs replay, per chain-verify kernel (issue 5 targets).
+
+For each kernel in ``--impls`` (``cuda``: the csrc CUDA op, ``_cpp.load_cuda()``; ``triton``: the
+serial Triton kernel; ``ut``: the Triton UT kernel, whose pending path is recover + verify) and
+each head shape and batch, in one process and on the same inputs (bf16 q/k/v as the runtime feeds
+them, fp32 state, Tmax = 16 banks), microseconds per layer (CUDA graph of 21 launches, each layer
+on its own state slots, as ``bench_kernels.py``):
+
+* ``fused T/A``  one verify launch of a T-token window with A pending factors folded first
+  (deferred commit: the state is written once);
+* ``sep T/A``    ``triton_recover.recover`` of the A factors, then a verify without pending;
+* ``step T``     ``fused T/T`` (the production SpecLA step at K = T - 1);
+* ``replay T``   T launches of the T = 1 kernel with the state read and written each time (the
+  system without factors), using the same kernel's AR path.
+
+Ratios printed: fused vs sep (target >= 1.3x), step vs replay at T = 5 (target >= 4x).
+Writes JSON records to ``--out``. Run with ``VLLM_SPECLA_CPP_JIT=1`` for ``cuda``.
+
+    VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --out commit.json   # H200: ~1 min
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from graph_timing import graph_ms  # noqa: E402
+
+from vllm_specla.ops import triton_chain as tc  # noqa: E402
+from vllm_specla.ops import triton_recover as tr  # noqa: E402
+
+SHAPES = {"6x256x512": (6, 256, 512), "8x256x256": (8, 256, 256)}
+LAYERS = 21
+CASES = [("fused", 5, 3), ("sep", 5, 3), ("fused", 8, 5), ("sep", 8, 5), ("step", 5, 5), ("replay", 5, 0)]
+
+
+def kernels(names):
+    out = {}
+    for n in names:
+        if n == "cuda":
+            from vllm_specla.ops import _cpp  # noqa: PLC0415
+
+            assert _cpp.load_cuda(), "CUDA build unavailable"
+            out[n] = _cpp.chain_verify
+        elif n == "triton":
+            out[n] = tc.chain_verify
+        elif n == "ut":
+            from vllm_specla.ops import triton_chain_ut as ut  # noqa: PLC0415
+
+            out[n] = ut.chain_verify_ut
+        else:
+            raise ValueError(f"--impls: unknown kernel {n!r} (allowed: cuda, triton, ut)")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batches", default="32,128,256")
+    ap.add_argument("--impls", default="cuda,triton")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    impls = kernels([s for s in args.impls.split(",") if s])
+    dev = "cuda"
+    recs = []
+    for sname, (H, K, V) in SHAPES.items():
+        for B in [int(b) for b in args.batches.split(",")]:
+            S, Tm, Tx = LAYERS * B, 16, 8
+            g = torch.Generator(device=dev).manual_seed(B)
+            N = B * Tx
+            q = torch.randn(N, H, K, device=dev, generator=g, dtype=torch.bfloat16)
+            k = torch.randn(N, H, K, device=dev, generator=g, dtype=torch.bfloat16)
+            v = torch.randn(N, H, V, device=dev, generator=g, dtype=torch.bfloat16)
+            gg = -torch.rand(N, H, device=dev, generator=g)
+            beta = torch.rand(N, H, device=dev, generator=g)
+            state = torch.randn(S, H, V, K, device=dev, generator=g) * 0.1
+            banks = dict(bank_k=torch.randn(S, 2, Tm, H, K, device=dev, generator=g) * 0.05,
+                         bank_v=torch.randn(S, 2, Tm, H, V, device=dev, generator=g) * 0.05,
+                         bank_g=-torch.rand(S, 2, Tm, H, device=dev, generator=g) * 0.1)
+            slots = [torch.arange(B, device=dev) + l * B for l in range(LAYERS)]
+            wb = torch.ones(B, dtype=torch.long, device=dev)
+            rb = torch.zeros(B, dtype=torch.long, device=dev)
+            cu1 = torch.arange(B + 1, device=dev, dtype=torch.int32)
+            for iname, fn in impls.items():
+                for kind, T, A in CASES:
+                    qt, kt, vt, gt, bt = (x.view(B, Tx, *x.shape[1:])[:, :T].reshape(B * T, *x.shape[1:])
+                                          for x in (q, k, v, gg, beta))
+                    cu = cu1 * T
+                    pend = torch.full((B,), A if kind != "step" else T, dtype=torch.long, device=dev)
+                    kw = dict(scale=K ** -0.5, cu_seqlens=cu, write_bank=wb, **banks)
+
+                    if kind in ("fused", "step"):
+                        def body():
+                            for s in slots:
+                                fn(qt, kt, vt, gt, bt, state=state, slots=s, pending_len=pend, read_bank=rb, **kw)
+                    elif kind == "sep":
+                        def body():
+                            for s in slots:
+                                tr.recover(state, s, banks["bank_k"], banks["bank_v"], banks["bank_g"], rb, pend)
+                                fn(qt, kt, vt, gt, bt, state=state, slots=s, **kw)
+                    else:  # replay: T single-token launches, each reading and writing the state
+                        per_tok = [tuple(x.view(B, Tx, *x.shape[1:])[:, t].contiguous() for x in (q, k, v, gg, beta))
+                                   for t in range(T)]
+
+                        def body():
+                            for s in slots:
+                                for t in range(T):
+                                    fn(*per_tok[t], scale=K ** -0.5, state=state, slots=s, cu_seqlens=cu1,
+                                       write_final_state=True)
+                    us = 1e3 * graph_ms(body, replays=8) / LAYERS
+                    r = dict(shape=sname, B=B, impl=iname, kind=kind, T=T, A=A if kind != "step" else T,
+                             us=round(us, 2), gpu=torch.cuda.get_device_name())
+                    recs.append(r)
+                    print(json.dumps(r), flush=True)
+            del state, banks
+            torch.cuda.empty_cache()
+
+    def get(sh, B, impl, kind, T, A):
+        return next((r["us"] for r in recs if (r["shape"], r["B"], r["impl"], r["kind"], r["T"], r["A"])
+                     == (sh, B, impl, kind, T, A)), None)
+
+    print("\nshape      B    impl    fused/sep T5A3  T8A5   step T5 vs replay T5")
+    for sh in SHAPES:
+        for B in sorted({r["B"] for r in recs}):
+            for impl in impls:
+                f1, s1 = get(sh, B, impl, "fused", 5, 3), get(sh, B, impl, "sep", 5, 3)
+                f2, s2 = get(sh, B, impl, "fused", 8, 5), get(sh, B, impl, "sep", 8, 5)
+                st, rp = get(sh, B, impl, "step", 5, 5), get(sh, B, impl, "replay", 5, 0)
+                print(f"{sh:10s} {B:<4} {impl:7s} {s1 / f1:5.2f}x        {s2 / f2:5.2f}x   "
+                      f"{st:7.1f} vs {rp:7.1f} = {rp / st:4.2f}x")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(recs, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
