@@ -9,7 +9,10 @@ median of 5 -> microseconds per launch. Kinds: ``verify`` (factors written, no p
 write), ``step`` (T pending folded + window), ``ar`` (T = 1, state written). Also checks that the
 CUDA result equals Triton's (relative error). ``--bv 0,4,8`` also times the CUDA kernel with 4 /
 8 value rows per warp forced (``VLLM_SPECLA_CUDA_BV``; 0 = its automatic choice, key ``cuda``),
-``--regcap 1,0`` with and without its register caps (``VLLM_SPECLA_CUDA_REGCAP=0``: ``_nocap``).
+``--regcap 1,0`` with and without its register caps (``VLLM_SPECLA_CUDA_REGCAP=0``: ``_nocap``),
+``--layout auto,rowgroup,rowgroup8,rs`` with its warp layout forced (``VLLM_SPECLA_CUDA_LAYOUT``:
+``rs`` v3's reduce-scatter, ``rowgroup`` the small-batch row-group kernel with 32 / BV lanes per
+row, ``rowgroup8`` with 8 lanes per row; key suffix ``_<layout>``, none for ``auto``).
 Prints a table, writes JSON to ``--out``.
 Run with ``VLLM_SPECLA_CPP_JIT=1`` (JIT-builds the CPU op schemas, then the CUDA kernel).
 """
@@ -39,11 +42,13 @@ def graph_us(fn, reps=10):
     return 1e3 * graph_ms(fn, replays=reps) / LAYERS
 
 
-def _with_env(bv, cap):
-    """``_cpp.chain_verify`` with ``bv`` value rows per warp forced (0: automatic) and the register
-    caps on (``cap``) or off. The binding reads VLLM_SPECLA_CUDA_BV / VLLM_SPECLA_CUDA_REGCAP at
+def _with_env(bv, cap, layout="auto"):
+    """``_cpp.chain_verify`` with ``bv`` value rows per warp forced (0: automatic), the register
+    caps on (``cap``) or off and the warp layout forced (``layout``: auto, rowgroup, rowgroup8, rs).
+    The binding reads VLLM_SPECLA_CUDA_BV / VLLM_SPECLA_CUDA_REGCAP / VLLM_SPECLA_CUDA_LAYOUT at
     each call, i.e. at graph capture for the timed graphs."""
-    env = {"VLLM_SPECLA_CUDA_BV": str(bv) if bv else None, "VLLM_SPECLA_CUDA_REGCAP": None if cap else "0"}
+    env = {"VLLM_SPECLA_CUDA_BV": str(bv) if bv else None, "VLLM_SPECLA_CUDA_REGCAP": None if cap else "0",
+           "VLLM_SPECLA_CUDA_LAYOUT": None if layout == "auto" else layout}
 
     def fn(*a, **kw):
         for key, val in env.items():
@@ -66,9 +71,13 @@ def main() -> None:
     ap.add_argument("--Ts", default="1,5,8")
     ap.add_argument("--bv", default="0", help="CUDA value rows per warp to time: 0 (automatic), 4, 8")
     ap.add_argument("--regcap", default="1", help="CUDA register caps to time: 1 (on, default), 0 (off)")
+    ap.add_argument("--layout", default="auto",
+                    help="CUDA warp layouts to time: auto, rowgroup, rowgroup8, rs (VLLM_SPECLA_CUDA_LAYOUT)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    variants = [(int(b), int(c)) for b in args.bv.split(",") for c in args.regcap.split(",")]
+    layouts = args.layout.split(",")
+    assert all(lay in ("auto", "rowgroup", "rowgroup8", "rs") for lay in layouts), layouts
+    variants = [(int(b), int(c), lay) for b in args.bv.split(",") for c in args.regcap.split(",") for lay in layouts]
     assert _cpp.load_cuda(), "CUDA build unavailable"
     try:
         from vllm_specla.ops import triton_chain_ut as ut  # noqa: PLC0415
@@ -102,8 +111,9 @@ def main() -> None:
                         if kind == "step":
                             kw.update(pending_len=torch.full((B,), T, device=dev, dtype=torch.long),
                                       read_bank=torch.zeros(B, dtype=torch.long, device=dev))
-                    impls = {"cuda" + (f"_bv{bv}" if bv else "") + ("" if cap else "_nocap"): _with_env(bv, cap)
-                             for bv, cap in variants}
+                    impls = {"cuda" + ("" if lay == "auto" else f"_{lay}") + (f"_bv{bv}" if bv else "") +
+                             ("" if cap else "_nocap"): _with_env(bv, cap, lay)
+                             for bv, cap, lay in variants}
                     impls["triton"] = tc.chain_verify
                     if ut is not None and kind != "ar":
                         impls["triton_ut"] = ut.chain_verify_ut

@@ -1,5 +1,6 @@
 // CUDA chain verify (v3): state tile in registers, value dim tiled, deferred commit fused, one
-// batched warp reduction per token, next token prefetched.
+// batched warp reduction per token, next token prefetched; plus a row-group layout kernel for
+// small batches (below).
 //
 // History. v1 (one 4-warp CTA per 32 value rows, tile in shared memory) ran 3-10x slower than the
 // Triton kernel on the H200. v2 mirrored the Triton [BV, K] layout (one warp per 8 value rows, the
@@ -40,6 +41,30 @@
 // reads VLLM_SPECLA_CUDA_BV). Register caps (min_blocks) raise the warps per SM where they cost
 // no spills. q/k/v/g/beta may be token-strided (read in place; the 16-byte path needs 16-byte
 // aligned rows, else the lane-strided path).
+//
+// Small-batch variant (row-group layout, chain_verify_rg_body). At batch 1-2 the GPU holds a few
+// warps per SM and the time is each warp's per-token dependent chain (q/k load -> partial sums ->
+// reduction -> v~ -> update); v3's reduce-scatter (5 dependent shuffle levels, then broadcasts of
+// the norms and of every row's v~) was 1.07-1.28x Triton's time there (RESULTS.md, session 3),
+// while Triton's small configs ([BV, K/32, 32] tile) reduce mostly in-thread. Here lane =
+// (row group lane / LPR, sub-lane lane % LPR): the warp's BV rows get 32 / LPR row groups of RPL
+// rows (LPR = 32 / BV, RPL = 1: 8 rows x 4 lanes for BV = 8, 4 x 8 for BV = 4; or LPR = 8, RPL =
+// BV / 4, Triton's lane split), and the LPR lanes of a row split its K keys into pieces of 8
+// consecutive keys (piece i of sub-lane s at key (i LPR + s) 8: the row's lanes read LPR * 32
+// contiguous bytes, two 16-byte loads per piece). Every row group holds the same keys, so each
+// lane needs q and k on its K / LPR keys only. Per token: in-thread partial sums of (M k, M q)
+// per row, |k|^2, |q|^2, k.q with 4 independent accumulators each (short FFMA chains), one xor
+// butterfly over the row's lanes (log2 LPR levels, all 2 RPL + 3 values per level; a butterfly
+// leaves bit-identical sums in every lane), then v~ and o computed redundantly by the row's lanes
+// (no broadcasts), sub-lane 0 stores o and bank_v, row group 0 of the k-writer warps stores k^,
+// every lane updates its elements. Token t+1's q / k rows are copied into a double-buffered
+// shared-memory slot with cp.async while token t computes (no registers: the K = 256, BV = 8 tile
+// alone is 64 per lane; cp.async.wait_group 1 + __syncwarp before reading a slot, __syncwarp before
+// refilling it), v / g / beta of t+1 are loaded into registers. Pending factors are folded in the
+// same layout (each lane loads the v~ of its rows and g directly, the next factor prefetched).
+// Used when R * HV <= 16 (triton_chain.pick_config's "small" rule) on the 16-byte path with
+// K = 128 or 256 (else v3); BV 4 for AR, else 8 (Triton's ar_small / verify_small), p.bv overrides;
+// ChainVerifyParams::layout forces a layout (the binding reads VLLM_SPECLA_CUDA_LAYOUT).
 // Value rows are independent recurrences in the [V, K] layout, so V tiling needs no
 // communication between warps. Exact fp32 arithmetic (FMA, no tensor cores); results differ from
 // chain_verify_ref only by summation order and the fast exp/rsqrt intrinsics (as v2 / Triton).
@@ -474,6 +499,330 @@ cudaError_t launch(const ChainVerifyParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// ---- small-batch variant: row-group layout ----------------------------------------------------------
+// lane = (row group rg = lane / LPR, sub-lane s = lane % LPR); the warp's BV = (32 / LPR) * RPL value
+// rows are rg * RPL + j (j < RPL), and lane s holds the same KPL = K / LPR key elements of each of
+// its RPL rows: key pieces of 8 consecutive keys, piece i of the lane at key (i * LPR + s) * 8, so
+// the LPR lanes of a row read LPR * 32 contiguous bytes per piece (state, banks: two 16-byte
+// loads per piece; q / k from shared memory). Every row group holds the same keys, so q and k are
+// needed on KPL elements per lane only.
+
+// 16-byte global -> shared copy, asynchronous on the GPU (cp.async.cg: L2 only, no registers);
+// the host emulation (tmp_cv3/emu, no __CUDA_ARCH__) copies at once.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+#ifdef __CUDA_ARCH__
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+#else
+  *reinterpret_cast<float4*>(smem) = *reinterpret_cast<const float4*>(gmem);
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+// wait until at most one committed group (the newest) is still in flight
+__device__ __forceinline__ void cp_async_wait1() {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+#endif
+}
+
+// Key index of a lane's c-th element (sub-lane s of a row with LPR lanes).
+template <int LPR>
+__device__ __forceinline__ int rg_key(int s, int c) {
+  return ((c >> 3) * LPR + s) * 8 + (c & 7);
+}
+
+// KPL fp32 keys of a row (unit key stride, 16-byte aligned row start).
+template <int LPR, int KPL>
+__device__ __forceinline__ void rg_load_row(const float* row, int s, float* out) {
+#pragma unroll
+  for (int c = 0; c < KPL; c += 4) {
+    const float4 x = *reinterpret_cast<const float4*>(row + rg_key<LPR>(s, c));
+    out[c] = x.x, out[c + 1] = x.y, out[c + 2] = x.z, out[c + 3] = x.w;
+  }
+}
+
+template <int LPR, int KPL>
+__device__ __forceinline__ void rg_store_row(float* row, int s, const float* in) {
+#pragma unroll
+  for (int c = 0; c < KPL; c += 4)
+    *reinterpret_cast<float4*>(row + rg_key<LPR>(s, c)) = make_float4(in[c], in[c + 1], in[c + 2], in[c + 3]);
+}
+
+// KPL keys of a q / k row staged in shared memory (TIn elements), widened to fp32.
+template <typename TIn, int LPR, int KPL>
+__device__ __forceinline__ void rg_smem_row(const TIn* row, int s, float* out) {
+#pragma unroll
+  for (int c = 0; c < KPL; c += 8) {
+    const TIn* pc = row + rg_key<LPR>(s, c);
+    if constexpr (sizeof(TIn) == 4) {
+      const float4 a = *reinterpret_cast<const float4*>(pc);
+      const float4 b = *reinterpret_cast<const float4*>(pc + 4);
+      out[c] = a.x, out[c + 1] = a.y, out[c + 2] = a.z, out[c + 3] = a.w;
+      out[c + 4] = b.x, out[c + 5] = b.y, out[c + 6] = b.z, out[c + 7] = b.w;
+    } else {
+      // 8 bf16 in one 16-byte load; bf16 -> fp32 is exact: the 16 bits become the high half
+      const uint4 raw = *reinterpret_cast<const uint4*>(pc);
+      const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        out[c + 2 * e] = __uint_as_float(w[e] << 16);
+        out[c + 2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u);
+      }
+    }
+  }
+}
+
+// token n's q and k rows (head h) -> dst[0], dst[1]: the whole warp issues 16-byte async copies
+template <typename TIn, int K>
+__device__ __forceinline__ void rg_issue_qk(const ChainVerifyParams& p, int64_t n, int h, int lane, TIn (*dst)[K]) {
+  constexpr int EPC = 16 / static_cast<int>(sizeof(TIn));  // elements per 16-byte chunk
+  constexpr int NCH = K / EPC;
+  const TIn* q = static_cast<const TIn*>(p.q) + n * p.tok_stride[0] + h * K;
+  const TIn* k = static_cast<const TIn*>(p.k) + n * p.tok_stride[1] + h * K;
+#pragma unroll
+  for (int i0 = 0; i0 < NCH; i0 += 32) {
+    const int i = i0 + lane;
+    if (NCH % 32 == 0 || i < NCH) {
+      cp_async16(dst[0] + i * EPC, q + i * EPC);
+      cp_async16(dst[1] + i * EPC, k + i * EPC);
+    }
+  }
+}
+
+// One token's per-row scalars (v of the lane's RPL rows; g, beta of the head).
+template <int RPL>
+struct RgScal {
+  float v[RPL];
+  float g, b;
+};
+
+template <typename TIn, int RPL>
+__device__ __forceinline__ void rg_load_scal(const ChainVerifyParams& p, int64_t n, int hv, const int (&vcol)[RPL],
+                                             RgScal<RPL>& t) {
+  const TIn* v = static_cast<const TIn*>(p.v) + n * p.tok_stride[2] + hv * p.V;
+#pragma unroll
+  for (int j = 0; j < RPL; ++j) t.v[j] = vcol[j] >= 0 ? ldg1<TIn>(v + vcol[j]) : 0.f;
+  t.g = __ldg(p.g + n * p.tok_stride[3] + hv);
+  t.b = __ldg(p.beta + n * p.tok_stride[4] + hv);
+}
+
+// One warp per (value tile of BV = (32 / LPR) * RPL rows, value head hv, request row r); K = LPR * KPL
+// (16-byte path only: vec_ok). Same steps and writer rules as chain_verify_body, in the row-group
+// layout; q / k of token t+1 are copied to shared memory (cp.async) while token t computes, its
+// v / g / beta loaded into registers.
+template <typename TIn, int LPR, int RPL, int KPL>
+__device__ __forceinline__ void chain_verify_rg_body(const ChainVerifyParams& p) {
+  constexpr int RG = 32 / LPR;   // row groups
+  constexpr int BV = RG * RPL;   // value rows per warp
+  constexpr int K = LPR * KPL;
+  constexpr int NA = 4;          // independent accumulators per partial sum
+  static_assert(32 % LPR == 0 && KPL % 8 == 0 && KPL % NA == 0, "row-group layout");
+  const int V = p.V, H = p.H, HV = p.HV;
+  const int lane = threadIdx.x;
+  const int s = lane % LPR, rg = lane / LPR;
+  const int vt0 = blockIdx.x * BV;
+  const int hv = blockIdx.y;
+  const int r = blockIdx.z;
+  const int h = hv / (HV / H);
+  int vcol[RPL];  // the lane's value rows (-1: past V)
+#pragma unroll
+  for (int j = 0; j < RPL; ++j) vcol[j] = vt0 + rg * RPL + j < V ? vt0 + rg * RPL + j : -1;
+
+  const int64_t slot = p.slots[r];
+  const int64_t bos = p.cu_seqlens[r], eos = p.cu_seqlens[r + 1];
+  int64_t np = p.pending_len != nullptr ? p.pending_len[r] : 0;
+  const int64_t rb = p.read_bank != nullptr ? p.read_bank[r] : 0;
+  const bool record = p.write_bank != nullptr;
+  const int64_t wb = record ? p.write_bank[r] : 0;
+  if (np > p.Tmax) np = p.Tmax;
+
+  // q / k of the window's tokens, double-buffered: token t in qk[t & 1] ([0]: q, [1]: k)
+  __shared__ __align__(16) TIn qk[2][2][K];
+  if (bos < eos) rg_issue_qk<TIn, K>(p, bos, h, lane, qk[0]);
+  cp_async_commit();
+  RgScal<RPL> nx;
+  if (bos < eos) rg_load_scal<TIn, RPL>(p, bos, hv, vcol, nx);
+
+  float* const st = p.state + slot * p.st_stride[0] + hv * p.st_stride[1];
+  float m[RPL][KPL];
+#pragma unroll
+  for (int j = 0; j < RPL; ++j)  // rows past V re-read row V - 1, zeroed below
+    rg_load_row<LPR, KPL>(st + min(vt0 + rg * RPL + j, V - 1) * p.st_stride[2], s, m[j]);
+#pragma unroll
+  for (int j = 0; j < RPL; ++j) {
+    if (vcol[j] < 0) {
+#pragma unroll
+      for (int c = 0; c < KPL; ++c) m[j][c] = 0.f;
+    }
+  }
+
+  // fused deferred commit: M = e^{g_u} M + v~_u k_u^T per pending factor; the next factor's k row,
+  // v~ values and g are loaded while one is folded
+  if (np > 0) {
+    const float* bkp = p.bank_k + slot * p.bk_stride[0] + rb * p.bk_stride[1] + h * p.bk_stride[3];
+    const float* bvp = p.bank_v + slot * p.bv_stride[0] + rb * p.bv_stride[1] + hv * p.bv_stride[3];
+    const float* bgp = p.bank_g + slot * p.bg_stride[0] + rb * p.bg_stride[1] + hv * p.bg_stride[3];
+    float kn[KPL], vn[RPL], gn;
+    rg_load_row<LPR, KPL>(bkp, s, kn);
+#pragma unroll
+    for (int j = 0; j < RPL; ++j) vn[j] = vcol[j] >= 0 ? bvp[vcol[j] * p.bv_stride[4]] : 0.f;
+    gn = bgp[0];
+    for (int64_t u = 0; u < np; ++u) {
+      float kc[KPL], vc[RPL];
+#pragma unroll
+      for (int c = 0; c < KPL; ++c) kc[c] = kn[c];
+#pragma unroll
+      for (int j = 0; j < RPL; ++j) vc[j] = vn[j];
+      const float eg = __expf(gn);
+      if (u + 1 < np) {
+        rg_load_row<LPR, KPL>(bkp + (u + 1) * p.bk_stride[2], s, kn);
+#pragma unroll
+        for (int j = 0; j < RPL; ++j)
+          vn[j] = vcol[j] >= 0 ? bvp[(u + 1) * p.bv_stride[2] + vcol[j] * p.bv_stride[4]] : 0.f;
+        gn = bgp[(u + 1) * p.bg_stride[2]];
+      }
+#pragma unroll
+      for (int j = 0; j < RPL; ++j) {
+#pragma unroll
+        for (int c = 0; c < KPL; ++c) m[j][c] = fmaf(kc[c], vc[j], eg * m[j][c]);
+      }
+    }
+    if (!p.write_final_state) {
+#pragma unroll
+      for (int j = 0; j < RPL; ++j)
+        if (vcol[j] >= 0) rg_store_row<LPR, KPL>(st + vcol[j] * p.st_stride[2], s, m[j]);
+    }
+  }
+
+  const bool g_writer = record && blockIdx.x == 0 && lane == 0;
+  // k^: V-tile 0 of the first value head of each group, row group 0 (its LPR lanes hold all keys)
+  const bool k_writer = record && blockIdx.x == 0 && hv % (HV / H) == 0 && rg == 0;
+  for (int64_t n = bos; n < eos; ++n) {
+    const int64_t t = n - bos;
+    const int cb = static_cast<int>(t & 1);
+    __syncwarp();  // every lane is done reading qk[cb ^ 1] (token t - 1)
+    if (n + 1 < eos) rg_issue_qk<TIn, K>(p, n + 1, h, lane, qk[cb ^ 1]);
+    cp_async_commit();  // (possibly empty) group of token t + 1
+    const RgScal<RPL> cur = nx;
+    if (n + 1 < eos) rg_load_scal<TIn, RPL>(p, n + 1, hv, vcol, nx);
+    cp_async_wait1();  // token t's group has landed (this lane's copies) ...
+    __syncwarp();      // ... and every lane's
+    float q[KPL], k[KPL];
+    rg_smem_row<TIn, LPR, KPL>(qk[cb][0], s, q);
+    rg_smem_row<TIn, LPR, KPL>(qk[cb][1], s, k);
+
+    // partial sums over the lane's keys, NA accumulators each: (M k, M q) per row, |k|^2, |q|^2, k.q
+    float a[2 * RPL + 3][NA];
+#pragma unroll
+    for (int i = 0; i < 2 * RPL + 3; ++i) {
+#pragma unroll
+      for (int x = 0; x < NA; ++x) a[i][x] = 0.f;
+    }
+#pragma unroll
+    for (int c = 0; c < KPL; ++c) {
+      const int x = c % NA;
+#pragma unroll
+      for (int j = 0; j < RPL; ++j) {
+        a[2 * j][x] = fmaf(m[j][c], k[c], a[2 * j][x]);
+        a[2 * j + 1][x] = fmaf(m[j][c], q[c], a[2 * j + 1][x]);
+      }
+      a[2 * RPL][x] = fmaf(k[c], k[c], a[2 * RPL][x]);
+      a[2 * RPL + 1][x] = fmaf(q[c], q[c], a[2 * RPL + 1][x]);
+      a[2 * RPL + 2][x] = fmaf(k[c], q[c], a[2 * RPL + 2][x]);
+    }
+    float sum[2 * RPL + 3];
+#pragma unroll
+    for (int i = 0; i < 2 * RPL + 3; ++i) {
+      static_assert(NA == 4, "accumulator tree");
+      sum[i] = (a[i][0] + a[i][1]) + (a[i][2] + a[i][3]);
+    }
+    // butterfly all-reduce over the row's LPR lanes: every lane of the row ends with the same sums
+#pragma unroll
+    for (int off = LPR / 2; off > 0; off >>= 1) {
+#pragma unroll
+      for (int i = 0; i < 2 * RPL + 3; ++i) sum[i] += __shfl_xor_sync(kFull, sum[i], off);
+    }
+
+    float rk = 1.f, rq = 1.f;
+    if (p.use_qk_l2norm) {
+      rk = rsqrtf(sum[2 * RPL] + kEps);
+      rq = rsqrtf(sum[2 * RPL + 1] + kEps);
+    }
+    rq *= p.scale;
+    const float e = __expf(cur.g);
+    const float dot = sum[2 * RPL + 2] * rk * rq;
+    float vt[RPL], ov[RPL];
+#pragma unroll
+    for (int j = 0; j < RPL; ++j) {
+      vt[j] = cur.b * (cur.v[j] - e * (sum[2 * j] * rk));
+      ov[j] = fmaf(vt[j], dot, e * (sum[2 * j + 1] * rq));
+    }
+
+    float kh[KPL];  // k^ = l2norm(k)
+#pragma unroll
+    for (int c = 0; c < KPL; ++c) kh[c] = k[c] * rk;
+#pragma unroll
+    for (int j = 0; j < RPL; ++j) {
+#pragma unroll
+      for (int c = 0; c < KPL; ++c) m[j][c] = fmaf(vt[j], kh[c], e * m[j][c]);
+    }
+
+    if (s == 0) {  // one lane per row: o and v~
+#pragma unroll
+      for (int j = 0; j < RPL; ++j) {
+        if (vcol[j] >= 0) {
+          p.o[(n * HV + hv) * V + vcol[j]] = ov[j];
+          if (record && t < p.Tmax)
+            p.bank_v[slot * p.bv_stride[0] + wb * p.bv_stride[1] + t * p.bv_stride[2] + hv * p.bv_stride[3] +
+                     vcol[j] * p.bv_stride[4]] = vt[j];
+        }
+      }
+    }
+    if (record && t < p.Tmax) {
+      if (g_writer)
+        p.bank_g[slot * p.bg_stride[0] + wb * p.bg_stride[1] + t * p.bg_stride[2] + hv * p.bg_stride[3]] = cur.g;
+      if (k_writer)
+        rg_store_row<LPR, KPL>(p.bank_k + slot * p.bk_stride[0] + wb * p.bk_stride[1] + t * p.bk_stride[2] +
+                                   h * p.bk_stride[3],
+                               s, kh);
+    }
+  }
+  if (p.write_final_state) {
+#pragma unroll
+    for (int j = 0; j < RPL; ++j)
+      if (vcol[j] >= 0) rg_store_row<LPR, KPL>(st + vcol[j] * p.st_stride[2], s, m[j]);
+  }
+}
+
+template <typename TIn, int LPR, int RPL, int KPL>
+__global__ void __launch_bounds__(32) chain_verify_rg_kernel(const ChainVerifyParams p) {
+  chain_verify_rg_body<TIn, LPR, RPL, KPL>(p);
+}
+
+template <typename TIn, int LPR, int RPL, int K>
+cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
+  constexpr int BV = (32 / LPR) * RPL;
+  const dim3 grid((p.V + BV - 1) / BV, p.HV, p.R);
+  chain_verify_rg_kernel<TIn, LPR, RPL, K / LPR><<<grid, 32, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+// Row-group layout (vec path, K = 128 or 256). BV: p.bv (4 or 8), else 4 for AR (one token per
+// row) and 8 otherwise (triton_chain's ar_small / verify_small). kLayoutRowGroup: LPR = 32 / BV
+// lanes per row, one row per lane; kLayoutRowGroup8: LPR = 8, BV / 4 rows per lane (the lane
+// split of Triton's [BV, K/32, 32] tile).
+template <typename TIn, int K>
+cudaError_t dispatch_rg(const ChainVerifyParams& p, bool lpr8, cudaStream_t stream) {
+  int bv = p.bv;
+  if (bv != 4 && bv != 8) bv = p.N <= p.R ? 4 : 8;
+  if (bv == 4) return launch_rg<TIn, 8, 1, K>(p, stream);
+  return lpr8 ? launch_rg<TIn, 8, 2, K>(p, stream) : launch_rg<TIn, 4, 1, K>(p, stream);
+}
+
 // BV = 4 for AR (one token per row) and small batches, else 8 (triton_chain.pick_config's rule);
 // p.bv (4 or 8) overrides; K > 256 (KPL 16) always uses 4 (the tile is BV * KPL registers).
 template <typename TIn, int KPL, bool VEC>
@@ -493,6 +842,15 @@ cudaError_t dispatch_bv(const ChainVerifyParams& p, cudaStream_t stream) {
 template <typename TIn>
 cudaError_t dispatch_k(const ChainVerifyParams& p, cudaStream_t stream) {
   // 16-byte path: K a multiple of 128 with unit key strides and 16-byte aligned rows (p.vec_ok)
+  // small batches (R * HV <= 16 (row, head) pairs, triton_chain's "small" rule), from the H200
+  // batch-1 sweep (benchmarks/RESULTS.md, csrc_cuda_h200_b1_layouts.json): AR -> row group (BV 4), verify
+  // without pending -> row group with 8 lanes per row, step with pending -> v3 reduce-scatter.
+  // Forced by p.layout. Row group needs the 16-byte path with K = 128 / 256, else v3.
+  const bool small = p.layout == kLayoutAuto && static_cast<int64_t>(p.R) * p.HV <= 16;
+  const bool rg8 = p.layout == kLayoutRowGroup8 || (small && !p.write_final_state && p.pending_len == nullptr);
+  const bool rg = p.layout == kLayoutRowGroup || rg8 || (small && p.write_final_state);
+  if (rg && p.vec_ok && p.K == 128) return dispatch_rg<TIn, 128>(p, rg8, stream);
+  if (rg && p.vec_ok && p.K == 256) return dispatch_rg<TIn, 256>(p, rg8, stream);
   if (p.vec_ok && p.K == 128) return dispatch_bv<TIn, 4, true>(p, stream);
   if (p.vec_ok && p.K == 256) return dispatch_bv<TIn, 8, true>(p, stream);
   if (p.vec_ok && p.K == 512) return dispatch_bv<TIn, 16, true>(p, stream);

@@ -42,6 +42,7 @@ struct ChainVerifyParams {
   const int64_t* read_bank;    // [R] or null
   int R, N, H, HV, K, V, Tmax;  // N: tokens (q.size(0))
   int bv;       // value rows per warp: 4 or 8; anything else = automatic (chain_verify.cu, dispatch_bv)
+  int layout;    // kLayout*: warp layout (chain_verify.cu: v3 reduce-scatter or the small-batch row group)
   bool reg_cap;  // launch the register-capped variants where defined (chain_verify.cu, min_blocks)
   float scale;
   bool write_final_state;
@@ -49,6 +50,12 @@ struct ChainVerifyParams {
   bool in_bf16;  // q, k, v are bfloat16 (read and widened in the kernel, no conversion kernels)
   bool vec_ok;   // K % 128 == 0, unit key strides, 16-byte aligned rows: 16-byte loads/stores
 };
+
+// ChainVerifyParams::layout (the binding reads VLLM_SPECLA_CUDA_LAYOUT=rowgroup|rowgroup8|rs):
+// automatic (row group at R * HV <= 16, else reduce-scatter), row group (LPR = 32 / BV lanes per
+// row), row group with 8 lanes per row (BV / 4 rows per lane), v3's reduce-scatter. The row-group
+// kernels exist for the 16-byte path with K = 128 / 256; other shapes always run v3.
+constexpr int kLayoutAuto = 0, kLayoutRowGroup = 1, kLayoutRowGroup8 = 2, kLayoutRS = 3;
 
 // Launches one single-warp CTA per (value tile of 4 or 8 rows, value head, row); returns the
 // launch error.

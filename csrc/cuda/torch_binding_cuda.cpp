@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <optional>
+#include <string>
 
 #include "chain_verify.cuh"
 
@@ -39,14 +40,26 @@ at::Tensor rows_dense(const at::Tensor& x) {
   return x;
 }
 
-// Tuning overrides, read at each call (benchmarks/bench_csrc_cuda.py --bv / --regcap): value rows
-// per warp VLLM_SPECLA_CUDA_BV (4 or 8, else 0: automatic) and VLLM_SPECLA_CUDA_REGCAP=0 (the
-// kernel variants without the register caps of chain_verify.cu's min_blocks).
+// Tuning overrides, read at each call (benchmarks/bench_csrc_cuda.py --bv / --regcap / --layout):
+// value rows per warp VLLM_SPECLA_CUDA_BV (4 or 8, else 0: automatic), VLLM_SPECLA_CUDA_REGCAP=0
+// (the kernel variants without the register caps of chain_verify.cu's min_blocks) and
+// VLLM_SPECLA_CUDA_LAYOUT (below).
 int bv_override() {
   const char* s = std::getenv("VLLM_SPECLA_CUDA_BV");
   if (s == nullptr) return 0;
   const int bv = std::atoi(s);
   return bv == 4 || bv == 8 ? bv : 0;
+}
+
+// Warp layout override VLLM_SPECLA_CUDA_LAYOUT: rowgroup | rowgroup8 | rs, else automatic.
+int layout_override() {
+  const char* s = std::getenv("VLLM_SPECLA_CUDA_LAYOUT");
+  if (s == nullptr) return vllm_specla::cuda::kLayoutAuto;
+  const std::string v(s);
+  if (v == "rowgroup") return vllm_specla::cuda::kLayoutRowGroup;
+  if (v == "rowgroup8") return vllm_specla::cuda::kLayoutRowGroup8;
+  if (v == "rs") return vllm_specla::cuda::kLayoutRS;
+  return vllm_specla::cuda::kLayoutAuto;
 }
 
 bool reg_cap() {
@@ -124,6 +137,7 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   p.N = static_cast<int>(q.size(0));
   p.bv = bv_override();
   p.reg_cap = reg_cap();
+  p.layout = layout_override();
   p.H = static_cast<int>(q.size(1));
   p.K = static_cast<int>(q.size(2));
   p.HV = static_cast<int>(v.size(1));

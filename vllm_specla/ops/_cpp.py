@@ -57,8 +57,17 @@ def load_cuda(verbose: bool = False) -> bool:
     the public dispatcher (``ops/chain_verify.py``) uses it per shape where it measured faster than
     Triton (verify / SpecLA-step windows at more than 16 (row, head) pairs). Needs CUDA torch, nvcc and the
     CPU extension loaded first (it defines the op schemas). Returns False when CUDA is absent.
+    Small batches (at most 16 (row, head) pairs, K = 128 / 256 on the 16-byte path) run a second
+    kernel, the row-group layout: each value row owns 32 / BV adjacent lanes (8 rows x 4 lanes for
+    BV = 8, 4 x 8 for BV = 4) that split its keys, so a token's ``M k``, ``M q``, norms and ``k.q``
+    are mostly in-thread sums plus 2-3 xor-shuffle levels, and ``v~`` / ``o`` are computed
+    redundantly by the row's lanes (no broadcasts); the next token's q / k are copied to shared
+    memory (cp.async) while one computes. At batch 1 the per-token dependent chain is the time,
+    and v3's 5-level reduce-scatter plus broadcasts is longer (chain_verify.cu header).
     Tuning overrides read at each call: ``VLLM_SPECLA_CUDA_BV=4|8`` (value rows per warp, else
-    automatic) and ``VLLM_SPECLA_CUDA_REGCAP=0`` (no register caps).
+    automatic), ``VLLM_SPECLA_CUDA_REGCAP=0`` (no register caps) and
+    ``VLLM_SPECLA_CUDA_LAYOUT=rowgroup|rowgroup8|rs`` (warp layout: row group with 32 / BV or 8
+    lanes per row, or v3's reduce-scatter; else automatic).
     """
     if not AVAILABLE:
         raise RuntimeError(f"the C++ CPU extension (op schemas) is not loaded: {LOAD_ERROR}")
