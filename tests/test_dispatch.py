@@ -14,9 +14,11 @@ from vllm_specla.ops import _cpp
 from vllm_specla.ops import chain_verify as cv
 
 
-def _kw(rows: int, T: int, HV: int = 6, final: bool = False):
+def _kw(rows: int, T: int, HV: int = 6, final: bool = False, tmax: int | None = 16):
     q = torch.zeros(rows * T, 6, 4)
     kw = dict(cu_seqlens=torch.arange(0, rows * T + 1, T), state=torch.zeros(rows, HV, 2, 4), write_final_state=final)
+    if tmax is not None:  # factor banks [slots, 2, Tmax, H, K]
+        kw.update(bank_k=torch.zeros(rows, 2, tmax, 6, 4), write_bank=torch.zeros(rows, dtype=torch.long))
     return q, kw
 
 
@@ -27,6 +29,8 @@ def test_ut_rule(monkeypatch):
     assert not cv._use_ut(*_kw(32, 5))  # short windows: serial / csrc
     assert not cv._use_ut(*_kw(16, 8))  # small batch
     assert not cv._use_ut(*_kw(64, 8, final=True))  # AR / commit writes the state: serial
+    assert not cv._use_ut(*_kw(64, 8, tmax=None))  # no banks: windows unbounded, UT takes <= 16
+    assert not cv._use_ut(*_kw(64, 8, tmax=24))  # a 24-token bank allows windows UT cannot take
     monkeypatch.setattr(cv, "VERIFY_KERNEL", "serial")
     assert not cv._use_ut(*_kw(128, 8))
     monkeypatch.setattr(cv, "VERIFY_KERNEL", "ut")

@@ -37,6 +37,7 @@ def _triton_impl():
 VERIFY_KERNEL = os.environ.get("VLLM_SPECLA_VERIFY_KERNEL", "auto")
 UT_MIN_TOKENS = 7.5
 UT_MIN_ROWS = 32
+UT_MAX_TOKENS = 16  # triton_chain_ut.BT
 
 
 def _use_ut(q: torch.Tensor, kw: dict) -> bool:
@@ -44,6 +45,11 @@ def _use_ut(q: torch.Tensor, kw: dict) -> bool:
         return False
     if VERIFY_KERNEL == "ut":
         return True
+    # the UT kernel verifies <= 16 tokens per row; the factor bank bounds every window (a longer one
+    # is an error), so without banks or with a bank longer than 16 the serial kernel runs
+    bank_k = kw.get("bank_k")
+    if bank_k is None or kw.get("write_bank") is None or bank_k.shape[2] > UT_MAX_TOKENS:
+        return False
     rows = kw["cu_seqlens"].numel() - 1
     return rows >= UT_MIN_ROWS and q.shape[0] >= UT_MIN_TOKENS * max(rows, 1)
 
