@@ -36,6 +36,7 @@ def test_ut_rule(monkeypatch):
     monkeypatch.setattr(cv, "VERIFY_KERNEL", "ut")
     assert cv._use_ut(*_kw(1, 2))
     assert not cv._use_ut(*_kw(1, 2, final=True))
+    assert not cv._use_ut(*_kw(1, 2, tmax=32))  # forced, but windows could exceed 16: serial
 
 
 def test_cuda_csrc_rule(monkeypatch):
@@ -46,5 +47,8 @@ def test_cuda_csrc_rule(monkeypatch):
     assert cv._use_cuda_csrc(_kw(3, 5, HV=6)[1])  # 18 (row, head) pairs
     assert not cv._use_cuda_csrc(_kw(2, 5, HV=8)[1])  # 16 pairs: batch 1-2 stays on Triton
     assert not cv._use_cuda_csrc(_kw(64, 1, final=True)[1])  # AR: Triton
+    q, kw = _kw(64, 5)
+    kw["state"] = torch.zeros(64, 6, 2, 1024)  # K = 1024: beyond the CUDA kernel's tile
+    assert not cv._use_cuda_csrc(kw)
     monkeypatch.setattr(cv, "USE_CUDA_CSRC", False)
     assert not cv._use_cuda_csrc(_kw(64, 5)[1])

@@ -386,3 +386,28 @@ def test_ut_tree_big_shape(big_fast):
     lens = [9, 3] if not HAVE_CUDA else [16, 9, 5, 16, 8, 3, 1, 12]
     c = Case(BIG[0], lens, seed=64, pend=[3, 5] if not HAVE_CUDA else PEND + [1, 2])
     check(*run_tree(c, _trees(rng, lens), pending=True))
+
+
+def test_ut_strided_index_tensors_and_padded_slots():
+    """Review findings: a strided ``parents`` view and a ``slots`` buffer longer than the rows
+    (its extra entries, and pending/read_bank padding, must be ignored, as by the reference)."""
+    from vllm_specla.ops import tree_reference as tref  # noqa: PLC0415
+
+    rng = random.Random(9)
+    c = Case((2, 4, 32, 48), [5, 9], seed=65, pend=[2, 3])
+    parents = _trees(rng, c.lens)
+    flat = torch.tensor([p for row in parents for p in row], dtype=torch.int64, device=DEV)
+    strided = torch.stack([flat, torch.full_like(flat, 99)], 1).reshape(-1)[::2]  # stride-2 view
+    assert not strided.is_contiguous()
+    s1, s2 = c.state.clone(), c.state.clone()
+    b1, b2 = c.banks(), c.banks()
+    pad = torch.tensor([x for x in range(c.state.shape[0]) if x not in c.slots.tolist()][:2], device=DEV)
+    kw = dict(scale=c.scale, cu_seqlens=c.cu, write_bank=c.write_bank)
+    o1 = tref.tree_verify_sequential_ref(*c.inputs(), state=s1, slots=c.slots, parents=flat, bank_k=b1[0],
+                                         bank_v=b1[1], bank_g=b1[2], pending_len=c.pending_len,
+                                         read_bank=c.read_bank, **kw)
+    o2 = ut.tree_verify_ut(*c.inputs(), state=s2, slots=torch.cat([c.slots, pad]), parents=strided,
+                           bank_k=b2[0], bank_v=b2[1], bank_g=b2[2],
+                           pending_len=torch.cat([c.pending_len, torch.tensor([4, 4], device=DEV)]),
+                           read_bank=torch.cat([c.read_bank, c.read_bank]), **kw)
+    check((o1, s1, b1), (o2, s2, b2))

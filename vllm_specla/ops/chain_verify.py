@@ -43,13 +43,14 @@ UT_MAX_TOKENS = 16  # triton_chain_ut.BT
 def _use_ut(q: torch.Tensor, kw: dict) -> bool:
     if VERIFY_KERNEL == "serial" or kw.get("write_final_state", False):
         return False
-    if VERIFY_KERNEL == "ut":
-        return True
-    # the UT kernel verifies <= 16 tokens per row; the factor bank bounds every window (a longer one
-    # is an error), so without banks or with a bank longer than 16 the serial kernel runs
+    # the UT kernel verifies <= 16 tokens per row and cannot check that during CUDA-graph capture;
+    # the factor bank bounds every window (a longer one is an error), so without banks or with a
+    # bank longer than 16 the serial kernel runs, also when "ut" is forced
     bank_k = kw.get("bank_k")
     if bank_k is None or kw.get("write_bank") is None or bank_k.shape[2] > UT_MAX_TOKENS:
         return False
+    if VERIFY_KERNEL == "ut":
+        return True
     rows = kw["cu_seqlens"].numel() - 1
     return rows >= UT_MIN_ROWS and q.shape[0] >= UT_MIN_TOKENS * max(rows, 1)
 
@@ -61,10 +62,13 @@ def _use_ut(q: torch.Tensor, kw: dict) -> bool:
 # VLLM_SPECLA_CUDA_CSRC=0 turns it off.
 USE_CUDA_CSRC = os.environ.get("VLLM_SPECLA_CUDA_CSRC", "1") not in ("", "0")
 CUDA_MIN_PAIRS = 16
+CUDA_MAX_K = 512
 
 
 def _use_cuda_csrc(kw: dict) -> bool:
     if not (USE_CUDA_CSRC and _cpp.CUDA_LOADED) or kw.get("write_final_state", False):
+        return False
+    if kw["state"].shape[-1] > CUDA_MAX_K:  # the CUDA kernel's register tile (K <= 512)
         return False
     return (kw["cu_seqlens"].numel() - 1) * kw["state"].shape[1] > CUDA_MIN_PAIRS
 

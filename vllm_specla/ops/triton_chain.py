@@ -344,6 +344,9 @@ def _launch_chain(
     g, beta = (_rows_dense(x, 1) for x in (g, beta))
     R = cu_seqlens.numel() - 1
     assert slots.numel() >= R, f"slots ({slots.numel()}) must cover the {R} rows of cu_seqlens"
+    # per-row index tensors are read with unit stride by the kernels (no-op when already dense)
+    cu_seqlens, slots, write_bank, pending_len, read_bank = (
+        x.contiguous() if x is not None else None for x in (cu_seqlens, slots, write_bank, pending_len, read_bank))
     o = torch.empty(N, HV, V, dtype=torch.float32, device=v.device)
     if R == 0:
         return o

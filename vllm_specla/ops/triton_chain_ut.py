@@ -444,6 +444,11 @@ def _launch_ut(
     q, k, v = (_rows_dense(x, 2) for x in (q, k, v))
     g, beta = (_rows_dense(x, 1) for x in (g, beta))
     R = cu_seqlens.numel() - 1
+    assert slots.numel() >= R, f"slots ({slots.numel()}) must cover the {R} rows of cu_seqlens"
+    # per-row index tensors are read with unit stride; only the first R entries are rows
+    cu_seqlens, slots, write_bank, pending_len, read_bank, parents = (
+        x.contiguous() if x is not None else None
+        for x in (cu_seqlens, slots, write_bank, pending_len, read_bank, parents))
     o = torch.empty(N, HV, V, dtype=torch.float32, device=v.device)
     if R == 0:
         return o
@@ -461,7 +466,7 @@ def _launch_ut(
     if has_pending and (not FUSE_PENDING or tmax > BT):
         # separate commit (the default, faster here, see FUSE_PENDING) or more pending factors than
         # one [BT, BT] pending Gram holds: commit them with the recover kernel, verify without pending
-        _tr.recover(state, slots, bank_k, bank_v, bank_g, read_bank, pending_len)
+        _tr.recover(state, slots[:R], bank_k, bank_v, bank_g, read_bank[:R], pending_len[:R])
         has_pending = False
     # per-(row, head) scratch of the prep kernel (fp32): q^/k^ rows, Tinv/W/Gpk/Gpq, e^Γ/beta
     qk_s = torch.empty(R, H, 2, BT, K, dtype=torch.float32, device=v.device)
