@@ -11,9 +11,10 @@ case "${1:-}" in
       python benchmarks/bench_e2e.py --shapes flame,map --auto --snapshot-ks 4 --cuda-csrc --tag s4 \
           --out "$OUT/e2e_s4.jsonl"
       ;;
-  2)  # kernel table with the new defaults (UT v5 sweep at B = 32 too) and the HLD lane sweep
-      python benchmarks/bench_ut.py --batches 128,32,256 --Ts 2,5,8,9 --budget-s 240 --out "$OUT/ut_s4.json"
-      python benchmarks/bench_tree.py --batches 1,8 --sweep-parallel --budget-s 150 --out "$OUT/tree_sweep.json"
+  2)  # kernel table with the new defaults (UT v5 sweep at B = 32 too), trees incl. UT, commit ratios
+      python benchmarks/bench_ut.py --batches 128,32,256 --Ts 2,5,8,9 --budget-s 200 --out "$OUT/ut_s4.json"
+      python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
+      VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
   *) echo "usage: $0 1|2 (one device call each)"; exit 2 ;;
 esac
