@@ -234,8 +234,9 @@ class RayCluster:
         self.num_workers = num_workers
         self.num_cpus = num_cpus if num_cpus is not None else max(num_workers, os.cpu_count() or 1)
         self.port = free_port()
-        # short path: Ray's unix sockets live under the temp dir (108-byte limit)
-        self.temp_dir = tempfile.mkdtemp(prefix="rs", dir="/tmp")
+        # short path: Ray's unix sockets live under the temp dir (108-byte limit); the default
+        # /tmp is short on Linux, VLLM_SPECLA_RAY_TMPDIR picks another folder
+        self.temp_dir = tempfile.mkdtemp(prefix="rs", dir=os.environ.get("VLLM_SPECLA_RAY_TMPDIR", "/tmp"))
         self.log_path = log_path or os.path.join(self.temp_dir, "ray_start.log")
         self.proc: subprocess.Popen | None = None
 
