@@ -138,11 +138,8 @@ def check(res_ref, res_ut, tol=TOL, per_token=True):
 @pytest.mark.parametrize("shape", SMALL)
 @pytest.mark.parametrize("pending", [False, True])
 @pytest.mark.parametrize("final", [False, True])
-@pytest.mark.parametrize("fuse", [False, True])
-def test_ut_vs_ref_small(shape, pending, final, fuse, monkeypatch):
-    """T in {1, 2, 5, 8, 9, 16} (variable per row, one launch), P in {1..5, 16}; pending factors folded
-    in the UT kernel (``fuse``) or committed first by the recover kernel (the default)."""
-    monkeypatch.setattr(ut, "FUSE_PENDING", fuse)
+def test_ut_vs_ref_small(shape, pending, final):
+    """T in {1, 2, 5, 8, 9, 16} (variable per row, one launch), P in {1..5, 16}."""
     c = Case(shape, LENS, seed=hash((shape, pending, final)) % 1000, pend=PEND)
     check(*run_both(c, pending=pending, final=final))
 
@@ -228,12 +225,10 @@ def test_ut_matches_serial_kernel():
             assert rel(x, y) < TOL
 
 
-@pytest.mark.parametrize("fuse", [False, True])
-def test_ut_speculative_steps(fuse, monkeypatch):
+def test_ut_speculative_steps():
     """Three SpecLA steps (deferred commit): each verify folds the previous step's accepted prefix
     from the other bank, then the banks swap; the UT kernel and the reference stay in lockstep.
     Between steps 2 and 3 the accepted prefix is committed by triton_recover.recover instead."""
-    monkeypatch.setattr(ut, "FUSE_PENDING", fuse)
     shape = (2, 4, 32, 48)
     rng = random.Random(5)
     c = Case(shape, [5, 5, 5, 5], seed=91)

@@ -1,77 +1,68 @@
-"""Triton chain verify in the tensor-core UT (chunk) form ("v3", docs/KERNELS.md).
+"""Triton chain and tree verify in the tensor-core UT (chunk) form (v5, docs/KERNELS.md).
 
 Same contract as :func:`vllm_specla.ops.triton_chain.chain_verify` and its oracle
-:func:`vllm_specla.ops.reference.chain_verify_ref`: pending factors folded first (deferred commit,
-ALGORITHMS.md §6), the window verified from the state kept on chip (§3), factors written to bank
-``write_bank``, the state written once. What changes is how the window is computed: instead of a
-serial walk with two mat-vecs per token on the ``[BV, K]`` tile (``triton_chain``), the window is
-one chunk of the gated delta rule in UT / WY form (ALGORITHMS.md §4 with a chain mask, the same
-algebra as fla 0.6.0 ``fla/ops/gated_delta_rule/chunk.py`` + ``fla/ops/utils/solve_tril.py``;
-``reference.chunk_gated_delta_rule_ref`` is its torch form), so the state tile is touched by a few
-``tl.dot`` products and the serial part of the window runs on ``[BT, BT]`` matrices only.
+:func:`vllm_specla.ops.reference.chain_verify_ref` for verify windows of at most ``BT = 16``
+tokens (and, for :func:`tree_verify_ut`, of
+:func:`vllm_specla.ops.tree_reference.tree_verify_sequential_ref` for trees of at most 16 nodes):
+pending factors committed first (deferred commit, ALGORITHMS.md §6), the window verified from the
+committed state, factors written to bank ``write_bank``, the state not written after the window.
+Instead of the serial walk of ``triton_chain`` (two mat-vecs per token on the ``[BV, K]`` tile),
+the window is one chunk of the gated delta rule in UT / WY form (ALGORITHMS.md §4; the algebra of
+fla 0.6.0 ``fla/ops/gated_delta_rule/chunk.py`` and ``fla/ops/utils/solve_tril.py``;
+``reference.chunk_gated_delta_rule_ref`` is its torch form): the state is touched by two
+tensor-core products and the serial part runs on ``[16, 16]`` matrices.
 
 Shapes and dtypes (``ops/__init__.py``)::
 
     q, k     [N, H, K]    fp32 / bf16 / fp16 (token stride free, head and feature dims dense)
     v        [N, HV, V]   fp32 / bf16 / fp16
     g, beta  [N, HV]      float (log decay g <= 0, write strength)
-    state    [slots, HV, V, K] fp32, contiguous, updated in place  ("[V, K]" form: M = S^T)
+    state    [slots, HV, V, K] fp32, contiguous  ("[V, K]" form: M = S^T)
     bank_k   [slots, 2, Tmax, H, K] fp32; bank_v [slots, 2, Tmax, HV, V] fp32; bank_g [slots, 2, Tmax, HV] fp32
-    slots, write_bank, read_bank, pending_len [R] int; cu_seqlens [R+1] int
+    slots, write_bank, read_bank, pending_len [R] int; cu_seqlens [R+1] int; parents [N] int (trees)
     returns o [N, HV, V] fp32
 
-One program per ``(V-tile, value head, row)``, grid ``(cdiv(V, BV), HV, R)``; ``BT = BP = 16``
-(token chunk, pending chunk). The ``[BV, K]`` state tile is never whole in registers: it is
-streamed in ``[BV, KC]`` column chunks (``KC`` = 16..64, ``num_stages`` > 1 prefetches the next
-chunk), which keeps the kernel at ~130-230 registers without spills (sm_90 compiles). Per program:
+Per launch:
 
-1. Gram part (raw q/k, 16-column chunks): ``KK = K K^T``, ``QK = Q K^T`` (``[16, 16]``) and the
-   squared norms; the l2norm (eps 1e-6, as ``triton_chain``/fla) and the q scale are applied to
-   the products afterwards (``k^ = rk k``, ``q^ = rq q``);
-2. pass 1 over the state chunks: load ``M[:, c]``; HAS_PENDING: fold the row's
-   ``P = pending_len[r]`` factors of bank ``read_bank[r]`` as one rank-16 ``tl.dot`` update per 16
-   factors, ``M = e^{G_P} M + (Pv ⊙ e^{G_P - G_u}) @ Pk[:, c]``, and store the chunk (the folded
-   state is written once; not when ``write_final_state``); accumulate ``MK = M @ K^T``,
-   ``MQ = M @ Q^T`` (``[BV, KC] x [KC, 16]``);
-3. the window (ALGORITHMS.md §4, chain mask): ``A[t,u] = beta_t KK^[t,u] e^{Γ_t-Γ_u}`` (u < t,
-   ``Γ`` = cumsum of the window's g; the differences ``Γ_t-Γ_u`` are summed directly, see
-   below); ``Tinv = (I + A)^{-1}`` by forward substitution on the 16x16 tile (fla ``solve_tril``);
-   ``V~^T = R @ Tinv^T`` with ``R = beta ⊙ (V^T - e^Γ ⊙ MK^)``;
-   ``O^T = e^Γ ⊙ MQ^ + V~^T @ (tril_incl ⊙ QK^ ⊙ e^{Γ_t-Γ_u})^T``; factors ``(k^, v~, g)`` to
-   bank ``write_bank[r]`` positions ``0..T-1`` (``< Tmax``) with the writer rules of
-   ``triton_chain``: ``bank_v`` by every V-tile (its slice), ``bank_g`` by V-tile 0, ``bank_k`` by
-   V-tile 0 of the first value head of each GVA group -- one writer per element;
-4. ``write_final_state``: pass 2 over the state chunks re-reads the slot (still the pre-pending
-   state, mostly from L2), folds the pending factors again and stores
-   ``M_T = e^{Γ_T} M + (V~^T ⊙ e^{Γ_T-Γ}) @ K^[:, c]`` (rank-16 ``tl.dot``) once. Rows longer than
-   16 tokens run as several chunks through the slot (``write_final_state`` only; without it the
-   launcher rejects windows > 16, which a verify window never is with Tmax = 16).
+0. pending factors (``pending_len``, bank ``read_bank``) are committed by
+   :func:`vllm_specla.ops.triton_recover.recover` (one state read + write). Folding them inside the
+   UT kernel was measured 1.15-1.3x slower on the H200 (benchmarks/RESULTS.md "Session 3");
+1. ``_ut_prep_kernel``, one program per ``(value head, row)``: everything that does not touch the
+   state. Norms and the Gram products ``K K^T``, ``Q K^T`` (tensor-core dots over ``KG``-column
+   chunks of the raw q/k; the l2norm, eps 1e-6 as fla, and the q scale applied afterwards), the
+   decays, ``A[t,u] = beta_t k^_t.k^_u e^{Γ_t-Γ_u}`` (``u`` before ``t`` on its path),
+   ``Tinv = (I + A)^-1`` by forward substitution (fla ``solve_tril``), ``W[t,u] = q^_t.k^_u
+   e^{Γ_t-Γ_u}`` (``u`` on the path of ``t``, itself included) and ``e^{Γ_t}``, into a small fp32
+   scratch with ``q^``/``k^``; the ``k^`` and ``g`` factors go to the write bank;
+2. ``_chain_ut_kernel``, one program per ``(V-tile, value head, row)``, grid ``(cdiv(V, BV), HV,
+   R)``: one pass over ``[BV, KC]`` chunks of the state (``num_stages`` prefetches the next),
+   ``MK = M K^^T``, ``MQ = M Q^^T`` as ``[BV, KC] x [KC, 16]`` dots; then
+   ``V~^T = beta (V^T - e^Γ MK) Tinv^T`` and ``O^T = e^Γ MQ + V~^T W^T``; ``v~`` to the write bank.
+   Bank writers as ``triton_chain``: ``bank_v`` by every V-tile (its slice), ``bank_g`` and
+   ``bank_k`` by the prep of the value head (``bank_k``: the first value head of each GVA group),
+   one writer per element.
+
+A chain is the tree whose mask is lower triangular; for a tree (``parents``: row-local parent
+positions, ``-1`` for a root, topological) the prep builds the ancestor matrix and sums decays
+along root paths, the V-tile kernel is the same. ``write_final_state`` (AR / commit windows, the
+state written after the window) goes to the serial kernel.
 
 Requirements (as ``triton_chain``): ``read_bank[r] != write_bank[r]`` for rows with
-``pending_len[r] > 0`` (double buffer), rows on distinct slots.
+``pending_len[r] > 0`` (double buffer), rows on distinct slots, windows of at most 16 tokens
+(checked on the host, ``ValueError``; the check is skipped during CUDA-graph capture, where the
+dispatcher guarantees it through the bank length).
 
-Precision. The state is fp32 and the oracle is fp32, so plain TF32 dots (10-bit mantissa, ~1e-3
-relative) are not acceptable. Every ``tl.dot`` uses ``input_precision="tf32x3"`` by default
-(:data:`DOT_PRECISION`): each operand is split into a TF32 high part and a TF32 remainder and
-three tensor-core products are summed in fp32 (hi*hi + hi*lo + lo*hi), ~fp32 accuracy (expected
-norm-wise error ~1e-6 vs the fp32 reference). ``"ieee"`` (fp32 FMA, no tensor cores) is the exact
-alternative, ``"tf32"`` the fast inexact one, ``"bf16x3"`` (split bf16, in newer Tritons) a
-faster, less precise one; benchmarks/bench_ut.py measures them. The ``[BT, BT]`` solve and the
-decay factors are plain fp32. Decay differences are summed directly (``sum_{u<s<=t} g_s``), not
-taken as differences of cumulative sums: under strong decay (g = -100) the cumulative sums reach
--1600 and their difference loses ~1e-4 absolute, i.e. ~1e-4 relative error in ``e^{Γ_t-Γ_u}``
-(measured 2-5e-5 state error before the change, ~1e-7 after, like the serial reference).
-Under ``TRITON_INTERPRET=1`` every dot is an fp32 numpy matmul.
+Precision. The state and the oracle are fp32, so plain TF32 dots (~1e-3 relative) are not
+acceptable: every ``tl.dot`` uses ``input_precision="tf32x3"`` by default (:data:`DOT_PRECISION`;
+three TF32 tensor-core products of the hi/lo split, ~fp32: measured 2.4-3.0e-7 vs the reference on
+the H200). ``"ieee"`` (fp32 FMA) is exact and slow, ``"tf32"`` / ``"bf16x3"`` fast and inexact;
+benchmarks/bench_ut.py measures them. The ``[16, 16]`` solve and the decays are plain fp32, and
+decay differences are summed directly (``sum_{u<s<=t} g_s``), not taken as differences of
+cumulative sums, which lose ~1e-4 absolute when ``Γ`` reaches -1600 under strong decay. Under
+``TRITON_INTERPRET=1`` every dot is an fp32 numpy matmul.
 
-Sources: ALGORITHMS.md §3 (chain verify), §4 (UT form, chain = tree with a chain mask), §6
-(deferred commit); fla 0.6.0 ``chunk_gated_delta_rule`` (``fla/ops/gated_delta_rule/chunk.py``,
-``wy_fast.py``, ``fla/ops/utils/solve_tril.py``) for the WY/UT algebra and the 16x16 solve;
-``reference.chunk_gated_delta_rule_ref`` is the torch form of the same algebra.
-
-The launcher never reads device data on the host except the optional window-length checks (the
-pattern of ``triton_chain._bounds_check``: skipped during CUDA-graph capture or with
-``triton_chain.CHECK_BOUNDS = False``), so launches are graph-capturable; configs come from shapes
-only (:func:`pick_config_ut`).
+Launches never read device data on the host except the optional window-length check, so they are
+CUDA-graph capturable; configs come from shapes only (:func:`pick_config_ut`).
 """
 
 from __future__ import annotations
@@ -90,12 +81,6 @@ CONFIG_OVERRIDE: tuple[int, ...] | None = None
 DOT_PRECISION = "tf32x3"
 _PREC_CODE = {"ieee": 0, "tf32x3": 1, "tf32": 2, "bf16x3": 3}
 BT = 16  # window-token chunk (a verify window of <= 16 tokens is one chunk); dot K-dim >= 16
-# Pending factors (deferred commit): False = the recover kernel commits them first and the UT kernel
-# verifies from the committed state (3 state passes); True = folded inside the UT kernel on the CUDA
-# cores while the tensor-core products read the pre-pending state (2 passes). Measured on the H200
-# (benchmarks/RESULTS.md, ut_v5_h200.json) the fused form is 1.15-1.3x slower (its per-chunk fold
-# loop costs more than the extra pass), so it is off; tests run both.
-FUSE_PENDING = False
 PREP_WARPS = 1  # warps of the per-(row, head) prep kernel (its [BT, BT] work stays in one warp)
 PREP_KG = 32  # key-dim chunk of its Gram dots (64 spills at 1 warp)
 
@@ -117,10 +102,9 @@ def pick_config_ut(num_rows: int, HV: int, V: int, K: int, tokens_per_row: float
     CUDA-graph safe); ``(BV, num_warps)`` are the grid / CTA choice, ``KC, num_stages`` how the
     state tile is streamed.
 
-    Bigger ``BV`` amortises the per-program q/k loads, the two ``16 x 16 x K`` Gram products and
-    the ``16 x 16`` solve (identical in every V-tile of a (row, head)) over more state rows and is
-    the M dim of the state products (64 per warpgroup for Hopper wgmma); smaller ``BV`` gives more
-    programs at small batch. ``tokens_per_row`` is unused (one chunk per verify window).
+    ``BV`` is the M dim of the state products; smaller ``BV`` gives more programs at small batch
+    (the per-(row, head) window work runs once, in the prep kernel). ``tokens_per_row`` is unused
+    (one chunk per verify window).
     """
     if CONFIG_OVERRIDE is not None:
         cfg = tuple(CONFIG_OVERRIDE)
@@ -148,42 +132,20 @@ def _mm(a, b, PREC: tl.constexpr):
 
 
 @triton.jit
-def _suffix_sum(x, o):
-    """``s[u] = sum_{w > u} x[w]``, summed directly (not as ``cumsum[-1] - cumsum[u]``: cumulative log
-    decays reach -1600 under strong decay, and their difference would lose ~1e-4 absolute)."""
-    return tl.sum(tl.where(o[None, :] > o[:, None], x[None, :], 0.0), 1)
-
-
-@triton.jit
-def _pending_vw(bank_v, bank_g, p_base, p0, n_p, i_hv, o_v, mv, o_p, HV: tl.constexpr, V: tl.constexpr):
-    """Pending factors ``p0 .. p0+BP-1``: ``[BV, BP]`` columns ``v~_u e^{G_last - G_u}`` and ``e^{G_last}``
-    (``G`` the cumulative decay inside the chunk; positions ``>= n_p`` contribute nothing)."""
-    mp = (p0 + o_p) < n_p
-    pos = p_base + p0 + o_p
-    b_pv = tl.load(bank_v + (pos[None, :] * HV + i_hv) * V + o_v[:, None], mask=mv[:, None] & mp[None, :], other=0.0)
-    b_pg = tl.load(bank_g + pos * HV + i_hv, mask=mp, other=0.0)
-    g_last = tl.sum(b_pg, 0)
-    w = tl.where(mp, tl.exp(_suffix_sum(b_pg, o_p)), 0.0)
-    return b_pv * w[None, :], tl.exp(g_last)
-
-
-@triton.jit
 def _ut_prep_kernel(
     q, k, g, beta, slots, cu_seqlens, parents,
-    bank_k, bank_g, write_bank, pending_len, read_bank,
+    bank_k, bank_g, write_bank,
     qk_s, mat_s, vec_s,
     scale, Tmax, sq, sk, sg, sb,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, KG: tl.constexpr, BT: tl.constexpr,
-    HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, L2NORM: tl.constexpr, PREC: tl.constexpr,
-    HAS_TREE: tl.constexpr,
+    HAS_BANK: tl.constexpr, L2NORM: tl.constexpr, PREC: tl.constexpr, HAS_TREE: tl.constexpr,
 ):
     """Per ``(value head, row)``: everything of the window that does not touch the state.
 
     Writes ``q^`` (l2-normalised, times ``scale``) and ``k^`` (l2-normalised) of the key head to
     ``qk_s[r, h, 0/1, t, :]`` (rows ``t < T`` only, by the first value head of each GVA group);
-    ``mat_s[r, hv, 0..3]`` (``[BT, BT]``): ``Tinv = (I + A)^-1``, ``W = tril_incl(Q^ K^^T ⊙ D)`` and,
-    with pending factors, ``Gpk[u, t] = k_u . k^_t``, ``Gpq[u, t] = k_u . q^_t`` (``k_u`` the pending
-    keys of bank ``read_bank[r]``, ``u < pending_len[r] <= BT``); ``vec_s[r, hv, 0/1]``: ``e^{Γ_t}``,
+    ``mat_s[r, hv, 0/1]`` (``[BT, BT]``): ``Tinv = (I + A)^-1``, ``W = tril_incl(Q^ K^^T ⊙ D)``;
+    ``vec_s[r, hv, 0/1]``: ``e^{Γ_t}``,
     ``beta_t``; with ``HAS_BANK`` the ``k^`` and ``g`` factors of the window to bank
     ``write_bank[r]`` (one writer per element). Padded tokens (``t >= T``) have ``g = beta = 0``,
     zero rows of ``A`` and ``W``, identity rows of ``Tinv``. ``HAS_TREE``: the window is a draft tree
@@ -208,17 +170,11 @@ def _ut_prep_kernel(
     mt = o_t < T
     i_t = bos + o_t
     slot = tl.load(slots + i_r).to(tl.int64)
-    if HAS_PENDING:
-        n_p = tl.maximum(tl.minimum(tl.minimum(tl.load(pending_len + i_r).to(tl.int32), Tmax), BT), 0)
-        p_pos = (slot * 2 + tl.load(read_bank + i_r).to(tl.int64)) * Tmax + o_t  # [BP = BT] pending positions
-        m_pu = o_t < n_p
 
     ssq = tl.zeros([BT], dtype=tl.float32)
     ssk = tl.zeros([BT], dtype=tl.float32)
     b_kk = tl.zeros([BT, BT], dtype=tl.float32)
     b_qk = tl.zeros([BT, BT], dtype=tl.float32)
-    b_pk = tl.zeros([BT, BT], dtype=tl.float32)
-    b_pq = tl.zeros([BT, BT], dtype=tl.float32)
     for c in range(0, BK // KG):
         o_kc = c * KG + o_g
         mkc = (o_kc < K)[None, :]
@@ -230,11 +186,6 @@ def _ut_prep_kernel(
         b_kcT = tl.trans(b_kc)
         b_kk += _mm(b_kc, b_kcT, PREC)
         b_qk += _mm(b_qc, b_kcT, PREC)
-        if HAS_PENDING:
-            b_uc = tl.load(bank_k + (p_pos[:, None] * H + i_h) * K + o_kc[None, :], mask=m_pu[:, None] & mkc,
-                           other=0.0)  # pending keys (already normalised) [BT, KG]
-            b_pk += _mm(b_uc, b_kcT, PREC)
-            b_pq += _mm(b_uc, tl.trans(b_qc), PREC)
     if L2NORM:
         rk = tl.rsqrt(ssk + 1e-6)
         rq = tl.rsqrt(ssq + 1e-6) * scale
@@ -288,12 +239,9 @@ def _ut_prep_kernel(
         b_N = tl.where(o_t[:, None] == i, b_a[None, :], b_N)
     b_Ti = b_N + tl.where(m_e, 1.0, 0.0)
 
-    p_m = mat_s + (i_r * HV + i_hv) * (4 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
+    p_m = mat_s + (i_r * HV + i_hv) * (2 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
     tl.store(p_m, b_Ti)
     tl.store(p_m + BT * BT, b_W)
-    if HAS_PENDING:
-        tl.store(p_m + 2 * BT * BT, b_pk * rk[None, :])
-        tl.store(p_m + 3 * BT * BT, b_pq * rq[None, :])
     p_e = vec_s + (i_r * HV + i_hv) * (2 * BT) + o_t
     tl.store(p_e, eG)
     tl.store(p_e + BT, b_b)
@@ -321,13 +269,13 @@ def _ut_prep_kernel(
 def _chain_ut_kernel(
     v, o,
     state, slots, cu_seqlens,
-    bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
+    bank_v, write_bank,
     qk_s, mat_s, vec_s,
     Tmax, sv,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     KC: tl.constexpr, NKC: tl.constexpr,
     BV: tl.constexpr, BT: tl.constexpr,
-    HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, PREC: tl.constexpr,
+    HAS_BANK: tl.constexpr, PREC: tl.constexpr,
 ):
     """Per ``(V-tile, value head, row)``: the state part of the window (see the module docstring)."""
     i_v = tl.program_id(0)
@@ -350,14 +298,7 @@ def _chain_ut_kernel(
     p_st = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K  # [BV, 1] row pointers of the tile
     p_qk = qk_s + (i_r * H + i_h) * (2 * BT * K) + o_t[None, :] * K  # [1, BT]: q^ rows (k^ at + BT*K)
 
-    n_p = tl.zeros([], dtype=tl.int32)
-    if HAS_PENDING:
-        n_p = tl.maximum(tl.minimum(tl.minimum(tl.load(pending_len + i_r).to(tl.int32), Tmax), BT), 0)
-        p_base = (slot * 2 + tl.load(read_bank + i_r).to(tl.int64)) * Tmax
-
-    # ---- one pass over K-chunks of the slot's state M (pre-pending): M k^, M q^ (tensor cores);
-    # the pending factors are folded on the CUDA cores (the reference's serial order) and the
-    # committed state is stored once; the products see them through Gpk / Gpq below ----
+    # ---- one pass over K-chunks of the slot's state M: M k^, M q^ (tensor cores) ----
     b_mk = tl.zeros([BV, BT], dtype=tl.float32)
     b_mq = tl.zeros([BV, BT], dtype=tl.float32)
     for kc in range(0, NKC):
@@ -370,22 +311,7 @@ def _chain_ut_kernel(
         b_kT = tl.load(p_qk + BT * K + o_k[:, None], mask=mkt, other=0.0)
         b_mk += _mm(b_h, b_kT, PREC)
         b_mq += _mm(b_h, b_qT, PREC)
-        if HAS_PENDING:
-            if n_p > 0:
-                for u in range(0, n_p):
-                    b_uk = tl.load(bank_k + ((p_base + u) * H + i_h) * K + o_k, mask=mk, other=0.0)
-                    b_uv = tl.load(bank_v + ((p_base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
-                    b_ug = tl.load(bank_g + (p_base + u) * HV + i_hv)
-                    b_h = b_h * tl.exp(b_ug) + b_uv[:, None] * b_uk[None, :]
-                tl.store(p_st + o_k[None, :], b_h, mask=mh)
-
-    p_m = mat_s + (i_r * HV + i_hv) * (4 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
-    if HAS_PENDING:
-        # M0 = e^{G_P} M + sum_u e^{G_P - G_u} v~_u k_u^T, so M0 k^ = e^{G_P} M k^ + Pvw Gpk (and q^)
-        pvw, pe = _pending_vw(bank_v, bank_g, p_base, 0, n_p, i_hv, o_v, mv, o_t, HV, V)
-        b_mk = b_mk * pe + _mm(pvw, tl.load(p_m + 2 * BT * BT), PREC)
-        b_mq = b_mq * pe + _mm(pvw, tl.load(p_m + 3 * BT * BT), PREC)
-
+    p_m = mat_s + (i_r * HV + i_hv) * (2 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
     # ---- the window on [BV, BT] tiles (ALGORITHMS.md §4, chain mask) ----
     b_Ti = tl.load(p_m)
     b_W = tl.load(p_m + BT * BT)
@@ -394,7 +320,7 @@ def _chain_ut_kernel(
     b_b = tl.load(p_e + BT)
     b_vT = tl.load(v + i_t[None, :] * sv + i_hv * V + o_v[:, None],
                    mask=mv[:, None] & mt[None, :], other=0.0).to(tl.float32)  # [BV, BT]
-    b_r = b_b[None, :] * (b_vT - eG[None, :] * b_mk)  # beta (v - e^Γ M0 k^)
+    b_r = b_b[None, :] * (b_vT - eG[None, :] * b_mk)  # beta (v - e^Γ M k^)
     b_x = _mm(b_r, tl.trans(b_Ti), PREC)  # V~^T = R Tinv^T
     b_o = eG[None, :] * b_mq + _mm(b_x, tl.trans(b_W), PREC)
     tl.store(o + (i_t[None, :] * HV + i_hv) * V + o_v[:, None], b_o, mask=mv[:, None] & mt[None, :])
@@ -463,36 +389,30 @@ def _launch_ut(
     BV, nw, KC, ns = tuple(config) if config is not None else pick_config_ut(R, HV, V, K, N / R)
     KC = min(KC, BK)
     prec = _PREC_CODE[precision or DOT_PRECISION]
-    if has_pending and (not FUSE_PENDING or tmax > BT):
-        # separate commit (the default, faster here, see FUSE_PENDING) or more pending factors than
-        # one [BT, BT] pending Gram holds: commit them with the recover kernel, verify without pending
+    if has_pending:  # deferred commit of the pending factors: the recover kernel, then verify
         _tr.recover(state, slots[:R], bank_k, bank_v, bank_g, read_bank[:R], pending_len[:R])
-        has_pending = False
-    # per-(row, head) scratch of the prep kernel (fp32): q^/k^ rows, Tinv/W/Gpk/Gpq, e^Γ/beta
+    # per-(row, head) scratch of the prep kernel (fp32): q^/k^ rows, Tinv/W, e^Γ/beta
     qk_s = torch.empty(R, H, 2, BT, K, dtype=torch.float32, device=v.device)
-    mat_s = torch.empty(R, HV, 4, BT, BT, dtype=torch.float32, device=v.device)
+    mat_s = torch.empty(R, HV, 2, BT, BT, dtype=torch.float32, device=v.device)
     vec_s = torch.empty(R, HV, 2, BT, dtype=torch.float32, device=v.device)
-    bk_, bv_, bg_ = (x if x is not None else dummy for x in (bank_k, bank_v, bank_g))
     wb_ = write_bank if has_bank else slots
-    pl_ = pending_len if has_pending else slots
-    rb_ = read_bank if has_pending else slots
     _ut_prep_kernel[(HV, R)](
         q, k, g, beta, slots, cu_seqlens, parents if parents is not None else slots,
-        bk_, bg_, wb_, pl_, rb_,
+        bank_k if has_bank else dummy, bank_g if has_bank else dummy, wb_,
         qk_s, mat_s, vec_s,
         float(scale), tmax, q.stride(0), k.stride(0), g.stride(0), beta.stride(0),
-        H=H, HV=HV, K=K, BK=BK, KG=min(PREP_KG, BK), BT=BT, HAS_BANK=has_bank, HAS_PENDING=has_pending,
+        H=H, HV=HV, K=K, BK=BK, KG=min(PREP_KG, BK), BT=BT, HAS_BANK=has_bank,
         L2NORM=bool(use_qk_l2norm), PREC=prec, HAS_TREE=parents is not None,
         num_warps=PREP_WARPS,
     )
     _chain_ut_kernel[(triton.cdiv(V, BV), HV, R)](
         v, o,
         state, slots, cu_seqlens,
-        bk_, bv_, bg_, wb_, pl_, rb_,
+        bank_v if has_bank else dummy, wb_,
         qk_s, mat_s, vec_s,
         tmax, v.stride(0),
         H=H, HV=HV, K=K, V=V, KC=KC, NKC=BK // KC, BV=BV, BT=BT,
-        HAS_BANK=has_bank, HAS_PENDING=has_pending, PREC=prec,
+        HAS_BANK=has_bank, PREC=prec,
         num_warps=nw, num_stages=ns,
     )
     return o
@@ -522,7 +442,8 @@ def chain_verify_ut(
     :func:`vllm_specla.ops.reference.chain_verify_ref` and
     :func:`vllm_specla.ops.triton_chain.chain_verify` (``o [N, HV, V]`` float32; ``state`` and the
     write bank updated in place). Extra requirement: ``read_bank[r] != write_bank[r]`` for rows with
-    ``pending_len[r] > 0``. Windows of any length run (chunks of 16); factors are written for
+    ``pending_len[r] > 0``. Windows of at most 16 tokens (``write_final_state`` windows of any
+    length go to the serial kernel); factors are written for
     positions ``< Tmax`` and longer windows raise ``ValueError`` like the reference (host check,
     skipped during CUDA-graph capture or with ``triton_chain.CHECK_BOUNDS = False``)."""
     return _launch_ut(
