@@ -4,8 +4,9 @@
 Every number is microseconds per layer: a CUDA graph holds ``L`` layers of launches (each layer on
 its own state slots; ``L`` from 2 to 21 so that ``L x B`` states exceed the L2), is replayed a few
 times, and the median replay is divided by ``L`` (``bench_kernels.time_graph``). State fp32
-``[slots, HV, V, K]``, random inputs, q/k l2norm in kernel, factors written, 3 pending factors
-folded per row (a deferred-commit step).
+``[slots, HV, V, K]``, random inputs, q/k l2norm in kernel, factors written, ``--pending`` (default
+3) pending factors folded per row first (a deferred-commit step); ``--pending 0`` times the tree
+verify alone (no pending arguments at all), which is what per-node replay does.
 
 Trees of N = 8, 16, 32 nodes (parent pointers, topological order), B identical trees per batch:
   binary       parent(t) = (t - 1) // 2
@@ -189,8 +190,8 @@ class Setup:
         return (q, k, v, g, beta), cu, per_node
 
     def banks(self):
-        return dict(bank_k=self.bank_k, bank_v=self.bank_v, bank_g=self.bank_g, write_bank=self.wb,
-                    pending_len=self.pend, read_bank=self.rb)
+        pend = dict(pending_len=self.pend, read_bank=self.rb) if PENDING else {}
+        return dict(bank_k=self.bank_k, bank_v=self.bank_v, bank_g=self.bank_g, write_bank=self.wb, **pend)
 
     @property
     def state_bytes(self):
@@ -269,8 +270,9 @@ def check(st: Setup, par_row, inputs, cu, per_node, parallel=None) -> dict:
     errs = {}
 
     def fresh():
+        pend = dict(pending_len=st.pend, read_bank=st.rb) if PENDING else {}
         return st.state.clone(), dict(bank_k=st.bank_k.clone(), bank_v=st.bank_v.clone(), bank_g=st.bank_g.clone(),
-                                      write_bank=st.wb, pending_len=st.pend, read_bank=st.rb)
+                                      write_bank=st.wb, **pend)
 
     def ref(pending):
         s = st.state[sl].cpu()
@@ -286,7 +288,7 @@ def check(st: Setup, par_row, inputs, cu, per_node, parallel=None) -> dict:
         a, b = a.double().cpu(), b.double()
         return max(float((a[i] - b[i]).norm() / b[i].norm().clamp_min(1e-30)) for i in range(a.shape[0]))
 
-    o_ref, s_ref = ref(True)
+    o_ref, s_ref = ref(PENDING > 0)
     for kind in ("hld", "hld_plan", "walk") + (("ut",) if n <= 16 else ()) + (
             ("chain",) if par_row == list(range(-1, n - 1)) else ()):
         s, banks = fresh()
@@ -322,9 +324,12 @@ def main():
     ap.add_argument("--budget-s", type=float, default=150.0, help="stop starting new configs after this")
     ap.add_argument("--sweep-parallel", action="store_true",
                     help="also time hld_plan with 1/2/4/8 chain lanes at B <= 8 (tuning hld_parallelism)")
+    ap.add_argument("--pending", type=int, default=3,
+                    help="pending factors folded per row before the tree (0: tree verify alone, as replay)")
     ap.add_argument("--dry-cpu", action="store_true", help="tiny shapes, TRITON_INTERPRET=1, every path once")
     args = ap.parse_args()
-    global DEV, DRY
+    global DEV, DRY, PENDING
+    PENDING = args.pending
     if args.dry_cpu:
         if os.environ.get("TRITON_INTERPRET") != "1":
             sys.exit("--dry-cpu needs TRITON_INTERPRET=1 in the environment (set before triton is imported)")
@@ -438,8 +443,8 @@ def summarize(out):
                 return r
         return None
 
-    print("\n== tree verify, us per layer (B rows of the same N-node tree; 3 pending folded) ==")
-    print("columns: chains/waves/serial depth/boundaries | chain(N) | hld  hld_plan  walk | replay | "
+    print(f"\n== tree verify, us per layer (B rows of the same N-node tree; {PENDING} pending folded) ==")
+    print("columns: chains/waves/serial depth/boundaries | chain(N) | hld  hld_plan  walk  ut | replay | "
           "replay/best  hld/walk  rule")
     for s in sorted({r["shape"] for r in recs}):
         print(f"-- {s}")
@@ -448,23 +453,23 @@ def summarize(out):
                 ch = get(shape=s, B=B, N=n, kind="chain")
                 sc = get(shape=s, B=B, N=n, kind="sched")
                 for t in TREES:
-                    rs = {k: get(shape=s, B=B, N=n, tree=t, kind=k) for k in ("hld", "hld_plan", "walk", "replay")}
+                    rs = {k: get(shape=s, B=B, N=n, tree=t, kind=k) for k in ("hld", "hld_plan", "walk", "ut", "replay")}
                     if not any(rs.values()):
                         continue
                     r0 = next(r for r in rs.values() if r)
                     us = {k: (r["us"] if r else float("nan")) for k, r in rs.items()}
-                    best = min(us["hld"], us["hld_plan"], us["walk"])
+                    best = min(x for x in (us["hld"], us["hld_plan"], us["walk"], us["ut"]) if x == x)
                     print(f"B={B:<3} N={n:<2} {t:<11} {r0['chains']:>2}/{r0['waves']}/{r0['serial_depth']:>2}/"
                           f"{r0['boundaries']:>2} | {ch['us'] if ch else float('nan'):8.1f} | {us['hld']:8.1f} "
-                          f"{us['hld_plan']:8.1f} {us['walk']:8.1f} | {us['replay']:9.1f} | {us['replay'] / best:6.1f}x "
+                          f"{us['hld_plan']:8.1f} {us['walk']:8.1f} {us['ut']:8.1f} | {us['replay']:9.1f} | {us['replay'] / best:6.1f}x "
                           f"{us['hld'] / us['walk']:6.2f}  {r0['rule_pick']}"
                           + (f"   (schedule kernel {sc['us']:.1f} us/step)" if sc and t == "binary" else ""))
-    print("\n== target: tree verify >= 8x faster than per-node replay at 16+ nodes (best of hld/hld_plan/walk) ==")
+    print("\n== target: tree verify >= 8x faster than per-node replay at 16+ nodes (best of hld/hld_plan/walk/ut) ==")
     worst = None
     for r in recs:
         if r["kind"] != "replay" or r["N"] < 16:
             continue
-        tk = [get(shape=r["shape"], B=r["B"], N=r["N"], tree=r["tree"], kind=k) for k in ("hld", "hld_plan", "walk")]
+        tk = [get(shape=r["shape"], B=r["B"], N=r["N"], tree=r["tree"], kind=k) for k in ("hld", "hld_plan", "walk", "ut")]
         tk = [x["us"] for x in tk if x]
         if tk:
             ratio = r["us"] / min(tk)
@@ -477,7 +482,7 @@ def summarize(out):
         mx = {}
         for c in out["checks"]:
             for k, v in c.items():
-                if k in ("hld", "hld_plan", "walk", "replay", "chain"):
+                if k in ("hld", "hld_plan", "walk", "ut", "replay", "chain"):
                     mx[k] = max(mx.get(k, 0.0), v)
         print("max per-node relative error vs tree_verify_ref:", {k: f"{v:.1e}" for k, v in mx.items()})
     if out["skipped"]:

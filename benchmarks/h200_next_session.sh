@@ -16,5 +16,20 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
-  *) echo "usage: $0 1|2 (one device call each)"; exit 2 ;;
+  s4a)  # session 4, call 1: UT sanity after the v5 cleanup, where a SpecLA step's time goes, ncu of the
+        # CUDA step (B = 64) and batch-1 verify, tree verify alone (no pending) vs per-node replay
+      export VLLM_SPECLA_CPP_JIT=1
+      timeout 150 python -m pytest -q -x tests/test_kernel_ut_gpu.py 2>&1 | tail -3
+      timeout 150 python benchmarks/step_breakdown.py --shapes flame,map --batches 64,256 --k 4 --cuda-csrc \
+          --out "$OUT/breakdown_s4.json" 2>&1 | grep -v "^USDT\|profiler_st"
+      for a in "64 5 5" "64 5 0" "1 8 0"; do
+        timeout 60 ncu --clock-control none -k regex:chain_verify --launch-skip 1 --launch-count 1 \
+            --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+            --section SchedulerStats python benchmarks/prof/cuda_once.py $a > "$OUT/ncu_cuda_${a// /_}.txt" 2>&1
+        grep -E "Duration|Achieved Occupancy|Registers Per|Stall|Issued Warp|DRAM Throughput" "$OUT/ncu_cuda_${a// /_}.txt" | head -12
+      done
+      timeout 120 python benchmarks/bench_tree.py --pending 0 --batches 8,32,128 --nodes 16 --trees binary,beam4 \
+          --shapes 6x256x512 --budget-s 90 --out "$OUT/tree_s4_p0.json" 2>&1 | tail -12
+      ;;
+  *) echo "usage: $0 1|2|s4a (one device call each)"; exit 2 ;;
 esac

@@ -49,7 +49,7 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 class Case:
     """R rows with window lengths ``lens`` on random distinct slots; banks and pending random."""
 
-    def __init__(self, shape, lens, seed=0, Tmax=16, dtype=torch.float32, S=None):
+    def __init__(self, shape, lens, seed=0, Tmax=16, dtype=torch.float32, S=None, W=4):
         H, HV, K, V = shape
         gen = torch.Generator().manual_seed(seed)
         rn = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
@@ -72,7 +72,6 @@ class Case:
         self.read_bank = d(torch.randint(0, 2, (R,), generator=gen))
         self.write_bank = 1 - self.read_bank
         self.pending_len = d(torch.randint(0, Tmax + 1, (R,), generator=gen))
-        W = 4
         C = 2 * H * K + HV * V
         self.C, self.W = C, W
         self.x = d(rn(N, C), dtype)
@@ -319,6 +318,27 @@ def test_conv_verify_vs_ref(shape, pending, final, cdtype):
     assert rel(y2, y1) < TOL
     tol = STATE_TOL_BF16 if cdtype == torch.bfloat16 else TOL
     assert rel(cs2.float(), cs1.float()) <= tol and torch.equal(x1, x2)
+
+
+@pytest.mark.parametrize("pending", [False, True])
+@pytest.mark.parametrize("final", [False, True])
+@pytest.mark.parametrize("lens,W", [([0, 2, 0, 1], 4), ([1] * 40, 4), ([0, 3, 1, 5], 3), ([2, 0, 4], 2)])
+def test_conv_verify_empty_rows_and_many_rows(pending, final, lens, W):
+    """Rows without tokens (a zero-draft step) keep or commit their window exactly as the
+    reference; 40 one-token rows take the small-channel-tile launch of the W = 4 rolling-window
+    kernel; W = 3 and 2 take the generic kernel."""
+    c = Case(SMALL[0], lens, seed=24, W=W)
+    cs1, cs2 = c.conv_state.clone(), c.conv_state.clone()
+    x1, x2 = c.bank_x.clone(), c.bank_x.clone()
+    kw = dict(write_bank=c.write_bank, write_final_state=final)
+    if pending:
+        kw.update(pending_len=c.pending_len, read_bank=c.read_bank)
+    y1 = ref.conv_verify_ref(c.x, c.weight, c.cu, cs1, c.slots, bank_x=x1, **kw)
+    y2 = tc.conv_verify(c.x, c.weight, c.cu, cs2, c.slots, bank_x=x2, **kw)
+    assert rel(y2, y1) < TOL
+    assert rel(cs2, cs1) < TOL and torch.equal(x1, x2)
+    if pending:
+        assert not torch.equal(cs2, c.conv_state)  # the pending commit moved some window
 
 
 @pytest.mark.parametrize("shape", SHAPES)

@@ -513,6 +513,80 @@ def _conv_verify_kernel(
         tl.store(p_cs + o_j[:, None] * C + o_c[None, :], val.to(conv_state.dtype.element_ty), mask=m2)
 
 
+@triton.jit
+def _z_head(p_cs, p_bx, z, oc, m, C, W1: tl.constexpr):
+    """Row ``z < W1 + n_p`` of Z (scalar ``z``): the conv window ``p_cs`` or the pending raw inputs
+    ``p_bx``, float32 ``[BC]``."""
+    zz = z + 0 * oc
+    in_h = zz < W1
+    a = tl.load(p_cs + tl.where(in_h, zz, 0) * C + oc, mask=m & in_h, other=0.0).to(tl.float32)
+    b = tl.load(p_bx + tl.where(in_h, 0, zz - W1) * C + oc, mask=m & (zz >= W1), other=0.0).to(tl.float32)
+    return tl.where(in_h, a, b)
+
+
+@triton.jit
+def _conv4_verify_kernel(
+    x, weight, y, cu_seqlens, conv_state, slots,
+    bank_x, write_bank, pending_len, read_bank,
+    Tmax, C, SX,
+    BC: tl.constexpr, HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, WRITE_FINAL: tl.constexpr,
+):
+    # _conv_verify_kernel for W = 4 (every fla GDN checkpoint), one program per (channel tile, row).
+    # Output t reads Z[n_p + t + i], i = 0..3, of Z = window (3 rows) ++ pending (n_p rows) ++ the
+    # row's inputs; its last element is always input token t. The other three are a rolling window
+    # in registers, first Z[n_p .. n_p + 2] (window / pending rows, loaded once), so a token costs
+    # one input load instead of twelve masked loads. The window after the pending commit is that
+    # first rolling window; after the row (WRITE_FINAL) it is the last one. Each thread stores the
+    # channels it loaded, so the in-place window store needs no barrier.
+    i_c = tl.program_id(0)
+    i_r = tl.program_id(1)
+    bos = tl.load(cu_seqlens + i_r).to(tl.int64)
+    eos = tl.load(cu_seqlens + i_r + 1).to(tl.int64)
+    T = eos - bos
+    slot = tl.load(slots + i_r).to(tl.int64)
+    o_c = i_c * BC + tl.arange(0, BC)
+    mc = o_c < C
+    p_cs = conv_state + slot * 3 * C
+    p_x = x + bos * SX
+    n_p = tl.zeros([], dtype=tl.int64)
+    p_bx = bank_x
+    if HAS_PENDING:
+        n_p = tl.maximum(tl.minimum(tl.load(pending_len + i_r).to(tl.int64), Tmax), 0)
+        rb = tl.load(read_bank + i_r).to(tl.int64)
+        p_bx = bank_x + (slot * 2 + rb) * Tmax * C
+    if HAS_BANK:
+        wb = tl.load(write_bank + i_r).to(tl.int64)
+    w0 = tl.load(weight + o_c * 4, mask=mc, other=0.0).to(tl.float32)
+    w1 = tl.load(weight + o_c * 4 + 1, mask=mc, other=0.0).to(tl.float32)
+    w2 = tl.load(weight + o_c * 4 + 2, mask=mc, other=0.0).to(tl.float32)
+    w3 = tl.load(weight + o_c * 4 + 3, mask=mc, other=0.0).to(tl.float32)
+    r0 = _z_head(p_cs, p_bx, n_p, o_c, mc, C, 3)
+    r1 = _z_head(p_cs, p_bx, n_p + 1, o_c, mc, C, 3)
+    r2 = _z_head(p_cs, p_bx, n_p + 2, o_c, mc, C, 3)
+    s0, s1, s2 = r0, r1, r2
+    for t in range(0, T):
+        xt = tl.load(p_x + t * SX + o_c, mask=mc, other=0.0).to(tl.float32)
+        acc = w0 * r0
+        acc += w1 * r1
+        acc += w2 * r2
+        acc += w3 * xt
+        tl.store(y + (bos + t) * C + o_c, acc * tl.sigmoid(acc), mask=mc)
+        if HAS_BANK:
+            if t < Tmax:
+                tl.store(bank_x + ((slot * 2 + wb) * Tmax + t) * C + o_c, xt, mask=mc)
+        r0, r1, r2 = r1, r2, xt
+    if WRITE_FINAL:
+        s0, s1, s2 = r0, r1, r2
+        new_start = n_p + T
+    else:
+        new_start = n_p
+    if new_start > 0:
+        dt = conv_state.dtype.element_ty
+        tl.store(p_cs + o_c, s0.to(dt), mask=mc)
+        tl.store(p_cs + C + o_c, s1.to(dt), mask=mc)
+        tl.store(p_cs + 2 * C + o_c, s2.to(dt), mask=mc)
+
+
 def conv_verify(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -544,6 +618,20 @@ def conv_verify(
     if has_bank:
         _bounds_check(cu_seqlens, tmax)
     BC = min(1024, triton.next_power_of_2(C))
+    if W == 4:  # rolling-window kernel; smaller channel tiles when few rows would leave SMs idle
+        while BC > 128 and R * triton.cdiv(C, BC) < 264:
+            BC //= 2
+        _conv4_verify_kernel[(triton.cdiv(C, BC), R)](
+            x, weight, y, cu_seqlens, conv_state, slots,
+            bank_x if bank_x is not None else y,
+            write_bank if has_bank else slots,
+            pending_len if has_pending else slots,
+            read_bank if has_pending else slots,
+            tmax, C, x.stride(0),
+            BC=BC, HAS_BANK=has_bank, HAS_PENDING=has_pending, WRITE_FINAL=bool(write_final_state),
+            num_warps=4 if BC >= 512 else 2,
+        )
+        return y
     BW = max(2, triton.next_power_of_2(W - 1))
     grid = (triton.cdiv(C, BC), R)
     _conv_verify_kernel[grid](

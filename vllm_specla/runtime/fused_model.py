@@ -95,7 +95,13 @@ class _Layer:
             ws.append(m.g_proj.weight)
         ws += [m.a_proj.weight, m.b_proj.weight]
         cast = dict(device=device, dtype=dtype)
-        self.w_in = torch.cat(ws, 0).detach().to(**cast).contiguous()
+        w_in = torch.cat(ws, 0).detach().to(**cast)
+        # rows padded to a multiple of 8 with zeros: the projection output's row stride is then a
+        # multiple of 16 bytes, which cuBLAS needs for its sm90 kernels (flame's 9228 outputs fell
+        # back to a CUTLASS sm80 kernel; benchmarks/RESULTS.md, session 4). Kernels read the q/k/v,
+        # gate, a, b column slices in place, so the padding columns are never read.
+        pad = -w_in.shape[0] % 8
+        self.w_in = torch.nn.functional.pad(w_in, (0, 0, 0, pad)).contiguous()
         cw = m.conv_weight()
         if cw is None:
             raise ValueError("use_short_conv=False is not supported by the decode runtime (allowed: true, as in "
@@ -141,7 +147,7 @@ class FusedGDN:
         C, G, HV = d.conv_dim, L.G, d.HV
         xc = p[:, :C]
         gate = p[:, C : C + G] if G else None
-        g, beta = fused.gdn_gating(p[:, C + G : C + G + HV], p[:, C + G + HV :], L.A_log, L.dt_bias,
+        g, beta = fused.gdn_gating(p[:, C + G : C + G + HV], p[:, C + G + HV : C + G + 2 * HV], L.A_log, L.dt_bias,
                                    c.allow_neg_eigval, ctrl.valid_len if mode == "commit" else None, T)
         # ---- short conv (+ SiLU) ----
         if mode == "ar":

@@ -1,0 +1,189 @@
+#!/usr/bin/env python
+"""Where the GPU time of one decode step goes, per phase and per kernel family (issue 6).
+
+For each ``--shape``, ``--batches`` and mode (``ar``, ``specla`` at ``--k``, ``snapshot`` at
+``--k``), the runtime of ``runtime/decode.py`` runs ``--steps`` steps *eagerly* under
+``torch.profiler`` (CUDA activity) after a warm-up. Kernel durations are the same as inside the
+CUDA graph that the timed benchmark replays; what eager mode adds is host time between launches,
+which this script does not report. Two views, microseconds of device time per step:
+
+* phases: ``target`` (the target forward over the window), ``target-logits`` (LM head + argmax),
+  ``drafter-absorb`` (the drafter's pass over the accepted pairs), ``drafter-speculate`` (scratch
+  state copy + K - 1 drafter passes + LM heads), ``rest`` (acceptance, bookkeeping);
+* kernel families by kernel name: ``gemm`` (cuBLAS / CUTLASS), ``recurrent`` (chain / tree verify,
+  UT, recover, the CUDA csrc op), ``conv``, ``elementwise`` (fused RMSNorm, gating, SwiGLU), ``copy``
+  and ``other``.
+
+Prints two tables and writes JSON records to ``--out``. Random weights and the acceptance-controlled
+drafter as in ``bench_e2e.py`` (alpha = ``--alpha``).
+
+    python benchmarks/step_breakdown.py --shapes flame --batches 64 --k 4 --cuda-csrc --out $OUT/bd.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections import defaultdict
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_e2e import build  # noqa: E402
+
+from vllm_specla.runtime.decode import DecodeRuntime  # noqa: E402
+
+FAMILIES = [
+    ("recurrent", r"chain_verify|chain_ut|ut_prep|recover|tree_verify|hld_verify|snapshot"),
+    ("conv", r"conv"),
+    ("gemm", r"gemm|nvjet|cutlass|xmma|sm90_|sm100_|splitk|gemv|cublas"),
+    ("elementwise", r"rms_norm|gating|silu|elementwise|vectorized|reduce|argmax|index|gather|scatter|cat"),
+    ("copy", r"copy|memcpy|memset|fill"),
+]
+PHASES = ("target", "target-logits", "drafter-absorb", "drafter-speculate")
+DEV = "cuda"
+
+
+def family(name: str) -> str:
+    low = name.lower()
+    for fam, pat in FAMILIES:
+        if re.search(pat, low):
+            return fam
+    return "other"
+
+
+def instrument(rt: DecodeRuntime) -> None:
+    """Wrap the runtime's phase entry points in ``record_function`` ranges (this instance only)."""
+    tgt, dr = rt.tgt, rt.dr
+    hidden, logits = tgt.hidden, tgt.logits
+
+    def t_hidden(*a, **k):
+        with record_function("target"):
+            return hidden(*a, **k)
+
+    def t_logits(*a, **k):
+        with record_function("target-logits"):
+            return logits(*a, **k)
+
+    tgt.hidden, tgt.logits = t_hidden, t_logits
+    if dr is not None:
+        d_hidden, spec = dr.hidden, rt._speculate
+
+        def d_hidden_w(*a, **k):
+            if a[3] != "commit":  # the K - 1 passes of _speculate: inside its range already
+                return d_hidden(*a, **k)
+            with record_function("drafter-absorb"):
+                return d_hidden(*a, **k)
+
+        def spec_w(*a, **k):
+            with record_function("drafter-speculate"):
+                return spec(*a, **k)
+
+        dr.hidden, rt._speculate = d_hidden_w, spec_w
+
+
+def uninstrument(rt: DecodeRuntime) -> None:
+    for obj in (rt.tgt, rt.dr, rt):
+        if obj is not None:
+            for attr in ("hidden", "logits", "_speculate"):
+                obj.__dict__.pop(attr, None)
+
+
+@torch.no_grad()
+def breakdown(rt: DecodeRuntime, prompts, steps: int) -> dict:
+    rt.prefill(prompts)
+    for _ in range(2):
+        rt._step()
+    sync = torch.cuda.synchronize if DEV == "cuda" else (lambda: None)
+    sync()
+    instrument(rt)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if DEV == "cuda" else [])
+    with profile(activities=acts) as prof:
+        for _ in range(steps):
+            with record_function("step"):
+                rt._step()
+        sync()
+    uninstrument(rt)
+    fams: dict = defaultdict(float)
+    kernels: dict = defaultdict(float)
+    total = 0.0
+    for ev in prof.key_averages():
+        if ev.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        us = ev.self_device_time_total / steps
+        fams[family(ev.key)] += us
+        kernels[ev.key[:90]] += us
+        total += us
+    phases = {}
+    for ev in prof.key_averages():
+        if ev.key in PHASES + ("step",):
+            phases[ev.key] = (ev.device_time_total if DEV == "cuda" else ev.cpu_time_total) / steps
+    phases["rest"] = phases.get("step", 0.0) - sum(phases.get(p, 0.0) for p in PHASES)
+    out = dict(total_us=total, families=dict(fams), phases=phases,
+               top_kernels=dict(sorted(kernels.items(), key=lambda kv: -kv[1])[:25]))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", default="flame")
+    ap.add_argument("--batches", default="64")
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--alpha", type=float, default=0.8)
+    ap.add_argument("--modes", default="ar,specla,snapshot")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--cuda-csrc", action="store_true", help="build and dispatch to the CUDA csrc op (as bench_e2e)")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--dry-cpu", action="store_true", help="tiny shape on the CPU: the code path once (no device times)")
+    args = ap.parse_args()
+    global DEV
+    if args.dry_cpu:
+        DEV, args.shapes, args.batches, args.steps = "cpu", "tiny", "2", 2
+    if args.cuda_csrc:
+        from vllm_specla.ops import _cpp  # noqa: PLC0415
+
+        assert _cpp.load_cuda(), "CUDA csrc build failed"
+    recs = []
+    for shape in args.shapes.split(","):
+        cfg, tgt, dr = build(shape, DEV, torch.bfloat16 if DEV == "cuda" else torch.float32)
+        for B in [int(b) for b in args.batches.split(",")]:
+            prompts = torch.randint(3, cfg.vocab_size, (B, 16), generator=torch.Generator().manual_seed(B))
+            L = 64 * (args.k + 1)
+            ar = DecodeRuntime(tgt, B, "ar", output_capacity=L, use_cuda_graphs=False)
+            ar.prefill(prompts)
+            ar.run(L - 8)
+            trace = torch.stack([torch.tensor(o[: L - 4]) for o in ar.outputs()]).to(DEV)
+            for mode in args.modes.split(","):
+                if mode == "ar":
+                    rt = ar
+                else:
+                    rt = DecodeRuntime(tgt, B, mode, args.k, dr, output_capacity=L, alpha=args.alpha, trace=trace,
+                                       use_cuda_graphs=False)
+                r = breakdown(rt, prompts, args.steps)
+                rec = dict(shape=shape, batch=B, mode=mode, K=0 if mode == "ar" else args.k, alpha=args.alpha,
+                           cuda_csrc=args.cuda_csrc, gpu=torch.cuda.get_device_name() if DEV == "cuda" else "cpu", **r)
+                recs.append(rec)
+                ph = " ".join(f"{p}={r['phases'].get(p, 0.0):.0f}" for p in PHASES)
+                fm = " ".join(f"{f}={v:.0f}" for f, v in sorted(r["families"].items(), key=lambda kv: -kv[1]))
+                print(f"{shape} B={B} {mode:8s} K={rec['K']} device {r['total_us']:.0f} us/step | {ph} | {fm}",
+                      flush=True)
+                for kname, us in list(r["top_kernels"].items())[:12]:
+                    print(f"    {us:8.1f}  {kname}")
+                if rt is not ar:
+                    del rt
+            del ar
+            if DEV == "cuda":
+                torch.cuda.empty_cache()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(recs, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
