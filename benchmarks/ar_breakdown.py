@@ -29,6 +29,11 @@ from vllm_specla.runtime.decode import DecodeRuntime  # noqa: E402
 from vllm_specla.runtime.fused_model import StepCtrl  # noqa: E402
 
 
+def graph_ms(fn) -> float:
+    """Median ms per replay of ``fn`` captured as one CUDA graph (50 replays per timing block)."""
+    return _graph_ms(fn, replays=50)
+
+
 @torch.no_grad()
 def main() -> None:
     ap = argparse.ArgumentParser()

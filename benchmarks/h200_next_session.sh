@@ -31,5 +31,16 @@ case "${1:-}" in
       timeout 120 python benchmarks/bench_tree.py --pending 0 --batches 8,32,128 --nodes 16 --trees binary,beam4 \
           --shapes 6x256x512 --budget-s 90 --out "$OUT/tree_s4_p0.json" 2>&1 | tail -12
       ;;
-  *) echo "usage: $0 1|2|s4a (one device call each)"; exit 2 ;;
+  s4b)  # session 4, call 2: the conv kernel and aligned in-projection end to end (GPU tests first)
+      export VLLM_SPECLA_CPP_JIT=1
+      timeout 120 python -m pytest -q tests/test_kernels_gpu.py -k conv tests/test_fused_gpu.py 2>&1 | tail -2
+      timeout 330 python benchmarks/bench_e2e.py --shapes flame,map --batches 64,256 --ks 4 --alphas 0.8 \
+          --snapshot-ks 4 --cuda-csrc --tag s4-conv --out "$OUT/e2e_s4_conv.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      timeout 100 python benchmarks/ar_breakdown.py --shape flame --batches 1 --out "$OUT/ar_breakdown_s4.jsonl" 2>&1 | tail -3
+      timeout 150 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 4,8 --alphas 0.8 \
+          --snapshot-ks 99 --tag s4-conv --out "$OUT/e2e_s4_b1.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      ;;
+  *) echo "usage: $0 1|2|s4a|s4b (one device call each)"; exit 2 ;;
 esac

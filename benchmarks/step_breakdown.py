@@ -114,16 +114,17 @@ def breakdown(rt: DecodeRuntime, prompts, steps: int) -> dict:
     kernels: dict = defaultdict(float)
     total = 0.0
     for ev in prof.key_averages():
-        if ev.device_type != torch.autograd.DeviceType.CUDA:
-            continue
+        if ev.device_type != torch.autograd.DeviceType.CUDA or ev.key in PHASES + ("step",):
+            continue  # (the ranges' GPU-side annotations are not kernels)
         us = ev.self_device_time_total / steps
         fams[family(ev.key)] += us
         kernels[ev.key[:90]] += us
         total += us
-    phases = {}
-    for ev in prof.key_averages():
-        if ev.key in PHASES + ("step",):
-            phases[ev.key] = (ev.device_time_total if DEV == "cuda" else ev.cpu_time_total) / steps
+    phases: dict = defaultdict(float)
+    for ev in prof.events():  # host-side ranges: device time of the kernels launched inside them
+        if ev.name in PHASES + ("step",) and ev.device_type == torch.autograd.DeviceType.CPU:
+            phases[ev.name] += (ev.device_time_total if DEV == "cuda" else ev.cpu_time_total) / steps
+    phases = dict(phases)
     phases["rest"] = phases.get("step", 0.0) - sum(phases.get(p, 0.0) for p in PHASES)
     out = dict(total_us=total, families=dict(fams), phases=phases,
                top_kernels=dict(sorted(kernels.items(), key=lambda kv: -kv[1])[:25]))
