@@ -42,5 +42,19 @@ case "${1:-}" in
           --snapshot-ks 99 --tag s4-conv --out "$OUT/e2e_s4_b1.jsonl" 2>&1 | grep "^{" | \
           python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       ;;
-  *) echo "usage: $0 1|2|s4a|s4b (one device call each)"; exit 2 ;;
+  s4c)  # session 4, call 3: CUDA csrc with the scaled v3 tile and the batch-1 prefetch ring (A/B)
+      export VLLM_SPECLA_CPP_JIT=1
+      timeout 240 python -m pytest -q tests/test_csrc.py -k cuda 2>&1 | tail -2
+      for pf in 0 1; do
+        VLLM_SPECLA_CUDA_RG_PREFETCH=$pf timeout 90 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 \
+            --layout auto,rowgroup8,rs --out "$OUT/csrc_b1_pf$pf.json" > /dev/null 2>&1; echo "pf$pf rc $?"
+      done
+      timeout 90 python benchmarks/bench_csrc_cuda.py --batches 32,128 --Ts 1,5,8 --out "$OUT/csrc_big_s4.json" \
+          > /dev/null 2>&1; echo "big rc $?"
+      timeout 90 python benchmarks/bench_commit_cuda.py --impls cuda,triton --out "$OUT/commit_s4.json" 2>&1 | tail -9
+      timeout 200 python benchmarks/bench_e2e.py --shapes flame,map --batches 64,256 --ks 4 --alphas 0.8 \
+          --snapshot-ks 4 --cuda-csrc --tag s4-scaled --out "$OUT/e2e_s4_scaled.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      ;;
+  *) echo "usage: $0 1|2|s4a|s4b|s4c (one device call each)"; exit 2 ;;
 esac

@@ -438,12 +438,15 @@ def test_cuda_chain_verify_matches_reference(mode):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
+@pytest.mark.parametrize("decay", [1.0, 20.0])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("shape", [(6, 6, 256, 512), (8, 8, 256, 256), (2, 4, 48, 20), (2, 2, 128, 24)])
-def test_cuda_chain_verify_bf16_inputs_big_shapes(shape, dtype):
+def test_cuda_chain_verify_bf16_inputs_big_shapes(shape, dtype, decay):
     """bf16 q/k/v are read in the kernel (no conversion), K % 128 == 0 takes the 16-byte path:
     equals the reference on the same values at both GDN-1.3B head shapes and odd shapes, with
-    pending factors and factor output."""
+    pending factors and factor output. ``decay = 20``: log decays down to -40 per token and -80
+    per pending factor, so the v3 kernel's scaled tile must multiply out (fold_scale) and e^g
+    underflows to 0 on some heads."""
     assert _cpp.load_cuda()
     H, HV, K, V = shape
     g = torch.Generator().manual_seed(sum(shape))
@@ -451,10 +454,10 @@ def test_cuda_chain_verify_bf16_inputs_big_shapes(shape, dtype):
     N = sum(lens)
     q, k = (torch.randn(N, H, K, generator=g).to(dtype) for _ in range(2))
     v = torch.randn(N, HV, V, generator=g).to(dtype)
-    gg, beta = -torch.rand(N, HV, generator=g) * 2, torch.rand(N, HV, generator=g)
+    gg, beta = -torch.rand(N, HV, generator=g) * 2 * decay, torch.rand(N, HV, generator=g)
     state = torch.randn(S, HV, V, K, generator=g) * 0.1
     banks = [torch.randn(S, 2, Tm, H, K, generator=g) * 0.05, torch.randn(S, 2, Tm, HV, V, generator=g) * 0.05,
-             -torch.rand(S, 2, Tm, HV, generator=g) * 0.1]
+             -torch.rand(S, 2, Tm, HV, generator=g) * 0.1 * decay ** 2]
     kw = dict(scale=K ** -0.5, slots=torch.tensor([2, 0, 3]), cu_seqlens=torch.tensor([0, 5, 6, 14]),
               write_bank=torch.tensor([1, 0, 1]), pending_len=torch.tensor([3, 0, 16]), read_bank=torch.tensor([0, 1, 0]))
     st_ref, b_ref = state.clone(), [b.clone() for b in banks]

@@ -2,6 +2,10 @@
 // batched warp reduction per token, next token prefetched; plus a row-group layout kernel for
 // small batches (below).
 //
+// Tried and not kept (session 4, RESULTS.md): a scaled tile (state = sc * m with a warp-uniform
+// sc, so a decay is one scalar multiply and the update one FMA per element) ran 1-3 % slower at
+// B >= 32 and 10-14 % slower for batch-1 steps (the 1 / sc and range check sit on the serial chain).
+//
 // History. v1 (one 4-warp CTA per 32 value rows, tile in shared memory) ran 3-10x slower than the
 // Triton kernel on the H200. v2 mirrored the Triton [BV, K] layout (one warp per 8 value rows, the
 // tile in registers) but still took 1.18-1.22x Triton's time for AR (T = 1), 1.3-1.36x for the
@@ -42,7 +46,7 @@
 // no spills. q/k/v/g/beta may be token-strided (read in place; the 16-byte path needs 16-byte
 // aligned rows, else the lane-strided path).
 //
-// Small-batch variant (row-group layout, chain_verify_rg_body). At batch 1-2 the GPU holds a few
+// Small-batch variant (row-group layout, chain_verify_rg_body / _pf). At batch 1-2 the GPU holds a few
 // warps per SM and the time is each warp's per-token dependent chain (q/k load -> partial sums ->
 // reduction -> v~ -> update); v3's reduce-scatter (5 dependent shuffle levels, then broadcasts of
 // the norms and of every row's v~) was 1.07-1.28x Triton's time there (RESULTS.md, session 3),
@@ -57,14 +61,35 @@
 // butterfly over the row's lanes (log2 LPR levels, all 2 RPL + 3 values per level; a butterfly
 // leaves bit-identical sums in every lane), then v~ and o computed redundantly by the row's lanes
 // (no broadcasts), sub-lane 0 stores o and bank_v, row group 0 of the k-writer warps stores k^,
-// every lane updates its elements. Token t+1's q / k rows are copied into a double-buffered
-// shared-memory slot with cp.async while token t computes (no registers: the K = 256, BV = 8 tile
-// alone is 64 per lane; cp.async.wait_group 1 + __syncwarp before reading a slot, __syncwarp before
-// refilling it), v / g / beta of t+1 are loaded into registers. Pending factors are folded in the
-// same layout (each lane loads the v~ of its rows and g directly, the next factor prefetched).
+// every lane updates its elements. Pending factors are folded in the same layout. Inputs reach
+// the warp through shared memory filled by cp.async (no registers: the K = 256, BV = 8 tile alone
+// is 64 per lane), in one of two variants (ChainVerifyParams::rg_prefetch, the binding reads
+// VLLM_SPECLA_CUDA_RG_PREFETCH: unset = 1 for SpecLA steps (pending factors) and 0 for verify / AR,
+// as measured on the H200 in session 4, RESULTS.md; 0 / 1 force a variant):
+//   0 (chain_verify_rg_body): one token ahead. Token t+1's q / k rows go to a double-buffered
+//     slot while token t computes (cp.async.wait_group 1 + __syncwarp before reading a slot,
+//     __syncwarp before refilling it), its v / g / beta to registers; each pending factor's k row,
+//     v~ and g are loaded while the previous one is folded. At batch 1 nothing hides the memory
+//     round trip this leaves on every token (H200 batch 1: ~0.75 us per window token, 0.64-0.71 us
+//     per pending factor, csrc_cuda_h200_b1_layouts.json step - verify).
+//   1 (chain_verify_rg_body_pf): the row's items, pending factors then window tokens, stream
+//     through a ring of NB stages, each the item's key rows (token: q and k, TIn; factor: k^, fp32)
+//     and BV + 2 scalar words (token: v of the tile's rows, g, beta; factor: v~ of the rows, g),
+//     copied with 16-byte (rows) and 4-byte (scalars; bf16 v in pairs, plain loads where a pair is
+//     not 4-byte aligned or crosses V) cp.async. Item 0, then the state tile, then items
+//     1 .. NB - 2 are issued at kernel start, item i + NB - 1 when item i starts; one commit group
+//     per item (empty past the last one), so cp.async.wait_group NB - 2 + one __syncwarp per item
+//     make item i visible to every lane and free item i - 1's stage. All of a row's items are in
+//     flight from kernel start when np + T <= NB - 1. NB (rg_stages): 16 KiB of stages where
+//     the tile is 64 registers per lane (228-248 registers, 8 warps per SM), 8 KiB otherwise
+//     (80-138 registers), at most 16: bf16 K = 256 -> 16 stages (BV 8) / 8 (BV 4), fp32 K = 256
+//     -> 8 / 4, K = 128 -> 16 (bf16) / 8 (fp32); ~17 KiB / ~8.5 KiB of shared memory per CTA.
 // Used when R * HV <= 16 (triton_chain.pick_config's "small" rule) on the 16-byte path with
-// K = 128 or 256 (else v3); BV 4 for AR, else 8 (Triton's ar_small / verify_small), p.bv overrides;
-// ChainVerifyParams::layout forces a layout (the binding reads VLLM_SPECLA_CUDA_LAYOUT).
+// K = 128 or 256 (else v3): AR -> BV 4, verify -> 8 lanes per row, steps with pending factors ->
+// 8 lanes per row with variant 1, v3 with variant 0 (its measured best; variant 1 not yet measured
+// on the GPU); BV 4 for AR, else 8 (Triton's ar_small / verify_small), p.bv overrides;
+// ChainVerifyParams::layout forces a layout (the binding reads VLLM_SPECLA_CUDA_LAYOUT; rs forces
+// v3 for steps with variant 1 too).
 // Value rows are independent recurrences in the [V, K] layout, so V tiling needs no
 // communication between warps. Exact fp32 arithmetic (FMA, no tensor cores); results differ from
 // chain_verify_ref only by summation order and the fast exp/rsqrt intrinsics (as v2 / Triton).
@@ -507,25 +532,44 @@ cudaError_t launch(const ChainVerifyParams& p, cudaStream_t stream) {
 // loads per piece; q / k from shared memory). Every row group holds the same keys, so q and k are
 // needed on KPL elements per lane only.
 
-// 16-byte global -> shared copy, asynchronous on the GPU (cp.async.cg: L2 only, no registers);
-// the host emulation (tmp_cv3/emu, no __CUDA_ARCH__) copies at once.
+// Asynchronous global -> shared copies (cp.async: no registers; the copy lands while the warp
+// computes): 16 bytes .cg (L2 only), 4 bytes .ca. The host emulation (tmp_cv3/emu) defines
+// VLLM_SPECLA_HOST_EMU and models them (destination poisoned at issue, written by the wait that
+// covers its group); any other host compile copies at once.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 #ifdef __CUDA_ARCH__
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+#elif defined(VLLM_SPECLA_HOST_EMU)
+  emu_cp_async(smem, gmem, 16);
 #else
   *reinterpret_cast<float4*>(smem) = *reinterpret_cast<const float4*>(gmem);
+#endif
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+#ifdef __CUDA_ARCH__
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem) : "memory");
+#elif defined(VLLM_SPECLA_HOST_EMU)
+  emu_cp_async(smem, gmem, 4);
+#else
+  *reinterpret_cast<unsigned*>(smem) = *reinterpret_cast<const unsigned*>(gmem);
 #endif
 }
 __device__ __forceinline__ void cp_async_commit() {
 #ifdef __CUDA_ARCH__
   asm volatile("cp.async.commit_group;\n" ::: "memory");
+#elif defined(VLLM_SPECLA_HOST_EMU)
+  emu_cp_async_commit();
 #endif
 }
-// wait until at most one committed group (the newest) is still in flight
-__device__ __forceinline__ void cp_async_wait1() {
+// wait until at most N committed groups (the newest) of this lane are still in flight
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
 #ifdef __CUDA_ARCH__
-  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#elif defined(VLLM_SPECLA_HOST_EMU)
+  emu_cp_async_wait(N);
 #endif
 }
 
@@ -535,7 +579,7 @@ __device__ __forceinline__ int rg_key(int s, int c) {
   return ((c >> 3) * LPR + s) * 8 + (c & 7);
 }
 
-// KPL fp32 keys of a row (unit key stride, 16-byte aligned row start).
+// KPL fp32 keys of a row (unit key stride, 16-byte aligned row start; global or shared memory).
 template <int LPR, int KPL>
 __device__ __forceinline__ void rg_load_row(const float* row, int s, float* out) {
 #pragma unroll
@@ -576,6 +620,10 @@ __device__ __forceinline__ void rg_smem_row(const TIn* row, int s, float* out) {
   }
 }
 
+// one TIn element in shared memory, widened
+__device__ __forceinline__ float rg_smem1(const float* x) { return *x; }
+__device__ __forceinline__ float rg_smem1(const __nv_bfloat16* x) { return __bfloat162float(*x); }
+
 // token n's q and k rows (head h) -> dst[0], dst[1]: the whole warp issues 16-byte async copies
 template <typename TIn, int K>
 __device__ __forceinline__ void rg_issue_qk(const ChainVerifyParams& p, int64_t n, int h, int lane, TIn (*dst)[K]) {
@@ -610,66 +658,193 @@ __device__ __forceinline__ void rg_load_scal(const ChainVerifyParams& p, int64_t
   t.b = __ldg(p.beta + n * p.tok_stride[4] + hv);
 }
 
+// Per-warp constants of a row-group CTA.
+template <int RPL>
+struct RgCtx {
+  int s, rg, hv, h;  // sub-lane, row group, value head, its key head
+  int vcol[RPL];  // the lane's value rows (-1: past V)
+  int64_t slot, wb;
+  bool record, g_writer, k_writer;
+};
+
+// Fold one factor (k row kc, the lane's v~ values vc, eg = e^g) into the tile: M = e^g M + v~ k^T.
+template <int RPL, int KPL>
+__device__ __forceinline__ void rg_fold(float (&m)[RPL][KPL], const float (&kc)[KPL], const float (&vc)[RPL],
+                                        float eg) {
+#pragma unroll
+  for (int j = 0; j < RPL; ++j) {
+#pragma unroll
+    for (int c = 0; c < KPL; ++c) m[j][c] = fmaf(kc[c], vc[j], eg * m[j][c]);
+  }
+}
+
+// One window token n (t = n - bos) on the tile m, its inputs in registers (q / k: the lane's KPL
+// keys; v: the lane's RPL rows): partial sums, butterfly, v~ and o, the tile update, the stores.
+template <int LPR, int RPL, int KPL>
+__device__ __forceinline__ void rg_token(const ChainVerifyParams& p, const RgCtx<RPL>& cx, int64_t n, int64_t t,
+                                         const float (&q)[KPL], const float (&k)[KPL], const float (&v)[RPL],
+                                         float g, float b, float (&m)[RPL][KPL]) {
+  constexpr int NA = 4;  // independent accumulators per partial sum
+  static_assert(KPL % NA == 0, "accumulators");
+  const int V = p.V, HV = p.HV;
+  // partial sums over the lane's keys, NA accumulators each: (M k, M q) per row, |k|^2, |q|^2, k.q
+  float a[2 * RPL + 3][NA];
+#pragma unroll
+  for (int i = 0; i < 2 * RPL + 3; ++i) {
+#pragma unroll
+    for (int x = 0; x < NA; ++x) a[i][x] = 0.f;
+  }
+#pragma unroll
+  for (int c = 0; c < KPL; ++c) {
+    const int x = c % NA;
+#pragma unroll
+    for (int j = 0; j < RPL; ++j) {
+      a[2 * j][x] = fmaf(m[j][c], k[c], a[2 * j][x]);
+      a[2 * j + 1][x] = fmaf(m[j][c], q[c], a[2 * j + 1][x]);
+    }
+    a[2 * RPL][x] = fmaf(k[c], k[c], a[2 * RPL][x]);
+    a[2 * RPL + 1][x] = fmaf(q[c], q[c], a[2 * RPL + 1][x]);
+    a[2 * RPL + 2][x] = fmaf(k[c], q[c], a[2 * RPL + 2][x]);
+  }
+  float sum[2 * RPL + 3];
+#pragma unroll
+  for (int i = 0; i < 2 * RPL + 3; ++i) {
+    static_assert(NA == 4, "accumulator tree");
+    sum[i] = (a[i][0] + a[i][1]) + (a[i][2] + a[i][3]);
+  }
+  // butterfly all-reduce over the row's LPR lanes: every lane of the row ends with the same sums
+#pragma unroll
+  for (int off = LPR / 2; off > 0; off >>= 1) {
+#pragma unroll
+    for (int i = 0; i < 2 * RPL + 3; ++i) sum[i] += __shfl_xor_sync(kFull, sum[i], off);
+  }
+
+  float rk = 1.f, rq = 1.f;
+  if (p.use_qk_l2norm) {
+    rk = rsqrtf(sum[2 * RPL] + kEps);
+    rq = rsqrtf(sum[2 * RPL + 1] + kEps);
+  }
+  rq *= p.scale;
+  const float e = __expf(g);
+  const float dot = sum[2 * RPL + 2] * rk * rq;
+  float vt[RPL], ov[RPL];
+#pragma unroll
+  for (int j = 0; j < RPL; ++j) {
+    vt[j] = b * (v[j] - e * (sum[2 * j] * rk));
+    ov[j] = fmaf(vt[j], dot, e * (sum[2 * j + 1] * rq));
+  }
+
+  float kh[KPL];  // k^ = l2norm(k)
+#pragma unroll
+  for (int c = 0; c < KPL; ++c) kh[c] = k[c] * rk;
+#pragma unroll
+  for (int j = 0; j < RPL; ++j) {
+#pragma unroll
+    for (int c = 0; c < KPL; ++c) m[j][c] = fmaf(vt[j], kh[c], e * m[j][c]);
+  }
+
+  if (cx.s == 0) {  // one lane per row: o and v~
+#pragma unroll
+    for (int j = 0; j < RPL; ++j) {
+      if (cx.vcol[j] >= 0) {
+        p.o[(n * HV + cx.hv) * V + cx.vcol[j]] = ov[j];
+        if (cx.record && t < p.Tmax)
+          p.bank_v[cx.slot * p.bv_stride[0] + cx.wb * p.bv_stride[1] + t * p.bv_stride[2] + cx.hv * p.bv_stride[3] +
+                   cx.vcol[j] * p.bv_stride[4]] = vt[j];
+      }
+    }
+  }
+  if (cx.record && t < p.Tmax) {
+    if (cx.g_writer)
+      p.bank_g[cx.slot * p.bg_stride[0] + cx.wb * p.bg_stride[1] + t * p.bg_stride[2] + cx.hv * p.bg_stride[3]] = g;
+    if (cx.k_writer)
+      rg_store_row<LPR, KPL>(p.bank_k + cx.slot * p.bk_stride[0] + cx.wb * p.bk_stride[1] + t * p.bk_stride[2] +
+                                 cx.h * p.bk_stride[3],
+                             cx.s, kh);
+  }
+}
+
+// The row's per-warp constants and indices (both row-group bodies).
+template <int LPR, int RPL>
+__device__ __forceinline__ void rg_setup(const ChainVerifyParams& p, RgCtx<RPL>& cx, int64_t& bos, int64_t& eos,
+                                         int64_t& np, int64_t& rb) {
+  constexpr int BV = (32 / LPR) * RPL;
+  const int lane = threadIdx.x;
+  cx.s = lane % LPR;
+  cx.rg = lane / LPR;
+  cx.hv = blockIdx.y;
+  cx.h = cx.hv / (p.HV / p.H);
+  const int vt0 = blockIdx.x * BV;
+  const int r = blockIdx.z;
+#pragma unroll
+  for (int j = 0; j < RPL; ++j) cx.vcol[j] = vt0 + cx.rg * RPL + j < p.V ? vt0 + cx.rg * RPL + j : -1;
+  // per-row indices: independent loads, all in flight together
+  cx.slot = p.slots[r];
+  bos = p.cu_seqlens[r];
+  eos = p.cu_seqlens[r + 1];
+  np = p.pending_len != nullptr ? p.pending_len[r] : 0;
+  rb = p.read_bank != nullptr ? p.read_bank[r] : 0;  // non-null with pending_len
+  cx.record = p.write_bank != nullptr;
+  cx.wb = cx.record ? p.write_bank[r] : 0;
+  if (np > p.Tmax) np = p.Tmax;
+  cx.g_writer = cx.record && blockIdx.x == 0 && lane == 0;
+  // k^: V-tile 0 of the first value head of each group, row group 0 (its LPR lanes hold all keys)
+  cx.k_writer = cx.record && blockIdx.x == 0 && cx.hv % (p.HV / p.H) == 0 && cx.rg == 0;
+}
+
+// The lane's RPL rows of the state tile (rows past V re-read row V - 1, then zeroed).
+template <int LPR, int RPL, int KPL>
+__device__ __forceinline__ void rg_load_tile(const float* st, const ChainVerifyParams& p, const RgCtx<RPL>& cx,
+                                             float (&m)[RPL][KPL]) {
+  constexpr int BV = (32 / LPR) * RPL;
+  const int vt0 = blockIdx.x * BV;
+#pragma unroll
+  for (int j = 0; j < RPL; ++j)
+    rg_load_row<LPR, KPL>(st + min(vt0 + cx.rg * RPL + j, p.V - 1) * p.st_stride[2], cx.s, m[j]);
+#pragma unroll
+  for (int j = 0; j < RPL; ++j) {
+    if (cx.vcol[j] < 0) {
+#pragma unroll
+      for (int c = 0; c < KPL; ++c) m[j][c] = 0.f;
+    }
+  }
+}
+
 // One warp per (value tile of BV = (32 / LPR) * RPL rows, value head hv, request row r); K = LPR * KPL
 // (16-byte path only: vec_ok). Same steps and writer rules as chain_verify_body, in the row-group
-// layout; q / k of token t+1 are copied to shared memory (cp.async) while token t computes, its
-// v / g / beta loaded into registers.
+// layout. RG_PREFETCH = 0 variant: q / k of token t+1 are copied to shared memory (cp.async) while
+// token t computes, its v / g / beta loaded into registers; pending factors loaded one ahead.
 template <typename TIn, int LPR, int RPL, int KPL>
 __device__ __forceinline__ void chain_verify_rg_body(const ChainVerifyParams& p) {
-  constexpr int RG = 32 / LPR;   // row groups
-  constexpr int BV = RG * RPL;   // value rows per warp
   constexpr int K = LPR * KPL;
-  constexpr int NA = 4;          // independent accumulators per partial sum
-  static_assert(32 % LPR == 0 && KPL % 8 == 0 && KPL % NA == 0, "row-group layout");
-  const int V = p.V, H = p.H, HV = p.HV;
+  static_assert(32 % LPR == 0 && KPL % 8 == 0, "row-group layout");
   const int lane = threadIdx.x;
-  const int s = lane % LPR, rg = lane / LPR;
-  const int vt0 = blockIdx.x * BV;
-  const int hv = blockIdx.y;
-  const int r = blockIdx.z;
-  const int h = hv / (HV / H);
-  int vcol[RPL];  // the lane's value rows (-1: past V)
-#pragma unroll
-  for (int j = 0; j < RPL; ++j) vcol[j] = vt0 + rg * RPL + j < V ? vt0 + rg * RPL + j : -1;
-
-  const int64_t slot = p.slots[r];
-  const int64_t bos = p.cu_seqlens[r], eos = p.cu_seqlens[r + 1];
-  int64_t np = p.pending_len != nullptr ? p.pending_len[r] : 0;
-  const int64_t rb = p.read_bank != nullptr ? p.read_bank[r] : 0;
-  const bool record = p.write_bank != nullptr;
-  const int64_t wb = record ? p.write_bank[r] : 0;
-  if (np > p.Tmax) np = p.Tmax;
+  RgCtx<RPL> cx;
+  int64_t bos, eos, np, rb;
+  rg_setup<LPR, RPL>(p, cx, bos, eos, np, rb);
+  const int s = cx.s, hv = cx.hv, h = cx.h;
 
   // q / k of the window's tokens, double-buffered: token t in qk[t & 1] ([0]: q, [1]: k)
   __shared__ __align__(16) TIn qk[2][2][K];
   if (bos < eos) rg_issue_qk<TIn, K>(p, bos, h, lane, qk[0]);
   cp_async_commit();
   RgScal<RPL> nx;
-  if (bos < eos) rg_load_scal<TIn, RPL>(p, bos, hv, vcol, nx);
+  if (bos < eos) rg_load_scal<TIn, RPL>(p, bos, hv, cx.vcol, nx);
 
-  float* const st = p.state + slot * p.st_stride[0] + hv * p.st_stride[1];
+  float* const st = p.state + cx.slot * p.st_stride[0] + hv * p.st_stride[1];
   float m[RPL][KPL];
-#pragma unroll
-  for (int j = 0; j < RPL; ++j)  // rows past V re-read row V - 1, zeroed below
-    rg_load_row<LPR, KPL>(st + min(vt0 + rg * RPL + j, V - 1) * p.st_stride[2], s, m[j]);
-#pragma unroll
-  for (int j = 0; j < RPL; ++j) {
-    if (vcol[j] < 0) {
-#pragma unroll
-      for (int c = 0; c < KPL; ++c) m[j][c] = 0.f;
-    }
-  }
+  rg_load_tile<LPR, RPL, KPL>(st, p, cx, m);
 
   // fused deferred commit: M = e^{g_u} M + v~_u k_u^T per pending factor; the next factor's k row,
   // v~ values and g are loaded while one is folded
   if (np > 0) {
-    const float* bkp = p.bank_k + slot * p.bk_stride[0] + rb * p.bk_stride[1] + h * p.bk_stride[3];
-    const float* bvp = p.bank_v + slot * p.bv_stride[0] + rb * p.bv_stride[1] + hv * p.bv_stride[3];
-    const float* bgp = p.bank_g + slot * p.bg_stride[0] + rb * p.bg_stride[1] + hv * p.bg_stride[3];
+    const float* bkp = p.bank_k + cx.slot * p.bk_stride[0] + rb * p.bk_stride[1] + h * p.bk_stride[3];
+    const float* bvp = p.bank_v + cx.slot * p.bv_stride[0] + rb * p.bv_stride[1] + hv * p.bv_stride[3];
+    const float* bgp = p.bank_g + cx.slot * p.bg_stride[0] + rb * p.bg_stride[1] + hv * p.bg_stride[3];
     float kn[KPL], vn[RPL], gn;
     rg_load_row<LPR, KPL>(bkp, s, kn);
 #pragma unroll
-    for (int j = 0; j < RPL; ++j) vn[j] = vcol[j] >= 0 ? bvp[vcol[j] * p.bv_stride[4]] : 0.f;
+    for (int j = 0; j < RPL; ++j) vn[j] = cx.vcol[j] >= 0 ? bvp[cx.vcol[j] * p.bv_stride[4]] : 0.f;
     gn = bgp[0];
     for (int64_t u = 0; u < np; ++u) {
       float kc[KPL], vc[RPL];
@@ -682,25 +857,18 @@ __device__ __forceinline__ void chain_verify_rg_body(const ChainVerifyParams& p)
         rg_load_row<LPR, KPL>(bkp + (u + 1) * p.bk_stride[2], s, kn);
 #pragma unroll
         for (int j = 0; j < RPL; ++j)
-          vn[j] = vcol[j] >= 0 ? bvp[(u + 1) * p.bv_stride[2] + vcol[j] * p.bv_stride[4]] : 0.f;
+          vn[j] = cx.vcol[j] >= 0 ? bvp[(u + 1) * p.bv_stride[2] + cx.vcol[j] * p.bv_stride[4]] : 0.f;
         gn = bgp[(u + 1) * p.bg_stride[2]];
       }
-#pragma unroll
-      for (int j = 0; j < RPL; ++j) {
-#pragma unroll
-        for (int c = 0; c < KPL; ++c) m[j][c] = fmaf(kc[c], vc[j], eg * m[j][c]);
-      }
+      rg_fold<RPL, KPL>(m, kc, vc, eg);
     }
     if (!p.write_final_state) {
 #pragma unroll
       for (int j = 0; j < RPL; ++j)
-        if (vcol[j] >= 0) rg_store_row<LPR, KPL>(st + vcol[j] * p.st_stride[2], s, m[j]);
+        if (cx.vcol[j] >= 0) rg_store_row<LPR, KPL>(st + cx.vcol[j] * p.st_stride[2], s, m[j]);
     }
   }
 
-  const bool g_writer = record && blockIdx.x == 0 && lane == 0;
-  // k^: V-tile 0 of the first value head of each group, row group 0 (its LPR lanes hold all keys)
-  const bool k_writer = record && blockIdx.x == 0 && hv % (HV / H) == 0 && rg == 0;
   for (int64_t n = bos; n < eos; ++n) {
     const int64_t t = n - bos;
     const int cb = static_cast<int>(t & 1);
@@ -708,119 +876,213 @@ __device__ __forceinline__ void chain_verify_rg_body(const ChainVerifyParams& p)
     if (n + 1 < eos) rg_issue_qk<TIn, K>(p, n + 1, h, lane, qk[cb ^ 1]);
     cp_async_commit();  // (possibly empty) group of token t + 1
     const RgScal<RPL> cur = nx;
-    if (n + 1 < eos) rg_load_scal<TIn, RPL>(p, n + 1, hv, vcol, nx);
-    cp_async_wait1();  // token t's group has landed (this lane's copies) ...
-    __syncwarp();      // ... and every lane's
+    if (n + 1 < eos) rg_load_scal<TIn, RPL>(p, n + 1, hv, cx.vcol, nx);
+    cp_async_wait<1>();  // token t's group has landed (this lane's copies) ...
+    __syncwarp();        // ... and every lane's
     float q[KPL], k[KPL];
     rg_smem_row<TIn, LPR, KPL>(qk[cb][0], s, q);
     rg_smem_row<TIn, LPR, KPL>(qk[cb][1], s, k);
-
-    // partial sums over the lane's keys, NA accumulators each: (M k, M q) per row, |k|^2, |q|^2, k.q
-    float a[2 * RPL + 3][NA];
-#pragma unroll
-    for (int i = 0; i < 2 * RPL + 3; ++i) {
-#pragma unroll
-      for (int x = 0; x < NA; ++x) a[i][x] = 0.f;
-    }
-#pragma unroll
-    for (int c = 0; c < KPL; ++c) {
-      const int x = c % NA;
-#pragma unroll
-      for (int j = 0; j < RPL; ++j) {
-        a[2 * j][x] = fmaf(m[j][c], k[c], a[2 * j][x]);
-        a[2 * j + 1][x] = fmaf(m[j][c], q[c], a[2 * j + 1][x]);
-      }
-      a[2 * RPL][x] = fmaf(k[c], k[c], a[2 * RPL][x]);
-      a[2 * RPL + 1][x] = fmaf(q[c], q[c], a[2 * RPL + 1][x]);
-      a[2 * RPL + 2][x] = fmaf(k[c], q[c], a[2 * RPL + 2][x]);
-    }
-    float sum[2 * RPL + 3];
-#pragma unroll
-    for (int i = 0; i < 2 * RPL + 3; ++i) {
-      static_assert(NA == 4, "accumulator tree");
-      sum[i] = (a[i][0] + a[i][1]) + (a[i][2] + a[i][3]);
-    }
-    // butterfly all-reduce over the row's LPR lanes: every lane of the row ends with the same sums
-#pragma unroll
-    for (int off = LPR / 2; off > 0; off >>= 1) {
-#pragma unroll
-      for (int i = 0; i < 2 * RPL + 3; ++i) sum[i] += __shfl_xor_sync(kFull, sum[i], off);
-    }
-
-    float rk = 1.f, rq = 1.f;
-    if (p.use_qk_l2norm) {
-      rk = rsqrtf(sum[2 * RPL] + kEps);
-      rq = rsqrtf(sum[2 * RPL + 1] + kEps);
-    }
-    rq *= p.scale;
-    const float e = __expf(cur.g);
-    const float dot = sum[2 * RPL + 2] * rk * rq;
-    float vt[RPL], ov[RPL];
-#pragma unroll
-    for (int j = 0; j < RPL; ++j) {
-      vt[j] = cur.b * (cur.v[j] - e * (sum[2 * j] * rk));
-      ov[j] = fmaf(vt[j], dot, e * (sum[2 * j + 1] * rq));
-    }
-
-    float kh[KPL];  // k^ = l2norm(k)
-#pragma unroll
-    for (int c = 0; c < KPL; ++c) kh[c] = k[c] * rk;
-#pragma unroll
-    for (int j = 0; j < RPL; ++j) {
-#pragma unroll
-      for (int c = 0; c < KPL; ++c) m[j][c] = fmaf(vt[j], kh[c], e * m[j][c]);
-    }
-
-    if (s == 0) {  // one lane per row: o and v~
-#pragma unroll
-      for (int j = 0; j < RPL; ++j) {
-        if (vcol[j] >= 0) {
-          p.o[(n * HV + hv) * V + vcol[j]] = ov[j];
-          if (record && t < p.Tmax)
-            p.bank_v[slot * p.bv_stride[0] + wb * p.bv_stride[1] + t * p.bv_stride[2] + hv * p.bv_stride[3] +
-                     vcol[j] * p.bv_stride[4]] = vt[j];
-        }
-      }
-    }
-    if (record && t < p.Tmax) {
-      if (g_writer)
-        p.bank_g[slot * p.bg_stride[0] + wb * p.bg_stride[1] + t * p.bg_stride[2] + hv * p.bg_stride[3]] = cur.g;
-      if (k_writer)
-        rg_store_row<LPR, KPL>(p.bank_k + slot * p.bk_stride[0] + wb * p.bk_stride[1] + t * p.bk_stride[2] +
-                                   h * p.bk_stride[3],
-                               s, kh);
-    }
+    rg_token<LPR, RPL, KPL>(p, cx, n, t, q, k, cur.v, cur.g, cur.b, m);
   }
   if (p.write_final_state) {
 #pragma unroll
     for (int j = 0; j < RPL; ++j)
-      if (vcol[j] >= 0) rg_store_row<LPR, KPL>(st + vcol[j] * p.st_stride[2], s, m[j]);
+      if (cx.vcol[j] >= 0) rg_store_row<LPR, KPL>(st + cx.vcol[j] * p.st_stride[2], s, m[j]);
   }
 }
 
-template <typename TIn, int LPR, int RPL, int KPL>
-__global__ void __launch_bounds__(32) chain_verify_rg_kernel(const ChainVerifyParams p) {
-  chain_verify_rg_body<TIn, LPR, RPL, KPL>(p);
+template <bool B>
+struct RgTok {  // issue(): the item is known to be a window token
+  static constexpr bool value = B;
+};
+
+// Prefetch ring of the RG_PREFETCH = 1 body: NB stages; stage i % NB holds item i of the row's
+// sequence (pending factors u < np, then window tokens): RB bytes of key rows (token: q then k,
+// TIn; factor: k^, fp32) and BV + 2 scalar words (token: v of the tile's rows (TIn), g, beta;
+// factor: v~ of the tile's rows, g).
+template <typename TIn, int K>
+__host__ __device__ constexpr int rg_row_bytes() {
+  return 2 * K * static_cast<int>(sizeof(TIn)) > 4 * K ? 2 * K * static_cast<int>(sizeof(TIn)) : 4 * K;
+}
+// NB: 16 KiB of key rows where the state tile is 64 registers per lane (228-248 registers: 8
+// warps per SM, 8 x (17 + 1) KiB of shared memory), 8 KiB where it is 16 or 32 (80-138 registers:
+// 14-25 warps per SM; 8.3-8.8 KiB per CTA leaves room for 23-24 CTAs in 228 KiB), at most 16
+// stages: bf16 K = 256: 16 stages for BV 8, 8 for BV 4; fp32 K = 256: 8 / 4; K = 128: 16 (bf16),
+// 8 (fp32). The registers and shared memory per CTA are ptxas' (nvcc -Xptxas -v, sm_90a).
+template <typename TIn, int K, int TILE>
+__host__ __device__ constexpr int rg_stages() {
+  const int nb = (TILE >= 64 ? 16384 : 8192) / rg_row_bytes<TIn, K>();
+  return nb < 16 ? nb : 16;
 }
 
-template <typename TIn, int LPR, int RPL, int K>
+// RG_PREFETCH = 1 variant: the row's items (pending factors, then window tokens) stream through a
+// ring of NB shared-memory stages filled by cp.async, NB - 1 items ahead: item 0, the state tile,
+// then items 1 .. NB - 2 are issued at kernel start (the whole window and all pending factors when
+// np + T <= NB - 1), item i + NB - 1 when item i starts. One commit group per item (empty past the
+// row's last item), so cp.async.wait_group NB - 2 at item i means item i has landed for this lane;
+// the __syncwarp after it makes every lane's copies visible and guarantees every lane is done with
+// item i - 1, whose stage the next issue refills.
+template <typename TIn, int LPR, int RPL, int KPL>
+__device__ __forceinline__ void chain_verify_rg_body_pf(const ChainVerifyParams& p) {
+  constexpr int BV = (32 / LPR) * RPL;
+  constexpr int K = LPR * KPL;
+  constexpr int RB = rg_row_bytes<TIn, K>();
+  constexpr int NB = rg_stages<TIn, K, RPL * KPL>();
+  constexpr int NW = BV + 2;                                   // scalar words per stage
+  constexpr int QKC = 2 * K * static_cast<int>(sizeof(TIn)) / 16;  // 16-byte chunks of a token's q and k
+  constexpr int KRC = 4 * K / 16;                              // ... of a factor's k^ row
+  static_assert(32 % LPR == 0 && KPL % 8 == 0, "row-group layout");
+  static_assert(NB >= 4 && (NB & (NB - 1)) == 0, "prefetch ring");
+  static_assert(QKC % 32 == 0 && KRC % 32 == 0 && BV <= 30, "copy split");
+  const int V = p.V;
+  const int lane = threadIdx.x;
+  RgCtx<RPL> cx;
+  int64_t bos, eos, np64, rb;
+  rg_setup<LPR, RPL>(p, cx, bos, eos, np64, rb);
+  const int s = cx.s, hv = cx.hv, h = cx.h;
+  const int vt0 = blockIdx.x * BV;
+  const int np = static_cast<int>(np64);
+  const int T = static_cast<int>(eos - bos);
+  const int nit = np + T;
+
+  __shared__ __align__(16) unsigned char rows[NB][RB];
+  __shared__ __align__(16) float sc[NB][NW];
+  // bf16 v: lane l < BV / 2 copies rows (2l, 2l + 1) of the tile with one 4-byte copy when the pair
+  // is inside V and 4-byte aligned for every token, else with plain loads
+  const bool vpair = sizeof(TIn) == 2 && vt0 + 2 * lane + 1 < V && (p.tok_stride[2] & 1) == 0 &&
+                     (reinterpret_cast<uintptr_t>(static_cast<const TIn*>(p.v) + hv * V + vt0 + 2 * lane) & 3) == 0;
+
+  // item i -> stage i % NB (nothing past the last item), then the item's commit group; TOK: i >= np
+  // is known (window loop)
+  auto issue = [&](int i, auto tok) {
+    if (i < nit) {
+      const int sg = i & (NB - 1);
+      if (!decltype(tok)::value && i < np) {  // pending factor i: k^ row, v~ of the tile's rows, g
+        const float* kr = p.bank_k + cx.slot * p.bk_stride[0] + rb * p.bk_stride[1] + i * p.bk_stride[2] +
+                          h * p.bk_stride[3];
+#pragma unroll
+        for (int j = 0; j < KRC / 32; ++j) cp_async16(rows[sg] + 16 * (32 * j + lane), kr + 4 * (32 * j + lane));
+        if (lane < BV) {
+          if (vt0 + lane < V)
+            cp_async4(&sc[sg][lane], p.bank_v + cx.slot * p.bv_stride[0] + rb * p.bv_stride[1] +
+                                         i * p.bv_stride[2] + hv * p.bv_stride[3] + (vt0 + lane) * p.bv_stride[4]);
+        } else if (lane == 30) {
+          cp_async4(&sc[sg][BV], p.bank_g + cx.slot * p.bg_stride[0] + rb * p.bg_stride[1] + i * p.bg_stride[2] +
+                                     hv * p.bg_stride[3]);
+        }
+      } else {  // window token n: q, k rows, v of the tile's rows, g, beta
+        const int64_t n = bos + (i - np);
+        const char* qs = reinterpret_cast<const char*>(static_cast<const TIn*>(p.q) + n * p.tok_stride[0] + h * K);
+        const char* ks = reinterpret_cast<const char*>(static_cast<const TIn*>(p.k) + n * p.tok_stride[1] + h * K);
+#pragma unroll
+        for (int j = 0; j < QKC / 32; ++j) {
+          const int x = 32 * j + lane;  // chunks [0, QKC / 2): q, then k
+          cp_async16(rows[sg] + 16 * x, x < QKC / 2 ? qs + 16 * x : ks + 16 * (x - QKC / 2));
+        }
+        const TIn* vr = static_cast<const TIn*>(p.v) + n * p.tok_stride[2] + hv * V + vt0;
+        if constexpr (sizeof(TIn) == 4) {
+          if (lane < BV && vt0 + lane < V) cp_async4(&sc[sg][lane], vr + lane);
+        } else {
+          if (lane < BV / 2) {
+            TIn* d = reinterpret_cast<TIn*>(sc[sg]) + 2 * lane;
+            if (vpair) {
+              cp_async4(d, vr + 2 * lane);
+            } else {
+              if (vt0 + 2 * lane < V) d[0] = __ldg(vr + 2 * lane);
+              if (vt0 + 2 * lane + 1 < V) d[1] = __ldg(vr + 2 * lane + 1);
+            }
+          }
+        }
+        if (lane == 30) cp_async4(&sc[sg][BV], p.g + n * p.tok_stride[3] + hv);
+        if (lane == 31) cp_async4(&sc[sg][BV + 1], p.beta + n * p.tok_stride[4] + hv);
+      }
+    }
+    cp_async_commit();
+  };
+
+  // item 0, the state tile, items 1 .. NB - 2: every load in flight before the first use
+  issue(0, RgTok<false>{});
+  float* const st = p.state + cx.slot * p.st_stride[0] + hv * p.st_stride[1];
+  float m[RPL][KPL];
+  rg_load_tile<LPR, RPL, KPL>(st, p, cx, m);
+#pragma unroll 1
+  for (int i = 1; i < NB - 1; ++i) issue(i, RgTok<false>{});
+
+  // fused deferred commit: M = e^{g_u} M + v~_u k_u^T per pending factor (items 0 .. np - 1)
+  if (np > 0) {
+    for (int u = 0; u < np; ++u) {
+      cp_async_wait<NB - 2>();  // item u has landed (this lane's copies) ...
+      __syncwarp();             // ... every lane's; every lane is done with item u - 1
+      issue(u + NB - 1, RgTok<false>{});  // into item u - 1's stage
+      const int sg = u & (NB - 1);
+      float kc[KPL], vc[RPL];
+      rg_load_row<LPR, KPL>(reinterpret_cast<const float*>(rows[sg]), s, kc);
+#pragma unroll
+      for (int j = 0; j < RPL; ++j) vc[j] = cx.vcol[j] >= 0 ? sc[sg][cx.rg * RPL + j] : 0.f;
+      rg_fold<RPL, KPL>(m, kc, vc, __expf(sc[sg][BV]));
+    }
+    if (!p.write_final_state) {
+#pragma unroll
+      for (int j = 0; j < RPL; ++j)
+        if (cx.vcol[j] >= 0) rg_store_row<LPR, KPL>(st + cx.vcol[j] * p.st_stride[2], s, m[j]);
+    }
+  }
+
+  // the window (items np .. np + T - 1)
+  for (int t = 0; t < T; ++t) {
+    const int i = np + t;
+    cp_async_wait<NB - 2>();
+    __syncwarp();
+    issue(i + NB - 1, RgTok<true>{});
+    const int sg = i & (NB - 1);
+    const TIn* qs = reinterpret_cast<const TIn*>(rows[sg]);
+    const TIn* vs = reinterpret_cast<const TIn*>(sc[sg]);
+    float q[KPL], k[KPL], v[RPL];
+    rg_smem_row<TIn, LPR, KPL>(qs, s, q);
+    rg_smem_row<TIn, LPR, KPL>(qs + K, s, k);
+#pragma unroll
+    for (int j = 0; j < RPL; ++j) v[j] = cx.vcol[j] >= 0 ? rg_smem1(vs + cx.rg * RPL + j) : 0.f;
+    rg_token<LPR, RPL, KPL>(p, cx, bos + t, t, q, k, v, sc[sg][BV], sc[sg][BV + 1], m);
+  }
+  if (p.write_final_state) {
+#pragma unroll
+    for (int j = 0; j < RPL; ++j)
+      if (cx.vcol[j] >= 0) rg_store_row<LPR, KPL>(st + cx.vcol[j] * p.st_stride[2], s, m[j]);
+  }
+}
+
+template <typename TIn, int LPR, int RPL, int KPL, bool PF>
+__global__ void __launch_bounds__(32) chain_verify_rg_kernel(const ChainVerifyParams p) {
+  if constexpr (PF)
+    chain_verify_rg_body_pf<TIn, LPR, RPL, KPL>(p);
+  else
+    chain_verify_rg_body<TIn, LPR, RPL, KPL>(p);
+}
+
+template <typename TIn, int LPR, int RPL, int K, bool PF>
 cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
   constexpr int BV = (32 / LPR) * RPL;
   const dim3 grid((p.V + BV - 1) / BV, p.HV, p.R);
-  chain_verify_rg_kernel<TIn, LPR, RPL, K / LPR><<<grid, 32, 0, stream>>>(p);
+  chain_verify_rg_kernel<TIn, LPR, RPL, K / LPR, PF><<<grid, 32, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
 // Row-group layout (vec path, K = 128 or 256). BV: p.bv (4 or 8), else 4 for AR (one token per
 // row) and 8 otherwise (triton_chain's ar_small / verify_small). kLayoutRowGroup: LPR = 32 / BV
 // lanes per row, one row per lane; kLayoutRowGroup8: LPR = 8, BV / 4 rows per lane (the lane
-// split of Triton's [BV, K/32, 32] tile).
-template <typename TIn, int K>
-cudaError_t dispatch_rg(const ChainVerifyParams& p, bool lpr8, cudaStream_t stream) {
+// split of Triton's [BV, K/32, 32] tile). PF: the prefetch ring (p.rg_prefetch) or the one-ahead
+// double buffer.
+template <typename TIn, int K, bool PF>
+cudaError_t dispatch_rg_pf(const ChainVerifyParams& p, bool lpr8, cudaStream_t stream) {
   int bv = p.bv;
   if (bv != 4 && bv != 8) bv = p.N <= p.R ? 4 : 8;
-  if (bv == 4) return launch_rg<TIn, 8, 1, K>(p, stream);
-  return lpr8 ? launch_rg<TIn, 8, 2, K>(p, stream) : launch_rg<TIn, 4, 1, K>(p, stream);
+  if (bv == 4) return launch_rg<TIn, 8, 1, K, PF>(p, stream);
+  return lpr8 ? launch_rg<TIn, 8, 2, K, PF>(p, stream) : launch_rg<TIn, 4, 1, K, PF>(p, stream);
+}
+
+template <typename TIn, int K>
+cudaError_t dispatch_rg(const ChainVerifyParams& p, bool lpr8, cudaStream_t stream) {
+  return p.rg_prefetch ? dispatch_rg_pf<TIn, K, true>(p, lpr8, stream) : dispatch_rg_pf<TIn, K, false>(p, lpr8, stream);
 }
 
 // BV = 4 for AR (one token per row) and small batches, else 8 (triton_chain.pick_config's rule);
@@ -844,10 +1106,13 @@ cudaError_t dispatch_k(const ChainVerifyParams& p, cudaStream_t stream) {
   // 16-byte path: K a multiple of 128 with unit key strides and 16-byte aligned rows (p.vec_ok)
   // small batches (R * HV <= 16 (row, head) pairs, triton_chain's "small" rule), from the H200
   // batch-1 sweep (benchmarks/RESULTS.md, csrc_cuda_h200_b1_layouts.json): AR -> row group (BV 4), verify
-  // without pending -> row group with 8 lanes per row, step with pending -> v3 reduce-scatter.
+  // without pending -> row group with 8 lanes per row, step with pending -> v3 reduce-scatter with
+  // the one-ahead row-group kernels (p.rg_prefetch = false: its pending fold waited ~0.65 us per
+  // factor), row group with 8 lanes per row with the prefetch ring (not yet measured).
   // Forced by p.layout. Row group needs the 16-byte path with K = 128 / 256, else v3.
   const bool small = p.layout == kLayoutAuto && static_cast<int64_t>(p.R) * p.HV <= 16;
-  const bool rg8 = p.layout == kLayoutRowGroup8 || (small && !p.write_final_state && p.pending_len == nullptr);
+  const bool rg8 = p.layout == kLayoutRowGroup8 ||
+                   (small && !p.write_final_state && (p.pending_len == nullptr || p.rg_prefetch));
   const bool rg = p.layout == kLayoutRowGroup || rg8 || (small && p.write_final_state);
   if (rg && p.vec_ok && p.K == 128) return dispatch_rg<TIn, 128>(p, rg8, stream);
   if (rg && p.vec_ok && p.K == 256) return dispatch_rg<TIn, 256>(p, rg8, stream);

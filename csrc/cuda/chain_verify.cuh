@@ -44,6 +44,10 @@ struct ChainVerifyParams {
   int bv;       // value rows per warp: 4 or 8; anything else = automatic (chain_verify.cu, dispatch_bv)
   int layout;    // kLayout*: warp layout (chain_verify.cu: v3 reduce-scatter or the small-batch row group)
   bool reg_cap;  // launch the register-capped variants where defined (chain_verify.cu, min_blocks)
+  bool rg_prefetch;  // row-group kernels: prefetch ring of NB - 1 items (else the one-ahead double
+                    // buffer); also lets the automatic layout pick the row group for steps with
+                    // pending factors (chain_verify.cu, dispatch_k). The binding sets it from
+                    // VLLM_SPECLA_CUDA_RG_PREFETCH (default: only with pending factors).
   float scale;
   bool write_final_state;
   bool use_qk_l2norm;

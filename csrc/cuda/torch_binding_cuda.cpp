@@ -42,8 +42,8 @@ at::Tensor rows_dense(const at::Tensor& x) {
 
 // Tuning overrides, read at each call (benchmarks/bench_csrc_cuda.py --bv / --regcap / --layout):
 // value rows per warp VLLM_SPECLA_CUDA_BV (4 or 8, else 0: automatic), VLLM_SPECLA_CUDA_REGCAP=0
-// (the kernel variants without the register caps of chain_verify.cu's min_blocks) and
-// VLLM_SPECLA_CUDA_LAYOUT (below).
+// (the kernel variants without the register caps of chain_verify.cu's min_blocks),
+// VLLM_SPECLA_CUDA_LAYOUT and VLLM_SPECLA_CUDA_RG_PREFETCH (below).
 int bv_override() {
   const char* s = std::getenv("VLLM_SPECLA_CUDA_BV");
   if (s == nullptr) return 0;
@@ -65,6 +65,17 @@ int layout_override() {
 bool reg_cap() {
   const char* s = std::getenv("VLLM_SPECLA_CUDA_REGCAP");
   return s == nullptr || std::atoi(s) != 0;
+}
+
+// Row-group prefetch ring (chain_verify.cu, chain_verify_rg_body_pf). Default (unset): the ring for
+// SpecLA steps (pending factors), which it makes 4-15 % faster at batch 1-2, and the one-ahead
+// double buffer for verify and AR, which the ring made 3-9 % slower (H200, RESULTS.md session 4).
+// VLLM_SPECLA_CUDA_RG_PREFETCH=0: never (and the old automatic rule: steps with pending factors
+// on v3 at small batch); =1: always.
+bool rg_prefetch(bool has_pending) {
+  const char* s = std::getenv("VLLM_SPECLA_CUDA_RG_PREFETCH");
+  if (s == nullptr || *s == '\0') return has_pending;
+  return std::atoi(s) != 0;
 }
 
 template <int D>
@@ -137,6 +148,7 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   p.N = static_cast<int>(q.size(0));
   p.bv = bv_override();
   p.reg_cap = reg_cap();
+  p.rg_prefetch = rg_prefetch(p.pending_len != nullptr);
   p.layout = layout_override();
   p.H = static_cast<int>(q.size(1));
   p.K = static_cast<int>(q.size(2));
