@@ -56,5 +56,24 @@ case "${1:-}" in
           --snapshot-ks 4 --cuda-csrc --tag s4-scaled --out "$OUT/e2e_s4_scaled.jsonl" 2>&1 | grep "^{" | \
           python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       ;;
-  *) echo "usage: $0 1|2|s4a|s4b|s4c (one device call each)"; exit 2 ;;
+  s4d)  # session 4, call 4: final CUDA defaults (tests, batch 1-2, BV / register-cap sweep at B = 64,
+        # commit ratios), AR step breakdown at batch 1 and 16
+      export VLLM_SPECLA_CPP_JIT=1
+      timeout 200 python -m pytest -q tests/test_csrc.py -k cuda 2>&1 | tail -2
+      timeout 90 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --out "$OUT/csrc_b1_final.json" \
+          > /dev/null 2>&1; echo "b1 rc $?"
+      timeout 90 python benchmarks/bench_csrc_cuda.py --batches 64 --Ts 5 --bv 0,4 --regcap 1,0 \
+          --out "$OUT/csrc_b64_bv.json" > /dev/null 2>&1; echo "b64 rc $?"
+      timeout 90 python benchmarks/bench_commit_cuda.py --impls cuda,triton --batches 32,128 \
+          --out "$OUT/commit_final.json" 2>&1 | tail -7
+      for sh in flame map; do
+        timeout 80 python benchmarks/ar_breakdown.py --shape $sh --batches 1,16 --out "$OUT/ar_breakdown_s4.jsonl" | tail -2
+      done
+      ;;
+  s4e)  # session 4, call 5: the end-to-end grid with the auto policy at the final state
+      timeout 570 python benchmarks/bench_e2e.py --shapes flame,map --batches 1,16,64,256 --ks 2,4,8 \
+          --alphas 0.7,0.8 --snapshot-ks 4 --auto --cuda-csrc --tag s4-final --out "$OUT/e2e_s4_final.jsonl" \
+          2>&1 | grep "^{" | python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),r.get('alpha'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      ;;
+  *) echo "usage: $0 1|2|s4a|s4b|s4c|s4d|s4e (one device call each)"; exit 2 ;;
 esac
