@@ -86,8 +86,9 @@
 //     -> 8 / 4, K = 128 -> 16 (bf16) / 8 (fp32); ~17 KiB / ~8.5 KiB of shared memory per CTA.
 // Used when R * HV <= 16 (triton_chain.pick_config's "small" rule) on the 16-byte path with
 // K = 128 or 256 (else v3): AR -> BV 4, verify -> 8 lanes per row, steps with pending factors ->
-// 8 lanes per row with variant 1, v3 with variant 0 (its measured best; variant 1 not yet measured
-// on the GPU); BV 4 for AR, else 8 (Triton's ar_small / verify_small), p.bv overrides;
+// 8 lanes per row with variant 1, v3 with variant 0 (variant 1 is the binding's default for rows
+// with pending factors only: H200 A/B, RESULTS.md session 4); BV 4 for AR, else 8 (Triton's
+// ar_small / verify_small), p.bv overrides;
 // ChainVerifyParams::layout forces a layout (the binding reads VLLM_SPECLA_CUDA_LAYOUT; rs forces
 // v3 for steps with variant 1 too).
 // Value rows are independent recurrences in the [V, K] layout, so V tiling needs no
