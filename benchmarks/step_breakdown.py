@@ -74,6 +74,15 @@ def instrument(rt: DecodeRuntime) -> None:
     tgt.hidden, tgt.logits = t_hidden, t_logits
     if dr is not None:
         d_hidden, spec = dr.hidden, rt._speculate
+        inside = [False]  # the drafter's LM heads (tgt.logits in _speculate) count as drafting
+
+        def t_logits(*a, **k):
+            if inside[0]:
+                return logits(*a, **k)
+            with record_function("target-logits"):
+                return logits(*a, **k)
+
+        tgt.logits = t_logits
 
         def d_hidden_w(*a, **k):
             if a[3] != "commit":  # the K - 1 passes of _speculate: inside its range already
@@ -82,8 +91,12 @@ def instrument(rt: DecodeRuntime) -> None:
                 return d_hidden(*a, **k)
 
         def spec_w(*a, **k):
-            with record_function("drafter-speculate"):
-                return spec(*a, **k)
+            inside[0] = True
+            try:
+                with record_function("drafter-speculate"):
+                    return spec(*a, **k)
+            finally:
+                inside[0] = False
 
         dr.hidden, rt._speculate = d_hidden_w, spec_w
 

@@ -286,3 +286,43 @@ def test_tree_mode_controlled_acceptance(pair):
     assert abs(r.mean_acceptance_length - expect) < 0.25, (r.mean_acceptance_length, expect)
     for o, t in zip(rt.outputs(), trace.tolist()):
         assert o == t[: len(o)]
+
+
+def test_fused_target_padded_in_projection():
+    """A shape whose packed in-projection (q, k, v, gate, a, b: 388 rows here, 9228 for flame) is
+    not a multiple of 8: ``_Layer`` pads it with zero rows, and every consumer of the projection
+    output reads only the real columns (AR and verify windows equal the reference model)."""
+    from vllm_specla.models.config import GatedDeltaNetConfig
+    from vllm_specla.models.gdn import GatedDeltaNetForCausalLM
+
+    cfg = GatedDeltaNetConfig(hidden_size=128, num_hidden_layers=2, num_heads=2, head_dim=32, expand_v=2.0,
+                              intermediate_size=256, vocab_size=512, conv_size=4, use_gate=True,
+                              use_short_conv=True, norm_eps=1e-6, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    tm = GatedDeltaNetForCausalLM(cfg).float().eval()
+    with torch.no_grad():
+        for name, w in tm.named_parameters():
+            if name.endswith("A_log"):
+                w.uniform_(1, 16).log_()
+            elif name.endswith("dt_bias"):
+                w.uniform_(-6, -3)
+            elif "norm" in name:
+                w.fill_(1.0)
+            else:
+                w.normal_(0, 0.1 if "conv1d" not in name else 0.5)
+    tgt = FusedTarget(tm, torch.float32, "cpu")
+    L = tgt.stack.layers[0]
+    d = L.dims
+    real = 2 * d.key_dim + d.value_dim + L.G + 2 * d.HV
+    assert real % 8 and L.w_in.shape[0] == real + (-real % 8)
+    assert torch.count_nonzero(L.w_in[real:]) == 0
+    prompts = torch.randint(3, cfg.vocab_size, (2, 7), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        ref = tm.hidden_sequence(prompts).reshape(14, -1)
+    h = tgt.hidden(prompts, allocate_layer_states(cfg, 2, 0), "ar", StepCtrl.uniform(2, 7, "cpu"))
+    assert float((h - ref).norm() / ref.norm()) < 1e-5
+    # verify window of 3 after an AR prefix of 4, no pending: the same hidden states
+    st = allocate_layer_states(cfg, 2, 3)
+    tgt.hidden(prompts[:, :4], st, "ar", StepCtrl.uniform(2, 4, "cpu"))
+    hv = tgt.hidden(prompts[:, 4:], st, "verify", StepCtrl.uniform(2, 3, "cpu")).view(2, 3, -1)
+    assert float((hv - ref.view(2, 7, -1)[:, 4:]).norm() / ref.view(2, 7, -1)[:, 4:].norm()) < 1e-5

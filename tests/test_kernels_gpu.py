@@ -414,3 +414,33 @@ def test_tree_conv_triton(shape, pending, cdtype):
     y2 = tv.tree_conv(c.x, c.weight, c.cu, parents, cs2, c.slots, bank_x=x2, chain=False, **kw)
     tol = STATE_TOL_BF16 if cdtype == torch.bfloat16 else 0.0
     assert rel(y2, y1) < TOL and rel(cs2.float(), cs1.float()) <= tol and torch.equal(x1, x2)
+
+
+@pytest.mark.parametrize("W", [4, 3])
+@pytest.mark.parametrize("R", [3, 270])
+@pytest.mark.parametrize("final", [False, True])
+def test_conv_verify_edge_inputs(W, R, final):
+    """bf16 x as an offset column slice of a wider tensor, bf16 conv windows, slots in random
+    order, row lengths 0..Tmax, pending_len 0, Tmax, > Tmax and negative (clamped as the
+    reference's slice), C not a multiple of the channel tile; R = 270 rows takes the W = 4 launch
+    without the smaller channel tiles (R * cdiv(C, BC) >= 264)."""
+    g = torch.Generator().manual_seed(R * 10 + W)
+    C, Tmax, S = 333, 3, R + 3  # R = 3: BC 512 -> 128 (3 tiles); R = 270: BC 512, 1 tile
+    lens = torch.randint(0, Tmax + 1, (R,), generator=g)
+    cu = torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)]).to(device=DEV, dtype=torch.int32)
+    N = int(lens.sum())
+    wide = torch.randn(N, C + 11, generator=g).to(device=DEV, dtype=torch.bfloat16)
+    x = wide[:, 5 : 5 + C]
+    weight = (torch.randn(C, W, generator=g) * 0.5).to(DEV)
+    cs0 = torch.randn(S, W - 1, C, generator=g).to(device=DEV, dtype=torch.bfloat16)
+    bank = torch.randn(S, 2, Tmax, C, generator=g).to(DEV)
+    slots = torch.randperm(S, generator=g)[:R].to(DEV)
+    rb = torch.randint(0, 2, (R,), generator=g).to(DEV)
+    pl = torch.tensor([0, Tmax, Tmax + 4, -1] * (R // 4 + 1))[:R].to(DEV)
+    kw = dict(write_bank=1 - rb, pending_len=pl, read_bank=rb, write_final_state=final)
+    cs1, cs2, b1, b2 = cs0.clone(), cs0.clone(), bank.clone(), bank.clone()
+    y1 = ref.conv_verify_ref(x, weight, cu, cs1, slots, bank_x=b1, **kw)
+    y2 = tc.conv_verify(x, weight, cu, cs2, slots, bank_x=b2, **kw)
+    assert rel(y2, y1) < TOL
+    assert rel(cs2.float(), cs1.float()) <= STATE_TOL_BF16 and torch.equal(b1, b2)
+    assert not torch.equal(cs2, cs0)
