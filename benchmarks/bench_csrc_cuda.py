@@ -12,7 +12,8 @@ CUDA result equals Triton's (relative error). ``--bv 0,4,8`` also times the CUDA
 ``--regcap 1,0`` with and without its register caps (``VLLM_SPECLA_CUDA_REGCAP=0``: ``_nocap``),
 ``--layout auto,rowgroup,rowgroup8,rs`` with its warp layout forced (``VLLM_SPECLA_CUDA_LAYOUT``:
 ``rs`` v3's reduce-scatter, ``rowgroup`` the small-batch row-group kernel with 32 / BV lanes per
-row, ``rowgroup8`` with 8 lanes per row; key suffix ``_<layout>``, none for ``auto``).
+row, ``rowgroup8`` / ``rowgroup16`` / ``rowgroup32`` with 8 / 16 / 32 lanes per row; key suffix
+``_<layout>``, none for ``auto``).
 Prints a table, writes JSON to ``--out``.
 Run with ``VLLM_SPECLA_CPP_JIT=1`` (JIT-builds the CPU op schemas, then the CUDA kernel).
 """
@@ -72,11 +73,12 @@ def main() -> None:
     ap.add_argument("--bv", default="0", help="CUDA value rows per warp to time: 0 (automatic), 4, 8")
     ap.add_argument("--regcap", default="1", help="CUDA register caps to time: 1 (on, default), 0 (off)")
     ap.add_argument("--layout", default="auto",
-                    help="CUDA warp layouts to time: auto, rowgroup, rowgroup8, rs (VLLM_SPECLA_CUDA_LAYOUT)")
+                    help="CUDA warp layouts to time: auto, rowgroup, rowgroup8, rowgroup16, rowgroup32, rs "
+                         "(VLLM_SPECLA_CUDA_LAYOUT)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     layouts = args.layout.split(",")
-    assert all(lay in ("auto", "rowgroup", "rowgroup8", "rs") for lay in layouts), layouts
+    assert all(lay in ("auto", "rowgroup", "rowgroup8", "rowgroup16", "rowgroup32", "rs") for lay in layouts), layouts
     variants = [(int(b), int(c), lay) for b in args.bv.split(",") for c in args.regcap.split(",") for lay in layouts]
     assert _cpp.load_cuda(), "CUDA build unavailable"
     try:

@@ -75,5 +75,20 @@ case "${1:-}" in
           --alphas 0.7,0.8 --snapshot-ks 4 --auto --cuda-csrc --tag s4-final --out "$OUT/e2e_s4_final.jsonl" \
           2>&1 | grep "^{" | python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),r.get('alpha'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       ;;
-  *) echo "usage: $0 1|2|s4a|s4b|s4c|s4d|s4e (one device call each)"; exit 2 ;;
+  s4f)  # session 4, call 6: row-group layouts with 16 / 32 lanes per row (forced) at batch 1-2, GPU tests
+        # of every forced row-group layout, and the step breakdown at the final state
+      export VLLM_SPECLA_CPP_JIT=1
+      timeout 150 python -m pytest -q tests/test_csrc.py -k cuda 2>&1 | tail -1
+      for lay in rowgroup16 rowgroup32 rowgroup8; do
+        VLLM_SPECLA_CUDA_LAYOUT=$lay timeout 60 python -m pytest -q tests/test_csrc.py -k cuda 2>&1 | tail -1
+      done
+      for pf in "" 1; do
+        VLLM_SPECLA_CUDA_RG_PREFETCH=$pf timeout 100 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 \
+            --layout auto,rowgroup8,rowgroup16,rowgroup32 --out "$OUT/csrc_b1_lpr_pf${pf:-auto}.json" > /dev/null 2>&1
+        echo "pf${pf:-auto} rc $?"
+      done
+      timeout 150 python benchmarks/step_breakdown.py --shapes flame,map --batches 64 --k 4 --cuda-csrc \
+          --out "$OUT/breakdown_s4_final.json" 2>&1 | grep -v "^USDT\|profiler_st" | grep -v "^    "
+      ;;
+  *) echo "usage: $0 1|2|s4a|s4b|s4c|s4d|s4e|s4f (one device call each)"; exit 2 ;;
 esac

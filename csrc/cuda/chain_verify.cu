@@ -84,6 +84,17 @@
 //     the tile is 64 registers per lane (228-248 registers, 8 warps per SM), 8 KiB otherwise
 //     (80-138 registers), at most 16: bf16 K = 256 -> 16 stages (BV 8) / 8 (BV 4), fp32 K = 256
 //     -> 8 / 4, K = 128 -> 16 (bf16) / 8 (fp32); ~17 KiB / ~8.5 KiB of shared memory per CTA.
+// Two more lane splits (ChainVerifyParams::layout kLayoutRowGroup16 / 32, the binding reads
+// VLLM_SPECLA_CUDA_LAYOUT=rowgroup16 / rowgroup32; the automatic rule picks 16 lanes for steps at
+// <= 8 (row, head) pairs, dispatch_k; 32 lanes is forced only, it was slower everywhere on the
+// H200): LPR = 16, RPL = 1 (BV = 2 rows per warp, KPL = K / 16: 8 for K = 128, 16 for
+// K = 256) and LPR = 32, RPL = 1 (BV = 1, one row group, KPL = 8: K = 256 only, since KPL must be a
+// multiple of 8; K = 128 runs LPR = 16). Per lane a 16- / 8-element tile instead of 64 (K = 256,
+// LPR 8, RPL 2), so shorter per-token FMA chains, 1 more butterfly level per doubling of LPR, and
+// 4x / 8x the warps of BV = 8 at batch 1 (V = 512: 256 / 512 warps per value head). Both variants,
+// same writers (sub-lane 0 of each row: o, v~; row group 0: k^); with BV = 1 the bf16 v of variant
+// 1 is one plain load by lane 0. nvcc -Xptxas -v (sm_90a): 63-122 registers, no spills; variant 1
+// ring: NB = 8 KiB / row bytes (bf16 K = 256: 8 stages, fp32: 4; K = 128: 16 / 8), 8.0-8.3 KiB smem.
 // Used when R * HV <= 16 (triton_chain.pick_config's "small" rule) on the 16-byte path with
 // K = 128 or 256 (else v3): AR -> BV 4, verify -> 8 lanes per row, steps with pending factors ->
 // 8 lanes per row with variant 1, v3 with variant 0 (variant 1 is the binding's default for rows
@@ -906,10 +917,10 @@ __host__ __device__ constexpr int rg_row_bytes() {
   return 2 * K * static_cast<int>(sizeof(TIn)) > 4 * K ? 2 * K * static_cast<int>(sizeof(TIn)) : 4 * K;
 }
 // NB: 16 KiB of key rows where the state tile is 64 registers per lane (228-248 registers: 8
-// warps per SM, 8 x (17 + 1) KiB of shared memory), 8 KiB where it is 16 or 32 (80-138 registers:
-// 14-25 warps per SM; 8.3-8.8 KiB per CTA leaves room for 23-24 CTAs in 228 KiB), at most 16
-// stages: bf16 K = 256: 16 stages for BV 8, 8 for BV 4; fp32 K = 256: 8 / 4; K = 128: 16 (bf16),
-// 8 (fp32). The registers and shared memory per CTA are ptxas' (nvcc -Xptxas -v, sm_90a).
+// warps per SM, 8 x (17 + 1) KiB of shared memory), 8 KiB where it is 8, 16 or 32 (63-166
+// registers; 8.0-8.8 KiB per CTA leaves room for 23-25 CTAs in 228 KiB), at most 16
+// stages: bf16 K = 256: 16 stages for BV 8, 8 for BV 4, 2, 1; fp32 K = 256: 8 / 4; K = 128: 16
+// (bf16), 8 (fp32). The registers and shared memory per CTA are ptxas' (nvcc -Xptxas -v, sm_90a).
 template <typename TIn, int K, int TILE>
 __host__ __device__ constexpr int rg_stages() {
   const int nb = (TILE >= 64 ? 16384 : 8192) / rg_row_bytes<TIn, K>();
@@ -948,9 +959,10 @@ __device__ __forceinline__ void chain_verify_rg_body_pf(const ChainVerifyParams&
 
   __shared__ __align__(16) unsigned char rows[NB][RB];
   __shared__ __align__(16) float sc[NB][NW];
-  // bf16 v: lane l < BV / 2 copies rows (2l, 2l + 1) of the tile with one 4-byte copy when the pair
-  // is inside V and 4-byte aligned for every token, else with plain loads
-  const bool vpair = sizeof(TIn) == 2 && vt0 + 2 * lane + 1 < V && (p.tok_stride[2] & 1) == 0 &&
+  // bf16 v: lane l < ceil(BV / 2) copies rows (2l, 2l + 1) of the tile with one 4-byte copy when
+  // the pair is inside the tile and V and 4-byte aligned for every token, else with plain loads
+  // (BV = 1: lane 0, row 0 only)
+  const bool vpair = sizeof(TIn) == 2 && 2 * lane + 1 < BV && vt0 + 2 * lane + 1 < V && (p.tok_stride[2] & 1) == 0 &&
                      (reinterpret_cast<uintptr_t>(static_cast<const TIn*>(p.v) + hv * V + vt0 + 2 * lane) & 3) == 0;
 
   // item i -> stage i % NB (nothing past the last item), then the item's commit group; TOK: i >= np
@@ -984,13 +996,13 @@ __device__ __forceinline__ void chain_verify_rg_body_pf(const ChainVerifyParams&
         if constexpr (sizeof(TIn) == 4) {
           if (lane < BV && vt0 + lane < V) cp_async4(&sc[sg][lane], vr + lane);
         } else {
-          if (lane < BV / 2) {
+          if (lane < (BV + 1) / 2) {
             TIn* d = reinterpret_cast<TIn*>(sc[sg]) + 2 * lane;
             if (vpair) {
               cp_async4(d, vr + 2 * lane);
             } else {
               if (vt0 + 2 * lane < V) d[0] = __ldg(vr + 2 * lane);
-              if (vt0 + 2 * lane + 1 < V) d[1] = __ldg(vr + 2 * lane + 1);
+              if (2 * lane + 1 < BV && vt0 + 2 * lane + 1 < V) d[1] = __ldg(vr + 2 * lane + 1);
             }
           }
         }
@@ -1068,22 +1080,28 @@ cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// Row-group layout (vec path, K = 128 or 256). BV: p.bv (4 or 8), else 4 for AR (one token per
-// row) and 8 otherwise (triton_chain's ar_small / verify_small). kLayoutRowGroup: LPR = 32 / BV
-// lanes per row, one row per lane; kLayoutRowGroup8: LPR = 8, BV / 4 rows per lane (the lane
-// split of Triton's [BV, K/32, 32] tile). PF: the prefetch ring (p.rg_prefetch) or the one-ahead
-// double buffer.
+// Row-group layout (vec path, K = 128 or 256), by lpr: 0 (kLayoutRowGroup): BV = p.bv (4 or 8),
+// else 4 for AR (one token per row) and 8 otherwise (triton_chain's ar_small / verify_small), LPR
+// = 32 / BV lanes per row, one row per lane; 8 (kLayoutRowGroup8): LPR = 8, BV / 4 rows per lane
+// (the lane split of Triton's [BV, K/32, 32] tile; BV 4 is the same kernel as lpr 0); 16
+// (kLayoutRowGroup16): LPR = 16, BV = 2, one row per lane; 32 (kLayoutRowGroup32): LPR = 32, BV
+// = 1, K = 256 only (KPL = K / 32 must be a multiple of 8), K = 128 runs lpr 16. 16 / 32 ignore
+// p.bv. PF: the prefetch ring (p.rg_prefetch) or the one-ahead double buffer.
 template <typename TIn, int K, bool PF>
-cudaError_t dispatch_rg_pf(const ChainVerifyParams& p, bool lpr8, cudaStream_t stream) {
+cudaError_t dispatch_rg_pf(const ChainVerifyParams& p, int lpr, cudaStream_t stream) {
+  if constexpr (K >= 256) {
+    if (lpr == 32) return launch_rg<TIn, 32, 1, K, PF>(p, stream);
+  }
+  if (lpr == 16 || lpr == 32) return launch_rg<TIn, 16, 1, K, PF>(p, stream);
   int bv = p.bv;
   if (bv != 4 && bv != 8) bv = p.N <= p.R ? 4 : 8;
   if (bv == 4) return launch_rg<TIn, 8, 1, K, PF>(p, stream);
-  return lpr8 ? launch_rg<TIn, 8, 2, K, PF>(p, stream) : launch_rg<TIn, 4, 1, K, PF>(p, stream);
+  return lpr == 8 ? launch_rg<TIn, 8, 2, K, PF>(p, stream) : launch_rg<TIn, 4, 1, K, PF>(p, stream);
 }
 
 template <typename TIn, int K>
-cudaError_t dispatch_rg(const ChainVerifyParams& p, bool lpr8, cudaStream_t stream) {
-  return p.rg_prefetch ? dispatch_rg_pf<TIn, K, true>(p, lpr8, stream) : dispatch_rg_pf<TIn, K, false>(p, lpr8, stream);
+cudaError_t dispatch_rg(const ChainVerifyParams& p, int lpr, cudaStream_t stream) {
+  return p.rg_prefetch ? dispatch_rg_pf<TIn, K, true>(p, lpr, stream) : dispatch_rg_pf<TIn, K, false>(p, lpr, stream);
 }
 
 // BV = 4 for AR (one token per row) and small batches, else 8 (triton_chain.pick_config's rule);
@@ -1109,14 +1127,20 @@ cudaError_t dispatch_k(const ChainVerifyParams& p, cudaStream_t stream) {
   // batch-1 sweep (benchmarks/RESULTS.md, csrc_cuda_h200_b1_layouts.json): AR -> row group (BV 4), verify
   // without pending -> row group with 8 lanes per row, step with pending -> v3 reduce-scatter with
   // the one-ahead row-group kernels (p.rg_prefetch = false: its pending fold waited ~0.65 us per
-  // factor), row group with 8 lanes per row with the prefetch ring (not yet measured).
-  // Forced by p.layout. Row group needs the 16-byte path with K = 128 / 256, else v3.
+  // factor), else the prefetch ring with 8 lanes per row, or 16 lanes per row at <= 8 (row, head)
+  // pairs (batch 1 of both GDN-1.3B shapes: 2-14 % faster than 8 lanes, 8x256x256 steps 6-8 %
+  // faster than Triton; slower at batch 2; H200, RESULTS.md session 4, csrc_cuda_h200_s4_b1_lpr_*).
+  // Forced by p.layout (rowgroup32 is forced only: slower everywhere measured; with K = 128 it runs
+  // rowgroup16). Row group needs the 16-byte path with K = 128 / 256, else v3.
   const bool small = p.layout == kLayoutAuto && static_cast<int64_t>(p.R) * p.HV <= 16;
+  const bool step_pf = small && !p.write_final_state && p.pending_len != nullptr && p.rg_prefetch;
+  const bool rg16 = p.layout == kLayoutRowGroup16 || (step_pf && static_cast<int64_t>(p.R) * p.HV <= 8);
   const bool rg8 = p.layout == kLayoutRowGroup8 ||
                    (small && !p.write_final_state && (p.pending_len == nullptr || p.rg_prefetch));
-  const bool rg = p.layout == kLayoutRowGroup || rg8 || (small && p.write_final_state);
-  if (rg && p.vec_ok && p.K == 128) return dispatch_rg<TIn, 128>(p, rg8, stream);
-  if (rg && p.vec_ok && p.K == 256) return dispatch_rg<TIn, 256>(p, rg8, stream);
+  const int lpr = p.layout == kLayoutRowGroup32 ? 32 : rg16 ? 16 : rg8 ? 8 : 0;
+  const bool rg = p.layout == kLayoutRowGroup || lpr != 0 || (small && p.write_final_state);
+  if (rg && p.vec_ok && p.K == 128) return dispatch_rg<TIn, 128>(p, lpr, stream);
+  if (rg && p.vec_ok && p.K == 256) return dispatch_rg<TIn, 256>(p, lpr, stream);
   if (p.vec_ok && p.K == 128) return dispatch_bv<TIn, 4, true>(p, stream);
   if (p.vec_ok && p.K == 256) return dispatch_bv<TIn, 8, true>(p, stream);
   if (p.vec_ok && p.K == 512) return dispatch_bv<TIn, 16, true>(p, stream);

@@ -55,11 +55,16 @@ struct ChainVerifyParams {
   bool vec_ok;   // K % 128 == 0, unit key strides, 16-byte aligned rows: 16-byte loads/stores
 };
 
-// ChainVerifyParams::layout (the binding reads VLLM_SPECLA_CUDA_LAYOUT=rowgroup|rowgroup8|rs):
-// automatic (row group at R * HV <= 16, else reduce-scatter), row group (LPR = 32 / BV lanes per
-// row), row group with 8 lanes per row (BV / 4 rows per lane), v3's reduce-scatter. The row-group
-// kernels exist for the 16-byte path with K = 128 / 256; other shapes always run v3.
-constexpr int kLayoutAuto = 0, kLayoutRowGroup = 1, kLayoutRowGroup8 = 2, kLayoutRS = 3;
+// ChainVerifyParams::layout (the binding reads
+// VLLM_SPECLA_CUDA_LAYOUT=rowgroup|rowgroup8|rs|rowgroup16|rowgroup32): automatic (row group at
+// R * HV <= 16, else reduce-scatter), row group (LPR = 32 / BV lanes per row), row group with 8
+// lanes per row (BV / 4 rows per lane), v3's reduce-scatter, row group with 16 lanes per row (BV
+// = 2), row group with 32 lanes per row (BV = 1; K = 256 only, K = 128 runs rowgroup16). The
+// row-group kernels exist for the 16-byte path with K = 128 / 256; other shapes always run v3.
+// rowgroup16 is picked automatically for steps at <= 8 (row, head) pairs (chain_verify.cu,
+// dispatch_k); rowgroup32 is forced only.
+constexpr int kLayoutAuto = 0, kLayoutRowGroup = 1, kLayoutRowGroup8 = 2, kLayoutRS = 3, kLayoutRowGroup16 = 4,
+              kLayoutRowGroup32 = 5;
 
 // Launches one single-warp CTA per (value tile of 4 or 8 rows, value head, row); returns the
 // launch error.

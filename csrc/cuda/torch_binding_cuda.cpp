@@ -51,7 +51,9 @@ int bv_override() {
   return bv == 4 || bv == 8 ? bv : 0;
 }
 
-// Warp layout override VLLM_SPECLA_CUDA_LAYOUT: rowgroup | rowgroup8 | rs, else automatic.
+// Warp layout override VLLM_SPECLA_CUDA_LAYOUT: rowgroup | rowgroup8 | rs | rowgroup16 | rowgroup32
+// (16 / 32 lanes per value row; rowgroup32 needs K = 256 and runs rowgroup16 for K = 128; any
+// row group runs v3 off the 16-byte path or for other K), else automatic.
 int layout_override() {
   const char* s = std::getenv("VLLM_SPECLA_CUDA_LAYOUT");
   if (s == nullptr) return vllm_specla::cuda::kLayoutAuto;
@@ -59,6 +61,8 @@ int layout_override() {
   if (v == "rowgroup") return vllm_specla::cuda::kLayoutRowGroup;
   if (v == "rowgroup8") return vllm_specla::cuda::kLayoutRowGroup8;
   if (v == "rs") return vllm_specla::cuda::kLayoutRS;
+  if (v == "rowgroup16") return vllm_specla::cuda::kLayoutRowGroup16;
+  if (v == "rowgroup32") return vllm_specla::cuda::kLayoutRowGroup32;
   return vllm_specla::cuda::kLayoutAuto;
 }
 
@@ -68,7 +72,7 @@ bool reg_cap() {
 }
 
 // Row-group prefetch ring (chain_verify.cu, chain_verify_rg_body_pf). Default (unset): the ring for
-// SpecLA steps (pending factors), which it makes 4-15 % faster at batch 1-2, and the one-ahead
+// SpecLA steps (pending factors), which it makes 1-7 % faster at batch 1-2, and the one-ahead
 // double buffer for verify and AR, which the ring made 3-9 % slower (H200, RESULTS.md session 4).
 // VLLM_SPECLA_CUDA_RG_PREFETCH=0: never (and the old automatic rule: steps with pending factors
 // on v3 at small batch); =1: always.
