@@ -90,5 +90,13 @@ case "${1:-}" in
       timeout 150 python benchmarks/step_breakdown.py --shapes flame,map --batches 64 --k 4 --cuda-csrc \
           --out "$OUT/breakdown_s4_final.json" 2>&1 | grep -v "^USDT\|profiler_st" | grep -v "^    "
       ;;
-  *) echo "usage: $0 1|2|s4a|s4b|s4c|s4d|s4e|s4f (one device call each)"; exit 2 ;;
+  s4g)  # session 4, call 7: GPU tests at the final commit, batch-1 CUDA defaults
+      export VLLM_SPECLA_CPP_JIT=1
+      timeout 200 python -m pytest -q tests/test_csrc.py -k cuda tests/test_kernels_gpu.py tests/test_fused_gpu.py \
+          tests/test_dispatch.py 2>&1 | tail -2
+      timeout 150 python -m pytest -q tests/test_kernel_ut_gpu.py tests/test_tree_hld_gpu.py 2>&1 | tail -2
+      timeout 90 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --out "$OUT/csrc_b1_final2.json" \
+          > /dev/null 2>&1; echo "b1 rc $?"
+      ;;
+  *) echo "usage: $0 1|2|s4a|s4b|s4c|s4d|s4e|s4f|s4g (one device call each)"; exit 2 ;;
 esac
