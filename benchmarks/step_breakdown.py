@@ -7,7 +7,10 @@ For each ``--shape``, ``--batches`` and mode (``ar``, ``specla`` at ``--k``, ``s
 CUDA graph that the timed benchmark replays; what eager mode adds is host time between launches,
 which this script does not report. Two views, microseconds of device time per step:
 
-* phases: ``target`` (the target forward over the window), ``target-logits`` (LM head + argmax),
+* phases (approximate: only kernels that torch attributes to a ``record_function`` range, i.e.
+  cuBLAS / aten kernels; Triton and csrc launches are not attributed, so phases undercount and
+  the family sums are the reliable view): ``target`` (the target forward over the window),
+  ``target-logits`` (LM head + argmax),
   ``drafter-absorb`` (the drafter's pass over the accepted pairs), ``drafter-speculate`` (scratch
   state copy + K - 1 drafter passes + LM heads), ``rest`` (acceptance, bookkeeping);
 * kernel families by kernel name: ``gemm`` (cuBLAS / CUTLASS), ``recurrent`` (chain / tree verify,
