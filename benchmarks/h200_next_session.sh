@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
-# carry [".whl", ".devdata"], starting with the pip line of README/device). State after session 3:
-# benchmarks/RESULTS.md "Session 3".
+# carry [".whl", ".devdata"], starting with the pip line of README/device). State after session 4:
+# benchmarks/RESULTS.md "Session 4". 1 / 2: the regression set and kernel tables; s4a-s4g: the
+# session-4 calls as run (s4g = GPU tests + batch-1 CUDA table at the final commit).
 set -u
 case "${1:-}" in
   1)  # correctness of the dispatch paths, then the full e2e grid with the CUDA csrc + UT dispatch
