@@ -416,6 +416,15 @@ def test_tree_conv_triton(shape, pending, cdtype):
     assert rel(y2, y1) < TOL and rel(cs2.float(), cs1.float()) <= tol and torch.equal(x1, x2)
 
 
+def test_conv_verify_bank_arguments_need_bank_x():
+    """write_bank / pending_len without bank_x is an error naming the field (the kernel would
+    otherwise record the raw inputs into its output buffer)."""
+    c = Case(SMALL[0], [2, 1], seed=25)
+    for kw in (dict(write_bank=c.write_bank), dict(pending_len=c.pending_len, read_bank=c.read_bank)):
+        with pytest.raises(ValueError, match="bank_x"):
+            tc.conv_verify(c.x, c.weight, c.cu, c.conv_state.clone(), c.slots, **kw)
+
+
 @pytest.mark.parametrize("W", [4, 3])
 @pytest.mark.parametrize("R", [3, 270])
 @pytest.mark.parametrize("final", [False, True])

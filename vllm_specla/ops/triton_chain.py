@@ -601,7 +601,18 @@ def conv_verify(
     write_final_state: bool = False,
 ) -> torch.Tensor:
     """Triton verify-window conv; same arguments, semantics and return as
-    :func:`vllm_specla.ops.reference.conv_verify_ref` (``y [N, C]`` float32)."""
+    :func:`vllm_specla.ops.reference.conv_verify_ref` (``y [N, C]`` float32).
+
+    The two factor banks of a slot ping-pong: a row's ``write_bank`` must differ from its
+    ``read_bank`` (the runtime swaps them every step); the generic kernel (``W != 4``) reads the
+    pending inputs after writing the new ones.
+
+    Raises:
+        ValueError: ``write_bank`` or ``pending_len`` given without ``bank_x``.
+    """
+    if bank_x is None and (write_bank is not None or pending_len is not None):
+        raise ValueError("conv_verify: bank_x is required with write_bank or pending_len "
+                         "(the factor bank of raw conv inputs, [slots, 2, Tmax, C] float32)")
     N, C = x.shape
     W = weight.shape[-1]
     assert conv_state.shape[1:] == (W - 1, C) and conv_state.is_contiguous()
