@@ -62,46 +62,42 @@ def family(name: str) -> str:
 
 
 def instrument(rt: DecodeRuntime) -> None:
-    """Wrap the runtime's phase entry points in ``record_function`` ranges (this instance only)."""
+    """Wrap the runtime's phase entry points in ``record_function`` ranges (this instance only).
+    The drafter's LM heads (``tgt.logits`` called inside ``_speculate``) count as drafting."""
     tgt, dr = rt.tgt, rt.dr
     hidden, logits = tgt.hidden, tgt.logits
+    inside = [False]  # in _speculate
 
     def t_hidden(*a, **k):
         with record_function("target"):
             return hidden(*a, **k)
 
     def t_logits(*a, **k):
+        if inside[0]:
+            return logits(*a, **k)
         with record_function("target-logits"):
             return logits(*a, **k)
 
     tgt.hidden, tgt.logits = t_hidden, t_logits
-    if dr is not None:
-        d_hidden, spec = dr.hidden, rt._speculate
-        inside = [False]  # the drafter's LM heads (tgt.logits in _speculate) count as drafting
+    if dr is None:
+        return
+    d_hidden, spec = dr.hidden, rt._speculate
 
-        def t_logits(*a, **k):
-            if inside[0]:
-                return logits(*a, **k)
-            with record_function("target-logits"):
-                return logits(*a, **k)
+    def d_hidden_w(*a, **k):
+        if a[3] != "commit":  # the K - 1 passes of _speculate: inside its range already
+            return d_hidden(*a, **k)
+        with record_function("drafter-absorb"):
+            return d_hidden(*a, **k)
 
-        tgt.logits = t_logits
+    def spec_w(*a, **k):
+        inside[0] = True
+        try:
+            with record_function("drafter-speculate"):
+                return spec(*a, **k)
+        finally:
+            inside[0] = False
 
-        def d_hidden_w(*a, **k):
-            if a[3] != "commit":  # the K - 1 passes of _speculate: inside its range already
-                return d_hidden(*a, **k)
-            with record_function("drafter-absorb"):
-                return d_hidden(*a, **k)
-
-        def spec_w(*a, **k):
-            inside[0] = True
-            try:
-                with record_function("drafter-speculate"):
-                    return spec(*a, **k)
-            finally:
-                inside[0] = False
-
-        dr.hidden, rt._speculate = d_hidden_w, spec_w
+    dr.hidden, rt._speculate = d_hidden_w, spec_w
 
 
 def uninstrument(rt: DecodeRuntime) -> None:
