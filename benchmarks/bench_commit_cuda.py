@@ -42,6 +42,22 @@ LAYERS = 21
 CASES = [("fused", 5, 3), ("sep", 5, 3), ("fused", 8, 5), ("sep", 8, 5), ("step", 5, 5), ("replay", 5, 0)]
 
 
+def _forced_ut(fn, nw):
+    """``fn`` with the CUDA UT-form kernel forced (VLLM_SPECLA_CUDA_LAYOUT=ut, read by the binding at
+    each call, i.e. at graph capture) and ``nw`` warps per CTA ('' = automatic)."""
+    def wrapped(*a, **kw):
+        os.environ["VLLM_SPECLA_CUDA_LAYOUT"] = "ut"
+        if nw:
+            os.environ["VLLM_SPECLA_CUDA_UT_NW"] = nw
+        try:
+            return fn(*a, **kw)
+        finally:
+            os.environ.pop("VLLM_SPECLA_CUDA_LAYOUT", None)
+            os.environ.pop("VLLM_SPECLA_CUDA_UT_NW", None)
+
+    return wrapped
+
+
 def kernels(names):
     out = {}
     for n in names:
@@ -50,6 +66,11 @@ def kernels(names):
 
             assert _cpp.load_cuda(), "CUDA build unavailable"
             out[n] = _cpp.chain_verify
+        elif n.startswith("cuda_ut"):  # the UT-form CUDA kernel forced (cuda_ut1/2/4: warps per CTA)
+            from vllm_specla.ops import _cpp  # noqa: PLC0415
+
+            assert _cpp.load_cuda(), "CUDA build unavailable"
+            out[n] = _forced_ut(_cpp.chain_verify, n[len("cuda_ut"):])
         elif n == "triton":
             out[n] = tc.chain_verify
         elif n == "ut":
@@ -57,7 +78,8 @@ def kernels(names):
 
             out[n] = ut.chain_verify_ut
         else:
-            raise ValueError(f"--impls: unknown kernel {n!r} (allowed: cuda, triton, ut)")
+            raise ValueError(f"--impls: unknown kernel {n!r} (allowed: cuda, cuda_ut, cuda_ut1, cuda_ut2, cuda_ut4, "
+                             "triton, ut)")
     return out
 
 
@@ -126,15 +148,20 @@ def main() -> None:
         return next((r["us"] for r in recs if (r["shape"], r["B"], r["impl"], r["kind"], r["T"], r["A"])
                      == (sh, B, impl, kind, T, A)), None)
 
-    print("\nshape      B    impl    fused/sep T5A3  T8A5   step T5 vs replay T5")
+    def best_replay(sh, B):
+        vals = [get(sh, B, i, "replay", 5, 0) for i in impls]
+        return min(v for v in vals if v is not None)
+
+    print("\nshape      B    impl      fused/sep T5A3  T8A5   step T5 vs replay T5 (own / fastest of the run)")
     for sh in SHAPES:
         for B in sorted({r["B"] for r in recs}):
             for impl in impls:
                 f1, s1 = get(sh, B, impl, "fused", 5, 3), get(sh, B, impl, "sep", 5, 3)
                 f2, s2 = get(sh, B, impl, "fused", 8, 5), get(sh, B, impl, "sep", 8, 5)
                 st, rp = get(sh, B, impl, "step", 5, 5), get(sh, B, impl, "replay", 5, 0)
-                print(f"{sh:10s} {B:<4} {impl:7s} {s1 / f1:5.2f}x        {s2 / f2:5.2f}x   "
-                      f"{st:7.1f} vs {rp:7.1f} = {rp / st:4.2f}x")
+                br = best_replay(sh, B)
+                print(f"{sh:10s} {B:<4} {impl:9s} {s1 / f1:5.2f}x        {s2 / f2:5.2f}x   "
+                      f"{st:7.1f} vs {rp:7.1f} = {rp / st:4.2f}x / {br:7.1f} = {br / st:4.2f}x")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(recs, f, indent=1)

@@ -12,8 +12,9 @@ CUDA result equals Triton's (relative error). ``--bv 0,4,8`` also times the CUDA
 ``--regcap 1,0`` with and without its register caps (``VLLM_SPECLA_CUDA_REGCAP=0``: ``_nocap``),
 ``--layout auto,rowgroup,rowgroup8,rs`` with its warp layout forced (``VLLM_SPECLA_CUDA_LAYOUT``:
 ``rs`` v3's reduce-scatter, ``rowgroup`` the small-batch row-group kernel with 32 / BV lanes per
-row, ``rowgroup8`` / ``rowgroup16`` / ``rowgroup32`` with 8 / 16 / 32 lanes per row; key suffix
-``_<layout>``, none for ``auto``).
+row, ``rowgroup8`` / ``rowgroup16`` / ``rowgroup32`` with 8 / 16 / 32 lanes per row, ``ut`` the UT-form
+kernel of ``chain_verify_ut.cu`` (``ut1`` / ``ut2`` / ``ut4``: 1 / 2 / 4 warps per CTA forced); key
+suffix ``_<layout>``, none for ``auto``).
 Prints a table, writes JSON to ``--out``.
 Run with ``VLLM_SPECLA_CPP_JIT=1`` (JIT-builds the CPU op schemas, then the CUDA kernel).
 """
@@ -49,7 +50,8 @@ def _with_env(bv, cap, layout="auto"):
     The binding reads VLLM_SPECLA_CUDA_BV / VLLM_SPECLA_CUDA_REGCAP / VLLM_SPECLA_CUDA_LAYOUT at
     each call, i.e. at graph capture for the timed graphs."""
     env = {"VLLM_SPECLA_CUDA_BV": str(bv) if bv else None, "VLLM_SPECLA_CUDA_REGCAP": None if cap else "0",
-           "VLLM_SPECLA_CUDA_LAYOUT": None if layout == "auto" else layout}
+           "VLLM_SPECLA_CUDA_LAYOUT": None if layout == "auto" else "ut" if layout.startswith("ut") else layout,
+           "VLLM_SPECLA_CUDA_UT_NW": layout[2:] if layout.startswith("ut") and layout != "ut" else None}
 
     def fn(*a, **kw):
         for key, val in env.items():
@@ -73,12 +75,15 @@ def main() -> None:
     ap.add_argument("--bv", default="0", help="CUDA value rows per warp to time: 0 (automatic), 4, 8")
     ap.add_argument("--regcap", default="1", help="CUDA register caps to time: 1 (on, default), 0 (off)")
     ap.add_argument("--layout", default="auto",
-                    help="CUDA warp layouts to time: auto, rowgroup, rowgroup8, rowgroup16, rowgroup32, rs "
-                         "(VLLM_SPECLA_CUDA_LAYOUT)")
+                    help="CUDA warp layouts to time: auto, rowgroup, rowgroup8, rowgroup16, rowgroup32, rs, "
+                         "ut (the UT-form kernel; ut1 / ut2 / ut4: with 1 / 2 / 4 warps per CTA) "
+                         "(VLLM_SPECLA_CUDA_LAYOUT, VLLM_SPECLA_CUDA_UT_NW)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     layouts = args.layout.split(",")
-    assert all(lay in ("auto", "rowgroup", "rowgroup8", "rowgroup16", "rowgroup32", "rs") for lay in layouts), layouts
+    allowed = ("auto", "rowgroup", "rowgroup8", "rowgroup16", "rowgroup32", "rs", "ut", "ut1", "ut2", "ut4")
+    if not all(lay in allowed for lay in layouts):
+        raise SystemExit(f"--layout: each of {layouts} must be one of {', '.join(allowed)}")
     variants = [(int(b), int(c), lay) for b in args.bv.split(",") for c in args.regcap.split(",") for lay in layouts]
     assert _cpp.load_cuda(), "CUDA build unavailable"
     try:
@@ -146,6 +151,18 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             json.dump(recs, f, indent=1)
+    print_table(recs)
+
+
+def print_table(recs) -> None:
+    """Microseconds per launch, one row per configuration, one column per kernel (first seen order)."""
+    names = []
+    for r in recs:
+        names += [k[:-3] for k in r if k.endswith("_us") and k[:-3] not in names]
+    print("\nshape      B    T  kind    " + " ".join(f"{n:>12s}" for n in names))
+    for r in recs:
+        cells = " ".join(f"{r[n + '_us']:12.1f}" if n + "_us" in r else f"{'-':>12s}" for n in names)
+        print(f"{r['shape']:10s} {r['batch']:<4d} {r['T']:<2d} {r['kind']:7s} {cells}")
 
 
 if __name__ == "__main__":

@@ -99,5 +99,16 @@ case "${1:-}" in
       timeout 90 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --out "$OUT/csrc_b1_final2.json" \
           > /dev/null 2>&1; echo "b1 rc $?"
       ;;
-  *) echo "usage: $0 1|2|s4a|s4b|s4c|s4d|s4e|s4f|s4g (one device call each)"; exit 2 ;;
+  s5a)  # session 5, call 1: the UT-form CUDA kernel (chain_verify_ut.cu): GPU tests, then its speed
+        # forced with 1 / 2 / 4 warps per CTA against the automatic CUDA layout, Triton and Triton UT,
+        # and fused commit / step vs replay
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; print('cuda built', _cpp.load_cuda())" 2>&1 | tail -1
+      timeout 240 python -m pytest -q -x tests/test_csrc.py -k cuda 2>&1 | tail -4
+      timeout 150 python benchmarks/bench_csrc_cuda.py --batches 1,2,64,128 --Ts 1,5,8 --layout auto,ut1,ut2,ut4 \
+          --out "$OUT/csrc_ut_s5a.json" 2>&1 | grep -v '^{'
+      timeout 120 python benchmarks/bench_commit_cuda.py --impls cuda,cuda_ut,triton --batches 32,64,128 \
+          --out "$OUT/commit_ut_s5a.json" 2>&1 | grep -v '^{'
+      ;;
+  *) echo "usage: $0 1|2|s4a|s4b|s4c|s4d|s4e|s4f|s4g|s5a (one device call each)"; exit 2 ;;
 esac

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import random
+import zlib
 
 import pytest
 import torch
@@ -471,3 +472,85 @@ def test_cuda_chain_verify_bf16_inputs_big_shapes(shape, dtype, decay):
     torch.testing.assert_close(st.cpu(), st_ref, **TOL)
     for x, y in zip(bs, b_ref):
         torch.testing.assert_close(x.cpu(), y, **TOL)
+
+
+# UT-form CUDA kernel (csrc/cuda/chain_verify_ut.cu), forced with VLLM_SPECLA_CUDA_LAYOUT=ut (strict:
+# an error where it does not apply, so these tests cannot pass through another kernel). Same
+# tolerance as the other CUDA tests (fp32 state; the UT form sums in another order).
+UT_CASES = {  # mode: (lens, pending, record, write_final_state)
+    "verify": ([5, 1, 8, 3], None, True, False),
+    "step": ([5, 1, 8, 3], [3, 0, 8, 5], True, False),
+    "step_empty_row": ([0, 4, 2], [2, 3, 0], True, False),
+    "fold_no_record": ([2, 3], [4, 1], False, False),
+    "ar": ([1, 1, 1], None, False, True),
+    "ar_pending": ([1, 1, 1], [2, 0, 1], True, True),
+    "commit": ([5, 1, 3], None, False, True),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
+@pytest.mark.parametrize("nw", ["", "1", "2", "4"])
+@pytest.mark.parametrize("tmax", [8, 16])
+@pytest.mark.parametrize("mode", list(UT_CASES))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", [(6, 6, 256, 512), (8, 8, 256, 256), (2, 4, 128, 20)])
+def test_cuda_ut_chain_verify_matches_reference(monkeypatch, shape, dtype, mode, tmax, nw):
+    """Every output, the state and all three factor banks (pre-filled with random values, so entries
+    the kernel must not touch are checked too) equal chain_verify_ref at both GDN-1.3B head shapes and
+    a GVA shape whose V is not a multiple of the CTA's value tile, windows of 0..tmax tokens and up
+    to tmax pending factors, with 1, 2, 4 warps per CTA or the automatic choice."""
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "ut")
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_NW", nw)
+    assert _cpp.load_cuda()
+    lens, pend, record, wfs = UT_CASES[mode]
+    if tmax == 16 and mode in ("verify", "step"):
+        lens, pend = [16, 1, 9, 5], (None if pend is None else [16, 0, 9, 2])
+    H, HV, K, V = shape
+    c = Case(lens, H, HV, K, V, S=6, Tmax=tmax, dtype=dtype, seed=zlib.crc32(repr((shape, mode, tmax, nw)).encode()) % 997, pending=pend)
+    use_pending = pend is not None
+    m_ref = c.clone_mutables()
+    o_ref = chain_verify_ref(*c.tensors(), **c.kwargs(m_ref, record, use_pending, wfs))
+    dev = torch.device("cuda")
+    m_gpu = [t.to(dev) for t in c.mutables()]
+    kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t)
+          for a, t in c.kwargs(m_gpu, record, use_pending, wfs).items()}
+    o = _cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw)
+    torch.testing.assert_close(o.cpu(), o_ref, **TOL)
+    assert_all_close([t.cpu() for t in m_gpu], m_ref, **TOL)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
+@pytest.mark.parametrize("decay", [1.0, 20.0])
+def test_cuda_ut_strong_decay_and_big_batch(monkeypatch, decay):
+    """40 rows of 5-token windows with 5 pending factors (the SpecLA step at K = 4), log decays down
+    to -40 per token (e^g underflows on some heads): equals the reference; the automatic choice is
+    4 warps per CTA here."""
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "ut")
+    assert _cpp.load_cuda()
+    c = Case([5] * 40, 6, 6, 256, 512, S=44, Tmax=5, dtype=torch.bfloat16, seed=int(decay), pending=[5] * 40)
+    c.g = c.g * 2 * decay
+    c.bank_g = c.bank_g * decay
+    m_ref = c.clone_mutables()
+    o_ref = chain_verify_ref(*c.tensors(), **c.kwargs(m_ref))
+    dev = torch.device("cuda")
+    m_gpu = [t.to(dev) for t in c.mutables()]
+    kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t) for a, t in c.kwargs(m_gpu).items()}
+    o = _cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw)
+    torch.testing.assert_close(o.cpu(), o_ref, **TOL)
+    assert_all_close([t.cpu() for t in m_gpu], m_ref, **TOL)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
+def test_cuda_ut_forced_is_strict(monkeypatch):
+    """Forced UT where it does not apply (K = 48: not the 16-byte path) is an error, not a silent
+    fall-back (so the UT tests above test the UT kernel)."""
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "ut")
+    assert _cpp.load_cuda()
+    c = Case([3, 2], 2, 4, 48, 20, seed=3)
+    dev = torch.device("cuda")
+    kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t) for a, t in c.kwargs(c.mutables()).items()}
+    with pytest.raises(RuntimeError, match="not supported"):
+        _cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw)

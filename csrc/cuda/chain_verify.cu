@@ -1156,6 +1156,13 @@ cudaError_t dispatch_k(const ChainVerifyParams& p, cudaStream_t stream) {
 
 cudaError_t chain_verify(const ChainVerifyParams& p, cudaStream_t stream) {
   if (p.R == 0) return cudaSuccess;
+  // the UT-form kernel (chain_verify_ut.cu): forced (kLayoutUT: strict, cudaErrorNotSupported where it
+  // does not apply) or by the automatic rule; the serial kernels below otherwise
+  if (p.layout == kLayoutUT) return chain_verify_ut(p, stream);
+  if (p.layout == kLayoutAuto && chain_verify_ut_auto(p)) {
+    const cudaError_t e = chain_verify_ut(p, stream);
+    if (e != cudaErrorNotSupported) return e;
+  }
   return p.in_bf16 ? dispatch_k<__nv_bfloat16>(p, stream) : dispatch_k<float>(p, stream);
 }
 

@@ -42,6 +42,7 @@ struct ChainVerifyParams {
   const int64_t* read_bank;    // [R] or null
   int R, N, H, HV, K, V, Tmax;  // N: tokens (q.size(0))
   int bv;       // value rows per warp: 4 or 8; anything else = automatic (chain_verify.cu, dispatch_bv)
+  int ut_nw;    // UT kernel (chain_verify_ut.cu): warps per CTA 1, 2 or 4; anything else = automatic
   int layout;    // kLayout*: warp layout (chain_verify.cu: v3 reduce-scatter or the small-batch row group)
   bool reg_cap;  // launch the register-capped variants where defined (chain_verify.cu, min_blocks)
   bool rg_prefetch;  // row-group kernels: prefetch ring of NB - 1 items (else the one-ahead double
@@ -64,7 +65,15 @@ struct ChainVerifyParams {
 // rowgroup16 is picked automatically for steps at <= 8 (row, head) pairs (chain_verify.cu,
 // dispatch_k); rowgroup32 is forced only.
 constexpr int kLayoutAuto = 0, kLayoutRowGroup = 1, kLayoutRowGroup8 = 2, kLayoutRS = 3, kLayoutRowGroup16 = 4,
-              kLayoutRowGroup32 = 5;
+              kLayoutRowGroup32 = 5, kLayoutUT = 6;
+
+// UT-form kernel (chain_verify_ut.cu; kLayoutUT, VLLM_SPECLA_CUDA_LAYOUT=ut): the window as one
+// chunk, 2T independent products per state tile, exact fp32. chain_verify_ut_bounds: whether it
+// takes p (16-byte path, K = 128 / 256, windows and pending factors bounded by <= 16) and the
+// bounds; chain_verify_ut returns cudaErrorNotSupported where it does not.
+bool chain_verify_ut_bounds(const ChainVerifyParams& p, int* tb, int* pb);
+bool chain_verify_ut_auto(const ChainVerifyParams& p);  // the automatic layout picks the UT kernel
+cudaError_t chain_verify_ut(const ChainVerifyParams& p, cudaStream_t stream);
 
 // Launches one single-warp CTA per (value tile of 4 or 8 rows, value head, row); returns the
 // launch error.

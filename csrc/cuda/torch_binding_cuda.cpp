@@ -53,7 +53,8 @@ int bv_override() {
 
 // Warp layout override VLLM_SPECLA_CUDA_LAYOUT: rowgroup | rowgroup8 | rs | rowgroup16 | rowgroup32
 // (16 / 32 lanes per value row; rowgroup32 needs K = 256 and runs rowgroup16 for K = 128; any
-// row group runs v3 off the 16-byte path or for other K), else automatic.
+// row group runs v3 off the 16-byte path or for other K) | ut (the UT-form kernel,
+// chain_verify_ut.cu; strict: an error where it does not apply), else automatic.
 int layout_override() {
   const char* s = std::getenv("VLLM_SPECLA_CUDA_LAYOUT");
   if (s == nullptr) return vllm_specla::cuda::kLayoutAuto;
@@ -63,7 +64,16 @@ int layout_override() {
   if (v == "rs") return vllm_specla::cuda::kLayoutRS;
   if (v == "rowgroup16") return vllm_specla::cuda::kLayoutRowGroup16;
   if (v == "rowgroup32") return vllm_specla::cuda::kLayoutRowGroup32;
+  if (v == "ut") return vllm_specla::cuda::kLayoutUT;
   return vllm_specla::cuda::kLayoutAuto;
+}
+
+// Warps per CTA of the UT-form kernel, VLLM_SPECLA_CUDA_UT_NW (1, 2 or 4; else automatic).
+int ut_nw_override() {
+  const char* s = std::getenv("VLLM_SPECLA_CUDA_UT_NW");
+  if (s == nullptr) return 0;
+  const int nw = std::atoi(s);
+  return nw == 1 || nw == 2 || nw == 4 ? nw : 0;
 }
 
 bool reg_cap() {
@@ -154,6 +164,7 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   p.reg_cap = reg_cap();
   p.rg_prefetch = rg_prefetch(p.pending_len != nullptr);
   p.layout = layout_override();
+  p.ut_nw = ut_nw_override();
   p.H = static_cast<int>(q.size(1));
   p.K = static_cast<int>(q.size(2));
   p.HV = static_cast<int>(v.size(1));

@@ -77,6 +77,7 @@ def load_cuda(verbose: bool = False) -> bool:
 
     src = os.path.join(_csrc_dir(), "cuda")
     load(name="vllm_specla_cuda_jit", sources=[os.path.join(src, "chain_verify.cu"),
+                                               os.path.join(src, "chain_verify_ut.cu"),
                                                os.path.join(src, "torch_binding_cuda.cpp")],
          extra_cflags=["-O3"], extra_cuda_cflags=["-O3"], is_python_module=False, verbose=verbose)
     global CUDA_LOADED
