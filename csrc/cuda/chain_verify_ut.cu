@@ -29,18 +29,23 @@
 // sub-lane s at keys (8 i + s) * 4 .. + 3: a row's 8 lanes read 128 contiguous bytes per piece),
 // so per lane the tile is 2 x K / 8 floats (64 registers at K = 256) and each reduction is
 // in-thread plus 3 xor-shuffle levels. Phases:
-//   1. the state tile loads are issued (registers), then every thread stages the window's raw q / k
-//      rows (widened to fp32), the pending k^ rows, and the tile's v / pending v~ columns into
-//      shared memory (16-byte loads), with g, beta and the pending g;
-//   2. Gram: warp w takes window tokens t = w, w + NW, ...: k_t . k_u, q_t . k_u (u <= t) and
-//      |q_t|^2 over 32 lanes (5 xor levels); then thread t forms rk_t, rq_t (fla's l2norm,
+//   1. every thread stages the window's raw q / k rows (widened to fp32), the pending k^ rows, and
+//      the tile's v / pending v~ columns into shared memory (16-byte loads), with g, beta and the
+//      pending g, every load of a round issued before its stores (a load -> store loop waits one
+//      memory round trip per iteration: the first version of this kernel, 2-6x slower than the
+//      serial kernels, RESULTS.md session 5); then the state tile loads are issued (registers),
+//      in flight during phase 2;
+//   2. Gram: warp w takes window tokens t = w, w + NW, ...: k_t . k_u, q_t . k_u (u <= t) over
+//      32 lanes, one reduce-scatter of the 2 TM sums (2 TM - 1 shuffles, none behind a runtime
+//      branch), |q_t|^2 (5 xor levels); then thread t forms rk_t, rq_t (fla's l2norm,
 //      x * rsqrt(sum x^2 + 1e-6), q scaled), the coefficient rows A_t, W_t, e^{Γ_t}, and
 //      thread j < P the pending coefficients;
 //   3. fold the pending factors into the tile; write it (the committed state) unless
 //      write_final_state (then it is written once, after the window);
 //   4. per window token: U_t, Q_t (in-thread sums + 3 xor levels) to shared memory;
-//   5. every lane of a row runs the [T, T] forward substitution for its rows (identical inputs,
-//      bit-identical v~ in the 8 lanes), then lane s stores o_t and v~_t for t = s (mod 8);
+//   5. every lane of a row runs the [T, T] forward substitution and the o rows for its rows
+//      (identical inputs, bit-identical results in the 8 lanes, no divergent branches), then lane s
+//      stores o_t and v~_t for t = s (mod 8);
 //   6. write_final_state (AR / commit windows): M_T = e^{Γ_{T-1}} S' + sum_u D_{T-1,u} v~_u k^_u^T;
 //   7. factors: bank_v by every CTA for its rows, bank_g by value tile 0, bank_k (k^ = rk k) by
 //      value tile 0 of the first value head of each GVA group: one writer per element.
@@ -92,22 +97,22 @@ __device__ __forceinline__ void scale4(float4& y, const float a) {
   y.w *= a;
 }
 
-// 16 bytes of TIn at src (16-byte aligned) widened to fp32 at dst (shared memory); returns the
-// number of elements (4 for float, 8 for bf16).
+// Staging rounds: 16-byte chunks per thread and round of the window's q / k rows and of the
+// pending k^ rows (kStageQK / kStageKP must divide evenly; the usual windows take one round).
+constexpr int kStageQK = 8, kStageKP = 4;
+
+// 16 bytes of TIn (kElems elements, loaded as a uint4) widened to fp32 at dst (shared memory).
 template <typename TIn>
 struct Stage16;
 template <>
 struct Stage16<float> {
   static constexpr int kElems = 4;
-  __device__ __forceinline__ static void run(float* dst, const float* src) {
-    *reinterpret_cast<float4*>(dst) = __ldg(reinterpret_cast<const float4*>(src));
-  }
+  __device__ __forceinline__ static void put(float* dst, const uint4 u) { *reinterpret_cast<uint4*>(dst) = u; }
 };
 template <>
 struct Stage16<__nv_bfloat16> {
   static constexpr int kElems = 8;
-  __device__ __forceinline__ static void run(float* dst, const __nv_bfloat16* src) {
-    const uint4 u = __ldg(reinterpret_cast<const uint4*>(src));
+  __device__ __forceinline__ static void put(float* dst, const uint4 u) {
     const unsigned w[4] = {u.x, u.y, u.z, u.w};
     float f[8];
 #pragma unroll
@@ -119,6 +124,34 @@ struct Stage16<__nv_bfloat16> {
     *reinterpret_cast<float4*>(dst + 4) = make_float4(f[4], f[5], f[6], f[7]);
   }
 };
+
+// Reduce-scatter of NV partial sums (NV a power of two <= 32) over the warp: at each xor level
+// while more than one value is live, a lane keeps one half and adds its partner's copy of it; the
+// remaining levels are all-reduce steps. Afterwards d[0] holds the warp sum of d[idx] with
+// idx = lane >> (5 - log2 NV) (returned); NV - 1 shuffles for NV values, none behind a branch.
+template <int NV>
+__device__ __forceinline__ int reduce_scatter(float (&d)[NV], const int lane) {
+  static_assert(NV >= 1 && NV <= 32 && (NV & (NV - 1)) == 0, "NV must be a power of two <= 32");
+  int idx = 0;
+#pragma unroll
+  for (int off = 16, n = NV; off > 0; off >>= 1) {
+    if (n > 1) {
+      const int half = n / 2;
+      const bool upper = (lane & off) != 0;
+#pragma unroll
+      for (int i = 0; i < half; ++i) {
+        const float send = upper ? d[i] : d[i + half];
+        const float keep = upper ? d[i + half] : d[i];
+        d[i] = keep + __shfl_xor_sync(kFullUT, send, off);
+      }
+      if (upper) idx += half;
+      n = half;
+    } else {
+      d[0] += __shfl_xor_sync(kFullUT, d[0], off);
+    }
+  }
+  return idx;
+}
 
 __device__ __forceinline__ float to_f32(const float x) { return x; }
 __device__ __forceinline__ float to_f32(const __nv_bfloat16 x) { return __bfloat162float(x); }
@@ -167,7 +200,80 @@ __global__ void __launch_bounds__(NW * 32) chain_verify_ut_kernel(const ChainVer
   const int row_l0 = warp * kRowsPerWarp + rg * kRPL;  // tile-local row of rr = 0
   const int V = p.V;
 
-  // ---- 1. state tile loads in flight (rows past V re-read row V-1; never stored) ----
+  // ---- staging to shared memory: every load of a round is issued before any of its stores (a
+  // load -> store loop would wait one memory round trip per iteration) ----
+  {
+    const TIn* q = static_cast<const TIn*>(p.q);
+    const TIn* k = static_cast<const TIn*>(p.k);
+    const TIn* v = static_cast<const TIn*>(p.v);
+    constexpr int E = Stage16<TIn>::kElems;
+    constexpr int CPR = K / E;  // 16-byte chunks per q / k row
+    const float* bk = p.bank_k + slot * p.bk_stride[0] + rb * p.bk_stride[1] + h * p.bk_stride[3];
+    const float* bvp = p.bank_v + slot * p.bv_stride[0] + rb * p.bv_stride[1] + hv * p.bv_stride[3];
+    const int nqk = 2 * T * CPR, nkp = P * (K / 4);
+    for (int base = 0; base < nqk || base < nkp * (kStageQK / kStageKP); base += kStageQK * NT) {
+      const int base_p = base / (kStageQK / kStageKP);
+      uint4 bq[kStageQK], bp[kStageKP];
+#pragma unroll
+      for (int i = 0; i < kStageQK; ++i) {
+        const int c = base + i * NT + tid;
+        if (c < nqk) {
+          const int vec = c / CPR, ch = c % CPR;
+          const TIn* src = vec < T ? k + (bos + vec) * p.tok_stride[1] : q + (bos + vec - T) * p.tok_stride[0];
+          bq[i] = __ldg(reinterpret_cast<const uint4*>(src + h * K + ch * E));
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kStageKP; ++i) {
+        const int c = base_p + i * NT + tid;
+        if (c < nkp) bp[i] = __ldg(reinterpret_cast<const uint4*>(bk + (c / (K / 4)) * p.bk_stride[2] + (c % (K / 4)) * 4));
+      }
+      // the tile's v / pending v~ columns and the per-token scalars: round 0 only
+      float bvw[TM / 4 + 1], bvv[TM / 4 + 1], sg = 0.f, sb = 0.f, sgp = 0.f;
+      if (base == 0) {
+#pragma unroll
+        for (int i = 0; i < TM / 4 + 1; ++i) {
+          const int c = i * NT + tid, t = c / BV, rl = c % BV, row = i_v * BV + rl;
+          bvw[i] = (t < T && row < V) ? to_f32(v[(bos + t) * p.tok_stride[2] + hv * V + row]) : 0.f;
+          bvv[i] = (t < P && row < V) ? bvp[t * p.bv_stride[2] + row * p.bv_stride[4]] : 0.f;
+        }
+        if (tid < T) {
+          sg = p.g[(bos + tid) * p.tok_stride[3] + hv];
+          sb = p.beta[(bos + tid) * p.tok_stride[4] + hv];
+        }
+        if (tid < P) sgp = p.bank_g[slot * p.bg_stride[0] + rb * p.bg_stride[1] + tid * p.bg_stride[2] + hv * p.bg_stride[3]];
+      }
+#pragma unroll
+      for (int i = 0; i < kStageQK; ++i) {
+        const int c = base + i * NT + tid;
+        if (c < nqk) {
+          const int vec = c / CPR, ch = c % CPR;
+          Stage16<TIn>::put((vec < T ? xk + vec * K : xq + (vec - T) * K) + ch * E, bq[i]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kStageKP; ++i) {
+        const int c = base_p + i * NT + tid;
+        if (c < nkp) *reinterpret_cast<uint4*>(kp + (c / (K / 4)) * K + (c % (K / 4)) * 4) = bp[i];
+      }
+      if (base == 0) {
+#pragma unroll
+        for (int i = 0; i < TM / 4 + 1; ++i) {
+          const int c = i * NT + tid, t = c / BV;
+          if (t < T) vw[c] = bvw[i];
+          if (t < P) vp[c] = bvv[i];
+        }
+        if (tid < T) {
+          sh.g[tid] = sg;
+          sh.beta[tid] = sb;
+        }
+        if (tid < P) sh.gp[tid] = sgp;
+      }
+    }
+  }
+  // ---- 1. state tile loads, in flight during the Gram and coefficient phases (issued after the
+  // staging stores so that the staging registers and the tile are not live together; rows past V
+  // re-read row V-1 and are never stored) ----
   float* const st_head = p.state + slot * p.st_stride[0] + hv * p.st_stride[1];
   float4 tile[kRPL][NPC];
 #pragma unroll
@@ -178,42 +284,10 @@ __global__ void __launch_bounds__(NW * 32) chain_verify_ut_kernel(const ChainVer
     for (int i = 0; i < NPC; ++i) tile[rr][i] = *reinterpret_cast<const float4*>(sp + (i * kLPR + sub) * 4);
   }
 
-  // ---- staging to shared memory ----
-  {
-    const TIn* q = static_cast<const TIn*>(p.q);
-    const TIn* k = static_cast<const TIn*>(p.k);
-    constexpr int E = Stage16<TIn>::kElems;
-    constexpr int CPR = K / E;  // 16-byte chunks per row
-    for (int c = tid; c < 2 * T * CPR; c += NT) {
-      const int vec = c / CPR, ch = c % CPR;
-      const int t = vec < T ? vec : vec - T;
-      const TIn* src = vec < T ? k + (bos + t) * p.tok_stride[1] : q + (bos + t) * p.tok_stride[0];
-      Stage16<TIn>::run((vec < T ? xk : xq) + t * K + ch * E, src + h * K + ch * E);
-    }
-    const float* bk = p.bank_k + slot * p.bk_stride[0] + rb * p.bk_stride[1] + h * p.bk_stride[3];
-    for (int c = tid; c < P * (K / 4); c += NT) {
-      const int j = c / (K / 4), ch = c % (K / 4);
-      Stage16<float>::run(kp + j * K + ch * 4, bk + j * p.bk_stride[2] + ch * 4);
-    }
-    const TIn* v = static_cast<const TIn*>(p.v);
-    for (int c = tid; c < T * BV; c += NT) {
-      const int t = c / BV, rl = c % BV, row = i_v * BV + rl;
-      vw[t * BV + rl] = row < V ? to_f32(v[(bos + t) * p.tok_stride[2] + hv * V + row]) : 0.f;
-    }
-    const float* bvp = p.bank_v + slot * p.bv_stride[0] + rb * p.bv_stride[1] + hv * p.bv_stride[3];
-    for (int c = tid; c < P * BV; c += NT) {
-      const int j = c / BV, rl = c % BV, row = i_v * BV + rl;
-      vp[j * BV + rl] = row < V ? bvp[j * p.bv_stride[2] + row * p.bv_stride[4]] : 0.f;
-    }
-    if (tid < T) {
-      sh.g[tid] = p.g[(bos + tid) * p.tok_stride[3] + hv];
-      sh.beta[tid] = p.beta[(bos + tid) * p.tok_stride[4] + hv];
-    }
-    if (tid < P) sh.gp[tid] = p.bank_g[slot * p.bg_stride[0] + rb * p.bg_stride[1] + tid * p.bg_stride[2] + hv * p.bg_stride[3]];
-  }
   __syncthreads();
 
-  // ---- 2. Gram rows (warp w: tokens w, w + NW, ...) ----
+  // ---- 2. Gram rows (warp w: tokens w, w + NW, ...): lane-split keys, then one reduce-scatter of
+  // the row's 2 TM partial sums (no shuffle behind a runtime branch) ----
   for (int t = warp; t < T; t += NW) {
     float kt[KW], qt[KW];
 #pragma unroll
@@ -221,44 +295,37 @@ __global__ void __launch_bounds__(NW * 32) chain_verify_ut_kernel(const ChainVer
       *reinterpret_cast<float4*>(kt + e) = *reinterpret_cast<const float4*>(xk + t * K + lane * KW + e);
       *reinterpret_cast<float4*>(qt + e) = *reinterpret_cast<const float4*>(xq + t * K + lane * KW + e);
     }
-    float dk[TM], dq[TM], nq = 0.f;
+    float d[2 * TM];  // d[u] = k_t . k_u, d[TM + u] = q_t . k_u (u <= t; 0 elsewhere)
+    float nq = 0.f;
 #pragma unroll
     for (int e = 0; e < KW; ++e) nq = fmaf(qt[e], qt[e], nq);
 #pragma unroll
     for (int u = 0; u < TM; ++u) {
-      dk[u] = 0.f;
-      dq[u] = 0.f;
+      d[u] = 0.f;
+      d[TM + u] = 0.f;
       if (u <= t) {
         const float* ku = xk + u * K + lane * KW;
 #pragma unroll
         for (int e = 0; e < KW; e += 4) {
           const float4 x = *reinterpret_cast<const float4*>(ku + e);
-          dk[u] = dot4(make_float4(kt[e], kt[e + 1], kt[e + 2], kt[e + 3]), x, dk[u]);
-          dq[u] = dot4(make_float4(qt[e], qt[e + 1], qt[e + 2], qt[e + 3]), x, dq[u]);
+          d[u] = dot4(make_float4(kt[e], kt[e + 1], kt[e + 2], kt[e + 3]), x, d[u]);
+          d[TM + u] = dot4(make_float4(qt[e], qt[e + 1], qt[e + 2], qt[e + 3]), x, d[TM + u]);
         }
       }
     }
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      nq += __shfl_xor_sync(kFullUT, nq, off);
-#pragma unroll
-      for (int u = 0; u < TM; ++u) {
-        if (u <= t) {  // t is warp-uniform
-          dk[u] += __shfl_xor_sync(kFullUT, dk[u], off);
-          dq[u] += __shfl_xor_sync(kFullUT, dq[u], off);
-        }
+    for (int off = 16; off > 0; off >>= 1) nq += __shfl_xor_sync(kFullUT, nq, off);
+    const int idx = reduce_scatter<2 * TM>(d, lane);  // this lane now holds the sum of d[idx] in d[0]
+    if (lane % (32 / (2 * TM)) == 0) {
+      const int u = idx % TM;
+      if (u <= t) {
+        if (idx < TM)
+          sh.kk[t][u] = d[0];
+        else
+          sh.qk[t][u] = d[0];
       }
     }
-    if (lane == 0) {
-      sh.qq[t] = nq;
-#pragma unroll
-      for (int u = 0; u < TM; ++u) {
-        if (u <= t) {
-          sh.kk[t][u] = dk[u];
-          sh.qk[t][u] = dq[u];
-        }
-      }
-    }
+    if (lane == 0) sh.qq[t] = nq;
   }
   __syncthreads();
 
@@ -380,9 +447,10 @@ __global__ void __launch_bounds__(NW * 32) chain_verify_ut_kernel(const ChainVer
     }
   }
   const int64_t HVV = static_cast<int64_t>(p.HV) * V;
+  // o_t by every lane of the row (no divergent branch), stored by sub-lane t % 8
 #pragma unroll
   for (int t = 0; t < TM; ++t) {
-    if (t < T && (t % kLPR) == sub) {
+    if (t < T) {
       const float eg_rq = sh.eG[t] * sh.rq[t];
 #pragma unroll
       for (int rr = 0; rr < kRPL; ++rr) {
@@ -390,7 +458,7 @@ __global__ void __launch_bounds__(NW * 32) chain_verify_ut_kernel(const ChainVer
         float y = eg_rq * sh.Q[t][row_l0 + rr];
 #pragma unroll
         for (int u = 0; u <= t; ++u) y = fmaf(sh.W[t][u], vt[rr][u], y);
-        if (row < V) {
+        if (row < V && (t % kLPR) == sub) {
           p.o[(bos + t) * HVV + hv * V + row] = y;
           if (t < Trec)
             p.bank_v[slot * p.bv_stride[0] + wb * p.bv_stride[1] + t * p.bv_stride[2] + hv * p.bv_stride[3] +
