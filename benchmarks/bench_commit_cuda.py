@@ -68,7 +68,7 @@ def kernels(names):
 
             assert _cpp.load_cuda(), "CUDA build unavailable"
             out[n] = _cpp.chain_verify
-        elif n.startswith("cuda_ut"):  # the UT-form CUDA kernel forced (cuda_ut1/2/4: warps per CTA)
+        elif n.startswith("cuda_ut"):  # the UT-form CUDA kernel forced (cuda_ut1: 1 warp per CTA)
             from vllm_specla.ops import _cpp  # noqa: PLC0415
 
             assert _cpp.load_cuda(), "CUDA build unavailable"
@@ -80,7 +80,7 @@ def kernels(names):
 
             out[n] = ut.chain_verify_ut
         else:
-            raise ValueError(f"--impls: unknown kernel {n!r} (allowed: cuda, cuda_ut, cuda_ut1, cuda_ut2, cuda_ut4, "
+            raise ValueError(f"--impls: unknown kernel {n!r} (allowed: cuda, cuda_ut, cuda_ut1, "
                              "triton, ut)")
     return out
 

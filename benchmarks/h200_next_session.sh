@@ -119,5 +119,14 @@ case "${1:-}" in
       timeout 150 python benchmarks/bench_commit_cuda.py --impls cuda,cuda_ut,triton --batches 32,64,128 \
           --out "$OUT/commit_ut_s5b.json" 2>&1 | grep -v '^{'
       ;;
-  *) echo "usage: $0 1|2|s4a|s4b|s4c|s4d|s4e|s4f|s4g|s5a|s5b (one device call each)"; exit 2 ;;
+  s5c)  # session 5, call 3: the UT kernel v3 (per-(row, head) prep once, a loop over value tiles)
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; print('cuda built', _cpp.load_cuda())" 2>&1 | tail -1
+      timeout 240 python -m pytest -q -x tests/test_csrc.py -k cuda 2>&1 | tail -2
+      timeout 200 python benchmarks/bench_csrc_cuda.py --batches 1,2,64,256 --Ts 1,5,8 --layout auto,ut --regcap 1,0 \
+          --out "$OUT/csrc_ut_s5c.json" 2>&1 | grep -v '^{'
+      timeout 100 python benchmarks/bench_commit_cuda.py --impls cuda,cuda_ut,triton --batches 32,128 \
+          --out "$OUT/commit_ut_s5c.json" 2>&1 | grep -v '^{'
+      ;;
+  *) echo "usage: $0 1|2|s4a|s4b|s4c|s4d|s4e|s4f|s4g|s5a|s5b|s5c (one device call each)"; exit 2 ;;
 esac

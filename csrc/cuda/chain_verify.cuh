@@ -42,7 +42,8 @@ struct ChainVerifyParams {
   const int64_t* read_bank;    // [R] or null
   int R, N, H, HV, K, V, Tmax;  // N: tokens (q.size(0))
   int bv;       // value rows per warp: 4 or 8; anything else = automatic (chain_verify.cu, dispatch_bv)
-  int ut_nw;    // UT kernel (chain_verify_ut.cu): warps per CTA 1, 2 or 4; anything else = automatic
+  int ut_nw;    // UT kernel (chain_verify_ut.cu): 1 warp per CTA when 1, else 4
+  int ut_tpc;   // UT kernel: value tiles per CTA when > 0 (tests, sweeps), else automatic
   int layout;    // kLayout*: warp layout (chain_verify.cu: v3 reduce-scatter or the small-batch row group)
   bool reg_cap;  // launch the register-capped variants where defined (chain_verify.cu, min_blocks)
   bool rg_prefetch;  // row-group kernels: prefetch ring of NB - 1 items (else the one-ahead double

@@ -23,8 +23,12 @@
 // Per element and step: 1 + P + 2T FMA with no dependence between tokens, against ~4T + 2P on
 // the serial chain; the Gram and coefficient work is per (row, head), on [T, T] matrices.
 //
-// Layout. One CTA of NW warps per (value tile of BV = 8 NW rows, value head hv, request row r);
-// grid (cdiv(V, BV), HV, R). In a warp, lane = (row group rg = lane / 8, sub-lane s = lane % 8):
+// Layout. Grid (S, HV, R): CTA (c, hv, r) of NW warps (4 unless forced) does the per-(row, head)
+// work (staging, Gram, coefficients, phases 1-2) once and then loops over its chunk of the value
+// tiles (BV = 8 NW rows each; S chunks per (row, head), chosen so that the grid holds >= 3 CTAs per
+// SM, at most one tile per CTA at small batch, where the tile's loads are issued before the
+// staging). Per tile: the state rows and the warp's v / pending v~ columns are loaded (one round
+// trip), then phases 3-6 run warp-locally (the warp's 8 rows; __syncwarp only). In a warp, lane = (row group rg = lane / 8, sub-lane s = lane % 8):
 // row group rg owns RPL = 2 value rows, its 8 lanes split the K keys into 4-key pieces (piece i of
 // sub-lane s at keys (8 i + s) * 4 .. + 3: a row's 8 lanes read 128 contiguous bytes per piece),
 // so per lane the tile is 2 x K / 8 floats (64 registers at K = 256) and each reduction is
@@ -47,8 +51,8 @@
 //      (identical inputs, bit-identical results in the 8 lanes, no divergent branches), then lane s
 //      stores o_t and v~_t for t = s (mod 8);
 //   6. write_final_state (AR / commit windows): M_T = e^{Γ_{T-1}} S' + sum_u D_{T-1,u} v~_u k^_u^T;
-//   7. factors: bank_v by every CTA for its rows, bank_g by value tile 0, bank_k (k^ = rk k) by
-//      value tile 0 of the first value head of each GVA group: one writer per element.
+//   7. factors: bank_v for the tile's rows, bank_g by chunk 0, bank_k (k^ = rk k) by chunk 0 of the
+//      first value head of each GVA group (after phase 2): one writer per element.
 // Requirements (checked by the launcher, else cudaErrorNotSupported and chain_verify() runs the
 // serial kernels): the 16-byte path (p.vec_ok), K = 128 or 256, windows bounded by <= 16 tokens
 // (the factor bank's Tmax when factors are recorded, else the N tokens of the launch: AR at
@@ -156,39 +160,78 @@ __device__ __forceinline__ int reduce_scatter(float (&d)[NV], const int lane) {
 __device__ __forceinline__ float to_f32(const float x) { return x; }
 __device__ __forceinline__ float to_f32(const __nv_bfloat16 x) { return __bfloat162float(x); }
 
-// Shared memory of one CTA: [TM]-sized scalars and [TM, TM] coefficient matrices (static), the
-// staged rows (dynamic, sized by the host's bounds tb / pb on window and pending lengths).
-template <int TM, int BV>
+// Shared memory of one CTA: [TM]-sized scalars and [TM, TM] coefficient matrices, per-warp areas
+// for the tile's v / pending v~ columns and the products (static), the staged q / k / pending k^
+// rows (dynamic, sized by the host's bounds tb / pb on window and pending lengths).
+template <int TM, int NW>
 struct UTShared {
   float g[TM], beta[TM], gp[TM], cp[TM], eG[TM], rk[TM], rq[TM], dl[TM], qq[TM];
   float kk[TM][TM + 1], qk[TM][TM + 1];  // Gram rows t: k_t.k_u, q_t.k_u (u <= t), raw q / k
   float A[TM][TM + 1], W[TM][TM + 1];    // D_tu rk_t rk_u kk_tu (u < t), D_tu rq_t rk_u qk_tu (u <= t)
-  float U[TM][BV], Q[TM][BV];            // S' k^_t, S' q^_t per tile row
   float gam;                             // exp(sum of pending g)
+  struct Warp {                          // one warp's 8 rows of the current value tile
+    float v[TM][kRowsPerWarp], vp[TM][kRowsPerWarp];  // v_t, pending v~_j
+    float U[TM][kRowsPerWarp], Q[TM][kRowsPerWarp];   // S' k_t, S' q_t (raw k / q)
+    float vt[TM][kRowsPerWarp];                       // v~_t (write_final_state)
+  } w[NW];
 };
 
-template <typename TIn, int K, int TM, int NW>
-__global__ void __launch_bounds__(NW * 32) chain_verify_ut_kernel(const ChainVerifyParams p, const int tb,
-                                                                  const int pb) {
+// Loads of one lane's state rows (kRPL rows, NPC 4-key pieces each; rows past V re-read row V-1).
+template <int NPC>
+__device__ __forceinline__ void load_tile(float4 (&tile)[kRPL][NPC], const float* st_head, const int64_t st_row,
+                                          const int row0, const int V, const int sub) {
+#pragma unroll
+  for (int rr = 0; rr < kRPL; ++rr) {
+    const float* sp = st_head + min(row0 + rr, V - 1) * st_row;
+#pragma unroll
+    for (int i = 0; i < NPC; ++i) tile[rr][i] = *reinterpret_cast<const float4*>(sp + (i * kLPR + sub) * 4);
+  }
+}
+
+template <int NPC>
+__device__ __forceinline__ void store_tile(const float4 (&tile)[kRPL][NPC], float* st_head, const int64_t st_row,
+                                           const int row0, const int V, const int sub) {
+#pragma unroll
+  for (int rr = 0; rr < kRPL; ++rr) {
+    if (row0 + rr < V) {
+      float* sp = st_head + (row0 + rr) * st_row;
+#pragma unroll
+      for (int i = 0; i < NPC; ++i) *reinterpret_cast<float4*>(sp + (i * kLPR + sub) * 4) = tile[rr][i];
+    }
+  }
+}
+
+// grid (S, HV, R): CTA (c, hv, r) runs the per-(row, head) prep once, then value tiles
+// c * tpc .. min((c + 1) * tpc, cdiv(V, BV)) - 1 of BV = 8 NW rows. MODE kUTOne: one tile per CTA
+// (small batches), its state loads issued before the prep so that they overlap it; kUTLoop: a loop
+// over tiles, registers capped for 12 warps per SM (<= 170, what it takes unbounded); kUTLoopCapped:
+// capped for 16 warps per SM (128 registers, a few spilled words; ChainVerifyParams::reg_cap, the
+// binding's VLLM_SPECLA_CUDA_REGCAP, default on).
+constexpr int kUTOne = 0, kUTLoop = 1, kUTLoopCapped = 2;
+
+template <typename TIn, int K, int TM, int NW, int MODE>
+__global__ void __launch_bounds__(NW * 32, MODE == kUTOne ? 1 : MODE == kUTLoop ? 12 / NW : 16 / NW)
+    chain_verify_ut_kernel(const ChainVerifyParams p, const int tb, const int pb, const int tpc) {
+  constexpr bool ONE = MODE == kUTOne;
   constexpr int BV = kRowsPerWarp * NW;
   constexpr int NT = NW * 32;
   constexpr int KPL = K / kLPR;  // keys per lane and row
   constexpr int NPC = KPL / 4;   // 4-key pieces per lane and row
   constexpr int KW = K / 32;     // keys per lane in the Gram phase (contiguous)
   static_assert(K % 128 == 0 && KW % 4 == 0, "K must be 128 or 256");
-  __shared__ UTShared<TM, BV> sh;
+  __shared__ UTShared<TM, NW> sh;
   extern __shared__ float4 dyn4[];
   float* const xk = reinterpret_cast<float*>(dyn4);  // [tb][K] raw k (fp32)
   float* const xq = xk + tb * K;                     // [tb][K] raw q
   float* const kp = xq + tb * K;                     // [pb][K] pending k^ (bank)
-  float* const vw = kp + pb * K;                     // [tb][BV] window v of the tile's rows
-  float* const vp = vw + tb * BV;                    // [pb][BV] pending v~ of the tile's rows
 
-  const int i_v = blockIdx.x, hv = blockIdx.y, r = blockIdx.z;
+  const int hv = blockIdx.y, r = blockIdx.z;
   const int G = p.HV / p.H;
   const int h = hv / G;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int rg = lane / kLPR, sub = lane % kLPR;
+  const int ntile = (p.V + BV - 1) / BV;
+  const int tile0 = blockIdx.x * tpc, tile1 = min(tile0 + tpc, ntile);
   const int64_t bos = p.cu_seqlens[r];
   const int T = static_cast<int>(min64(p.cu_seqlens[r + 1] - bos, tb));
   const int64_t slot = p.slots[r];
@@ -197,19 +240,22 @@ __global__ void __launch_bounds__(NW * 32) chain_verify_ut_kernel(const ChainVer
   const bool record = p.write_bank != nullptr;
   const int64_t wb = record ? p.write_bank[r] : 0;
   const int Trec = record ? min(T, p.Tmax) : 0;
-  const int row_l0 = warp * kRowsPerWarp + rg * kRPL;  // tile-local row of rr = 0
   const int V = p.V;
+  const int wrow = warp * kRowsPerWarp;  // the warp's first row inside a tile
+  float* const st_head = p.state + slot * p.st_stride[0] + hv * p.st_stride[1];
+  const int64_t st_row = p.st_stride[2];
 
-  // ---- staging to shared memory: every load of a round is issued before any of its stores (a
-  // load -> store loop would wait one memory round trip per iteration) ----
+  float4 tile[kRPL][NPC];
+  if (ONE && tile0 < tile1) load_tile(tile, st_head, st_row, tile0 * BV + wrow + rg * kRPL, V, sub);
+
+  // ---- 1. staging of the window's q / k rows (fp32) and the pending k^ rows: every load of a
+  // round is issued before its stores (a load -> store loop waits one round trip per iteration) ----
   {
     const TIn* q = static_cast<const TIn*>(p.q);
     const TIn* k = static_cast<const TIn*>(p.k);
-    const TIn* v = static_cast<const TIn*>(p.v);
     constexpr int E = Stage16<TIn>::kElems;
     constexpr int CPR = K / E;  // 16-byte chunks per q / k row
     const float* bk = p.bank_k + slot * p.bk_stride[0] + rb * p.bk_stride[1] + h * p.bk_stride[3];
-    const float* bvp = p.bank_v + slot * p.bv_stride[0] + rb * p.bv_stride[1] + hv * p.bv_stride[3];
     const int nqk = 2 * T * CPR, nkp = P * (K / 4);
     for (int base = 0; base < nqk || base < nkp * (kStageQK / kStageKP); base += kStageQK * NT) {
       const int base_p = base / (kStageQK / kStageKP);
@@ -228,15 +274,8 @@ __global__ void __launch_bounds__(NW * 32) chain_verify_ut_kernel(const ChainVer
         const int c = base_p + i * NT + tid;
         if (c < nkp) bp[i] = __ldg(reinterpret_cast<const uint4*>(bk + (c / (K / 4)) * p.bk_stride[2] + (c % (K / 4)) * 4));
       }
-      // the tile's v / pending v~ columns and the per-token scalars: round 0 only
-      float bvw[TM / 4 + 1], bvv[TM / 4 + 1], sg = 0.f, sb = 0.f, sgp = 0.f;
+      float sg = 0.f, sb = 0.f, sgp = 0.f;
       if (base == 0) {
-#pragma unroll
-        for (int i = 0; i < TM / 4 + 1; ++i) {
-          const int c = i * NT + tid, t = c / BV, rl = c % BV, row = i_v * BV + rl;
-          bvw[i] = (t < T && row < V) ? to_f32(v[(bos + t) * p.tok_stride[2] + hv * V + row]) : 0.f;
-          bvv[i] = (t < P && row < V) ? bvp[t * p.bv_stride[2] + row * p.bv_stride[4]] : 0.f;
-        }
         if (tid < T) {
           sg = p.g[(bos + tid) * p.tok_stride[3] + hv];
           sb = p.beta[(bos + tid) * p.tok_stride[4] + hv];
@@ -257,12 +296,6 @@ __global__ void __launch_bounds__(NW * 32) chain_verify_ut_kernel(const ChainVer
         if (c < nkp) *reinterpret_cast<uint4*>(kp + (c / (K / 4)) * K + (c % (K / 4)) * 4) = bp[i];
       }
       if (base == 0) {
-#pragma unroll
-        for (int i = 0; i < TM / 4 + 1; ++i) {
-          const int c = i * NT + tid, t = c / BV;
-          if (t < T) vw[c] = bvw[i];
-          if (t < P) vp[c] = bvv[i];
-        }
         if (tid < T) {
           sh.g[tid] = sg;
           sh.beta[tid] = sb;
@@ -271,23 +304,10 @@ __global__ void __launch_bounds__(NW * 32) chain_verify_ut_kernel(const ChainVer
       }
     }
   }
-  // ---- 1. state tile loads, in flight during the Gram and coefficient phases (issued after the
-  // staging stores so that the staging registers and the tile are not live together; rows past V
-  // re-read row V-1 and are never stored) ----
-  float* const st_head = p.state + slot * p.st_stride[0] + hv * p.st_stride[1];
-  float4 tile[kRPL][NPC];
-#pragma unroll
-  for (int rr = 0; rr < kRPL; ++rr) {
-    const int row = min(i_v * BV + row_l0 + rr, V - 1);
-    const float* sp = st_head + row * p.st_stride[2];
-#pragma unroll
-    for (int i = 0; i < NPC; ++i) tile[rr][i] = *reinterpret_cast<const float4*>(sp + (i * kLPR + sub) * 4);
-  }
-
   __syncthreads();
 
-  // ---- 2. Gram rows (warp w: tokens w, w + NW, ...): lane-split keys, then one reduce-scatter of
-  // the row's 2 TM partial sums (no shuffle behind a runtime branch) ----
+  // ---- 2. Gram rows (warp w: tokens w, w + NW, ...): lane-split keys, two reduce-scatters of the
+  // row's TM + TM partial sums (no shuffle behind a runtime branch), then the coefficients ----
   for (int t = warp; t < T; t += NW) {
     float kt[KW], qt[KW];
 #pragma unroll
@@ -295,42 +315,36 @@ __global__ void __launch_bounds__(NW * 32) chain_verify_ut_kernel(const ChainVer
       *reinterpret_cast<float4*>(kt + e) = *reinterpret_cast<const float4*>(xk + t * K + lane * KW + e);
       *reinterpret_cast<float4*>(qt + e) = *reinterpret_cast<const float4*>(xq + t * K + lane * KW + e);
     }
-    float d[2 * TM];  // d[u] = k_t . k_u, d[TM + u] = q_t . k_u (u <= t; 0 elsewhere)
+    float dk[TM], dq[TM];  // k_t . k_u, q_t . k_u (u <= t; 0 elsewhere)
     float nq = 0.f;
 #pragma unroll
     for (int e = 0; e < KW; ++e) nq = fmaf(qt[e], qt[e], nq);
 #pragma unroll
     for (int u = 0; u < TM; ++u) {
-      d[u] = 0.f;
-      d[TM + u] = 0.f;
+      dk[u] = 0.f;
+      dq[u] = 0.f;
       if (u <= t) {
         const float* ku = xk + u * K + lane * KW;
 #pragma unroll
         for (int e = 0; e < KW; e += 4) {
           const float4 x = *reinterpret_cast<const float4*>(ku + e);
-          d[u] = dot4(make_float4(kt[e], kt[e + 1], kt[e + 2], kt[e + 3]), x, d[u]);
-          d[TM + u] = dot4(make_float4(qt[e], qt[e + 1], qt[e + 2], qt[e + 3]), x, d[TM + u]);
+          dk[u] = dot4(make_float4(kt[e], kt[e + 1], kt[e + 2], kt[e + 3]), x, dk[u]);
+          dq[u] = dot4(make_float4(qt[e], qt[e + 1], qt[e + 2], qt[e + 3]), x, dq[u]);
         }
       }
     }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) nq += __shfl_xor_sync(kFullUT, nq, off);
-    const int idx = reduce_scatter<2 * TM>(d, lane);  // this lane now holds the sum of d[idx] in d[0]
-    if (lane % (32 / (2 * TM)) == 0) {
-      const int u = idx % TM;
-      if (u <= t) {
-        if (idx < TM)
-          sh.kk[t][u] = d[0];
-        else
-          sh.qk[t][u] = d[0];
-      }
+    const int u = reduce_scatter<TM>(dk, lane);  // this lane now holds the sums for index u
+    reduce_scatter<TM>(dq, lane);
+    if (lane % (32 / TM) == 0 && u <= t) {
+      sh.kk[t][u] = dk[0];
+      sh.qk[t][u] = dq[0];
     }
     if (lane == 0) sh.qq[t] = nq;
   }
   __syncthreads();
-
-  // ---- coefficients: thread t (window row t), thread j (pending factor j) ----
-  if (tid < T) {
+  if (tid < T) {  // thread t: window row t
     const int t = tid;
     const float rk_t = p.use_qk_l2norm ? rsqrtf(sh.kk[t][t] + kEpsUT) : 1.f;
     const float rq_t = (p.use_qk_l2norm ? rsqrtf(sh.qq[t] + kEpsUT) : 1.f) * p.scale;
@@ -347,7 +361,7 @@ __global__ void __launch_bounds__(NW * 32) chain_verify_ut_kernel(const ChainVer
     }
     sh.eG[t] = __expf(acc);
   }
-  if (tid < P) {
+  if (tid < P) {  // thread j: pending factor j
     float acc = 0.f;
     for (int i = tid + 1; i < P; ++i) acc += sh.gp[i];
     sh.cp[tid] = __expf(acc);
@@ -355,153 +369,11 @@ __global__ void __launch_bounds__(NW * 32) chain_verify_ut_kernel(const ChainVer
   }
   __syncthreads();
 
-  // ---- 3. pending fold (closed-form DeltaConstruct), committed tile written once ----
-  const float4* kp4 = reinterpret_cast<const float4*>(kp);
-  if (P > 0) {
-    const float gam = sh.gam;
-#pragma unroll
-    for (int rr = 0; rr < kRPL; ++rr)
-#pragma unroll
-      for (int i = 0; i < NPC; ++i) scale4(tile[rr][i], gam);
-#pragma unroll 2
-    for (int j = 0; j < P; ++j) {
-      const float c = sh.cp[j];
-      float a[kRPL];
-#pragma unroll
-      for (int rr = 0; rr < kRPL; ++rr) a[rr] = c * vp[j * BV + row_l0 + rr];
-#pragma unroll
-      for (int i = 0; i < NPC; ++i) {
-        const float4 x = kp4[j * (K / 4) + i * kLPR + sub];
-#pragma unroll
-        for (int rr = 0; rr < kRPL; ++rr) axpy4(tile[rr][i], a[rr], x);
-      }
-    }
-    if (!p.write_final_state) {
-#pragma unroll
-      for (int rr = 0; rr < kRPL; ++rr) {
-        const int row = i_v * BV + row_l0 + rr;
-        if (row < V) {
-          float* sp = st_head + row * p.st_stride[2];
-#pragma unroll
-          for (int i = 0; i < NPC; ++i) *reinterpret_cast<float4*>(sp + (i * kLPR + sub) * 4) = tile[rr][i];
-        }
-      }
-    }
-  }
-
-  // ---- 4. window products U_t = S' k_t, Q_t = S' q_t (raw k / q; scaled by rk / rq later) ----
+  // ---- factors k^ and g: CTA 0 of the (row, head); k^ by the first value head of the GVA group ----
   const float4* xk4 = reinterpret_cast<const float4*>(xk);
   const float4* xq4 = reinterpret_cast<const float4*>(xq);
-#pragma unroll 2
-  for (int t = 0; t < T; ++t) {
-    float ak[kRPL][2], aq[kRPL][2];  // two partial sums each (even / odd pieces): shorter FMA chains
-#pragma unroll
-    for (int rr = 0; rr < kRPL; ++rr) ak[rr][0] = ak[rr][1] = aq[rr][0] = aq[rr][1] = 0.f;
-#pragma unroll
-    for (int i = 0; i < NPC; ++i) {
-      const float4 xkv = xk4[t * (K / 4) + i * kLPR + sub];
-      const float4 xqv = xq4[t * (K / 4) + i * kLPR + sub];
-#pragma unroll
-      for (int rr = 0; rr < kRPL; ++rr) {
-        ak[rr][i & 1] = dot4(tile[rr][i], xkv, ak[rr][i & 1]);
-        aq[rr][i & 1] = dot4(tile[rr][i], xqv, aq[rr][i & 1]);
-      }
-    }
-    float s[2 * kRPL];
-#pragma unroll
-    for (int rr = 0; rr < kRPL; ++rr) {
-      s[2 * rr] = ak[rr][0] + ak[rr][1];
-      s[2 * rr + 1] = aq[rr][0] + aq[rr][1];
-    }
-#pragma unroll
-    for (int off = kLPR / 2; off > 0; off >>= 1)
-#pragma unroll
-      for (int e = 0; e < 2 * kRPL; ++e) s[e] += __shfl_xor_sync(kFullUT, s[e], off);
-    if (sub == 0) {
-#pragma unroll
-      for (int rr = 0; rr < kRPL; ++rr) {
-        sh.U[t][row_l0 + rr] = s[2 * rr];
-        sh.Q[t][row_l0 + rr] = s[2 * rr + 1];
-      }
-    }
-  }
-  __syncwarp();
-
-  // ---- 5. forward substitution for v~ (every lane of the row, bit-identical), o and v~ stores ----
-  float vt[kRPL][TM];
-#pragma unroll
-  for (int t = 0; t < TM; ++t) {
-    if (t < T) {
-      const float eg_rk = sh.eG[t] * sh.rk[t];
-      const float bt = sh.beta[t];
-#pragma unroll
-      for (int rr = 0; rr < kRPL; ++rr) {
-        float x = fmaf(-eg_rk, sh.U[t][row_l0 + rr], vw[t * BV + row_l0 + rr]);
-#pragma unroll
-        for (int u = 0; u < t; ++u) x = fmaf(-sh.A[t][u], vt[rr][u], x);
-        vt[rr][t] = bt * x;
-      }
-    } else {
-#pragma unroll
-      for (int rr = 0; rr < kRPL; ++rr) vt[rr][t] = 0.f;
-    }
-  }
-  const int64_t HVV = static_cast<int64_t>(p.HV) * V;
-  // o_t by every lane of the row (no divergent branch), stored by sub-lane t % 8
-#pragma unroll
-  for (int t = 0; t < TM; ++t) {
-    if (t < T) {
-      const float eg_rq = sh.eG[t] * sh.rq[t];
-#pragma unroll
-      for (int rr = 0; rr < kRPL; ++rr) {
-        const int row = i_v * BV + row_l0 + rr;
-        float y = eg_rq * sh.Q[t][row_l0 + rr];
-#pragma unroll
-        for (int u = 0; u <= t; ++u) y = fmaf(sh.W[t][u], vt[rr][u], y);
-        if (row < V && (t % kLPR) == sub) {
-          p.o[(bos + t) * HVV + hv * V + row] = y;
-          if (t < Trec)
-            p.bank_v[slot * p.bv_stride[0] + wb * p.bv_stride[1] + t * p.bv_stride[2] + hv * p.bv_stride[3] +
-                     row * p.bv_stride[4]] = vt[rr][t];
-        }
-      }
-    }
-  }
-
-  // ---- 6. state after the window (AR / commit windows) ----
-  if (p.write_final_state) {
-    if (T > 0) {
-      const float egl = sh.eG[T - 1];
-#pragma unroll
-      for (int rr = 0; rr < kRPL; ++rr)
-#pragma unroll
-        for (int i = 0; i < NPC; ++i) scale4(tile[rr][i], egl);
-#pragma unroll
-      for (int u = 0; u < TM; ++u) {
-        if (u < T) {
-          const float c = sh.dl[u] * sh.rk[u];
-#pragma unroll
-          for (int i = 0; i < NPC; ++i) {
-            const float4 x = xk4[u * (K / 4) + i * kLPR + sub];
-#pragma unroll
-            for (int rr = 0; rr < kRPL; ++rr) axpy4(tile[rr][i], c * vt[rr][u], x);
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int rr = 0; rr < kRPL; ++rr) {
-      const int row = i_v * BV + row_l0 + rr;
-      if (row < V) {
-        float* sp = st_head + row * p.st_stride[2];
-#pragma unroll
-        for (int i = 0; i < NPC; ++i) *reinterpret_cast<float4*>(sp + (i * kLPR + sub) * 4) = tile[rr][i];
-      }
-    }
-  }
-
-  // ---- 7. factors k^ and g (value tile 0; k^ by the first value head of the GVA group) ----
-  if (record && i_v == 0) {
+  const float4* kp4 = reinterpret_cast<const float4*>(kp);
+  if (record && blockIdx.x == 0) {
     if (tid < Trec)
       p.bank_g[slot * p.bg_stride[0] + wb * p.bg_stride[1] + tid * p.bg_stride[2] + hv * p.bg_stride[3]] = sh.g[tid];
     if (hv % G == 0) {
@@ -514,37 +386,205 @@ __global__ void __launch_bounds__(NW * 32) chain_verify_ut_kernel(const ChainVer
       }
     }
   }
+
+  // ---- the value tiles: one memory round trip each (state rows + this warp's v / v~ columns),
+  // warp-local from there on (no CTA barrier) ----
+  auto& ws = sh.w[warp];
+  const TIn* v = static_cast<const TIn*>(p.v);
+  const float* bvp = p.bank_v + slot * p.bv_stride[0] + rb * p.bv_stride[1] + hv * p.bv_stride[3];
+  const int64_t HVV = static_cast<int64_t>(p.HV) * V;
+  for (int it = tile0; it < tile1; ++it) {
+    const int row_w = it * BV + wrow;         // the warp's first value row
+    const int row0 = row_w + rg * kRPL;       // this lane's first value row
+    if (!ONE) load_tile(tile, st_head, st_row, row0, V, sub);
+    {  // the warp's v / pending v~ columns: T x 8 and P x 8 values, TM / 4 per lane
+      float bv_[TM / 4], bp_[TM / 4];
+#pragma unroll
+      for (int i = 0; i < TM / 4; ++i) {
+        const int c = i * 32 + lane, t = c / kRowsPerWarp, row = row_w + c % kRowsPerWarp;
+        bv_[i] = (t < T && row < V) ? to_f32(v[(bos + t) * p.tok_stride[2] + hv * V + row]) : 0.f;
+        bp_[i] = (t < P && row < V) ? bvp[t * p.bv_stride[2] + row * p.bv_stride[4]] : 0.f;
+      }
+      __syncwarp();  // the previous tile's reads of ws are done
+#pragma unroll
+      for (int i = 0; i < TM / 4; ++i) {
+        const int c = i * 32 + lane;
+        (&ws.v[0][0])[c] = bv_[i];
+        (&ws.vp[0][0])[c] = bp_[i];
+      }
+      __syncwarp();
+    }
+    const int rl = rg * kRPL;  // this lane's first row inside the warp's 8
+
+    // ---- 3. pending fold (closed-form DeltaConstruct), committed tile written once ----
+    if (P > 0) {
+      const float gam = sh.gam;
+#pragma unroll
+      for (int rr = 0; rr < kRPL; ++rr)
+#pragma unroll
+        for (int i = 0; i < NPC; ++i) scale4(tile[rr][i], gam);
+#pragma unroll 2
+      for (int j = 0; j < P; ++j) {
+        const float c = sh.cp[j];
+        float a[kRPL];
+#pragma unroll
+        for (int rr = 0; rr < kRPL; ++rr) a[rr] = c * ws.vp[j][rl + rr];
+#pragma unroll
+        for (int i = 0; i < NPC; ++i) {
+          const float4 x = kp4[j * (K / 4) + i * kLPR + sub];
+#pragma unroll
+          for (int rr = 0; rr < kRPL; ++rr) axpy4(tile[rr][i], a[rr], x);
+        }
+      }
+      if (!p.write_final_state) store_tile(tile, st_head, st_row, row0, V, sub);
+    }
+
+    // ---- 4. window products U_t = S' k_t, Q_t = S' q_t (raw k / q; scaled by rk / rq later) ----
+#pragma unroll 2
+    for (int t = 0; t < T; ++t) {
+      float ak[kRPL][2], aq[kRPL][2];  // two partial sums each (even / odd pieces): shorter FMA chains
+#pragma unroll
+      for (int rr = 0; rr < kRPL; ++rr) ak[rr][0] = ak[rr][1] = aq[rr][0] = aq[rr][1] = 0.f;
+#pragma unroll
+      for (int i = 0; i < NPC; ++i) {
+        const float4 xkv = xk4[t * (K / 4) + i * kLPR + sub];
+        const float4 xqv = xq4[t * (K / 4) + i * kLPR + sub];
+#pragma unroll
+        for (int rr = 0; rr < kRPL; ++rr) {
+          ak[rr][i & 1] = dot4(tile[rr][i], xkv, ak[rr][i & 1]);
+          aq[rr][i & 1] = dot4(tile[rr][i], xqv, aq[rr][i & 1]);
+        }
+      }
+      float s4[2 * kRPL];
+#pragma unroll
+      for (int rr = 0; rr < kRPL; ++rr) {
+        s4[2 * rr] = ak[rr][0] + ak[rr][1];
+        s4[2 * rr + 1] = aq[rr][0] + aq[rr][1];
+      }
+#pragma unroll
+      for (int off = kLPR / 2; off > 0; off >>= 1)
+#pragma unroll
+        for (int e = 0; e < 2 * kRPL; ++e) s4[e] += __shfl_xor_sync(kFullUT, s4[e], off);
+      if (sub == 0) {
+#pragma unroll
+        for (int rr = 0; rr < kRPL; ++rr) {
+          ws.U[t][rl + rr] = s4[2 * rr];
+          ws.Q[t][rl + rr] = s4[2 * rr + 1];
+        }
+      }
+    }
+    __syncwarp();
+
+    // ---- 5. forward substitution for v~ and the o rows: every lane of the row (bit-identical
+    // results in its 8 lanes, no divergent branch); sub-lane t % 8 stores o_t and v~_t ----
+    float vt[kRPL][TM];
+#pragma unroll
+    for (int t = 0; t < TM; ++t) {
+      if (t < T) {
+        const float eg_rk = sh.eG[t] * sh.rk[t];
+        const float bt = sh.beta[t];
+#pragma unroll
+        for (int rr = 0; rr < kRPL; ++rr) {
+          float x = fmaf(-eg_rk, ws.U[t][rl + rr], ws.v[t][rl + rr]);
+#pragma unroll
+          for (int u = 0; u < t; ++u) x = fmaf(-sh.A[t][u], vt[rr][u], x);
+          vt[rr][t] = bt * x;
+        }
+      } else {
+#pragma unroll
+        for (int rr = 0; rr < kRPL; ++rr) vt[rr][t] = 0.f;
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < TM; ++t) {
+      if (t < T) {
+        const float eg_rq = sh.eG[t] * sh.rq[t];
+#pragma unroll
+        for (int rr = 0; rr < kRPL; ++rr) {
+          const int row = row0 + rr;
+          float y = eg_rq * ws.Q[t][rl + rr];
+#pragma unroll
+          for (int u = 0; u <= t; ++u) y = fmaf(sh.W[t][u], vt[rr][u], y);
+          if (t % kLPR == sub) ws.vt[t][rl + rr] = vt[rr][t];
+          if (row < V && (t % kLPR) == sub) {
+            p.o[(bos + t) * HVV + hv * V + row] = y;
+            if (t < Trec)
+              p.bank_v[slot * p.bv_stride[0] + wb * p.bv_stride[1] + t * p.bv_stride[2] + hv * p.bv_stride[3] +
+                       row * p.bv_stride[4]] = vt[rr][t];
+          }
+        }
+      }
+    }
+
+    // ---- 6. state after the window (AR / commit windows) ----
+    if (p.write_final_state) {
+      __syncwarp();  // ws.vt of every row complete
+      if (T > 0) {
+        const float egl = sh.eG[T - 1];
+#pragma unroll
+        for (int rr = 0; rr < kRPL; ++rr)
+#pragma unroll
+          for (int i = 0; i < NPC; ++i) scale4(tile[rr][i], egl);
+        for (int u = 0; u < T; ++u) {  // a runtime loop (code size): v~_u from ws.vt
+          const float c = sh.dl[u] * sh.rk[u];
+          float a[kRPL];
+#pragma unroll
+          for (int rr = 0; rr < kRPL; ++rr) a[rr] = c * ws.vt[u][rl + rr];
+#pragma unroll
+          for (int i = 0; i < NPC; ++i) {
+            const float4 x = xk4[u * (K / 4) + i * kLPR + sub];
+#pragma unroll
+            for (int rr = 0; rr < kRPL; ++rr) axpy4(tile[rr][i], a[rr], x);
+          }
+        }
+      }
+      store_tile(tile, st_head, st_row, row0, V, sub);
+    }
+  }
+}
+
+// CTAs per (row, value head): the value tiles are split into S chunks so that the grid holds at
+// least 3 CTAs per SM of the H200 (132 SMs), one tile per CTA at most (small batches).
+int ut_split(const ChainVerifyParams& p, const int bv) {
+  const int ntile = (p.V + bv - 1) / bv;
+  const int64_t pairs = static_cast<int64_t>(p.R) * p.HV;
+  const int64_t want = (3 * 132 + pairs - 1) / pairs;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ntile, want)));
 }
 
 template <typename TIn, int K, int TM, int NW>
 cudaError_t launch_ut(const ChainVerifyParams& p, const int tb, const int pb, cudaStream_t stream) {
   constexpr int BV = kRowsPerWarp * NW;
-  const size_t dyn = (static_cast<size_t>(2 * tb + pb) * K + static_cast<size_t>(tb + pb) * BV) * sizeof(float);
-  auto* kern = chain_verify_ut_kernel<TIn, K, TM, NW>;
-  // the largest dynamic size this instantiation can take (tb, pb <= TM): opted in once
-  static const cudaError_t attr = cudaFuncSetAttribute(
-      kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      static_cast<int>((static_cast<size_t>(3 * TM) * K + static_cast<size_t>(2 * TM) * BV) * sizeof(float)));
+  const size_t dyn = static_cast<size_t>(2 * tb + pb) * K * sizeof(float);
+  const int ntile = (p.V + BV - 1) / BV;
+  const int tpc = p.ut_tpc > 0 ? std::min(p.ut_tpc, ntile) : (ntile + ut_split(p, BV) - 1) / ut_split(p, BV);
+  const dim3 grid((ntile + tpc - 1) / tpc, p.HV, p.R);
+  auto* kern = tpc == 1    ? chain_verify_ut_kernel<TIn, K, TM, NW, kUTOne>
+               : p.reg_cap ? chain_verify_ut_kernel<TIn, K, TM, NW, kUTLoopCapped>
+                           : chain_verify_ut_kernel<TIn, K, TM, NW, kUTLoop>;
+  // the largest dynamic size an instantiation can take (tb, pb <= TM): opted in once per kernel
+  static const cudaError_t attr = [] {
+    const int mx = 3 * TM * K * static_cast<int>(sizeof(float));
+    cudaError_t a = cudaFuncSetAttribute(chain_verify_ut_kernel<TIn, K, TM, NW, kUTOne>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+    if (a == cudaSuccess)
+      a = cudaFuncSetAttribute(chain_verify_ut_kernel<TIn, K, TM, NW, kUTLoop>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+    if (a == cudaSuccess)
+      a = cudaFuncSetAttribute(chain_verify_ut_kernel<TIn, K, TM, NW, kUTLoopCapped>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+    return a;
+  }();
   if (attr != cudaSuccess) return attr;
-  const dim3 grid((p.V + BV - 1) / BV, p.HV, p.R);
-  kern<<<grid, NW * 32, dyn, stream>>>(p, tb, pb);
+  kern<<<grid, NW * 32, dyn, stream>>>(p, tb, pb, tpc);
   return cudaGetLastError();
 }
 
 template <typename TIn, int K, int TM>
 cudaError_t dispatch_nw(const ChainVerifyParams& p, const int tb, const int pb, cudaStream_t stream) {
-  int nw = p.ut_nw;
-  if (nw != 1 && nw != 2 && nw != 4) {
-    // 4 warps (32 rows) per CTA once that still gives >= 2 CTAs per SM of the H200 (132 SMs), else
-    // fewer rows per CTA so that a small batch spreads over the SMs
-    const int64_t pairs = static_cast<int64_t>(p.R) * p.HV;
-    const int64_t ctas4 = pairs * ((p.V + 4 * kRowsPerWarp - 1) / (4 * kRowsPerWarp));
-    const int64_t ctas2 = pairs * ((p.V + 2 * kRowsPerWarp - 1) / (2 * kRowsPerWarp));
-    nw = ctas4 >= 264 ? 4 : ctas2 >= 264 ? 2 : 1;
-  }
-  if (nw == 4) return launch_ut<TIn, K, TM, 4>(p, tb, pb, stream);
-  if (nw == 2) return launch_ut<TIn, K, TM, 2>(p, tb, pb, stream);
-  return launch_ut<TIn, K, TM, 1>(p, tb, pb, stream);
+  // 4 warps (32 value rows per tile) unless p.ut_nw forces 1
+  if (p.ut_nw == 1) return launch_ut<TIn, K, TM, 1>(p, tb, pb, stream);
+  return launch_ut<TIn, K, TM, 4>(p, tb, pb, stream);
 }
 
 template <typename TIn>

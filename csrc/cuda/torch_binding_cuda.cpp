@@ -68,12 +68,16 @@ int layout_override() {
   return vllm_specla::cuda::kLayoutAuto;
 }
 
-// Warps per CTA of the UT-form kernel, VLLM_SPECLA_CUDA_UT_NW (1, 2 or 4; else automatic).
+// Warps per CTA of the UT-form kernel, VLLM_SPECLA_CUDA_UT_NW (1; else 4).
 int ut_nw_override() {
   const char* s = std::getenv("VLLM_SPECLA_CUDA_UT_NW");
-  if (s == nullptr) return 0;
-  const int nw = std::atoi(s);
-  return nw == 1 || nw == 2 || nw == 4 ? nw : 0;
+  return s != nullptr && std::atoi(s) == 1 ? 1 : 4;
+}
+
+// Value tiles per CTA of the UT-form kernel, VLLM_SPECLA_CUDA_UT_TPC (> 0; else automatic).
+int ut_tpc_override() {
+  const char* s = std::getenv("VLLM_SPECLA_CUDA_UT_TPC");
+  return s == nullptr ? 0 : std::max(0, std::atoi(s));
 }
 
 bool reg_cap() {
@@ -165,6 +169,7 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   p.rg_prefetch = rg_prefetch(p.pending_len != nullptr);
   p.layout = layout_override();
   p.ut_nw = ut_nw_override();
+  p.ut_tpc = ut_tpc_override();
   p.H = static_cast<int>(q.size(1));
   p.K = static_cast<int>(q.size(2));
   p.HV = static_cast<int>(v.size(1));
