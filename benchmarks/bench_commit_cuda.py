@@ -4,7 +4,7 @@
 For each kernel in ``--impls`` (``cuda``: the csrc CUDA op, ``_cpp.load_cuda()``; ``triton``: the
 serial Triton kernel; ``ut``: the Triton UT kernel, whose pending path is recover + verify) and
 each head shape and batch, in one process and on the same inputs (bf16 q/k/v as the runtime feeds
-them, fp32 state, Tmax = 16 banks), microseconds per layer (CUDA graph of 21 launches, each layer
+them, fp32 state, Tmax = 8 banks: the longest window, as the runtime sizes them), microseconds per layer (CUDA graph of 21 launches, each layer
 on its own state slots, as ``bench_kernels.py``):
 
 * ``fused T/A``  one verify launch of a T-token window with A pending factors folded first
@@ -96,7 +96,7 @@ def main() -> None:
     recs = []
     for sname, (H, K, V) in SHAPES.items():
         for B in [int(b) for b in args.batches.split(",")]:
-            S, Tm, Tx = LAYERS * B, 16, 8
+            S, Tm, Tx = LAYERS * B, 8, 8  # banks sized to the longest window (8), as the runtime does
             g = torch.Generator(device=dev).manual_seed(B)
             N = B * Tx
             q = torch.randn(N, H, K, device=dev, generator=g, dtype=torch.bfloat16)

@@ -13,8 +13,7 @@ CUDA result equals Triton's (relative error). ``--bv 0,4,8`` also times the CUDA
 ``--layout auto,rowgroup,rowgroup8,rs`` with its warp layout forced (``VLLM_SPECLA_CUDA_LAYOUT``:
 ``rs`` v3's reduce-scatter, ``rowgroup`` the small-batch row-group kernel with 32 / BV lanes per
 row, ``rowgroup8`` / ``rowgroup16`` / ``rowgroup32`` with 8 / 16 / 32 lanes per row, ``ut`` the UT-form
-kernel of ``chain_verify_ut.cu`` (``ut1``: 1 warp per CTA forced; ``--regcap 0``: its uncapped loop
-variant); key
+kernel of ``chain_verify_ut.cu`` (``ut1``: 1 warp per CTA forced); key
 suffix ``_<layout>``, none for ``auto``).
 Prints a table, writes JSON to ``--out``.
 Run with ``VLLM_SPECLA_CPP_JIT=1`` (JIT-builds the CPU op schemas, then the CUDA kernel).
@@ -97,7 +96,9 @@ def main() -> None:
         for B in [int(b) for b in args.batches.split(",")]:
             for T in [int(t) for t in args.Ts.split(",")]:
                 for kind in (("ar",) if T == 1 else ("verify", "step")):
-                    S, Tm = LAYERS * B, 16
+                    # factor banks sized to the longest window of the run, as the runtime sizes
+                    # them (Tmax = K + 1; the CUDA UT kernel's shared memory follows Tmax)
+                    S, Tm = LAYERS * B, max(8, max(int(t) for t in args.Ts.split(",")))
                     g = torch.Generator(device=dev).manual_seed(B * 100 + T)
                     N = B * T
                     q = torch.randn(N, H, K, device=dev, generator=g, dtype=torch.bfloat16)

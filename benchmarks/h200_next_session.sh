@@ -128,5 +128,18 @@ case "${1:-}" in
       timeout 100 python benchmarks/bench_commit_cuda.py --impls cuda,cuda_ut,triton --batches 32,128 \
           --out "$OUT/commit_ut_s5c.json" 2>&1 | grep -v '^{'
       ;;
-  *) echo "usage: $0 1|2|s4a|s4b|s4c|s4d|s4e|s4f|s4g|s5a|s5b|s5c (one device call each)"; exit 2 ;;
+  s5d)  # session 5, call 4: UT kernel v4 (cp.async next-tile prefetch, compact [T, T] algebra, split by
+        # occupancy): tests, kernel tables, commit ratios, then end to end with it on (VLLM_SPECLA_CUDA_UT=1)
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; print('cuda built', _cpp.load_cuda())" 2>&1 | tail -1
+      timeout 120 python -m pytest -q -x tests/test_csrc.py -k cuda 2>&1 | tail -2
+      timeout 90 python benchmarks/bench_csrc_cuda.py --batches 1,64,256 --Ts 1,5,8 --layout auto,ut \
+          --out "$OUT/csrc_ut_s5d.json" 2>&1 | grep -v '^{'
+      timeout 70 python benchmarks/bench_commit_cuda.py --impls cuda,cuda_ut,triton --batches 32,128 \
+          --out "$OUT/commit_ut_s5d.json" 2>&1 | grep -v '^{'
+      VLLM_SPECLA_CUDA_UT=1 timeout 230 python benchmarks/bench_e2e.py --shapes flame,map --batches 64,256 --ks 4 \
+          --alphas 0.8 --snapshot-ks 4 --cuda-csrc --tag s5-ut --out "$OUT/e2e_s5_ut.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      ;;
+  *) echo "usage: $0 1|2|s4a|s4b|s4c|s4d|s4e|s4f|s4g|s5a|s5b|s5c|s5d (one device call each)"; exit 2 ;;
 esac

@@ -490,7 +490,7 @@ UT_CASES = {  # mode: (lens, pending, record, write_final_state)
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
-@pytest.mark.parametrize("variant", ["auto", "loop", "loop_nocap"])
+@pytest.mark.parametrize("variant", ["auto", "loop"])
 @pytest.mark.parametrize("nw", ["", "1"])
 @pytest.mark.parametrize("tmax", [8, 16])
 @pytest.mark.parametrize("mode", list(UT_CASES))
@@ -501,13 +501,12 @@ def test_cuda_ut_chain_verify_matches_reference(monkeypatch, shape, dtype, mode,
     the kernel must not touch are checked too) equal chain_verify_ref at both GDN-1.3B head shapes and
     a GVA shape whose V is not a multiple of the CTA's value tile, windows of 0..tmax tokens and up
     to tmax pending factors, with 4 or 1 warps per CTA, one value tile per CTA (what the automatic
-    split gives these small batches) or a loop over 3 tiles per CTA (VLLM_SPECLA_CUDA_UT_TPC, the
-    large-batch form), with and without its register cap."""
+    split gives these small batches) or a loop over 3 tiles per CTA with the next tile prefetched
+    (VLLM_SPECLA_CUDA_UT_TPC, the large-batch form)."""
     monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "ut")
     monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_NW", nw)
-    if variant != "auto":
+    if variant == "loop":
         monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_TPC", "3")
-        monkeypatch.setenv("VLLM_SPECLA_CUDA_REGCAP", "0" if variant == "loop_nocap" else "1")
     assert _cpp.load_cuda()
     lens, pend, record, wfs = UT_CASES[mode]
     if tmax == 16 and mode in ("verify", "step"):

@@ -101,6 +101,16 @@ __device__ __forceinline__ void scale4(float4& y, const float a) {
   y.w *= a;
 }
 
+// cp.async (16 bytes, global -> shared, L2 only): the next value tile's state rows are copied into
+// a per-warp stage while the current tile computes; each lane copies, and later reads, only its
+// own pieces, so cp.async.wait_group alone orders them (no barrier).
+__device__ __forceinline__ void ut_cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void ut_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void ut_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
 // Staging rounds: 16-byte chunks per thread and round of the window's q / k rows and of the
 // pending k^ rows (kStageQK / kStageKP must divide evenly; the usual windows take one round).
 constexpr int kStageQK = 8, kStageKP = 4;
@@ -201,18 +211,28 @@ __device__ __forceinline__ void store_tile(const float4 (&tile)[kRPL][NPC], floa
   }
 }
 
-// grid (S, HV, R): CTA (c, hv, r) runs the per-(row, head) prep once, then value tiles
-// c * tpc .. min((c + 1) * tpc, cdiv(V, BV)) - 1 of BV = 8 NW rows. MODE kUTOne: one tile per CTA
-// (small batches), its state loads issued before the prep so that they overlap it; kUTLoop: a loop
-// over tiles, registers capped for 12 warps per SM (<= 170, what it takes unbounded); kUTLoopCapped:
-// capped for 16 warps per SM (128 registers, a few spilled words; ChainVerifyParams::reg_cap, the
-// binding's VLLM_SPECLA_CUDA_REGCAP, default on).
-constexpr int kUTOne = 0, kUTLoop = 1, kUTLoopCapped = 2;
+// cp.async of one lane's state rows into its slots of the warp's stage ([kRPL][NPC][32] float4).
+template <int NPC>
+__device__ __forceinline__ void prefetch_tile(float4* stage, const float* st_head, const int64_t st_row,
+                                              const int row0, const int V, const int lane, const int sub) {
+#pragma unroll
+  for (int rr = 0; rr < kRPL; ++rr) {
+    const float* sp = st_head + min(row0 + rr, V - 1) * st_row;
+#pragma unroll
+    for (int i = 0; i < NPC; ++i) ut_cp_async16(stage + (rr * NPC + i) * 32 + lane, sp + (i * kLPR + sub) * 4);
+  }
+  ut_cp_async_commit();
+}
 
-template <typename TIn, int K, int TM, int NW, int MODE>
-__global__ void __launch_bounds__(NW * 32, MODE == kUTOne ? 1 : MODE == kUTLoop ? 12 / NW : 16 / NW)
+// grid (S, HV, R): CTA (c, hv, r) runs the per-(row, head) prep once, then value tiles
+// c * tpc .. min((c + 1) * tpc, cdiv(V, BV)) - 1 of BV = 8 NW rows. ONE: one tile per CTA (small
+// batches), its state loads issued before the prep so that they overlap it; else a loop over tiles
+// with the next tile's rows copied into the warp's stage (cp.async) while the current one computes,
+// registers capped for 12 warps per SM (<= 170: what it takes unbounded, no spills; shared memory
+// holds it to 3 CTAs per SM anyway; a 128-register cap for 16 warps spilled and is not kept).
+template <typename TIn, int K, int TM, int NW, bool ONE>
+__global__ void __launch_bounds__(NW * 32, ONE ? 1 : 12 / NW)
     chain_verify_ut_kernel(const ChainVerifyParams p, const int tb, const int pb, const int tpc) {
-  constexpr bool ONE = MODE == kUTOne;
   constexpr int BV = kRowsPerWarp * NW;
   constexpr int NT = NW * 32;
   constexpr int KPL = K / kLPR;  // keys per lane and row
@@ -224,6 +244,8 @@ __global__ void __launch_bounds__(NW * 32, MODE == kUTOne ? 1 : MODE == kUTLoop 
   float* const xk = reinterpret_cast<float*>(dyn4);  // [tb][K] raw k (fp32)
   float* const xq = xk + tb * K;                     // [tb][K] raw q
   float* const kp = xq + tb * K;                     // [pb][K] pending k^ (bank)
+  // loop modes: per warp a stage of the next tile's state rows, [kRPL][NPC][32] float4 (8 KiB at K = 256)
+  float4* const stage = reinterpret_cast<float4*>(kp + pb * K) + (threadIdx.x >> 5) * (kRPL * NPC * 32);
 
   const int hv = blockIdx.y, r = blockIdx.z;
   const int G = p.HV / p.H;
@@ -247,6 +269,7 @@ __global__ void __launch_bounds__(NW * 32, MODE == kUTOne ? 1 : MODE == kUTLoop 
 
   float4 tile[kRPL][NPC];
   if (ONE && tile0 < tile1) load_tile(tile, st_head, st_row, tile0 * BV + wrow + rg * kRPL, V, sub);
+  if (!ONE && tile0 < tile1) prefetch_tile<NPC>(stage, st_head, st_row, tile0 * BV + wrow + rg * kRPL, V, lane, sub);
 
   // ---- 1. staging of the window's q / k rows (fp32) and the pending k^ rows: every load of a
   // round is issued before its stores (a load -> store loop waits one round trip per iteration) ----
@@ -396,7 +419,14 @@ __global__ void __launch_bounds__(NW * 32, MODE == kUTOne ? 1 : MODE == kUTLoop 
   for (int it = tile0; it < tile1; ++it) {
     const int row_w = it * BV + wrow;         // the warp's first value row
     const int row0 = row_w + rg * kRPL;       // this lane's first value row
-    if (!ONE) load_tile(tile, st_head, st_row, row0, V, sub);
+    if (!ONE) {  // this tile from the stage, then the next tile's copy into it
+      ut_cp_async_wait_all();
+#pragma unroll
+      for (int rr = 0; rr < kRPL; ++rr)
+#pragma unroll
+        for (int i = 0; i < NPC; ++i) tile[rr][i] = stage[(rr * NPC + i) * 32 + lane];
+      if (it + 1 < tile1) prefetch_tile<NPC>(stage, st_head, st_row, row0 + BV, V, lane, sub);
+    }
     {  // the warp's v / pending v~ columns: T x 8 and P x 8 values, TM / 4 per lane
       float bv_[TM / 4], bp_[TM / 4];
 #pragma unroll
@@ -475,50 +505,32 @@ __global__ void __launch_bounds__(NW * 32, MODE == kUTOne ? 1 : MODE == kUTLoop 
     }
     __syncwarp();
 
-    // ---- 5. forward substitution for v~ and the o rows: every lane of the row (bit-identical
-    // results in its 8 lanes, no divergent branch); sub-lane t % 8 stores o_t and v~_t ----
-    float vt[kRPL][TM];
-#pragma unroll
-    for (int t = 0; t < TM; ++t) {
-      if (t < T) {
-        const float eg_rk = sh.eG[t] * sh.rk[t];
-        const float bt = sh.beta[t];
-#pragma unroll
-        for (int rr = 0; rr < kRPL; ++rr) {
-          float x = fmaf(-eg_rk, ws.U[t][rl + rr], ws.v[t][rl + rr]);
-#pragma unroll
-          for (int u = 0; u < t; ++u) x = fmaf(-sh.A[t][u], vt[rr][u], x);
-          vt[rr][t] = bt * x;
-        }
-      } else {
-#pragma unroll
-        for (int rr = 0; rr < kRPL; ++rr) vt[rr][t] = 0.f;
+    // ---- 5. forward substitution for v~ (lane l < 8: row l of the warp), then the o rows (lane l:
+    // row l % 8, tokens l / 8 + 4 i) and the o / v~ stores; runtime loops (compact code) ----
+    if (lane < kRowsPerWarp) {
+      for (int t = 0; t < T; ++t) {
+        float x = fmaf(-sh.eG[t] * sh.rk[t], ws.U[t][lane], ws.v[t][lane]);
+        for (int u = 0; u < t; ++u) x = fmaf(-sh.A[t][u], ws.vt[u][lane], x);
+        ws.vt[t][lane] = sh.beta[t] * x;
       }
     }
-#pragma unroll
-    for (int t = 0; t < TM; ++t) {
-      if (t < T) {
-        const float eg_rq = sh.eG[t] * sh.rq[t];
-#pragma unroll
-        for (int rr = 0; rr < kRPL; ++rr) {
-          const int row = row0 + rr;
-          float y = eg_rq * ws.Q[t][rl + rr];
-#pragma unroll
-          for (int u = 0; u <= t; ++u) y = fmaf(sh.W[t][u], vt[rr][u], y);
-          if (t % kLPR == sub) ws.vt[t][rl + rr] = vt[rr][t];
-          if (row < V && (t % kLPR) == sub) {
-            p.o[(bos + t) * HVV + hv * V + row] = y;
-            if (t < Trec)
-              p.bank_v[slot * p.bv_stride[0] + wb * p.bv_stride[1] + t * p.bv_stride[2] + hv * p.bv_stride[3] +
-                       row * p.bv_stride[4]] = vt[rr][t];
-          }
+    __syncwarp();
+    {
+      const int ri = lane % kRowsPerWarp, row = row_w + ri;
+      for (int t = lane / kRowsPerWarp; t < T; t += 32 / kRowsPerWarp) {
+        float y = sh.eG[t] * sh.rq[t] * ws.Q[t][ri];
+        for (int u = 0; u <= t; ++u) y = fmaf(sh.W[t][u], ws.vt[u][ri], y);
+        if (row < V) {
+          p.o[(bos + t) * HVV + hv * V + row] = y;
+          if (t < Trec)
+            p.bank_v[slot * p.bv_stride[0] + wb * p.bv_stride[1] + t * p.bv_stride[2] + hv * p.bv_stride[3] +
+                     row * p.bv_stride[4]] = ws.vt[t][ri];
         }
       }
     }
 
     // ---- 6. state after the window (AR / commit windows) ----
     if (p.write_final_state) {
-      __syncwarp();  // ws.vt of every row complete
       if (T > 0) {
         const float egl = sh.eG[T - 1];
 #pragma unroll
@@ -543,37 +555,44 @@ __global__ void __launch_bounds__(NW * 32, MODE == kUTOne ? 1 : MODE == kUTLoop 
   }
 }
 
-// CTAs per (row, value head): the value tiles are split into S chunks so that the grid holds at
-// least 3 CTAs per SM of the H200 (132 SMs), one tile per CTA at most (small batches).
-int ut_split(const ChainVerifyParams& p, const int bv) {
-  const int ntile = (p.V + bv - 1) / bv;
-  const int64_t pairs = static_cast<int64_t>(p.R) * p.HV;
-  const int64_t want = (3 * 132 + pairs - 1) / pairs;
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ntile, want)));
+// SMs of the current device (cached).
+int ut_sm_count() {
+  static const int n = [] {
+    int dev = 0, sms = 132;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    return sms;
+  }();
+  return n;
 }
 
 template <typename TIn, int K, int TM, int NW>
 cudaError_t launch_ut(const ChainVerifyParams& p, const int tb, const int pb, cudaStream_t stream) {
   constexpr int BV = kRowsPerWarp * NW;
-  const size_t dyn = static_cast<size_t>(2 * tb + pb) * K * sizeof(float);
+  constexpr size_t kStage = static_cast<size_t>(NW) * kRPL * (K / kLPR / 4) * 32 * sizeof(float4);
+  const size_t dyn_one = static_cast<size_t>(2 * tb + pb) * K * sizeof(float);
   const int ntile = (p.V + BV - 1) / BV;
-  const int tpc = p.ut_tpc > 0 ? std::min(p.ut_tpc, ntile) : (ntile + ut_split(p, BV) - 1) / ut_split(p, BV);
+  auto* loop = chain_verify_ut_kernel<TIn, K, TM, NW, false>;
+  // value tiles per CTA: split each (row, head) into as many CTAs as fit the device at once (no
+  // partial second wave; the per-(row, head) prep is redone per CTA), one tile per CTA at most
+  int tpc = p.ut_tpc > 0 ? std::min(p.ut_tpc, ntile) : 0;
+  if (tpc == 0) {
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, loop, NW * 32, dyn_one + kStage) != cudaSuccess)
+      per_sm = 1;
+    const int64_t pairs = static_cast<int64_t>(p.R) * p.HV;
+    const int64_t split = std::max<int64_t>(1, std::min<int64_t>(ntile, static_cast<int64_t>(per_sm) * ut_sm_count() / pairs));
+    tpc = static_cast<int>((ntile + split - 1) / split);
+  }
   const dim3 grid((ntile + tpc - 1) / tpc, p.HV, p.R);
-  auto* kern = tpc == 1    ? chain_verify_ut_kernel<TIn, K, TM, NW, kUTOne>
-               : p.reg_cap ? chain_verify_ut_kernel<TIn, K, TM, NW, kUTLoopCapped>
-                           : chain_verify_ut_kernel<TIn, K, TM, NW, kUTLoop>;
+  auto* kern = tpc == 1 ? chain_verify_ut_kernel<TIn, K, TM, NW, true> : loop;
+  const size_t dyn = tpc == 1 ? dyn_one : dyn_one + kStage;
   // the largest dynamic size an instantiation can take (tb, pb <= TM): opted in once per kernel
   static const cudaError_t attr = [] {
-    const int mx = 3 * TM * K * static_cast<int>(sizeof(float));
-    cudaError_t a = cudaFuncSetAttribute(chain_verify_ut_kernel<TIn, K, TM, NW, kUTOne>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
-    if (a == cudaSuccess)
-      a = cudaFuncSetAttribute(chain_verify_ut_kernel<TIn, K, TM, NW, kUTLoop>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
-    if (a == cudaSuccess)
-      a = cudaFuncSetAttribute(chain_verify_ut_kernel<TIn, K, TM, NW, kUTLoopCapped>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
-    return a;
+    const int mx = 3 * TM * K * static_cast<int>(sizeof(float)) + static_cast<int>(kStage);
+    const cudaError_t a = cudaFuncSetAttribute(chain_verify_ut_kernel<TIn, K, TM, NW, true>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+    return a != cudaSuccess ? a : cudaFuncSetAttribute(chain_verify_ut_kernel<TIn, K, TM, NW, false>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
   }();
   if (attr != cudaSuccess) return attr;
   kern<<<grid, NW * 32, dyn, stream>>>(p, tb, pb, tpc);
@@ -610,9 +629,12 @@ bool chain_verify_ut_bounds(const ChainVerifyParams& p, int* tb, int* pb) {
 }
 
 bool chain_verify_ut_auto(const ChainVerifyParams& p) {
-  // not yet chosen automatically (forced only: kLayoutUT) until measured on the H200
-  (void)p;
-  return false;
+  // verify / SpecLA-step windows (the serial kernels keep AR and commit windows) at >= 256 (row,
+  // value head) pairs; ChainVerifyParams::ut_auto (VLLM_SPECLA_CUDA_UT) 0 / 1 overrides
+  if (p.ut_auto == 0 || p.write_final_state) return false;
+  int tb = 0, pb = 0;
+  if (!chain_verify_ut_bounds(p, &tb, &pb)) return false;
+  return p.ut_auto == 1 || static_cast<int64_t>(p.R) * p.HV >= 256;
 }
 
 cudaError_t chain_verify_ut(const ChainVerifyParams& p, cudaStream_t stream) {

@@ -80,6 +80,13 @@ int ut_tpc_override() {
   return s == nullptr ? 0 : std::max(0, std::atoi(s));
 }
 
+// The UT kernel in the automatic layout, VLLM_SPECLA_CUDA_UT: 0 never, 1 for every verify / step
+// window it takes, unset: the shape rule (chain_verify_ut.cu, chain_verify_ut_auto).
+int ut_auto_override() {
+  const char* s = std::getenv("VLLM_SPECLA_CUDA_UT");
+  return s == nullptr || *s == '\0' ? -1 : std::atoi(s) != 0;
+}
+
 bool reg_cap() {
   const char* s = std::getenv("VLLM_SPECLA_CUDA_REGCAP");
   return s == nullptr || std::atoi(s) != 0;
@@ -170,6 +177,7 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   p.layout = layout_override();
   p.ut_nw = ut_nw_override();
   p.ut_tpc = ut_tpc_override();
+  p.ut_auto = ut_auto_override();
   p.H = static_cast<int>(q.size(1));
   p.K = static_cast<int>(q.size(2));
   p.HV = static_cast<int>(v.size(1));
