@@ -141,5 +141,19 @@ case "${1:-}" in
           --alphas 0.8 --snapshot-ks 4 --cuda-csrc --tag s5-ut --out "$OUT/e2e_s5_ut.jsonl" 2>&1 | grep "^{" | \
           python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       ;;
-  *) echo "usage: $0 1|2|s4a|s4b|s4c|s4d|s4e|s4f|s4g|s5a|s5b|s5c|s5d (one device call each)"; exit 2 ;;
+  s5e)  # session 5, call 5: UT kernel v5 (wave-aware split, v / v~ columns one tile ahead): tests, kernel
+        # tables (auto = UT at >= 256 (row, head) pairs, rs = v3 forced, ut forced), commit ratios, and
+        # the end-to-end grid with the default dispatch and the auto draft-length policy
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; print('cuda built', _cpp.load_cuda())" 2>&1 | tail -1
+      timeout 100 python -m pytest -q -x tests/test_csrc.py -k cuda 2>&1 | tail -2
+      timeout 100 python benchmarks/bench_csrc_cuda.py --batches 32,64,128,256 --Ts 5,8 --layout auto,rs,ut \
+          --out "$OUT/csrc_ut_s5e.json" 2>&1 | grep -v '^{'
+      timeout 70 python benchmarks/bench_commit_cuda.py --impls cuda,cuda_ut,triton --batches 32,128 \
+          --out "$OUT/commit_ut_s5e.json" 2>&1 | grep -v '^{'
+      timeout 300 python benchmarks/bench_e2e.py --shapes flame,map --batches 1,16,64,256 --ks 4 --alphas 0.8 \
+          --snapshot-ks 4 --auto --cuda-csrc --tag s5-final --out "$OUT/e2e_s5_final.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      ;;
+  *) echo "usage: $0 1|2|s4a|s4b|s4c|s4d|s4e|s4f|s4g|s5a|s5b|s5c|s5d|s5e (one device call each)"; exit 2 ;;
 esac

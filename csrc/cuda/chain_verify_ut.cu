@@ -270,6 +270,21 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : 12 / NW)
   float4 tile[kRPL][NPC];
   if (ONE && tile0 < tile1) load_tile(tile, st_head, st_row, tile0 * BV + wrow + rg * kRPL, V, sub);
   if (!ONE && tile0 < tile1) prefetch_tile<NPC>(stage, st_head, st_row, tile0 * BV + wrow + rg * kRPL, V, lane, sub);
+  const TIn* v = static_cast<const TIn*>(p.v);
+  const float* bvp = p.bank_v + slot * p.bv_stride[0] + rb * p.bv_stride[1] + hv * p.bv_stride[3];
+  const int64_t HVV = static_cast<int64_t>(p.HV) * V;
+  // the warp's v / pending v~ columns of a tile: T x 8 and P x 8 values, TM / 4 per lane, loaded
+  // into registers one tile ahead (their round trip overlaps the previous tile's compute)
+  float bv_[TM / 4], bp_[TM / 4];
+  auto load_cols = [&](const int row_w) {
+#pragma unroll
+    for (int i = 0; i < TM / 4; ++i) {
+      const int c = i * 32 + lane, t = c / kRowsPerWarp, row = row_w + c % kRowsPerWarp;
+      bv_[i] = (t < T && row < V) ? to_f32(v[(bos + t) * p.tok_stride[2] + hv * V + row]) : 0.f;
+      bp_[i] = (t < P && row < V) ? bvp[t * p.bv_stride[2] + row * p.bv_stride[4]] : 0.f;
+    }
+  };
+  if (tile0 < tile1) load_cols(tile0 * BV + wrow);
 
   // ---- 1. staging of the window's q / k rows (fp32) and the pending k^ rows: every load of a
   // round is issued before its stores (a load -> store loop waits one round trip per iteration) ----
@@ -413,37 +428,28 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : 12 / NW)
   // ---- the value tiles: one memory round trip each (state rows + this warp's v / v~ columns),
   // warp-local from there on (no CTA barrier) ----
   auto& ws = sh.w[warp];
-  const TIn* v = static_cast<const TIn*>(p.v);
-  const float* bvp = p.bank_v + slot * p.bv_stride[0] + rb * p.bv_stride[1] + hv * p.bv_stride[3];
-  const int64_t HVV = static_cast<int64_t>(p.HV) * V;
   for (int it = tile0; it < tile1; ++it) {
     const int row_w = it * BV + wrow;         // the warp's first value row
     const int row0 = row_w + rg * kRPL;       // this lane's first value row
+    __syncwarp();  // the previous tile's reads of ws are done
+#pragma unroll
+    for (int i = 0; i < TM / 4; ++i) {
+      const int c = i * 32 + lane;
+      (&ws.v[0][0])[c] = bv_[i];
+      (&ws.vp[0][0])[c] = bp_[i];
+    }
     if (!ONE) {  // this tile from the stage, then the next tile's copy into it
       ut_cp_async_wait_all();
 #pragma unroll
       for (int rr = 0; rr < kRPL; ++rr)
 #pragma unroll
         for (int i = 0; i < NPC; ++i) tile[rr][i] = stage[(rr * NPC + i) * 32 + lane];
-      if (it + 1 < tile1) prefetch_tile<NPC>(stage, st_head, st_row, row0 + BV, V, lane, sub);
-    }
-    {  // the warp's v / pending v~ columns: T x 8 and P x 8 values, TM / 4 per lane
-      float bv_[TM / 4], bp_[TM / 4];
-#pragma unroll
-      for (int i = 0; i < TM / 4; ++i) {
-        const int c = i * 32 + lane, t = c / kRowsPerWarp, row = row_w + c % kRowsPerWarp;
-        bv_[i] = (t < T && row < V) ? to_f32(v[(bos + t) * p.tok_stride[2] + hv * V + row]) : 0.f;
-        bp_[i] = (t < P && row < V) ? bvp[t * p.bv_stride[2] + row * p.bv_stride[4]] : 0.f;
+      if (it + 1 < tile1) {
+        prefetch_tile<NPC>(stage, st_head, st_row, row0 + BV, V, lane, sub);
+        load_cols(row_w + BV);
       }
-      __syncwarp();  // the previous tile's reads of ws are done
-#pragma unroll
-      for (int i = 0; i < TM / 4; ++i) {
-        const int c = i * 32 + lane;
-        (&ws.v[0][0])[c] = bv_[i];
-        (&ws.vp[0][0])[c] = bp_[i];
-      }
-      __syncwarp();
     }
+    __syncwarp();
     const int rl = rg * kRPL;  // this lane's first row inside the warp's 8
 
     // ---- 3. pending fold (closed-form DeltaConstruct), committed tile written once ----
@@ -572,16 +578,27 @@ cudaError_t launch_ut(const ChainVerifyParams& p, const int tb, const int pb, cu
   const size_t dyn_one = static_cast<size_t>(2 * tb + pb) * K * sizeof(float);
   const int ntile = (p.V + BV - 1) / BV;
   auto* loop = chain_verify_ut_kernel<TIn, K, TM, NW, false>;
-  // value tiles per CTA: split each (row, head) into as many CTAs as fit the device at once (no
-  // partial second wave; the per-(row, head) prep is redone per CTA), one tile per CTA at most
+  // value tiles per CTA (tpc): the fewest waves of resident CTAs times a wave's length, tpc tiles
+  // plus the per-CTA prep (staging, Gram, coefficients: ~0.7 of a tile's time), over tpc = 1..ntile
+  // (ties: fewer CTAs). E.g. 6x256x512 (16 tiles of 32 rows): B = 64 -> 16, one wave of 384 CTAs;
+  // 8x256x256 (8 tiles) at B = 64 -> 4 (3 waves of 4 tiles beat 2 of 8: 512 CTAs for 396 slots).
   int tpc = p.ut_tpc > 0 ? std::min(p.ut_tpc, ntile) : 0;
   if (tpc == 0) {
     int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, loop, NW * 32, dyn_one + kStage) != cudaSuccess)
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, loop, NW * 32, dyn_one + kStage) != cudaSuccess ||
+        per_sm < 1)
       per_sm = 1;
+    const int64_t slots = static_cast<int64_t>(per_sm) * ut_sm_count();
     const int64_t pairs = static_cast<int64_t>(p.R) * p.HV;
-    const int64_t split = std::max<int64_t>(1, std::min<int64_t>(ntile, static_cast<int64_t>(per_sm) * ut_sm_count() / pairs));
-    tpc = static_cast<int>((ntile + split - 1) / split);
+    double best = 0.0;
+    for (int c = ntile; c >= 1; --c) {
+      const int64_t ctas = pairs * ((ntile + c - 1) / c);
+      const double cost = static_cast<double>((ctas + slots - 1) / slots) * (c + 0.7);
+      if (tpc == 0 || cost < best - 1e-9) {
+        best = cost;
+        tpc = c;
+      }
+    }
   }
   const dim3 grid((ntile + tpc - 1) / tpc, p.HV, p.R);
   auto* kern = tpc == 1 ? chain_verify_ut_kernel<TIn, K, TM, NW, true> : loop;
