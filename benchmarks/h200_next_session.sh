@@ -155,5 +155,19 @@ case "${1:-}" in
           --snapshot-ks 4 --auto --cuda-csrc --tag s5-final --out "$OUT/e2e_s5_final.jsonl" 2>&1 | grep "^{" | \
           python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       ;;
-  *) echo "usage: $0 1|2|s4a|s4b|s4c|s4d|s4e|s4f|s4g|s5a|s5b|s5c|s5d|s5e (one device call each)"; exit 2 ;;
+  s5f)  # session 5, call 6: tests at the final dispatch (UT from 192 pairs; CUDA takes long SpecLA steps from
+        # Triton UT), ncu of the UT step at B = 64, end to end at K = 8 where that dispatch change applies
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; print('cuda built', _cpp.load_cuda())" 2>&1 | tail -1
+      timeout 90 python -m pytest -q -x tests/test_csrc.py -k cuda tests/test_dispatch.py 2>&1 | tail -2
+      VLLM_SPECLA_CUDA_LAYOUT=ut timeout 60 ncu --clock-control none -k regex:chain_verify_ut --launch-skip 1 \
+          --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+          python benchmarks/prof/cuda_once.py 64 5 5 > "$OUT/ncu_ut_step_b64.txt" 2>&1
+      grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per" \
+          "$OUT/ncu_ut_step_b64.txt" | head -8
+      timeout 180 python benchmarks/bench_e2e.py --shapes flame,map --batches 64,256 --ks 8 --alphas 0.8 \
+          --snapshot-ks 99 --cuda-csrc --tag s5-k8 --out "$OUT/e2e_s5_k8.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      ;;
+  *) echo "usage: $0 1|2|s4a|s4b|s4c|s4d|s4e|s4f|s4g|s5a|s5b|s5c|s5d|s5e|s5f (one device call each)"; exit 2 ;;
 esac

@@ -14,16 +14,19 @@ from vllm_specla.ops import _cpp
 from vllm_specla.ops import chain_verify as cv
 
 
-def _kw(rows: int, T: int, HV: int = 6, final: bool = False, tmax: int | None = 16):
+def _kw(rows: int, T: int, HV: int = 6, final: bool = False, tmax: int | None = 16, pending: bool = False):
     q = torch.zeros(rows * T, 6, 4)
     kw = dict(cu_seqlens=torch.arange(0, rows * T + 1, T), state=torch.zeros(rows, HV, 2, 4), write_final_state=final)
     if tmax is not None:  # factor banks [slots, 2, Tmax, H, K]
         kw.update(bank_k=torch.zeros(rows, 2, tmax, 6, 4), write_bank=torch.zeros(rows, dtype=torch.long))
+    if pending:
+        kw.update(pending_len=torch.zeros(rows, dtype=torch.long), read_bank=torch.ones(rows, dtype=torch.long))
     return q, kw
 
 
 def test_ut_rule(monkeypatch):
     monkeypatch.setattr(cv, "VERIFY_KERNEL", "auto")
+    monkeypatch.setattr(_cpp, "CUDA_LOADED", False)
     assert cv._use_ut(*_kw(32, 8))
     assert cv._use_ut(*_kw(256, 9))
     assert not cv._use_ut(*_kw(32, 5))  # short windows: serial / csrc
@@ -52,3 +55,20 @@ def test_cuda_csrc_rule(monkeypatch):
     assert not cv._use_cuda_csrc(kw)
     monkeypatch.setattr(cv, "USE_CUDA_CSRC", False)
     assert not cv._use_cuda_csrc(_kw(64, 5)[1])
+
+
+def test_cuda_takes_long_steps_when_built(monkeypatch):
+    """With the CUDA ops built, SpecLA steps (pending factors given) at >= 192 (row, head) pairs go to
+    the CUDA kernel (its UT form) instead of the Triton UT kernel, also for windows of >= 8 tokens;
+    verify windows without pending factors, smaller batches and forced kernels keep the Triton rule."""
+    monkeypatch.setattr(cv, "VERIFY_KERNEL", "auto")
+    monkeypatch.setattr(_cpp, "CUDA_LOADED", True)
+    assert not cv._use_ut(*_kw(32, 8, pending=True))  # 32 rows x 6 heads = 192 pairs
+    assert cv._use_cuda_csrc(_kw(32, 8, pending=True)[1])
+    assert cv._use_ut(*_kw(32, 8))  # no pending factors: Triton UT (one state read, tensor cores)
+    assert cv._use_ut(*_kw(32, 8, HV=4, pending=True))  # 128 pairs: below the CUDA UT threshold
+    monkeypatch.setattr(cv, "VERIFY_KERNEL", "ut")
+    assert cv._use_ut(*_kw(32, 8, pending=True))  # forced
+    monkeypatch.setattr(cv, "VERIFY_KERNEL", "auto")
+    monkeypatch.setattr(cv, "USE_CUDA_CSRC", False)
+    assert cv._use_ut(*_kw(32, 8, pending=True))  # CUDA csrc switched off

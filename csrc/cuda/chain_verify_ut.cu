@@ -646,12 +646,16 @@ bool chain_verify_ut_bounds(const ChainVerifyParams& p, int* tb, int* pb) {
 }
 
 bool chain_verify_ut_auto(const ChainVerifyParams& p) {
-  // verify / SpecLA-step windows (the serial kernels keep AR and commit windows) at >= 256 (row,
-  // value head) pairs; ChainVerifyParams::ut_auto (VLLM_SPECLA_CUDA_UT) 0 / 1 overrides
+  // verify / SpecLA-step windows (the serial kernels keep AR and commit windows) at >= 192 (row,
+  // value head) pairs: from there the UT form took 0.73-0.98x v3's time for steps (T = 5 / 8) at
+  // both GDN-1.3B head shapes, B = 32-256 (H200, RESULTS.md session 5, csrc_ut_h200_s5e.json; v3
+  // stays ahead by <= 7 % for 8x256x256 verify windows without pending factors at B = 32-64, which
+  // the runtime only runs after a prefill); at batch 1-2 the serial kernels are 1.2-1.7x faster (csrc_ut_h200_s5d.json).
+  // ChainVerifyParams::ut_auto (VLLM_SPECLA_CUDA_UT) 0 / 1 overrides.
   if (p.ut_auto == 0 || p.write_final_state) return false;
   int tb = 0, pb = 0;
   if (!chain_verify_ut_bounds(p, &tb, &pb)) return false;
-  return p.ut_auto == 1 || static_cast<int64_t>(p.R) * p.HV >= 256;
+  return p.ut_auto == 1 || static_cast<int64_t>(p.R) * p.HV >= 192;
 }
 
 cudaError_t chain_verify_ut(const ChainVerifyParams& p, cudaStream_t stream) {

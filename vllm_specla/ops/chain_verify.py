@@ -1,8 +1,10 @@
 """Public chain-verify op: state-resident verify of a draft chain with factor output.
 
-Dispatch on CUDA tensors: the UT (tensor-core) Triton kernel for long verify windows at large batch,
-the CUDA csrc kernel when JIT-built (:func:`vllm_specla.ops._cpp.load_cuda`) for other verify windows
-at more than 16 (row, head) pairs, else the serial Triton kernel (``vllm_specla.ops.triton_chain``);
+Dispatch on CUDA tensors: the UT (tensor-core) Triton kernel for long verify windows at large batch
+(SpecLA steps at >= 192 (row, head) pairs go to the CUDA csrc kernel instead when it is built), the
+CUDA csrc kernel when JIT-built (:func:`vllm_specla.ops._cpp.load_cuda`) for other verify windows
+at more than 16 (row, head) pairs (its binding picks the v3 serial or the UT-form kernel by shape),
+else the serial Triton kernel (``vllm_specla.ops.triton_chain``);
 the C++ CPU op (``csrc/``, :mod:`vllm_specla.ops._cpp`) on CPU tensors when built, else the
 plain-torch :func:`vllm_specla.ops.reference.chain_verify_ref` (fallback, oracle).
 Arguments, shapes and semantics: see :func:`~vllm_specla.ops.reference.chain_verify_ref`
@@ -40,8 +42,24 @@ UT_MIN_ROWS = 32
 UT_MAX_TOKENS = 16  # triton_chain_ut.BT
 
 
+# SpecLA steps (pending factors given) at >= CUDA_UT_MIN_PAIRS (row, value head) pairs go to the CUDA
+# csrc kernel when it is built, even for long windows: its UT-form kernel (csrc/cuda/chain_verify_ut.cu,
+# fp32 FMA, pending fold fused) took 0.77-0.93x the Triton UT kernel's time (recover + tensor-core
+# verify) for T = 8 steps at B = 32-256 on the H200 (RESULTS.md session 5, csrc_ut_h200_s5e.json).
+# Windows without pending factors keep the Triton UT kernel (one state read, tensor cores; 1.18-1.37x
+# faster at T = 8).
+CUDA_UT_MIN_PAIRS = 192  # = chain_verify_ut.cu's automatic threshold
+
+
+def _cuda_takes_step(kw: dict) -> bool:
+    return (VERIFY_KERNEL == "auto" and kw.get("pending_len") is not None and _use_cuda_csrc(kw)
+            and (kw["cu_seqlens"].numel() - 1) * kw["state"].shape[1] >= CUDA_UT_MIN_PAIRS)
+
+
 def _use_ut(q: torch.Tensor, kw: dict) -> bool:
     if VERIFY_KERNEL == "serial" or kw.get("write_final_state", False):
+        return False
+    if _cuda_takes_step(kw):
         return False
     # the UT kernel verifies <= 16 tokens per row and cannot check that during CUDA-graph capture;
     # the factor bank bounds every window (a longer one is an error), so without banks or with a
@@ -55,11 +73,12 @@ def _use_ut(q: torch.Tensor, kw: dict) -> bool:
     return rows >= UT_MIN_ROWS and q.shape[0] >= UT_MIN_TOKENS * max(rows, 1)
 
 
-# The CUDA csrc chain verify (csrc/cuda, v3) once _cpp.load_cuda() has JIT-built it: used for verify
-# and SpecLA-step windows (no write_final_state) at more than CUDA_MIN_PAIRS (row, value head) pairs,
-# where it measured 0.78-0.90x the Triton serial kernel's time on the H200 (RESULTS.md,
-# csrc_cuda_v3.json); Triton keeps AR (equal at large batch) and batch 1-2 (Triton 1.07-1.26x faster).
-# VLLM_SPECLA_CUDA_CSRC=0 turns it off.
+# The CUDA csrc chain verify (csrc/cuda) once _cpp.load_cuda() has JIT-built it: used for verify and
+# SpecLA-step windows (no write_final_state) at more than CUDA_MIN_PAIRS (row, value head) pairs,
+# where it measured 0.78-0.90x the Triton serial kernel's time on the H200 (v3, RESULTS.md,
+# csrc_cuda_v3.json) and, from 192 pairs, its UT-form kernel 0.59-0.84x for steps (session 5); the
+# binding picks v3 or the UT form by shape. Triton keeps AR (equal at large batch) and batch 1-2
+# (Triton 1.07-1.26x faster). VLLM_SPECLA_CUDA_CSRC=0 turns it off.
 USE_CUDA_CSRC = os.environ.get("VLLM_SPECLA_CUDA_CSRC", "1") not in ("", "0")
 CUDA_MIN_PAIRS = 16
 CUDA_MAX_K = 512
