@@ -1,6 +1,8 @@
 // CUDA chain verify (v3): state tile in registers, value dim tiled, deferred commit fused, one
 // batched warp reduction per token, next token prefetched; plus a row-group layout kernel for
-// small batches (below).
+// small batches (below). From 192 (row, value head) pairs, verify and SpecLA-step windows go to the
+// UT form instead (chain_verify_ut.cu, session 5: 0.73-0.98x v3's time for steps), dispatched by
+// chain_verify() at the end of this file.
 //
 // Tried and not kept (session 4, RESULTS.md): a scaled tile (state = sc * m with a warp-uniform
 // sc, so a decay is one scalar multiply and the update one FMA per element) ran 1-3 % slower at

@@ -49,9 +49,11 @@ def _jit_load() -> None:
 
 
 def load_cuda(verbose: bool = False) -> bool:
-    """JIT-build ``csrc/cuda/`` (a CUDA ``chain_verify``, v3: state tile in registers, V tiled,
-    fused deferred commit, one batched warp reduction per token, next token prefetched) and
-    register it for CUDA tensors of ``torch.ops.vllm_specla.chain_verify``.
+    """JIT-build ``csrc/cuda/`` (a CUDA ``chain_verify``: v3, state tile in registers, V tiled,
+    fused deferred commit, one batched warp reduction per token, next token prefetched; and the UT
+    form of ``chain_verify_ut.cu``, the window as one chunk with 2T independent fp32 products per
+    state tile, used for verify / SpecLA-step windows at >= 192 (row, head) pairs) and register it
+    for CUDA tensors of ``torch.ops.vllm_specla.chain_verify``.
 
     Run on the H200 (tests/test_csrc.py, benchmarks/bench_csrc_cuda.py, RESULTS.md). Once loaded,
     the public dispatcher (``ops/chain_verify.py``) uses it per shape where it measured faster than
@@ -66,8 +68,11 @@ def load_cuda(verbose: bool = False) -> bool:
     and v3's 5-level reduce-scatter plus broadcasts is longer (chain_verify.cu header).
     Tuning overrides read at each call: ``VLLM_SPECLA_CUDA_BV=4|8`` (value rows per warp, else
     automatic), ``VLLM_SPECLA_CUDA_REGCAP=0`` (no register caps) and
-    ``VLLM_SPECLA_CUDA_LAYOUT=rowgroup|rowgroup8|rs`` (warp layout: row group with 32 / BV or 8
-    lanes per row, or v3's reduce-scatter; else automatic).
+    ``VLLM_SPECLA_CUDA_LAYOUT=rowgroup|rowgroup8|rs|ut`` (warp layout: row group with 32 / BV or 8
+    lanes per row, v3's reduce-scatter, or the UT form (strict: an error where it does not apply);
+    else automatic), ``VLLM_SPECLA_CUDA_UT=0|1`` (the UT form never / for every verify or step window
+    it takes, in the automatic layout), ``VLLM_SPECLA_CUDA_UT_NW=1`` (1 warp per CTA instead of 4)
+    and ``VLLM_SPECLA_CUDA_UT_TPC=n`` (value tiles per CTA; else the wave cost model).
     """
     if not AVAILABLE:
         raise RuntimeError(f"the C++ CPU extension (op schemas) is not loaded: {LOAD_ERROR}")
