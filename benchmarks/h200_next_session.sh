@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
-# carry [".whl", ".devdata"], starting with the pip line of README/device). State after session 4:
-# benchmarks/RESULTS.md "Session 4". 1 / 2: the regression set and kernel tables; s4a-s4g: the
-# session-4 calls as run (s4g = GPU tests + batch-1 CUDA table at the final commit).
+# carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
+# README/device; the s5* calls need neither). State after session 5: benchmarks/RESULTS.md
+# "Session 5". 1 / 2: the regression set and kernel tables; s4a-s4g / s5a-s5f: the session-4 / -5
+# calls as run (s5f = the CUDA tests at the final kernel code, ncu of the UT step, e2e at K = 8).
 set -u
 case "${1:-}" in
   1)  # correctness of the dispatch paths, then the full e2e grid with the CUDA csrc + UT dispatch
