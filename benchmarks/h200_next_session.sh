@@ -170,5 +170,17 @@ case "${1:-}" in
           --snapshot-ks 99 --cuda-csrc --tag s5-k8 --out "$OUT/e2e_s5_k8.jsonl" 2>&1 | grep "^{" | \
           python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       ;;
-  *) echo "usage: $0 1|2|s4a|s4b|s4c|s4d|s4e|s4f|s4g|s5a|s5b|s5c|s5d|s5e|s5f (one device call each)"; exit 2 ;;
+  s5g)  # session 5, call 7: after the review fixes (occupancy query after the shared-memory opt-in, Gram and
+        # reduce-scatter in registers at TM 16, NaN rows for over-long windows): tests, the split at
+        # 8x256x256 B = 32 / 64, map at B = 64 end to end
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; print('cuda built', _cpp.load_cuda())" 2>&1 | tail -1
+      timeout 90 python -m pytest -q -x tests/test_csrc.py -k cuda tests/test_dispatch.py 2>&1 | tail -2
+      timeout 40 python benchmarks/bench_csrc_cuda.py --batches 32,64 --Ts 5 --layout auto,rs \
+          --out "$OUT/csrc_ut_s5g.json" 2>&1 | grep -v '^{' | tail -6
+      timeout 90 python benchmarks/bench_e2e.py --shapes map --batches 64 --ks 4 --alphas 0.8 --snapshot-ks 4 \
+          --cuda-csrc --tag s5-fix --out "$OUT/e2e_s5_map64.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      ;;
+  *) echo "usage: $0 1|2|s4a|s4b|s4c|s4d|s4e|s4f|s4g|s5a|s5b|s5c|s5d|s5e|s5f|s5g (one device call each)"; exit 2 ;;
 esac

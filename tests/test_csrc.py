@@ -559,3 +559,31 @@ def test_cuda_ut_forced_is_strict(monkeypatch):
     kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t) for a, t in c.kwargs(c.mutables()).items()}
     with pytest.raises(RuntimeError, match="not supported"):
         _cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
+def test_cuda_ut_no_l2norm_and_over_long_window(monkeypatch):
+    """UT form without the in-kernel l2norm equals the reference. A recorded window longer than the
+    factor bank (the reference raises ValueError; a launch cannot) gets NaN outputs for its row and
+    leaves that row's state and banks alone, while the other rows are computed."""
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "ut")
+    assert _cpp.load_cuda()
+    dev = torch.device("cuda")
+    c = Case([5, 3], 2, 4, 128, 24, S=4, Tmax=8, seed=7, pending=[2, 4])
+    m_ref = c.clone_mutables()
+    o_ref = chain_verify_ref(*c.tensors(), **c.kwargs(m_ref), use_qk_l2norm=False)
+    m_gpu = [t.to(dev) for t in c.mutables()]
+    kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t) for a, t in c.kwargs(m_gpu).items()}
+    o = _cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw, use_qk_l2norm=False)
+    torch.testing.assert_close(o.cpu(), o_ref, **TOL)
+    assert_all_close([t.cpu() for t in m_gpu], m_ref, **TOL)
+
+    c = Case([3, 6], 2, 4, 128, 24, S=4, Tmax=4, seed=8)  # row 1: 6 tokens, the bank holds 4
+    m_gpu = [t.to(dev) for t in c.mutables()]
+    kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t) for a, t in c.kwargs(m_gpu, pending=False).items()}
+    o = _cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw).cpu()
+    assert torch.isnan(o[3:]).all() and torch.isfinite(o[:3]).all()
+    s1 = int(c.slots[1])
+    for got, orig in zip(m_gpu, c.mutables()):
+        assert torch.equal(got[s1].cpu(), orig[s1]), "the over-long row's state / banks were written"

@@ -14,11 +14,12 @@ from vllm_specla.ops import _cpp
 from vllm_specla.ops import chain_verify as cv
 
 
-def _kw(rows: int, T: int, HV: int = 6, final: bool = False, tmax: int | None = 16, pending: bool = False):
-    q = torch.zeros(rows * T, 6, 4)
-    kw = dict(cu_seqlens=torch.arange(0, rows * T + 1, T), state=torch.zeros(rows, HV, 2, 4), write_final_state=final)
+def _kw(rows: int, T: int, HV: int = 6, final: bool = False, tmax: int | None = 16, pending: bool = False,
+        K: int = 4):
+    q = torch.zeros(rows * T, 6, K)
+    kw = dict(cu_seqlens=torch.arange(0, rows * T + 1, T), state=torch.zeros(rows, HV, 2, K), write_final_state=final)
     if tmax is not None:  # factor banks [slots, 2, Tmax, H, K]
-        kw.update(bank_k=torch.zeros(rows, 2, tmax, 6, 4), write_bank=torch.zeros(rows, dtype=torch.long))
+        kw.update(bank_k=torch.zeros(rows, 2, tmax, 6, K), write_bank=torch.zeros(rows, dtype=torch.long))
     if pending:
         kw.update(pending_len=torch.zeros(rows, dtype=torch.long), read_bank=torch.ones(rows, dtype=torch.long))
     return q, kw
@@ -59,16 +60,26 @@ def test_cuda_csrc_rule(monkeypatch):
 
 def test_cuda_takes_long_steps_when_built(monkeypatch):
     """With the CUDA ops built, SpecLA steps (pending factors given) at >= 192 (row, head) pairs go to
-    the CUDA kernel (its UT form) instead of the Triton UT kernel, also for windows of >= 8 tokens;
+    the CUDA kernel (its UT form) instead of the Triton UT kernel, also for windows of >= 8 tokens,
+    where the binding will take its UT form (K = 128 / 256, 16-byte aligned rows, not switched off);
     verify windows without pending factors, smaller batches and forced kernels keep the Triton rule."""
+    monkeypatch.delenv("VLLM_SPECLA_CUDA_UT", raising=False)
+    monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT", raising=False)
     monkeypatch.setattr(cv, "VERIFY_KERNEL", "auto")
     monkeypatch.setattr(_cpp, "CUDA_LOADED", True)
-    assert not cv._use_ut(*_kw(32, 8, pending=True))  # 32 rows x 6 heads = 192 pairs
-    assert cv._use_cuda_csrc(_kw(32, 8, pending=True)[1])
-    assert cv._use_ut(*_kw(32, 8))  # no pending factors: Triton UT (one state read, tensor cores)
-    assert cv._use_ut(*_kw(32, 8, HV=4, pending=True))  # 128 pairs: below the CUDA UT threshold
+    step = _kw(32, 8, pending=True, K=256)  # 32 rows x 6 heads = 192 pairs
+    assert not cv._use_ut(*step)
+    assert cv._use_cuda_csrc(step[1])
+    assert cv._use_ut(*_kw(32, 8, K=256))  # no pending factors: Triton UT (one state read, tensor cores)
+    assert cv._use_ut(*_kw(32, 8, HV=4, pending=True, K=256))  # 128 pairs: below the CUDA UT threshold
+    assert cv._use_ut(*_kw(32, 8, pending=True, K=64))  # K = 64: the binding would run v3, keep Triton UT
+    q, kw = step
+    assert cv._use_ut(q[:, :, 1:], kw)  # q rows not 16-byte aligned: the binding's UT form refuses
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_UT", "0")
+    assert cv._use_ut(*step)  # the CUDA UT form switched off
+    monkeypatch.delenv("VLLM_SPECLA_CUDA_UT")
     monkeypatch.setattr(cv, "VERIFY_KERNEL", "ut")
-    assert cv._use_ut(*_kw(32, 8, pending=True))  # forced
+    assert cv._use_ut(*step)  # forced
     monkeypatch.setattr(cv, "VERIFY_KERNEL", "auto")
     monkeypatch.setattr(cv, "USE_CUDA_CSRC", False)
-    assert cv._use_ut(*_kw(32, 8, pending=True))  # CUDA csrc switched off
+    assert cv._use_ut(*step)  # CUDA csrc switched off

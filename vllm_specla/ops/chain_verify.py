@@ -51,15 +51,30 @@ UT_MAX_TOKENS = 16  # triton_chain_ut.BT
 CUDA_UT_MIN_PAIRS = 192  # = chain_verify_ut.cu's automatic threshold
 
 
-def _cuda_takes_step(kw: dict) -> bool:
+def _cuda_ut_applies(q: torch.Tensor, k: torch.Tensor, kw: dict) -> bool:
+    """Whether the CUDA binding will run its UT form for this window (the checks of
+    ``chain_verify_ut_bounds`` / ``chain_verify_ut_auto`` in ``csrc/cuda/chain_verify_ut.cu`` that the
+    host can make without a sync): automatic layout and ``VLLM_SPECLA_CUDA_UT`` not 0, K = 128 or 256,
+    a factor bank of <= 16 positions, 16-byte aligned q / k rows and state."""
+    if os.environ.get("VLLM_SPECLA_CUDA_UT", "") == "0" or os.environ.get("VLLM_SPECLA_CUDA_LAYOUT", "") not in ("", "ut"):
+        return False
+    st, bank_k = kw["state"], kw.get("bank_k")
+    if st.shape[-1] not in (128, 256) or bank_k is None or bank_k.shape[2] > UT_MAX_TOKENS:
+        return False
+    return all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0 for t in (q, k)) \
+        and st.data_ptr() % 16 == 0
+
+
+def _cuda_takes_step(q: torch.Tensor, k: torch.Tensor, kw: dict) -> bool:
     return (VERIFY_KERNEL == "auto" and kw.get("pending_len") is not None and _use_cuda_csrc(kw)
-            and (kw["cu_seqlens"].numel() - 1) * kw["state"].shape[1] >= CUDA_UT_MIN_PAIRS)
+            and (kw["cu_seqlens"].numel() - 1) * kw["state"].shape[1] >= CUDA_UT_MIN_PAIRS
+            and _cuda_ut_applies(q, k, kw))
 
 
-def _use_ut(q: torch.Tensor, kw: dict) -> bool:
+def _use_ut(q: torch.Tensor, kw: dict, k: torch.Tensor | None = None) -> bool:
     if VERIFY_KERNEL == "serial" or kw.get("write_final_state", False):
         return False
-    if _cuda_takes_step(kw):
+    if _cuda_takes_step(q, q if k is None else k, kw):
         return False
     # the UT kernel verifies <= 16 tokens per row and cannot check that during CUDA-graph capture;
     # the factor bank bounds every window (a longer one is an error), so without banks or with a
@@ -103,7 +118,7 @@ def _ut_impl():
 def chain_verify(q, k, v, g, beta, **kw) -> torch.Tensor:
     """Chain verify (outputs ``[N, HV, V]`` float32); see :func:`chain_verify_ref`."""
     if q.is_cuda:
-        if _use_ut(q, kw):
+        if _use_ut(q, kw, k):
             ut = _ut_impl()
             if ut is not None:
                 return ut.chain_verify_ut(q, k, v, g, beta, **kw)
