@@ -55,11 +55,13 @@
 // Requirements checked by the launcher (else cudaErrorNotSupported, and chain_verify() runs the
 // serial kernels): the 16-byte path (p.vec_ok), K = 128 or 256, windows bounded by <= 16 tokens
 // (the factor bank's Tmax when factors are recorded, else the N tokens of the launch: AR at
-// batch <= 16), pending factors <= 16 (Tmax). A recorded window longer than Tmax (an error of
-// chain_verify_ref) gets NaN outputs and leaves state and banks alone. Caller contract, not
-// checked (it would need a host sync): read_bank[r] != write_bank[r] for rows with pending factors
-// (the runtime's double-buffered banks; chunk 0 writes k^ / g while other CTAs of the row still
-// read the pending bank; the serial CUDA and Triton kernels have the same requirement).
+// batch <= 16), pending factors <= 16 (Tmax). Caller contracts, not checked here (that would need
+// a host sync): a recorded window fits the bank (chain_verify_ref raises ValueError; so does the
+// Python wrapper vllm_specla.ops._cpp.chain_verify outside CUDA-graph capture; a longer window
+// here is cut at Tmax tokens and its later outputs are undefined), and read_bank[r] !=
+// write_bank[r] for rows with pending factors (the runtime's double-buffered banks: chunk 0 writes
+// k^ / g while other CTAs of the row still read the pending bank; the serial CUDA and Triton
+// kernels have the same requirement).
 // Results differ from chain_verify_ref by summation order and the fast exp / rsqrt intrinsics.
 
 #include "chain_verify.cuh"
@@ -107,9 +109,9 @@ __device__ __forceinline__ void scale4(float4& y, const float a) {
 // own pieces, so cp.async.wait_group alone orders them (no barrier).
 __device__ __forceinline__ void ut_cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
 }
-__device__ __forceinline__ void ut_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void ut_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void ut_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 // Staging rounds: 16-byte chunks per thread and round of the window's q / k rows and of the
@@ -140,29 +142,6 @@ struct Stage16<__nv_bfloat16> {
   }
 };
 
-// One xor level (offset OFF) of reduce_scatter with N live values in d[0, N); compile-time levels,
-// so every index is a constant and d stays in registers.
-template <int N, int OFF, int NV>
-__device__ __forceinline__ void rs_level(float (&d)[NV], const int lane, int& idx) {
-  if constexpr (OFF > 0) {
-    if constexpr (N > 1) {
-      constexpr int half = N / 2;
-      const bool upper = (lane & OFF) != 0;
-#pragma unroll
-      for (int i = 0; i < half; ++i) {
-        const float send = upper ? d[i] : d[i + half];
-        const float keep = upper ? d[i + half] : d[i];
-        d[i] = keep + __shfl_xor_sync(kFullUT, send, OFF);
-      }
-      if (upper) idx += half;
-      rs_level<half, OFF / 2, NV>(d, lane, idx);
-    } else {
-      d[0] += __shfl_xor_sync(kFullUT, d[0], OFF);
-      rs_level<1, OFF / 2, NV>(d, lane, idx);
-    }
-  }
-}
-
 // Reduce-scatter of NV partial sums (NV a power of two <= 32) over the warp: at each xor level
 // while more than one value is live, a lane keeps one half and adds its partner's copy of it; the
 // remaining levels are all-reduce steps. Afterwards d[0] holds the warp sum of d[idx] with
@@ -171,7 +150,23 @@ template <int NV>
 __device__ __forceinline__ int reduce_scatter(float (&d)[NV], const int lane) {
   static_assert(NV >= 1 && NV <= 32 && (NV & (NV - 1)) == 0, "NV must be a power of two <= 32");
   int idx = 0;
-  rs_level<NV, 16, NV>(d, lane, idx);
+#pragma unroll
+  for (int off = 16, n = NV; off > 0; off >>= 1) {
+    if (n > 1) {
+      const int half = n / 2;
+      const bool upper = (lane & off) != 0;
+#pragma unroll
+      for (int i = 0; i < half; ++i) {
+        const float send = upper ? d[i] : d[i + half];
+        const float keep = upper ? d[i + half] : d[i];
+        d[i] = keep + __shfl_xor_sync(kFullUT, send, off);
+      }
+      if (upper) idx += half;
+      n = half;
+    } else {
+      d[0] += __shfl_xor_sync(kFullUT, d[0], off);
+    }
+  }
   return idx;
 }
 
@@ -238,7 +233,9 @@ __device__ __forceinline__ void prefetch_tile(float4* stage, const float* st_hea
 // with the next tile's rows copied into the warp's stage (cp.async) while the current one computes,
 // registers capped for 12 warps per SM (<= 170: what it takes unbounded, no spills; shared memory
 // holds it to 3 CTAs per SM anyway at Tmax <= 8 (54-63 KiB), 2 at Tmax 16 (~97 KiB); a 128-register
-// cap for 16 warps spilled and is not kept).
+// cap for 16 warps spilled and is not kept). Known: the TM = 16 builds keep the Gram's partial
+// sums in local memory (128-byte stack frame; a register form was measured within a build that
+// was 4-11 % slower overall, RESULTS.md session 5, and is not kept).
 template <typename TIn, int K, int TM, int NW, bool ONE>
 __global__ void __launch_bounds__(NW * 32, ONE ? 1 : 12 / NW)
     chain_verify_ut_kernel(const ChainVerifyParams p, const int tb, const int pb, const int tpc) {
@@ -264,17 +261,7 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : 12 / NW)
   const int ntile = (p.V + BV - 1) / BV;
   const int tile0 = blockIdx.x * tpc, tile1 = min(tile0 + tpc, ntile);
   const int64_t bos = p.cu_seqlens[r];
-  const int64_t T_in = p.cu_seqlens[r + 1] - bos;
-  if (T_in > tb) {
-    // a recorded window longer than the factor bank (chain_verify_ref raises ValueError; a launch
-    // cannot): this CTA's o rows of the row are NaN, nothing else is touched
-    const int r0 = blockIdx.x * tpc * BV, r1 = min(p.V, r0 + tpc * BV);
-    const int64_t HVV = static_cast<int64_t>(p.HV) * p.V;
-    for (int64_t c = threadIdx.x; c < T_in * (r1 - r0); c += NT)
-      p.o[(bos + c / (r1 - r0)) * HVV + hv * p.V + r0 + c % (r1 - r0)] = __int_as_float(0x7fc00000);
-    return;
-  }
-  const int T = static_cast<int>(T_in);
+  const int T = static_cast<int>(min64(p.cu_seqlens[r + 1] - bos, tb));
   const int64_t slot = p.slots[r];
   const int P = p.pending_len != nullptr ? static_cast<int>(min64(p.pending_len[r], pb)) : 0;
   const int64_t rb = P > 0 ? p.read_bank[r] : 0;
@@ -377,17 +364,18 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : 12 / NW)
 #pragma unroll
     for (int e = 0; e < KW; ++e) nq = fmaf(qt[e], qt[e], nq);
 #pragma unroll
-    for (int u = 0; u < TM; ++u) {  // rows u > t: a staged row (u clamped to t) times 0, no branch
-      const float* ku = xk + min(u, t) * K + lane * KW;
-      float sk = 0.f, sq = 0.f;
+    for (int u = 0; u < TM; ++u) {
+      dk[u] = 0.f;
+      dq[u] = 0.f;
+      if (u <= t) {
+        const float* ku = xk + u * K + lane * KW;
 #pragma unroll
-      for (int e = 0; e < KW; e += 4) {
-        const float4 x = *reinterpret_cast<const float4*>(ku + e);
-        sk = dot4(make_float4(kt[e], kt[e + 1], kt[e + 2], kt[e + 3]), x, sk);
-        sq = dot4(make_float4(qt[e], qt[e + 1], qt[e + 2], qt[e + 3]), x, sq);
+        for (int e = 0; e < KW; e += 4) {
+          const float4 x = *reinterpret_cast<const float4*>(ku + e);
+          dk[u] = dot4(make_float4(kt[e], kt[e + 1], kt[e + 2], kt[e + 3]), x, dk[u]);
+          dq[u] = dot4(make_float4(qt[e], qt[e + 1], qt[e + 2], qt[e + 3]), x, dq[u]);
+        }
       }
-      dk[u] = u <= t ? sk : 0.f;
-      dq[u] = u <= t ? sq : 0.f;
     }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) nq += __shfl_xor_sync(kFullUT, nq, off);
@@ -463,6 +451,7 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : 12 / NW)
 #pragma unroll
         for (int i = 0; i < NPC; ++i) tile[rr][i] = stage[(rr * NPC + i) * 32 + lane];
       if (it + 1 < tile1) {
+        asm volatile("" ::: "memory");  // keep this lane's stage reads above before its refill below
         prefetch_tile<NPC>(stage, st_head, st_row, row0 + BV, V, lane, sub);
         load_cols(row_w + BV);
       }
@@ -601,7 +590,7 @@ cudaError_t launch_ut(const ChainVerifyParams& p, const int tb, const int pb, cu
   // (ties: fewer CTAs). E.g. 6x256x512 (16 tiles of 32 rows): B = 64 -> 16, one wave of 384 CTAs;
   // 8x256x256 (8 tiles) at B = 64 -> 4: 1024 CTAs in 3 waves of 396 slots beat 512 CTAs in 2.
   // the largest dynamic size an instantiation can take (tb, pb <= TM): opted in once per kernel,
-  // before the occupancy query below (which reports 0 CTAs for > 48 KiB without it)
+  // before the occupancy query below (which reports 0 CTAs above 48 KiB without it)
   static const cudaError_t attr = [] {
     const int mx = 3 * TM * K * static_cast<int>(sizeof(float)) + static_cast<int>(kStage);
     const cudaError_t a = cudaFuncSetAttribute(chain_verify_ut_kernel<TIn, K, TM, NW, true>,

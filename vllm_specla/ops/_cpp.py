@@ -191,8 +191,24 @@ def chain_verify(q, k, v, g, beta, *, scale, state, slots, cu_seqlens, bank_k=No
                          read_bank=read_bank, write_final_state=write_final_state, use_qk_l2norm=use_qk_l2norm)
 
 
+def check_windows(cu_seqlens: torch.Tensor, tmax: int) -> None:
+    """``ValueError`` (the reference's) if a row of ``cu_seqlens`` ``[R+1]`` is longer than the factor
+    bank's ``tmax`` positions. The CUDA kernels cannot raise, and the UT form computes at most ``tmax``
+    tokens of a recorded window; this reads ``cu_seqlens`` on the host (a sync for a GPU tensor), so it
+    is skipped during CUDA-graph capture, where the dispatcher's bank sizes bound the windows (as
+    ``triton_chain._bounds_check``)."""
+    if cu_seqlens.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
+    if cu_seqlens.numel() > 1:
+        longest = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
+        if longest > tmax:
+            raise ValueError(f"window of {longest} tokens exceeds the factor bank (Tmax={tmax})")
+
+
 def _chain_verify(q, k, v, g, beta, *, scale, state, slots, cu_seqlens, bank_k, bank_v, bank_g, write_bank,
                   pending_len, read_bank, write_final_state, use_qk_l2norm):
+    if q.is_cuda and write_bank is not None and bank_k is not None:
+        check_windows(cu_seqlens, bank_k.shape[2])
     return torch.ops.vllm_specla.chain_verify(q, k, v, g, beta, float(scale), state, slots, cu_seqlens, bank_k, bank_v,
                                               bank_g, write_bank, pending_len, read_bank, bool(write_final_state),
                                               bool(use_qk_l2norm))
