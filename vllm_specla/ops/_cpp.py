@@ -191,6 +191,11 @@ def chain_verify(q, k, v, g, beta, *, scale, state, slots, cu_seqlens, bank_k=No
                          read_bank=read_bank, write_final_state=write_final_state, use_qk_l2norm=use_qk_l2norm)
 
 
+# The host-side window check of the CUDA wrapper (check_windows); False skips it (and its host sync)
+# outside graph capture too, as triton_chain.CHECK_BOUNDS does for the Triton kernels.
+CHECK_WINDOWS = True
+
+
 def check_windows(cu_seqlens: torch.Tensor, tmax: int) -> None:
     """``ValueError`` (the reference's) if a row of ``cu_seqlens`` ``[R+1]`` is longer than the factor
     bank's ``tmax`` positions. The CUDA kernels cannot raise, and the UT form computes at most ``tmax``
@@ -207,7 +212,7 @@ def check_windows(cu_seqlens: torch.Tensor, tmax: int) -> None:
 
 def _chain_verify(q, k, v, g, beta, *, scale, state, slots, cu_seqlens, bank_k, bank_v, bank_g, write_bank,
                   pending_len, read_bank, write_final_state, use_qk_l2norm):
-    if q.is_cuda and write_bank is not None and bank_k is not None:
+    if CHECK_WINDOWS and q.is_cuda and write_bank is not None and bank_k is not None:
         check_windows(cu_seqlens, bank_k.shape[2])
     return torch.ops.vllm_specla.chain_verify(q, k, v, g, beta, float(scale), state, slots, cu_seqlens, bank_k, bank_v,
                                               bank_g, write_bank, pending_len, read_bank, bool(write_final_state),
