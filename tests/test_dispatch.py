@@ -75,6 +75,8 @@ def test_cuda_takes_long_steps_when_built(monkeypatch):
     assert cv._use_ut(*_kw(32, 8, pending=True, K=64))  # K = 64: the binding would run v3, keep Triton UT
     q, kw = step
     assert cv._use_ut(q[:, :, 1:], kw)  # q rows not 16-byte aligned: the binding's UT form refuses
+    odd = dict(kw, state=torch.zeros(32, 6, 2, 257)[..., :256])  # a state page view with odd strides
+    assert cv._use_ut(q, odd)
     monkeypatch.setenv("VLLM_SPECLA_CUDA_UT", "0")
     assert cv._use_ut(*step)  # the CUDA UT form switched off
     monkeypatch.delenv("VLLM_SPECLA_CUDA_UT")

@@ -61,8 +61,10 @@ def _cuda_ut_applies(q: torch.Tensor, k: torch.Tensor, kw: dict) -> bool:
     st, bank_k = kw["state"], kw.get("bank_k")
     if st.shape[-1] not in (128, 256) or bank_k is None or bank_k.shape[2] > UT_MAX_TOKENS:
         return False
-    return all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0 for t in (q, k)) \
-        and st.data_ptr() % 16 == 0
+    rows_ok = all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0 for t in (q, k))
+    # fp32 state and k^ bank: 16-byte aligned, unit key stride, outer strides in whole 16-byte units
+    return rows_ok and all(t.data_ptr() % 16 == 0 and t.stride(-1) == 1 and all(d % 4 == 0 for d in t.stride()[:-1])
+                           for t in (st, bank_k))
 
 
 def _cuda_takes_step(q: torch.Tensor, k: torch.Tensor, kw: dict) -> bool:
