@@ -44,18 +44,22 @@ CASES = [("fused", 5, 3), ("sep", 5, 3), ("fused", 8, 5), ("sep", 8, 5), ("step"
 
 def _forced_ut(fn, nw):
     """``fn`` with the CUDA UT-form kernel forced (VLLM_SPECLA_CUDA_LAYOUT=ut, read by the binding at
-    each call, i.e. at graph capture) and ``nw`` warps per CTA ('' = automatic)."""
+    each call, i.e. at graph capture) and ``nw`` warps per CTA ('' = automatic; 4 warps in
+    build variant N for 'vN', VLLM_SPECLA_CUDA_UT_VAR)."""
     def wrapped(*a, **kw):
         if kw.get("write_final_state"):  # replay launches (T = 1, state written): the automatic layout
             return fn(*a, **kw)
         os.environ["VLLM_SPECLA_CUDA_LAYOUT"] = "ut"
-        if nw:
+        if nw.startswith("v"):
+            os.environ["VLLM_SPECLA_CUDA_UT_VAR"] = nw[1:]
+        elif nw:
             os.environ["VLLM_SPECLA_CUDA_UT_NW"] = nw
         try:
             return fn(*a, **kw)
         finally:
             os.environ.pop("VLLM_SPECLA_CUDA_LAYOUT", None)
             os.environ.pop("VLLM_SPECLA_CUDA_UT_NW", None)
+            os.environ.pop("VLLM_SPECLA_CUDA_UT_VAR", None)
 
     return wrapped
 
@@ -80,7 +84,7 @@ def kernels(names):
 
             out[n] = ut.chain_verify_ut
         else:
-            raise ValueError(f"--impls: unknown kernel {n!r} (allowed: cuda, cuda_ut, cuda_ut1, "
+            raise ValueError(f"--impls: unknown kernel {n!r} (allowed: cuda, cuda_ut, cuda_ut1, cuda_utv1 .. cuda_utv3, "
                              "triton, ut)")
     return out
 
@@ -89,6 +93,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", default="32,128,256")
     ap.add_argument("--impls", default="cuda,triton")
+    ap.add_argument("--replays", type=int, default=8, help="graph replays per timing (median of 5 timings)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     impls = kernels([s for s in args.impls.split(",") if s])
@@ -138,7 +143,7 @@ def main() -> None:
                                 for t in range(T):
                                     fn(*per_tok[t], scale=K ** -0.5, state=state, slots=s, cu_seqlens=cu1,
                                        write_final_state=True)
-                    us = 1e3 * graph_ms(body, replays=8) / LAYERS
+                    us = 1e3 * graph_ms(body, replays=args.replays) / LAYERS
                     r = dict(shape=sname, B=B, impl=iname, kind=kind, T=T, A=A if kind != "step" else T,
                              us=round(us, 2), gpu=torch.cuda.get_device_name())
                     recs.append(r)

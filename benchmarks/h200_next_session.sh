@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* calls need neither). State after session 5: benchmarks/RESULTS.md
-# "Session 5". 1 / 2: the regression set and kernel tables; s4a-s4g / s5a-s5f: the session-4 / -5
-# calls as run (s5f = the CUDA tests at the final kernel code, ncu of the UT step, e2e at K = 8).
+# README/device; the s5* / s6* calls need neither). State after session 6: benchmarks/RESULTS.md
+# "Session 6". 1 / 2: the regression set and kernel tables; s4a-s4g / s5a-s5f / s6a-s6f: the session
+# 4 / 5 / 6 calls as run (s6e = the GPU tests, commit ratios and e2e at the final UT dispatch; s6a /
+# s6f forced variants that no longer exist: utv5 lanes, UT_VAR 4 / 5).
 set -u
 case "${1:-}" in
   1)  # correctness of the dispatch paths, then the full e2e grid with the CUDA csrc + UT dispatch
@@ -17,6 +18,104 @@ case "${1:-}" in
       python benchmarks/bench_ut.py --batches 128,32,256 --Ts 2,5,8,9 --budget-s 200 --out "$OUT/ut_s4.json"
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
+      ;;
+  s6a)  # session 6, call 1: the UT kernel's uniform-pair lane order vs session 5's (same run), full ncu of both
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 170 python benchmarks/bench_csrc_cuda.py --batches 32,64,128 --Ts 5,8 --layout ut,utv5 \
+          --out "$OUT/csrc_s6a.json" 2>&1 | tail -26
+      timeout 110 python benchmarks/bench_commit_cuda.py --impls cuda,cuda_utv5 --batches 32,128 --replays 20 \
+          --out "$OUT/commit_s6a.json" 2>&1 | tail -9
+      for lanes in pair v5; do
+        VLLM_SPECLA_CUDA_LAYOUT=ut VLLM_SPECLA_CUDA_UT_LANES=$lanes timeout 80 ncu --set full --clock-control none \
+            -k regex:chain_verify_ut --launch-skip 1 --launch-count 1 python benchmarks/prof/cuda_once.py 64 5 5 \
+            > "$OUT/ncu_full_$lanes.txt" 2>&1
+        grep -E "Duration|DRAM Throughput|L1/TEX Cache Throughput|Registers Per|Achieved Occupancy|Issued Warp|No Eligible|Stall|Shared" \
+            "$OUT/ncu_full_$lanes.txt" | head -30
+      done
+      timeout 150 python -m pytest -q -x tests/test_csrc.py -k "cuda_ut" 2>&1 | tail -3
+      ;;
+  s6b)  # session 6, call 2: where the UT step's warps stall (per-reason stall cycles, source-level tables)
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16 VLLM_SPECLA_CUDA_LINEINFO=1
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      ncu --version | tail -1
+      ncu --help | grep -iE -A1 "print-source|--page " | head -20
+      for sh in 6x256x512 8x256x256; do
+        VLLM_SPECLA_CUDA_LAYOUT=ut timeout 60 ncu --clock-control none -k regex:chain_verify_ut --launch-skip 1 \
+            --launch-count 1 --page raw --metrics \
+            "regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$,regex:^smsp__inst_executed_op_.*\.sum$,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,smsp__inst_executed_op_ldgsts.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_write.sum,dram__bytes_read.sum,dram__bytes_write.sum" \
+            python benchmarks/prof/cuda_once.py 64 5 5 $sh > "$OUT/ncu_stalls_$sh.txt" 2>&1
+        grep -vE "^==|^\[|^done" "$OUT/ncu_stalls_$sh.txt" | awk '$NF != "0" && $NF != "0.00"' | head -70
+      done
+      VLLM_SPECLA_CUDA_LAYOUT=ut timeout 100 ncu --set full --import-source yes --print-details all --clock-control none \
+          -k regex:chain_verify_ut --launch-skip 1 --launch-count 1 -o "$OUT/ut_step_b64" \
+          python benchmarks/prof/cuda_once.py 64 5 5 > /dev/null 2>&1; echo "rep rc $?"
+      timeout 60 ncu -i "$OUT/ut_step_b64.ncu-rep" --print-details all --page details > "$OUT/ncu_details.txt" 2>&1
+      grep -iE -B2 -A12 "Excessive|stall" "$OUT/ncu_details.txt" | head -120
+      timeout 60 ncu -i "$OUT/ut_step_b64.ncu-rep" --page source --csv --print-source cuda > "$OUT/ncu_source_cuda.csv" 2>&1
+      timeout 60 ncu -i "$OUT/ut_step_b64.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_source_sass.csv" 2>&1
+      ls -la "$OUT"; head -c 600 "$OUT/ncu_source_cuda.csv"
+      ;;
+  s6c)  # session 6, call 3: UT kernel build variants (0 = v5, 1 = + vector cg stores, 2 = + TMA stage refills), A/B
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 200 python -m pytest -q -x tests/test_csrc.py -k "cuda_ut" 2>&1 | tail -3
+      timeout 200 python benchmarks/bench_csrc_cuda.py --batches 32,64,128 --Ts 5,8 --layout utv0,utv1,utv2 \
+          --out "$OUT/csrc_s6c.json" 2>&1 | tail -26
+      timeout 120 python benchmarks/bench_commit_cuda.py --impls cuda_utv0,cuda_utv2 --batches 32,128 --replays 20 \
+          --out "$OUT/commit_s6c.json" 2>&1 | tail -9
+      VLLM_SPECLA_CUDA_LAYOUT=ut timeout 60 ncu --clock-control none -k regex:chain_verify_ut --launch-skip 1 \
+          --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+          --section SchedulerStats python benchmarks/prof/cuda_once.py 64 5 5 > "$OUT/ncu_v2.txt" 2>&1
+      grep -E "Duration|DRAM Throughput|L1/TEX Cache Throughput|L2 Cache Throughput|L2 Hit|Issued Warp" "$OUT/ncu_v2.txt"
+      ;;
+  s6d)  # session 6, call 4: UT variant 3 (16 lanes per row, 16 warps per SM) vs 2 / 0, tests of 3, ncu of 3
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      VLLM_SPECLA_CUDA_UT_VAR=3 timeout 200 python -m pytest -q -x tests/test_csrc.py -k "cuda_ut" 2>&1 | tail -3
+      timeout 200 python benchmarks/bench_csrc_cuda.py --batches 32,64,128 --Ts 5,8 --layout utv0,utv2,utv3 \
+          --out "$OUT/csrc_s6d.json" 2>&1 | tail -26
+      timeout 120 python benchmarks/bench_commit_cuda.py --impls cuda_utv2,cuda_utv3 --batches 32,128 --replays 20 \
+          --out "$OUT/commit_s6d.json" 2>&1 | tail -9
+      VLLM_SPECLA_CUDA_UT_VAR=3 VLLM_SPECLA_CUDA_LAYOUT=ut timeout 60 ncu --clock-control none -k regex:chain_verify_ut \
+          --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+          --section SchedulerStats --section WarpStateStats python benchmarks/prof/cuda_once.py 64 5 5 > "$OUT/ncu_v3.txt" 2>&1
+      grep -E "Duration|DRAM Throughput|L1/TEX Cache Throughput|Registers Per|Achieved Occ|Issued Warp|Grid Size" "$OUT/ncu_v3.txt"
+      ;;
+  s6e)  # session 6, call 5: the final UT dispatch (variant 2 / 3 by the cost model): GPU tests, commit ratios,
+        # map end to end at B = 64 / 256, kernel table, flame B = 64
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 90 python -m pytest -q -x tests/test_csrc.py -k cuda tests/test_dispatch.py 2>&1 | tail -2
+      timeout 80 python benchmarks/bench_commit_cuda.py --impls cuda --batches 32,128 --replays 20 \
+          --out "$OUT/commit_s6e.json" 2>&1 | tail -5
+      timeout 170 python benchmarks/bench_e2e.py --shapes map --batches 64,256 --ks 4 --alphas 0.8 --snapshot-ks 4 \
+          --cuda-csrc --tag s6e --out "$OUT/e2e_s6e.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      timeout 70 python benchmarks/bench_csrc_cuda.py --batches 32,64,128 --Ts 5 --layout ut,utv2,utv3 \
+          --out "$OUT/csrc_s6e.json" 2>&1 | tail -7
+      timeout 80 python benchmarks/bench_e2e.py --shapes flame --batches 64 --ks 4 --alphas 0.8 --snapshot-ks 4 \
+          --cuda-csrc --tag s6e --out "$OUT/e2e_s6e.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      ;;
+  s6f)  # session 6, call 6: UT variants 4 (16 lanes x 4 rows per lane) and 5 (32 lanes x 4 rows): tests, table,
+        # and map B = 64 end to end with the fastest variant of its kernel row forced, if not the default
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      for var in 4 5; do
+        VLLM_SPECLA_CUDA_UT_VAR=$var timeout 45 python -m pytest -q -x tests/test_csrc.py -k "cuda_ut" 2>&1 | tail -1
+      done
+      timeout 70 python benchmarks/bench_csrc_cuda.py --batches 32,64,128 --Ts 5 --layout utv2,utv3,utv4,utv5 \
+          --out "$OUT/csrc_s6f.json" 2>&1 | tail -13
+      best=$(python -c "
+import json; r=[x for x in json.load(open('$OUT/csrc_s6f.json')) if x['shape']=='8x256x256' and x['batch']==64 and x['kind']=='step'][0]
+print(min((r['cuda_utv%d_us' % v], v) for v in (3, 4, 5))[1])")
+      echo "fastest variant for 8x256x256 B=64 step: $best"
+      if [ "$best" != "3" ]; then
+        VLLM_SPECLA_CUDA_UT_VAR=$best timeout 80 python benchmarks/bench_e2e.py --shapes map --batches 64 --ks 4 --alphas 0.8 \
+            --snapshot-ks 4 --cuda-csrc --tag "s6f-var$best" --out "$OUT/e2e_s6f.jsonl" 2>&1 | grep "^{" | \
+            python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      fi
       ;;
   s4a)  # session 4, call 1: UT sanity after the v5 cleanup, where a SpecLA step's time goes, ncu of the
         # CUDA step (B = 64) and batch-1 verify, tree verify alone (no pending) vs per-node replay

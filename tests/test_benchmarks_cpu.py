@@ -29,3 +29,26 @@ def test_bench_e2e_dry_cpu(tmp_path):
     table = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "plot_e2e.py"), str(out)],
                            check=True, env=env, capture_output=True, text=True, timeout=120).stdout
     assert "| shape | B | alpha |" in table
+
+
+def test_csrc_bench_forced_variants_set_the_switches(monkeypatch):
+    """``bench_csrc_cuda`` A/B columns: each forced CUDA layout / UT build variant sets exactly the
+    binding's switches while the op runs (read at graph capture) and clears them afterwards. A
+    parsing slip here once ran the default kernel in every ``utvN`` column (RESULTS.md session 6)."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import bench_csrc_cuda as bc  # noqa: PLC0415
+
+    seen = []
+    keys = ("VLLM_SPECLA_CUDA_LAYOUT", "VLLM_SPECLA_CUDA_UT_NW", "VLLM_SPECLA_CUDA_UT_VAR", "VLLM_SPECLA_CUDA_BV",
+            "VLLM_SPECLA_CUDA_REGCAP")
+    monkeypatch.setattr(bc._cpp, "chain_verify", lambda *a, **kw: seen.append({k: os.environ.get(k) for k in keys}))
+    for k in keys:
+        monkeypatch.delenv(k, raising=False)
+    for layout in ("utv1", "utv2", "utv3", "ut1", "ut", "rs", "auto"):
+        bc._with_env(0, True, layout)()
+    assert [s["VLLM_SPECLA_CUDA_UT_VAR"] for s in seen] == ["1", "2", "3", None, None, None, None]
+    assert [s["VLLM_SPECLA_CUDA_LAYOUT"] for s in seen] == ["ut"] * 5 + ["rs", None]
+    assert [s["VLLM_SPECLA_CUDA_UT_NW"] for s in seen] == [None, None, None, "1", None, None, None]
+    bc._with_env(4, False, "auto")()
+    assert seen[-1]["VLLM_SPECLA_CUDA_BV"] == "4" and seen[-1]["VLLM_SPECLA_CUDA_REGCAP"] == "0"
+    assert all(os.environ.get(k) is None for k in keys)

@@ -1,6 +1,7 @@
 """One launch each of the CUDA csrc chain verify for Nsight Compute (issue 5/9 profiling):
 ``VLLM_SPECLA_CPP_JIT=1 ncu --clock-control none -k regex:chain_verify python benchmarks/prof/cuda_once.py B T P``
-(B rows, T-token windows, P pending factors folded first; 6x256x512 heads, bf16 q/k/v, fp32 state).
+(B rows, T-token windows, P pending factors folded first; heads 6x256x512, or the optional 4th
+argument HxKxV, e.g. 8x256x256; bf16 q/k/v, fp32 state).
 Random inputs; no timing here (ncu measures)."""
 import sys
 
@@ -10,7 +11,8 @@ sys.path.insert(0, ".")
 from vllm_specla.ops import _cpp  # noqa: E402
 
 assert _cpp.load_cuda(), "CUDA csrc build failed"
-H, HV, K, V = 6, 6, 256, 512
+H, K, V = (int(x) for x in (sys.argv[4] if len(sys.argv) > 4 else "6x256x512").split("x"))
+HV = H
 B, T, P = (int(x) for x in sys.argv[1:4])
 Tmax, dev = max(8, T), "cuda"  # banks sized to the window, as the runtime and the benchmarks
 N = B * T

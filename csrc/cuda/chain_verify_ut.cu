@@ -25,13 +25,19 @@
 //
 // Layout. Grid (S, HV, R): CTA (c, hv, r) of NW warps (4 unless forced) does the per-(row, head)
 // work (staging, Gram, coefficients, phases 1-2) once and then loops over its chunk of the value
-// tiles (BV = 8 NW rows each; S chunks per (row, head) from a wave cost model, launch_ut; one tile
-// per CTA at small batch, where the tile's loads are issued before the staging). Per tile: the state rows and the warp's v / pending v~ columns are loaded (one round
-// trip), then phases 3-6 run warp-locally (the warp's 8 rows; __syncwarp only). In a warp, lane = (row group rg = lane / 8, sub-lane s = lane % 8):
-// row group rg owns RPL = 2 value rows, its 8 lanes split the K keys into 4-key pieces (piece i of
-// sub-lane s at keys (8 i + s) * 4 .. + 3: a row's 8 lanes read 128 contiguous bytes per piece),
-// so per lane the tile is 2 x K / 8 floats (64 registers at K = 256) and each reduction is
-// in-thread plus 3 xor-shuffle levels. Phases:
+// tiles (BV = RPW NW rows each; S chunks per (row, head) from a wave cost model, plan_ut; one tile
+// per CTA at small batch, where the tile's loads are issued before the staging). Per tile: the
+// warp's state rows come from its stage (refilled for the next tile while this one computes: TMA
+// bulk row copies on sm_90, per-thread cp.async otherwise) and its v / pending v~ columns from
+// registers loaded one tile ahead, then phases 3-6 run warp-locally (the warp's RPW rows;
+// __syncwarp only). In a warp, lane = (row group rg = lane / LPR, sub-lane s = lane % LPR): row
+// group rg owns RPL = 2 value rows, its LPR lanes split the K keys into 4-key pieces (piece i of
+// sub-lane s at keys (LPR i + s) * 4 .. + 3: a row's lanes read 16 LPR contiguous bytes per piece),
+// so per lane the tile is 2 x K / LPR floats and each reduction is in-thread plus log2 LPR
+// xor-shuffle levels. Build variant 2 (VAR): LPR = 8, RPW = 8 rows per warp, 64 tile registers at
+// K = 256, 12 warps per SM; variant 3: LPR = 16, RPW = 4, 32 tile registers, 16 warps per SM (the
+// automatic choice takes 3 where the cost model gives it >= 3 % less time: for the 8x256x256 heads
+// of GDN-1.3B at B = 32, 64, 128, 256, not for 6x256x512; RESULTS.md session 6). Phases:
 //   1. every thread stages the window's raw q / k rows (widened to fp32), the pending k^ rows, and
 //      the tile's v / pending v~ columns into shared memory (16-byte loads), with g, beta and the
 //      pending g, every load of a round issued before its stores (a load -> store loop waits one
@@ -69,6 +75,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <cstdlib>
 
 namespace vllm_specla {
@@ -77,9 +84,10 @@ namespace {
 
 constexpr float kEpsUT = 1e-6f;  // fla l2norm eps
 constexpr unsigned kFullUT = 0xffffffffu;
-constexpr int kLPR = 8;  // lanes per value row
-constexpr int kRPL = 2;  // value rows per lane (row group)
-constexpr int kRowsPerWarp = (32 / kLPR) * kRPL;  // 8
+// value rows per warp for LPR lanes per value row and RPL value rows per lane (the kernel's build
+// variant fixes both: ut_lpr, ut_rpl)
+template <int LPR, int RPL>
+__host__ __device__ constexpr int rows_per_warp() { return (32 / LPR) * RPL; }
 
 __device__ __forceinline__ int64_t min64(const int64_t a, const int64_t b) { return a < b ? a : b; }
 
@@ -114,6 +122,48 @@ __device__ __forceinline__ void ut_cp_async16(void* smem, const void* gmem) {
 __device__ __forceinline__ void ut_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void ut_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
+// Tensor-memory-accelerator bulk copies (sm_90): a warp's 8 state rows of the next value tile are
+// copied into its stage by 8 cp.async.bulk row copies, completing on the warp's mbarrier. The
+// per-thread cp.async form (LDGSTS) requested 2 L2 sectors per 16-byte chunk in Nsight Compute (32
+// per warp instruction against 16 ideal; RESULTS.md session 6).
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void ut_mbar_init(unsigned long long* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(bar)) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void ut_mbar_expect_tx(unsigned long long* bar, const unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void ut_bulk_g2s(void* dst, const void* src, const unsigned bytes, unsigned long long* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_u32(dst)),
+               "l"(src), "r"(bytes), "r"(smem_u32(bar))
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void ut_mbar_wait(unsigned long long* bar, const unsigned phase) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n"
+      ".reg .pred P1;\n"
+      "UT_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@P1 bra UT_DONE;\n"
+      "bra UT_WAIT;\n"
+      "UT_DONE:\n"
+      "}\n" ::"r"(smem_u32(bar)),
+      "r"(phase)
+      : "memory");
+#endif
+}
+
 // Staging rounds: 16-byte chunks per thread and round of the window's q / k rows and of the
 // pending k^ rows (kStageQK / kStageKP must divide evenly; the usual windows take one round).
 constexpr int kStageQK = 8, kStageKP = 4;
@@ -142,16 +192,19 @@ struct Stage16<__nv_bfloat16> {
   }
 };
 
-// Reduce-scatter of NV partial sums (NV a power of two <= 32) over the warp: at each xor level
-// while more than one value is live, a lane keeps one half and adds its partner's copy of it; the
-// remaining levels are all-reduce steps. Afterwards d[0] holds the warp sum of d[idx] with
-// idx = lane >> (5 - log2 NV) (returned); NV - 1 shuffles for NV values, none behind a branch.
-template <int NV>
+// Reduce-scatter of NV partial sums (NV a power of two) over the lanes that differ in the xor
+// offsets HI, HI / 2, .., LO (powers of two; 16 .. 1 = the whole warp): at each level while more
+// than one value is live, a lane keeps one half and adds its partner's copy of it; the remaining
+// levels are all-reduce steps. Afterwards d[0] holds the group sum of d[idx] (returned; idx from
+// the lane's bits HI, HI / 2, ..: the upper half at each halving level); NV - 1 shuffles for NV
+// values plus one per all-reduce level, none behind a branch.
+template <int NV, int HI = 16, int LO = 1>
 __device__ __forceinline__ int reduce_scatter(float (&d)[NV], const int lane) {
   static_assert(NV >= 1 && NV <= 32 && (NV & (NV - 1)) == 0, "NV must be a power of two <= 32");
+  static_assert(HI >= LO && LO >= 1 && HI <= 16, "xor offsets HI .. LO within the warp");
   int idx = 0;
 #pragma unroll
-  for (int off = 16, n = NV; off > 0; off >>= 1) {
+  for (int off = HI, n = NV; off >= LO; off >>= 1) {
     if (n > 1) {
       const int half = n / 2;
       const bool upper = (lane & off) != 0;
@@ -170,59 +223,90 @@ __device__ __forceinline__ int reduce_scatter(float (&d)[NV], const int lane) {
   return idx;
 }
 
-__device__ __forceinline__ float to_f32(const float x) { return x; }
-__device__ __forceinline__ float to_f32(const __nv_bfloat16 x) { return __bfloat162float(x); }
+// A v element kept raw in a register until it is stored to shared memory (bf16: its 16 bits).
+template <typename TIn>
+struct RawV;
+template <>
+struct RawV<float> {
+  using type = float;
+  __device__ __forceinline__ static float load(const float* x) { return *x; }
+  __device__ __forceinline__ static float widen(const float x) { return x; }
+};
+template <>
+struct RawV<__nv_bfloat16> {
+  using type = unsigned short;
+  __device__ __forceinline__ static unsigned short load(const __nv_bfloat16* x) {
+    return *reinterpret_cast<const unsigned short*>(x);
+  }
+  __device__ __forceinline__ static float widen(const unsigned short x) { return __uint_as_float(unsigned(x) << 16); }
+};
+
 
 // Shared memory of one CTA: [TM]-sized scalars and [TM, TM] coefficient matrices, per-warp areas
 // for the tile's v / pending v~ columns and the products (static), the staged q / k / pending k^
 // rows (dynamic, sized by the host's bounds tb / pb on window and pending lengths).
-template <int TM, int NW>
+template <int TM, int NW, int RPW>
 struct UTShared {
   float g[TM], beta[TM], gp[TM], cp[TM], eG[TM], rk[TM], rq[TM], dl[TM], qq[TM];
   float kk[TM][TM + 1], qk[TM][TM + 1];  // Gram rows t: k_t.k_u, q_t.k_u (u <= t), raw q / k
   float A[TM][TM + 1], W[TM][TM + 1];    // D_tu rk_t rk_u kk_tu (u < t), D_tu rq_t rk_u qk_tu (u <= t)
   float gam;                             // exp(sum of pending g)
-  struct Warp {                          // one warp's 8 rows of the current value tile
-    float v[TM][kRowsPerWarp], vp[TM][kRowsPerWarp];  // v_t, pending v~_j
-    float U[TM][kRowsPerWarp], Q[TM][kRowsPerWarp];   // S' k_t, S' q_t (raw k / q)
-    float vt[TM][kRowsPerWarp];                       // v~_t (write_final_state)
+  struct Warp {                          // one warp's RPW rows of the current value tile
+    float v[TM][RPW], vp[TM][RPW];  // v_t, pending v~_j
+    float U[TM][RPW], Q[TM][RPW];   // S' k_t, S' q_t (raw k / q)
+    float vt[TM][RPW];              // v~_t
   } w[NW];
 };
 
 // Loads of one lane's state rows (kRPL rows, NPC 4-key pieces each; rows past V re-read row V-1).
-template <int NPC>
-__device__ __forceinline__ void load_tile(float4 (&tile)[kRPL][NPC], const float* st_head, const int64_t st_row,
+template <int LPR, int RPL, int NPC>
+__device__ __forceinline__ void load_tile(float4 (&tile)[RPL][NPC], const float* st_head, const int64_t st_row,
                                           const int row0, const int V, const int sub) {
 #pragma unroll
-  for (int rr = 0; rr < kRPL; ++rr) {
+  for (int rr = 0; rr < RPL; ++rr) {
     const float* sp = st_head + min(row0 + rr, V - 1) * st_row;
 #pragma unroll
-    for (int i = 0; i < NPC; ++i) tile[rr][i] = *reinterpret_cast<const float4*>(sp + (i * kLPR + sub) * 4);
+    for (int i = 0; i < NPC; ++i) tile[rr][i] = *reinterpret_cast<const float4*>(sp + (i * LPR + sub) * 4);
   }
 }
 
-template <int NPC>
-__device__ __forceinline__ void store_tile(const float4 (&tile)[kRPL][NPC], float* st_head, const int64_t st_row,
+// st.global.cg.v4 for every piece: a plain float4 store of piece 0 was split into 4 scalar stores by
+// the compiler (session 5's build: 4x the L2 sectors of that piece, Nsight Compute, session 6).
+template <int LPR, int RPL, int NPC>
+__device__ __forceinline__ void store_tile(const float4 (&tile)[RPL][NPC], float* st_head, const int64_t st_row,
                                            const int row0, const int V, const int sub) {
 #pragma unroll
-  for (int rr = 0; rr < kRPL; ++rr) {
+  for (int rr = 0; rr < RPL; ++rr) {
     if (row0 + rr < V) {
       float* sp = st_head + (row0 + rr) * st_row;
 #pragma unroll
-      for (int i = 0; i < NPC; ++i) *reinterpret_cast<float4*>(sp + (i * kLPR + sub) * 4) = tile[rr][i];
+      for (int i = 0; i < NPC; ++i) {
+        __stcg(reinterpret_cast<float4*>(sp + (i * LPR + sub) * 4), tile[rr][i]);
+      }
     }
   }
 }
 
-// cp.async of one lane's state rows into its slots of the warp's stage ([kRPL][NPC][32] float4).
-template <int NPC>
+// TMA stage refill (lane 0 of the warp): the warp's RPW rows row_w .. row_w + RPW - 1 (rows past V
+// re-read row V - 1), K floats each, into stage rows 0 .. RPW - 1.
+template <int K, int RPW>
+__device__ __forceinline__ void prefetch_tile_tma(float* stage, const float* st_head, const int64_t st_row,
+                                                  const int row_w, const int V, unsigned long long* bar) {
+  ut_mbar_expect_tx(bar, RPW * K * sizeof(float));
+#pragma unroll
+  for (int j = 0; j < RPW; ++j)
+    ut_bulk_g2s(stage + j * K, st_head + min(row_w + j, V - 1) * st_row, K * sizeof(float), bar);
+}
+
+// cp.async of one lane's state rows into its slots of the warp's stage ([RPL][NPC][32] float4).
+template <int LPR, int RPL, int NPC>
 __device__ __forceinline__ void prefetch_tile(float4* stage, const float* st_head, const int64_t st_row,
                                               const int row0, const int V, const int lane, const int sub) {
 #pragma unroll
-  for (int rr = 0; rr < kRPL; ++rr) {
+  for (int rr = 0; rr < RPL; ++rr) {
     const float* sp = st_head + min(row0 + rr, V - 1) * st_row;
 #pragma unroll
-    for (int i = 0; i < NPC; ++i) ut_cp_async16(stage + (rr * NPC + i) * 32 + lane, sp + (i * kLPR + sub) * 4);
+    for (int i = 0; i < NPC; ++i) ut_cp_async16(stage + (rr * NPC + i) * 32 + lane, sp + (i * LPR + sub) * 4);
   }
   ut_cp_async_commit();
 }
@@ -236,16 +320,37 @@ __device__ __forceinline__ void prefetch_tile(float4* stage, const float* st_hea
 // cap for 16 warps spilled and is not kept). Known: the TM = 16 builds keep the Gram's partial
 // sums in local memory (128-byte stack frame; a register form was measured within a build that
 // was 4-11 % slower overall, RESULTS.md session 5, and is not kept).
-template <typename TIn, int K, int TM, int NW, bool ONE>
-__global__ void __launch_bounds__(NW * 32, ONE ? 1 : 12 / NW)
+// Build variant VAR (ChainVerifyParams::ut_var; RESULTS.md session 6):
+//   1: the stage refill by per-thread cp.async (any GPU);
+//   2: the refill by TMA bulk copies (loop mode, sm_90), 8 lanes per value row, 2 rows per lane
+//      (8 rows per warp, 64 tile registers), registers for 12 warps per SM;
+//   3: 2 with 16 lanes per value row (4 rows per warp, 32 tile registers, the row's products
+//      reduce-scattered), registers capped for 16 warps per SM.
+// Measured and removed: session 5's v5 (0; the raw v columns and vector cg stores below made
+// 8x256x256 steps 4-8 % faster), 4 (16 lanes x 4 rows per lane: within 2 % of 2, slower than 3 for
+// 8x256x256) and 5 (32 lanes x 4 rows: as 3, slower for 6x256x512).
+template <int VAR>
+__host__ __device__ constexpr int ut_lpr() { return VAR == 3 ? 16 : 8; }
+template <int VAR>
+__host__ __device__ constexpr int ut_rpl() { return 2; }
+template <int VAR, int NW>
+__host__ __device__ constexpr int ut_min_blocks() { return (VAR == 3 ? 16 : 12) / NW; }
+
+template <typename TIn, int K, int TM, int NW, bool ONE, int VAR>
+__global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
     chain_verify_ut_kernel(const ChainVerifyParams p, const int tb, const int pb, const int tpc) {
+  static_assert(VAR >= 1 && VAR <= 3, "build variants 1 .. 3");
+  constexpr bool kTMA = VAR >= 2 && !ONE;
+  constexpr int kLPR = ut_lpr<VAR>(), kRPL = ut_rpl<VAR>();
+  constexpr int kRowsPerWarp = rows_per_warp<kLPR, kRPL>();
   constexpr int BV = kRowsPerWarp * NW;
   constexpr int NT = NW * 32;
   constexpr int KPL = K / kLPR;  // keys per lane and row
   constexpr int NPC = KPL / 4;   // 4-key pieces per lane and row
   constexpr int KW = K / 32;     // keys per lane in the Gram phase (contiguous)
   static_assert(K % 128 == 0 && KW % 4 == 0, "K must be 128 or 256");
-  __shared__ UTShared<TM, NW> sh;
+  __shared__ UTShared<TM, NW, kRowsPerWarp> sh;
+  __shared__ unsigned long long ut_mbar[NW];  // kTMA: the warp's stage barrier
   extern __shared__ float4 dyn4[];
   float* const xk = reinterpret_cast<float*>(dyn4);  // [tb][K] raw k (fp32)
   float* const xq = xk + tb * K;                     // [tb][K] raw q
@@ -274,19 +379,36 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : 12 / NW)
   const int64_t st_row = p.st_stride[2];
 
   float4 tile[kRPL][NPC];
-  if (ONE && tile0 < tile1) load_tile(tile, st_head, st_row, tile0 * BV + wrow + rg * kRPL, V, sub);
-  if (!ONE && tile0 < tile1) prefetch_tile<NPC>(stage, st_head, st_row, tile0 * BV + wrow + rg * kRPL, V, lane, sub);
+  if (ONE && tile0 < tile1) load_tile<kLPR>(tile, st_head, st_row, tile0 * BV + wrow + rg * kRPL, V, sub);
+  unsigned tma_phase = 0;
+  if (kTMA) {
+    if (lane == 0) ut_mbar_init(&ut_mbar[warp]);
+    __syncwarp();
+    if (lane == 0 && tile0 < tile1)
+      prefetch_tile_tma<K, kRowsPerWarp>(reinterpret_cast<float*>(stage), st_head, st_row, tile0 * BV + wrow, V,
+                                         &ut_mbar[warp]);
+  } else if (!ONE && tile0 < tile1) {
+    prefetch_tile<kLPR, kRPL, NPC>(stage, st_head, st_row, tile0 * BV + wrow + rg * kRPL, V, lane, sub);
+  }
   const TIn* v = static_cast<const TIn*>(p.v);
   const float* bvp = p.bank_v + slot * p.bv_stride[0] + rb * p.bv_stride[1] + hv * p.bv_stride[3];
   const int64_t HVV = static_cast<int64_t>(p.HV) * V;
   // the warp's v / pending v~ columns of a tile: T x 8 and P x 8 values, TM / 4 per lane, loaded
   // into registers one tile ahead (their round trip overlaps the previous tile's compute)
-  float bv_[TM / 4], bp_[TM / 4];
+  // v is kept raw (bf16 bits) until the next tile's shared store: widened right after its load
+  // (session 5's v5), it made every tile wait for the load's round trip at the end of the refill
+  // block (Nsight Compute: 16 % of all stall samples on that one conversion, RESULTS.md session 6)
+  using VReg = typename RawV<TIn>::type;
+  constexpr int NC = TM * kRowsPerWarp / 32;  // columns per lane (TM x RPW values per warp)
+  static_assert(NC * 32 == TM * kRowsPerWarp, "TM x rows per warp must fill whole warp rounds");
+  VReg bv_[NC];
+  float bp_[NC];
   auto load_cols = [&](const int row_w) {
 #pragma unroll
-    for (int i = 0; i < TM / 4; ++i) {
+    for (int i = 0; i < NC; ++i) {
       const int c = i * 32 + lane, t = c / kRowsPerWarp, row = row_w + c % kRowsPerWarp;
-      bv_[i] = (t < T && row < V) ? to_f32(v[(bos + t) * p.tok_stride[2] + hv * V + row]) : 0.f;
+      const TIn* vp = v + (bos + t) * p.tok_stride[2] + hv * V + row;
+      bv_[i] = (t < T && row < V) ? RawV<TIn>::load(vp) : VReg(0);
       bp_[i] = (t < P && row < V) ? bvp[t * p.bv_stride[2] + row * p.bv_stride[4]] : 0.f;
     }
   };
@@ -439,12 +561,27 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : 12 / NW)
     const int row0 = row_w + rg * kRPL;       // this lane's first value row
     __syncwarp();  // the previous tile's reads of ws are done
 #pragma unroll
-    for (int i = 0; i < TM / 4; ++i) {
+    for (int i = 0; i < NC; ++i) {
       const int c = i * 32 + lane;
-      (&ws.v[0][0])[c] = bv_[i];
+      (&ws.v[0][0])[c] = RawV<TIn>::widen(bv_[i]);
       (&ws.vp[0][0])[c] = bp_[i];
     }
-    if (!ONE) {  // this tile from the stage, then the next tile's copy into it
+    if (kTMA) {  // this tile from the stage (row-major rows of the warp), then the next tile's copy into it
+      ut_mbar_wait(&ut_mbar[warp], tma_phase);
+      tma_phase ^= 1u;
+      const float4* st4 = stage;
+#pragma unroll
+      for (int rr = 0; rr < kRPL; ++rr)
+#pragma unroll
+        for (int i = 0; i < NPC; ++i) tile[rr][i] = st4[(rg * kRPL + rr) * (K / 4) + i * kLPR + sub];
+      if (it + 1 < tile1) {
+        __syncwarp();  // every lane's stage reads above are ordered before the refill
+        if (lane == 0)
+          prefetch_tile_tma<K, kRowsPerWarp>(reinterpret_cast<float*>(stage), st_head, st_row, row_w + BV, V,
+                                             &ut_mbar[warp]);
+        load_cols(row_w + BV);
+      }
+    } else if (!ONE) {  // this tile from the stage, then the next tile's copy into it
       ut_cp_async_wait_all();
 #pragma unroll
       for (int rr = 0; rr < kRPL; ++rr)
@@ -452,7 +589,7 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : 12 / NW)
         for (int i = 0; i < NPC; ++i) tile[rr][i] = stage[(rr * NPC + i) * 32 + lane];
       if (it + 1 < tile1) {
         asm volatile("" ::: "memory");  // keep this lane's stage reads above before its refill below
-        prefetch_tile<NPC>(stage, st_head, st_row, row0 + BV, V, lane, sub);
+        prefetch_tile<kLPR, kRPL, NPC>(stage, st_head, st_row, row0 + BV, V, lane, sub);
         load_cols(row_w + BV);
       }
     }
@@ -479,7 +616,7 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : 12 / NW)
           for (int rr = 0; rr < kRPL; ++rr) axpy4(tile[rr][i], a[rr], x);
         }
       }
-      if (!p.write_final_state) store_tile(tile, st_head, st_row, row0, V, sub);
+      if (!p.write_final_state) store_tile<kLPR>(tile, st_head, st_row, row0, V, sub);
     }
 
     // ---- 4. window products U_t = S' k_t, Q_t = S' q_t (raw k / q; scaled by rk / rq later) ----
@@ -504,15 +641,22 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : 12 / NW)
         s4[2 * rr] = ak[rr][0] + ak[rr][1];
         s4[2 * rr + 1] = aq[rr][0] + aq[rr][1];
       }
+      if constexpr (kLPR >= 16) {  // reduce-scatter over the row's lanes (2 RPL - 1 shuffles plus one
+                                   // per remaining level); the first of each LPR / (2 RPL) lanes holding
+                                   // value e = 2 rr + (0: U, 1: Q) stores it
+        const int e = reduce_scatter<2 * kRPL, kLPR / 2, 1>(s4, lane);
+        if ((lane & (kLPR / (2 * kRPL) - 1)) == 0) (e & 1 ? &ws.Q[t][0] : &ws.U[t][0])[rl + e / 2] = s4[0];
+      } else {
 #pragma unroll
-      for (int off = kLPR / 2; off > 0; off >>= 1)
+        for (int off = kLPR / 2; off > 0; off >>= 1)
 #pragma unroll
-        for (int e = 0; e < 2 * kRPL; ++e) s4[e] += __shfl_xor_sync(kFullUT, s4[e], off);
-      if (sub == 0) {
+          for (int e = 0; e < 2 * kRPL; ++e) s4[e] += __shfl_xor_sync(kFullUT, s4[e], off);
+        if (sub == 0) {
 #pragma unroll
-        for (int rr = 0; rr < kRPL; ++rr) {
-          ws.U[t][rl + rr] = s4[2 * rr];
-          ws.Q[t][rl + rr] = s4[2 * rr + 1];
+          for (int rr = 0; rr < kRPL; ++rr) {
+            ws.U[t][rl + rr] = s4[2 * rr];
+            ws.Q[t][rl + rr] = s4[2 * rr + 1];
+          }
         }
       }
     }
@@ -563,9 +707,21 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : 12 / NW)
           }
         }
       }
-      store_tile(tile, st_head, st_row, row0, V, sub);
+      store_tile<kLPR>(tile, st_head, st_row, row0, V, sub);
     }
   }
+}
+
+// Kernel variant: p.ut_var 1 .. 3 if set (2 / 3 need sm_90 and run 1 below; other values: automatic),
+// else 2 on sm_90+ (where dispatch_nw may take 3 by the cost model) and 1 below.
+int ut_var(const ChainVerifyParams& p) {
+  static const int major = [] {
+    int dev = 0, m = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev);
+    return m;
+  }();
+  if (p.ut_var >= 1 && p.ut_var <= 3) return p.ut_var >= 2 && major < 9 ? 1 : p.ut_var;
+  return major >= 9 ? 2 : 1;
 }
 
 // SMs of the current device (cached).
@@ -578,57 +734,130 @@ int ut_sm_count() {
   return n;
 }
 
-template <typename TIn, int K, int TM, int NW>
-cudaError_t launch_ut(const ChainVerifyParams& p, const int tb, const int pb, cudaStream_t stream) {
-  constexpr int BV = kRowsPerWarp * NW;
+// One planned UT launch: value tiles per CTA (tpc) and its modelled time (cost; unit: one wave of
+// variant-2 tiles).
+struct UTPlan {
+  int tpc = 0;
+  double cost = 0.0;
+};
+
+// CTAs of 4 warps per SM for the variant-2 loop kernel (the cost model's reference), cached.
+template <typename TIn, int K, int TM, int NW, int VAR>
+int ut_per_sm(const int tb, const int pb) {
+  constexpr int kLPR = ut_lpr<VAR>(), kRPL = ut_rpl<VAR>();
+  constexpr size_t kStage = static_cast<size_t>(NW) * kRPL * (K / kLPR / 4) * 32 * sizeof(float4);
+  const size_t dyn = static_cast<size_t>(2 * tb + pb) * K * sizeof(float) + kStage;
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_verify_ut_kernel<TIn, K, TM, NW, false, VAR>,
+                                                    NW * 32, dyn) != cudaSuccess ||
+      per_sm < 1)
+    per_sm = 1;
+  return per_sm;
+}
+
+// The shared-memory opt-in of both instantiations (the largest dynamic size the variant can take,
+// tb, pb <= TM), once per kernel and before any occupancy query (which reports 0 CTAs above 48 KiB
+// without it).
+template <typename TIn, int K, int TM, int NW, int VAR>
+cudaError_t ut_opt_in() {
+  static const cudaError_t attr = [] {
+    constexpr int kLPR = ut_lpr<VAR>(), kRPL = ut_rpl<VAR>();
+    constexpr size_t kStage = static_cast<size_t>(NW) * kRPL * (K / kLPR / 4) * 32 * sizeof(float4);
+    const int mx = 3 * TM * K * static_cast<int>(sizeof(float)) + static_cast<int>(kStage);
+    const cudaError_t a = cudaFuncSetAttribute(chain_verify_ut_kernel<TIn, K, TM, NW, true, VAR>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+    return a != cudaSuccess ? a : cudaFuncSetAttribute(chain_verify_ut_kernel<TIn, K, TM, NW, false, VAR>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+  }();
+  return attr;
+}
+
+// Value tiles per CTA (tpc): the fewest waves of resident CTAs times a wave's length, over tpc =
+// 1..ntile (ties: fewer CTAs). A wave's length is tpc tiles of tau each plus the per-CTA prep
+// (staging, Gram, coefficients: ~0.7 of a variant-2 tile). tau, relative to a variant-2 tile, assumes
+// the same rows per SM and unit time for every variant: tau = (CTAs per SM x BV) / (variant 2's CTAs
+// per SM x 32), 1 for variant 2 (and 0 - 1), 0.67 for variant 3 (4 CTAs of 16 rows vs 3 of 32).
+// E.g. variant 2, 6x256x512 (16 tiles of 32 rows): B = 64 -> 16, one wave of 384 CTAs; 8x256x256
+// (8 tiles) at B = 64 -> 4: 1024 CTAs in 3 waves of 396 slots beat 512 CTAs in 2.
+template <typename TIn, int K, int TM, int NW, int VAR>
+cudaError_t plan_ut(const ChainVerifyParams& p, const int tb, const int pb, UTPlan* plan) {
+  constexpr int BV = rows_per_warp<ut_lpr<VAR>(), ut_rpl<VAR>()>() * NW;
+  const int ntile = (p.V + BV - 1) / BV;
+  cudaError_t e = ut_opt_in<TIn, K, TM, NW, VAR>();
+  if (e == cudaSuccess && VAR >= 3) e = ut_opt_in<TIn, K, TM, NW, 2>();
+  if (e != cudaSuccess) return e;
+  plan->tpc = p.ut_tpc > 0 ? std::min(p.ut_tpc, ntile) : 0;
+  plan->cost = 0.0;
+  if (plan->tpc > 0) return cudaSuccess;
+  const int per_sm = ut_per_sm<TIn, K, TM, NW, VAR>(tb, pb);
+  const int per_sm_ref = VAR >= 3 ? ut_per_sm<TIn, K, TM, NW, 2>(tb, pb) : per_sm;
+  const double tau = static_cast<double>(per_sm) * BV / (static_cast<double>(per_sm_ref) * 32.0);
+  const int64_t slots = static_cast<int64_t>(per_sm) * ut_sm_count();
+  const int64_t pairs = static_cast<int64_t>(p.R) * p.HV;
+  for (int c = ntile; c >= 1; --c) {
+    const int64_t ctas = pairs * ((ntile + c - 1) / c);
+    const double cost = static_cast<double>((ctas + slots - 1) / slots) * (c * tau + 0.7);
+    if (plan->tpc == 0 || cost < plan->cost - 1e-9) {
+      plan->cost = cost;
+      plan->tpc = c;
+    }
+  }
+  return cudaSuccess;
+}
+
+template <typename TIn, int K, int TM, int NW, int VAR>
+cudaError_t launch_ut(const ChainVerifyParams& p, const int tb, const int pb, const UTPlan& plan,
+                      cudaStream_t stream) {
+  constexpr int kLPR = ut_lpr<VAR>(), kRPL = ut_rpl<VAR>();
+  constexpr int BV = rows_per_warp<kLPR, kRPL>() * NW;
   constexpr size_t kStage = static_cast<size_t>(NW) * kRPL * (K / kLPR / 4) * 32 * sizeof(float4);
   const size_t dyn_one = static_cast<size_t>(2 * tb + pb) * K * sizeof(float);
   const int ntile = (p.V + BV - 1) / BV;
-  auto* loop = chain_verify_ut_kernel<TIn, K, TM, NW, false>;
-  // value tiles per CTA (tpc): the fewest waves of resident CTAs times a wave's length, tpc tiles
-  // plus the per-CTA prep (staging, Gram, coefficients: ~0.7 of a tile's time), over tpc = 1..ntile
-  // (ties: fewer CTAs). E.g. 6x256x512 (16 tiles of 32 rows): B = 64 -> 16, one wave of 384 CTAs;
-  // 8x256x256 (8 tiles) at B = 64 -> 4: 1024 CTAs in 3 waves of 396 slots beat 512 CTAs in 2.
-  // the largest dynamic size an instantiation can take (tb, pb <= TM): opted in once per kernel,
-  // before the occupancy query below (which reports 0 CTAs above 48 KiB without it)
-  static const cudaError_t attr = [] {
-    const int mx = 3 * TM * K * static_cast<int>(sizeof(float)) + static_cast<int>(kStage);
-    const cudaError_t a = cudaFuncSetAttribute(chain_verify_ut_kernel<TIn, K, TM, NW, true>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
-    return a != cudaSuccess ? a : cudaFuncSetAttribute(chain_verify_ut_kernel<TIn, K, TM, NW, false>,
-                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
-  }();
-  if (attr != cudaSuccess) return attr;
-  int tpc = p.ut_tpc > 0 ? std::min(p.ut_tpc, ntile) : 0;
-  if (tpc == 0) {
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, loop, NW * 32, dyn_one + kStage) != cudaSuccess ||
-        per_sm < 1)
-      per_sm = 1;
-    const int64_t slots = static_cast<int64_t>(per_sm) * ut_sm_count();
-    const int64_t pairs = static_cast<int64_t>(p.R) * p.HV;
-    double best = 0.0;
-    for (int c = ntile; c >= 1; --c) {
-      const int64_t ctas = pairs * ((ntile + c - 1) / c);
-      const double cost = static_cast<double>((ctas + slots - 1) / slots) * (c + 0.7);
-      if (tpc == 0 || cost < best - 1e-9) {
-        best = cost;
-        tpc = c;
-      }
-    }
-  }
-  const dim3 grid((ntile + tpc - 1) / tpc, p.HV, p.R);
-  auto* kern = tpc == 1 ? chain_verify_ut_kernel<TIn, K, TM, NW, true> : loop;
-  const size_t dyn = tpc == 1 ? dyn_one : dyn_one + kStage;
-  kern<<<grid, NW * 32, dyn, stream>>>(p, tb, pb, tpc);
+  const dim3 grid((ntile + plan.tpc - 1) / plan.tpc, p.HV, p.R);
+  auto* kern = plan.tpc == 1 ? chain_verify_ut_kernel<TIn, K, TM, NW, true, VAR>
+                             : chain_verify_ut_kernel<TIn, K, TM, NW, false, VAR>;
+  const size_t dyn = plan.tpc == 1 ? dyn_one : dyn_one + kStage;
+  kern<<<grid, NW * 32, dyn, stream>>>(p, tb, pb, plan.tpc);
   return cudaGetLastError();
+}
+
+template <typename TIn, int K, int TM, int NW, int VAR>
+cudaError_t plan_and_launch(const ChainVerifyParams& p, const int tb, const int pb, cudaStream_t stream) {
+  UTPlan plan;
+  const cudaError_t e = plan_ut<TIn, K, TM, NW, VAR>(p, tb, pb, &plan);
+  return e != cudaSuccess ? e : launch_ut<TIn, K, TM, NW, VAR>(p, tb, pb, plan, stream);
 }
 
 template <typename TIn, int K, int TM>
 cudaError_t dispatch_nw(const ChainVerifyParams& p, const int tb, const int pb, cudaStream_t stream) {
-  // 4 warps (32 value rows per tile) unless p.ut_nw forces 1
-  if (p.ut_nw == 1) return launch_ut<TIn, K, TM, 1>(p, tb, pb, stream);
-  return launch_ut<TIn, K, TM, 4>(p, tb, pb, stream);
+  // build variant p.ut_var (kernel VAR) when forced, else (sm_90+) variant 2 or 3 by the cost model
+  // (TM = 8 builds: windows and pending factors <= 8; the TM = 16 builds keep variant 2, variant 3
+  // is unmeasured there); 4 warps per CTA unless p.ut_nw forces 1
+  const int var = ut_var(p);
+  if (p.ut_nw == 1) {
+    switch (var) {
+      case 1: return plan_and_launch<TIn, K, TM, 1, 1>(p, tb, pb, stream);
+      case 3: return plan_and_launch<TIn, K, TM, 1, 3>(p, tb, pb, stream);
+      default: return plan_and_launch<TIn, K, TM, 1, 2>(p, tb, pb, stream);
+    }
+  }
+  switch (var) {
+    case 1: return plan_and_launch<TIn, K, TM, 4, 1>(p, tb, pb, stream);
+    case 3: return plan_and_launch<TIn, K, TM, 4, 3>(p, tb, pb, stream);
+    default: break;
+  }
+  if ((p.ut_var < 1 || p.ut_var > 3) && TM == 8) {  // automatic on sm_90+: variant 2 or 3 by the cost model
+    UTPlan p2, p3;
+    cudaError_t e = plan_ut<TIn, K, TM, 4, 2>(p, tb, pb, &p2);
+    if (e == cudaSuccess) e = plan_ut<TIn, K, TM, 4, 3>(p, tb, pb, &p3);
+    if (e != cudaSuccess) return e;
+    // variant 3 only when the model gives it >= 3 % less time: near ties go to variant 2 (6x256x512:
+    // B = 128 within 2 % in the model, where variant 2 measured 2-5 % faster, csrc_ut_var3_h200_s6d.json;
+    // B = 256 within 1 %, not measured with variant 3)
+    return p3.cost < 0.97 * p2.cost ? launch_ut<TIn, K, TM, 4, 3>(p, tb, pb, p3, stream)
+                                    : launch_ut<TIn, K, TM, 4, 2>(p, tb, pb, p2, stream);
+  }
+  return plan_and_launch<TIn, K, TM, 4, 2>(p, tb, pb, stream);
 }
 
 template <typename TIn>

@@ -74,6 +74,14 @@ int ut_nw_override() {
   return s != nullptr && std::atoi(s) == 1 ? 1 : 4;
 }
 
+// Build variant of the UT-form kernel, VLLM_SPECLA_CUDA_UT_VAR=1|2|3 (A/B runs: 1 = per-thread
+// cp.async stage refills, 2 = TMA refills, 3 = 2 with 16 lanes per value row); else automatic (2 or 3
+// by the cost model on sm_90+; chain_verify_ut.cu, dispatch_nw).
+int ut_var_override() {
+  const char* s = std::getenv("VLLM_SPECLA_CUDA_UT_VAR");
+  return s == nullptr || *s == '\0' ? -1 : std::atoi(s);
+}
+
 // Value tiles per CTA of the UT-form kernel, VLLM_SPECLA_CUDA_UT_TPC (> 0; else automatic).
 int ut_tpc_override() {
   const char* s = std::getenv("VLLM_SPECLA_CUDA_UT_TPC");
@@ -177,6 +185,7 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   p.layout = layout_override();
   p.ut_nw = ut_nw_override();
   p.ut_tpc = ut_tpc_override();
+  p.ut_var = ut_var_override();
   p.ut_auto = ut_auto_override();
   p.H = static_cast<int>(q.size(1));
   p.K = static_cast<int>(q.size(2));

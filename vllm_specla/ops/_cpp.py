@@ -73,6 +73,7 @@ def load_cuda(verbose: bool = False) -> bool:
     else automatic), ``VLLM_SPECLA_CUDA_UT=0|1`` (the UT form never / for every verify or step window
     it takes, in the automatic layout), ``VLLM_SPECLA_CUDA_UT_NW=1`` (1 warp per CTA instead of 4)
     and ``VLLM_SPECLA_CUDA_UT_TPC=n`` (value tiles per CTA; else the wave cost model).
+    ``VLLM_SPECLA_CUDA_LINEINFO=1`` at build time adds ``-lineinfo`` (source lines in Nsight Compute).
     """
     if not AVAILABLE:
         raise RuntimeError(f"the C++ CPU extension (op schemas) is not loaded: {LOAD_ERROR}")
@@ -84,7 +85,9 @@ def load_cuda(verbose: bool = False) -> bool:
     load(name="vllm_specla_cuda_jit", sources=[os.path.join(src, "chain_verify.cu"),
                                                os.path.join(src, "chain_verify_ut.cu"),
                                                os.path.join(src, "torch_binding_cuda.cpp")],
-         extra_cflags=["-O3"], extra_cuda_cflags=["-O3"], is_python_module=False, verbose=verbose)
+         extra_cflags=["-O3"], extra_cuda_cflags=["-O3"] + (["-lineinfo"] if os.environ.get(
+             "VLLM_SPECLA_CUDA_LINEINFO", "0") not in ("", "0") else []),
+         is_python_module=False, verbose=verbose)
     global CUDA_LOADED
     CUDA_LOADED = True
     return True
