@@ -72,7 +72,8 @@ def kernels(names):
 
             assert _cpp.load_cuda(), "CUDA build unavailable"
             out[n] = _cpp.chain_verify
-        elif n.startswith("cuda_ut"):  # the UT-form CUDA kernel forced (cuda_ut1: 1 warp per CTA)
+        elif n in ("cuda_ut", "cuda_ut1", "cuda_utv1", "cuda_utv2", "cuda_utv3"):  # the UT-form CUDA kernel
+            # forced (cuda_ut1: 1 warp per CTA; cuda_utvN: build variant N)
             from vllm_specla.ops import _cpp  # noqa: PLC0415
 
             assert _cpp.load_cuda(), "CUDA build unavailable"

@@ -490,21 +490,25 @@ UT_CASES = {  # mode: (lens, pending, record, write_final_state)
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
+@pytest.mark.parametrize("build", ["", "1", "3"])
 @pytest.mark.parametrize("variant", ["auto", "loop"])
 @pytest.mark.parametrize("nw", ["", "1"])
 @pytest.mark.parametrize("tmax", [8, 16])
 @pytest.mark.parametrize("mode", list(UT_CASES))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("shape", [(6, 6, 256, 512), (8, 8, 256, 256), (2, 4, 128, 20)])
-def test_cuda_ut_chain_verify_matches_reference(monkeypatch, shape, dtype, mode, tmax, nw, variant):
+def test_cuda_ut_chain_verify_matches_reference(monkeypatch, shape, dtype, mode, tmax, nw, variant, build):
     """Every output, the state and all three factor banks (pre-filled with random values, so entries
     the kernel must not touch are checked too) equal chain_verify_ref at both GDN-1.3B head shapes and
     a GVA shape whose V is not a multiple of the CTA's value tile, windows of 0..tmax tokens and up
     to tmax pending factors, with 4 or 1 warps per CTA, one value tile per CTA (what the automatic
     split gives these small batches) or a loop over 3 tiles per CTA with the next tile prefetched
-    (VLLM_SPECLA_CUDA_UT_TPC, the large-batch form)."""
+    (VLLM_SPECLA_CUDA_UT_TPC, the large-batch form), in the automatic build variant (2 or 3 by the
+    cost model; 2 with a forced tile count), variant 1 (per-thread cp.async refills: the path of
+    GPUs without the sm_90 code) or variant 3 (16 lanes per value row) forced."""
     monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "ut")
     monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_NW", nw)
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_VAR", build)
     if variant == "loop":
         monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_TPC", "3")
     assert _cpp.load_cuda()
@@ -527,12 +531,14 @@ def test_cuda_ut_chain_verify_matches_reference(monkeypatch, shape, dtype, mode,
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
+@pytest.mark.parametrize("build", ["", "1", "2", "3"])
 @pytest.mark.parametrize("decay", [1.0, 20.0])
-def test_cuda_ut_strong_decay_and_big_batch(monkeypatch, decay):
+def test_cuda_ut_strong_decay_and_big_batch(monkeypatch, decay, build):
     """40 rows of 5-token windows with 5 pending factors (the SpecLA step at K = 4), log decays down
-    to -40 per token (e^g underflows on some heads): equals the reference; the automatic split loops
-    over 8 value tiles per CTA here."""
+    to -40 per token (e^g underflows on some heads): equals the reference, in each build variant
+    (automatic, 1, 2, 3), where the automatic split loops over several value tiles per CTA."""
     monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "ut")
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_VAR", build)
     assert _cpp.load_cuda()
     c = Case([5] * 40, 6, 6, 256, 512, S=44, Tmax=5, dtype=torch.bfloat16, seed=int(decay), pending=[5] * 40)
     c.g = c.g * 2 * decay

@@ -36,8 +36,9 @@
 // so per lane the tile is 2 x K / LPR floats and each reduction is in-thread plus log2 LPR
 // xor-shuffle levels. Build variant 2 (VAR): LPR = 8, RPW = 8 rows per warp, 64 tile registers at
 // K = 256, 12 warps per SM; variant 3: LPR = 16, RPW = 4, 32 tile registers, 16 warps per SM (the
-// automatic choice takes 3 where the cost model gives it >= 3 % less time: for the 8x256x256 heads
-// of GDN-1.3B at B = 32, 64, 128, 256, not for 6x256x512; RESULTS.md session 6). Phases:
+// automatic choice takes 3 where the cost model gives it >= 3 % less time: at the measured batches
+// 32 / 64 / 128 (and 256 end to end) for the 8x256x256 heads of GDN-1.3B, not for 6x256x512; other
+// batches follow the model; RESULTS.md session 6). Phases:
 //   1. every thread stages the window's raw q / k rows (widened to fp32), the pending k^ rows, and
 //      the tile's v / pending v~ columns into shared memory (16-byte loads), with g, beta and the
 //      pending g, every load of a round issued before its stores (a load -> store loop waits one
@@ -51,10 +52,11 @@
 //      thread j < P the pending coefficients;
 //   3. fold the pending factors into the tile; write it (the committed state) unless
 //      write_final_state (then it is written once, after the window);
-//   4. per window token: U_t, Q_t (in-thread sums + 3 xor levels) to shared memory;
-//   5. every lane of a row runs the [T, T] forward substitution and the o rows for its rows
-//      (identical inputs, bit-identical results in the 8 lanes, no divergent branches), then lane s
-//      stores o_t and v~_t for t = s (mod 8);
+//   4. per window token: U_t, Q_t (in-thread sums, then log2 LPR xor levels: an all-reduce for
+//      LPR = 8, a reduce-scatter for LPR = 16) to shared memory;
+//   5. lane l < RPW runs the [T, T] forward substitution for row l of the warp (v~ to shared
+//      memory), then lane l forms o_t for row l % RPW and tokens t = l / RPW + (32 / RPW) i and
+//      stores o_t and v~_t;
 //   6. write_final_state (AR / commit windows): M_T = e^{Γ_{T-1}} S' + sum_u D_{T-1,u} v~_u k^_u^T;
 //   7. factors: bank_v for the tile's rows, bank_g by chunk 0, bank_k (k^ = rk k) by chunk 0 of the
 //      first value head of each GVA group (after phase 2): one writer per element.
@@ -122,8 +124,8 @@ __device__ __forceinline__ void ut_cp_async16(void* smem, const void* gmem) {
 __device__ __forceinline__ void ut_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void ut_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
-// Tensor-memory-accelerator bulk copies (sm_90): a warp's 8 state rows of the next value tile are
-// copied into its stage by 8 cp.async.bulk row copies, completing on the warp's mbarrier. The
+// Tensor-memory-accelerator bulk copies (sm_90): a warp's RPW state rows of the next value tile are
+// copied into its stage by RPW cp.async.bulk row copies, completing on the warp's mbarrier. The
 // per-thread cp.async form (LDGSTS) requested 2 L2 sectors per 16-byte chunk in Nsight Compute (32
 // per warp instruction against 16 ideal; RESULTS.md session 6).
 __device__ __forceinline__ unsigned smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
@@ -312,12 +314,13 @@ __device__ __forceinline__ void prefetch_tile(float4* stage, const float* st_hea
 }
 
 // grid (S, HV, R): CTA (c, hv, r) runs the per-(row, head) prep once, then value tiles
-// c * tpc .. min((c + 1) * tpc, cdiv(V, BV)) - 1 of BV = 8 NW rows. ONE: one tile per CTA (small
+// c * tpc .. min((c + 1) * tpc, cdiv(V, BV)) - 1 of BV = RPW NW rows. ONE: one tile per CTA (small
 // batches), its state loads issued before the prep so that they overlap it; else a loop over tiles
-// with the next tile's rows copied into the warp's stage (cp.async) while the current one computes,
-// registers capped for 12 warps per SM (<= 170: what it takes unbounded, no spills; shared memory
-// holds it to 3 CTAs per SM anyway at Tmax <= 8 (54-63 KiB), 2 at Tmax 16 (~97 KiB); a 128-register
-// cap for 16 warps spilled and is not kept). Known: the TM = 16 builds keep the Gram's partial
+// with the next tile's rows copied into the warp's stage (TMA, or cp.async for variant 1) while
+// the current one computes, registers capped for 12 warps per SM (variants 1 / 2: <= 170, what
+// they take unbounded, no spills; shared memory holds them to 3 CTAs per SM anyway at Tmax <= 8
+// (54-63 KiB), 2 at Tmax 16 (~97 KiB); session 5's 128-register cap at 8 lanes per row spilled) or
+// 16 (variant 3: 128 registers, no spills). Known: the TM = 16 builds keep the Gram's partial
 // sums in local memory (128-byte stack frame; a register form was measured within a build that
 // was 4-11 % slower overall, RESULTS.md session 5, and is not kept).
 // Build variant VAR (ChainVerifyParams::ut_var; RESULTS.md session 6):
@@ -355,7 +358,9 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
   float* const xk = reinterpret_cast<float*>(dyn4);  // [tb][K] raw k (fp32)
   float* const xq = xk + tb * K;                     // [tb][K] raw q
   float* const kp = xq + tb * K;                     // [pb][K] pending k^ (bank)
-  // loop modes: per warp a stage of the next tile's state rows, [kRPL][NPC][32] float4 (8 KiB at K = 256)
+  // loop modes: per warp a stage of the next tile's RPW state rows (RPW x K floats: 8 / 4 KiB at
+  // K = 256 for variants 2 / 3); row-major [RPW][K] for the TMA refill, [kRPL][NPC][32] float4 (each
+  // lane's own pieces) for cp.async
   float4* const stage = reinterpret_cast<float4*>(kp + pb * K) + (threadIdx.x >> 5) * (kRPL * NPC * 32);
 
   const int hv = blockIdx.y, r = blockIdx.z;
@@ -594,7 +599,7 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
       }
     }
     __syncwarp();
-    const int rl = rg * kRPL;  // this lane's first row inside the warp's 8
+    const int rl = rg * kRPL;  // this lane's first row inside the warp's RPW
 
     // ---- 3. pending fold (closed-form DeltaConstruct), committed tile written once ----
     if (P > 0) {
@@ -662,8 +667,8 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
     }
     __syncwarp();
 
-    // ---- 5. forward substitution for v~ (lane l < 8: row l of the warp), then the o rows (lane l:
-    // row l % 8, tokens l / 8 + 4 i) and the o / v~ stores; runtime loops (compact code) ----
+    // ---- 5. forward substitution for v~ (lane l < RPW: row l of the warp), then the o rows (lane l:
+    // row l % RPW, tokens l / RPW + (32 / RPW) i) and the o / v~ stores; runtime loops (compact code) ----
     if (lane < kRowsPerWarp) {
       for (int t = 0; t < T; ++t) {
         float x = fmaf(-sh.eG[t] * sh.rk[t], ws.U[t][lane], ws.v[t][lane]);
@@ -712,16 +717,29 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
   }
 }
 
-// Kernel variant: p.ut_var 1 .. 3 if set (2 / 3 need sm_90 and run 1 below; other values: automatic),
-// else 2 on sm_90+ (where dispatch_nw may take 3 by the cost model) and 1 below.
+// Whether the current device runs this module's sm_90 code (the TMA refills of variants 2 / 3): its
+// loaded binary comes from sm_90+ PTX (a module built for, e.g., compute_80 PTX and JIT-compiled on
+// an H100 has the TMA code compiled out: ut_mbar_init traps there). Cached per device.
+bool ut_tma_ok() {
+  static int cache[64] = {};  // 0: unknown, 1: yes, 2: no
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  if (cache[dev] == 0) {
+    cudaFuncAttributes a{};
+    const bool ok = cudaFuncGetAttributes(&a, chain_verify_ut_kernel<float, 256, 8, 4, false, 2>) == cudaSuccess &&
+                    a.ptxVersion >= 90 && a.binaryVersion >= 90;
+    cache[dev] = ok ? 1 : 2;
+  }
+  return cache[dev] == 1;
+}
+
+// Kernel variant: p.ut_var 1 .. 3 if set (2 / 3 need the sm_90 code, ut_tma_ok, and run 1 without
+// it; other values: automatic), else 2 where the sm_90 code runs (dispatch_nw may then take 3 by
+// the cost model) and 1 elsewhere.
 int ut_var(const ChainVerifyParams& p) {
-  static const int major = [] {
-    int dev = 0, m = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev);
-    return m;
-  }();
-  if (p.ut_var >= 1 && p.ut_var <= 3) return p.ut_var >= 2 && major < 9 ? 1 : p.ut_var;
-  return major >= 9 ? 2 : 1;
+  const bool tma = ut_tma_ok();
+  if (p.ut_var >= 1 && p.ut_var <= 3) return p.ut_var >= 2 && !tma ? 1 : p.ut_var;
+  return tma ? 2 : 1;
 }
 
 // SMs of the current device (cached).
@@ -741,17 +759,24 @@ struct UTPlan {
   double cost = 0.0;
 };
 
-// CTAs of 4 warps per SM for the variant-2 loop kernel (the cost model's reference), cached.
+// Resident CTAs per SM of the loop kernel (one = false) or the one-tile kernel (one = true), from the
+// occupancy query, cached by (one, tb, pb).
 template <typename TIn, int K, int TM, int NW, int VAR>
-int ut_per_sm(const int tb, const int pb) {
+int ut_per_sm(const int tb, const int pb, const bool one) {
   constexpr int kLPR = ut_lpr<VAR>(), kRPL = ut_rpl<VAR>();
   constexpr size_t kStage = static_cast<size_t>(NW) * kRPL * (K / kLPR / 4) * 32 * sizeof(float4);
-  const size_t dyn = static_cast<size_t>(2 * tb + pb) * K * sizeof(float) + kStage;
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_verify_ut_kernel<TIn, K, TM, NW, false, VAR>,
-                                                    NW * 32, dyn) != cudaSuccess ||
-      per_sm < 1)
-    per_sm = 1;
+  static int cache[2][TM + 1][TM + 1] = {};  // by (one, tb, pb); the first device's answer (one GPU model)
+  int& per_sm = cache[one][std::min(tb, TM)][std::min(pb, TM)];
+  if (per_sm == 0) {
+    const size_t dyn = static_cast<size_t>(2 * tb + pb) * K * sizeof(float) + (one ? 0 : kStage);
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &n, one ? chain_verify_ut_kernel<TIn, K, TM, NW, true, VAR> : chain_verify_ut_kernel<TIn, K, TM, NW, false, VAR>,
+            NW * 32, dyn) != cudaSuccess ||
+        n < 1)
+      n = 1;
+    per_sm = n;
+  }
   return per_sm;
 }
 
@@ -773,15 +798,21 @@ cudaError_t ut_opt_in() {
 }
 
 // Value tiles per CTA (tpc): the fewest waves of resident CTAs times a wave's length, over tpc =
-// 1..ntile (ties: fewer CTAs). A wave's length is tpc tiles of tau each plus the per-CTA prep
-// (staging, Gram, coefficients: ~0.7 of a variant-2 tile). tau, relative to a variant-2 tile, assumes
-// the same rows per SM and unit time for every variant: tau = (CTAs per SM x BV) / (variant 2's CTAs
-// per SM x 32), 1 for variant 2 (and 0 - 1), 0.67 for variant 3 (4 CTAs of 16 rows vs 3 of 32).
-// E.g. variant 2, 6x256x512 (16 tiles of 32 rows): B = 64 -> 16, one wave of 384 CTAs; 8x256x256
-// (8 tiles) at B = 64 -> 4: 1024 CTAs in 3 waves of 396 slots beat 512 CTAs in 2.
+// 1..ntile (ties: fewer CTAs; tpc = 1 runs the one-tile kernel, with its own occupancy). A wave's
+// length is tpc tiles of tau each plus the per-CTA prep (staging, Gram, coefficients: ~0.7 of a
+// variant-2 tile). tau is relative to a variant-2 tile with the same warps per CTA: (CTAs per SM x
+// BV) / (variant 2's CTAs per SM x its BV), times 1.1 for variant 3, whose rows per SM per unit time
+// measured ~10 % below variant 2's (8x256x256, B = 128, where the waves quantise least: 0.965x
+// variant 2's time against 0.871x modelled without the factor; with it the model is within 4 % of
+// the 6 measured 8x256x256 ratios, T = 5 verify and step, B = 32-128, and conservative for
+// 6x256x512; RESULTS.md session 6). So tau = 1 for variants 1 / 2 (session 5's model) and 0.73 for
+// variant 3 at 4 warps (4 CTAs of 16 rows vs 3 of 32). E.g. variant 2, 6x256x512 (16 tiles of 32
+// rows): B = 64 -> 16, one wave of 384 CTAs; 8x256x256 (8 tiles) at B = 64 -> 4: 1024 CTAs in 3
+// waves of 396 slots beat 512 CTAs in 2. A forced p.ut_tpc skips the model (cost 0).
 template <typename TIn, int K, int TM, int NW, int VAR>
 cudaError_t plan_ut(const ChainVerifyParams& p, const int tb, const int pb, UTPlan* plan) {
   constexpr int BV = rows_per_warp<ut_lpr<VAR>(), ut_rpl<VAR>()>() * NW;
+  constexpr int BV_ref = rows_per_warp<ut_lpr<2>(), ut_rpl<2>()>() * NW;
   const int ntile = (p.V + BV - 1) / BV;
   cudaError_t e = ut_opt_in<TIn, K, TM, NW, VAR>();
   if (e == cudaSuccess && VAR >= 3) e = ut_opt_in<TIn, K, TM, NW, 2>();
@@ -789,12 +820,14 @@ cudaError_t plan_ut(const ChainVerifyParams& p, const int tb, const int pb, UTPl
   plan->tpc = p.ut_tpc > 0 ? std::min(p.ut_tpc, ntile) : 0;
   plan->cost = 0.0;
   if (plan->tpc > 0) return cudaSuccess;
-  const int per_sm = ut_per_sm<TIn, K, TM, NW, VAR>(tb, pb);
-  const int per_sm_ref = VAR >= 3 ? ut_per_sm<TIn, K, TM, NW, 2>(tb, pb) : per_sm;
-  const double tau = static_cast<double>(per_sm) * BV / (static_cast<double>(per_sm_ref) * 32.0);
-  const int64_t slots = static_cast<int64_t>(per_sm) * ut_sm_count();
+  const int per_sm = ut_per_sm<TIn, K, TM, NW, VAR>(tb, pb, false);
+  const int per_sm_one = ut_per_sm<TIn, K, TM, NW, VAR>(tb, pb, true);
+  const int per_sm_ref = VAR >= 3 ? ut_per_sm<TIn, K, TM, NW, 2>(tb, pb, false) : per_sm;
+  const double tau = static_cast<double>(per_sm) * BV / (static_cast<double>(per_sm_ref) * BV_ref) *
+                     (VAR >= 3 ? 1.1 : 1.0);
   const int64_t pairs = static_cast<int64_t>(p.R) * p.HV;
   for (int c = ntile; c >= 1; --c) {
+    const int64_t slots = static_cast<int64_t>(c == 1 ? per_sm_one : per_sm) * ut_sm_count();
     const int64_t ctas = pairs * ((ntile + c - 1) / c);
     const double cost = static_cast<double>((ctas + slots - 1) / slots) * (c * tau + 0.7);
     if (plan->tpc == 0 || cost < plan->cost - 1e-9) {
@@ -830,9 +863,10 @@ cudaError_t plan_and_launch(const ChainVerifyParams& p, const int tb, const int 
 
 template <typename TIn, int K, int TM>
 cudaError_t dispatch_nw(const ChainVerifyParams& p, const int tb, const int pb, cudaStream_t stream) {
-  // build variant p.ut_var (kernel VAR) when forced, else (sm_90+) variant 2 or 3 by the cost model
-  // (TM = 8 builds: windows and pending factors <= 8; the TM = 16 builds keep variant 2, variant 3
-  // is unmeasured there); 4 warps per CTA unless p.ut_nw forces 1
+  // build variant p.ut_var (kernel VAR) when forced, else (sm_90 code) variant 2 or 3 by the cost
+  // model (TM = 8 builds: windows and pending factors <= 8; the TM = 16 builds keep variant 2,
+  // variant 3 is unmeasured there; a forced p.ut_tpc also keeps variant 2); 4 warps per CTA unless
+  // p.ut_nw forces 1 (variant 3 then also has 1 warp; variant 1 keeps its refill)
   const int var = ut_var(p);
   if (p.ut_nw == 1) {
     switch (var) {
@@ -846,14 +880,13 @@ cudaError_t dispatch_nw(const ChainVerifyParams& p, const int tb, const int pb, 
     case 3: return plan_and_launch<TIn, K, TM, 4, 3>(p, tb, pb, stream);
     default: break;
   }
-  if ((p.ut_var < 1 || p.ut_var > 3) && TM == 8) {  // automatic on sm_90+: variant 2 or 3 by the cost model
+  if ((p.ut_var < 1 || p.ut_var > 3) && TM == 8 && p.ut_tpc <= 0) {  // automatic: variant 2 or 3
     UTPlan p2, p3;
     cudaError_t e = plan_ut<TIn, K, TM, 4, 2>(p, tb, pb, &p2);
     if (e == cudaSuccess) e = plan_ut<TIn, K, TM, 4, 3>(p, tb, pb, &p3);
     if (e != cudaSuccess) return e;
-    // variant 3 only when the model gives it >= 3 % less time: near ties go to variant 2 (6x256x512:
-    // B = 128 within 2 % in the model, where variant 2 measured 2-5 % faster, csrc_ut_var3_h200_s6d.json;
-    // B = 256 within 1 %, not measured with variant 3)
+    // variant 3 only when the model gives it >= 3 % less time (near ties go to variant 2); measured:
+    // 3 at 8x256x256 B = 32 / 64 / 128 (and B = 256 end to end), 2 at 6x256x512 B = 32 / 64 / 128
     return p3.cost < 0.97 * p2.cost ? launch_ut<TIn, K, TM, 4, 3>(p, tb, pb, p3, stream)
                                     : launch_ut<TIn, K, TM, 4, 2>(p, tb, pb, p2, stream);
   }
