@@ -50,7 +50,9 @@ def _forced_ut(fn, nw):
         if kw.get("write_final_state"):  # replay launches (T = 1, state written): the automatic layout
             return fn(*a, **kw)
         os.environ["VLLM_SPECLA_CUDA_LAYOUT"] = "ut"
-        if nw.startswith("v"):
+        if nw == "p5":
+            os.environ["VLLM_SPECLA_CUDA_UT_P5"] = "1"
+        elif nw.startswith("v"):
             os.environ["VLLM_SPECLA_CUDA_UT_VAR"] = nw[1:]
         elif nw:
             os.environ["VLLM_SPECLA_CUDA_UT_NW"] = nw
@@ -60,6 +62,7 @@ def _forced_ut(fn, nw):
             os.environ.pop("VLLM_SPECLA_CUDA_LAYOUT", None)
             os.environ.pop("VLLM_SPECLA_CUDA_UT_NW", None)
             os.environ.pop("VLLM_SPECLA_CUDA_UT_VAR", None)
+            os.environ.pop("VLLM_SPECLA_CUDA_UT_P5", None)
 
     return wrapped
 
@@ -72,8 +75,8 @@ def kernels(names):
 
             assert _cpp.load_cuda(), "CUDA build unavailable"
             out[n] = _cpp.chain_verify
-        elif n in ("cuda_ut", "cuda_ut1", "cuda_utv1", "cuda_utv2", "cuda_utv3"):  # the UT-form CUDA kernel
-            # forced (cuda_ut1: 1 warp per CTA; cuda_utvN: build variant N)
+        elif n in ("cuda_ut", "cuda_ut1", "cuda_utv1", "cuda_utv2", "cuda_utv3", "cuda_utp5"):  # the UT-form
+            # CUDA kernel forced (cuda_ut1: 1 warp per CTA; cuda_utvN: build variant N; cuda_utp5: P5)
             from vllm_specla.ops import _cpp  # noqa: PLC0415
 
             assert _cpp.load_cuda(), "CUDA build unavailable"
@@ -85,7 +88,7 @@ def kernels(names):
 
             out[n] = ut.chain_verify_ut
         else:
-            raise ValueError(f"--impls: unknown kernel {n!r} (allowed: cuda, cuda_ut, cuda_ut1, cuda_utv1 .. cuda_utv3, "
+            raise ValueError(f"--impls: unknown kernel {n!r} (allowed: cuda, cuda_ut, cuda_ut1, cuda_utv1 .. cuda_utv3, cuda_utp5, "
                              "triton, ut)")
     return out
 

@@ -14,7 +14,8 @@ CUDA result equals Triton's (relative error). ``--bv 0,4,8`` also times the CUDA
 ``rs`` v3's reduce-scatter, ``rowgroup`` the small-batch row-group kernel with 32 / BV lanes per
 row, ``rowgroup8`` / ``rowgroup16`` / ``rowgroup32`` with 8 / 16 / 32 lanes per row, ``ut`` the UT-form
 kernel of ``chain_verify_ut.cu`` (``ut1``: 1 warp per CTA forced; ``utv1`` .. ``utv3``:
-its build variant forced, ``VLLM_SPECLA_CUDA_UT_VAR``); key
+its build variant forced, ``VLLM_SPECLA_CUDA_UT_VAR``; ``utp5``: its opt-in register-resident
+phase 5, ``VLLM_SPECLA_CUDA_UT_P5=1``); key
 suffix ``_<layout>``, none for ``auto``).
 Prints a table, writes JSON to ``--out``.
 Run with ``VLLM_SPECLA_CPP_JIT=1`` (JIT-builds the CPU op schemas, then the CUDA kernel).
@@ -53,7 +54,8 @@ def _with_env(bv, cap, layout="auto"):
     env = {"VLLM_SPECLA_CUDA_BV": str(bv) if bv else None, "VLLM_SPECLA_CUDA_REGCAP": None if cap else "0",
            "VLLM_SPECLA_CUDA_LAYOUT": None if layout == "auto" else "ut" if layout.startswith("ut") else layout,
            "VLLM_SPECLA_CUDA_UT_NW": "1" if layout == "ut1" else None,
-           "VLLM_SPECLA_CUDA_UT_VAR": layout[3:] if layout.startswith("utv") else None}
+           "VLLM_SPECLA_CUDA_UT_VAR": layout[3:] if layout.startswith("utv") else None,
+           "VLLM_SPECLA_CUDA_UT_P5": "1" if layout == "utp5" else None}
 
     def fn(*a, **kw):
         for key, val in env.items():
@@ -78,12 +80,12 @@ def main() -> None:
     ap.add_argument("--regcap", default="1", help="CUDA register caps to time: 1 (on, default), 0 (off)")
     ap.add_argument("--layout", default="auto",
                     help="CUDA warp layouts to time: auto, rowgroup, rowgroup8, rowgroup16, rowgroup32, rs, "
-                         "ut (the UT-form kernel; ut1: 1 warp per CTA; utv1 .. utv3: its build variant) "
+                         "ut (the UT-form kernel; ut1: 1 warp per CTA; utv1 .. utv3: its build variant; utp5: its opt-in register phase 5) "
                          "(VLLM_SPECLA_CUDA_LAYOUT, VLLM_SPECLA_CUDA_UT_NW)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     layouts = args.layout.split(",")
-    allowed = ("auto", "rowgroup", "rowgroup8", "rowgroup16", "rowgroup32", "rs", "ut", "ut1", "utv1", "utv2", "utv3")
+    allowed = ("auto", "rowgroup", "rowgroup8", "rowgroup16", "rowgroup32", "rs", "ut", "ut1", "utv1", "utv2", "utv3", "utp5")
     if not all(lay in allowed for lay in layouts):
         raise SystemExit(f"--layout: each of {layouts} must be one of {', '.join(allowed)}")
     variants = [(int(b), int(c), lay) for b in args.bv.split(",") for c in args.regcap.split(",") for lay in layouts]

@@ -19,6 +19,19 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s7a)  # session 7, call 1 (prepared in session 6, not run): GPU tests incl. the new build-variant and P5
+        # parametrizations, the opt-in register phase 5 (P5) A/B, commit ratios, map B = 64 / 256 with P5
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 150 python -m pytest -q -x tests/test_csrc.py -k cuda tests/test_dispatch.py 2>&1 | tail -2
+      timeout 100 python benchmarks/bench_csrc_cuda.py --batches 32,64,128 --Ts 5,8 --layout ut,utp5 \
+          --out "$OUT/csrc_s7a.json" 2>&1 | tail -13
+      timeout 90 python benchmarks/bench_commit_cuda.py --impls cuda,cuda_utp5 --batches 32,128 --replays 20 \
+          --out "$OUT/commit_s7a.json" 2>&1 | tail -5
+      VLLM_SPECLA_CUDA_UT_P5=1 timeout 170 python benchmarks/bench_e2e.py --shapes map --batches 64,256 --ks 4 \
+          --alphas 0.8 --snapshot-ks 4 --cuda-csrc --tag s7a-p5 --out "$OUT/e2e_s7a.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      ;;
   s6a)  # session 6, call 1: the UT kernel's uniform-pair lane order vs session 5's (same run), full ncu of both
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
       python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2

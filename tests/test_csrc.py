@@ -531,6 +531,45 @@ def test_cuda_ut_chain_verify_matches_reference(monkeypatch, shape, dtype, mode,
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
+@pytest.mark.parametrize("build", ["", "3"])
+@pytest.mark.parametrize("variant", ["auto", "loop"])
+@pytest.mark.parametrize("mode", ["verify", "step", "step_empty_row", "fold_no_record"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", [(6, 6, 256, 512), (8, 8, 256, 256)])
+def test_cuda_ut_p5_is_bit_identical_and_matches_reference(monkeypatch, shape, dtype, mode, variant, build):
+    """The opt-in register-resident phase 5 (VLLM_SPECLA_CUDA_UT_P5=1, chain_verify_ut.cu P5: K = 256,
+    windows and pending factors <= 8, no write_final_state) runs the same operations in the same
+    order as the default phase 5: its outputs, state and factor banks equal the default kernel's bit
+    for bit, and chain_verify_ref within the CUDA tolerance; automatic or forced variant 3, one tile
+    per CTA or the tile loop."""
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "ut")
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_VAR", build)
+    if variant == "loop":
+        monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_TPC", "3")
+    assert _cpp.load_cuda()
+    lens, pend, record, wfs = UT_CASES[mode]
+    H, HV, K, V = shape
+    c = Case(lens, H, HV, K, V, S=6, Tmax=8, dtype=dtype, seed=zlib.crc32(repr((shape, mode, "p5")).encode()) % 997,
+             pending=pend)
+    use_pending = pend is not None
+    m_ref = c.clone_mutables()
+    o_ref = chain_verify_ref(*c.tensors(), **c.kwargs(m_ref, record, use_pending, wfs))
+    dev = torch.device("cuda")
+    outs = []
+    for p5 in ("0", "1"):
+        monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_P5", p5)
+        m_gpu = [t.to(dev) for t in c.mutables()]
+        kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t)
+              for a, t in c.kwargs(m_gpu, record, use_pending, wfs).items()}
+        outs.append((_cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw).cpu(), [t.cpu() for t in m_gpu]))
+    (o0, m0), (o1, m1) = outs
+    assert torch.equal(o0, o1) and all(torch.equal(x, y) for x, y in zip(m0, m1))
+    torch.testing.assert_close(o1, o_ref, **TOL)
+    assert_all_close(m1, m_ref, **TOL)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
 @pytest.mark.parametrize("build", ["", "1", "2", "3"])
 @pytest.mark.parametrize("decay", [1.0, 20.0])
 def test_cuda_ut_strong_decay_and_big_batch(monkeypatch, decay, build):

@@ -44,6 +44,7 @@ struct ChainVerifyParams {
   int bv;       // value rows per warp: 4 or 8; anything else = automatic (chain_verify.cu, dispatch_bv)
   int ut_nw;    // UT kernel (chain_verify_ut.cu): 1 warp per CTA when 1, else 4
   int ut_tpc;   // UT kernel: value tiles per CTA when > 0 (tests, sweeps), else automatic
+  bool ut_p5;   // UT kernel: phase 5 with v~ in registers (chain_verify_ut.cu, P5; opt-in)
   int ut_var;   // UT kernel build variant (chain_verify_ut.cu, VAR): 1, 2, 3; anything else = automatic
   int ut_auto;  // UT kernel in the automatic layout: 0 never, 1 wherever it applies (not AR / commit
                 // windows), else the shape rule of chain_verify_ut_auto

@@ -339,7 +339,14 @@ __host__ __device__ constexpr int ut_rpl() { return 2; }
 template <int VAR, int NW>
 __host__ __device__ constexpr int ut_min_blocks() { return (VAR == 3 ? 16 : 12) / NW; }
 
-template <typename TIn, int K, int TM, int NW, bool ONE, int VAR>
+// P5 (opt-in, VLLM_SPECLA_CUDA_UT_P5=1; written without a GPU, not measured yet): phase 5 with v~ in
+// registers. Every lane of a row runs the row's [T, T] forward substitution, fully unrolled over TM
+// (the v5 form runs it on one lane per row with a shared-memory round trip per term: 22 % of the
+// stall samples of session 5's step kernel, RESULTS.md session 6), then forms its o tokens from
+// its own registers: no shared v~, no __syncwarp; the same operations in the same order, so the
+// results are bit-identical. Only for windows without write_final_state (the tile is dead after
+// phase 4, which frees its registers for the substitution).
+template <typename TIn, int K, int TM, int NW, bool ONE, int VAR, bool P5 = false>
 __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
     chain_verify_ut_kernel(const ChainVerifyParams p, const int tb, const int pb, const int tpc) {
   static_assert(VAR >= 1 && VAR <= 3, "build variants 1 .. 3");
@@ -621,7 +628,7 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
           for (int rr = 0; rr < kRPL; ++rr) axpy4(tile[rr][i], a[rr], x);
         }
       }
-      if (!p.write_final_state) store_tile<kLPR>(tile, st_head, st_row, row0, V, sub);
+      if (P5 || !p.write_final_state) store_tile<kLPR>(tile, st_head, st_row, row0, V, sub);
     }
 
     // ---- 4. window products U_t = S' k_t, Q_t = S' q_t (raw k / q; scaled by rk / rq later) ----
@@ -669,6 +676,39 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
 
     // ---- 5. forward substitution for v~ (lane l < RPW: row l of the warp), then the o rows (lane l:
     // row l % RPW, tokens l / RPW + (32 / RPW) i) and the o / v~ stores; runtime loops (compact code) ----
+    if constexpr (P5) {  // v~ of row ri in registers of all its 32 / RPW lanes (see P5 above)
+      const int ri = lane % kRowsPerWarp, row = row_w + ri;
+      float vt[TM];
+#pragma unroll
+      for (int t = 0; t < TM; ++t) {
+        vt[t] = 0.f;
+        if (t < T) {  // uniform over the CTA
+          float x = fmaf(-sh.eG[t] * sh.rk[t], ws.U[t][ri], ws.v[t][ri]);
+#pragma unroll
+          for (int u = 0; u < t; ++u) x = fmaf(-sh.A[t][u], vt[u], x);
+          vt[t] = sh.beta[t] * x;
+        }
+      }
+      constexpr int kTS = 32 / kRowsPerWarp;  // token stride of a lane
+#pragma unroll
+      for (int i = 0; i < (TM + kTS - 1) / kTS; ++i) {
+        const int t = lane / kRowsPerWarp + i * kTS;
+        if (t < T && row < V) {
+          float y = sh.eG[t] * sh.rq[t] * ws.Q[t][ri];
+          float vtt = 0.f;
+#pragma unroll
+          for (int u = 0; u < TM; ++u) {
+            const float wy = fmaf(sh.W[t][u], vt[u], y);  // selected below: u > t never reaches y
+            y = u <= t ? wy : y;
+            vtt = u == t ? vt[u] : vtt;
+          }
+          p.o[(bos + t) * HVV + hv * V + row] = y;
+          if (t < Trec)
+            p.bank_v[slot * p.bv_stride[0] + wb * p.bv_stride[1] + t * p.bv_stride[2] + hv * p.bv_stride[3] +
+                     row * p.bv_stride[4]] = vtt;
+        }
+      }
+    } else {
     if (lane < kRowsPerWarp) {
       for (int t = 0; t < T; ++t) {
         float x = fmaf(-sh.eG[t] * sh.rk[t], ws.U[t][lane], ws.v[t][lane]);
@@ -690,9 +730,10 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
         }
       }
     }
+    }  // P5
 
     // ---- 6. state after the window (AR / commit windows) ----
-    if (p.write_final_state) {
+    if (!P5 && p.write_final_state) {
       if (T > 0) {
         const float egl = sh.eG[T - 1];
 #pragma unroll
@@ -761,7 +802,7 @@ struct UTPlan {
 
 // Resident CTAs per SM of the loop kernel (one = false) or the one-tile kernel (one = true), from the
 // occupancy query, cached by (one, tb, pb).
-template <typename TIn, int K, int TM, int NW, int VAR>
+template <typename TIn, int K, int TM, int NW, int VAR, bool P5 = false>
 int ut_per_sm(const int tb, const int pb, const bool one) {
   constexpr int kLPR = ut_lpr<VAR>(), kRPL = ut_rpl<VAR>();
   constexpr size_t kStage = static_cast<size_t>(NW) * kRPL * (K / kLPR / 4) * 32 * sizeof(float4);
@@ -771,7 +812,7 @@ int ut_per_sm(const int tb, const int pb, const bool one) {
     const size_t dyn = static_cast<size_t>(2 * tb + pb) * K * sizeof(float) + (one ? 0 : kStage);
     int n = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &n, one ? chain_verify_ut_kernel<TIn, K, TM, NW, true, VAR> : chain_verify_ut_kernel<TIn, K, TM, NW, false, VAR>,
+            &n, one ? chain_verify_ut_kernel<TIn, K, TM, NW, true, VAR, P5> : chain_verify_ut_kernel<TIn, K, TM, NW, false, VAR, P5>,
             NW * 32, dyn) != cudaSuccess ||
         n < 1)
       n = 1;
@@ -783,15 +824,15 @@ int ut_per_sm(const int tb, const int pb, const bool one) {
 // The shared-memory opt-in of both instantiations (the largest dynamic size the variant can take,
 // tb, pb <= TM), once per kernel and before any occupancy query (which reports 0 CTAs above 48 KiB
 // without it).
-template <typename TIn, int K, int TM, int NW, int VAR>
+template <typename TIn, int K, int TM, int NW, int VAR, bool P5 = false>
 cudaError_t ut_opt_in() {
   static const cudaError_t attr = [] {
     constexpr int kLPR = ut_lpr<VAR>(), kRPL = ut_rpl<VAR>();
     constexpr size_t kStage = static_cast<size_t>(NW) * kRPL * (K / kLPR / 4) * 32 * sizeof(float4);
     const int mx = 3 * TM * K * static_cast<int>(sizeof(float)) + static_cast<int>(kStage);
-    const cudaError_t a = cudaFuncSetAttribute(chain_verify_ut_kernel<TIn, K, TM, NW, true, VAR>,
+    const cudaError_t a = cudaFuncSetAttribute(chain_verify_ut_kernel<TIn, K, TM, NW, true, VAR, P5>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
-    return a != cudaSuccess ? a : cudaFuncSetAttribute(chain_verify_ut_kernel<TIn, K, TM, NW, false, VAR>,
+    return a != cudaSuccess ? a : cudaFuncSetAttribute(chain_verify_ut_kernel<TIn, K, TM, NW, false, VAR, P5>,
                                                        cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
   }();
   return attr;
@@ -809,19 +850,19 @@ cudaError_t ut_opt_in() {
 // variant 3 at 4 warps (4 CTAs of 16 rows vs 3 of 32). E.g. variant 2, 6x256x512 (16 tiles of 32
 // rows): B = 64 -> 16, one wave of 384 CTAs; 8x256x256 (8 tiles) at B = 64 -> 4: 1024 CTAs in 3
 // waves of 396 slots beat 512 CTAs in 2. A forced p.ut_tpc skips the model (cost 0).
-template <typename TIn, int K, int TM, int NW, int VAR>
+template <typename TIn, int K, int TM, int NW, int VAR, bool P5 = false>
 cudaError_t plan_ut(const ChainVerifyParams& p, const int tb, const int pb, UTPlan* plan) {
   constexpr int BV = rows_per_warp<ut_lpr<VAR>(), ut_rpl<VAR>()>() * NW;
   constexpr int BV_ref = rows_per_warp<ut_lpr<2>(), ut_rpl<2>()>() * NW;
   const int ntile = (p.V + BV - 1) / BV;
-  cudaError_t e = ut_opt_in<TIn, K, TM, NW, VAR>();
+  cudaError_t e = ut_opt_in<TIn, K, TM, NW, VAR, P5>();
   if (e == cudaSuccess && VAR >= 3) e = ut_opt_in<TIn, K, TM, NW, 2>();
   if (e != cudaSuccess) return e;
   plan->tpc = p.ut_tpc > 0 ? std::min(p.ut_tpc, ntile) : 0;
   plan->cost = 0.0;
   if (plan->tpc > 0) return cudaSuccess;
-  const int per_sm = ut_per_sm<TIn, K, TM, NW, VAR>(tb, pb, false);
-  const int per_sm_one = ut_per_sm<TIn, K, TM, NW, VAR>(tb, pb, true);
+  const int per_sm = ut_per_sm<TIn, K, TM, NW, VAR, P5>(tb, pb, false);
+  const int per_sm_one = ut_per_sm<TIn, K, TM, NW, VAR, P5>(tb, pb, true);
   const int per_sm_ref = VAR >= 3 ? ut_per_sm<TIn, K, TM, NW, 2>(tb, pb, false) : per_sm;
   const double tau = static_cast<double>(per_sm) * BV / (static_cast<double>(per_sm_ref) * BV_ref) *
                      (VAR >= 3 ? 1.1 : 1.0);
@@ -838,7 +879,7 @@ cudaError_t plan_ut(const ChainVerifyParams& p, const int tb, const int pb, UTPl
   return cudaSuccess;
 }
 
-template <typename TIn, int K, int TM, int NW, int VAR>
+template <typename TIn, int K, int TM, int NW, int VAR, bool P5 = false>
 cudaError_t launch_ut(const ChainVerifyParams& p, const int tb, const int pb, const UTPlan& plan,
                       cudaStream_t stream) {
   constexpr int kLPR = ut_lpr<VAR>(), kRPL = ut_rpl<VAR>();
@@ -847,18 +888,35 @@ cudaError_t launch_ut(const ChainVerifyParams& p, const int tb, const int pb, co
   const size_t dyn_one = static_cast<size_t>(2 * tb + pb) * K * sizeof(float);
   const int ntile = (p.V + BV - 1) / BV;
   const dim3 grid((ntile + plan.tpc - 1) / plan.tpc, p.HV, p.R);
-  auto* kern = plan.tpc == 1 ? chain_verify_ut_kernel<TIn, K, TM, NW, true, VAR>
-                             : chain_verify_ut_kernel<TIn, K, TM, NW, false, VAR>;
+  auto* kern = plan.tpc == 1 ? chain_verify_ut_kernel<TIn, K, TM, NW, true, VAR, P5>
+                             : chain_verify_ut_kernel<TIn, K, TM, NW, false, VAR, P5>;
   const size_t dyn = plan.tpc == 1 ? dyn_one : dyn_one + kStage;
   kern<<<grid, NW * 32, dyn, stream>>>(p, tb, pb, plan.tpc);
   return cudaGetLastError();
 }
 
-template <typename TIn, int K, int TM, int NW, int VAR>
+template <typename TIn, int K, int TM, int NW, int VAR, bool P5 = false>
 cudaError_t plan_and_launch(const ChainVerifyParams& p, const int tb, const int pb, cudaStream_t stream) {
   UTPlan plan;
-  const cudaError_t e = plan_ut<TIn, K, TM, NW, VAR>(p, tb, pb, &plan);
-  return e != cudaSuccess ? e : launch_ut<TIn, K, TM, NW, VAR>(p, tb, pb, plan, stream);
+  const cudaError_t e = plan_ut<TIn, K, TM, NW, VAR, P5>(p, tb, pb, &plan);
+  return e != cudaSuccess ? e : launch_ut<TIn, K, TM, NW, VAR, P5>(p, tb, pb, plan, stream);
+}
+
+// Variant 2 or 3 (automatic: by the cost model with a 3 % margin for 3; forced: var) in the P5 form or not.
+template <typename TIn, int K, int TM, bool P5>
+cudaError_t launch_23(const ChainVerifyParams& p, const int tb, const int pb, const int var, cudaStream_t stream) {
+  if (var == 3) return plan_and_launch<TIn, K, TM, 4, 3, P5>(p, tb, pb, stream);
+  if ((p.ut_var < 1 || p.ut_var > 3) && TM == 8 && p.ut_tpc <= 0) {  // automatic: variant 2 or 3
+    UTPlan p2, p3;
+    cudaError_t e = plan_ut<TIn, K, TM, 4, 2, P5>(p, tb, pb, &p2);
+    if (e == cudaSuccess) e = plan_ut<TIn, K, TM, 4, 3, P5>(p, tb, pb, &p3);
+    if (e != cudaSuccess) return e;
+    // variant 3 only when the model gives it >= 3 % less time (near ties go to variant 2); measured:
+    // 3 at 8x256x256 B = 32 / 64 / 128 (and B = 256 end to end), 2 at 6x256x512 B = 32 / 64 / 128
+    return p3.cost < 0.97 * p2.cost ? launch_ut<TIn, K, TM, 4, 3, P5>(p, tb, pb, p3, stream)
+                                    : launch_ut<TIn, K, TM, 4, 2, P5>(p, tb, pb, p2, stream);
+  }
+  return plan_and_launch<TIn, K, TM, 4, 2, P5>(p, tb, pb, stream);
 }
 
 template <typename TIn, int K, int TM>
@@ -875,22 +933,13 @@ cudaError_t dispatch_nw(const ChainVerifyParams& p, const int tb, const int pb, 
       default: return plan_and_launch<TIn, K, TM, 1, 2>(p, tb, pb, stream);
     }
   }
-  switch (var) {
-    case 1: return plan_and_launch<TIn, K, TM, 4, 1>(p, tb, pb, stream);
-    case 3: return plan_and_launch<TIn, K, TM, 4, 3>(p, tb, pb, stream);
-    default: break;
+  if (var == 1) return plan_and_launch<TIn, K, TM, 4, 1>(p, tb, pb, stream);
+  // P5 builds exist for K = 256 and TM = 8 (both GDN-1.3B head shapes at K <= 7), 4 warps, windows
+  // without write_final_state; elsewhere p.ut_p5 is ignored
+  if constexpr (K == 256 && TM == 8) {
+    if (p.ut_p5 && !p.write_final_state) return launch_23<TIn, K, TM, true>(p, tb, pb, var, stream);
   }
-  if ((p.ut_var < 1 || p.ut_var > 3) && TM == 8 && p.ut_tpc <= 0) {  // automatic: variant 2 or 3
-    UTPlan p2, p3;
-    cudaError_t e = plan_ut<TIn, K, TM, 4, 2>(p, tb, pb, &p2);
-    if (e == cudaSuccess) e = plan_ut<TIn, K, TM, 4, 3>(p, tb, pb, &p3);
-    if (e != cudaSuccess) return e;
-    // variant 3 only when the model gives it >= 3 % less time (near ties go to variant 2); measured:
-    // 3 at 8x256x256 B = 32 / 64 / 128 (and B = 256 end to end), 2 at 6x256x512 B = 32 / 64 / 128
-    return p3.cost < 0.97 * p2.cost ? launch_ut<TIn, K, TM, 4, 3>(p, tb, pb, p3, stream)
-                                    : launch_ut<TIn, K, TM, 4, 2>(p, tb, pb, p2, stream);
-  }
-  return plan_and_launch<TIn, K, TM, 4, 2>(p, tb, pb, stream);
+  return launch_23<TIn, K, TM, false>(p, tb, pb, var, stream);
 }
 
 template <typename TIn>

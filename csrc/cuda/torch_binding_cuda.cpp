@@ -82,6 +82,13 @@ int ut_var_override() {
   return s == nullptr || *s == '\0' ? -1 : std::atoi(s);
 }
 
+// Phase 5 of the UT-form kernel with v~ in registers, VLLM_SPECLA_CUDA_UT_P5=1 (opt-in: written
+// without a GPU, not measured yet; chain_verify_ut.cu, P5).
+bool ut_p5_override() {
+  const char* s = std::getenv("VLLM_SPECLA_CUDA_UT_P5");
+  return s != nullptr && std::atoi(s) != 0;
+}
+
 // Value tiles per CTA of the UT-form kernel, VLLM_SPECLA_CUDA_UT_TPC (> 0; else automatic).
 int ut_tpc_override() {
   const char* s = std::getenv("VLLM_SPECLA_CUDA_UT_TPC");
@@ -186,6 +193,7 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   p.ut_nw = ut_nw_override();
   p.ut_tpc = ut_tpc_override();
   p.ut_var = ut_var_override();
+  p.ut_p5 = ut_p5_override();
   p.ut_auto = ut_auto_override();
   p.H = static_cast<int>(q.size(1));
   p.K = static_cast<int>(q.size(2));

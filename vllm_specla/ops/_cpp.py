@@ -74,7 +74,9 @@ def load_cuda(verbose: bool = False) -> bool:
     it takes, in the automatic layout), ``VLLM_SPECLA_CUDA_UT_NW=1`` (1 warp per CTA instead of 4)
     , ``VLLM_SPECLA_CUDA_UT_TPC=n`` (value tiles per CTA; else the wave cost model) and
     ``VLLM_SPECLA_CUDA_UT_VAR=1|2|3`` (its build variant: per-thread cp.async refills, TMA refills,
-    TMA with 16 lanes per value row; else 2 or 3 by the cost model where the sm_90 code runs).
+    TMA with 16 lanes per value row; else 2 or 3 by the cost model where the sm_90 code runs);
+    ``VLLM_SPECLA_CUDA_UT_P5=1`` opts into its register-resident phase 5 (bit-identical results;
+    written without a GPU, not measured yet).
     ``VLLM_SPECLA_CUDA_LINEINFO=1`` at build time adds ``-lineinfo`` (source lines in Nsight Compute).
     """
     if not AVAILABLE:
