@@ -44,8 +44,9 @@ CASES = [("fused", 5, 3), ("sep", 5, 3), ("fused", 8, 5), ("sep", 8, 5), ("step"
 
 def _forced_ut(fn, nw):
     """``fn`` with the CUDA UT-form kernel forced (VLLM_SPECLA_CUDA_LAYOUT=ut, read by the binding at
-    each call, i.e. at graph capture) and ``nw`` warps per CTA ('' = automatic; 4 warps in
-    build variant N for 'vN', VLLM_SPECLA_CUDA_UT_VAR)."""
+    each call, i.e. at graph capture), with ``nw`` selecting: '' the automatic choice, '1' one warp
+    per CTA (VLLM_SPECLA_CUDA_UT_NW), 'vN' build variant N (VLLM_SPECLA_CUDA_UT_VAR), 'p5' the
+    opt-in register phase 5 (VLLM_SPECLA_CUDA_UT_P5)."""
     def wrapped(*a, **kw):
         if kw.get("write_final_state"):  # replay launches (T = 1, state written): the automatic layout
             return fn(*a, **kw)

@@ -81,7 +81,8 @@ def main() -> None:
     ap.add_argument("--layout", default="auto",
                     help="CUDA warp layouts to time: auto, rowgroup, rowgroup8, rowgroup16, rowgroup32, rs, "
                          "ut (the UT-form kernel; ut1: 1 warp per CTA; utv1 .. utv3: its build variant; utp5: its opt-in register phase 5) "
-                         "(VLLM_SPECLA_CUDA_LAYOUT, VLLM_SPECLA_CUDA_UT_NW)")
+                         "(VLLM_SPECLA_CUDA_LAYOUT, VLLM_SPECLA_CUDA_UT_NW, VLLM_SPECLA_CUDA_UT_VAR, "
+                         "VLLM_SPECLA_CUDA_UT_P5)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     layouts = args.layout.split(",")

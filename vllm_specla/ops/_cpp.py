@@ -71,8 +71,8 @@ def load_cuda(verbose: bool = False) -> bool:
     ``VLLM_SPECLA_CUDA_LAYOUT=rowgroup|rowgroup8|rs|ut`` (warp layout: row group with 32 / BV or 8
     lanes per row, v3's reduce-scatter, or the UT form (strict: an error where it does not apply);
     else automatic), ``VLLM_SPECLA_CUDA_UT=0|1`` (the UT form never / for every verify or step window
-    it takes, in the automatic layout), ``VLLM_SPECLA_CUDA_UT_NW=1`` (1 warp per CTA instead of 4)
-    , ``VLLM_SPECLA_CUDA_UT_TPC=n`` (value tiles per CTA; else the wave cost model) and
+    it takes, in the automatic layout), ``VLLM_SPECLA_CUDA_UT_NW=1`` (1 warp per CTA instead of 4),
+    ``VLLM_SPECLA_CUDA_UT_TPC=n`` (value tiles per CTA; else the wave cost model) and
     ``VLLM_SPECLA_CUDA_UT_VAR=1|2|3`` (its build variant: per-thread cp.async refills, TMA refills,
     TMA with 16 lanes per value row; else 2 or 3 by the cost model where the sm_90 code runs);
     ``VLLM_SPECLA_CUDA_UT_P5=1`` opts into its register-resident phase 5 (bit-identical results;
