@@ -14,8 +14,10 @@ CUDA result equals Triton's (relative error). ``--bv 0,4,8`` also times the CUDA
 ``rs`` v3's reduce-scatter, ``rowgroup`` the small-batch row-group kernel with 32 / BV lanes per
 row, ``rowgroup8`` / ``rowgroup16`` / ``rowgroup32`` with 8 / 16 / 32 lanes per row, ``ut`` the UT-form
 kernel of ``chain_verify_ut.cu`` (``ut1``: 1 warp per CTA forced; ``utv1`` .. ``utv3``:
-its build variant forced, ``VLLM_SPECLA_CUDA_UT_VAR``; ``utp5``: its opt-in register-resident
-phase 5, ``VLLM_SPECLA_CUDA_UT_P5=1``); key
+its build variant forced, ``VLLM_SPECLA_CUDA_UT_VAR``; ``utp0`` / ``utp1`` / ``utp2``: its phase 4 / 5
+form forced, ``VLLM_SPECLA_CUDA_UT_P5=0`` the previous phase 5, ``1`` v~ in registers, ``2`` plus the
+batched products reduce (``ut``: 1 or 2 by the shuffle count);
+``utrow``: one TMA copy per state row, ``VLLM_SPECLA_CUDA_UT_ROWCOPY=1``); key
 suffix ``_<layout>``, none for ``auto``).
 Prints a table, writes JSON to ``--out``.
 Run with ``VLLM_SPECLA_CPP_JIT=1`` (JIT-builds the CPU op schemas, then the CUDA kernel).
@@ -55,7 +57,8 @@ def _with_env(bv, cap, layout="auto"):
            "VLLM_SPECLA_CUDA_LAYOUT": None if layout == "auto" else "ut" if layout.startswith("ut") else layout,
            "VLLM_SPECLA_CUDA_UT_NW": "1" if layout == "ut1" else None,
            "VLLM_SPECLA_CUDA_UT_VAR": layout[3:] if layout.startswith("utv") else None,
-           "VLLM_SPECLA_CUDA_UT_P5": "1" if layout == "utp5" else None}
+           "VLLM_SPECLA_CUDA_UT_P5": layout[3:] if layout in ("utp0", "utp1", "utp2") else None,
+           "VLLM_SPECLA_CUDA_UT_ROWCOPY": "1" if layout == "utrow" else None}
 
     def fn(*a, **kw):
         for key, val in env.items():
@@ -80,13 +83,16 @@ def main() -> None:
     ap.add_argument("--regcap", default="1", help="CUDA register caps to time: 1 (on, default), 0 (off)")
     ap.add_argument("--layout", default="auto",
                     help="CUDA warp layouts to time: auto, rowgroup, rowgroup8, rowgroup16, rowgroup32, rs, "
-                         "ut (the UT-form kernel; ut1: 1 warp per CTA; utv1 .. utv3: its build variant; utp5: its opt-in register phase 5) "
+                         "ut (the UT-form kernel; ut1: 1 warp per CTA; utv1 .. utv3: its build variant; utp0 / utp1 / utp2: its phase 4 / 5 form; utrow: TMA copies per row) "
                          "(VLLM_SPECLA_CUDA_LAYOUT, VLLM_SPECLA_CUDA_UT_NW, VLLM_SPECLA_CUDA_UT_VAR, "
-                         "VLLM_SPECLA_CUDA_UT_P5)")
+                         "VLLM_SPECLA_CUDA_UT_P5, VLLM_SPECLA_CUDA_UT_ROWCOPY)")
+    ap.add_argument("--bank-t", type=int, default=-1,
+                    help="factor-bank window length Tmax: 0 = each configuration's own T (as the runtime sizes "
+                         "its banks, K + 1; the CUDA UT kernel's window bound follows it), default: max(8, largest T)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     layouts = args.layout.split(",")
-    allowed = ("auto", "rowgroup", "rowgroup8", "rowgroup16", "rowgroup32", "rs", "ut", "ut1", "utv1", "utv2", "utv3", "utp5")
+    allowed = ("auto", "rowgroup", "rowgroup8", "rowgroup16", "rowgroup32", "rs", "ut", "ut1", "utv1", "utv2", "utv3", "utp0", "utp1", "utp2", "utrow")
     if not all(lay in allowed for lay in layouts):
         raise SystemExit(f"--layout: each of {layouts} must be one of {', '.join(allowed)}")
     variants = [(int(b), int(c), lay) for b in args.bv.split(",") for c in args.regcap.split(",") for lay in layouts]
@@ -101,9 +107,12 @@ def main() -> None:
         for B in [int(b) for b in args.batches.split(",")]:
             for T in [int(t) for t in args.Ts.split(",")]:
                 for kind in (("ar",) if T == 1 else ("verify", "step")):
-                    # factor banks sized to the longest window of the run, as the runtime sizes
-                    # them (Tmax = K + 1; the CUDA UT kernel's shared memory follows Tmax)
-                    S, Tm = LAYERS * B, max(8, max(int(t) for t in args.Ts.split(",")))
+                    # factor banks of Tmax = --bank-t tokens (default: the longest window of the run;
+                    # 0: this T, as the runtime sizes them, K + 1); the CUDA UT kernel's window bound
+                    # and shared memory follow Tmax
+                    S = LAYERS * B
+                    Tm = T if args.bank_t == 0 else args.bank_t if args.bank_t > 0 else max(
+                        8, max(int(t) for t in args.Ts.split(",")))
                     g = torch.Generator(device=dev).manual_seed(B * 100 + T)
                     N = B * T
                     q = torch.randn(N, H, K, device=dev, generator=g, dtype=torch.bfloat16)
@@ -131,7 +140,7 @@ def main() -> None:
                     impls["triton"] = tc.chain_verify
                     if ut is not None and kind != "ar":
                         impls["triton_ut"] = ut.chain_verify_ut
-                    r = dict(shape=sname, batch=B, T=T, kind=kind, gpu=torch.cuda.get_device_name())
+                    r = dict(shape=sname, batch=B, T=T, kind=kind, bank_T=Tm, gpu=torch.cuda.get_device_name())
                     outs = {}
                     for name, fn in impls.items():  # results first, from the same untouched inputs
                         try:

@@ -19,6 +19,52 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s7d)  # session 7, call 4: the phase-5 form picked by the shuffle count (P5 unset: 1 or 2 per variant and window
+        # bound); GPU tests; kernel A/B with banks sized to the window (as the runtime); commit ratios; e2e
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 150 python -m pytest -q -x tests/test_csrc.py -k cuda tests/test_dispatch.py 2>&1 | tail -2
+      timeout 110 python benchmarks/bench_csrc_cuda.py --batches 32,64,128 --Ts 5,8 --bank-t 0 --layout ut,utp1,utp2 \
+          --out "$OUT/csrc_s7d.json" 2>&1 | tail -25
+      timeout 60 python benchmarks/bench_commit_cuda.py --impls cuda --batches 32,128 --replays 20 \
+          --out "$OUT/commit_s7d.json" 2>&1 | tail -5
+      timeout 170 python benchmarks/bench_e2e.py --shapes map,flame --batches 64,256 --ks 4 \
+          --alphas 0.8 --snapshot-ks 4 --cuda-csrc --tag s7d --out "$OUT/e2e_s7d.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      ;;
+  s7c)  # session 7, call 3: one TMA copy per warp tile, the batched products reduce-scatter (P5 = 2, now the
+        # default) and the stack-free reduce_scatter: GPU tests, kernel and commit A/B (utp1: P5 = 1; utrow: copies
+        # per row), e2e at both shapes, B = 64 / 256
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 150 python -m pytest -q -x tests/test_csrc.py -k cuda tests/test_dispatch.py 2>&1 | tail -2
+      timeout 110 python benchmarks/bench_csrc_cuda.py --batches 32,64,128 --Ts 5,8 --layout ut,utp1,utrow \
+          --out "$OUT/csrc_s7c.json" 2>&1 | tail -25
+      timeout 100 python benchmarks/bench_commit_cuda.py --impls cuda,cuda_utp1,cuda_utrow --batches 32,128 --replays 20 \
+          --out "$OUT/commit_s7c.json" 2>&1 | tail -13
+      timeout 170 python benchmarks/bench_e2e.py --shapes map,flame --batches 64,256 --ks 4 \
+          --alphas 0.8 --snapshot-ks 4 --cuda-csrc --tag s7c --out "$OUT/e2e_s7c.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      ;;
+  s7b)  # session 7, call 2: P5 the default; GPU tests; UT (P5) vs the serial kernels at batch 1-2 (issue 9);
+        # variants 2 / 3 at batches the cost model extrapolates to; where the P5 map step (8x256x256, B = 64) stalls
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16 VLLM_SPECLA_CUDA_LINEINFO=1
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 150 python -m pytest -q -x tests/test_csrc.py -k cuda tests/test_dispatch.py 2>&1 | tail -2
+      timeout 90 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 2,5,8 --layout auto,ut \
+          --out "$OUT/csrc_b12_s7b.json" 2>&1 | tail -26
+      timeout 120 python benchmarks/bench_csrc_cuda.py --batches 40,48,96,192 --Ts 5 --layout ut,utv2,utv3 \
+          --out "$OUT/csrc_var_s7b.json" 2>&1 | tail -18
+      VLLM_SPECLA_CUDA_LAYOUT=ut timeout 100 ncu --set full --import-source yes --clock-control none \
+          -k regex:chain_verify_ut --launch-skip 1 --launch-count 1 -o "$OUT/ut_p5_step_b64" \
+          python benchmarks/prof/cuda_once.py 64 5 5 8x256x256 > /dev/null 2>&1; echo "rep rc $?"
+      timeout 40 ncu -i "$OUT/ut_p5_step_b64.ncu-rep" --page details > "$OUT/ncu_p5_details.txt" 2>&1
+      grep -E "Duration|DRAM Throughput|L1/TEX Cache Throughput|Registers Per|Achieved Occupancy|Issued Warp|No Eligible|Compute \(SM\)" \
+          "$OUT/ncu_p5_details.txt" | head -12
+      timeout 40 ncu -i "$OUT/ut_p5_step_b64.ncu-rep" --page source --csv --print-source cuda > "$OUT/src_cuda.csv" 2>&1
+      timeout 40 ncu -i "$OUT/ut_p5_step_b64.ncu-rep" --page source --csv --print-source sass > "$OUT/src_sass.csv" 2>&1
+      gzip -f "$OUT/src_cuda.csv" "$OUT/src_sass.csv"; rm -f "$OUT/ut_p5_step_b64.ncu-rep"; ls -la "$OUT"
+      ;;
   s7a)  # session 7, call 1 (prepared in session 6, not run): GPU tests incl. the new build-variant and P5
         # parametrizations, the opt-in register phase 5 (P5) A/B, commit ratios, map B = 64 / 256 with P5
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16

@@ -40,16 +40,17 @@ def test_csrc_bench_forced_variants_set_the_switches(monkeypatch):
 
     seen = []
     keys = ("VLLM_SPECLA_CUDA_LAYOUT", "VLLM_SPECLA_CUDA_UT_NW", "VLLM_SPECLA_CUDA_UT_VAR", "VLLM_SPECLA_CUDA_BV",
-            "VLLM_SPECLA_CUDA_REGCAP", "VLLM_SPECLA_CUDA_UT_P5")
+            "VLLM_SPECLA_CUDA_REGCAP", "VLLM_SPECLA_CUDA_UT_P5", "VLLM_SPECLA_CUDA_UT_ROWCOPY")
     monkeypatch.setattr(bc._cpp, "chain_verify", lambda *a, **kw: seen.append({k: os.environ.get(k) for k in keys}))
     for k in keys:
         monkeypatch.delenv(k, raising=False)
-    for layout in ("utv1", "utv2", "utv3", "ut1", "ut", "utp5", "rs", "auto"):
+    for layout in ("utv1", "utv2", "utv3", "ut1", "ut", "utp0", "rs", "auto", "utp1", "utrow"):
         bc._with_env(0, True, layout)()
-    assert [s["VLLM_SPECLA_CUDA_UT_VAR"] for s in seen] == ["1", "2", "3", None, None, None, None, None]
-    assert [s["VLLM_SPECLA_CUDA_LAYOUT"] for s in seen] == ["ut"] * 6 + ["rs", None]
-    assert [s["VLLM_SPECLA_CUDA_UT_NW"] for s in seen] == [None, None, None, "1", None, None, None, None]
-    assert [s["VLLM_SPECLA_CUDA_UT_P5"] for s in seen] == [None] * 5 + ["1", None, None]
+    assert [s["VLLM_SPECLA_CUDA_UT_VAR"] for s in seen] == ["1", "2", "3"] + [None] * 7
+    assert [s["VLLM_SPECLA_CUDA_LAYOUT"] for s in seen] == ["ut"] * 6 + ["rs", None, "ut", "ut"]
+    assert [s["VLLM_SPECLA_CUDA_UT_NW"] for s in seen] == [None, None, None, "1"] + [None] * 6
+    assert [s["VLLM_SPECLA_CUDA_UT_P5"] for s in seen] == [None] * 5 + ["0", None, None, "1", None]
+    assert [s["VLLM_SPECLA_CUDA_UT_ROWCOPY"] for s in seen] == [None] * 9 + ["1"]
     bc._with_env(4, False, "auto")()
     assert seen[-1]["VLLM_SPECLA_CUDA_BV"] == "4" and seen[-1]["VLLM_SPECLA_CUDA_REGCAP"] == "0"
     assert all(os.environ.get(k) is None for k in keys)

@@ -537,11 +537,12 @@ def test_cuda_ut_chain_verify_matches_reference(monkeypatch, shape, dtype, mode,
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("shape", [(6, 6, 256, 512), (8, 8, 256, 256)])
 def test_cuda_ut_p5_is_bit_identical_and_matches_reference(monkeypatch, shape, dtype, mode, variant, build):
-    """The opt-in register-resident phase 5 (VLLM_SPECLA_CUDA_UT_P5=1, chain_verify_ut.cu P5: K = 256,
-    windows and pending factors <= 8, no write_final_state) runs the same operations in the same
-    order as the default phase 5: its outputs, state and factor banks equal the default kernel's bit
-    for bit, and chain_verify_ref within the CUDA tolerance; automatic or forced variant 3, one tile
-    per CTA or the tile loop."""
+    """The phase 4 / 5 forms of chain_verify_ut.cu (P5; K = 256, windows and pending factors <= 8, no
+    write_final_state) run the same operations in the same order: VLLM_SPECLA_CUDA_UT_P5=0 (the
+    previous phase 5), 1 (v~ in registers, the default) and 2 (plus one batched reduce-scatter of
+    the window products), and 2 with one TMA copy per state row (VLLM_SPECLA_CUDA_UT_ROWCOPY=1)
+    give outputs, state and factor banks equal bit for bit, and chain_verify_ref within the CUDA
+    tolerance; automatic or forced variant 3, one tile per CTA or the tile loop."""
     monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "ut")
     monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_VAR", build)
     if variant == "loop":
@@ -556,16 +557,18 @@ def test_cuda_ut_p5_is_bit_identical_and_matches_reference(monkeypatch, shape, d
     o_ref = chain_verify_ref(*c.tensors(), **c.kwargs(m_ref, record, use_pending, wfs))
     dev = torch.device("cuda")
     outs = []
-    for p5 in ("0", "1"):
+    for p5, rowcopy in (("0", "0"), ("1", "0"), ("2", "0"), ("2", "1")):
         monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_P5", p5)
+        monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_ROWCOPY", rowcopy)
         m_gpu = [t.to(dev) for t in c.mutables()]
         kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t)
               for a, t in c.kwargs(m_gpu, record, use_pending, wfs).items()}
         outs.append((_cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw).cpu(), [t.cpu() for t in m_gpu]))
-    (o0, m0), (o1, m1) = outs
-    assert torch.equal(o0, o1) and all(torch.equal(x, y) for x, y in zip(m0, m1))
-    torch.testing.assert_close(o1, o_ref, **TOL)
-    assert_all_close(m1, m_ref, **TOL)
+    o0, m0 = outs[0]
+    for o1, m1 in outs[1:]:
+        assert torch.equal(o0, o1) and all(torch.equal(x, y) for x, y in zip(m0, m1))
+    torch.testing.assert_close(o0, o_ref, **TOL)
+    assert_all_close(m0, m_ref, **TOL)
 
 
 @pytest.mark.gpu

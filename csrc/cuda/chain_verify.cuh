@@ -44,7 +44,11 @@ struct ChainVerifyParams {
   int bv;       // value rows per warp: 4 or 8; anything else = automatic (chain_verify.cu, dispatch_bv)
   int ut_nw;    // UT kernel (chain_verify_ut.cu): 1 warp per CTA when 1, else 4
   int ut_tpc;   // UT kernel: value tiles per CTA when > 0 (tests, sweeps), else automatic
-  bool ut_p5;   // UT kernel: phase 5 with v~ in registers (chain_verify_ut.cu, P5; opt-in)
+  int ut_p5;    // UT kernel (chain_verify_ut.cu, P5) where built: 0 the previous phase 5, 1 phase 5 with
+                // v~ in registers, 2 that plus one batched reduce-scatter of the window products, 3 (or
+                // anything else) 1 or 2 by the shuffle count (launch_form)
+  bool ut_row_copies;  // UT kernel, TMA refills: one bulk copy per state row (A/B; else one per warp
+                       // tile where its rows are contiguous)
   int ut_var;   // UT kernel build variant (chain_verify_ut.cu, VAR): 1, 2, 3; anything else = automatic
   int ut_auto;  // UT kernel in the automatic layout: 0 never, 1 wherever it applies (not AR / commit
                 // windows), else the shape rule of chain_verify_ut_auto

@@ -194,34 +194,45 @@ struct Stage16<__nv_bfloat16> {
   }
 };
 
+// One level of reduce_scatter per instantiation (offset OFF, N live values), so that every loop
+// bound is a constant where it is unrolled: session 6's single loop with a loop-carried live count
+// left 16- and 32-value forms in local memory (128-byte stack frames: the TM = 16 builds' Gram and
+// the batched products below; ptxas -v). Same operations in the same order.
+template <int OFF, int LO, int N, int NV>
+__device__ __forceinline__ void reduce_scatter_level(float (&d)[NV], const int lane, int& idx) {
+  if constexpr (OFF >= LO) {
+    if constexpr (N > 1) {
+      constexpr int half = N / 2;
+      const bool upper = (lane & OFF) != 0;
+#pragma unroll
+      for (int i = 0; i < half; ++i) {
+        const float send = upper ? d[i] : d[i + half];
+        const float keep = upper ? d[i + half] : d[i];
+        d[i] = keep + __shfl_xor_sync(kFullUT, send, OFF);
+      }
+      if (upper) idx += half;
+      reduce_scatter_level<OFF / 2, LO, half>(d, lane, idx);
+    } else {
+      d[0] += __shfl_xor_sync(kFullUT, d[0], OFF);
+      reduce_scatter_level<OFF / 2, LO, 1>(d, lane, idx);
+    }
+  }
+}
+
 // Reduce-scatter of NV partial sums (NV a power of two) over the lanes that differ in the xor
 // offsets HI, HI / 2, .., LO (powers of two; 16 .. 1 = the whole warp): at each level while more
 // than one value is live, a lane keeps one half and adds its partner's copy of it; the remaining
-// levels are all-reduce steps. Afterwards d[0] holds the group sum of d[idx] (returned; idx from
-// the lane's bits HI, HI / 2, ..: the upper half at each halving level); NV - 1 shuffles for NV
-// values plus one per all-reduce level, none behind a branch.
+// levels are all-reduce steps. Afterwards d[0 .. n) hold the group sums of d[idx .. idx + n), n =
+// max(1, NV / 2^levels) (idx returned; from the lane's bits HI, HI / 2, ..: the upper half at each
+// halving level); NV - n shuffles for the halving levels plus one per all-reduce level, none
+// behind a branch. Each sum is the same xor-butterfly tree as an all-reduce over the same offsets,
+// so the results equal it bit for bit.
 template <int NV, int HI = 16, int LO = 1>
 __device__ __forceinline__ int reduce_scatter(float (&d)[NV], const int lane) {
   static_assert(NV >= 1 && NV <= 32 && (NV & (NV - 1)) == 0, "NV must be a power of two <= 32");
   static_assert(HI >= LO && LO >= 1 && HI <= 16, "xor offsets HI .. LO within the warp");
   int idx = 0;
-#pragma unroll
-  for (int off = HI, n = NV; off >= LO; off >>= 1) {
-    if (n > 1) {
-      const int half = n / 2;
-      const bool upper = (lane & off) != 0;
-#pragma unroll
-      for (int i = 0; i < half; ++i) {
-        const float send = upper ? d[i] : d[i + half];
-        const float keep = upper ? d[i + half] : d[i];
-        d[i] = keep + __shfl_xor_sync(kFullUT, send, off);
-      }
-      if (upper) idx += half;
-      n = half;
-    } else {
-      d[0] += __shfl_xor_sync(kFullUT, d[0], off);
-    }
-  }
+  reduce_scatter_level<HI, LO, NV>(d, lane, idx);
   return idx;
 }
 
@@ -291,10 +302,19 @@ __device__ __forceinline__ void store_tile(const float4 (&tile)[RPL][NPC], float
 
 // TMA stage refill (lane 0 of the warp): the warp's RPW rows row_w .. row_w + RPW - 1 (rows past V
 // re-read row V - 1), K floats each, into stage rows 0 .. RPW - 1.
+// One bulk copy of the whole RPW x K block where the rows are contiguous in memory and all inside V
+// (whole: the state's row stride is K, p.ut_row_copies unset), else one copy per row. Per-row copies
+// each wait for the previous one's uniform-register operands in the compiler's elect loop: 10-15 % of
+// the stall samples of the P5 step kernel were on those loops (Nsight Compute, RESULTS.md session 7).
 template <int K, int RPW>
 __device__ __forceinline__ void prefetch_tile_tma(float* stage, const float* st_head, const int64_t st_row,
-                                                  const int row_w, const int V, unsigned long long* bar) {
+                                                  const int row_w, const int V, unsigned long long* bar,
+                                                  const bool whole) {
   ut_mbar_expect_tx(bar, RPW * K * sizeof(float));
+  if (whole && row_w + RPW <= V) {
+    ut_bulk_g2s(stage, st_head + row_w * st_row, RPW * K * sizeof(float), bar);
+    return;
+  }
 #pragma unroll
   for (int j = 0; j < RPW; ++j)
     ut_bulk_g2s(stage + j * K, st_head + min(row_w + j, V - 1) * st_row, K * sizeof(float), bar);
@@ -320,9 +340,8 @@ __device__ __forceinline__ void prefetch_tile(float4* stage, const float* st_hea
 // the current one computes, registers capped for 12 warps per SM (variants 1 / 2: <= 170, what
 // they take unbounded, no spills; shared memory holds them to 3 CTAs per SM anyway at Tmax <= 8
 // (54-63 KiB), 2 at Tmax 16 (~97 KiB); session 5's 128-register cap at 8 lanes per row spilled) or
-// 16 (variant 3: 128 registers, no spills). Known: the TM = 16 builds keep the Gram's partial
-// sums in local memory (128-byte stack frame; a register form was measured within a build that
-// was 4-11 % slower overall, RESULTS.md session 5, and is not kept).
+// 16 (variant 3: 128 registers, no spills). Session 7's per-level reduce_scatter took the TM = 16
+// builds' Gram partial sums out of local memory (no stack frame left in any build; ptxas -v).
 // Build variant VAR (ChainVerifyParams::ut_var; RESULTS.md session 6):
 //   1: the stage refill by per-thread cp.async (any GPU);
 //   2: the refill by TMA bulk copies (loop mode, sm_90), 8 lanes per value row, 2 rows per lane
@@ -339,14 +358,20 @@ __host__ __device__ constexpr int ut_rpl() { return 2; }
 template <int VAR, int NW>
 __host__ __device__ constexpr int ut_min_blocks() { return (VAR == 3 ? 16 : 12) / NW; }
 
-// P5 (opt-in, VLLM_SPECLA_CUDA_UT_P5=1; written without a GPU, not measured yet): phase 5 with v~ in
-// registers. Every lane of a row runs the row's [T, T] forward substitution, fully unrolled over TM
-// (the v5 form runs it on one lane per row with a shared-memory round trip per term: 22 % of the
-// stall samples of session 5's step kernel, RESULTS.md session 6), then forms its o tokens from
-// its own registers: no shared v~, no __syncwarp; the same operations in the same order, so the
-// results are bit-identical. Only for windows without write_final_state (the tile is dead after
-// phase 4, which frees its registers for the substitution).
-template <typename TIn, int K, int TM, int NW, bool ONE, int VAR, bool P5 = false>
+// P5 (the default where built; VLLM_SPECLA_CUDA_UT_P5=0 runs the previous form for A/B): phase 5
+// with v~ in registers. Every lane of a row runs the row's [T, T] forward substitution, fully
+// unrolled over TM (the previous form runs it on one lane per row with a shared-memory round trip
+// per term: 22 % of the stall samples of session 5's step kernel, RESULTS.md session 6), then forms
+// its o tokens from its own registers: no shared v~, no __syncwarp; the same operations in the
+// same order, so the results are bit-identical. Only for windows without write_final_state (the
+// tile is dead after phase 4, which frees its registers for the substitution). Measured on the
+// H200 (RESULTS.md session 7, same run, bit-identical outputs, state and banks): verify windows
+// 0.76-0.92x the previous form's time, SpecLA steps 0.81-0.99x. P5 = 2 also batches phase 4's row
+// reductions: every window token's partial sums first (unrolled over TM), then one reduce-scatter
+// of the 32 sums over the row's lanes, the same xor pairs in the same order (bit-identical): 28 /
+// 30 shuffles per tile (variant 2 / 3) instead of 12 / 5 per token, and no per-token chain of
+// dependent shuffles; launch_form picks 1 or 2 by the shuffle count.
+template <typename TIn, int K, int TM, int NW, bool ONE, int VAR, int P5 = 0>
 __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
     chain_verify_ut_kernel(const ChainVerifyParams p, const int tb, const int pb, const int tpc) {
   static_assert(VAR >= 1 && VAR <= 3, "build variants 1 .. 3");
@@ -393,12 +418,13 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
   float4 tile[kRPL][NPC];
   if (ONE && tile0 < tile1) load_tile<kLPR>(tile, st_head, st_row, tile0 * BV + wrow + rg * kRPL, V, sub);
   unsigned tma_phase = 0;
+  const bool tma_whole = st_row == K && !p.ut_row_copies;
   if (kTMA) {
     if (lane == 0) ut_mbar_init(&ut_mbar[warp]);
     __syncwarp();
     if (lane == 0 && tile0 < tile1)
       prefetch_tile_tma<K, kRowsPerWarp>(reinterpret_cast<float*>(stage), st_head, st_row, tile0 * BV + wrow, V,
-                                         &ut_mbar[warp]);
+                                         &ut_mbar[warp], tma_whole);
   } else if (!ONE && tile0 < tile1) {
     prefetch_tile<kLPR, kRPL, NPC>(stage, st_head, st_row, tile0 * BV + wrow + rg * kRPL, V, lane, sub);
   }
@@ -590,7 +616,7 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
         __syncwarp();  // every lane's stage reads above are ordered before the refill
         if (lane == 0)
           prefetch_tile_tma<K, kRowsPerWarp>(reinterpret_cast<float*>(stage), st_head, st_row, row_w + BV, V,
-                                             &ut_mbar[warp]);
+                                             &ut_mbar[warp], tma_whole);
         load_cols(row_w + BV);
       }
     } else if (!ONE) {  // this tile from the stage, then the next tile's copy into it
@@ -632,6 +658,50 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
     }
 
     // ---- 4. window products U_t = S' k_t, Q_t = S' q_t (raw k / q; scaled by rk / rq later) ----
+    if constexpr (P5 == 2) {  // every token's partial sums first, then one reduce-scatter (see P5 above)
+      static_assert(2 * kRPL * TM == 32, "the batched reduce takes 32 partial sums per lane");
+      float s4[2 * kRPL * TM];  // s4[4 t + 2 rr + (0: U, 1: Q)]
+#pragma unroll
+      for (int t = 0; t < TM; ++t) {
+        float ak[kRPL][2], aq[kRPL][2];
+#pragma unroll
+        for (int rr = 0; rr < kRPL; ++rr) ak[rr][0] = ak[rr][1] = aq[rr][0] = aq[rr][1] = 0.f;
+        if (t < T) {  // uniform over the CTA
+#pragma unroll
+          for (int i = 0; i < NPC; ++i) {
+            const float4 xkv = xk4[t * (K / 4) + i * kLPR + sub];
+            const float4 xqv = xq4[t * (K / 4) + i * kLPR + sub];
+#pragma unroll
+            for (int rr = 0; rr < kRPL; ++rr) {
+              ak[rr][i & 1] = dot4(tile[rr][i], xkv, ak[rr][i & 1]);
+              aq[rr][i & 1] = dot4(tile[rr][i], xqv, aq[rr][i & 1]);
+            }
+          }
+        }
+#pragma unroll
+        for (int rr = 0; rr < kRPL; ++rr) {
+          s4[4 * t + 2 * rr] = ak[rr][0] + ak[rr][1];
+          s4[4 * t + 2 * rr + 1] = aq[rr][0] + aq[rr][1];
+        }
+      }
+      // over the row's LPR lanes (xor LPR / 2 .. 1): the same pairs in the same order as the per-token
+      // reductions below, so bit-identical; afterwards s4[0 .. 32 / LPR) hold indices e ..
+      const int e = reduce_scatter<2 * kRPL * TM, kLPR / 2, 1>(s4, lane);
+      const int t = e / 4;
+      if (t < T) {
+        if constexpr (kLPR == 8) {  // 4 values: U, Q of both rows of token t
+#pragma unroll
+          for (int rr = 0; rr < kRPL; ++rr) {
+            ws.U[t][rl + rr] = s4[2 * rr];
+            ws.Q[t][rl + rr] = s4[2 * rr + 1];
+          }
+        } else {  // LPR = 16, 2 values: U, Q of row (e % 4) / 2
+          static_assert(kLPR == 16, "LPR 8 or 16");
+          ws.U[t][rl + (e % 4) / 2] = s4[0];
+          ws.Q[t][rl + (e % 4) / 2] = s4[1];
+        }
+      }
+    } else {
 #pragma unroll 2
     for (int t = 0; t < T; ++t) {
       float ak[kRPL][2], aq[kRPL][2];  // two partial sums each (even / odd pieces): shorter FMA chains
@@ -672,6 +742,7 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
         }
       }
     }
+    }  // P5 == 2
     __syncwarp();
 
     // ---- 5. forward substitution for v~ (lane l < RPW: row l of the warp), then the o rows (lane l:
@@ -802,7 +873,7 @@ struct UTPlan {
 
 // Resident CTAs per SM of the loop kernel (one = false) or the one-tile kernel (one = true), from the
 // occupancy query, cached by (one, tb, pb).
-template <typename TIn, int K, int TM, int NW, int VAR, bool P5 = false>
+template <typename TIn, int K, int TM, int NW, int VAR, int P5 = 0>
 int ut_per_sm(const int tb, const int pb, const bool one) {
   constexpr int kLPR = ut_lpr<VAR>(), kRPL = ut_rpl<VAR>();
   constexpr size_t kStage = static_cast<size_t>(NW) * kRPL * (K / kLPR / 4) * 32 * sizeof(float4);
@@ -824,7 +895,7 @@ int ut_per_sm(const int tb, const int pb, const bool one) {
 // The shared-memory opt-in of both instantiations (the largest dynamic size the variant can take,
 // tb, pb <= TM), once per kernel and before any occupancy query (which reports 0 CTAs above 48 KiB
 // without it).
-template <typename TIn, int K, int TM, int NW, int VAR, bool P5 = false>
+template <typename TIn, int K, int TM, int NW, int VAR, int P5 = 0>
 cudaError_t ut_opt_in() {
   static const cudaError_t attr = [] {
     constexpr int kLPR = ut_lpr<VAR>(), kRPL = ut_rpl<VAR>();
@@ -850,7 +921,7 @@ cudaError_t ut_opt_in() {
 // variant 3 at 4 warps (4 CTAs of 16 rows vs 3 of 32). E.g. variant 2, 6x256x512 (16 tiles of 32
 // rows): B = 64 -> 16, one wave of 384 CTAs; 8x256x256 (8 tiles) at B = 64 -> 4: 1024 CTAs in 3
 // waves of 396 slots beat 512 CTAs in 2. A forced p.ut_tpc skips the model (cost 0).
-template <typename TIn, int K, int TM, int NW, int VAR, bool P5 = false>
+template <typename TIn, int K, int TM, int NW, int VAR, int P5 = 0>
 cudaError_t plan_ut(const ChainVerifyParams& p, const int tb, const int pb, UTPlan* plan) {
   constexpr int BV = rows_per_warp<ut_lpr<VAR>(), ut_rpl<VAR>()>() * NW;
   constexpr int BV_ref = rows_per_warp<ut_lpr<2>(), ut_rpl<2>()>() * NW;
@@ -879,7 +950,7 @@ cudaError_t plan_ut(const ChainVerifyParams& p, const int tb, const int pb, UTPl
   return cudaSuccess;
 }
 
-template <typename TIn, int K, int TM, int NW, int VAR, bool P5 = false>
+template <typename TIn, int K, int TM, int NW, int VAR, int P5 = 0>
 cudaError_t launch_ut(const ChainVerifyParams& p, const int tb, const int pb, const UTPlan& plan,
                       cudaStream_t stream) {
   constexpr int kLPR = ut_lpr<VAR>(), kRPL = ut_rpl<VAR>();
@@ -895,28 +966,59 @@ cudaError_t launch_ut(const ChainVerifyParams& p, const int tb, const int pb, co
   return cudaGetLastError();
 }
 
-template <typename TIn, int K, int TM, int NW, int VAR, bool P5 = false>
+template <typename TIn, int K, int TM, int NW, int VAR, int P5 = 0>
 cudaError_t plan_and_launch(const ChainVerifyParams& p, const int tb, const int pb, cudaStream_t stream) {
   UTPlan plan;
   const cudaError_t e = plan_ut<TIn, K, TM, NW, VAR, P5>(p, tb, pb, &plan);
   return e != cudaSuccess ? e : launch_ut<TIn, K, TM, NW, VAR, P5>(p, tb, pb, plan, stream);
 }
 
-// Variant 2 or 3 (automatic: by the cost model with a 3 % margin for 3; forced: var) in the P5 form or not.
-template <typename TIn, int K, int TM, bool P5>
+// Shuffles per value tile of the products' row reductions (phase 4): one batched reduce-scatter of
+// 32 partial sums over the row's LPR lanes (P5 = 2), or per window token an all-reduce of 4 values
+// over 8 lanes (variant 2: 12) or a reduce-scatter over 16 (variant 3: 5).
+template <int VAR>
+constexpr int ut_shuffles_batched() { return 32 - 32 / ut_lpr<VAR>(); }
+template <int VAR>
+constexpr int ut_shuffles_per_token() { return ut_lpr<VAR>() >= 16 ? 5 : 12; }
+
+// Launch of a planned variant in phase-5 form P5, where P5 = 3 (automatic) takes the batched
+// products reduce (2) when it needs fewer shuffles than the per-token ones (1) for the longest
+// window tb: variant 2 from 3 tokens, variant 3 from 7. Measured (RESULTS.md session 7, same run):
+// 2 took 0.86-0.94x the time of 1 at T = 8 in both variants, 0.98-1.01x at T = 5 for variant 2 and
+// 1.00-1.05x for variant 3. (P5 = 1 and 2 have the same registers and shared memory, so one plan
+// serves both.)
+template <typename TIn, int K, int TM, int VAR, int P5>
+cudaError_t launch_form(const ChainVerifyParams& p, const int tb, const int pb, const UTPlan& plan,
+                        cudaStream_t stream) {
+  if constexpr (P5 == 3) {
+    if (ut_shuffles_batched<VAR>() < ut_shuffles_per_token<VAR>() * tb)
+      return launch_ut<TIn, K, TM, 4, VAR, 2>(p, tb, pb, plan, stream);
+    return launch_ut<TIn, K, TM, 4, VAR, 1>(p, tb, pb, plan, stream);
+  } else {
+    return launch_ut<TIn, K, TM, 4, VAR, P5>(p, tb, pb, plan, stream);
+  }
+}
+
+// Variant 2 or 3 (automatic: by the cost model with a 3 % margin for 3; forced: var) in phase-5 form
+// P5 (0, 1, 2; 3: automatic, launch_form).
+template <typename TIn, int K, int TM, int P5>
 cudaError_t launch_23(const ChainVerifyParams& p, const int tb, const int pb, const int var, cudaStream_t stream) {
-  if (var == 3) return plan_and_launch<TIn, K, TM, 4, 3, P5>(p, tb, pb, stream);
+  constexpr int PP = P5 == 3 ? 2 : P5;  // the instantiation the plans query
+  UTPlan p2, p3;
+  if (var == 3) {
+    const cudaError_t e = plan_ut<TIn, K, TM, 4, 3, PP>(p, tb, pb, &p3);
+    return e != cudaSuccess ? e : launch_form<TIn, K, TM, 3, P5>(p, tb, pb, p3, stream);
+  }
+  cudaError_t e = plan_ut<TIn, K, TM, 4, 2, PP>(p, tb, pb, &p2);
+  if (e != cudaSuccess) return e;
   if ((p.ut_var < 1 || p.ut_var > 3) && TM == 8 && p.ut_tpc <= 0) {  // automatic: variant 2 or 3
-    UTPlan p2, p3;
-    cudaError_t e = plan_ut<TIn, K, TM, 4, 2, P5>(p, tb, pb, &p2);
-    if (e == cudaSuccess) e = plan_ut<TIn, K, TM, 4, 3, P5>(p, tb, pb, &p3);
+    e = plan_ut<TIn, K, TM, 4, 3, PP>(p, tb, pb, &p3);
     if (e != cudaSuccess) return e;
     // variant 3 only when the model gives it >= 3 % less time (near ties go to variant 2); measured:
     // 3 at 8x256x256 B = 32 / 64 / 128 (and B = 256 end to end), 2 at 6x256x512 B = 32 / 64 / 128
-    return p3.cost < 0.97 * p2.cost ? launch_ut<TIn, K, TM, 4, 3, P5>(p, tb, pb, p3, stream)
-                                    : launch_ut<TIn, K, TM, 4, 2, P5>(p, tb, pb, p2, stream);
+    if (p3.cost < 0.97 * p2.cost) return launch_form<TIn, K, TM, 3, P5>(p, tb, pb, p3, stream);
   }
-  return plan_and_launch<TIn, K, TM, 4, 2, P5>(p, tb, pb, stream);
+  return launch_form<TIn, K, TM, 2, P5>(p, tb, pb, p2, stream);
 }
 
 template <typename TIn, int K, int TM>
@@ -937,9 +1039,16 @@ cudaError_t dispatch_nw(const ChainVerifyParams& p, const int tb, const int pb, 
   // P5 builds exist for K = 256 and TM = 8 (both GDN-1.3B head shapes at K <= 7), 4 warps, windows
   // without write_final_state; elsewhere p.ut_p5 is ignored
   if constexpr (K == 256 && TM == 8) {
-    if (p.ut_p5 && !p.write_final_state) return launch_23<TIn, K, TM, true>(p, tb, pb, var, stream);
+    if (!p.write_final_state) {
+      switch (p.ut_p5) {
+        case 0: break;
+        case 1: return launch_23<TIn, K, TM, 1>(p, tb, pb, var, stream);
+        case 2: return launch_23<TIn, K, TM, 2>(p, tb, pb, var, stream);
+        default: return launch_23<TIn, K, TM, 3>(p, tb, pb, var, stream);
+      }
+    }
   }
-  return launch_23<TIn, K, TM, false>(p, tb, pb, var, stream);
+  return launch_23<TIn, K, TM, 0>(p, tb, pb, var, stream);
 }
 
 template <typename TIn>

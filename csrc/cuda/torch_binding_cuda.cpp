@@ -82,11 +82,22 @@ int ut_var_override() {
   return s == nullptr || *s == '\0' ? -1 : std::atoi(s);
 }
 
-// Phase 5 of the UT-form kernel with v~ in registers, VLLM_SPECLA_CUDA_UT_P5=1 (opt-in: written
-// without a GPU, not measured yet; chain_verify_ut.cu, P5).
-bool ut_p5_override() {
+// Phase 5 / 4 forms of the UT-form kernel (chain_verify_ut.cu, P5), VLLM_SPECLA_CUDA_UT_P5=0|1|2
+// forces one (A/B runs; all bit-identical): 0 the previous phase 5, 1 phase 5 with v~ in registers
+// (0.76-0.99x the time of 0 on the H200, RESULTS.md session 7), 2 that plus one batched
+// reduce-scatter of the window products; unset (3): 1 or 2 by the shuffle count (launch_form).
+int ut_p5_override() {
   const char* s = std::getenv("VLLM_SPECLA_CUDA_UT_P5");
-  return s != nullptr && std::atoi(s) != 0;
+  if (s == nullptr || *s == '\0') return 3;
+  const int v = std::atoi(s);
+  return v >= 0 && v <= 2 ? v : 3;
+}
+
+// One TMA bulk copy per state row in the UT kernel's stage refills, VLLM_SPECLA_CUDA_UT_ROWCOPY=1
+// (A/B runs; default: one copy per warp tile where its rows are contiguous).
+bool ut_row_copies_override() {
+  const char* s = std::getenv("VLLM_SPECLA_CUDA_UT_ROWCOPY");
+  return s != nullptr && std::atoi(s) == 1;
 }
 
 // Value tiles per CTA of the UT-form kernel, VLLM_SPECLA_CUDA_UT_TPC (> 0; else automatic).
@@ -194,6 +205,7 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   p.ut_tpc = ut_tpc_override();
   p.ut_var = ut_var_override();
   p.ut_p5 = ut_p5_override();
+  p.ut_row_copies = ut_row_copies_override();
   p.ut_auto = ut_auto_override();
   p.H = static_cast<int>(q.size(1));
   p.K = static_cast<int>(q.size(2));
