@@ -19,6 +19,16 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s7e)  # session 7, call 5: verify windows without pending factors and with 8-token banks now go to the CUDA UT
+        # form (ops/chain_verify.py, CUDA_UT_VERIFY_MAX_BANK): end to end at K = 7 (the first window after the
+        # prefill is such a window, T = 8), lossless rows and step times
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 60 python -m pytest -q -x tests/test_dispatch.py 2>&1 | tail -1
+      timeout 200 python benchmarks/bench_e2e.py --shapes map,flame --batches 64 --ks 7 \
+          --alphas 0.8 --cuda-csrc --tag s7e --out "$OUT/e2e_s7e.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      ;;
   s7d)  # session 7, call 4: the phase-5 form picked by the shuffle count (P5 unset: 1 or 2 per variant and window
         # bound); GPU tests; kernel A/B with banks sized to the window (as the runtime); commit ratios; e2e
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16

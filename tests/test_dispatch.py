@@ -62,7 +62,8 @@ def test_cuda_takes_long_steps_when_built(monkeypatch):
     """With the CUDA ops built, SpecLA steps (pending factors given) at >= 192 (row, head) pairs go to
     the CUDA kernel (its UT form) instead of the Triton UT kernel, also for windows of >= 8 tokens,
     where the binding will take its UT form (K = 128 / 256, 16-byte aligned rows, not switched off);
-    verify windows without pending factors, smaller batches and forced kernels keep the Triton rule."""
+    so do verify windows without pending factors whose factor bank holds <= 8 positions; longer
+    banks, smaller batches and forced kernels keep the Triton rule."""
     monkeypatch.delenv("VLLM_SPECLA_CUDA_UT", raising=False)
     monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT", raising=False)
     monkeypatch.setattr(cv, "VERIFY_KERNEL", "auto")
@@ -70,7 +71,10 @@ def test_cuda_takes_long_steps_when_built(monkeypatch):
     step = _kw(32, 8, pending=True, K=256)  # 32 rows x 6 heads = 192 pairs
     assert not cv._use_ut(*step)
     assert cv._use_cuda_csrc(step[1])
-    assert cv._use_ut(*_kw(32, 8, K=256))  # no pending factors: Triton UT (one state read, tensor cores)
+    assert cv._use_ut(*_kw(32, 8, K=256))  # no pending factors, a 16-token bank: Triton UT
+    verify8 = _kw(32, 8, K=256, tmax=8)  # no pending factors, an 8-token bank: the CUDA UT form
+    assert not cv._use_ut(*verify8) and cv._use_cuda_csrc(verify8[1])
+    assert cv._use_ut(*_kw(32, 8, HV=4, K=256, tmax=8))  # 128 pairs: Triton UT
     assert cv._use_ut(*_kw(32, 8, HV=4, pending=True, K=256))  # 128 pairs: below the CUDA UT threshold
     assert cv._use_ut(*_kw(32, 8, pending=True, K=64))  # K = 64: the binding would run v3, keep Triton UT
     q, kw = step

@@ -53,9 +53,11 @@
 //   3. fold the pending factors into the tile; write it (the committed state) unless
 //      write_final_state (then it is written once, after the window);
 //   4. per window token: U_t, Q_t (in-thread sums, then log2 LPR xor levels: an all-reduce for
-//      LPR = 8, a reduce-scatter for LPR = 16) to shared memory;
+//      LPR = 8, a reduce-scatter for LPR = 16) to shared memory; in the P5 = 2 form every token's
+//      sums first, then one reduce-scatter of all of them (same pairs, same order);
 //   5. lane l < RPW runs the [T, T] forward substitution for row l of the warp (v~ to shared
-//      memory), then lane l forms o_t for row l % RPW and tokens t = l / RPW + (32 / RPW) i and
+//      memory; the default P5 form: every lane of a row, v~ in registers, see P5 below), then lane
+//      l forms o_t for row l % RPW and tokens t = l / RPW + (32 / RPW) i and
 //      stores o_t and v~_t;
 //   6. write_final_state (AR / commit windows): M_T = e^{Γ_{T-1}} S' + sum_u D_{T-1,u} v~_u k^_u^T;
 //   7. factors: bank_v for the tile's rows, bank_g by chunk 0, bank_k (k^ = rk k) by chunk 0 of the
@@ -984,8 +986,8 @@ constexpr int ut_shuffles_per_token() { return ut_lpr<VAR>() >= 16 ? 5 : 12; }
 // Launch of a planned variant in phase-5 form P5, where P5 = 3 (automatic) takes the batched
 // products reduce (2) when it needs fewer shuffles than the per-token ones (1) for the longest
 // window tb: variant 2 from 3 tokens, variant 3 from 7. Measured (RESULTS.md session 7, same run):
-// 2 took 0.86-0.94x the time of 1 at T = 8 in both variants, 0.98-1.01x at T = 5 for variant 2 and
-// 1.00-1.05x for variant 3. (P5 = 1 and 2 have the same registers and shared memory, so one plan
+// 2 took 0.89-0.98x the time of 1 at T = 8 in both variants, 0.98-1.00x at T = 5 for variant 2 and
+// 0.99-1.05x for variant 3. (P5 = 1 and 2 have the same registers and shared memory, so one plan
 // serves both.)
 template <typename TIn, int K, int TM, int VAR, int P5>
 cudaError_t launch_form(const ChainVerifyParams& p, const int tb, const int pb, const UTPlan& plan,

@@ -45,10 +45,14 @@ UT_MAX_TOKENS = 16  # triton_chain_ut.BT
 # SpecLA steps (pending factors given) at >= CUDA_UT_MIN_PAIRS (row, value head) pairs go to the CUDA
 # csrc kernel when it is built, even for long windows: its UT-form kernel (csrc/cuda/chain_verify_ut.cu,
 # fp32 FMA, pending fold fused) took 0.77-0.93x the Triton UT kernel's time (recover + tensor-core
-# verify) for T = 8 steps at B = 32-256 on the H200 (RESULTS.md session 5, csrc_ut_h200_s5e.json).
-# Windows without pending factors keep the Triton UT kernel (one state read, tensor cores; 1.18-1.37x
-# faster at T = 8).
+# verify) for T = 8 steps at B = 32-256 on the H200 (RESULTS.md session 5, csrc_ut_h200_s5e.json;
+# session 7: 0.49-0.69x). So do verify windows without pending factors whose factor bank holds <=
+# CUDA_UT_VERIFY_MAX_BANK positions (the kernel's 8-token builds with the register phase 5): 0.74-0.92x
+# the Triton UT kernel's time at T = 8, B = 32-128, both GDN-1.3B head shapes (session 7,
+# csrc_ut_h200_s7c.json / _s7d.json; session 5's build was 1.18-1.37x slower). Longer banks (the
+# 16-token builds, unmeasured against Triton UT since session 5) keep the Triton UT kernel.
 CUDA_UT_MIN_PAIRS = 192  # = chain_verify_ut.cu's automatic threshold
+CUDA_UT_VERIFY_MAX_BANK = 8
 
 
 def _cuda_ut_applies(q: torch.Tensor, k: torch.Tensor, kw: dict) -> bool:
@@ -67,8 +71,13 @@ def _cuda_ut_applies(q: torch.Tensor, k: torch.Tensor, kw: dict) -> bool:
                            for t in (st, bank_k))
 
 
-def _cuda_takes_step(q: torch.Tensor, k: torch.Tensor, kw: dict) -> bool:
-    return (VERIFY_KERNEL == "auto" and kw.get("pending_len") is not None and _use_cuda_csrc(kw)
+def _cuda_takes_window(q: torch.Tensor, k: torch.Tensor, kw: dict) -> bool:
+    """Whether the CUDA UT form takes this window ahead of the Triton UT kernel: SpecLA steps (pending
+    factors given), or verify windows with a factor bank of <= CUDA_UT_VERIFY_MAX_BANK positions, at
+    >= CUDA_UT_MIN_PAIRS (row, value head) pairs, where the binding will run its UT form."""
+    bank_k = kw.get("bank_k")
+    short_bank = bank_k is not None and bank_k.shape[2] <= CUDA_UT_VERIFY_MAX_BANK
+    return (VERIFY_KERNEL == "auto" and (kw.get("pending_len") is not None or short_bank) and _use_cuda_csrc(kw)
             and (kw["cu_seqlens"].numel() - 1) * kw["state"].shape[1] >= CUDA_UT_MIN_PAIRS
             and _cuda_ut_applies(q, k, kw))
 
@@ -76,7 +85,7 @@ def _cuda_takes_step(q: torch.Tensor, k: torch.Tensor, kw: dict) -> bool:
 def _use_ut(q: torch.Tensor, kw: dict, k: torch.Tensor | None = None) -> bool:
     if VERIFY_KERNEL == "serial" or kw.get("write_final_state", False):
         return False
-    if _cuda_takes_step(q, q if k is None else k, kw):
+    if _cuda_takes_window(q, q if k is None else k, kw):
         return False
     # the UT kernel verifies <= 16 tokens per row and cannot check that during CUDA-graph capture;
     # the factor bank bounds every window (a longer one is an error), so without banks or with a
