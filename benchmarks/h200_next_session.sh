@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* calls need neither). State after session 6: benchmarks/RESULTS.md
-# "Session 6". 1 / 2: the regression set and kernel tables; s4a-s4g / s5a-s5f / s6a-s6f: the session
-# 4 / 5 / 6 calls as run (s6e = the GPU tests, commit ratios and e2e at the final UT dispatch; s6a /
-# s6f forced variants that no longer exist: utv5 lanes, UT_VAR 4 / 5).
+# README/device; the s5* / s6* calls need neither). State after session 7: benchmarks/RESULTS.md
+# "Session 7". 1 / 2: the regression set and kernel tables; s4a-s4g / s5a-s5f / s6a-s6f / s7a-s7f: the
+# session 4 / 5 / 6 / 7 calls as run (s6e = session 6's GPU tests, commit ratios and e2e at its final
+# UT dispatch, s7d session 7's; s6a / s6f forced variants that no longer exist: utv5 lanes, UT_VAR 4 /
+# 5; s7a's utp5 / cuda_utp5 columns were the register phase 5 now called P5 = 1).
 set -u
 case "${1:-}" in
   1)  # correctness of the dispatch paths, then the full e2e grid with the CUDA csrc + UT dispatch
@@ -18,6 +19,17 @@ case "${1:-}" in
       python benchmarks/bench_ut.py --batches 128,32,256 --Ts 2,5,8,9 --budget-s 200 --out "$OUT/ut_s4.json"
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
+      ;;
+  s7f)  # session 7, call 6: the opt-in matrix phase 5 (P5 = 4 / 5): its GPU test, kernel A/B against 1 / 2 with
+        # banks sized to the window, map B = 64 end to end with it forced (VLLM_SPECLA_CUDA_UT_P5=4: variant 3, tb = 5)
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 60 python -m pytest -q -x tests/test_csrc.py -k "matrix_phase5 or p5_is_bit" 2>&1 | tail -2
+      timeout 80 python benchmarks/bench_csrc_cuda.py --batches 32,64 --Ts 5,8 --bank-t 0 --layout utp1,utp4,utp2,utp5 \
+          --out "$OUT/csrc_s7f.json" 2>&1 | tail -17
+      VLLM_SPECLA_CUDA_UT_P5=4 timeout 70 python benchmarks/bench_e2e.py --shapes map --batches 64 --ks 4 \
+          --alphas 0.8 --snapshot-ks 4 --cuda-csrc --tag s7f-p5m --out "$OUT/e2e_s7f.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       ;;
   s7e)  # session 7, call 5: verify windows without pending factors and with 8-token banks now go to the CUDA UT
         # form (ops/chain_verify.py, CUDA_UT_VERIFY_MAX_BANK): end to end at K = 7 (the first window after the
