@@ -16,8 +16,7 @@ row, ``rowgroup8`` / ``rowgroup16`` / ``rowgroup32`` with 8 / 16 / 32 lanes per 
 kernel of ``chain_verify_ut.cu`` (``ut1``: 1 warp per CTA forced; ``utv1`` .. ``utv3``:
 its build variant forced, ``VLLM_SPECLA_CUDA_UT_VAR``; ``utp0`` / ``utp1`` / ``utp2``: its phase 4 / 5
 form forced, ``VLLM_SPECLA_CUDA_UT_P5=0`` the previous phase 5, ``1`` v~ in registers, ``2`` plus the
-batched products reduce (``ut``: 1 or 2 by the shuffle count), ``4`` / ``5``: 1 / 2 with the
-opt-in matrix phase 5;
+batched products reduce (``ut``: 1 or 2 by the shuffle count);
 ``utrow``: one TMA copy per state row, ``VLLM_SPECLA_CUDA_UT_ROWCOPY=1``); key
 suffix ``_<layout>``, none for ``auto``).
 Prints a table, writes JSON to ``--out``.
@@ -58,7 +57,7 @@ def _with_env(bv, cap, layout="auto"):
            "VLLM_SPECLA_CUDA_LAYOUT": None if layout == "auto" else "ut" if layout.startswith("ut") else layout,
            "VLLM_SPECLA_CUDA_UT_NW": "1" if layout == "ut1" else None,
            "VLLM_SPECLA_CUDA_UT_VAR": layout[3:] if layout.startswith("utv") else None,
-           "VLLM_SPECLA_CUDA_UT_P5": layout[3:] if layout in ("utp0", "utp1", "utp2", "utp4", "utp5") else None,
+           "VLLM_SPECLA_CUDA_UT_P5": layout[3:] if layout in ("utp0", "utp1", "utp2") else None,
            "VLLM_SPECLA_CUDA_UT_ROWCOPY": "1" if layout == "utrow" else None}
 
     def fn(*a, **kw):
@@ -84,7 +83,7 @@ def main() -> None:
     ap.add_argument("--regcap", default="1", help="CUDA register caps to time: 1 (on, default), 0 (off)")
     ap.add_argument("--layout", default="auto",
                     help="CUDA warp layouts to time: auto, rowgroup, rowgroup8, rowgroup16, rowgroup32, rs, "
-                         "ut (the UT-form kernel; ut1: 1 warp per CTA; utv1 .. utv3: its build variant; utp0 / utp1 / utp2 / utp4 / utp5: its phase 4 / 5 form; utrow: TMA copies per row) "
+                         "ut (the UT-form kernel; ut1: 1 warp per CTA; utv1 .. utv3: its build variant; utp0 / utp1 / utp2: its phase 4 / 5 form; utrow: TMA copies per row) "
                          "(VLLM_SPECLA_CUDA_LAYOUT, VLLM_SPECLA_CUDA_UT_NW, VLLM_SPECLA_CUDA_UT_VAR, "
                          "VLLM_SPECLA_CUDA_UT_P5, VLLM_SPECLA_CUDA_UT_ROWCOPY)")
     ap.add_argument("--bank-t", type=int, default=-1,
@@ -93,7 +92,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     layouts = args.layout.split(",")
-    allowed = ("auto", "rowgroup", "rowgroup8", "rowgroup16", "rowgroup32", "rs", "ut", "ut1", "utv1", "utv2", "utv3", "utp0", "utp1", "utp2", "utp4", "utp5", "utrow")
+    allowed = ("auto", "rowgroup", "rowgroup8", "rowgroup16", "rowgroup32", "rs", "ut", "ut1", "utv1", "utv2", "utv3", "utp0", "utp1", "utp2", "utrow")
     if not all(lay in allowed for lay in layouts):
         raise SystemExit(f"--layout: each of {layouts} must be one of {', '.join(allowed)}")
     variants = [(int(b), int(c), lay) for b in args.bv.split(",") for c in args.regcap.split(",") for lay in layouts]

@@ -20,7 +20,8 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
-  s7f)  # session 7, call 6: the opt-in matrix phase 5 (P5 = 4 / 5): its GPU test, kernel A/B against 1 / 2 with
+  s7f)  # session 7, call 6 (the P5 = 4 / 5 forms were removed afterwards: neutral; commit 'opt-in matrix phase 5'):
+        # the opt-in matrix phase 5 (P5 = 4 / 5): its GPU test, kernel A/B against 1 / 2 with
         # banks sized to the window, map B = 64 end to end with it forced (VLLM_SPECLA_CUDA_UT_P5=4: variant 3, tb = 5)
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
       python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2

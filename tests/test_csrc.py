@@ -573,40 +573,6 @@ def test_cuda_ut_p5_is_bit_identical_and_matches_reference(monkeypatch, shape, d
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
-@pytest.mark.parametrize("form", ["4", "5"])
-@pytest.mark.parametrize("build", ["", "3"])
-@pytest.mark.parametrize("variant", ["auto", "loop"])
-@pytest.mark.parametrize("mode", ["verify", "step", "step_empty_row", "fold_no_record"])
-@pytest.mark.parametrize("shape", [(6, 6, 256, 512), (8, 8, 256, 256)])
-def test_cuda_ut_matrix_phase5_matches_reference(monkeypatch, shape, mode, variant, build, form):
-    """The opt-in matrix phase 5 (VLLM_SPECLA_CUDA_UT_P5=4 / 5, chain_verify_ut.cu: v~ = Ti r and o =
-    e^G rq Q + M2 r with Ti, M2 formed once per CTA) equals chain_verify_ref within the CUDA tolerance
-    (outputs, state, all three factor banks), with the per-token (4) or batched (5) products reduce,
-    automatic or forced variant 3, one tile per CTA or the tile loop; strong decays included."""
-    monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "ut")
-    monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_VAR", build)
-    monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_P5", form)
-    if variant == "loop":
-        monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_TPC", "3")
-    assert _cpp.load_cuda()
-    lens, pend, record, wfs = UT_CASES[mode]
-    H, HV, K, V = shape
-    c = Case(lens, H, HV, K, V, S=6, Tmax=8, dtype=torch.bfloat16,
-             seed=zlib.crc32(repr((shape, mode, "m5")).encode()) % 997, pending=pend)
-    c.g = c.g * 8  # decays down to e^-8 per token: D_tu and the inverse's entries spread over orders
-    use_pending = pend is not None
-    m_ref = c.clone_mutables()
-    o_ref = chain_verify_ref(*c.tensors(), **c.kwargs(m_ref, record, use_pending, wfs))
-    dev = torch.device("cuda")
-    m_gpu = [t.to(dev) for t in c.mutables()]
-    kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t) for a, t in c.kwargs(m_gpu, record, use_pending, wfs).items()}
-    o = _cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw)
-    torch.testing.assert_close(o.cpu(), o_ref, **TOL)
-    assert_all_close([t.cpu() for t in m_gpu], m_ref, **TOL)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
 @pytest.mark.parametrize("build", ["", "1", "2", "3"])
 @pytest.mark.parametrize("decay", [1.0, 20.0])
 def test_cuda_ut_strong_decay_and_big_batch(monkeypatch, decay, build):

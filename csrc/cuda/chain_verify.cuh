@@ -46,8 +46,7 @@ struct ChainVerifyParams {
   int ut_tpc;   // UT kernel: value tiles per CTA when > 0 (tests, sweeps), else automatic
   int ut_p5;    // UT kernel (chain_verify_ut.cu, P5) where built: 0 the previous phase 5, 1 phase 5 with
                 // v~ in registers, 2 that plus one batched reduce-scatter of the window products, 3 (or
-                // anything else) 1 or 2 by the shuffle count (launch_form), 4 / 5: 1 / 2 with phase 5
-                // as two [T, T] mat-vecs (opt-in)
+                // anything else) 1 or 2 by the shuffle count (launch_form)
   bool ut_row_copies;  // UT kernel, TMA refills: one bulk copy per state row (A/B; else one per warp
                        // tile where its rows are contiguous)
   int ut_var;   // UT kernel build variant (chain_verify_ut.cu, VAR): 1, 2, 3; anything else = automatic

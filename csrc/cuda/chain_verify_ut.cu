@@ -372,20 +372,12 @@ __host__ __device__ constexpr int ut_min_blocks() { return (VAR == 3 ? 16 : 12) 
 // reductions: every window token's partial sums first (unrolled over TM), then one reduce-scatter
 // of the 32 sums over the row's lanes, the same xor pairs in the same order (bit-identical): 28 /
 // 30 shuffles per tile (variant 2 / 3) instead of 12 / 5 per token, and no per-token chain of
-// dependent shuffles; launch_form picks 1 or 2 by the shuffle count. P5 = 4 / 5 (opt-in, written
-// without a GPU, not measured yet): 1 / 2 with phase 5 as two [T, T] mat-vecs on r_u = v_u - e^G_u
-// rk_u U_u: v~ = Ti r, o = e^G rq Q + M2 r, Ti = (I + diag(beta) A)^-1 diag(beta) and M2 = W Ti formed
-// once per CTA by the substitution on unit vectors (warp 0, into the dead Gram rows kk / qk): no
-// dependent chain over the window's tokens and each lane forms only its own token's v~; rounding
-// differs from the substitution (not bit-identical; within the CUDA tolerance of the reference).
+// dependent shuffles; launch_form picks 1 or 2 by the shuffle count.
 template <typename TIn, int K, int TM, int NW, bool ONE, int VAR, int P5 = 0>
 __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
     chain_verify_ut_kernel(const ChainVerifyParams p, const int tb, const int pb, const int tpc) {
   static_assert(VAR >= 1 && VAR <= 3, "build variants 1 .. 3");
-  static_assert(P5 >= 0 && P5 <= 5 && P5 != 3, "phase 4 / 5 forms 0, 1, 2, 4, 5");
   constexpr bool kTMA = VAR >= 2 && !ONE;
-  constexpr bool kBatched = P5 == 2 || P5 == 5;  // phase 4: one batched reduce-scatter (P5 2 / 5)
-  constexpr bool kMat5 = P5 >= 4;                // phase 5 as two [T, T] mat-vecs (P5 4 / 5)
   constexpr int kLPR = ut_lpr<VAR>(), kRPL = ut_rpl<VAR>();
   constexpr int kRowsPerWarp = rows_per_warp<kLPR, kRPL>();
   constexpr int BV = kRowsPerWarp * NW;
@@ -582,30 +574,6 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
     if (tid == 0) sh.gam = __expf(acc + sh.gp[0]);
   }
   __syncthreads();
-  if constexpr (kMat5) {  // P5 = 4 / 5: Ti = (I + diag(beta) A)^-1 diag(beta) and M2 = W Ti (both lower
-    // triangular) into the dead Gram rows, column u by lane u of warp 0: Ti[t][u] = beta_t (d_tu -
-    // sum_{s<t} A[t][s] Ti[s][u]), the substitution of phase 5 on unit vectors
-    if (warp == 0 && lane < TM) {
-      const int u = lane;
-      float col[TM];
-#pragma unroll
-      for (int t = 0; t < TM; ++t) {
-        float x = t == u ? 1.f : 0.f;
-#pragma unroll
-        for (int s2 = 0; s2 < t; ++s2) x = fmaf(-sh.A[t][s2], col[s2], x);
-        col[t] = t < T ? sh.beta[t] * x : 0.f;  // rows past the window: 0 (their A, W are not set)
-      }
-#pragma unroll
-      for (int t = 0; t < TM; ++t) {
-        float m = 0.f;
-#pragma unroll
-        for (int s2 = 0; s2 <= t; ++s2) m = fmaf(sh.W[t][s2], col[s2], m);
-        sh.kk[t][u] = col[t];
-        sh.qk[t][u] = t < T ? m : 0.f;
-      }
-    }
-    __syncthreads();
-  }
 
   // ---- factors k^ and g: CTA 0 of the (row, head); k^ by the first value head of the GVA group ----
   const float4* xk4 = reinterpret_cast<const float4*>(xk);
@@ -688,11 +656,11 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
           for (int rr = 0; rr < kRPL; ++rr) axpy4(tile[rr][i], a[rr], x);
         }
       }
-      if (P5 != 0 || !p.write_final_state) store_tile<kLPR>(tile, st_head, st_row, row0, V, sub);
+      if (P5 || !p.write_final_state) store_tile<kLPR>(tile, st_head, st_row, row0, V, sub);
     }
 
     // ---- 4. window products U_t = S' k_t, Q_t = S' q_t (raw k / q; scaled by rk / rq later) ----
-    if constexpr (kBatched) {  // every token's partial sums first, then one reduce-scatter (see P5 above)
+    if constexpr (P5 == 2) {  // every token's partial sums first, then one reduce-scatter (see P5 above)
       static_assert(2 * kRPL * TM == 32, "the batched reduce takes 32 partial sums per lane");
       float s4[2 * kRPL * TM];  // s4[4 t + 2 rr + (0: U, 1: Q)]
 #pragma unroll
@@ -776,34 +744,12 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
         }
       }
     }
-    }  // kBatched
+    }  // P5 == 2
     __syncwarp();
 
     // ---- 5. forward substitution for v~ (lane l < RPW: row l of the warp), then the o rows (lane l:
     // row l % RPW, tokens l / RPW + (32 / RPW) i) and the o / v~ stores; runtime loops (compact code) ----
-    if constexpr (kMat5) {  // v~_t = sum_u Ti[t][u] r_u, o_t = e^G_t rq_t Q_t + sum_u M2[t][u] r_u (see P5 above)
-      const int ri = lane % kRowsPerWarp, row = row_w + ri;
-      float rr5[TM];  // r_u = v_u - e^G_u rk_u U_u of row ri (0 past the window)
-#pragma unroll
-      for (int u = 0; u < TM; ++u) rr5[u] = u < T ? fmaf(-sh.eG[u] * sh.rk[u], ws.U[u][ri], ws.v[u][ri]) : 0.f;
-      constexpr int kTS = 32 / kRowsPerWarp;  // token stride of a lane
-#pragma unroll
-      for (int i = 0; i < (TM + kTS - 1) / kTS; ++i) {
-        const int t = lane / kRowsPerWarp + i * kTS;
-        if (t < T && row < V) {
-          float y = sh.eG[t] * sh.rq[t] * ws.Q[t][ri], vtt = 0.f;
-#pragma unroll
-          for (int u = 0; u < TM; ++u) {  // Ti, M2 are 0 above the diagonal and past the window
-            y = fmaf(sh.qk[t][u], rr5[u], y);
-            vtt = fmaf(sh.kk[t][u], rr5[u], vtt);
-          }
-          p.o[(bos + t) * HVV + hv * V + row] = y;
-          if (t < Trec)
-            p.bank_v[slot * p.bv_stride[0] + wb * p.bv_stride[1] + t * p.bv_stride[2] + hv * p.bv_stride[3] +
-                     row * p.bv_stride[4]] = vtt;
-        }
-      }
-    } else if constexpr (P5 != 0) {  // v~ of row ri in registers of all its 32 / RPW lanes (see P5 above)
+    if constexpr (P5) {  // v~ of row ri in registers of all its 32 / RPW lanes (see P5 above)
       const int ri = lane % kRowsPerWarp, row = row_w + ri;
       float vt[TM];
 #pragma unroll
@@ -860,7 +806,7 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
     }  // P5
 
     // ---- 6. state after the window (AR / commit windows) ----
-    if (P5 == 0 && p.write_final_state) {
+    if (!P5 && p.write_final_state) {
       if (T > 0) {
         const float egl = sh.eG[T - 1];
 #pragma unroll
@@ -1100,8 +1046,6 @@ cudaError_t dispatch_nw(const ChainVerifyParams& p, const int tb, const int pb, 
         case 0: break;
         case 1: return launch_23<TIn, K, TM, 1>(p, tb, pb, var, stream);
         case 2: return launch_23<TIn, K, TM, 2>(p, tb, pb, var, stream);
-        case 4: return launch_23<TIn, K, TM, 4>(p, tb, pb, var, stream);
-        case 5: return launch_23<TIn, K, TM, 5>(p, tb, pb, var, stream);
         default: return launch_23<TIn, K, TM, 3>(p, tb, pb, var, stream);
       }
     }

@@ -85,13 +85,12 @@ int ut_var_override() {
 // Phase 5 / 4 forms of the UT-form kernel (chain_verify_ut.cu, P5), VLLM_SPECLA_CUDA_UT_P5=0|1|2
 // forces one (A/B runs; all bit-identical): 0 the previous phase 5, 1 phase 5 with v~ in registers
 // (0.76-0.99x the time of 0 on the H200, RESULTS.md session 7), 2 that plus one batched
-// reduce-scatter of the window products; unset (3): 1 or 2 by the shuffle count (launch_form); 4 / 5:
-// 1 / 2 with phase 5 as two [T, T] mat-vecs (opt-in, not measured yet; not bit-identical).
+// reduce-scatter of the window products; unset (3): 1 or 2 by the shuffle count (launch_form).
 int ut_p5_override() {
   const char* s = std::getenv("VLLM_SPECLA_CUDA_UT_P5");
   if (s == nullptr || *s == '\0') return 3;
   const int v = std::atoi(s);
-  return v >= 0 && v <= 5 ? v : 3;
+  return v >= 0 && v <= 2 ? v : 3;
 }
 
 // One TMA bulk copy per state row in the UT kernel's stage refills, VLLM_SPECLA_CUDA_UT_ROWCOPY=1
