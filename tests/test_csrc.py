@@ -573,6 +573,33 @@ def test_cuda_ut_p5_is_bit_identical_and_matches_reference(monkeypatch, shape, d
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
+@pytest.mark.parametrize("variant", ["auto", "loop"])
+@pytest.mark.parametrize("mode", ["verify", "step", "step_empty_row"])
+def test_cuda_ut_var4_value_tail(monkeypatch, mode, variant):
+    """Variant 4 (tensor-core products) at K = 256 with V = 40, not a multiple of its 32-row tile: the
+    last tile's pair stage falls back to per-row TMA copies (rows past V re-read row V - 1) and its
+    stores and o / v~ rows stop at V; equals the reference (GVA: 4 value heads on 2 key heads)."""
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "ut")
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_VAR", "4")
+    if variant == "loop":
+        monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_TPC", "2")
+    assert _cpp.load_cuda()
+    lens, pend, record, wfs = UT_CASES[mode]
+    c = Case(lens, 2, 4, 256, 40, S=6, Tmax=8, dtype=torch.bfloat16,
+             seed=zlib.crc32(repr((mode, "var4-tail")).encode()) % 997, pending=pend)
+    use_pending = pend is not None
+    m_ref = c.clone_mutables()
+    o_ref = chain_verify_ref(*c.tensors(), **c.kwargs(m_ref, record, use_pending, wfs))
+    dev = torch.device("cuda")
+    m_gpu = [t.to(dev) for t in c.mutables()]
+    kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t) for a, t in c.kwargs(m_gpu, record, use_pending, wfs).items()}
+    o = _cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw)
+    torch.testing.assert_close(o.cpu(), o_ref, **TOL)
+    assert_all_close([t.cpu() for t in m_gpu], m_ref, **TOL)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
 @pytest.mark.parametrize("build", ["", "1", "2", "3", "4"])
 @pytest.mark.parametrize("decay", [1.0, 20.0])
 def test_cuda_ut_strong_decay_and_big_batch(monkeypatch, decay, build):

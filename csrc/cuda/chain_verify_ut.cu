@@ -197,7 +197,11 @@ __device__ __forceinline__ void ut_mma_tf32(float (&d)[4], const unsigned (&a)[4
 }
 // Barrier of the two warps of a pair (variant 4), named barrier 1 + pair (0 is __syncthreads).
 __device__ __forceinline__ void ut_pair_sync(const int pair) {
-  asm volatile("bar.sync %0, 64;\n" ::"r"(1 + pair) : "memory");
+  // immediate ids: a register id makes ptxas reserve all 16 named barriers
+  if (pair)
+    asm volatile("bar.sync 2, 64;\n" ::: "memory");
+  else
+    asm volatile("bar.sync 1, 64;\n" ::: "memory");
 }
 
 // Staging rounds: 16-byte chunks per thread and round of the window's q / k rows and of the
@@ -398,7 +402,7 @@ __device__ __forceinline__ void prefetch_tile(float4* stage, const float* st_hea
 // they take unbounded, no spills; shared memory holds them to 3 CTAs per SM anyway at Tmax <= 8
 // (54-63 KiB), 2 at Tmax 16 (~97 KiB); session 5's 128-register cap at 8 lanes per row spilled) or
 // 16 (variant 3: 128 registers, no spills). Session 7's per-level reduce_scatter took the TM = 16
-// builds' Gram partial sums out of local memory (no stack frame left in any build; ptxas -v).
+// builds' Gram partial sums out of local memory (no stack frame left in variants 1-3; ptxas -v).
 // Build variant VAR (ChainVerifyParams::ut_var; RESULTS.md session 6):
 //   1: the stage refill by per-thread cp.async (any GPU);
 //   2: the refill by TMA bulk copies (loop mode, sm_90), 8 lanes per value row, 2 rows per lane
@@ -1158,7 +1162,10 @@ cudaError_t launch_form(const ChainVerifyParams& p, const int tb, const int pb, 
   if constexpr (P5 == 3) {
     if (ut_shuffles_batched<VAR>() < ut_shuffles_per_token<VAR>() * tb)
       return launch_ut<TIn, K, TM, 4, VAR, 2>(p, tb, pb, plan, stream);
-    return launch_ut<TIn, K, TM, 4, VAR, 1>(p, tb, pb, plan, stream);
+    // the plan queried (and opted in) form 2 only: form 1's shared-memory opt-in here (its dynamic
+    // size passes 48 KiB with a long pending bank, e.g. tb = 2, pb = 8; found in review)
+    const cudaError_t e = ut_opt_in<TIn, K, TM, 4, VAR, 1>();
+    return e != cudaSuccess ? e : launch_ut<TIn, K, TM, 4, VAR, 1>(p, tb, pb, plan, stream);
   } else {
     return launch_ut<TIn, K, TM, 4, VAR, P5>(p, tb, pb, plan, stream);
   }
