@@ -827,7 +827,9 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
       ws.Q[2 * tq + 1][tg] = (kh ? aq[3] : aq[1]) + ws.X[buf][1][2 * tq + 1][tg];
     } else if constexpr (P5 == 2) {  // every token's partial sums first, then one reduce-scatter (see P5 above)
       static_assert(2 * kRPL * TM == 32, "the batched reduce takes 32 partial sums per lane");
-      float s4[2 * kRPL * TM];  // s4[4 t + 2 rr + (0: U, 1: Q)]
+      // s4[4 t + 2 rr + (0: U, 1: Q)]; the partial sums as in the per-token loop below (a shared helper
+      // for both changed these kernels' SASS against the measured build, so the loop is written twice)
+      float s4[2 * kRPL * TM];
 #pragma unroll
       for (int t = 0; t < TM; ++t) {
         float ak[kRPL][2], aq[kRPL][2];
