@@ -80,7 +80,7 @@ def kernels(names):
 
             assert _cpp.load_cuda(), "CUDA build unavailable"
             out[n] = _cpp.chain_verify
-        elif n in ("cuda_ut", "cuda_ut1", "cuda_utv1", "cuda_utv2", "cuda_utv3", "cuda_utv4", "cuda_utp0", "cuda_utp1", "cuda_utrow"):  # the UT-form
+        elif n in ("cuda_ut", "cuda_ut1", "cuda_utv1", "cuda_utv2", "cuda_utv3", "cuda_utv4", "cuda_utv5", "cuda_utp0", "cuda_utp1", "cuda_utrow"):  # the UT-form
             # CUDA kernel forced (cuda_ut1: 1 warp per CTA; cuda_utvN: build variant N; cuda_utp0 / _utp1: phase 4 / 5 form; cuda_utrow: TMA copies per row)
             from vllm_specla.ops import _cpp  # noqa: PLC0415
 
@@ -93,7 +93,7 @@ def kernels(names):
 
             out[n] = ut.chain_verify_ut
         else:
-            raise ValueError(f"--impls: unknown kernel {n!r} (allowed: cuda, cuda_ut, cuda_ut1, cuda_utv1 .. cuda_utv4, cuda_utp0, cuda_utp1, cuda_utrow, "
+            raise ValueError(f"--impls: unknown kernel {n!r} (allowed: cuda, cuda_ut, cuda_ut1, cuda_utv1 .. cuda_utv5, cuda_utp0, cuda_utp1, cuda_utrow, "
                              "triton, ut)")
     return out
 

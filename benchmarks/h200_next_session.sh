@@ -5,7 +5,8 @@
 # "Session 7". 1 / 2: the regression set and kernel tables; s4a-s4g / s5a-s5f / s6a-s6f / s7a-s7f: the
 # session 4 / 5 / 6 / 7 calls as run (s6e = session 6's GPU tests, commit ratios and e2e at its final
 # UT dispatch, s7d session 7's; s6a / s6f forced variants that no longer exist: utv5 lanes, UT_VAR 4 /
-# 5; s7a's utp5 / cuda_utp5 columns were the register phase 5 now called P5 = 1).
+# 5 (other layouts; session 7's UT_VAR 4 / 5 are the tensor-core variants); s7a's utp5 / cuda_utp5
+# columns were the register phase 5 now called P5 = 1).
 set -u
 case "${1:-}" in
   1)  # correctness of the dispatch paths, then the full e2e grid with the CUDA csrc + UT dispatch
@@ -20,16 +21,17 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
-  s8a)  # session 8, call 1 (prepared in session 7, not run): variant 4, the tensor-core (3xTF32) products, opt-in
-        # (VLLM_SPECLA_CUDA_UT_VAR=4): GPU tests (it is parametrized into the UT tests), kernel and commit A/B against
-        # the automatic choice with banks sized to the window, then map B = 64 / 256 end to end with it forced
+  s8a)  # session 8, call 1 (prepared in session 7, not run): variants 4 / 5, the tensor-core (3xTF32) products /
+        # and fold, opt-in (VLLM_SPECLA_CUDA_UT_VAR=4|5): GPU tests (parametrized into the UT tests), kernel and commit A/B
+        # against the automatic choice with banks sized to the window, then map B = 64 / 256 end to end with 4 forced
+        # (rerun with 5 if it is the faster)
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
       python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
       timeout 180 python -m pytest -q -x tests/test_csrc.py -k cuda tests/test_dispatch.py 2>&1 | tail -3
-      timeout 110 python benchmarks/bench_csrc_cuda.py --batches 32,64,128 --Ts 5,8 --bank-t 0 --layout ut,utv4 \
+      timeout 130 python benchmarks/bench_csrc_cuda.py --batches 32,64,128 --Ts 5,8 --bank-t 0 --layout ut,utv4,utv5 \
           --out "$OUT/csrc_s8a.json" 2>&1 | tail -25
-      timeout 80 python benchmarks/bench_commit_cuda.py --impls cuda,cuda_utv4 --batches 32,128 --replays 20 \
-          --out "$OUT/commit_s8a.json" 2>&1 | tail -9
+      timeout 100 python benchmarks/bench_commit_cuda.py --impls cuda,cuda_utv4,cuda_utv5 --batches 32,128 --replays 20 \
+          --out "$OUT/commit_s8a.json" 2>&1 | tail -13
       VLLM_SPECLA_CUDA_UT_VAR=4 timeout 120 python benchmarks/bench_e2e.py --shapes map --batches 64,256 --ks 4 \
           --alphas 0.8 --snapshot-ks 4 --cuda-csrc --tag s8a-var4 --out "$OUT/e2e_s8a.jsonl" 2>&1 | grep "^{" | \
           python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"

@@ -490,7 +490,7 @@ UT_CASES = {  # mode: (lens, pending, record, write_final_state)
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
-@pytest.mark.parametrize("build", ["", "1", "3", "4"])
+@pytest.mark.parametrize("build", ["", "1", "3", "4", "5"])
 @pytest.mark.parametrize("variant", ["auto", "loop"])
 @pytest.mark.parametrize("nw", ["", "1"])
 @pytest.mark.parametrize("tmax", [8, 16])
@@ -573,14 +573,15 @@ def test_cuda_ut_p5_is_bit_identical_and_matches_reference(monkeypatch, shape, d
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
+@pytest.mark.parametrize("build", ["4", "5"])
 @pytest.mark.parametrize("variant", ["auto", "loop"])
 @pytest.mark.parametrize("mode", ["verify", "step", "step_empty_row"])
-def test_cuda_ut_var4_value_tail(monkeypatch, mode, variant):
-    """Variant 4 (tensor-core products) at K = 256 with V = 40, not a multiple of its 32-row tile: the
+def test_cuda_ut_var4_value_tail(monkeypatch, mode, variant, build):
+    """Variants 4 / 5 (tensor-core products / and fold) at K = 256 with V = 40, not a multiple of their 32-row tile: the
     last tile's pair stage falls back to per-row TMA copies (rows past V re-read row V - 1) and its
     stores and o / v~ rows stop at V; equals the reference (GVA: 4 value heads on 2 key heads)."""
     monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "ut")
-    monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_VAR", "4")
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_VAR", build)
     if variant == "loop":
         monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_TPC", "2")
     assert _cpp.load_cuda()
@@ -600,13 +601,13 @@ def test_cuda_ut_var4_value_tail(monkeypatch, mode, variant):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
-@pytest.mark.parametrize("build", ["", "1", "2", "3", "4"])
+@pytest.mark.parametrize("build", ["", "1", "2", "3", "4", "5"])
 @pytest.mark.parametrize("decay", [1.0, 20.0])
 def test_cuda_ut_strong_decay_and_big_batch(monkeypatch, decay, build):
     """40 rows of 5-token windows with 5 pending factors (the SpecLA step at K = 4), log decays down
     to -40 per token (e^g underflows on some heads): equals the reference, in each build variant
-    (automatic, 1, 2, 3, 4: tensor-core products), where the automatic split loops over several value
-    tiles per CTA."""
+    (automatic, 1, 2, 3, 4: tensor-core products, 5: and the fold), where the automatic split loops over
+    several value tiles per CTA."""
     monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "ut")
     monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_VAR", build)
     assert _cpp.load_cuda()

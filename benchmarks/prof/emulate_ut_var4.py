@@ -1,7 +1,8 @@
 """Host emulation of csrc/cuda/chain_verify_ut.cu variant 4 (tensor-core products) for one warp pair and one
 tile: the kernel's index maps transcribed (stage read order, fold, stores, PTX m16n8k8 fragments, the pair
 exchange), exact float64 arithmetic; checks U / Q and the stored tile against direct products. Run:
-``python benchmarks/prof/emulate_ut_var4.py`` (numpy only; session 7, before any GPU run)."""
+``python benchmarks/prof/emulate_ut_var4.py`` (numpy only; session 7, before any GPU run). Variant 5: the
+pending fold as MMAs on the tile's C fragments, with k^ staged in fold-fragment order."""
 import numpy as np
 rng = np.random.default_rng(1)
 K, TM = 256, 8
@@ -23,7 +24,7 @@ def mma(D, A, B):
         for i, (r, c) in enumerate([(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]):
             D[lane][i] += Cm[r, c]
 
-for trial in range(20):
+for VAR, trial in [(v, t) for v in (4, 5) for t in range(20)]:
     T = int(rng.integers(1, TM + 1)); P = int(rng.integers(0, TM + 1))
     S = rng.normal(size=(16, K))                  # the pair's 16 rows (old state)
     xk = np.full((TM, XS), np.nan); xq = np.full((TM, XS), np.nan)
@@ -47,7 +48,9 @@ for trial in range(20):
                     b = stage[base + 16 * (i + 1 - par): base + 16 * (i + 1 - par) + 4]
                     tile[rr][i] = (b if par else a).copy(); tile[rr][i + 1] = (a if par else b).copy()
             # fold (exact): a[rr] = c * vp[j][vr0 + 8 rr], x = kp4[j*(K/4) + pc0 + 4 i], pc0 = 32 kh + tq
-            if P > 0:
+            if P > 0 and VAR == 5:
+                pass  # the MMA fold runs below, per warp
+            elif P > 0:
                 for rr in range(2):
                     for i in range(8): tile[rr][i] = tile[rr][i] * gam
                 for j in range(P):
@@ -63,6 +66,47 @@ for trial in range(20):
                         assert np.isnan(stored[tg + 8 * rr, 4 * pc]).all()
                         stored[tg + 8 * rr, 4 * pc: 4 * pc + 4] = tile[rr][i]
             tiles[lane] = tile
+        if P > 0 and VAR == 5:
+            # staging into fold-fragment order (all TM pending rows, zeros past P), as the kernel writes it
+            kpf = np.full(2 * 8 * 2 * 32 * 2, np.nan)
+            for c in range(TM * (K // 4)):
+                j, key0 = c // (K // 4), (c % (K // 4)) * 4
+                kh2, m2, t2 = key0 // 128, (key0 % 128) // 16, (key0 % 16) // 4
+                for d in range(4):
+                    blk, ln = (kh2 * 8 + m2) * 2 + d // 2, 4 * (2 * t2 + d % 2) + j % 4
+                    idx = (blk * 32 + ln) * 2 + j // 4
+                    assert np.isnan(kpf[idx]); kpf[idx] = kp[j][key0 + d] if j < P else 0.0
+            assert not np.isnan(kpf).any()
+            for lane in range(32):
+                for rr in range(2):
+                    for i in range(8): tiles[lane][rr][i] = tiles[lane][rr][i] * gam
+            Af = []
+            for lane in range(32):
+                tg, tq = lane >> 2, lane & 3
+                a4 = []
+                for q2 in range(4):
+                    j, rrow = tq + 4 * (q2 >> 1), tg + 8 * (q2 & 1)
+                    a4.append(cp[j] * vp[j][rrow] if j < P else 0.0)
+                Af.append(a4)
+            for i in range(8):
+                for e in range(2):
+                    Bf = []; C = []
+                    for lane in range(32):
+                        blk = ((kh * 8 + i) * 2 + e) * 32 + lane
+                        Bf.append([kpf[blk * 2], kpf[blk * 2 + 1]])
+                        t = tiles[lane]
+                        C.append([t[0][i][2 * e], t[0][i][2 * e + 1], t[1][i][2 * e], t[1][i][2 * e + 1]])
+                    mma(C, Af, Bf)
+                    for lane in range(32):
+                        t = tiles[lane]
+                        t[0][i][2 * e], t[0][i][2 * e + 1], t[1][i][2 * e], t[1][i][2 * e + 1] = C[lane]
+            for lane in range(32):
+                tg, tq = lane >> 2, lane & 3
+                for rr in range(2):
+                    for i in range(8):
+                        pc = 32 * kh + tq + 4 * i
+                        assert np.isnan(stored[tg + 8 * rr, 4 * pc]).all()
+                        stored[tg + 8 * rr, 4 * pc: 4 * pc + 4] = tiles[lane][rr][i]
         au = [[0.0] * 4 for _ in range(32)]; aq = [[0.0] * 4 for _ in range(32)]
         for i in range(8):
             for e in range(2):
@@ -104,4 +148,4 @@ for trial in range(20):
                 assert abs(Q[kh][t][ri] - Sp[row] @ xq[t, :K]) < 1e-9 * (1 + abs(Q[kh][t][ri]))
     if P > 0:
         assert np.allclose(stored, Sp, atol=1e-12), trial
-print("variant-4 emulation OK")
+print("variant-4 / 5 emulation OK")

@@ -447,13 +447,19 @@ __host__ __device__ constexpr int ut_min_blocks() { return (VAR == 3 ? 16 : 12) 
 // variant 2); the pair's stage is one TMA copy of its 16 rows (kh = 0 issues it), read with the
 // odd-g lanes one block pair ahead (the 1 KiB row stride would otherwise put g and g + 1 on the
 // same banks). K = 256, windows <= 8, no write_final_state, sm_90; elsewhere variant 2 runs.
-// Results within 3xTF32 rounding of the fp32 kernels (not bit-identical).
+// Results within 3xTF32 rounding of the fp32 kernels (not bit-identical). Variant 5 (opt-in, =5):
+// 4 with the pending fold as 3xTF32 MMAs too: the tile registers are exactly the m16n8 C fragments
+// of 8-key blocks (C column n = key 16 m + 4 (n / 2) + 2 e + n % 2), A = c_j v~_j of the pair's rows
+// (8 pending positions, zero past P), B = k^_j from a copy staged in fragment order (one 8-byte
+// load per block and lane, conflict-free): k^ read once per 16 rows instead of once per 2; the
+// committed state is then 3xTF32-accurate rather than exact fp32.
 template <typename TIn, int K, int TM, int NW, bool ONE, int VAR, int P5 = 0>
 __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
     chain_verify_ut_kernel(const ChainVerifyParams p, const int tb, const int pb, const int tpc) {
-  static_assert(VAR >= 1 && VAR <= 4, "build variants 1 .. 4");
-  constexpr bool kTC = VAR == 4;  // tensor-core products (see variant 4 above)
-  static_assert(!kTC || (K == 256 && TM == 8 && NW == 4 && P5 != 0), "variant 4: K = 256, TM = 8, 4 warps, P5");
+  static_assert(VAR >= 1 && VAR <= 5, "build variants 1 .. 5");
+  constexpr bool kTC = VAR >= 4;        // tensor-core products (see variant 4 above)
+  constexpr bool kMmaFold = VAR == 5;   // and the pending fold as 3xTF32 MMAs (variant 5)
+  static_assert(!kTC || (K == 256 && TM == 8 && NW == 4 && P5 != 0), "variants 4 / 5: K = 256, TM = 8, 4 warps, P5");
   constexpr bool kTMA = (VAR >= 2 && !ONE) || kTC;
   constexpr int XS = kTC ? K + 16 : K;  // row stride of the staged q / k (variant 4: conflict-free B loads)
   constexpr int kLPR = ut_lpr<VAR>(), kRPL = ut_rpl<VAR>();
@@ -470,11 +476,11 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
   const int XR = kTC ? TM : tb;                      // staged q / k rows (variant 4: all TM, the B loads read them)
   float* const xk = reinterpret_cast<float*>(dyn4);  // [XR][XS] raw k (fp32)
   float* const xq = xk + XR * XS;                    // [XR][XS] raw q
-  float* const kp = xq + XR * XS;                    // [pb][K] pending k^ (bank)
+  float* const kp = xq + XR * XS;                    // [pb][K] pending k^ (bank); variant 5: [TM][K] in fold-fragment order
   // loop modes: per warp a stage of the next tile's RPW state rows (RPW x K floats: 8 / 4 KiB at
   // K = 256 for variants 2 / 3); row-major [RPW][K] for the TMA refill, [kRPL][NPC][32] float4 (each
   // lane's own pieces) for cp.async; variant 4: per pair, [16][K] (the same 32 KiB per CTA)
-  float4* const stage = reinterpret_cast<float4*>(kp + pb * K) +
+  float4* const stage = reinterpret_cast<float4*>(kp + (kMmaFold ? TM : pb) * K) +
                         (kTC ? (threadIdx.x >> 6) * (16 * K / 4) : (threadIdx.x >> 5) * (kRPL * NPC * 32));
 
   const int hv = blockIdx.y, r = blockIdx.z;
@@ -559,7 +565,8 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
     constexpr int CPR = K / E;  // 16-byte chunks per q / k row
     const float* bk = p.bank_k + slot * p.bk_stride[0] + rb * p.bk_stride[1] + h * p.bk_stride[3];
     const int nqk = 2 * T * CPR, nkp = P * (K / 4);
-    for (int base = 0; base < nqk || base < nkp * (kStageQK / kStageKP); base += kStageQK * NT) {
+    const int nkps = kMmaFold ? TM * (K / 4) : nkp;  // chunks stored (variant 5: all TM rows, zeros past P)
+    for (int base = 0; base < nqk || base < nkps * (kStageQK / kStageKP); base += kStageQK * NT) {
       const int base_p = base / (kStageQK / kStageKP);
       uint4 bq[kStageQK], bp[kStageKP];
 #pragma unroll
@@ -575,6 +582,9 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
       for (int i = 0; i < kStageKP; ++i) {
         const int c = base_p + i * NT + tid;
         if (c < nkp) bp[i] = __ldg(reinterpret_cast<const uint4*>(bk + (c / (K / 4)) * p.bk_stride[2] + (c % (K / 4)) * 4));
+        if constexpr (kMmaFold) {
+          if (c >= nkp) bp[i] = make_uint4(0u, 0u, 0u, 0u);
+        }
       }
       float sg = 0.f, sb = 0.f, sgp = 0.f;
       if (base == 0) {
@@ -595,7 +605,20 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
 #pragma unroll
       for (int i = 0; i < kStageKP; ++i) {
         const int c = base_p + i * NT + tid;
-        if (c < nkp) *reinterpret_cast<uint4*>(kp + (c / (K / 4)) * K + (c % (K / 4)) * 4) = bp[i];
+        if constexpr (kMmaFold) {  // fold-fragment order (variant 5): B = k^ of pending j (rows) x 8 keys
+          if (c < nkps) {          // per block (kh, m, e): lane 4 n + j % 4 holds (j % 4, j % 4 + 4) at key n
+            const int j = c / (K / 4), key0 = (c % (K / 4)) * 4;  // keys key0 .. + 3: one (kh, m, t) group
+            const int kh2 = key0 / 128, m2 = (key0 % 128) / 16, t2 = (key0 % 16) / 4;
+            const unsigned w4[4] = {bp[i].x, bp[i].y, bp[i].z, bp[i].w};
+#pragma unroll
+            for (int d = 0; d < 4; ++d) {  // key key0 + d: e = d / 2, n = 2 t2 + d % 2
+              const int blk = (kh2 * 8 + m2) * 2 + d / 2, ln = 4 * (2 * t2 + d % 2) + j % 4;
+              kp[(blk * 32 + ln) * 2 + j / 4] = __uint_as_float(w4[d]);
+            }
+          }
+        } else {
+          if (c < nkp) *reinterpret_cast<uint4*>(kp + (c / (K / 4)) * K + (c % (K / 4)) * 4) = bp[i];
+        }
       }
       if (base == 0) {
         if (tid < T) {
@@ -764,6 +787,36 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
       for (int rr = 0; rr < kRPL; ++rr)
 #pragma unroll
         for (int i = 0; i < NPC; ++i) scale4(tile[rr][i], gam);
+      if constexpr (kMmaFold) {  // variant 5: tile (the C fragments) += A B, A = c_j v~_j (rows x pending j),
+        // B = k^_j (j x 8 keys, fold-fragment order), 3xTF32, j past P zero on both sides
+        unsigned fah[4], fal[4];
+#pragma unroll
+        for (int q2 = 0; q2 < 4; ++q2) {  // a0 (g, j = t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)
+          const int j = tq + 4 * (q2 >> 1), rrow = tg + 8 * (q2 & 1);
+          ut_tf32_split(j < P ? sh.cp[j] * ws.vp[j][rrow] : 0.f, fah[q2], fal[q2]);
+        }
+        const float2* kpf = reinterpret_cast<const float2*>(kp);
+#pragma unroll
+        for (int i = 0; i < NPC; ++i) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float2 bf = kpf[((kh * 8 + i) * 2 + e) * 32 + lane];
+            unsigned bh[2], bl[2];
+            ut_tf32_split(bf.x, bh[0], bl[0]);
+            ut_tf32_split(bf.y, bh[1], bl[1]);
+            float c4[4] = {e ? tile[0][i].z : tile[0][i].x, e ? tile[0][i].w : tile[0][i].y,
+                           e ? tile[1][i].z : tile[1][i].x, e ? tile[1][i].w : tile[1][i].y};
+            ut_mma_tf32(c4, fal, bh);
+            ut_mma_tf32(c4, fah, bl);
+            ut_mma_tf32(c4, fah, bh);
+            if (e) {
+              tile[0][i].z = c4[0]; tile[0][i].w = c4[1]; tile[1][i].z = c4[2]; tile[1][i].w = c4[3];
+            } else {
+              tile[0][i].x = c4[0]; tile[0][i].y = c4[1]; tile[1][i].x = c4[2]; tile[1][i].y = c4[3];
+            }
+          }
+        }
+      } else {
 #pragma unroll 2
       for (int j = 0; j < P; ++j) {
         const float c = sh.cp[j];
@@ -777,6 +830,7 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
           for (int rr = 0; rr < kRPL; ++rr) axpy4(tile[rr][i], a[rr], x);
         }
       }
+      }  // kMmaFold
       if constexpr (kTC) {
         store_tile_map<8, 4>(tile, st_head, st_row, row_w - 8 * kh + tg, V, pc0);
       } else {
@@ -1019,7 +1073,7 @@ bool ut_tma_ok() {
 // the cost model) and 1 elsewhere.
 int ut_var(const ChainVerifyParams& p) {
   const bool tma = ut_tma_ok();
-  if (p.ut_var >= 1 && p.ut_var <= 4) return p.ut_var >= 2 && !tma ? 1 : p.ut_var;
+  if (p.ut_var >= 1 && p.ut_var <= 5) return p.ut_var >= 2 && !tma ? 1 : p.ut_var;
   return tma ? 2 : 1;
 }
 
@@ -1047,7 +1101,7 @@ struct UTPlan {
 template <int K, int TM, int NW, int VAR>
 size_t ut_dyn_bytes(const int tb, const int pb, const bool one) {
   constexpr size_t kStage = static_cast<size_t>(NW) * ut_rpl<VAR>() * (K / ut_lpr<VAR>() / 4) * 32 * sizeof(float4);
-  if (VAR == 4) return static_cast<size_t>(2 * TM * (K + 16) + pb * K) * sizeof(float) + kStage;
+  if (VAR >= 4) return static_cast<size_t>(2 * TM * (K + 16) + (VAR == 5 ? TM : pb) * K) * sizeof(float) + kStage;
   return static_cast<size_t>(2 * tb + pb) * K * sizeof(float) + (one ? 0 : kStage);
 }
 
@@ -1185,7 +1239,7 @@ cudaError_t launch_23(const ChainVerifyParams& p, const int tb, const int pb, co
   }
   cudaError_t e = plan_ut<TIn, K, TM, 4, 2, PP>(p, tb, pb, &p2);
   if (e != cudaSuccess) return e;
-  if ((p.ut_var < 1 || p.ut_var > 4) && TM == 8 && p.ut_tpc <= 0) {  // automatic: variant 2 or 3
+  if ((p.ut_var < 1 || p.ut_var > 5) && TM == 8 && p.ut_tpc <= 0) {  // automatic: variant 2 or 3
     e = plan_ut<TIn, K, TM, 4, 3, PP>(p, tb, pb, &p3);
     if (e != cudaSuccess) return e;
     // variant 3 only when the model gives it >= 3 % less time (near ties go to variant 2); measured:
@@ -1210,8 +1264,9 @@ cudaError_t dispatch_nw(const ChainVerifyParams& p, const int tb, const int pb, 
     }
   }
   if (var == 1) return plan_and_launch<TIn, K, TM, 4, 1>(p, tb, pb, stream);
-  if constexpr (K == 256 && TM == 8) {  // variant 4 (forced only): windows without write_final_state; else 2
+  if constexpr (K == 256 && TM == 8) {  // variants 4 / 5 (forced only): windows without write_final_state; else 2
     if (var == 4 && !p.write_final_state) return plan_and_launch<TIn, K, TM, 4, 4, 1>(p, tb, pb, stream);
+    if (var == 5 && !p.write_final_state) return plan_and_launch<TIn, K, TM, 4, 5, 1>(p, tb, pb, stream);
   }
   // P5 builds exist for K = 256 and TM = 8 (both GDN-1.3B head shapes at K <= 7), 4 warps, windows
   // without write_final_state; elsewhere p.ut_p5 is ignored
