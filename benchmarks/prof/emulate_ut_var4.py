@@ -70,7 +70,7 @@ for VAR, trial in [(v, t) for v in (4, 5) for t in range(20)]:
             # staging into fold-fragment order (all TM pending rows, zeros past P), as the kernel writes it
             kpf = np.full(2 * 8 * 2 * 32 * 2, np.nan)
             for c in range(TM * (K // 4)):
-                j, key0 = c // (K // 4), (c % (K // 4)) * 4
+                j, key0 = c % TM, (c // TM) * 4
                 kh2, m2, t2 = key0 // 128, (key0 % 128) // 16, (key0 % 16) // 4
                 for d in range(4):
                     blk, ln = (kh2 * 8 + m2) * 2 + d // 2, 4 * (2 * t2 + d % 2) + j % 4
@@ -94,12 +94,12 @@ for VAR, trial in [(v, t) for v in (4, 5) for t in range(20)]:
                     for lane in range(32):
                         blk = ((kh * 8 + i) * 2 + e) * 32 + lane
                         Bf.append([kpf[blk * 2], kpf[blk * 2 + 1]])
-                        t = tiles[lane]
-                        C.append([t[0][i][2 * e], t[0][i][2 * e + 1], t[1][i][2 * e], t[1][i][2 * e + 1]])
+                        C.append([0.0, 0.0, 0.0, 0.0])  # zero accumulators, then one add to the tile
                     mma(C, Af, Bf)
                     for lane in range(32):
                         t = tiles[lane]
-                        t[0][i][2 * e], t[0][i][2 * e + 1], t[1][i][2 * e], t[1][i][2 * e + 1] = C[lane]
+                        t[0][i][2 * e] += C[lane][0]; t[0][i][2 * e + 1] += C[lane][1]
+                        t[1][i][2 * e] += C[lane][2]; t[1][i][2 * e + 1] += C[lane][3]
             for lane in range(32):
                 tg, tq = lane >> 2, lane & 3
                 for rr in range(2):

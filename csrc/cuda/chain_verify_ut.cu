@@ -565,7 +565,9 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
     constexpr int CPR = K / E;  // 16-byte chunks per q / k row
     const float* bk = p.bank_k + slot * p.bk_stride[0] + rb * p.bk_stride[1] + h * p.bk_stride[3];
     const int nqk = 2 * T * CPR, nkp = P * (K / 4);
-    const int nkps = kMmaFold ? TM * (K / 4) : nkp;  // chunks stored (variant 5: all TM rows, zeros past P)
+    // chunks stored (variant 5: all TM rows, zeros past P, none without pending factors; chunk c is
+    // row c % TM, keys 4 (c / TM) .. + 3, so that a warp's scattered stores spread over the banks)
+    const int nkps = kMmaFold ? (P > 0 ? TM * (K / 4) : 0) : nkp;
     for (int base = 0; base < nqk || base < nkps * (kStageQK / kStageKP); base += kStageQK * NT) {
       const int base_p = base / (kStageQK / kStageKP);
       uint4 bq[kStageQK], bp[kStageKP];
@@ -581,9 +583,12 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
 #pragma unroll
       for (int i = 0; i < kStageKP; ++i) {
         const int c = base_p + i * NT + tid;
-        if (c < nkp) bp[i] = __ldg(reinterpret_cast<const uint4*>(bk + (c / (K / 4)) * p.bk_stride[2] + (c % (K / 4)) * 4));
         if constexpr (kMmaFold) {
-          if (c >= nkp) bp[i] = make_uint4(0u, 0u, 0u, 0u);
+          const int j = c % TM;
+          bp[i] = c < nkps && j < P ? __ldg(reinterpret_cast<const uint4*>(bk + j * p.bk_stride[2] + (c / TM) * 4))
+                                    : make_uint4(0u, 0u, 0u, 0u);
+        } else {
+          if (c < nkp) bp[i] = __ldg(reinterpret_cast<const uint4*>(bk + (c / (K / 4)) * p.bk_stride[2] + (c % (K / 4)) * 4));
         }
       }
       float sg = 0.f, sb = 0.f, sgp = 0.f;
@@ -607,7 +612,7 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
         const int c = base_p + i * NT + tid;
         if constexpr (kMmaFold) {  // fold-fragment order (variant 5): B = k^ of pending j (rows) x 8 keys
           if (c < nkps) {          // per block (kh, m, e): lane 4 n + j % 4 holds (j % 4, j % 4 + 4) at key n
-            const int j = c / (K / 4), key0 = (c % (K / 4)) * 4;  // keys key0 .. + 3: one (kh, m, t) group
+            const int j = c % TM, key0 = (c / TM) * 4;  // keys key0 .. + 3: one (kh, m, t) group
             const int kh2 = key0 / 128, m2 = (key0 % 128) / 16, t2 = (key0 % 16) / 4;
             const unsigned w4[4] = {bp[i].x, bp[i].y, bp[i].z, bp[i].w};
 #pragma unroll
@@ -804,15 +809,16 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
             unsigned bh[2], bl[2];
             ut_tf32_split(bf.x, bh[0], bl[0]);
             ut_tf32_split(bf.y, bh[1], bl[1]);
-            float c4[4] = {e ? tile[0][i].z : tile[0][i].x, e ? tile[0][i].w : tile[0][i].y,
-                           e ? tile[1][i].z : tile[1][i].x, e ? tile[1][i].w : tile[1][i].y};
+            // the update on zero accumulators, then one fp32 add to the state (the tensor cores' fp32
+            // accumulation truncates; the state would pick that up every step; found in review)
+            float c4[4] = {0.f, 0.f, 0.f, 0.f};
             ut_mma_tf32(c4, fal, bh);
             ut_mma_tf32(c4, fah, bl);
             ut_mma_tf32(c4, fah, bh);
             if (e) {
-              tile[0][i].z = c4[0]; tile[0][i].w = c4[1]; tile[1][i].z = c4[2]; tile[1][i].w = c4[3];
+              tile[0][i].z += c4[0]; tile[0][i].w += c4[1]; tile[1][i].z += c4[2]; tile[1][i].w += c4[3];
             } else {
-              tile[0][i].x = c4[0]; tile[0][i].y = c4[1]; tile[1][i].x = c4[2]; tile[1][i].y = c4[3];
+              tile[0][i].x += c4[0]; tile[0][i].y += c4[1]; tile[1][i].x += c4[2]; tile[1][i].y += c4[3];
             }
           }
         }
