@@ -573,6 +573,44 @@ def test_cuda_ut_p5_is_bit_identical_and_matches_reference(monkeypatch, shape, d
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
+@pytest.mark.parametrize("build", ["", "4", "5"])
+def test_cuda_ut_long_chain_of_steps(monkeypatch, build):
+    """24 SpecLA steps in a row (5-token windows, 1-5 accepted positions folded at the next step, the two
+    factor banks alternating), mild decays so the state carries its history: the state, outputs and
+    banks stay within the CUDA tolerance of chain_verify_ref after every step, for the automatic build
+    and the tensor-core variants 4 / 5 (whose products / fold round through 3xTF32: their error must
+    not grow step by step)."""
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "ut")
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_VAR", build)
+    assert _cpp.load_cuda()
+    H, K, V, R, T, S = 8, 256, 256, 8, 5, 10
+    gen = torch.Generator().manual_seed(7)
+    dev = torch.device("cuda")
+    slots = torch.randperm(S, generator=gen)[:R]
+    muts_ref = [torch.randn(S, H, V, K, generator=gen) * 0.3, torch.zeros(S, 2, T, H, K), torch.zeros(S, 2, T, H, V),
+                torch.zeros(S, 2, T, H)]
+    muts_gpu = [t.to(dev) for t in muts_ref]
+    read = torch.zeros(R, dtype=torch.long)
+    pending = torch.zeros(R, dtype=torch.long)
+    cu = torch.arange(R + 1) * T
+    for step in range(24):
+        q, k = (torch.randn(R * T, H, K, generator=gen).to(torch.bfloat16) for _ in range(2))
+        v = torch.randn(R * T, H, V, generator=gen).to(torch.bfloat16)
+        g = -torch.rand(R * T, H, generator=gen) * 0.05 - 0.005
+        beta = torch.rand(R * T, H, generator=gen) * 0.9 + 0.05
+        kw = dict(scale=K ** -0.5, slots=slots, cu_seqlens=cu, write_bank=1 - read, pending_len=pending, read_bank=read)
+        o_ref = chain_verify_ref(q, k, v, g, beta, **kw, **dict(zip(("state", "bank_k", "bank_v", "bank_g"), muts_ref)))
+        kw_gpu = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t) for a, t in kw.items()}
+        o = _cpp.chain_verify(*(t.to(dev) for t in (q, k, v, g, beta)), **kw_gpu,
+                              **dict(zip(("state", "bank_k", "bank_v", "bank_g"), muts_gpu)))
+        torch.testing.assert_close(o.cpu(), o_ref, **TOL, msg=lambda m, s=step: f"step {s}: {m}")
+        assert_all_close([t.cpu() for t in muts_gpu], muts_ref, **TOL)
+        pending = torch.randint(1, T + 1, (R,), generator=gen)  # accepted positions, folded at the next step
+        read = 1 - read
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
 @pytest.mark.parametrize("build", ["4", "5"])
 @pytest.mark.parametrize("variant", ["auto", "loop"])
 @pytest.mark.parametrize("mode", ["verify", "step", "step_empty_row"])
