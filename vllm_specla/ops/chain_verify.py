@@ -46,7 +46,7 @@ UT_MAX_TOKENS = 16  # triton_chain_ut.BT
 # csrc kernel when it is built, even for long windows: its UT-form kernel (csrc/cuda/chain_verify_ut.cu,
 # fp32 FMA, pending fold fused) took 0.77-0.93x the Triton UT kernel's time (recover + tensor-core
 # verify) for T = 8 steps at B = 32-256 on the H200 (RESULTS.md session 5, csrc_ut_h200_s5e.json;
-# session 7: 0.49-0.69x). So do verify windows without pending factors whose factor bank holds <=
+# session 7: 0.60-0.69x, csrc_ut_h200_s7d.json). So do verify windows without pending factors whose factor bank holds <=
 # CUDA_UT_VERIFY_MAX_BANK positions (the kernel's 8-token builds with the register phase 5): 0.74-0.92x
 # the Triton UT kernel's time at T = 8, B = 32-128, both GDN-1.3B head shapes (session 7,
 # csrc_ut_h200_s7c.json / _s7d.json; session 5's build was 1.18-1.37x slower). Longer banks (the
