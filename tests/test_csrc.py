@@ -108,6 +108,31 @@ def assert_all_close(got, exp, **tol):
         torch.testing.assert_close(a, b, **tol)
 
 
+def force_ut(monkeypatch, build="", tpc=None, nw=None):
+    """Force the CUDA UT kernel (VLLM_SPECLA_CUDA_LAYOUT=ut) with build variant ``build`` ('' =
+    automatic), ``tpc`` value tiles per CTA and ``nw`` warps per CTA when given; JIT-load the ops."""
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "ut")
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_VAR", build)
+    if nw is not None:
+        monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_NW", nw)
+    if tpc is not None:
+        monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_TPC", str(tpc))
+    assert _cpp.load_cuda()
+
+
+def assert_matches_reference(c, record=True, pending=True, wfs=None, dev="cuda"):
+    """Run case ``c`` through chain_verify_ref (CPU) and ``_cpp.chain_verify`` on ``dev``, each on its own
+    copy of the state and factor banks, and assert the outputs and every mutated tensor equal within
+    TOL. ``record`` / ``pending`` / ``wfs``: as :meth:`Case.kwargs`."""
+    m_ref = c.clone_mutables()
+    o_ref = chain_verify_ref(*c.tensors(), **c.kwargs(m_ref, record, pending, wfs))
+    m_dev = [t.to(dev, copy=True) for t in c.mutables()]
+    kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t) for a, t in c.kwargs(m_dev, record, pending, wfs).items()}
+    o = _cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw)
+    torch.testing.assert_close(o.cpu(), o_ref, **TOL)
+    assert_all_close([t.cpu() for t in m_dev], m_ref, **TOL)
+
+
 # --------------------------------------------------------------------------------------------
 # chain verify
 # --------------------------------------------------------------------------------------------
@@ -506,27 +531,13 @@ def test_cuda_ut_chain_verify_matches_reference(monkeypatch, shape, dtype, mode,
     (VLLM_SPECLA_CUDA_UT_TPC, the large-batch form), in the automatic build variant (2 or 3 by the
     cost model; 2 with a forced tile count), variant 1 (per-thread cp.async refills: the path of
     GPUs without the sm_90 code) or variant 3 (16 lanes per value row) forced."""
-    monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "ut")
-    monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_NW", nw)
-    monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_VAR", build)
-    if variant == "loop":
-        monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_TPC", "3")
-    assert _cpp.load_cuda()
+    force_ut(monkeypatch, build, tpc=3 if variant == "loop" else None, nw=nw)
     lens, pend, record, wfs = UT_CASES[mode]
     if tmax == 16 and mode in ("verify", "step"):
         lens, pend = [16, 1, 9, 5], (None if pend is None else [16, 0, 9, 2])
     H, HV, K, V = shape
     c = Case(lens, H, HV, K, V, S=6, Tmax=tmax, dtype=dtype, seed=zlib.crc32(repr((shape, mode, tmax, nw)).encode()) % 997, pending=pend)
-    use_pending = pend is not None
-    m_ref = c.clone_mutables()
-    o_ref = chain_verify_ref(*c.tensors(), **c.kwargs(m_ref, record, use_pending, wfs))
-    dev = torch.device("cuda")
-    m_gpu = [t.to(dev) for t in c.mutables()]
-    kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t)
-          for a, t in c.kwargs(m_gpu, record, use_pending, wfs).items()}
-    o = _cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw)
-    torch.testing.assert_close(o.cpu(), o_ref, **TOL)
-    assert_all_close([t.cpu() for t in m_gpu], m_ref, **TOL)
+    assert_matches_reference(c, record, pend is not None, wfs)
 
 
 @pytest.mark.gpu
@@ -543,11 +554,7 @@ def test_cuda_ut_p5_is_bit_identical_and_matches_reference(monkeypatch, shape, d
     the window products), and 2 with one TMA copy per state row (VLLM_SPECLA_CUDA_UT_ROWCOPY=1)
     give outputs, state and factor banks equal bit for bit, and chain_verify_ref within the CUDA
     tolerance; automatic or forced variant 3, one tile per CTA or the tile loop."""
-    monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "ut")
-    monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_VAR", build)
-    if variant == "loop":
-        monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_TPC", "3")
-    assert _cpp.load_cuda()
+    force_ut(monkeypatch, build, tpc=3 if variant == "loop" else None)
     lens, pend, record, wfs = UT_CASES[mode]
     H, HV, K, V = shape
     c = Case(lens, H, HV, K, V, S=6, Tmax=8, dtype=dtype, seed=zlib.crc32(repr((shape, mode, "p5")).encode()) % 997,
@@ -618,23 +625,11 @@ def test_cuda_ut_var4_value_tail(monkeypatch, mode, variant, build):
     """Variants 4 / 5 (tensor-core products / and fold) at K = 256 with V = 40, not a multiple of their 32-row tile: the
     last tile's pair stage falls back to per-row TMA copies (rows past V re-read row V - 1) and its
     stores and o / v~ rows stop at V; equals the reference (GVA: 4 value heads on 2 key heads)."""
-    monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "ut")
-    monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_VAR", build)
-    if variant == "loop":
-        monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_TPC", "2")
-    assert _cpp.load_cuda()
+    force_ut(monkeypatch, build, tpc=2 if variant == "loop" else None)
     lens, pend, record, wfs = UT_CASES[mode]
     c = Case(lens, 2, 4, 256, 40, S=6, Tmax=8, dtype=torch.bfloat16,
              seed=zlib.crc32(repr((mode, "var4-tail")).encode()) % 997, pending=pend)
-    use_pending = pend is not None
-    m_ref = c.clone_mutables()
-    o_ref = chain_verify_ref(*c.tensors(), **c.kwargs(m_ref, record, use_pending, wfs))
-    dev = torch.device("cuda")
-    m_gpu = [t.to(dev) for t in c.mutables()]
-    kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t) for a, t in c.kwargs(m_gpu, record, use_pending, wfs).items()}
-    o = _cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw)
-    torch.testing.assert_close(o.cpu(), o_ref, **TOL)
-    assert_all_close([t.cpu() for t in m_gpu], m_ref, **TOL)
+    assert_matches_reference(c, record, pend is not None, wfs)
 
 
 @pytest.mark.gpu
@@ -652,14 +647,7 @@ def test_cuda_ut_strong_decay_and_big_batch(monkeypatch, decay, build):
     c = Case([5] * 40, 6, 6, 256, 512, S=44, Tmax=5, dtype=torch.bfloat16, seed=int(decay), pending=[5] * 40)
     c.g = c.g * 2 * decay
     c.bank_g = c.bank_g * decay
-    m_ref = c.clone_mutables()
-    o_ref = chain_verify_ref(*c.tensors(), **c.kwargs(m_ref))
-    dev = torch.device("cuda")
-    m_gpu = [t.to(dev) for t in c.mutables()]
-    kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t) for a, t in c.kwargs(m_gpu).items()}
-    o = _cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw)
-    torch.testing.assert_close(o.cpu(), o_ref, **TOL)
-    assert_all_close([t.cpu() for t in m_gpu], m_ref, **TOL)
+    assert_matches_reference(c)
 
 
 @pytest.mark.gpu
