@@ -75,12 +75,12 @@ def load_cuda(verbose: bool = False) -> bool:
     ``VLLM_SPECLA_CUDA_UT_TPC=n`` (value tiles per CTA; else the wave cost model) and
     ``VLLM_SPECLA_CUDA_UT_VAR=1..5`` (its build variant: per-thread cp.async refills, TMA refills,
     TMA with 16 lanes per value row, tensor-core (3xTF32) products, and the pending fold too: 4 / 5
-    opt-in, not measured yet; else
-    2 or 3 by the cost model where the sm_90 code runs);
+    opt-in, not measured yet; else 2 or 3 by the cost model where the sm_90 code runs);
     ``VLLM_SPECLA_CUDA_UT_P5=0|1|2`` its phase 4 / 5 form for A/B runs (0: the previous phase 5, 1: v~
     in registers, 2: plus one batched reduce-scatter of the products; unset: 1 or 2 by the shuffle
-    count, where built: K = 256, windows <= 8; all bit-identical) and ``VLLM_SPECLA_CUDA_UT_ROWCOPY=1`` one TMA copy per
-    state row in its stage refills (default: one per warp tile).
+    count, where built: K = 256, windows <= 8; all bit-identical) and
+    ``VLLM_SPECLA_CUDA_UT_ROWCOPY=1`` one TMA copy per state row in its stage refills (default: one
+    per warp tile).
     ``VLLM_SPECLA_CUDA_LINEINFO=1`` at build time adds ``-lineinfo`` (source lines in Nsight Compute).
     """
     if not AVAILABLE:
