@@ -19,7 +19,7 @@ Kinds (per layer):
             chain-lane rule (``hld_parallelism``)
   hld_plan  the same with a host-built exact plan (static tree shape: exact waves/grids/scratch)
   walk      ancestor-walk Triton tree kernel (``tree_verify_triton``)
-  ut        tensor-core UT-form tree verify (``triton_chain_ut.tree_verify_ut``; <= 16 nodes)
+  ut        tensor-core UT-form tree verify (``triton_chain_ut.tree_verify_ut``; <= 32 nodes)
   replay    sequential per-node replay: N launches, node t reads its parent's materialised state
             and writes its own (2 state passes per node; no pending fold, no factors)
   chain     reference: the chain kernel on a chain of N nodes (same B)
@@ -227,12 +227,12 @@ def make_body(st: Setup, kind: str, par_row, inputs, cu, per_node, parallel=None
         def body():
             for l in range(L):
                 outs.append(tv.tree_verify_triton(q, k, v, g, beta, state=state, slots=st.slots[l], **kw))
-    elif kind == "ut":  # tensor-core UT form (trees of <= 16 nodes; pending via recover first)
+    elif kind == "ut":  # tensor-core UT form (trees of <= 32 nodes, chunk BT = 16 / 32 by n; pending via recover first)
         from vllm_specla.ops import triton_chain_ut as ut  # noqa: PLC0415
 
         def body():
             for l in range(L):
-                outs.append(ut.tree_verify_ut(q, k, v, g, beta, state=state, slots=st.slots[l], **kw))
+                outs.append(ut.tree_verify_ut(q, k, v, g, beta, state=state, slots=st.slots[l], max_nodes=n, **kw))
     elif kind == "sched":  # per step, not per layer
         def body():
             th.hld_device_schedule(parents, cu, n)
@@ -289,7 +289,7 @@ def check(st: Setup, par_row, inputs, cu, per_node, parallel=None) -> dict:
         return max(float((a[i] - b[i]).norm() / b[i].norm().clamp_min(1e-30)) for i in range(a.shape[0]))
 
     o_ref, s_ref = ref(PENDING > 0)
-    for kind in ("hld", "hld_plan", "walk") + (("ut",) if n <= 16 else ()) + (
+    for kind in ("hld", "hld_plan", "walk") + (("ut",) if n <= 32 else ()) + (
             ("chain",) if par_row == list(range(-1, n - 1)) else ()):
         s, banks = fresh()
         body = make_body(st, kind, par_row, inputs, cu, per_node, state=s, banks=banks, layers=1, parallel=parallel)
@@ -403,7 +403,7 @@ def main():
                             print(f"CHECK FAILED {sname} B={B} {tname} N={n}: {bad}", flush=True)
                     pick = tv.pick_tree_kernel(B, HV, V, K, n)
                     row = {}
-                    for kind in ("hld", "hld_plan", "walk", "replay") + (("ut",) if n <= 16 else ()):
+                    for kind in ("hld", "hld_plan", "walk", "replay") + (("ut",) if n <= 32 else ()):
                         try:
                             us = timed(make_body(st, kind, par, inputs, cu, per_node, parallel=parallel), L)
                         except Exception as e:  # noqa: BLE001

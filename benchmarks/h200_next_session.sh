@@ -36,23 +36,35 @@ case "${1:-}" in
           --alphas 0.8 --snapshot-ks 4 --cuda-csrc --tag s8a-var4 --out "$OUT/e2e_s8a.jsonl" 2>&1 | grep "^{" | \
           python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       ;;
-  s8b)  # session 8, call 2 (prepared in session 7): where variants 4 / 5 stall (if s8a passed): Nsight Compute of the
-        # map step (8x256x256, B = 64, T = 5, 5 pending) in each, source-level stall samples; map B = 64 end to end with 5
-      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16 VLLM_SPECLA_CUDA_LINEINFO=1
+  s8b)  # session 8, call 2 (s8a: variants 4 / 5 passed their tests and were slower everywhere, so their profile is
+        # moot): the UT tree verify for 17-32 nodes (BT = 32): GPU tests, tree verify alone (as replay is timed) at
+        # 16 / 32 nodes, trees of 17 nodes end to end (W = 4, K = 4; they used to go to the walk kernel), and the
+        # map B = 64 step breakdown (where the step time outside the recurrent kernel goes now)
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
       python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
-      for var in 4 5; do
-        VLLM_SPECLA_CUDA_LAYOUT=ut VLLM_SPECLA_CUDA_UT_VAR=$var timeout 100 ncu --set full --import-source yes \
-            --clock-control none -k regex:chain_verify_ut --launch-skip 1 --launch-count 1 -o "$OUT/ut_v${var}_step_b64" \
-            python benchmarks/prof/cuda_once.py 64 5 5 8x256x256 > /dev/null 2>&1; echo "rep $var rc $?"
-        timeout 40 ncu -i "$OUT/ut_v${var}_step_b64.ncu-rep" --page details > "$OUT/ncu_v${var}_details.txt" 2>&1
-        grep -E "Duration|DRAM Throughput|L1/TEX Cache Throughput|Registers Per|Achieved Occupancy|Issued Warp|No Eligible" \
-            "$OUT/ncu_v${var}_details.txt" | head -8
-        timeout 40 ncu -i "$OUT/ut_v${var}_step_b64.ncu-rep" --page source --csv --print-source sass > "$OUT/src_v${var}.csv" 2>&1
-        gzip -f "$OUT/src_v${var}.csv"; rm -f "$OUT/ut_v${var}_step_b64.ncu-rep"
-      done
-      VLLM_SPECLA_CUDA_UT_VAR=5 timeout 80 python benchmarks/bench_e2e.py --shapes map --batches 64 --ks 4 \
-          --alphas 0.8 --snapshot-ks 4 --cuda-csrc --tag s8b-var5 --out "$OUT/e2e_s8b.jsonl" 2>&1 | grep "^{" | \
+      timeout 150 python -m pytest -q -x tests/test_kernel_ut_gpu.py tests/test_tree_hld_gpu.py tests/test_decode_runtime.py \
+          -k "tree or dispatch" 2>&1 | tail -2
+      timeout 170 python benchmarks/bench_tree.py --batches 8,32,128 --nodes 16,32 --trees binary,beam4 --shapes 6x256x512 \
+          --pending 0 --budget-s 130 --out "$OUT/tree_s8b.json" 2>&1 | tail -16
+      timeout 100 python benchmarks/bench_e2e.py --shapes map --batches 64 --ks 4 --alphas 0.8 --snapshot-ks "" \
+          --tree-widths 4 --cuda-csrc --tag s8b --out "$OUT/e2e_s8b.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),r.get('tree_width'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      timeout 90 python benchmarks/step_breakdown.py --shapes map --batches 64 --modes specla,snapshot --cuda-csrc \
+          --out "$OUT/breakdown_s8b.json" 2>&1 | tail -40
+      ;;
+  s8c)  # session 8, call 3: the residual adds in place (fused.linear residual_inplace: no copy of the residual
+        # stream per add) end to end, both shapes, B = 64 / 256, K = 4 with snapshots; the breakdown's copy rows;
+        # the tree table again with the chunk picked per tree (bench_tree passes max_nodes = n: 16-node trees BT = 16)
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 60 python -m pytest -q -x tests/test_fused_gpu.py tests/test_decode_runtime.py 2>&1 | tail -1
+      timeout 200 python benchmarks/bench_e2e.py --shapes map,flame --batches 64,256 --ks 4 \
+          --alphas 0.8 --snapshot-ks 4 --cuda-csrc --tag s8c --out "$OUT/e2e_s8c.jsonl" 2>&1 | grep "^{" | \
           python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      timeout 60 python benchmarks/step_breakdown.py --shapes map --batches 64 --modes specla --cuda-csrc \
+          --out "$OUT/breakdown_s8c.json" 2>&1 | grep -E "device|Memcpy"
+      timeout 150 python benchmarks/bench_tree.py --batches 8,32,128 --nodes 16,32 --trees binary,beam4 --shapes 6x256x512 \
+          --pending 0 --budget-s 110 --out "$OUT/tree_s8c.json" 2>&1 | tail -16
       ;;
   s7f)  # session 7, call 6 (the P5 = 4 / 5 forms were removed afterwards: neutral; commit 'opt-in matrix phase 5'):
         # the opt-in matrix phase 5 (P5 = 4 / 5): its GPU test, kernel A/B against 1 / 2 with

@@ -383,6 +383,32 @@ def test_ut_tree_big_shape(big_fast):
     check(*run_tree(c, _trees(rng, lens), pending=True))
 
 
+@pytest.mark.parametrize("forest", [False, True])
+def test_ut_tree_17_to_32_nodes(forest):
+    """Trees of 17-32 nodes run with 32-node chunks (``BT = 32``, picked from the 32-position bank),
+    beside short trees in the same launch: every node's output and factors, the committed state."""
+    rng = random.Random(11 + forest)
+    lens = [32, 17, 3, 24] if HAVE_CUDA else [32, 20]
+    par = [[-1] + [(t - 1) // 2 for t in range(1, lens[0])]] + _trees(rng, lens[1:], forest)
+    c = Case((2, 4, 32, 48), lens, seed=66 + forest, Tmax=32, pend=[3, 32, 1, 7][: len(lens)])
+    check(*run_tree(c, par, pending=True))
+
+
+def test_ut_tree_bt_choice_and_limits():
+    """The chunk follows the longest tree (16 -> 16, 17-32 -> 32), more than 32 nodes is an error
+    naming the limit, and a 20-node tree with an explicit 16-node bound is caught on the host."""
+    assert ut._pick_bt(None) == 16 and ut._pick_bt(16) == 16 and ut._pick_bt(17) == 32 and ut._pick_bt(32) == 32
+    with pytest.raises(ValueError, match="at most 32 nodes"):
+        ut._pick_bt(33)
+    rng = random.Random(12)
+    c = Case((2, 4, 32, 48), [20], seed=67, Tmax=32, pend=[2])
+    par = torch.tensor(_trees(rng, c.lens)[0], dtype=torch.int32, device=DEV)
+    kw = dict(scale=c.scale, slots=c.slots, cu_seqlens=c.cu, parents=par, write_bank=c.write_bank,
+              bank_k=c.bank_k.clone(), bank_v=c.bank_v.clone(), bank_g=c.bank_g.clone())
+    with pytest.raises(ValueError, match="at most 16"):
+        ut.tree_verify_ut(*c.inputs(), state=c.state.clone(), max_nodes=16, **kw)
+
+
 def test_ut_strided_index_tensors_and_padded_slots():
     """Review findings: a strided ``parents`` view and a ``slots`` buffer longer than the rows
     (its extra entries, and pending/read_bank padding, must be ignored, as by the reference)."""

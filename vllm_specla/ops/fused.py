@@ -72,16 +72,24 @@ def linear_ref(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | Non
 USE_GEMV = False
 
 
-def linear(x, w, norm_weight=None, eps=1e-6, residual=None):
+def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=False):
     """``[RMSNorm(x)] @ w.T [+ residual]``: the fused Triton skinny GEMM for decode-sized ``x`` on
-    CUDA (:func:`vllm_specla.ops.triton_fused.gemv`), else RMSNorm kernel + cuBLAS / the reference."""
+    CUDA (:func:`vllm_specla.ops.triton_fused.gemv`), else RMSNorm kernel + cuBLAS / the reference.
+
+    ``residual_inplace``: add into ``residual`` itself and return it (``residual.addmm_``: cuBLAS
+    accumulates onto it with beta = 1). ``torch.addmm(residual, ...)`` first copies ``residual`` into
+    a new output: one device-to-device copy of the residual stream per call, two per block and
+    step in the decode runtime (the "Memcpy DtoD" rows of ``benchmarks/step_breakdown.py``). The
+    same GEMM with the same operands, so the values are the same."""
     impl = _triton() if x.is_cuda else None
     if impl is not None and USE_GEMV and x.shape[0] <= impl.GEMV_MAX_M:
         return impl.gemv(x, w, norm_weight, eps, residual)
     if norm_weight is not None:
         x = rms_norm(x, norm_weight, eps, w.dtype)
     x = x.to(w.dtype)
-    return x @ w.t() if residual is None else torch.addmm(residual, x, w.t())
+    if residual is None:
+        return x @ w.t()
+    return residual.addmm_(x, w.t()) if residual_inplace else torch.addmm(residual, x, w.t())
 
 
 def rms_norm(x, weight, eps, out_dtype=None):

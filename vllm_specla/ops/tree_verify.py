@@ -277,10 +277,11 @@ def tree_conv_triton(x, weight, cu_seqlens, parents, conv_state, slots, *, bank_
 # Tree-kernel choice on CUDA for non-chain batches: "auto" applies pick_tree_kernel's rule,
 # "ut" / "hld" / "walk" force one kernel (benchmarks, tests).
 TREE_KERNEL = "auto"
-# The tensor-core UT form (triton_chain_ut.tree_verify_ut: one state pass + [16, 16] work per
-# (row, head)) for windows of <= UT_TREE_MAX_NODES nodes at >= UT_TREE_MIN_ROWS rows; at batch 1-2
-# its per-(row, head) prep latency (~20-30 us) loses to the serial tree kernels (benchmarks/RESULTS.md).
-UT_TREE_MAX_NODES = 16
+# The tensor-core UT form (triton_chain_ut.tree_verify_ut: one state pass + [BT, BT] work per
+# (row, head), BT = 16, or 32 for trees of 17-32 nodes) for windows of <= UT_TREE_MAX_NODES nodes at
+# >= UT_TREE_MIN_ROWS rows; at batch 1-2 its per-(row, head) prep latency (~20-30 us) loses to the
+# serial tree kernels (benchmarks/RESULTS.md).
+UT_TREE_MAX_NODES = 32
 UT_TREE_MIN_ROWS = 8
 # pick_tree_kernel's thresholds. First guesses from the design, NOT measured yet (tune with
 # benchmarks/bench_tree.py on the GPU):
@@ -364,18 +365,18 @@ def tree_verify(
         return chain_verify(q, k, v, g, beta, write_final_state=False, **kw)
     if q.is_cuda and HAS_TRITON:
         which = tree_kernel
+        # the longest tree when known from the arguments (shapes only); else the bank bounds it
+        known = hld_plan.nmax if hld_plan is not None else max_nodes
         if which is None:
-            if hld_plan is not None:
-                nmax, slots_ = hld_plan.nmax, hld_plan.NB
-            else:
-                nmax = max_nodes if max_nodes is not None else (
-                    bank_k.shape[2] if write_bank is not None else _max_nodes(cu_seqlens))
-                slots_ = None
+            nmax = known if known is not None else (
+                bank_k.shape[2] if write_bank is not None else _max_nodes(cu_seqlens))
+            slots_ = hld_plan.NB if hld_plan is not None else None
             which = pick_tree_kernel(cu_seqlens.numel() - 1, v.shape[-2], v.shape[-1], k.shape[-1], nmax, slots_)
+            known = nmax if known is None and write_bank is None else known
         if which == "ut":
             from vllm_specla.ops.triton_chain_ut import tree_verify_ut  # noqa: PLC0415
 
-            return tree_verify_ut(q, k, v, g, beta, parents=parents, **kw)
+            return tree_verify_ut(q, k, v, g, beta, parents=parents, max_nodes=known, **kw)
         if which == "hld":
             return tree_verify_hld(q, k, v, g, beta, parents=parents, max_nodes=max_nodes, plan=hld_plan, **kw)
         return tree_verify_triton(q, k, v, g, beta, parents=parents, max_nodes=max_nodes, **kw)

@@ -3,14 +3,16 @@
 Same contract as :func:`vllm_specla.ops.triton_chain.chain_verify` and its oracle
 :func:`vllm_specla.ops.reference.chain_verify_ref` for verify windows of at most ``BT = 16``
 tokens (and, for :func:`tree_verify_ut`, of
-:func:`vllm_specla.ops.tree_reference.tree_verify_sequential_ref` for trees of at most 16 nodes):
+:func:`vllm_specla.ops.tree_reference.tree_verify_sequential_ref` for trees of at most 32 nodes,
+in chunks of ``BT = 16`` or 32):
 pending factors committed first (deferred commit, ALGORITHMS.md §6), the window verified from the
 committed state, factors written to bank ``write_bank``, the state not written after the window.
 Instead of the serial walk of ``triton_chain`` (two mat-vecs per token on the ``[BV, K]`` tile),
 the window is one chunk of the gated delta rule in UT / WY form (ALGORITHMS.md §4; the algebra of
 fla 0.6.0 ``fla/ops/gated_delta_rule/chunk.py`` and ``fla/ops/utils/solve_tril.py``;
 ``reference.chunk_gated_delta_rule_ref`` is its torch form): the state is touched by two
-tensor-core products and the serial part runs on ``[16, 16]`` matrices.
+tensor-core products and the serial part runs on ``[BT, BT]`` matrices (``BT = 16``; 32 for trees
+of 17-32 nodes).
 
 Shapes and dtypes (``ops/__init__.py``)::
 
@@ -36,7 +38,7 @@ Per launch:
    scratch with ``q^``/``k^``; the ``k^`` and ``g`` factors go to the write bank;
 2. ``_chain_ut_kernel``, one program per ``(V-tile, value head, row)``, grid ``(cdiv(V, BV), HV,
    R)``: one pass over ``[BV, KC]`` chunks of the state (``num_stages`` prefetches the next),
-   ``MK = M K^^T``, ``MQ = M Q^^T`` as ``[BV, KC] x [KC, 16]`` dots; then
+   ``MK = M K^^T``, ``MQ = M Q^^T`` as ``[BV, KC] x [KC, BT]`` dots; then
    ``V~^T = beta (V^T - e^Γ MK) Tinv^T`` and ``O^T = e^Γ MQ + V~^T W^T``; ``v~`` to the write bank.
    Bank writers as ``triton_chain``: ``bank_v`` by every V-tile (its slice), ``bank_g`` and
    ``bank_k`` by the prep of the value head (``bank_k``: the first value head of each GVA group),
@@ -48,7 +50,7 @@ along root paths, the V-tile kernel is the same. ``write_final_state`` (AR / com
 state written after the window) goes to the serial kernel.
 
 Requirements (as ``triton_chain``): ``read_bank[r] != write_bank[r]`` for rows with
-``pending_len[r] > 0`` (double buffer), rows on distinct slots, windows of at most 16 tokens
+``pending_len[r] > 0`` (double buffer), rows on distinct slots, windows of at most ``BT`` tokens
 (checked on the host, ``ValueError``; the check is skipped during CUDA-graph capture, where the
 dispatcher guarantees it through the bank length).
 
@@ -56,7 +58,7 @@ Precision. The state and the oracle are fp32, so plain TF32 dots (~1e-3 relative
 acceptable: every ``tl.dot`` uses ``input_precision="tf32x3"`` by default (:data:`DOT_PRECISION`;
 three TF32 tensor-core products of the hi/lo split, ~fp32: measured 2.4-3.0e-7 vs the reference on
 the H200). ``"ieee"`` (fp32 FMA) is exact and slow, ``"tf32"`` / ``"bf16x3"`` fast and inexact;
-benchmarks/bench_ut.py measures them. The ``[16, 16]`` solve and the decays are plain fp32, and
+benchmarks/bench_ut.py measures them. The ``[BT, BT]`` solve and the decays are plain fp32, and
 decay differences are summed directly (``sum_{u<s<=t} g_s``), not taken as differences of
 cumulative sums, which lose ~1e-4 absolute when ``Γ`` reaches -1600 under strong decay. Under
 ``TRITON_INTERPRET=1`` every dot is an fp32 numpy matmul.
@@ -80,8 +82,10 @@ CONFIG_OVERRIDE: tuple[int, ...] | None = None
 # Input precision of every tl.dot: "tf32x3" (default, ~fp32), "ieee" (fp32 FMA), "tf32", "bf16x3".
 DOT_PRECISION = "tf32x3"
 _PREC_CODE = {"ieee": 0, "tf32x3": 1, "tf32": 2, "bf16x3": 3}
-BT = 16  # window-token chunk (a verify window of <= 16 tokens is one chunk); dot K-dim >= 16
-PREP_WARPS = 1  # warps of the per-(row, head) prep kernel (its [BT, BT] work stays in one warp)
+BT = 16  # window-token chunk of chain windows (a verify window of <= 16 tokens is one chunk); dot K-dim >= 16
+BT_TREE_MAX = 32  # trees of 17-32 nodes run with a 32-node chunk (tree_verify_ut, _pick_bt)
+PREP_WARPS = 1  # warps of the per-(row, head) prep kernel at BT = 16 (its [BT, BT] work stays in one warp)
+PREP_WARPS_32 = 4  # at BT = 32 (each [32, 32] fp32 matrix is 32 registers per thread in one warp)
 PREP_KG = 32  # key-dim chunk of its Gram dots (64 spills at 1 warp)
 
 # (BV, num_warps, KC, num_stages) by regime. KC: key-dim chunk in which the [BV, K] state tile is
@@ -350,10 +354,24 @@ def _check_windows(cu_seqlens: torch.Tensor, tmax: int | None, chunk: int | None
                          "without write_final_state (use triton_chain.chain_verify)")
 
 
+def _pick_bt(max_nodes: int | None) -> int:
+    """Window chunk ``BT`` for windows of at most ``max_nodes`` tokens / nodes (None: 16, the chain
+    form's chunk): 16 up to 16, else :data:`BT_TREE_MAX` (32). Shapes only (no host sync).
+
+    Raises:
+        ValueError: ``max_nodes`` above 32 (the UT kernels verify at most 32 nodes per row).
+    """
+    if max_nodes is None or max_nodes <= BT:
+        return BT
+    if max_nodes <= BT_TREE_MAX:
+        return BT_TREE_MAX
+    raise ValueError(f"max_nodes={max_nodes}: the UT kernels verify at most {BT_TREE_MAX} nodes per row")
+
+
 def _launch_ut(
     q, k, v, g, beta, scale, state, slots, cu_seqlens,
     bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
-    write_final_state, use_qk_l2norm, config=None, precision=None, parents=None,
+    write_final_state, use_qk_l2norm, config=None, precision=None, parents=None, max_nodes=None,
 ):
     if write_final_state:
         assert parents is None, "a draft tree never writes its node states"
@@ -383,7 +401,8 @@ def _launch_ut(
     tmax = bank_k.shape[2] if bank_k is not None else 1
     if has_bank:
         assert bank_k.is_contiguous() and bank_v.is_contiguous() and bank_g.is_contiguous()
-    _check_windows(cu_seqlens, tmax if has_bank else None, BT)
+    bt = _pick_bt(max_nodes)
+    _check_windows(cu_seqlens, tmax if has_bank else None, bt)
     dummy = o
     BK = max(16, triton.next_power_of_2(K))
     BV, nw, KC, ns = tuple(config) if config is not None else pick_config_ut(R, HV, V, K, N / R)
@@ -392,18 +411,18 @@ def _launch_ut(
     if has_pending:  # deferred commit of the pending factors: the recover kernel, then verify
         _tr.recover(state, slots[:R], bank_k, bank_v, bank_g, read_bank[:R], pending_len[:R])
     # per-(row, head) scratch of the prep kernel (fp32): q^/k^ rows, Tinv/W, e^Γ/beta
-    qk_s = torch.empty(R, H, 2, BT, K, dtype=torch.float32, device=v.device)
-    mat_s = torch.empty(R, HV, 2, BT, BT, dtype=torch.float32, device=v.device)
-    vec_s = torch.empty(R, HV, 2, BT, dtype=torch.float32, device=v.device)
+    qk_s = torch.empty(R, H, 2, bt, K, dtype=torch.float32, device=v.device)
+    mat_s = torch.empty(R, HV, 2, bt, bt, dtype=torch.float32, device=v.device)
+    vec_s = torch.empty(R, HV, 2, bt, dtype=torch.float32, device=v.device)
     wb_ = write_bank if has_bank else slots
     _ut_prep_kernel[(HV, R)](
         q, k, g, beta, slots, cu_seqlens, parents if parents is not None else slots,
         bank_k if has_bank else dummy, bank_g if has_bank else dummy, wb_,
         qk_s, mat_s, vec_s,
         float(scale), tmax, q.stride(0), k.stride(0), g.stride(0), beta.stride(0),
-        H=H, HV=HV, K=K, BK=BK, KG=min(PREP_KG, BK), BT=BT, HAS_BANK=has_bank,
+        H=H, HV=HV, K=K, BK=BK, KG=min(PREP_KG, BK), BT=bt, HAS_BANK=has_bank,
         L2NORM=bool(use_qk_l2norm), PREC=prec, HAS_TREE=parents is not None,
-        num_warps=PREP_WARPS,
+        num_warps=PREP_WARPS if bt == BT else PREP_WARPS_32,
     )
     _chain_ut_kernel[(triton.cdiv(V, BV), HV, R)](
         v, o,
@@ -411,7 +430,7 @@ def _launch_ut(
         bank_v if has_bank else dummy, wb_,
         qk_s, mat_s, vec_s,
         tmax, v.stride(0),
-        H=H, HV=HV, K=K, V=V, KC=KC, NKC=BK // KC, BV=BV, BT=BT,
+        H=H, HV=HV, K=K, V=V, KC=KC, NKC=BK // KC, BV=BV, BT=bt,
         HAS_BANK=has_bank, PREC=prec,
         num_warps=nw, num_stages=ns,
     )
@@ -472,18 +491,29 @@ def tree_verify_ut(
     pending_len: torch.Tensor | None = None,
     read_bank: torch.Tensor | None = None,
     use_qk_l2norm: bool = True,
+    max_nodes: int | None = None,
 ) -> torch.Tensor:
-    """UT-form Triton tree verify of draft trees of at most 16 nodes per row: the same two kernels as
-    :func:`chain_verify_ut` with the window's ``[16, 16]`` matrices masked to ancestors (ALGORITHMS.md
+    """UT-form Triton tree verify of draft trees of at most 32 nodes per row: the same two kernels as
+    :func:`chain_verify_ut` with the window's ``[BT, BT]`` matrices masked to ancestors (ALGORITHMS.md
     §4), so a tree costs what a chain of the same node count costs (one state pass plus tensor-core
     products). Same arguments, semantics and return as
     :func:`vllm_specla.ops.tree_reference.tree_verify_sequential_ref` (``parents [N]``: row-local
     parent positions, ``-1`` for a root, topological; ``o [N, HV, V]`` float32; factors per node to
     the write bank at node positions; the node states are never written, ``state[slot]`` changes
-    only by the pending commit). Raises ``ValueError`` for a row of more than 16 nodes (host check,
-    skipped during CUDA-graph capture)."""
+    only by the pending commit).
+
+    ``max_nodes``: the longest tree of the launch (shapes only; default: the factor bank's length
+    ``bank_k.shape[2]``, at most 32, when factors are written, else 16). Trees of up to 16 nodes run with
+    ``BT = 16`` chunks, of 17-32 nodes with ``BT = 32`` (:func:`_pick_bt`).
+
+    Raises:
+        ValueError: ``max_nodes`` above 32, or a row longer than the chunk or the bank (host check,
+            skipped during CUDA-graph capture).
+    """
+    if max_nodes is None and write_bank is not None and bank_k is not None:
+        max_nodes = min(bank_k.shape[2], BT_TREE_MAX)
     return _launch_ut(
         q, k, v, g, beta, scale, state, slots, cu_seqlens,
         bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
-        False, use_qk_l2norm, parents=parents,
+        False, use_qk_l2norm, parents=parents, max_nodes=max_nodes,
     )

@@ -139,7 +139,9 @@ class FusedGDN:
 
     def layer_forward(self, h: torch.Tensor, L: _Layer, st: LayerState, mode: str, ctrl: StepCtrl, T: int,
                       snap: torch.Tensor | None = None) -> torch.Tensor:
-        """One block on ``h [B*T, D]`` (the residual stream, ``dtype``); returns the new stream."""
+        """One block on ``h [B*T, D]`` (the residual stream, ``dtype``); returns the new stream,
+        which is ``h`` itself: the two residual adds accumulate into it in place (no copy of the
+        stream per add; callers pass a fresh tensor)."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         d, c = L.dims, L.config
@@ -185,13 +187,14 @@ class FusedGDN:
         else:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         on = fused.gated_rms_norm(o, gate, L.o_norm_w, L.eps, c.output_gate_activation, self.dtype)
-        h = fused.linear(on, L.w_o, residual=h)
+        h = fused.linear(on, L.w_o, residual=h, residual_inplace=True)
         gu = fused.linear(h, L.w_gu, L.mlp_norm_w, L.eps)
-        return fused.linear(fused.silu_mul(gu), L.w_down, residual=h)
+        return fused.linear(fused.silu_mul(gu), L.w_down, residual=h, residual_inplace=True)
 
     def forward(self, h: torch.Tensor, states: list[LayerState], mode: str, ctrl: StepCtrl, T: int,
                 snaps: list[torch.Tensor] | None = None) -> torch.Tensor:
-        """All blocks on ``h [B*T, D]`` (``snaps``: per-layer ``[B, Tmax, HV, V, K]`` for ``"snapshot"``)."""
+        """All blocks on ``h [B*T, D]`` (``snaps``: per-layer ``[B, Tmax, HV, V, K]`` for ``"snapshot"``);
+        ``h`` is consumed (the residual adds run in place, :meth:`layer_forward`)."""
         for i, (L, st) in enumerate(zip(self.layers, states)):
             h = self.layer_forward(h, L, st, mode, ctrl, T, snaps[i] if snaps is not None else None)
         return h
