@@ -66,13 +66,6 @@ case "${1:-}" in
       timeout 150 python benchmarks/bench_tree.py --batches 8,32,128 --nodes 16,32 --trees binary,beam4 --shapes 6x256x512 \
           --pending 0 --budget-s 110 --out "$OUT/tree_s8c.json" 2>&1 | tail -16
       ;;
-  s8d)  # session 8, call 4: the UT prep kernel takes parents / g out of registers in its per-node loops (it loaded
-        # one scalar from global memory per iteration): GPU tests, tree verify alone at B = 8 / 32 / 128, 16 / 32 nodes
-        # (the B = 8 rows were 6.1-6.6x replay in s8c), chain UT verify windows (the same prep) at T = 8
-      timeout 200 python -m pytest -q -x tests/test_kernel_ut_gpu.py tests/test_tree_hld_gpu.py 2>&1 | tail -1
-      timeout 150 python benchmarks/bench_tree.py --batches 8,32,128 --nodes 16,32 --trees binary,beam4 --shapes 6x256x512 \
-          --pending 0 --budget-s 110 --out "$OUT/tree_s8d.json" 2>&1 | tail -16
-      ;;
   s7f)  # session 7, call 6 (the P5 = 4 / 5 forms were removed afterwards: neutral; commit 'opt-in matrix phase 5'):
         # the opt-in matrix phase 5 (P5 = 4 / 5): its GPU test, kernel A/B against 1 / 2 with
         # banks sized to the window, map B = 64 end to end with it forced (VLLM_SPECLA_CUDA_UT_P5=4: variant 3, tb = 5)

@@ -202,15 +202,11 @@ def _ut_prep_kernel(
     b_g = tl.load(g + i_t * sg + i_hv, mask=mt, other=0.0).to(tl.float32)
     b_b = tl.load(beta + i_t * sb + i_hv, mask=mt, other=0.0).to(tl.float32)
     m_e = o_t[:, None] == o_t[None, :]
-    # the loops below take parents[t] / g_s out of registers (one vector load each, above / here),
-    # not by a global load per iteration: those loads waited one memory round trip each, 2T per
-    # (row, head) for a tree (RESULTS.md session 8); tl.sum of the one-hot selection is exact
     if HAS_TREE:
-        b_par = tl.load(parents + bos + o_t, mask=mt, other=-1).to(tl.int32)
         # ancestor-or-self matrix, row by row in topological order: anc[t] = anc[parent(t)] | {t}
         anc = tl.where(m_e, 1.0, 0.0)
         for t in range(1, T):
-            p_t = tl.sum(tl.where(o_t == t, b_par, 0), 0)  # < t, or -1 (a root: nothing to add)
+            p_t = tl.load(parents + bos + t).to(tl.int32)  # < t, or -1 (a root: nothing to add)
             row_p = tl.sum(tl.where(o_t[:, None] == p_t, anc, 0.0), 0)
             anc = tl.where(o_t[:, None] == t, tl.maximum(anc, row_p[None, :]), anc)
         m_i = anc > 0.0
@@ -220,7 +216,7 @@ def _ut_prep_kernel(
         b_S = tl.zeros([BT, BT], dtype=tl.float32)
         b_G = tl.zeros([BT], dtype=tl.float32)
         for s in range(0, T):
-            g_s = tl.sum(tl.where(o_t == s, b_g, 0.0), 0)
+            g_s = tl.load(g + (bos + s) * sg + i_hv).to(tl.float32)
             on = tl.sum(tl.where(o_t[None, :] == s, anc, 0.0), 1)  # 1 where s is on path(t)
             b_S += tl.where((on[:, None] > 0.0) & (on[None, :] == 0.0), g_s, 0.0)
             b_G += tl.where(on > 0.0, g_s, 0.0)
@@ -232,7 +228,7 @@ def _ut_prep_kernel(
         # (which loses ~1e-4 absolute when Γ reaches -1600 under strong decay)
         b_S = tl.zeros([BT, BT], dtype=tl.float32)
         for s in range(1, T):
-            g_s = tl.sum(tl.where(o_t == s, b_g, 0.0), 0)
+            g_s = tl.load(g + (bos + s) * sg + i_hv).to(tl.float32)
             b_S += tl.where((o_t[None, :] < s) & (o_t[:, None] >= s), g_s, 0.0)
         eG = tl.exp(tl.cumsum(b_g, 0))
     b_D = tl.exp(tl.where(m_i, b_S, 0.0))
