@@ -66,6 +66,21 @@ case "${1:-}" in
       timeout 150 python benchmarks/bench_tree.py --batches 8,32,128 --nodes 16,32 --trees binary,beam4 --shapes 6x256x512 \
           --pending 0 --budget-s 110 --out "$OUT/tree_s8c.json" 2>&1 | tail -16
       ;;
+  s8d)  # session 8, call 4 (the change was then reverted: neutral): the UT prep kernel took parents / g out of registers
+        # in its per-node loops instead of one global load per iteration: GPU tests, tree verify alone
+      timeout 200 python -m pytest -q -x tests/test_kernel_ut_gpu.py tests/test_tree_hld_gpu.py 2>&1 | tail -1
+      timeout 150 python benchmarks/bench_tree.py --batches 8,32,128 --nodes 16,32 --trees binary,beam4 --shapes 6x256x512 \
+          --pending 0 --budget-s 110 --out "$OUT/tree_s8d.json" 2>&1 | tail -16
+      ;;
+  s8e)  # session 8, call 5: the prep's ancestor matrix by squarings of I + P and its decay sums as one dot
+        # (PREP_FORM "dot", the default now; "loop" = the per-node loops): GPU tests in both forms, prep vs V-tile
+        # kernel time per form (same process), tree verify alone vs replay with "dot"
+      timeout 130 python -m pytest -q -x tests/test_kernel_ut_gpu.py tests/test_tree_hld_gpu.py 2>&1 | tail -1
+      VLLM_SPECLA_UT_PREP=loop timeout 100 python -m pytest -q -x tests/test_kernel_ut_gpu.py -k "tree or strong" 2>&1 | tail -1
+      timeout 90 python benchmarks/prof/ut_prep_split.py --batches 8,32,128 --nodes 16,32 --out "$OUT/prep_split_s8e.json"
+      timeout 150 python benchmarks/bench_tree.py --batches 8,32,128 --nodes 16,32 --trees binary,beam4 --shapes 6x256x512 \
+          --pending 0 --budget-s 110 --out "$OUT/tree_s8e.json" 2>&1 | tail -16
+      ;;
   s7f)  # session 7, call 6 (the P5 = 4 / 5 forms were removed afterwards: neutral; commit 'opt-in matrix phase 5'):
         # the opt-in matrix phase 5 (P5 = 4 / 5): its GPU test, kernel A/B against 1 / 2 with
         # banks sized to the window, map B = 64 end to end with it forced (VLLM_SPECLA_CUDA_UT_P5=4: variant 3, tb = 5)

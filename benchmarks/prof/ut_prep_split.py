@@ -1,0 +1,76 @@
+"""Device time per kernel of the UT tree verify (``triton_chain_ut.tree_verify_ut``): the per-(row,
+head) prep kernel vs the V-tile kernel, for each prep form (``PREP_FORM`` "loop" / "dot"), binary
+trees, 6x256x512 heads, no pending factors (as ``bench_tree.py --pending 0``). ``torch.profiler``
+over eager calls (each kernel's own device time; no launch gaps), mean over ``--reps`` calls.
+
+    python benchmarks/prof/ut_prep_split.py --batches 8,32 --nodes 16,32 --out prep_split.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+
+sys.path.insert(0, ".")
+from vllm_specla.ops import triton_chain_ut as ut  # noqa: E402
+
+
+def case(B: int, n: int, H=6, HV=6, K=256, V=512, dev="cuda"):
+    N = B * n
+    gen = torch.Generator(device=dev).manual_seed(0)
+    rn = lambda *s: torch.randn(*s, device=dev, generator=gen)  # noqa: E731
+    q, k, v = rn(N, H, K).bfloat16(), rn(N, H, K).bfloat16(), rn(N, HV, V).bfloat16()
+    g = -torch.rand(N, HV, device=dev, generator=gen) * 0.5
+    beta = torch.rand(N, HV, device=dev, generator=gen)
+    par = torch.tensor([-1] + [(t - 1) // 2 for t in range(1, n)], device=dev).repeat(B)
+    banks = dict(bank_k=torch.nn.functional.normalize(rn(B, 2, n, H, K), dim=-1), bank_v=rn(B, 2, n, HV, V),
+                 bank_g=-torch.rand(B, 2, n, HV, device=dev, generator=gen), write_bank=torch.ones(B, dtype=torch.long,
+                                                                                                  device=dev))
+    kw = dict(scale=K ** -0.5, state=rn(B, HV, V, K) * 0.1, slots=torch.arange(B, device=dev),
+              cu_seqlens=torch.arange(0, N + 1, n, dtype=torch.int32, device=dev), parents=par, **banks)
+    return (q, k, v, g, beta), kw
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batches", default="8,32")
+    ap.add_argument("--nodes", default="16,32")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    recs = []
+    print(f"{'B':>4} {'N':>3} {'form':>5} {'prep us':>8} {'V-tile us':>9} {'other us':>8}")
+    for B in map(int, a.batches.split(",")):
+        for n in map(int, a.nodes.split(",")):
+            x, kw = case(B, n)
+            outs = {}
+            for form in ("loop", "dot"):
+                ut.PREP_FORM = form
+                for _ in range(3):
+                    outs[form] = ut.tree_verify_ut(*x, **kw)
+                torch.cuda.synchronize()
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    for _ in range(a.reps):
+                        ut.tree_verify_ut(*x, **kw)
+                    torch.cuda.synchronize()
+                t = {"prep": 0.0, "vtile": 0.0, "other": 0.0}
+                for e in prof.key_averages():
+                    us = e.device_time_total / a.reps if hasattr(e, "device_time_total") else e.cuda_time_total / a.reps
+                    key = "prep" if "_ut_prep_kernel" in e.key else "vtile" if "_chain_ut_kernel" in e.key else "other"
+                    t[key] += us
+                rec = dict(B=B, N=n, form=form, prep_us=t["prep"], vtile_us=t["vtile"], other_us=t["other"],
+                           gpu=torch.cuda.get_device_name())
+                recs.append(rec)
+                print(f"{B:4d} {n:3d} {form:>5} {t['prep']:8.1f} {t['vtile']:9.1f} {t['other']:8.1f}", flush=True)
+            err = float((outs["dot"] - outs["loop"]).norm() / outs["loop"].norm())
+            print(f"      dot vs loop outputs: relative difference {err:.2e}")
+            recs[-1]["dot_vs_loop_rel"] = err
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(recs, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
