@@ -81,6 +81,10 @@ case "${1:-}" in
       timeout 150 python benchmarks/bench_tree.py --batches 8,32,128 --nodes 16,32 --trees binary,beam4 --shapes 6x256x512 \
           --pending 0 --budget-s 110 --out "$OUT/tree_s8e.json" 2>&1 | tail -16
       ;;
+  s8f)  # session 8, call 6: the UT tree verify's launch configs at B = 8 / 32 (V-tile BV / warps / KC / stages, prep warps),
+        # kernel by kernel (B = 8 was 7.1-7.3x replay in s8e: 8x needs ~4 us less of 35 at 16 nodes)
+      timeout 200 python benchmarks/prof/ut_prep_split.py --sweep --batches 8,32 --nodes 16,32 --out "$OUT/prep_sweep_s8f.json"
+      ;;
   s7f)  # session 7, call 6 (the P5 = 4 / 5 forms were removed afterwards: neutral; commit 'opt-in matrix phase 5'):
         # the opt-in matrix phase 5 (P5 = 4 / 5): its GPU test, kernel A/B against 1 / 2 with
         # banks sized to the window, map B = 64 end to end with it forced (VLLM_SPECLA_CUDA_UT_P5=4: variant 3, tb = 5)

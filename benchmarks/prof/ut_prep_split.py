@@ -4,6 +4,10 @@ trees, 6x256x512 heads, no pending factors (as ``bench_tree.py --pending 0``). `
 over eager calls (each kernel's own device time; no launch gaps), mean over ``--reps`` calls.
 
     python benchmarks/prof/ut_prep_split.py --batches 8,32 --nodes 16,32 --out prep_split.json
+
+``--sweep``: instead, with the default prep form, each V-tile config of ``--configs``
+(``BV/num_warps/KC/num_stages``, through ``CONFIG_OVERRIDE``) and each prep warp count of
+``--prep-warps`` (``PREP_WARPS`` / ``PREP_WARPS_32``), one at a time against the defaults.
 """
 from __future__ import annotations
 
@@ -39,7 +43,12 @@ def main():
     ap.add_argument("--nodes", default="16,32")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--configs", default="16/1/16/2,16/2/16/2,16/4/16/2,32/2/16/3,32/4/16/2,32/2/32/2,64/4/16/2")
+    ap.add_argument("--prep-warps", default="1,2,4,8")
     a = ap.parse_args()
+    if a.sweep:
+        return sweep(a)
     recs = []
     print(f"{'B':>4} {'N':>3} {'form':>5} {'prep us':>8} {'V-tile us':>9} {'other us':>8}")
     for B in map(int, a.batches.split(",")):
@@ -48,18 +57,8 @@ def main():
             outs = {}
             for form in ("loop", "dot"):
                 ut.PREP_FORM = form
-                for _ in range(3):
-                    outs[form] = ut.tree_verify_ut(*x, **kw)
-                torch.cuda.synchronize()
-                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                    for _ in range(a.reps):
-                        ut.tree_verify_ut(*x, **kw)
-                    torch.cuda.synchronize()
-                t = {"prep": 0.0, "vtile": 0.0, "other": 0.0}
-                for e in prof.key_averages():
-                    us = e.device_time_total / a.reps if hasattr(e, "device_time_total") else e.cuda_time_total / a.reps
-                    key = "prep" if "_ut_prep_kernel" in e.key else "vtile" if "_chain_ut_kernel" in e.key else "other"
-                    t[key] += us
+                t = profile(x, kw, a.reps)
+                outs[form] = ut.tree_verify_ut(*x, **kw)
                 rec = dict(B=B, N=n, form=form, prep_us=t["prep"], vtile_us=t["vtile"], other_us=t["other"],
                            gpu=torch.cuda.get_device_name())
                 recs.append(rec)
@@ -67,6 +66,52 @@ def main():
             err = float((outs["dot"] - outs["loop"]).norm() / outs["loop"].norm())
             print(f"      dot vs loop outputs: relative difference {err:.2e}")
             recs[-1]["dot_vs_loop_rel"] = err
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(recs, f, indent=1)
+
+
+def profile(x, kw, reps):
+    """Mean device us per call of (prep, V-tile, other) kernels of tree_verify_ut."""
+    for _ in range(3):
+        ut.tree_verify_ut(*x, **kw)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            ut.tree_verify_ut(*x, **kw)
+        torch.cuda.synchronize()
+    t = {"prep": 0.0, "vtile": 0.0, "other": 0.0}
+    for e in prof.key_averages():
+        us = (e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total) / reps
+        t["prep" if "_ut_prep_kernel" in e.key else "vtile" if "_chain_ut_kernel" in e.key else "other"] += us
+    return t
+
+
+def sweep(a):
+    recs = []
+    print(f"{'B':>4} {'N':>3} {'what':>16} {'prep us':>8} {'V-tile us':>9}")
+    w16, w32 = ut.PREP_WARPS, ut.PREP_WARPS_32
+    for B in map(int, a.batches.split(",")):
+        for n in map(int, a.nodes.split(",")):
+            x, kw = case(B, n)
+            ref = ut.tree_verify_ut(*x, **kw)
+            for what in ["default"] + [f"cfg {c}" for c in a.configs.split(",")] + [
+                    f"prep_warps {w}" for w in a.prep_warps.split(",")]:
+                ut.CONFIG_OVERRIDE, ut.PREP_WARPS, ut.PREP_WARPS_32 = None, w16, w32
+                if what.startswith("cfg"):
+                    ut.CONFIG_OVERRIDE = tuple(int(v) for v in what.split()[1].split("/"))
+                elif what.startswith("prep_warps"):
+                    ut.PREP_WARPS = ut.PREP_WARPS_32 = int(what.split()[1])
+                try:
+                    t = profile(x, kw, a.reps)
+                    err = float((ut.tree_verify_ut(*x, **kw) - ref).norm() / ref.norm())
+                except Exception as e:  # noqa: BLE001
+                    print(f"{B:4d} {n:3d} {what:>16} failed: {repr(e)[:200]}", flush=True)
+                    continue
+                recs.append(dict(B=B, N=n, what=what, prep_us=t["prep"], vtile_us=t["vtile"], rel_vs_default=err,
+                                 gpu=torch.cuda.get_device_name()))
+                print(f"{B:4d} {n:3d} {what:>16} {t['prep']:8.1f} {t['vtile']:9.1f}   (rel {err:.1e})", flush=True)
+    ut.CONFIG_OVERRIDE, ut.PREP_WARPS, ut.PREP_WARPS_32 = None, w16, w32
     if a.out:
         with open(a.out, "w") as f:
             json.dump(recs, f, indent=1)
