@@ -45,7 +45,7 @@ CASES = [("fused", 5, 3), ("sep", 5, 3), ("fused", 8, 5), ("sep", 8, 5), ("step"
 def _forced_ut(fn, nw):
     """``fn`` with the CUDA UT-form kernel forced (VLLM_SPECLA_CUDA_LAYOUT=ut, read by the binding at
     each call, i.e. at graph capture), with ``nw`` selecting: '' the automatic choice, '1' one warp
-    per CTA (VLLM_SPECLA_CUDA_UT_NW), 'vN' build variant N (VLLM_SPECLA_CUDA_UT_VAR), 'p0' / 'p1' /
+    per CTA (VLLM_SPECLA_CUDA_UT_NW), 'vN' build variant N = 1 .. 3 (VLLM_SPECLA_CUDA_UT_VAR), 'p0' / 'p1' /
     'p2' its phase 4 / 5 form forced (VLLM_SPECLA_CUDA_UT_P5=0: the previous phase 5, 1: without the
     batched products reduce, 2: with it), 'row' one TMA copy per state row (VLLM_SPECLA_CUDA_UT_ROWCOPY=1)."""
     def wrapped(*a, **kw):
@@ -80,7 +80,7 @@ def kernels(names):
 
             assert _cpp.load_cuda(), "CUDA build unavailable"
             out[n] = _cpp.chain_verify
-        elif n in ("cuda_ut", "cuda_ut1", "cuda_utv1", "cuda_utv2", "cuda_utv3", "cuda_utv4", "cuda_utv5", "cuda_utp0", "cuda_utp1",
+        elif n in ("cuda_ut", "cuda_ut1", "cuda_utv1", "cuda_utv2", "cuda_utv3", "cuda_utp0", "cuda_utp1",
                    "cuda_utp2", "cuda_utrow"):  # the UT-form
             # CUDA kernel forced (cuda_ut1: 1 warp per CTA; cuda_utvN: build variant N; cuda_utp0 / _utp1 / _utp2: phase 4 / 5 form; cuda_utrow: TMA copies per row)
             from vllm_specla.ops import _cpp  # noqa: PLC0415
@@ -94,7 +94,7 @@ def kernels(names):
 
             out[n] = ut.chain_verify_ut
         else:
-            raise ValueError(f"--impls: unknown kernel {n!r} (allowed: cuda, cuda_ut, cuda_ut1, cuda_utv1 .. cuda_utv5, cuda_utp0 .. cuda_utp2, cuda_utrow, "
+            raise ValueError(f"--impls: unknown kernel {n!r} (allowed: cuda, cuda_ut, cuda_ut1, cuda_utv1 .. cuda_utv3, cuda_utp0 .. cuda_utp2, cuda_utrow, "
                              "triton, ut)")
     return out
 

@@ -13,7 +13,7 @@ CUDA result equals Triton's (relative error). ``--bv 0,4,8`` also times the CUDA
 ``--layout auto,rowgroup,rowgroup8,rs`` with its warp layout forced (``VLLM_SPECLA_CUDA_LAYOUT``:
 ``rs`` v3's reduce-scatter, ``rowgroup`` the small-batch row-group kernel with 32 / BV lanes per
 row, ``rowgroup8`` / ``rowgroup16`` / ``rowgroup32`` with 8 / 16 / 32 lanes per row, ``ut`` the UT-form
-kernel of ``chain_verify_ut.cu`` (``ut1``: 1 warp per CTA forced; ``utv1`` .. ``utv5``:
+kernel of ``chain_verify_ut.cu`` (``ut1``: 1 warp per CTA forced; ``utv1`` .. ``utv3``:
 its build variant forced, ``VLLM_SPECLA_CUDA_UT_VAR``; ``utp0`` / ``utp1`` / ``utp2``: its phase 4 / 5
 form forced, ``VLLM_SPECLA_CUDA_UT_P5=0`` the previous phase 5, ``1`` v~ in registers, ``2`` plus the
 batched products reduce (``ut``: 1 or 2 by the shuffle count);
@@ -83,7 +83,7 @@ def main() -> None:
     ap.add_argument("--regcap", default="1", help="CUDA register caps to time: 1 (on, default), 0 (off)")
     ap.add_argument("--layout", default="auto",
                     help="CUDA warp layouts to time: auto, rowgroup, rowgroup8, rowgroup16, rowgroup32, rs, "
-                         "ut (the UT-form kernel; ut1: 1 warp per CTA; utv1 .. utv5: its build variant; utp0 / utp1 / utp2: its phase 4 / 5 form; utrow: TMA copies per row) "
+                         "ut (the UT-form kernel; ut1: 1 warp per CTA; utv1 .. utv3: its build variant; utp0 / utp1 / utp2: its phase 4 / 5 form; utrow: TMA copies per row) "
                          "(VLLM_SPECLA_CUDA_LAYOUT, VLLM_SPECLA_CUDA_UT_NW, VLLM_SPECLA_CUDA_UT_VAR, "
                          "VLLM_SPECLA_CUDA_UT_P5, VLLM_SPECLA_CUDA_UT_ROWCOPY)")
     ap.add_argument("--bank-t", type=int, default=-1,
@@ -92,7 +92,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     layouts = args.layout.split(",")
-    allowed = ("auto", "rowgroup", "rowgroup8", "rowgroup16", "rowgroup32", "rs", "ut", "ut1", "utv1", "utv2", "utv3", "utv4", "utv5", "utp0", "utp1", "utp2", "utrow")
+    allowed = ("auto", "rowgroup", "rowgroup8", "rowgroup16", "rowgroup32", "rs", "ut", "ut1", "utv1", "utv2", "utv3", "utp0", "utp1", "utp2", "utrow")
     if not all(lay in allowed for lay in layouts):
         raise SystemExit(f"--layout: each of {layouts} must be one of {', '.join(allowed)}")
     variants = [(int(b), int(c), lay) for b in args.bv.split(",") for c in args.regcap.split(",") for lay in layouts]

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* calls need neither). State after session 7: benchmarks/RESULTS.md
-# "Session 7". 1 / 2: the regression set and kernel tables; s4a-s4g / s5a-s5f / s6a-s6f / s7a-s7f: the
-# session 4 / 5 / 6 / 7 calls as run (s6e = session 6's GPU tests, commit ratios and e2e at its final
-# UT dispatch, s7d session 7's; s6a / s6f forced variants that no longer exist: utv5 lanes, UT_VAR 4 /
-# 5 (other layouts; session 7's UT_VAR 4 / 5 are the tensor-core variants); s7a's utp5 / cuda_utp5
-# columns were the register phase 5 now called P5 = 1).
+# README/device; the s5* / s6* / s8d-s8f calls need neither). State after session 8: benchmarks/RESULTS.md
+# "Session 8". 1 / 2: the regression set and kernel tables; s4a-s4g / s5a-s5f / s6a-s6f / s7a-s7f / s8a-s8f:
+# the session 4-8 calls as run (s6e = session 6's GPU tests, commit ratios and e2e at its final
+# UT dispatch, s7d session 7's, s8c session 8's e2e; s6a / s6f forced variants that no longer exist: utv5 lanes,
+# UT_VAR 4 / 5 (other layouts); session 7's UT_VAR 4 / 5 were the tensor-core variants, measured in s8a and
+# removed, so s8a's utv4 / utv5 columns cannot be rerun; s7a's utp5 / cuda_utp5 columns were the register
+# phase 5 now called P5 = 1; s8e's VLLM_SPECLA_UT_PREP=loop form was removed after s8e).
 set -u
 case "${1:-}" in
   1)  # correctness of the dispatch paths, then the full e2e grid with the CUDA csrc + UT dispatch
@@ -84,6 +85,16 @@ case "${1:-}" in
   s8f)  # session 8, call 6: the UT tree verify's launch configs at B = 8 / 32 (V-tile BV / warps / KC / stages, prep warps),
         # kernel by kernel (B = 8 was 7.1-7.3x replay in s8e: 8x needs ~4 us less of 35 at 16 nodes)
       timeout 200 python benchmarks/prof/ut_prep_split.py --sweep --batches 8,32 --nodes 16,32 --out "$OUT/prep_sweep_s8f.json"
+      ;;
+  s8g)  # session 8, call 7: after removing variants 4 / 5 (the other 112 kernels SASS-identical, cuobjdump) and the
+        # prep's loop form: the build, GPU tests (csrc, dispatch, UT / trees), map B = 64 end to end (third run)
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 150 python -m pytest -q -x tests/test_csrc.py -k cuda tests/test_dispatch.py 2>&1 | tail -1
+      timeout 100 python -m pytest -q -x tests/test_kernel_ut_gpu.py tests/test_tree_hld_gpu.py 2>&1 | tail -1
+      timeout 80 python benchmarks/bench_e2e.py --shapes map --batches 64 --ks 4 --alphas 0.8 --snapshot-ks 4 \
+          --cuda-csrc --tag s8g --out "$OUT/e2e_s8g.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       ;;
   s7f)  # session 7, call 6 (the P5 = 4 / 5 forms were removed afterwards: neutral; commit 'opt-in matrix phase 5'):
         # the opt-in matrix phase 5 (P5 = 4 / 5): its GPU test, kernel A/B against 1 / 2 with

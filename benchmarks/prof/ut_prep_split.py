@@ -1,7 +1,8 @@
 """Device time per kernel of the UT tree verify (``triton_chain_ut.tree_verify_ut``): the per-(row,
-head) prep kernel vs the V-tile kernel, for each prep form (``PREP_FORM`` "loop" / "dot"), binary
-trees, 6x256x512 heads, no pending factors (as ``bench_tree.py --pending 0``). ``torch.profiler``
-over eager calls (each kernel's own device time; no launch gaps), mean over ``--reps`` calls.
+head) prep kernel vs the V-tile kernel, binary trees, 6x256x512 heads, no pending factors (as
+``bench_tree.py --pending 0``). ``torch.profiler`` over eager calls (each kernel's own device time;
+no launch gaps), mean over ``--reps`` calls. (Session 8 ran it as an A/B of two prep forms, s8e;
+the slower "loop" form was removed afterwards.)
 
     python benchmarks/prof/ut_prep_split.py --batches 8,32 --nodes 16,32 --out prep_split.json
 
@@ -50,22 +51,14 @@ def main():
     if a.sweep:
         return sweep(a)
     recs = []
-    print(f"{'B':>4} {'N':>3} {'form':>5} {'prep us':>8} {'V-tile us':>9} {'other us':>8}")
+    print(f"{'B':>4} {'N':>3} {'prep us':>8} {'V-tile us':>9} {'other us':>8}")
     for B in map(int, a.batches.split(",")):
         for n in map(int, a.nodes.split(",")):
             x, kw = case(B, n)
-            outs = {}
-            for form in ("loop", "dot"):
-                ut.PREP_FORM = form
-                t = profile(x, kw, a.reps)
-                outs[form] = ut.tree_verify_ut(*x, **kw)
-                rec = dict(B=B, N=n, form=form, prep_us=t["prep"], vtile_us=t["vtile"], other_us=t["other"],
-                           gpu=torch.cuda.get_device_name())
-                recs.append(rec)
-                print(f"{B:4d} {n:3d} {form:>5} {t['prep']:8.1f} {t['vtile']:9.1f} {t['other']:8.1f}", flush=True)
-            err = float((outs["dot"] - outs["loop"]).norm() / outs["loop"].norm())
-            print(f"      dot vs loop outputs: relative difference {err:.2e}")
-            recs[-1]["dot_vs_loop_rel"] = err
+            t = profile(x, kw, a.reps)
+            recs.append(dict(B=B, N=n, prep_us=t["prep"], vtile_us=t["vtile"], other_us=t["other"],
+                             gpu=torch.cuda.get_device_name()))
+            print(f"{B:4d} {n:3d} {t['prep']:8.1f} {t['vtile']:9.1f} {t['other']:8.1f}", flush=True)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(recs, f, indent=1)

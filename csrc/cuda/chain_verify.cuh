@@ -49,7 +49,7 @@ struct ChainVerifyParams {
                 // anything else) 1 or 2 by the shuffle count (launch_form)
   bool ut_row_copies;  // UT kernel, TMA refills: one bulk copy per state row (A/B; else one per warp
                        // tile where its rows are contiguous)
-  int ut_var;   // UT kernel build variant (chain_verify_ut.cu, VAR): 1, 2, 3, 4 / 5 (opt-in); anything else = automatic
+  int ut_var;   // UT kernel build variant (chain_verify_ut.cu, VAR): 1, 2, 3; anything else = automatic
   int ut_auto;  // UT kernel in the automatic layout: 0 never, 1 wherever it applies (not AR / commit
                 // windows), else the shape rule of chain_verify_ut_auto
   int layout;    // kLayout*: warp layout (chain_verify.cu: v3 reduce-scatter or the small-batch row group)

@@ -168,42 +168,6 @@ __device__ __forceinline__ void ut_mbar_wait(unsigned long long* bar, const unsi
 #endif
 }
 
-// Variant 4 (tensor-core products, 3xTF32): x = hi + lo with hi = x rounded to TF32 (cvt.rna) and lo
-// the exact rest, passed as fp32 bits (the MMA reads its TF32 part); a product is hi.hi + hi.lo +
-// lo.hi (the lo.lo term, ~2^-22 relative, dropped), as triton_chain_ut's tf32x3 dots.
-__device__ __forceinline__ void ut_tf32_split(const float x, unsigned& hi, unsigned& lo) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  unsigned h;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(h) : "f"(x));
-  hi = h;
-  lo = __float_as_uint(x - __uint_as_float(h));
-#else
-  hi = __float_as_uint(x);
-  lo = 0u;
-#endif
-}
-// D += A B, m16n8k8, TF32 in, fp32 accumulate (PTX fragment layouts: a0 (g, t), a1 (g + 8, t), a2 (g,
-// t + 4), a3 (g + 8, t + 4); b0 (k = t, n = g), b1 (t + 4, g); d0 (g, 2 t), d1 (g, 2 t + 1), d2 (g + 8,
-// 2 t), d3 (g + 8, 2 t + 1); g = lane / 4, t = lane % 4).
-__device__ __forceinline__ void ut_mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-  __trap();
-#endif
-}
-// Barrier of the two warps of a pair (variant 4), named barrier 1 + pair (0 is __syncthreads).
-__device__ __forceinline__ void ut_pair_sync(const int pair) {
-  // immediate ids: a register id makes ptxas reserve all 16 named barriers
-  if (pair)
-    asm volatile("bar.sync 2, 64;\n" ::: "memory");
-  else
-    asm volatile("bar.sync 1, 64;\n" ::: "memory");
-}
-
 // Staging rounds: 16-byte chunks per thread and round of the window's q / k rows and of the
 // pending k^ rows (kStageQK / kStageKP must divide evenly; the usual windows take one round).
 constexpr int kStageQK = 8, kStageKP = 4;
@@ -296,26 +260,19 @@ struct RawV<__nv_bfloat16> {
 // Shared memory of one CTA: [TM]-sized scalars and [TM, TM] coefficient matrices, per-warp areas
 // for the tile's v / pending v~ columns and the products (static), the staged q / k / pending k^
 // rows (dynamic, sized by the host's bounds tb / pb on window and pending lengths).
-template <int TM, int RPW, bool TC>
+template <int TM, int RPW>
 struct UTWarp {  // one warp's RPW rows of the current value tile
   float v[TM][RPW], vp[TM][RPW];  // v_t, pending v~_j
   float U[TM][RPW], Q[TM][RPW];   // S' k_t, S' q_t (raw k / q)
   float vt[TM][RPW];              // v~_t
 };
-template <int TM, int RPW>
-struct UTWarp<TM, RPW, true> {      // variant 4: the warp's RPW rows, and its pair's 2 RPW for the fold
-  float v[TM][RPW], vp[TM][2 * RPW];  // v_t (own rows), pending v~_j (the pair's rows)
-  float U[TM][RPW], Q[TM][RPW];
-  float vt[TM][RPW];
-  float X[2][2][TM][RPW];  // the partner warp's U / Q partial sums of this warp's rows, by tile parity
-};
-template <int TM, int NW, int RPW, bool TC = false>
+template <int TM, int NW, int RPW>
 struct UTShared {
   float g[TM], beta[TM], gp[TM], cp[TM], eG[TM], rk[TM], rq[TM], dl[TM], qq[TM];
   float kk[TM][TM + 1], qk[TM][TM + 1];  // Gram rows t: k_t.k_u, q_t.k_u (u <= t), raw q / k
   float A[TM][TM + 1], W[TM][TM + 1];    // D_tu rk_t rk_u kk_tu (u < t), D_tu rq_t rk_u qk_tu (u <= t)
   float gam;                             // exp(sum of pending g)
-  UTWarp<TM, RPW, TC> w[NW];
+  UTWarp<TM, RPW> w[NW];
 };
 
 // Loads of one lane's state rows (kRPL rows, NPC 4-key pieces each; rows past V re-read row V-1).
@@ -343,20 +300,6 @@ __device__ __forceinline__ void store_tile(const float4 (&tile)[RPL][NPC], float
       for (int i = 0; i < NPC; ++i) {
         __stcg(reinterpret_cast<float4*>(sp + (i * LPR + sub) * 4), tile[rr][i]);
       }
-    }
-  }
-}
-
-// store_tile for the variant-4 lane map: rows row0 + RS rr, 4-key pieces pc0 + PS i.
-template <int RS, int PS, int RPL, int NPC>
-__device__ __forceinline__ void store_tile_map(const float4 (&tile)[RPL][NPC], float* st_head, const int64_t st_row,
-                                               const int row0, const int V, const int pc0) {
-#pragma unroll
-  for (int rr = 0; rr < RPL; ++rr) {
-    if (row0 + RS * rr < V) {
-      float* sp = st_head + (row0 + RS * rr) * st_row;
-#pragma unroll
-      for (int i = 0; i < NPC; ++i) __stcg(reinterpret_cast<float4*>(sp + (pc0 + PS * i) * 4), tile[rr][i]);
     }
   }
 }
@@ -433,35 +376,14 @@ __host__ __device__ constexpr int ut_min_blocks() { return (VAR == 3 ? 16 : 12) 
 // 30 shuffles per tile (variant 2 / 3) instead of 12 / 5 per token, and no per-token chain of
 // dependent shuffles; launch_form picks 1 or 2 by the shuffle count.
 //
-// Variant 4 (opt-in, VLLM_SPECLA_CUDA_UT_VAR=4; written without a GPU, not measured yet): the window
-// products on tensor cores (3xTF32 m16n8k8 MMAs), for the shared-memory traffic that bounds phases
-// 3-4 (L1 / shared at 72 %, RESULTS.md session 7): every k / q element is read once per 16 state
-// rows instead of once per 2. Warps pair up: pair (warp / 2) owns 16 rows of the 32-row tile, warp
-// kh = warp % 2 of it keys 128 kh .. 128 kh + 127; lane (g, t) = (lane / 4, lane % 4) holds rows g and
-// g + 8 of the pair at keys 16 m + 4 t .. + 3 (m = 0..7): the MMA A fragment (rows x 8 keys, key
-// column t of block (m, e) = key 16 m + 4 t + 2 e, column t + 4 = that + 1) straight from the tile
-// registers, the B fragment (8 keys x 8 tokens) from one 16-byte load of k_g / q_g per m (q / k rows
-// staged with a 16-float pad: conflict-free). Each warp sums its key half; the pair swaps the halves
-// of each other's rows through shared memory (named barrier per pair) and warp kh runs phase 5 (P5
-// form) for rows 8 kh .. 8 kh + 7. The pending fold stays exact fp32 FMA (2 rows per lane, as
-// variant 2); the pair's stage is one TMA copy of its 16 rows (kh = 0 issues it), read with the
-// odd-g lanes one block pair ahead (the 1 KiB row stride would otherwise put g and g + 1 on the
-// same banks). K = 256, windows <= 8, no write_final_state, sm_90; elsewhere variant 2 runs.
-// Results within 3xTF32 rounding of the fp32 kernels (not bit-identical). Variant 5 (opt-in, =5):
-// 4 with the pending fold as 3xTF32 MMAs too: the tile registers are exactly the m16n8 C fragments
-// of 8-key blocks (C column n = key 16 m + 4 (n / 2) + 2 e + n % 2), A = c_j v~_j of the pair's rows
-// (8 pending positions, zero past P), B = k^_j from a copy staged in fragment order (one 8-byte
-// load per block and lane, conflict-free): k^ read once per 16 rows instead of once per 2; the
-// committed state is then 3xTF32-accurate rather than exact fp32.
+// Session 7's variants 4 / 5 (not the session-6 ones listed above): 3xTF32 tensor-core products,
+// and also the pending fold as MMAs. Both were measured slower than 2 / 3 in every configuration
+// (RESULTS.md session 8) and removed; they are in the history at commit 47799d5.
 template <typename TIn, int K, int TM, int NW, bool ONE, int VAR, int P5 = 0>
 __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
     chain_verify_ut_kernel(const ChainVerifyParams p, const int tb, const int pb, const int tpc) {
-  static_assert(VAR >= 1 && VAR <= 5, "build variants 1 .. 5");
-  constexpr bool kTC = VAR >= 4;        // tensor-core products (see variant 4 above)
-  constexpr bool kMmaFold = VAR == 5;   // and the pending fold as 3xTF32 MMAs (variant 5)
-  static_assert(!kTC || (K == 256 && TM == 8 && NW == 4 && P5 != 0), "variants 4 / 5: K = 256, TM = 8, 4 warps, P5");
-  constexpr bool kTMA = (VAR >= 2 && !ONE) || kTC;
-  constexpr int XS = kTC ? K + 16 : K;  // row stride of the staged q / k (variant 4: conflict-free B loads)
+  static_assert(VAR >= 1 && VAR <= 3, "build variants 1 .. 3");
+  constexpr bool kTMA = VAR >= 2 && !ONE;
   constexpr int kLPR = ut_lpr<VAR>(), kRPL = ut_rpl<VAR>();
   constexpr int kRowsPerWarp = rows_per_warp<kLPR, kRPL>();
   constexpr int BV = kRowsPerWarp * NW;
@@ -470,25 +392,22 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
   constexpr int NPC = KPL / 4;   // 4-key pieces per lane and row
   constexpr int KW = K / 32;     // keys per lane in the Gram phase (contiguous)
   static_assert(K % 128 == 0 && KW % 4 == 0, "K must be 128 or 256");
-  __shared__ UTShared<TM, NW, kRowsPerWarp, kTC> sh;
-  __shared__ unsigned long long ut_mbar[NW];  // kTMA: the warp's stage barrier (variant 4: the pair's, [2 pair])
+  __shared__ UTShared<TM, NW, kRowsPerWarp> sh;
+  __shared__ unsigned long long ut_mbar[NW];  // kTMA: the warp's stage barrier
   extern __shared__ float4 dyn4[];
-  const int XR = kTC ? TM : tb;                      // staged q / k rows (variant 4: all TM, the B loads read them)
-  float* const xk = reinterpret_cast<float*>(dyn4);  // [XR][XS] raw k (fp32)
-  float* const xq = xk + XR * XS;                    // [XR][XS] raw q
-  float* const kp = xq + XR * XS;                    // [pb][K] pending k^ (bank); variant 5: [TM][K] in fold-fragment order
+  float* const xk = reinterpret_cast<float*>(dyn4);  // [tb][K] raw k (fp32)
+  float* const xq = xk + tb * K;                     // [tb][K] raw q
+  float* const kp = xq + tb * K;                     // [pb][K] pending k^ (bank)
   // loop modes: per warp a stage of the next tile's RPW state rows (RPW x K floats: 8 / 4 KiB at
   // K = 256 for variants 2 / 3); row-major [RPW][K] for the TMA refill, [kRPL][NPC][32] float4 (each
-  // lane's own pieces) for cp.async; variant 4: per pair, [16][K] (the same 32 KiB per CTA)
-  float4* const stage = reinterpret_cast<float4*>(kp + (kMmaFold ? TM : pb) * K) +
-                        (kTC ? (threadIdx.x >> 6) * (16 * K / 4) : (threadIdx.x >> 5) * (kRPL * NPC * 32));
+  // lane's own pieces) for cp.async
+  float4* const stage = reinterpret_cast<float4*>(kp + pb * K) + (threadIdx.x >> 5) * (kRPL * NPC * 32);
 
   const int hv = blockIdx.y, r = blockIdx.z;
   const int G = p.HV / p.H;
   const int h = hv / G;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int rg = lane / kLPR, sub = lane % kLPR;
-  const int tg = lane >> 2, tq = lane & 3, kh = warp & 1, pair = warp >> 1;  // variant 4 lane / warp roles
   const int ntile = (p.V + BV - 1) / BV;
   const int tile0 = blockIdx.x * tpc, tile1 = min(tile0 + tpc, ntile);
   const int64_t bos = p.cu_seqlens[r];
@@ -505,18 +424,10 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
   const int64_t st_row = p.st_stride[2];
 
   float4 tile[kRPL][NPC];
-  if (ONE && !kTC && tile0 < tile1) load_tile<kLPR>(tile, st_head, st_row, tile0 * BV + wrow + rg * kRPL, V, sub);
+  if (ONE && tile0 < tile1) load_tile<kLPR>(tile, st_head, st_row, tile0 * BV + wrow + rg * kRPL, V, sub);
   unsigned tma_phase = 0;
   const bool tma_whole = st_row == K && !p.ut_row_copies;
-  if constexpr (kTC) {  // the pair's stage: 16 rows, issued by lane 0 of warp kh = 0, waited on by both
-    if (kh == 0 && lane == 0) {
-      ut_mbar_init(&ut_mbar[warp]);
-      if (tile0 < tile1)
-        prefetch_tile_tma<K, 16>(reinterpret_cast<float*>(stage), st_head, st_row, tile0 * BV + 16 * pair, V,
-                                 &ut_mbar[warp], tma_whole);
-    }
-    __syncwarp();
-  } else if (kTMA) {
+  if (kTMA) {
     if (lane == 0) ut_mbar_init(&ut_mbar[warp]);
     __syncwarp();
     if (lane == 0 && tile0 < tile1)
@@ -536,10 +447,8 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
   using VReg = typename RawV<TIn>::type;
   constexpr int NC = TM * kRowsPerWarp / 32;  // columns per lane (TM x RPW values per warp)
   static_assert(NC * 32 == TM * kRowsPerWarp, "TM x rows per warp must fill whole warp rounds");
-  constexpr int kVPR = kTC ? 2 * kRowsPerWarp : kRowsPerWarp;  // rows of the pending v~ columns (variant 4: the pair's)
-  constexpr int NCP = TM * kVPR / 32;
   VReg bv_[NC];
-  float bp_[NCP];
+  float bp_[NC];
   auto load_cols = [&](const int row_w) {
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
@@ -547,10 +456,9 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
       const TIn* vp = v + (bos + t) * p.tok_stride[2] + hv * V + row;
       bv_[i] = (t < T && row < V) ? RawV<TIn>::load(vp) : VReg(0);
     }
-    const int vrow0 = kTC ? row_w - 8 * kh : row_w;
 #pragma unroll
-    for (int i = 0; i < NCP; ++i) {
-      const int c = i * 32 + lane, t = c / kVPR, row = vrow0 + c % kVPR;
+    for (int i = 0; i < NC; ++i) {
+      const int c = i * 32 + lane, t = c / kRowsPerWarp, row = row_w + c % kRowsPerWarp;
       bp_[i] = (t < P && row < V) ? bvp[t * p.bv_stride[2] + row * p.bv_stride[4]] : 0.f;
     }
   };
@@ -565,10 +473,7 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
     constexpr int CPR = K / E;  // 16-byte chunks per q / k row
     const float* bk = p.bank_k + slot * p.bk_stride[0] + rb * p.bk_stride[1] + h * p.bk_stride[3];
     const int nqk = 2 * T * CPR, nkp = P * (K / 4);
-    // chunks stored (variant 5: all TM rows, zeros past P, none without pending factors; chunk c is
-    // row c % TM, keys 4 (c / TM) .. + 3, so that a warp's scattered stores spread over the banks)
-    const int nkps = kMmaFold ? (P > 0 ? TM * (K / 4) : 0) : nkp;
-    for (int base = 0; base < nqk || base < nkps * (kStageQK / kStageKP); base += kStageQK * NT) {
+    for (int base = 0; base < nqk || base < nkp * (kStageQK / kStageKP); base += kStageQK * NT) {
       const int base_p = base / (kStageQK / kStageKP);
       uint4 bq[kStageQK], bp[kStageKP];
 #pragma unroll
@@ -583,13 +488,7 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
 #pragma unroll
       for (int i = 0; i < kStageKP; ++i) {
         const int c = base_p + i * NT + tid;
-        if constexpr (kMmaFold) {
-          const int j = c % TM;
-          bp[i] = c < nkps && j < P ? __ldg(reinterpret_cast<const uint4*>(bk + j * p.bk_stride[2] + (c / TM) * 4))
-                                    : make_uint4(0u, 0u, 0u, 0u);
-        } else {
-          if (c < nkp) bp[i] = __ldg(reinterpret_cast<const uint4*>(bk + (c / (K / 4)) * p.bk_stride[2] + (c % (K / 4)) * 4));
-        }
+        if (c < nkp) bp[i] = __ldg(reinterpret_cast<const uint4*>(bk + (c / (K / 4)) * p.bk_stride[2] + (c % (K / 4)) * 4));
       }
       float sg = 0.f, sb = 0.f, sgp = 0.f;
       if (base == 0) {
@@ -604,26 +503,13 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
         const int c = base + i * NT + tid;
         if (c < nqk) {
           const int vec = c / CPR, ch = c % CPR;
-          Stage16<TIn>::put((vec < T ? xk + vec * XS : xq + (vec - T) * XS) + ch * E, bq[i]);
+          Stage16<TIn>::put((vec < T ? xk + vec * K : xq + (vec - T) * K) + ch * E, bq[i]);
         }
       }
 #pragma unroll
       for (int i = 0; i < kStageKP; ++i) {
         const int c = base_p + i * NT + tid;
-        if constexpr (kMmaFold) {  // fold-fragment order (variant 5): B = k^ of pending j (rows) x 8 keys
-          if (c < nkps) {          // per block (kh, m, e): lane 4 n + j % 4 holds (j % 4, j % 4 + 4) at key n
-            const int j = c % TM, key0 = (c / TM) * 4;  // keys key0 .. + 3: one (kh, m, t) group
-            const int kh2 = key0 / 128, m2 = (key0 % 128) / 16, t2 = (key0 % 16) / 4;
-            const unsigned w4[4] = {bp[i].x, bp[i].y, bp[i].z, bp[i].w};
-#pragma unroll
-            for (int d = 0; d < 4; ++d) {  // key key0 + d: e = d / 2, n = 2 t2 + d % 2
-              const int blk = (kh2 * 8 + m2) * 2 + d / 2, ln = 4 * (2 * t2 + d % 2) + j % 4;
-              kp[(blk * 32 + ln) * 2 + j / 4] = __uint_as_float(w4[d]);
-            }
-          }
-        } else {
-          if (c < nkp) *reinterpret_cast<uint4*>(kp + (c / (K / 4)) * K + (c % (K / 4)) * 4) = bp[i];
-        }
+        if (c < nkp) *reinterpret_cast<uint4*>(kp + (c / (K / 4)) * K + (c % (K / 4)) * 4) = bp[i];
       }
       if (base == 0) {
         if (tid < T) {
@@ -642,8 +528,8 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
     float kt[KW], qt[KW];
 #pragma unroll
     for (int e = 0; e < KW; e += 4) {
-      *reinterpret_cast<float4*>(kt + e) = *reinterpret_cast<const float4*>(xk + t * XS + lane * KW + e);
-      *reinterpret_cast<float4*>(qt + e) = *reinterpret_cast<const float4*>(xq + t * XS + lane * KW + e);
+      *reinterpret_cast<float4*>(kt + e) = *reinterpret_cast<const float4*>(xk + t * K + lane * KW + e);
+      *reinterpret_cast<float4*>(qt + e) = *reinterpret_cast<const float4*>(xq + t * K + lane * KW + e);
     }
     float dk[TM], dq[TM];  // k_t . k_u, q_t . k_u (u <= t; 0 elsewhere)
     float nq = 0.f;
@@ -654,7 +540,7 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
       dk[u] = 0.f;
       dq[u] = 0.f;
       if (u <= t) {
-        const float* ku = xk + u * XS + lane * KW;
+        const float* ku = xk + u * K + lane * KW;
 #pragma unroll
         for (int e = 0; e < KW; e += 4) {
           const float4 x = *reinterpret_cast<const float4*>(ku + e);
@@ -710,7 +596,7 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
       float* bk = p.bank_k + slot * p.bk_stride[0] + wb * p.bk_stride[1] + h * p.bk_stride[3];
       for (int c = tid; c < Trec * (K / 4); c += NT) {
         const int t = c / (K / 4), ch = c % (K / 4);
-        float4 x = xk4[t * (XS / 4) + ch];
+        float4 x = xk4[t * (K / 4) + ch];
         scale4(x, sh.rk[t]);
         *reinterpret_cast<float4*>(bk + t * p.bk_stride[2] + ch * 4) = x;
       }
@@ -727,31 +613,8 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
 #pragma unroll
     for (int i = 0; i < NC; ++i) (&ws.v[0][0])[i * 32 + lane] = RawV<TIn>::widen(bv_[i]);
 #pragma unroll
-    for (int i = 0; i < NCP; ++i) (&ws.vp[0][0])[i * 32 + lane] = bp_[i];
-    if constexpr (kTC) {  // the pair's 16 rows from its stage, then (both warps done) the next tile's copy
-      ut_mbar_wait(&ut_mbar[warp & ~1], tma_phase);
-      tma_phase ^= 1u;
-      const float* stf = reinterpret_cast<const float*>(stage);
-      const int par = tg & 1;  // odd-g lanes read the other block of each pair first: other banks
-#pragma unroll
-      for (int rr = 0; rr < kRPL; ++rr) {
-        const float* srow = stf + (tg + 8 * rr) * K + 128 * kh + 4 * tq;
-#pragma unroll
-        for (int i = 0; i < NPC; i += 2) {
-          const float4 a = *reinterpret_cast<const float4*>(srow + 16 * (i + par));
-          const float4 b = *reinterpret_cast<const float4*>(srow + 16 * (i + 1 - par));
-          tile[rr][i] = par ? b : a;
-          tile[rr][i + 1] = par ? a : b;
-        }
-      }
-      if (it + 1 < tile1) {
-        ut_pair_sync(pair);  // both warps' stage reads above are done before the refill
-        if (kh == 0 && lane == 0)
-          prefetch_tile_tma<K, 16>(reinterpret_cast<float*>(stage), st_head, st_row, row_w - 8 * kh + BV, V,
-                                   &ut_mbar[warp], tma_whole);
-        load_cols(row_w + BV);
-      }
-    } else if (kTMA) {  // this tile from the stage (row-major rows of the warp), then the next tile's copy into it
+    for (int i = 0; i < NC; ++i) (&ws.vp[0][0])[i * 32 + lane] = bp_[i];
+    if (kTMA) {  // this tile from the stage (row-major rows of the warp), then the next tile's copy into it
       ut_mbar_wait(&ut_mbar[warp], tma_phase);
       tma_phase ^= 1u;
       const float4* st4 = stage;
@@ -780,10 +643,6 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
     }
     __syncwarp();
     const int rl = rg * kRPL;  // this lane's first row inside the warp's RPW
-    // the lane's tile rows (vp row index vr0 + VRS rr) and 4-key pieces (pc0 + PCS i): variant 4 rows g,
-    // g + 8 of the pair, keys 128 kh + 16 i + 4 t; else rows rl, rl + 1, pieces i LPR + sub
-    constexpr int VRS = kTC ? 8 : 1, PCS = kTC ? 4 : kLPR;
-    const int vr0 = kTC ? tg : rl, pc0 = kTC ? 32 * kh + tq : sub;
 
     // ---- 3. pending fold (closed-form DeltaConstruct), committed tile written once ----
     if (P > 0) {
@@ -792,100 +651,24 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
       for (int rr = 0; rr < kRPL; ++rr)
 #pragma unroll
         for (int i = 0; i < NPC; ++i) scale4(tile[rr][i], gam);
-      if constexpr (kMmaFold) {  // variant 5: tile (the C fragments) += A B, A = c_j v~_j (rows x pending j),
-        // B = k^_j (j x 8 keys, fold-fragment order), 3xTF32, j past P zero on both sides
-        unsigned fah[4], fal[4];
-#pragma unroll
-        for (int q2 = 0; q2 < 4; ++q2) {  // a0 (g, j = t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)
-          const int j = tq + 4 * (q2 >> 1), rrow = tg + 8 * (q2 & 1);
-          ut_tf32_split(j < P ? sh.cp[j] * ws.vp[j][rrow] : 0.f, fah[q2], fal[q2]);
-        }
-        const float2* kpf = reinterpret_cast<const float2*>(kp);
-#pragma unroll
-        for (int i = 0; i < NPC; ++i) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float2 bf = kpf[((kh * 8 + i) * 2 + e) * 32 + lane];
-            unsigned bh[2], bl[2];
-            ut_tf32_split(bf.x, bh[0], bl[0]);
-            ut_tf32_split(bf.y, bh[1], bl[1]);
-            // the update on zero accumulators, then one fp32 add to the state (the tensor cores' fp32
-            // accumulation truncates; the state would pick that up every step; found in review)
-            float c4[4] = {0.f, 0.f, 0.f, 0.f};
-            ut_mma_tf32(c4, fal, bh);
-            ut_mma_tf32(c4, fah, bl);
-            ut_mma_tf32(c4, fah, bh);
-            if (e) {
-              tile[0][i].z += c4[0]; tile[0][i].w += c4[1]; tile[1][i].z += c4[2]; tile[1][i].w += c4[3];
-            } else {
-              tile[0][i].x += c4[0]; tile[0][i].y += c4[1]; tile[1][i].x += c4[2]; tile[1][i].y += c4[3];
-            }
-          }
-        }
-      } else {
 #pragma unroll 2
       for (int j = 0; j < P; ++j) {
         const float c = sh.cp[j];
         float a[kRPL];
 #pragma unroll
-        for (int rr = 0; rr < kRPL; ++rr) a[rr] = c * ws.vp[j][vr0 + VRS * rr];
+        for (int rr = 0; rr < kRPL; ++rr) a[rr] = c * ws.vp[j][rl + rr];
 #pragma unroll
         for (int i = 0; i < NPC; ++i) {
-          const float4 x = kp4[j * (K / 4) + pc0 + PCS * i];
+          const float4 x = kp4[j * (K / 4) + i * kLPR + sub];
 #pragma unroll
           for (int rr = 0; rr < kRPL; ++rr) axpy4(tile[rr][i], a[rr], x);
         }
       }
-      }  // kMmaFold
-      if constexpr (kTC) {
-        store_tile_map<8, 4>(tile, st_head, st_row, row_w - 8 * kh + tg, V, pc0);
-      } else {
-        if (P5 || !p.write_final_state) store_tile<kLPR>(tile, st_head, st_row, row0, V, sub);
-      }
+      if (P5 || !p.write_final_state) store_tile<kLPR>(tile, st_head, st_row, row0, V, sub);
     }
 
     // ---- 4. window products U_t = S' k_t, Q_t = S' q_t (raw k / q; scaled by rk / rq later) ----
-    if constexpr (kTC) {  // tensor cores (see variant 4 above): per 8-key block one 3xTF32 MMA for U, one for Q
-      float au[4] = {0.f, 0.f, 0.f, 0.f}, aq[4] = {0.f, 0.f, 0.f, 0.f};  // C: (row g / g + 8, tokens 2 t, 2 t + 1)
-      const float* xkg = xk + tg * XS + 128 * kh + 4 * tq;  // token g's keys of this lane (rows past T: unused columns)
-      const float* xqg = xq + tg * XS + 128 * kh + 4 * tq;
-#pragma unroll
-      for (int i = 0; i < NPC; ++i) {
-        const float4 kf = *reinterpret_cast<const float4*>(xkg + 16 * i);
-        const float4 qf = *reinterpret_cast<const float4*>(xqg + 16 * i);
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          unsigned ah[4], al[4], bkh[2], bkl[2], bqh[2], bql[2];
-          ut_tf32_split(e ? tile[0][i].z : tile[0][i].x, ah[0], al[0]);  // (row g, key 16 i + 4 t + 2 e)
-          ut_tf32_split(e ? tile[1][i].z : tile[1][i].x, ah[1], al[1]);  // (row g + 8, same key)
-          ut_tf32_split(e ? tile[0][i].w : tile[0][i].y, ah[2], al[2]);  // (row g, that key + 1)
-          ut_tf32_split(e ? tile[1][i].w : tile[1][i].y, ah[3], al[3]);
-          ut_tf32_split(e ? kf.z : kf.x, bkh[0], bkl[0]);  // (key 16 i + 4 t + 2 e, token g)
-          ut_tf32_split(e ? kf.w : kf.y, bkh[1], bkl[1]);
-          ut_tf32_split(e ? qf.z : qf.x, bqh[0], bql[0]);
-          ut_tf32_split(e ? qf.w : qf.y, bqh[1], bql[1]);
-          ut_mma_tf32(au, al, bkh);
-          ut_mma_tf32(au, ah, bkl);
-          ut_mma_tf32(au, ah, bkh);
-          ut_mma_tf32(aq, al, bqh);
-          ut_mma_tf32(aq, ah, bql);
-          ut_mma_tf32(aq, ah, bqh);
-        }
-      }
-      // this warp's rows are octet kh of the pair (row g + 8 kh): keep that half, send the other to the
-      // partner, add the partner's half of ours (own + partner: the same sum in both warps' order)
-      const int buf = (it - tile0) & 1;
-      auto& xw = sh.w[warp ^ 1].X[buf];
-      xw[0][2 * tq][tg] = kh ? au[0] : au[2];
-      xw[0][2 * tq + 1][tg] = kh ? au[1] : au[3];
-      xw[1][2 * tq][tg] = kh ? aq[0] : aq[2];
-      xw[1][2 * tq + 1][tg] = kh ? aq[1] : aq[3];
-      ut_pair_sync(pair);
-      ws.U[2 * tq][tg] = (kh ? au[2] : au[0]) + ws.X[buf][0][2 * tq][tg];
-      ws.U[2 * tq + 1][tg] = (kh ? au[3] : au[1]) + ws.X[buf][0][2 * tq + 1][tg];
-      ws.Q[2 * tq][tg] = (kh ? aq[2] : aq[0]) + ws.X[buf][1][2 * tq][tg];
-      ws.Q[2 * tq + 1][tg] = (kh ? aq[3] : aq[1]) + ws.X[buf][1][2 * tq + 1][tg];
-    } else if constexpr (P5 == 2) {  // every token's partial sums first, then one reduce-scatter (see P5 above)
+    if constexpr (P5 == 2) {  // every token's partial sums first, then one reduce-scatter (see P5 above)
       static_assert(2 * kRPL * TM == 32, "the batched reduce takes 32 partial sums per lane");
       // s4[4 t + 2 rr + (0: U, 1: Q)]; the partial sums as in the per-token loop below (a shared helper
       // for both changed these kernels' SASS against the measured build, so the loop is written twice)
@@ -898,8 +681,8 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
         if (t < T) {  // uniform over the CTA
 #pragma unroll
           for (int i = 0; i < NPC; ++i) {
-            const float4 xkv = xk4[t * (XS / 4) + i * kLPR + sub];
-            const float4 xqv = xq4[t * (XS / 4) + i * kLPR + sub];
+            const float4 xkv = xk4[t * (K / 4) + i * kLPR + sub];
+            const float4 xqv = xq4[t * (K / 4) + i * kLPR + sub];
 #pragma unroll
             for (int rr = 0; rr < kRPL; ++rr) {
               ak[rr][i & 1] = dot4(tile[rr][i], xkv, ak[rr][i & 1]);
@@ -938,8 +721,8 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
       for (int rr = 0; rr < kRPL; ++rr) ak[rr][0] = ak[rr][1] = aq[rr][0] = aq[rr][1] = 0.f;
 #pragma unroll
       for (int i = 0; i < NPC; ++i) {
-        const float4 xkv = xk4[t * (XS / 4) + i * kLPR + sub];
-        const float4 xqv = xq4[t * (XS / 4) + i * kLPR + sub];
+        const float4 xkv = xk4[t * (K / 4) + i * kLPR + sub];
+        const float4 xqv = xq4[t * (K / 4) + i * kLPR + sub];
 #pragma unroll
         for (int rr = 0; rr < kRPL; ++rr) {
           ak[rr][i & 1] = dot4(tile[rr][i], xkv, ak[rr][i & 1]);
@@ -1047,7 +830,7 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
           for (int rr = 0; rr < kRPL; ++rr) a[rr] = c * ws.vt[u][rl + rr];
 #pragma unroll
           for (int i = 0; i < NPC; ++i) {
-            const float4 x = xk4[u * (XS / 4) + i * kLPR + sub];
+            const float4 x = xk4[u * (K / 4) + i * kLPR + sub];
 #pragma unroll
             for (int rr = 0; rr < kRPL; ++rr) axpy4(tile[rr][i], a[rr], x);
           }
@@ -1079,7 +862,7 @@ bool ut_tma_ok() {
 // the cost model) and 1 elsewhere.
 int ut_var(const ChainVerifyParams& p) {
   const bool tma = ut_tma_ok();
-  if (p.ut_var >= 1 && p.ut_var <= 5) return p.ut_var >= 2 && !tma ? 1 : p.ut_var;
+  if (p.ut_var >= 1 && p.ut_var <= 3) return p.ut_var >= 2 && !tma ? 1 : p.ut_var;
   return tma ? 2 : 1;
 }
 
@@ -1102,12 +885,11 @@ struct UTPlan {
 
 // Resident CTAs per SM of the loop kernel (one = false) or the one-tile kernel (one = true), from the
 // occupancy query, cached by (one, tb, pb).
-// Dynamic shared memory of a launch: the staged q / k rows (variant 4: all TM of them, rows padded by
-// 16 floats), the pending k^ rows and, in loop mode (variant 4: always), the stages.
+// Dynamic shared memory of a launch: the staged q / k rows, the pending k^ rows and, in loop mode, the
+// stages.
 template <int K, int TM, int NW, int VAR>
 size_t ut_dyn_bytes(const int tb, const int pb, const bool one) {
   constexpr size_t kStage = static_cast<size_t>(NW) * ut_rpl<VAR>() * (K / ut_lpr<VAR>() / 4) * 32 * sizeof(float4);
-  if (VAR >= 4) return static_cast<size_t>(2 * TM * (K + 16) + (VAR == 5 ? TM : pb) * K) * sizeof(float) + kStage;
   return static_cast<size_t>(2 * tb + pb) * K * sizeof(float) + (one ? 0 : kStage);
 }
 
@@ -1245,7 +1027,7 @@ cudaError_t launch_23(const ChainVerifyParams& p, const int tb, const int pb, co
   }
   cudaError_t e = plan_ut<TIn, K, TM, 4, 2, PP>(p, tb, pb, &p2);
   if (e != cudaSuccess) return e;
-  if ((p.ut_var < 1 || p.ut_var > 5) && TM == 8 && p.ut_tpc <= 0) {  // automatic: variant 2 or 3
+  if ((p.ut_var < 1 || p.ut_var > 3) && TM == 8 && p.ut_tpc <= 0) {  // automatic: variant 2 or 3
     e = plan_ut<TIn, K, TM, 4, 3, PP>(p, tb, pb, &p3);
     if (e != cudaSuccess) return e;
     // variant 3 only when the model gives it >= 3 % less time (near ties go to variant 2); measured:
@@ -1270,10 +1052,6 @@ cudaError_t dispatch_nw(const ChainVerifyParams& p, const int tb, const int pb, 
     }
   }
   if (var == 1) return plan_and_launch<TIn, K, TM, 4, 1>(p, tb, pb, stream);
-  if constexpr (K == 256 && TM == 8) {  // variants 4 / 5 (forced only): windows without write_final_state; else 2
-    if (var == 4 && !p.write_final_state) return plan_and_launch<TIn, K, TM, 4, 4, 1>(p, tb, pb, stream);
-    if (var == 5 && !p.write_final_state) return plan_and_launch<TIn, K, TM, 4, 5, 1>(p, tb, pb, stream);
-  }
   // P5 builds exist for K = 256 and TM = 8 (both GDN-1.3B head shapes at K <= 7), 4 warps, windows
   // without write_final_state; elsewhere p.ut_p5 is ignored
   if constexpr (K == 256 && TM == 8) {

@@ -74,10 +74,9 @@ int ut_nw_override() {
   return s != nullptr && std::atoi(s) == 1 ? 1 : 4;
 }
 
-// Build variant of the UT-form kernel, VLLM_SPECLA_CUDA_UT_VAR=1..5 (A/B runs: 1 = per-thread
-// cp.async stage refills, 2 = TMA refills, 3 = 2 with 16 lanes per value row, 4 = tensor-core
-// products, 5 = 4 with the pending fold on tensor cores too; 4 / 5 opt-in, not measured yet); else
-// automatic (2 or 3 by the cost model on sm_90+; chain_verify_ut.cu, dispatch_nw).
+// Build variant of the UT-form kernel, VLLM_SPECLA_CUDA_UT_VAR=1..3 (A/B runs: 1 = per-thread
+// cp.async stage refills, 2 = TMA refills, 3 = 2 with 16 lanes per value row); else automatic (2 or 3
+// by the cost model on sm_90+; chain_verify_ut.cu, dispatch_nw).
 int ut_var_override() {
   const char* s = std::getenv("VLLM_SPECLA_CUDA_UT_VAR");
   return s == nullptr || *s == '\0' ? -1 : std::atoi(s);

@@ -69,8 +69,6 @@ CUDA-graph capturable; configs come from shapes only (:func:`pick_config_ut`).
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -89,10 +87,6 @@ BT_TREE_MAX = 32  # trees of 17-32 nodes run with a 32-node chunk (tree_verify_u
 PREP_WARPS = 1  # warps of the per-(row, head) prep kernel at BT = 16 (its [BT, BT] work stays in one warp)
 PREP_WARPS_32 = 4  # at BT = 32 (each [32, 32] fp32 matrix is 32 registers per thread in one warp)
 PREP_KG = 32  # key-dim chunk of its Gram dots (64 spills at 1 warp)
-# How the prep builds a tree's ancestor matrix and the decay sums: "dot" (LOG2_BT squarings of I + P
-# and one [BT, BT] dot, fp32 FMA, exact for the 0 / 1 matrix) or "loop" (one pass per node, the
-# session-3 form; 2-3 loops of T steps of [BT, BT] reductions). A/B: VLLM_SPECLA_UT_PREP.
-PREP_FORM = os.environ.get("VLLM_SPECLA_UT_PREP", "dot")
 
 # (BV, num_warps, KC, num_stages) by regime. KC: key-dim chunk in which the [BV, K] state tile is
 # streamed through registers (the tile is never whole in registers); num_stages > 1 lets Triton
@@ -149,7 +143,7 @@ def _ut_prep_kernel(
     scale, Tmax, sq, sk, sg, sb,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, KG: tl.constexpr, BT: tl.constexpr,
     HAS_BANK: tl.constexpr, L2NORM: tl.constexpr, PREC: tl.constexpr, HAS_TREE: tl.constexpr,
-    PREP_DOT: tl.constexpr, LOG2_BT: tl.constexpr,
+    LOG2_BT: tl.constexpr,
 ):
     """Per ``(value head, row)``: everything of the window that does not touch the state.
 
@@ -209,51 +203,32 @@ def _ut_prep_kernel(
     b_g = tl.load(g + i_t * sg + i_hv, mask=mt, other=0.0).to(tl.float32)
     b_b = tl.load(beta + i_t * sb + i_hv, mask=mt, other=0.0).to(tl.float32)
     m_e = o_t[:, None] == o_t[None, :]
+    # the ancestor matrix and the decay sums as [BT, BT] dots, not one pass per node (the session-3
+    # form, 2-3 loops of T steps of [BT, BT] reductions, took 1.11-1.24x this prep's time for trees
+    # on the H200, RESULTS.md session 8; the chain form uses the same dot, not timed alone); exact
+    # (0 / 1 products) or sums of terms of one sign (no cancellation)
     if HAS_TREE:
-        if PREP_DOT:
-            # ancestor-or-self matrix as the closure of I + P (P[t, parent(t)] = 1) by LOG2_BT squarings
-            # (exact: 0 / 1 entries, fp32 FMA dots): paths of up to 2^LOG2_BT >= BT - 1 edges
-            b_par = tl.load(parents + bos + o_t, mask=mt, other=-1).to(tl.int32)
-            anc = tl.where(m_e | (o_t[None, :] == b_par[:, None]), 1.0, 0.0)
-            for _ in tl.static_range(LOG2_BT):
-                anc = tl.minimum(tl.dot(anc, anc, input_precision="ieee"), 1.0)
-        else:
-            # ancestor-or-self matrix, row by row in topological order: anc[t] = anc[parent(t)] | {t}
-            anc = tl.where(m_e, 1.0, 0.0)
-            for t in range(1, T):
-                p_t = tl.load(parents + bos + t).to(tl.int32)  # < t, or -1 (a root: nothing to add)
-                row_p = tl.sum(tl.where(o_t[:, None] == p_t, anc, 0.0), 0)
-                anc = tl.where(o_t[:, None] == t, tl.maximum(anc, row_p[None, :]), anc)
+        # ancestor-or-self matrix: the closure of I + P (P[t, parent(t)] = 1) by LOG2_BT squarings,
+        # paths of up to 2^LOG2_BT >= BT - 1 edges (exact: 0 / 1 entries, fp32 FMA dots)
+        b_par = tl.load(parents + bos + o_t, mask=mt, other=-1).to(tl.int32)
+        anc = tl.where(m_e | (o_t[None, :] == b_par[:, None]), 1.0, 0.0)
+        for _ in tl.static_range(LOG2_BT):
+            anc = tl.minimum(tl.dot(anc, anc, input_precision="ieee"), 1.0)
         m_i = anc > 0.0
         m_s = m_i & (o_t[:, None] != o_t[None, :])
         # log D[t, u] = sum of g over path(t) \ path(u) (for u on the path of t: the nodes after u),
         # Γ_t = sum of g over path(t); both summed directly (terms of one sign: no cancellation)
-        if PREP_DOT:
-            b_ga = anc * b_g[None, :]  # [t, s]: g_s for s on path(t)
-            b_S = tl.dot(b_ga, tl.trans(1.0 - anc), input_precision="ieee")
-            b_G = tl.sum(b_ga, 1)
-        else:
-            b_S = tl.zeros([BT, BT], dtype=tl.float32)
-            b_G = tl.zeros([BT], dtype=tl.float32)
-            for s in range(0, T):
-                g_s = tl.load(g + (bos + s) * sg + i_hv).to(tl.float32)
-                on = tl.sum(tl.where(o_t[None, :] == s, anc, 0.0), 1)  # 1 where s is on path(t)
-                b_S += tl.where((on[:, None] > 0.0) & (on[None, :] == 0.0), g_s, 0.0)
-                b_G += tl.where(on > 0.0, g_s, 0.0)
-        eG = tl.exp(b_G)
+        b_ga = anc * b_g[None, :]  # [t, s]: g_s for s on path(t)
+        b_S = tl.dot(b_ga, tl.trans(1.0 - anc), input_precision="ieee")
+        eG = tl.exp(tl.sum(b_ga, 1))
     else:
         m_s = o_t[:, None] > o_t[None, :]  # strictly lower: u < t
         m_i = o_t[:, None] >= o_t[None, :]  # lower incl. the diagonal
         # Γ_t - Γ_u = sum_{u < s <= t} g_s summed directly, not as a difference of cumulative sums
-        # (which loses ~1e-4 absolute when Γ reaches -1600 under strong decay)
-        if PREP_DOT:  # the tree form with anc = the lower triangle: one dot
-            b_low = tl.where(m_i, 1.0, 0.0)
-            b_S = tl.dot(b_low * b_g[None, :], tl.trans(1.0 - b_low), input_precision="ieee")
-        else:
-            b_S = tl.zeros([BT, BT], dtype=tl.float32)
-            for s in range(1, T):
-                g_s = tl.load(g + (bos + s) * sg + i_hv).to(tl.float32)
-                b_S += tl.where((o_t[None, :] < s) & (o_t[:, None] >= s), g_s, 0.0)
+        # (which loses ~1e-4 absolute when Γ reaches -1600 under strong decay): the tree form with
+        # anc = the lower triangle
+        b_low = tl.where(m_i, 1.0, 0.0)
+        b_S = tl.dot(b_low * b_g[None, :], tl.trans(1.0 - b_low), input_precision="ieee")
         eG = tl.exp(tl.cumsum(b_g, 0))
     b_D = tl.exp(tl.where(m_i, b_S, 0.0))
     b_A = tl.where(m_s, b_b[:, None] * b_kk * b_D, 0.0)
@@ -446,7 +421,7 @@ def _launch_ut(
         float(scale), tmax, q.stride(0), k.stride(0), g.stride(0), beta.stride(0),
         H=H, HV=HV, K=K, BK=BK, KG=min(PREP_KG, BK), BT=bt, HAS_BANK=has_bank,
         L2NORM=bool(use_qk_l2norm), PREC=prec, HAS_TREE=parents is not None,
-        PREP_DOT=PREP_FORM == "dot", LOG2_BT=bt.bit_length() - 1,
+        LOG2_BT=bt.bit_length() - 1,
         num_warps=PREP_WARPS if bt == BT else PREP_WARPS_32,
     )
     _chain_ut_kernel[(triton.cdiv(V, BV), HV, R)](
