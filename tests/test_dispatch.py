@@ -8,6 +8,7 @@ kernel (when loaded) for other verify windows at > 16 (row, head) pairs, never e
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from vllm_specla.ops import _cpp
@@ -89,3 +90,38 @@ def test_cuda_takes_long_steps_when_built(monkeypatch):
     monkeypatch.setattr(cv, "VERIFY_KERNEL", "auto")
     monkeypatch.setattr(cv, "USE_CUDA_CSRC", False)
     assert cv._use_ut(*step)  # CUDA csrc switched off
+
+
+def test_out_slots_on_cpu_backends():
+    """``out_slots`` through the public ops on CPU (the C++ op when built, else the reference): the
+    read slots are copied to the out slots first, so the result equals an in-place run there; the
+    read slots stay unchanged; a call outside the contract is a ValueError naming the field."""
+    from vllm_specla.ops import reference as ref  # noqa: PLC0415
+
+    gen = torch.Generator().manual_seed(5)
+    H, HV, K, V, R, S = 2, 4, 16, 12, 3, 7
+    q, k = torch.randn(R, H, K, generator=gen), torch.randn(R, H, K, generator=gen)
+    v = torch.randn(R, HV, V, generator=gen)
+    g, beta = -torch.rand(R, HV, generator=gen), torch.rand(R, HV, generator=gen)
+    state = torch.randn(S, HV, V, K, generator=gen)
+    read, out = torch.tensor([1, 1, 3]), torch.tensor([4, 5, 6])
+    cu = torch.arange(R + 1, dtype=torch.int32)
+    kw = dict(scale=K ** -0.5, cu_seqlens=cu, write_final_state=True)
+    s1, s2 = state.clone(), state.clone()
+    s1[out] = s1[read]
+    o1 = ref.chain_verify_ref(q, k, v, g, beta, state=s1, slots=out, **kw)
+    o2 = cv.chain_verify(q, k, v, g, beta, state=s2, slots=read, out_slots=out, **kw)
+    assert torch.allclose(o1, o2, atol=1e-6) and torch.allclose(s1, s2, atol=1e-6)
+    assert torch.equal(s2[:4], state[:4])
+    C, W = 10, 4
+    x, w = torch.randn(R, C, generator=gen), torch.randn(C, W, generator=gen)
+    cs = torch.randn(S, W - 1, C, generator=gen)
+    c1, c2 = cs.clone(), cs.clone()
+    c1[out] = c1[read]
+    y1 = ref.conv_verify_ref(x, w, cu, c1, out, write_final_state=True)
+    y2 = cv.conv_verify(x, w, cu, c2, read, write_final_state=True, out_slots=out)
+    assert torch.allclose(y1, y2, atol=1e-6) and torch.allclose(c1, c2, atol=1e-6) and torch.equal(c2[:4], cs[:4])
+    with pytest.raises(ValueError, match="write_final_state"):
+        cv.chain_verify(q, k, v, g, beta, state=s2, slots=read, out_slots=out, scale=1.0, cu_seqlens=cu)
+    with pytest.raises(ValueError, match="cover"):
+        cv.conv_verify(x, w, cu, c2, read, write_final_state=True, out_slots=out[:2])

@@ -131,6 +131,40 @@ def test_chain_ar_decode_no_banks(shape):
 
 
 @pytest.mark.parametrize("config", [(8, 1, 0, 0), (4, 1, 16, 1)])
+@pytest.mark.parametrize("W", [4, 3])
+def test_out_slots_write_other_slots(config, W, monkeypatch):
+    """AR steps with ``out_slots`` (a draft step onto scratch slots, rows reading one slot twice as
+    for W branches): outputs, the state and conv window after the row in the out slots equal the
+    reference run in place on copies there; the read slots and every other slot stay as they were.
+    Both chain kernel bodies (KI = 0 / 16), the W = 4 and the generic conv kernel, an empty row."""
+    monkeypatch.setattr(tc, "CONFIG_OVERRIDE", config, raising=False)
+    lens = [1, 1, 1, 0]
+    c = Case(SMALL[0], lens, seed=25, S=9, W=W)
+    read = torch.tensor([2, 2, 5, 7], device=DEV)  # row 1 reads the same slot as row 0
+    out = torch.tensor([0, 4, 6, 8], device=DEV)
+    s1, s2 = c.state.clone(), c.state.clone()
+    s1.index_copy_(0, out, s1.index_select(0, read))
+    kw = dict(scale=c.scale, cu_seqlens=c.cu, write_final_state=True)
+    o1 = ref.chain_verify_ref(*c.inputs(), state=s1, slots=out, **kw)
+    o2 = tc.chain_verify(*c.inputs(), state=s2, slots=read, out_slots=out, **kw)
+    assert rel(o2, o1) < TOL and rel(s2, s1) < TOL
+    keep = [i for i in range(9) if i not in out.tolist()]
+    assert torch.equal(s2[keep], c.state[keep])  # read slots (2, 5, 7) and the others untouched
+    cs1, cs2 = c.conv_state.clone(), c.conv_state.clone()
+    cs1.index_copy_(0, out, cs1.index_select(0, read))
+    y1 = ref.conv_verify_ref(c.x, c.weight, c.cu, cs1, out, write_final_state=True)
+    y2 = tc.conv_verify(c.x, c.weight, c.cu, cs2, read, write_final_state=True, out_slots=out)
+    assert rel(y2, y1) < TOL and rel(cs2, cs1) < TOL
+    assert torch.equal(cs2[keep], c.conv_state[keep])
+    assert torch.equal(cs2[8], c.conv_state[7])  # the empty row's window, copied to its out slot
+    with pytest.raises(ValueError, match="write_final_state"):
+        tc.chain_verify(*c.inputs(), state=s2, slots=read, out_slots=out, scale=c.scale, cu_seqlens=c.cu)
+    with pytest.raises(ValueError, match="factor banks"):
+        tc.conv_verify(c.x, c.weight, c.cu, cs2, read, bank_x=c.bank_x, write_bank=c.write_bank,
+                       write_final_state=True, out_slots=out)
+
+
+@pytest.mark.parametrize("config", [(8, 1, 0, 0), (4, 1, 16, 1)])
 def test_chain_token_strided_inputs(config, monkeypatch):
     """q/k/v as column slices of one [N, C] conv output and g/beta as slices of one [N, 2*HV]
     tensor (what the fused runtime passes) are read in place and give the contiguous result."""

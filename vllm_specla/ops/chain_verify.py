@@ -126,8 +126,37 @@ def _ut_impl():
     return triton_chain_ut
 
 
+def _emulate_out_slots(state: torch.Tensor, kw: dict) -> dict:
+    """``out_slots`` for the backends without it (C++ CPU op, torch reference): copy each row's read
+    slot into its out slot, then run in place there. The contract (``write_final_state``, no banks
+    or pending factors: ``triton_chain._check_out_slots``) makes the two forms equal."""
+    out = kw.pop("out_slots")
+    R = kw["cu_seqlens"].numel() - 1
+    if not kw.get("write_final_state", False) or any(
+            kw.get(n) is not None for n in ("bank_k", "bank_x", "write_bank", "pending_len")):
+        raise ValueError("out_slots needs write_final_state=True and no factor banks, write_bank or pending_len")
+    if out.numel() < R:
+        raise ValueError(f"out_slots ({out.numel()}) must cover the {R} rows of cu_seqlens")
+    out = out[:R].to(device=state.device, dtype=torch.long)
+    state.index_copy_(0, out, state.index_select(0, kw["slots"][:R].to(device=state.device, dtype=torch.long)))
+    return dict(kw, slots=out)
+
+
 def chain_verify(q, k, v, g, beta, **kw) -> torch.Tensor:
-    """Chain verify (outputs ``[N, HV, V]`` float32); see :func:`chain_verify_ref`."""
+    """Chain verify (outputs ``[N, HV, V]`` float32); see :func:`chain_verify_ref`.
+
+    ``out_slots`` (``[R]`` int; with ``write_final_state`` and no factor banks or pending factors):
+    row ``r`` reads ``state[slots[r]]`` and writes the state after its window to
+    ``state[out_slots[r]]``; out slots distinct and not read in the launch. The Triton kernel does it
+    in its one state pass (a draft step onto a scratch slot without copying the state first); other
+    backends copy the read slots first (:func:`_emulate_out_slots`). Raises ``ValueError`` when the
+    contract does not hold."""
+    if kw.get("out_slots") is None:
+        kw.pop("out_slots", None)
+    elif q.is_cuda and _triton_impl() is not None:
+        return _triton_impl().chain_verify(q, k, v, g, beta, **kw)  # write_final_state: the serial kernel
+    else:
+        kw = _emulate_out_slots(kw["state"], kw)
     if q.is_cuda:
         if _use_ut(q, kw, k):
             ut = _ut_impl()
@@ -153,7 +182,14 @@ def chain_verify_snapshots(q, k, v, g, beta, **kw) -> torch.Tensor:
 
 
 def conv_verify(x, weight, cu_seqlens, conv_state, slots, **kw) -> torch.Tensor:
-    """Conv of a verify window with deferred conv commit; see :func:`conv_verify_ref`."""
+    """Conv of a verify window with deferred conv commit; see :func:`conv_verify_ref`.
+    ``out_slots``: as :func:`chain_verify` (the window after the row to ``conv_state[out_slots[r]]``)."""
+    if kw.get("out_slots") is None:
+        kw.pop("out_slots", None)
+    elif not (x.is_cuda and _triton_impl() is not None):
+        kw = _emulate_out_slots(conv_state, dict(kw, cu_seqlens=cu_seqlens, slots=slots))
+        slots = kw.pop("slots")
+        kw.pop("cu_seqlens")
     if x.is_cuda:
         impl = _triton_impl()
         if impl is not None and hasattr(impl, "conv_verify"):

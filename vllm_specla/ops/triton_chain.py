@@ -97,7 +97,7 @@ def _bounds_check(cu_seqlens: torch.Tensor, tmax: int) -> None:
 @triton.jit
 def _chain_verify_kernel_2d(
     q, k, v, g, beta, o,
-    state, slots, cu_seqlens,
+    state, slots, out_slots, cu_seqlens,
     bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
     snap,
     scale, Tmax, sq, sk, sv, sg, sb,
@@ -178,8 +178,9 @@ def _chain_verify_kernel_2d(
 
     if WRITE_FINAL:
         # re-read the slot so the compiler rebuilds the [BV, BK] addresses here instead of keeping
-        # 64-bit pointers for the whole tile live across the window (~2x the registers of the tile)
-        slot2 = tl.load(slots + i_r).to(tl.int64)
+        # 64-bit pointers for the whole tile live across the window (~2x the registers of the tile);
+        # out_slots (= slots unless the caller gives other write slots) holds the slot written
+        slot2 = tl.load(out_slots + i_r).to(tl.int64)
         p_s2 = state + (slot2 * HV + i_hv) * (V * K) + o_v[:, None] * K + o_k[None, :]
         tl.store(p_s2, b_h, mask=mh)
 
@@ -191,7 +192,7 @@ _RESCALE_MIN = 1e-12
 @triton.jit
 def _chain_verify_kernel(
     q, k, v, g, beta, o,
-    state, slots, cu_seqlens,
+    state, slots, out_slots, cu_seqlens,
     bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
     snap,
     scale, Tmax, sq, sk, sv, sg, sb,
@@ -314,9 +315,21 @@ def _chain_verify_kernel(
 
     if WRITE_FINAL:
         # re-read the slot so the compiler rebuilds the tile addresses here instead of keeping
-        # 64-bit pointers for the whole tile live across the window
-        slot2 = tl.load(slots + i_r).to(tl.int64)
+        # 64-bit pointers for the whole tile live across the window; the write slot from out_slots
+        slot2 = tl.load(out_slots + i_r).to(tl.int64)
         tl.store(state + (slot2 * HV + i_hv) * (V * K) + offs, b_h * sc, mask=mh)
+
+
+def _check_out_slots(out_slots, R, write_final_state, bank, write_bank, pending_len) -> None:
+    """The ``out_slots`` contract of :func:`chain_verify` / :func:`conv_verify` (shapes and
+    arguments only, no host sync). Raises ``ValueError`` naming the field."""
+    if not write_final_state:
+        raise ValueError("out_slots needs write_final_state=True (the state after the window goes there)")
+    if bank is not None or write_bank is not None or pending_len is not None:
+        raise ValueError("out_slots: factor banks, write_bank and pending_len must be None (banks are indexed "
+                         "by the read slot)")
+    if out_slots.numel() < R:
+        raise ValueError(f"out_slots ({out_slots.numel()}) must cover the {R} rows of cu_seqlens")
 
 
 def _rows_dense(x: torch.Tensor, ndim_inner: int) -> torch.Tensor:
@@ -332,7 +345,7 @@ def _rows_dense(x: torch.Tensor, ndim_inner: int) -> torch.Tensor:
 def _launch_chain(
     q, k, v, g, beta, scale, state, slots, cu_seqlens,
     bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
-    write_final_state, use_qk_l2norm, snap=None, config=None,
+    write_final_state, use_qk_l2norm, snap=None, config=None, out_slots=None,
 ):
     N, H, K = k.shape
     HV, V = v.shape[-2:]
@@ -345,8 +358,11 @@ def _launch_chain(
     R = cu_seqlens.numel() - 1
     assert slots.numel() >= R, f"slots ({slots.numel()}) must cover the {R} rows of cu_seqlens"
     # per-row index tensors are read with unit stride by the kernels (no-op when already dense)
-    cu_seqlens, slots, write_bank, pending_len, read_bank = (
-        x.contiguous() if x is not None else None for x in (cu_seqlens, slots, write_bank, pending_len, read_bank))
+    cu_seqlens, slots, write_bank, pending_len, read_bank, out_slots = (
+        x.contiguous() if x is not None else None
+        for x in (cu_seqlens, slots, write_bank, pending_len, read_bank, out_slots))
+    if out_slots is not None:
+        _check_out_slots(out_slots, R, write_final_state, bank_k, write_bank, pending_len)
     o = torch.empty(N, HV, V, dtype=torch.float32, device=v.device)
     if R == 0:
         return o
@@ -367,7 +383,7 @@ def _launch_chain(
     grid = (triton.cdiv(V, BV), HV, R)
     args = (
         q, k, v, g, beta, o,
-        state, slots, cu_seqlens,
+        state, slots, out_slots if out_slots is not None else slots, cu_seqlens,
         bank_k if bank_k is not None else dummy,
         bank_v if bank_v is not None else dummy,
         bank_g if bank_g is not None else dummy,
@@ -408,15 +424,22 @@ def chain_verify(
     read_bank: torch.Tensor | None = None,
     write_final_state: bool = False,
     use_qk_l2norm: bool = True,
+    out_slots: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Triton chain verify; same arguments, semantics and return as
     :func:`vllm_specla.ops.reference.chain_verify_ref` (``o [N, HV, V]`` float32, ``state`` and the
     write bank updated in place). Extra requirement: ``read_bank[r] != write_bank[r]`` for rows with
-    ``pending_len[r] > 0`` (the double-buffer contract)."""
+    ``pending_len[r] > 0`` (the double-buffer contract).
+
+    ``out_slots`` (``[R]`` int, with ``write_final_state`` only, no factor banks or pending factors):
+    row ``r`` reads ``state[slots[r]]`` and writes the state after its window to
+    ``state[out_slots[r]]`` (the read slot is left as it was), in the same single pass: a draft step
+    on a scratch copy without the copy. Out slots must be distinct and not read by any row of the
+    launch. Raises ``ValueError`` otherwise (:func:`_check_out_slots`, shapes only)."""
     return _launch_chain(
         q, k, v, g, beta, scale, state, slots, cu_seqlens,
         bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
-        write_final_state, use_qk_l2norm,
+        write_final_state, use_qk_l2norm, out_slots=out_slots,
     )
 
 
@@ -456,11 +479,11 @@ def _z_load(p_cs, p_bx, p_x, z, oc, m, n_p, C, W1: tl.constexpr):
 
 @triton.jit
 def _conv_verify_kernel(
-    x, weight, y, cu_seqlens, conv_state, slots,
+    x, weight, y, cu_seqlens, conv_state, slots, out_slots,
     bank_x, write_bank, pending_len, read_bank,
     Tmax, C, SX,
     W: tl.constexpr, BW: tl.constexpr, BC: tl.constexpr,
-    HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, WRITE_FINAL: tl.constexpr,
+    HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, WRITE_FINAL: tl.constexpr, OUT_SLOTS: tl.constexpr,
 ):
     # One program per (channel tile, row). Everything is read from Z = window ++ pending ++ row
     # (pending raw inputs in fp32, as the reference) before the single in-place window store, which
@@ -504,13 +527,17 @@ def _conv_verify_kernel(
         new_start = n_p + T  # window after the row
     else:
         new_start = n_p  # window after the pending commit (a no-op when n_p == 0)
-    if (new_start > 0):
+    do_store = new_start > 0
+    if OUT_SLOTS:  # other write slots: stored even for an empty row
+        do_store = new_start >= 0
+    if do_store:
         z2 = (new_start + o_j)[:, None] + 0 * o_c[None, :]
         oc2 = o_c[None, :] + 0 * o_j[:, None]
         m2 = mj[:, None] & mc[None, :]
         val = _z_load_s(p_cs, p_bx, p_x, z2, oc2, m2, n_p, C, SX, W1)
         tl.debug_barrier()
-        tl.store(p_cs + o_j[:, None] * C + o_c[None, :], val.to(conv_state.dtype.element_ty), mask=m2)
+        p_out = conv_state + tl.load(out_slots + i_r).to(tl.int64) * W1 * C
+        tl.store(p_out + o_j[:, None] * C + o_c[None, :], val.to(conv_state.dtype.element_ty), mask=m2)
 
 
 @triton.jit
@@ -526,10 +553,11 @@ def _z_head(p_cs, p_bx, z, oc, m, C, W1: tl.constexpr):
 
 @triton.jit
 def _conv4_verify_kernel(
-    x, weight, y, cu_seqlens, conv_state, slots,
+    x, weight, y, cu_seqlens, conv_state, slots, out_slots,
     bank_x, write_bank, pending_len, read_bank,
     Tmax, C, SX,
     BC: tl.constexpr, HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, WRITE_FINAL: tl.constexpr,
+    OUT_SLOTS: tl.constexpr,
 ):
     # _conv_verify_kernel for W = 4 (every fla GDN checkpoint), one program per (channel tile, row).
     # Output t reads Z[n_p + t + i], i = 0..3, of Z = window (3 rows) ++ pending (n_p rows) ++ the
@@ -580,11 +608,15 @@ def _conv4_verify_kernel(
         new_start = n_p + T
     else:
         new_start = n_p
-    if new_start > 0:
+    do_store = new_start > 0
+    if OUT_SLOTS:  # other write slots: stored even for an empty row
+        do_store = new_start >= 0
+    if do_store:
         dt = conv_state.dtype.element_ty
-        tl.store(p_cs + o_c, s0.to(dt), mask=mc)
-        tl.store(p_cs + C + o_c, s1.to(dt), mask=mc)
-        tl.store(p_cs + 2 * C + o_c, s2.to(dt), mask=mc)
+        p_out = conv_state + tl.load(out_slots + i_r).to(tl.int64) * 3 * C
+        tl.store(p_out + o_c, s0.to(dt), mask=mc)
+        tl.store(p_out + C + o_c, s1.to(dt), mask=mc)
+        tl.store(p_out + 2 * C + o_c, s2.to(dt), mask=mc)
 
 
 def conv_verify(
@@ -599,9 +631,12 @@ def conv_verify(
     pending_len: torch.Tensor | None = None,
     read_bank: torch.Tensor | None = None,
     write_final_state: bool = False,
+    out_slots: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Triton verify-window conv; same arguments, semantics and return as
-    :func:`vllm_specla.ops.reference.conv_verify_ref` (``y [N, C]`` float32).
+    :func:`vllm_specla.ops.reference.conv_verify_ref` (``y [N, C]`` float32). ``out_slots``: as
+    :func:`chain_verify` (with ``write_final_state`` and no bank: the window after the row goes to
+    ``conv_state[out_slots[r]]``, the read slot is left as it was).
 
     The two factor banks of a slot ping-pong: a row's ``write_bank`` must differ from its
     ``read_bank`` (the runtime swaps them every step); the generic kernel (``W != 4``) reads the
@@ -623,6 +658,11 @@ def conv_verify(
     y = torch.empty(N, C, dtype=torch.float32, device=x.device)
     if R == 0:
         return y
+    if out_slots is not None:
+        _check_out_slots(out_slots, R, write_final_state, bank_x, write_bank, pending_len)
+        out_slots = out_slots.contiguous()
+    has_out = out_slots is not None
+    out_slots = out_slots if has_out else slots
     has_bank = write_bank is not None
     has_pending = pending_len is not None and read_bank is not None and bank_x is not None
     tmax = bank_x.shape[2] if bank_x is not None else 1
@@ -633,26 +673,26 @@ def conv_verify(
         while BC > 128 and R * triton.cdiv(C, BC) < 264:
             BC //= 2
         _conv4_verify_kernel[(triton.cdiv(C, BC), R)](
-            x, weight, y, cu_seqlens, conv_state, slots,
+            x, weight, y, cu_seqlens, conv_state, slots, out_slots,
             bank_x if bank_x is not None else y,
             write_bank if has_bank else slots,
             pending_len if has_pending else slots,
             read_bank if has_pending else slots,
             tmax, C, x.stride(0),
             BC=BC, HAS_BANK=has_bank, HAS_PENDING=has_pending, WRITE_FINAL=bool(write_final_state),
-            num_warps=4 if BC >= 512 else 2,
+            OUT_SLOTS=has_out, num_warps=4 if BC >= 512 else 2,
         )
         return y
     BW = max(2, triton.next_power_of_2(W - 1))
     grid = (triton.cdiv(C, BC), R)
     _conv_verify_kernel[grid](
-        x, weight, y, cu_seqlens, conv_state, slots,
+        x, weight, y, cu_seqlens, conv_state, slots, out_slots,
         bank_x if bank_x is not None else y,
         write_bank if has_bank else slots,
         pending_len if has_pending else slots,
         read_bank if has_pending else slots,
         tmax, C, x.stride(0),
         W=W, BW=BW, BC=BC, HAS_BANK=has_bank, HAS_PENDING=has_pending,
-        WRITE_FINAL=bool(write_final_state), num_warps=4,
+        WRITE_FINAL=bool(write_final_state), OUT_SLOTS=has_out, num_warps=4,
     )
     return y

@@ -16,7 +16,8 @@ Drafting (spec modes) uses the EAGLE-style drafter (``models/drafter.py``) on it
 it *absorbs* the ``a + 1`` accepted (token, target feature) pairs of the window in one pass of its
 block over the window kept at fixed width (padding tokens have ``g = beta = 0``, so they leave the
 state unchanged; the conv window is committed with ``conv_commit``), then drafts ``K - 1`` more
-tokens autoregressively on a scratch copy of its state. With ``alpha`` set, the drafter still runs (its
+tokens autoregressively on scratch slots of its state tensors (the first draft step reads the
+committed slot and writes the scratch slot, ``out_slots``: no copy of the state per step). With ``alpha`` set, the drafter still runs (its
 cost is real) but its tokens are replaced, independently per draft position, by the target's
 greedy token from a recorded AR ``trace`` with probability ``alpha`` and by a different token
 otherwise (issue 6: acceptance-controlled drafter; i.i.d. ``alpha`` per position, §9b).
@@ -168,7 +169,6 @@ class DecodeRuntime:
             Kd = self.K
             par = [-1] + [0 if i == 0 else 1 + j * Kd + i - 1 for j in range(self.W) for i in range(Kd)]
             self.ctrl.parents = torch.tensor(par * B, dtype=torch.long, device=dev)
-            self.ctrlW = StepCtrl.uniform(B * self.W, 1, dev)
             if dev.type == "cuda":  # static tree: the heavy-light schedule is built once, on the host
                 from vllm_specla.ops.triton_tree_hld import hld_plan  # noqa: PLC0415
 
@@ -188,13 +188,21 @@ class DecodeRuntime:
             self.states = [LayerState(z(B, *shapes["conv"]), z(1, *shapes["s"]), bank_x=z(B, *shapes["x"]))
                            for _ in range(cfg.num_hidden_layers)]
             self.snaps = [z(B, T, *shapes["s"]) for _ in range(cfg.num_hidden_layers)]
-        # ---- drafter state: committed slots (bank_x for the conv commit) + scratch slots ----
+        # ---- drafter state: committed slots 0..B-1 (bank_x for the conv commit) and scratch slots
+        # B..B+B*W-1 in the same tensors: the first draft step reads a committed slot and writes its
+        # scratch slot (out_slots), so the state is not copied to the scratch first ----
         if spec:
             dcfg = drafter_config(drafter)
-            self.dstates = [LayerState(st.conv, st.ssm, bank_x=st.bank_x)  # only bank_x is used
-                            for st in allocate_layer_states(dcfg, B, self.K + 1, dev)]
-            self.dscratch = allocate_layer_states(dcfg, B * self.W, 0, dev)
+            BW = B * self.W
+            # only bank_x of the banks is used (by the committed slots; sized for all, as the ops check)
+            self.dstates = [LayerState(st.conv, st.ssm, bank_x=st.bank_x)
+                            for st in allocate_layer_states(dcfg, B + BW, self.K + 1, dev)]
             self.dctrl = StepCtrl.uniform(B, self.K + 1, dev)
+            scratch = B + torch.arange(BW, device=dev)
+            # first draft step: branch rows of row b read its committed slot b, write scratch slots
+            self.dctrl_first = StepCtrl.uniform(BW, 1, dev, slots=torch.arange(B, device=dev).repeat_interleave(self.W))
+            self.dctrl_first.out_slots = scratch
+            self.dctrl_next = StepCtrl.uniform(BW, 1, dev, slots=scratch)  # later steps: on the scratch slots
         self.acc_sum = torch.zeros((), dtype=torch.long, device=dev)
         # per-step accepted drafts per row (ring of LOG_STEPS steps) for acceptance estimators
         self.acc_log = torch.zeros(self.LOG_STEPS, B, dtype=torch.long, device=dev)
@@ -237,13 +245,10 @@ class DecodeRuntime:
         d = logits.argmax(-1) if W == 1 else logits.topk(W, -1).indices.reshape(B * W)
         levels = [d]
         if K > 1:
-            for dst, src in zip(self.dscratch, self.dstates):
-                dst.ssm.copy_(src.ssm.repeat_interleave(W, 0) if W > 1 else src.ssm)
-                dst.conv.copy_(src.conv.repeat_interleave(W, 0) if W > 1 else src.conv)
             fw = f.repeat_interleave(W, 0) if W > 1 else f
-            ctrl = self.ctrlW if W > 1 else self.ctrl1
-            for _ in range(K - 1):
-                fw = self.dr.hidden(d[:, None], fw, self.dscratch, "ar", ctrl)
+            for i in range(K - 1):  # the first step reads the committed slots, writes the scratch slots
+                ctrl = self.dctrl_first if i == 0 else self.dctrl_next
+                fw = self.dr.hidden(d[:, None], fw, self.dstates, "ar", ctrl)
                 d = self._argmax(fw)
                 levels.append(d)
         drafts = torch.stack(levels, 1).view(B, W, K)
@@ -324,7 +329,7 @@ class DecodeRuntime:
         if self.snaps is not None:
             tensors += self.snaps
         if self.mode != "ar":
-            tensors += [t for st in self.dstates + self.dscratch for t in st if t is not None]
+            tensors += [t for st in self.dstates for t in st if t is not None]
         for t in tensors + [self.out, self.n, self.window, self.acc_sum, self.acc_log, self.step_i]:
             t.zero_()
         for c in (self.ctrl,) + ((self.dctrl,) if self.mode != "ar" else ()):

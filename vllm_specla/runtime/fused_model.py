@@ -56,7 +56,8 @@ class StepCtrl:
     slots: state slot per row; cu_seqlens ``[B+1]``: ``arange(B+1) * T``; pending_len,
     read_bank, write_bank: deferred commit (``"verify"`` / ``"snapshot"`` conv); valid_len: real
     tokens per row (``"commit"``); snap_slots: snapshot read index per row (``"snapshot"``,
-    ``r * Tmax + accepted``).
+    ``r * Tmax + accepted``); out_slots: ``"ar"`` rows write their state and conv window there
+    instead of to ``slots`` (a first draft step onto scratch slots, no copy of the state first).
     """
 
     slots: torch.Tensor
@@ -68,6 +69,7 @@ class StepCtrl:
     snap_slots: torch.Tensor | None = None
     zeros: torch.Tensor | None = None
     parents: torch.Tensor | None = None  # [B*T] row-local parent positions ("tree" mode)
+    out_slots: torch.Tensor | None = None  # "ar": write the state after the row here, not to slots
     hld_plan: object | None = None  # heavy-light schedule of the (static) tree, shared by all layers
 
     @classmethod
@@ -152,8 +154,9 @@ class FusedGDN:
         g, beta = fused.gdn_gating(p[:, C + G : C + G + HV], p[:, C + G + HV : C + G + 2 * HV], L.A_log, L.dt_bias,
                                    c.allow_neg_eigval, ctrl.valid_len if mode == "commit" else None, T)
         # ---- short conv (+ SiLU) ----
+        out = dict(out_slots=ctrl.out_slots) if mode == "ar" and ctrl.out_slots is not None else {}
         if mode == "ar":
-            y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, write_final_state=True)
+            y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, write_final_state=True, **out)
         elif mode == "commit":
             y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, bank_x=st.bank_x,
                             write_bank=ctrl.zeros)
@@ -172,7 +175,7 @@ class FusedGDN:
         # ---- gated delta rule ----
         kw = dict(scale=d.scale, slots=ctrl.slots, cu_seqlens=ctrl.cu_seqlens)
         if mode in ("ar", "commit"):
-            o = chain_verify(q, k, v, g, beta, state=st.ssm, write_final_state=True, **kw)
+            o = chain_verify(q, k, v, g, beta, state=st.ssm, write_final_state=True, **kw, **out)
         elif mode == "verify":
             o = chain_verify(q, k, v, g, beta, state=st.ssm, bank_k=st.bank_k, bank_v=st.bank_v,
                              bank_g=st.bank_g, write_bank=ctrl.write_bank, pending_len=ctrl.pending_len,
