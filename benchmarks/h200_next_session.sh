@@ -22,6 +22,20 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s9a)  # session 9, call 1 (prepared in session 8, not run): out_slots (the runtime's first draft step writes the
+        # drafter's scratch slots from the committed ones in its one state pass; session 8 copied the drafter state
+        # first): GPU tests incl. the Triton out_slots kernels, the breakdown's copy rows (s8c: 147 us per step at map
+        # B = 64), e2e at both shapes, B = 64 / 256, K = 4 with snapshots (map B = 64: 1.483x / 1.487x in s8c / s8g)
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 150 python -m pytest -q -x tests/test_kernels_gpu.py tests/test_decode_runtime.py tests/test_fused_gpu.py \
+          tests/test_dispatch.py 2>&1 | tail -1
+      timeout 60 python benchmarks/step_breakdown.py --shapes map --batches 64 --modes specla --cuda-csrc \
+          --out "$OUT/breakdown_s9a.json" 2>&1 | grep -E "device|Memcpy"
+      timeout 200 python benchmarks/bench_e2e.py --shapes map,flame --batches 64,256 --ks 4 \
+          --alphas 0.8 --snapshot-ks 4 --cuda-csrc --tag s9a --out "$OUT/e2e_s9a.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      ;;
   s8a)  # session 8, call 1 (prepared in session 7, not run): variants 4 / 5, the tensor-core (3xTF32) products /
         # and fold, opt-in (VLLM_SPECLA_CUDA_UT_VAR=4|5): GPU tests (parametrized into the UT tests), kernel and commit A/B
         # against the automatic choice with banks sized to the window, then map B = 64 / 256 end to end with 4 forced
