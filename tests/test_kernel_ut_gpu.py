@@ -409,6 +409,42 @@ def test_ut_tree_bt_choice_and_limits():
         ut.tree_verify_ut(*c.inputs(), state=c.state.clone(), max_nodes=16, **kw)
 
 
+def test_ut_minus_inf_decay():
+    """A log decay of -inf (a reset: e^g = 0) gives the reference result, not NaN, in the chain
+    and the tree form (the prep's decay products clamp g; review finding, session 8)."""
+    rng = random.Random(13)
+    c = Case((2, 4, 32, 48), [5, 9], seed=68, pend=[2, 3])
+    c.g[1, 0] = float("-inf")
+    c.g[8, 2] = float("-inf")
+    for (o1, s1, b1), (o2, s2, b2) in (run_both(c, pending=True, final=False),
+                                       run_tree(c, _trees(rng, c.lens), pending=True)):
+        assert rel(o2, o1) < TOL and rel(s2, s1) < TOL  # finite: rel() checks
+        assert rel(b2[0], b1[0]) < TOL and rel(b2[1], b1[1]) < TOL
+        assert torch.equal(b2[2], b1[2])  # the g factors, -inf included
+
+
+def test_ut_tree_forced_dispatch_without_bank_takes_the_tree_size(monkeypatch):
+    """``tree_verify(tree_kernel="ut")`` with no factor bank and no ``max_nodes``: the chunk comes
+    from the longest row (read on the host), so a 20-node tree runs with BT = 32."""
+    from vllm_specla.ops import tree_reference as tref  # noqa: PLC0415
+    from vllm_specla.ops import tree_verify as tv  # noqa: PLC0415
+
+    rng = random.Random(14)
+    c = Case((2, 4, 32, 48), [20, 3], seed=69)
+    par = torch.tensor([p for row in _trees(rng, c.lens) for p in row], dtype=torch.int32, device=DEV)
+    kw = dict(scale=c.scale, slots=c.slots, cu_seqlens=c.cu, parents=par)
+    s1, s2 = c.state.clone(), c.state.clone()
+    o1 = tref.tree_verify_sequential_ref(*c.inputs(), state=s1, **kw)
+    if HAVE_CUDA:
+        o2 = tv.tree_verify(*c.inputs(), state=s2, tree_kernel="ut", chain=False, **kw)
+    else:  # the interpreter runs CPU tensors: the dispatcher's CUDA branch is taken through is_cuda
+        monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+        monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+        o2 = tv.tree_verify(*c.inputs(), state=s2, tree_kernel="ut", chain=False, **kw)
+        monkeypatch.undo()
+    assert rel(o2, o1) < TOL and rel(s2, s1) < TOL
+
+
 def test_ut_strided_index_tensors_and_padded_slots():
     """Review findings: a strided ``parents`` view and a ``slots`` buffer longer than the rows
     (its extra entries, and pending/read_bank padding, must be ignored, as by the reference)."""

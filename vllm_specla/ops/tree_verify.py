@@ -343,7 +343,8 @@ def tree_verify(
         parents: ``[N]`` int, parent position within the row, ``-1`` for a root, topological.
         chain: topology hint; ``None`` inspects ``parents`` (a host sync if it lives on the GPU —
             pass the step plan's flag in the hot path). ``True`` sends the batch to chain verify.
-        max_nodes: longest window when no banks are given (else ``bank_k.shape[2]``).
+        max_nodes: longest window (default: ``bank_k.shape[2]`` when banks are given, else read
+            from ``cu_seqlens`` on the host); it also sets the UT kernel's chunk (16 or 32 nodes).
         hld_plan: a heavy-light schedule for the CUDA HLD kernel, shared by the step's layers:
             :func:`~vllm_specla.ops.triton_tree_hld.hld_device_plan` (device, no sync, once per
             step) or :func:`~vllm_specla.ops.triton_tree_hld.hld_plan` (host, exact grids, once per
@@ -365,14 +366,15 @@ def tree_verify(
         return chain_verify(q, k, v, g, beta, write_final_state=False, **kw)
     if q.is_cuda and HAS_TRITON:
         which = tree_kernel
-        # the longest tree when known from the arguments (shapes only); else the bank bounds it
+        # the longest tree: from the arguments (shapes only), else the bank bounds it, else read on
+        # the host (a sync, as for the kernel choice)
         known = hld_plan.nmax if hld_plan is not None else max_nodes
+        if known is None and write_bank is None and (which is None or which == "ut"):
+            known = _max_nodes(cu_seqlens)
         if which is None:
-            nmax = known if known is not None else (
-                bank_k.shape[2] if write_bank is not None else _max_nodes(cu_seqlens))
+            nmax = known if known is not None else bank_k.shape[2]
             slots_ = hld_plan.NB if hld_plan is not None else None
             which = pick_tree_kernel(cu_seqlens.numel() - 1, v.shape[-2], v.shape[-1], k.shape[-1], nmax, slots_)
-            known = nmax if known is None and write_bank is None else known
         if which == "ut":
             from vllm_specla.ops.triton_chain_ut import tree_verify_ut  # noqa: PLC0415
 

@@ -218,7 +218,9 @@ def _ut_prep_kernel(
         m_s = m_i & (o_t[:, None] != o_t[None, :])
         # log D[t, u] = sum of g over path(t) \ path(u) (for u on the path of t: the nodes after u),
         # Γ_t = sum of g over path(t); both summed directly (terms of one sign: no cancellation)
-        b_ga = anc * b_g[None, :]  # [t, s]: g_s for s on path(t)
+        # [t, s]: g_s for s on path(t); g clamped for the products only (0 * -inf would be NaN;
+        # e^-1e30 = e^-inf = 0, so a finite or -inf g gives the same decays)
+        b_ga = anc * tl.maximum(b_g, -1e30)[None, :]
         b_S = tl.dot(b_ga, tl.trans(1.0 - anc), input_precision="ieee")
         eG = tl.exp(tl.sum(b_ga, 1))
     else:
@@ -228,7 +230,7 @@ def _ut_prep_kernel(
         # (which loses ~1e-4 absolute when Γ reaches -1600 under strong decay): the tree form with
         # anc = the lower triangle
         b_low = tl.where(m_i, 1.0, 0.0)
-        b_S = tl.dot(b_low * b_g[None, :], tl.trans(1.0 - b_low), input_precision="ieee")
+        b_S = tl.dot(b_low * tl.maximum(b_g, -1e30)[None, :], tl.trans(1.0 - b_low), input_precision="ieee")
         eG = tl.exp(tl.cumsum(b_g, 0))
     b_D = tl.exp(tl.where(m_i, b_S, 0.0))
     b_A = tl.where(m_s, b_b[:, None] * b_kk * b_D, 0.0)
@@ -350,7 +352,8 @@ def _check_windows(cu_seqlens: torch.Tensor, tmax: int | None, chunk: int | None
         raise ValueError(f"window of {longest} tokens exceeds the factor bank (Tmax={tmax})")
     if chunk is not None and longest > chunk:
         raise ValueError(f"window of {longest} tokens: the UT kernel verifies at most {chunk} tokens per row "
-                         "without write_final_state (use triton_chain.chain_verify)")
+                         "without write_final_state in this launch (chains: triton_chain.chain_verify; trees: "
+                         "pass max_nodes <= 32, or the HLD / walk kernels)")
 
 
 def _pick_bt(max_nodes: int | None) -> int:
@@ -508,7 +511,8 @@ def tree_verify_ut(
 
     Raises:
         ValueError: ``max_nodes`` above 32, or a row longer than the chunk or the bank (host check,
-            skipped during CUDA-graph capture).
+            skipped during CUDA-graph capture: there the bound must come from ``max_nodes`` or a bank
+            of at most 32 positions).
     """
     if max_nodes is None and write_bank is not None and bank_k is not None:
         max_nodes = min(bank_k.shape[2], BT_TREE_MAX)
