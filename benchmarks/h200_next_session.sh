@@ -6,7 +6,7 @@
 # the session 4-8 calls as run (s6e = session 6's GPU tests, commit ratios and e2e at its final
 # UT dispatch, s7d session 7's, s8c session 8's e2e; s6a / s6f forced variants that no longer exist: utv5 lanes,
 # UT_VAR 4 / 5 (other layouts); session 7's UT_VAR 4 / 5 were the tensor-core variants, measured in s8a and
-# removed, so s8a's utv4 / utv5 columns cannot be rerun; s7a's utp5 / cuda_utp5 columns were the register
+# removed, so s8a's utv4 / utv5 columns cannot be rerun (VLLM_SPECLA_CUDA_UT_VAR=4 / 5 is an error now); s7a's utp5 / cuda_utp5 columns were the register
 # phase 5 now called P5 = 1; s8e's VLLM_SPECLA_UT_PREP=loop form was removed after s8e).
 set -u
 case "${1:-}" in
@@ -30,6 +30,7 @@ case "${1:-}" in
       python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
       timeout 150 python -m pytest -q -x tests/test_kernels_gpu.py tests/test_decode_runtime.py tests/test_fused_gpu.py \
           tests/test_dispatch.py 2>&1 | tail -1
+      timeout 150 python -m pytest -q -x tests/test_csrc.py -k cuda 2>&1 | tail -1  # incl. the UT_VAR check (host code)
       timeout 60 python benchmarks/step_breakdown.py --shapes map --batches 64 --modes specla --cuda-csrc \
           --out "$OUT/breakdown_s9a.json" 2>&1 | grep -E "device|Memcpy"
       timeout 200 python benchmarks/bench_e2e.py --shapes map,flame --batches 64,256 --ks 4 \

@@ -644,6 +644,22 @@ def test_cuda_ut_forced_is_strict(monkeypatch):
         _cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
+@pytest.mark.parametrize("value", ["4", "5", "x"])
+def test_cuda_ut_var_outside_1_to_3_is_an_error(monkeypatch, value):
+    """VLLM_SPECLA_CUDA_UT_VAR=4 / 5 (session 7's variants, removed in session 8) or junk is an error
+    naming the variable and its values, not a silent run of the automatic kernel."""
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "ut")
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_UT_VAR", value)
+    assert _cpp.load_cuda()
+    c = Case([5] * 40, 6, 6, 256, 512, S=44, Tmax=5, seed=4, pending=[5] * 40)
+    dev = torch.device("cuda")
+    kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t) for a, t in c.kwargs(c.mutables()).items()}
+    with pytest.raises(RuntimeError, match="VLLM_SPECLA_CUDA_UT_VAR must be 1, 2 or 3"):
+        _cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw)
+
+
 def test_check_windows_host_side():
     """The host-side window check of the CUDA wrapper (the CUDA kernels cannot raise): a window longer
     than the factor bank raises the reference's ValueError; windows that fit, and empty rows, pass."""

@@ -75,11 +75,17 @@ int ut_nw_override() {
 }
 
 // Build variant of the UT-form kernel, VLLM_SPECLA_CUDA_UT_VAR=1..3 (A/B runs: 1 = per-thread
-// cp.async stage refills, 2 = TMA refills, 3 = 2 with 16 lanes per value row); else automatic (2 or 3
-// by the cost model on sm_90+; chain_verify_ut.cu, dispatch_nw).
+// cp.async stage refills, 2 = TMA refills, 3 = 2 with 16 lanes per value row); unset or empty:
+// automatic (2 or 3 by the cost model on sm_90+; chain_verify_ut.cu, dispatch_nw). Any other value
+// is an error (session 8 removed variants 4 / 5: a stale setting must not run the automatic kernel
+// under its name).
 int ut_var_override() {
   const char* s = std::getenv("VLLM_SPECLA_CUDA_UT_VAR");
-  return s == nullptr || *s == '\0' ? -1 : std::atoi(s);
+  if (s == nullptr || *s == '\0') return -1;
+  const std::string v(s);
+  TORCH_CHECK(v == "1" || v == "2" || v == "3", "VLLM_SPECLA_CUDA_UT_VAR must be 1, 2 or 3 (or unset: automatic), got '",
+              v, "'");
+  return std::atoi(s);
 }
 
 // Phase 5 / 4 forms of the UT-form kernel (chain_verify_ut.cu, P5), VLLM_SPECLA_CUDA_UT_P5=0|1|2

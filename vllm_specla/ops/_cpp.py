@@ -74,7 +74,8 @@ def load_cuda(verbose: bool = False) -> bool:
     it takes, in the automatic layout), ``VLLM_SPECLA_CUDA_UT_NW=1`` (1 warp per CTA instead of 4),
     ``VLLM_SPECLA_CUDA_UT_TPC=n`` (value tiles per CTA; else the wave cost model) and
     ``VLLM_SPECLA_CUDA_UT_VAR=1..3`` (its build variant: per-thread cp.async refills, TMA refills,
-    TMA with 16 lanes per value row; else 2 or 3 by the cost model where the sm_90 code runs);
+    TMA with 16 lanes per value row; unset or empty: 2 or 3 by the cost model where the sm_90 code
+    runs; any other value raises ``RuntimeError`` at the call);
     ``VLLM_SPECLA_CUDA_UT_P5=0|1|2`` its phase 4 / 5 form for A/B runs (0: the previous phase 5, 1: v~
     in registers, 2: plus one batched reduce-scatter of the products; unset: 1 or 2 by the shuffle
     count, where built: K = 256, windows <= 8; all bit-identical) and
