@@ -31,6 +31,7 @@ case "${1:-}" in
       timeout 150 python -m pytest -q -x tests/test_kernels_gpu.py tests/test_decode_runtime.py tests/test_fused_gpu.py \
           tests/test_dispatch.py 2>&1 | tail -1
       timeout 150 python -m pytest -q -x tests/test_csrc.py -k cuda 2>&1 | tail -1  # incl. the UT_VAR check (host code)
+      timeout 100 python -m pytest -q -x tests/test_kernel_ut_gpu.py 2>&1 | tail -1  # incl. 32-node trees in a CUDA graph
       timeout 60 python benchmarks/step_breakdown.py --shapes map --batches 64 --modes specla --cuda-csrc \
           --out "$OUT/breakdown_s9a.json" 2>&1 | grep -E "device|Memcpy"
       timeout 200 python benchmarks/bench_e2e.py --shapes map,flame --batches 64,256 --ks 4 \

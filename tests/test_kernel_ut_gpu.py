@@ -445,6 +445,44 @@ def test_ut_tree_forced_dispatch_without_bank_takes_the_tree_size(monkeypatch):
     assert rel(o2, o1) < TOL and rel(s2, s1) < TOL
 
 
+@pytest.mark.skipif(not HAVE_CUDA, reason="CUDA graphs need CUDA")
+def test_ut_tree_32_nodes_cuda_graph_capture():
+    """The 32-node chunk through the public dispatcher inside a CUDA graph (the host window check is
+    skipped there, so the chunk must come from shapes: the 32-position bank, as in the runtime):
+    the replay equals the sequential reference."""
+    from vllm_specla.ops import tree_reference as tref  # noqa: PLC0415
+    from vllm_specla.ops import tree_verify as tv  # noqa: PLC0415
+
+    rng = random.Random(15)
+    lens = [32, 20, 17, 32, 9, 25, 32, 18]  # >= 8 rows: the automatic rule takes UT
+    c = Case(BIG[1], lens, seed=70, Tmax=32, pend=[3, 1, 5, 2, 4, 1, 2, 3])
+    par = torch.tensor([p for row in _trees(rng, lens) for p in row], dtype=torch.int32, device=DEV)
+    assert tv.pick_tree_kernel(len(lens), 8, 256, 256, 32) == "ut"
+    b1 = c.banks()
+    s1 = c.state.clone()
+    kw = dict(scale=c.scale, slots=c.slots, cu_seqlens=c.cu, parents=par, write_bank=c.write_bank,
+              pending_len=c.pending_len, read_bank=c.read_bank)
+    o1 = tref.tree_verify_sequential_ref(*c.inputs(), state=s1, bank_k=b1[0], bank_v=b1[1], bank_g=b1[2], **kw)
+    st, bk = c.state.clone(), c.banks()
+    run = lambda: tv.tree_verify(*c.inputs(), state=st, bank_k=bk[0], bank_v=bk[1], bank_g=bk[2], chain=False,  # noqa: E731
+                                 **kw)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        run()  # compile outside the graph
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o_g = run()
+    st.copy_(c.state)
+    for b, b0 in zip(bk, c.banks()):
+        b.copy_(b0)
+    graph.replay()
+    torch.cuda.synchronize()
+    check((o1, s1, b1), (o_g, st, bk))
+
+
 def test_ut_strided_index_tensors_and_padded_slots():
     """Review findings: a strided ``parents`` view and a ``slots`` buffer longer than the rows
     (its extra entries, and pending/read_bank padding, must be ignored, as by the reference)."""
