@@ -18,7 +18,7 @@ import os
 import torch
 
 from vllm_specla.ops import _cpp
-from vllm_specla.ops.reference import chain_verify_ref, chain_verify_snapshots_ref, conv_verify_ref
+from vllm_specla.ops.reference import check_out_slots, chain_verify_ref, chain_verify_snapshots_ref, conv_verify_ref
 
 
 def _triton_impl():
@@ -129,14 +129,11 @@ def _ut_impl():
 def _emulate_out_slots(state: torch.Tensor, kw: dict) -> dict:
     """``out_slots`` for the backends without it (C++ CPU op, torch reference): copy each row's read
     slot into its out slot, then run in place there. The contract (``write_final_state``, no banks
-    or pending factors: ``triton_chain._check_out_slots``) makes the two forms equal."""
+    or pending factors: :func:`~vllm_specla.ops.reference.check_out_slots`) makes the two forms equal."""
     out = kw.pop("out_slots")
     R = kw["cu_seqlens"].numel() - 1
-    if not kw.get("write_final_state", False) or any(
-            kw.get(n) is not None for n in ("bank_k", "bank_x", "write_bank", "pending_len")):
-        raise ValueError("out_slots needs write_final_state=True and no factor banks, write_bank or pending_len")
-    if out.numel() < R:
-        raise ValueError(f"out_slots ({out.numel()}) must cover the {R} rows of cu_seqlens")
+    check_out_slots(out, R, kw.get("write_final_state", False),
+                    *(kw.get(n) for n in ("bank_k", "bank_x", "write_bank", "pending_len")))
     out = out[:R].to(device=state.device, dtype=torch.long)
     state.index_copy_(0, out, state.index_select(0, kw["slots"][:R].to(device=state.device, dtype=torch.long)))
     return dict(kw, slots=out)

@@ -180,6 +180,23 @@ def _apply_pending_(
     return M
 
 
+def check_out_slots(out_slots: torch.Tensor, num_rows: int, write_final_state: bool, *banks) -> None:
+    """The ``out_slots`` contract of the public ``chain_verify`` / ``conv_verify`` (arguments and
+    shapes only, no host sync): with ``write_final_state``, no factor bank / write bank / pending
+    factors (``banks``: those arguments, all None), one out slot per row.
+
+    Raises:
+        ValueError: naming the field that breaks the contract.
+    """
+    if not write_final_state:
+        raise ValueError("out_slots needs write_final_state=True (the state after the window goes there)")
+    if any(b is not None for b in banks):
+        raise ValueError("out_slots: factor banks, write_bank and pending_len must be None (banks are indexed "
+                         "by the read slot)")
+    if out_slots.numel() < num_rows:
+        raise ValueError(f"out_slots ({out_slots.numel()}) must cover the {num_rows} rows of cu_seqlens")
+
+
 def chain_verify_ref(
     q: torch.Tensor,
     k: torch.Tensor,

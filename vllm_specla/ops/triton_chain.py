@@ -37,6 +37,8 @@ import torch
 import triton
 import triton.language as tl
 
+from vllm_specla.ops.reference import check_out_slots
+
 # (BV, num_warps[, KI[, prefetch]]) forced for every chain/recover/tree launch when not None
 # (benchmark sweeps, tests).
 CONFIG_OVERRIDE: tuple[int, ...] | None = None
@@ -320,18 +322,6 @@ def _chain_verify_kernel(
         tl.store(state + (slot2 * HV + i_hv) * (V * K) + offs, b_h * sc, mask=mh)
 
 
-def _check_out_slots(out_slots, R, write_final_state, bank, write_bank, pending_len) -> None:
-    """The ``out_slots`` contract of :func:`chain_verify` / :func:`conv_verify` (shapes and
-    arguments only, no host sync). Raises ``ValueError`` naming the field."""
-    if not write_final_state:
-        raise ValueError("out_slots needs write_final_state=True (the state after the window goes there)")
-    if bank is not None or write_bank is not None or pending_len is not None:
-        raise ValueError("out_slots: factor banks, write_bank and pending_len must be None (banks are indexed "
-                         "by the read slot)")
-    if out_slots.numel() < R:
-        raise ValueError(f"out_slots ({out_slots.numel()}) must cover the {R} rows of cu_seqlens")
-
-
 def _rows_dense(x: torch.Tensor, ndim_inner: int) -> torch.Tensor:
     """``x`` itself when every dim but the first (token) dim is densely packed, else a copy."""
     expect = 1
@@ -362,7 +352,7 @@ def _launch_chain(
         x.contiguous() if x is not None else None
         for x in (cu_seqlens, slots, write_bank, pending_len, read_bank, out_slots))
     if out_slots is not None:
-        _check_out_slots(out_slots, R, write_final_state, bank_k, write_bank, pending_len)
+        check_out_slots(out_slots, R, write_final_state, bank_k, write_bank, pending_len)
     o = torch.empty(N, HV, V, dtype=torch.float32, device=v.device)
     if R == 0:
         return o
@@ -435,7 +425,7 @@ def chain_verify(
     row ``r`` reads ``state[slots[r]]`` and writes the state after its window to
     ``state[out_slots[r]]`` (the read slot is left as it was), in the same single pass: a draft step
     on a scratch copy without the copy. Out slots must be distinct and not read by any row of the
-    launch. Raises ``ValueError`` otherwise (:func:`_check_out_slots`, shapes only)."""
+    launch. Raises ``ValueError`` otherwise (:func:`~vllm_specla.ops.reference.check_out_slots`)."""
     return _launch_chain(
         q, k, v, g, beta, scale, state, slots, cu_seqlens,
         bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
@@ -659,7 +649,7 @@ def conv_verify(
     if R == 0:
         return y
     if out_slots is not None:
-        _check_out_slots(out_slots, R, write_final_state, bank_x, write_bank, pending_len)
+        check_out_slots(out_slots, R, write_final_state, bank_x, write_bank, pending_len)
         out_slots = out_slots.contiguous()
     has_out = out_slots is not None
     out_slots = out_slots if has_out else slots
