@@ -38,6 +38,21 @@ case "${1:-}" in
           --alphas 0.8 --snapshot-ks 4 --cuda-csrc --tag s9a --out "$OUT/e2e_s9a.jsonl" 2>&1 | grep "^{" | \
           python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       ;;
+  s9b)  # session 9, call 2: the W = 4 conv kernel in token chunks of TB (a chunk's input loads issued before its
+        # stores: s9a's breakdown had conv at 379 us per map B = 64 step, ~2 TB/s, latency-bound) and the last draft step
+        # "ar_read" (reads the drafter state, writes nothing: one state pass instead of two): GPU tests (conv chunks
+        # vs the reference, real drafts on CUDA vs CPU), the conv configs side by side, e2e at both shapes, breakdown
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 100 python -m pytest -q -x tests/test_kernels_gpu.py -k "conv or out_slots" 2>&1 | tail -1
+      timeout 100 python -m pytest -q -x tests/test_decode_runtime_gpu.py tests/test_dispatch.py 2>&1 | tail -1
+      timeout 150 python benchmarks/bench_conv.py --batches 1,8,64,256 --out "$OUT/conv_s9b.json" 2>&1 | grep -v Warn
+      timeout 200 python benchmarks/bench_e2e.py --shapes map,flame --batches 64,256 --ks 4 \
+          --alphas 0.8 --snapshot-ks 4 --cuda-csrc --tag s9b --out "$OUT/e2e_s9b.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      timeout 60 python benchmarks/step_breakdown.py --shapes map --batches 64 --modes specla --cuda-csrc \
+          --out "$OUT/breakdown_s9b.json" 2>&1 | grep -E "device|conv|chain_verify"
+      ;;
   s8a)  # session 8, call 1 (prepared in session 7, not run): variants 4 / 5, the tensor-core (3xTF32) products /
         # and fold, opt-in (VLLM_SPECLA_CUDA_UT_VAR=4|5): GPU tests (parametrized into the UT tests), kernel and commit A/B
         # against the automatic choice with banks sized to the window, then map B = 64 / 256 end to end with 4 forced

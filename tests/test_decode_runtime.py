@@ -66,6 +66,23 @@ def test_commit_mode_padding_leaves_state_unchanged(pair):
             assert torch.allclose(a.conv[r], b.conv[0], atol=1e-5, rtol=1e-5)
 
 
+def test_ar_read_mode_outputs_ar_features_and_writes_nothing(pair):
+    """The last draft step (``"ar_read"``): the features of an ``"ar"`` step from the same state,
+    with every state and conv window left exactly as it was."""
+    tm, tgt, _ = pair
+    B = 3
+    states = allocate_layer_states(tm.config, B, 0)
+    tgt.hidden(_prompts(B, 6, 2), states, "ar", StepCtrl.uniform(B, 6, "cpu"))  # a non-zero state
+    before = [(st.ssm.clone(), st.conv.clone()) for st in states]
+    tok = _prompts(B, 1, 3)
+    h_read = tgt.hidden(tok, states, "ar_read", StepCtrl.uniform(B, 1, "cpu"))
+    for st, (ssm, conv) in zip(states, before):
+        assert torch.equal(st.ssm, ssm) and torch.equal(st.conv, conv)
+    h_ar = tgt.hidden(tok, states, "ar", StepCtrl.uniform(B, 1, "cpu"))
+    assert torch.allclose(h_read, h_ar, atol=1e-6, rtol=1e-5)
+    assert not all(torch.equal(st.ssm, ssm) for st, (ssm, _) in zip(states, before))  # "ar" does write
+
+
 def test_greedy_accept_window_matches_core():
     g = torch.Generator().manual_seed(2)
     B, K = 64, 4

@@ -375,6 +375,33 @@ def test_conv_verify_empty_rows_and_many_rows(pending, final, lens, W):
         assert not torch.equal(cs2, c.conv_state)  # the pending commit moved some window
 
 
+@pytest.mark.parametrize("TB", [1, 2, 4, 8])
+@pytest.mark.parametrize("bank,pending,final", [(True, False, False), (True, True, False), (True, True, True),
+                                                (False, False, True), (False, False, False)])
+def test_conv4_token_chunks(TB, bank, pending, final, monkeypatch):
+    """The W = 4 kernel's token chunks of TB (loads of a chunk before its stores): every chunk size
+    gives the reference on rows shorter, equal and longer than a chunk (0..13 tokens, so some rows
+    take several chunks and end mid-chunk), with and without the factor bank / pending factors /
+    final window; without any of them (the last draft step, ``"ar_read"``) nothing is written."""
+    monkeypatch.setattr(tc, "_conv4_config", lambda R, C, N: (16, TB, 2))  # several channel tiles too
+    c = Case(SMALL[0], [0, 1, 3, 5, 8, 9, 13], seed=27)
+    cs1, cs2 = c.conv_state.clone(), c.conv_state.clone()
+    x1, x2 = c.bank_x.clone(), c.bank_x.clone()
+    kw = dict(write_final_state=final)
+    if bank:
+        kw.update(bank_x=None, write_bank=c.write_bank)
+    if pending:
+        kw.update(pending_len=c.pending_len, read_bank=c.read_bank)
+    b1, b2 = (dict(bank_x=x1), dict(bank_x=x2)) if bank else ({}, {})
+    kw.pop("bank_x", None)
+    y1 = ref.conv_verify_ref(c.x, c.weight, c.cu, cs1, c.slots, **b1, **kw)
+    y2 = tc.conv_verify(c.x, c.weight, c.cu, cs2, c.slots, **b2, **kw)
+    assert rel(y2, y1) < TOL
+    assert rel(cs2, cs1) < TOL and torch.equal(x1, x2)
+    if not (bank or final):
+        assert torch.equal(cs2, c.conv_state)
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("cdtype", [torch.float32, torch.bfloat16])
 def test_conv_commit_every_prefix(shape, cdtype):

@@ -542,20 +542,42 @@ def _z_head(p_cs, p_bx, z, oc, m, C, W1: tl.constexpr):
 
 
 @triton.jit
+def _x_row(p_x, t, T, SX, o_c, mc):
+    """Input token ``t`` of the row (float32 ``[BC]``; zeros past the row's ``T`` tokens)."""
+    return tl.load(p_x + t * SX + o_c, mask=mc & (t + 0 * o_c < T), other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _conv4_out(y, p_bank, t, T, Tmax, xt, r0, r1, r2, w0, w1, w2, w3, o_c, mc, C, HAS_BANK: tl.constexpr):
+    """Output token ``t`` (stored when ``t < T``: SiLU of the 4-tap conv over ``r0, r1, r2, xt``, and
+    ``xt`` into the write bank); returns the rolling window after it (unchanged past the row)."""
+    ok = t < T
+    tt = t + 0 * o_c
+    acc = w0 * r0 + w1 * r1 + w2 * r2 + w3 * xt
+    tl.store(y + t * C + o_c, acc * tl.sigmoid(acc), mask=mc & (tt < T))
+    if HAS_BANK:
+        tl.store(p_bank + t * C + o_c, xt, mask=mc & (tt < T) & (tt < Tmax))
+    return tl.where(ok, r1, r0), tl.where(ok, r2, r1), tl.where(ok, xt, r2)
+
+
+@triton.jit
 def _conv4_verify_kernel(
     x, weight, y, cu_seqlens, conv_state, slots, out_slots,
     bank_x, write_bank, pending_len, read_bank,
     Tmax, C, SX,
-    BC: tl.constexpr, HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, WRITE_FINAL: tl.constexpr,
-    OUT_SLOTS: tl.constexpr,
+    BC: tl.constexpr, TB: tl.constexpr, HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr,
+    WRITE_FINAL: tl.constexpr, OUT_SLOTS: tl.constexpr,
 ):
     # _conv_verify_kernel for W = 4 (every fla GDN checkpoint), one program per (channel tile, row).
     # Output t reads Z[n_p + t + i], i = 0..3, of Z = window (3 rows) ++ pending (n_p rows) ++ the
     # row's inputs; its last element is always input token t. The other three are a rolling window
     # in registers, first Z[n_p .. n_p + 2] (window / pending rows, loaded once), so a token costs
-    # one input load instead of twelve masked loads. The window after the pending commit is that
-    # first rolling window; after the row (WRITE_FINAL) it is the last one. Each thread stores the
-    # channels it loaded, so the in-place window store needs no barrier.
+    # one input load instead of twelve masked loads. Tokens go in chunks of TB: the chunk's TB input
+    # loads are issued before any of its stores (which, for all the compiler knows, may alias the
+    # inputs), so TB loads are in flight per thread instead of one (the loop was latency-bound).
+    # The window after the pending commit is the first rolling window; after the row (WRITE_FINAL)
+    # the last one. Each thread stores the channels it loaded, so the in-place window store needs
+    # no barrier.
     i_c = tl.program_id(0)
     i_r = tl.program_id(1)
     bos = tl.load(cu_seqlens + i_r).to(tl.int64)
@@ -566,14 +588,16 @@ def _conv4_verify_kernel(
     mc = o_c < C
     p_cs = conv_state + slot * 3 * C
     p_x = x + bos * SX
+    p_y = y + bos * C
     n_p = tl.zeros([], dtype=tl.int64)
     p_bx = bank_x
     if HAS_PENDING:
         n_p = tl.maximum(tl.minimum(tl.load(pending_len + i_r).to(tl.int64), Tmax), 0)
         rb = tl.load(read_bank + i_r).to(tl.int64)
         p_bx = bank_x + (slot * 2 + rb) * Tmax * C
+    p_bw = bank_x
     if HAS_BANK:
-        wb = tl.load(write_bank + i_r).to(tl.int64)
+        p_bw = bank_x + (slot * 2 + tl.load(write_bank + i_r).to(tl.int64)) * Tmax * C
     w0 = tl.load(weight + o_c * 4, mask=mc, other=0.0).to(tl.float32)
     w1 = tl.load(weight + o_c * 4 + 1, mask=mc, other=0.0).to(tl.float32)
     w2 = tl.load(weight + o_c * 4 + 2, mask=mc, other=0.0).to(tl.float32)
@@ -582,17 +606,29 @@ def _conv4_verify_kernel(
     r1 = _z_head(p_cs, p_bx, n_p + 1, o_c, mc, C, 3)
     r2 = _z_head(p_cs, p_bx, n_p + 2, o_c, mc, C, 3)
     s0, s1, s2 = r0, r1, r2
-    for t in range(0, T):
-        xt = tl.load(p_x + t * SX + o_c, mask=mc, other=0.0).to(tl.float32)
-        acc = w0 * r0
-        acc += w1 * r1
-        acc += w2 * r2
-        acc += w3 * xt
-        tl.store(y + (bos + t) * C + o_c, acc * tl.sigmoid(acc), mask=mc)
-        if HAS_BANK:
-            if t < Tmax:
-                tl.store(bank_x + ((slot * 2 + wb) * Tmax + t) * C + o_c, xt, mask=mc)
-        r0, r1, r2 = r1, r2, xt
+    for t0 in range(0, T, TB):
+        x0 = _x_row(p_x, t0, T, SX, o_c, mc)
+        if TB >= 2:
+            x1 = _x_row(p_x, t0 + 1, T, SX, o_c, mc)
+        if TB >= 4:
+            x2 = _x_row(p_x, t0 + 2, T, SX, o_c, mc)
+            x3 = _x_row(p_x, t0 + 3, T, SX, o_c, mc)
+        if TB >= 8:
+            x4 = _x_row(p_x, t0 + 4, T, SX, o_c, mc)
+            x5 = _x_row(p_x, t0 + 5, T, SX, o_c, mc)
+            x6 = _x_row(p_x, t0 + 6, T, SX, o_c, mc)
+            x7 = _x_row(p_x, t0 + 7, T, SX, o_c, mc)
+        r0, r1, r2 = _conv4_out(p_y, p_bw, t0, T, Tmax, x0, r0, r1, r2, w0, w1, w2, w3, o_c, mc, C, HAS_BANK)
+        if TB >= 2:
+            r0, r1, r2 = _conv4_out(p_y, p_bw, t0 + 1, T, Tmax, x1, r0, r1, r2, w0, w1, w2, w3, o_c, mc, C, HAS_BANK)
+        if TB >= 4:
+            r0, r1, r2 = _conv4_out(p_y, p_bw, t0 + 2, T, Tmax, x2, r0, r1, r2, w0, w1, w2, w3, o_c, mc, C, HAS_BANK)
+            r0, r1, r2 = _conv4_out(p_y, p_bw, t0 + 3, T, Tmax, x3, r0, r1, r2, w0, w1, w2, w3, o_c, mc, C, HAS_BANK)
+        if TB >= 8:
+            r0, r1, r2 = _conv4_out(p_y, p_bw, t0 + 4, T, Tmax, x4, r0, r1, r2, w0, w1, w2, w3, o_c, mc, C, HAS_BANK)
+            r0, r1, r2 = _conv4_out(p_y, p_bw, t0 + 5, T, Tmax, x5, r0, r1, r2, w0, w1, w2, w3, o_c, mc, C, HAS_BANK)
+            r0, r1, r2 = _conv4_out(p_y, p_bw, t0 + 6, T, Tmax, x6, r0, r1, r2, w0, w1, w2, w3, o_c, mc, C, HAS_BANK)
+            r0, r1, r2 = _conv4_out(p_y, p_bw, t0 + 7, T, Tmax, x7, r0, r1, r2, w0, w1, w2, w3, o_c, mc, C, HAS_BANK)
     if WRITE_FINAL:
         s0, s1, s2 = r0, r1, r2
         new_start = n_p + T
@@ -607,6 +643,18 @@ def _conv4_verify_kernel(
         tl.store(p_out + o_c, s0.to(dt), mask=mc)
         tl.store(p_out + C + o_c, s1.to(dt), mask=mc)
         tl.store(p_out + 2 * C + o_c, s2.to(dt), mask=mc)
+
+
+def _conv4_config(R: int, C: int, N: int) -> tuple[int, int, int]:
+    """``(BC, TB, num_warps)`` of :func:`_conv4_verify_kernel` for ``R`` rows, ``C`` channels and
+    ``N`` tokens: channel tiles of up to 1024, smaller when few rows would leave SMs idle; chunks
+    of ``TB`` tokens from the mean window length (any ``TB`` is correct: the chunk loop covers
+    every window). Chosen on the H200 (benchmarks/RESULTS.md, ``bench_conv.py``)."""
+    BC = min(1024, triton.next_power_of_2(C))
+    while BC > 128 and R * triton.cdiv(C, BC) < 264:
+        BC //= 2
+    TB = min(8, triton.next_power_of_2(max(1, triton.cdiv(N, max(R, 1)))))
+    return BC, TB, 4 if BC >= 512 else 2
 
 
 def conv_verify(
@@ -658,10 +706,8 @@ def conv_verify(
     tmax = bank_x.shape[2] if bank_x is not None else 1
     if has_bank:
         _bounds_check(cu_seqlens, tmax)
-    BC = min(1024, triton.next_power_of_2(C))
-    if W == 4:  # rolling-window kernel; smaller channel tiles when few rows would leave SMs idle
-        while BC > 128 and R * triton.cdiv(C, BC) < 264:
-            BC //= 2
+    if W == 4:  # rolling-window kernel
+        BC, TB, nw = _conv4_config(R, C, N)
         _conv4_verify_kernel[(triton.cdiv(C, BC), R)](
             x, weight, y, cu_seqlens, conv_state, slots, out_slots,
             bank_x if bank_x is not None else y,
@@ -669,10 +715,11 @@ def conv_verify(
             pending_len if has_pending else slots,
             read_bank if has_pending else slots,
             tmax, C, x.stride(0),
-            BC=BC, HAS_BANK=has_bank, HAS_PENDING=has_pending, WRITE_FINAL=bool(write_final_state),
-            OUT_SLOTS=has_out, num_warps=4 if BC >= 512 else 2,
+            BC=BC, TB=TB, HAS_BANK=has_bank, HAS_PENDING=has_pending, WRITE_FINAL=bool(write_final_state),
+            OUT_SLOTS=has_out, num_warps=nw,
         )
         return y
+    BC = min(1024, triton.next_power_of_2(C))
     BW = max(2, triton.next_power_of_2(W - 1))
     grid = (triton.cdiv(C, BC), R)
     _conv_verify_kernel[grid](

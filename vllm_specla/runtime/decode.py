@@ -246,9 +246,10 @@ class DecodeRuntime:
         levels = [d]
         if K > 1:
             fw = f.repeat_interleave(W, 0) if W > 1 else f
-            for i in range(K - 1):  # the first step reads the committed slots, writes the scratch slots
+            for i in range(K - 1):  # the first step reads the committed slots, writes the scratch slots;
+                # the last one writes nothing (no later step reads its state)
                 ctrl = self.dctrl_first if i == 0 else self.dctrl_next
-                fw = self.dr.hidden(d[:, None], fw, self.dstates, "ar", ctrl)
+                fw = self.dr.hidden(d[:, None], fw, self.dstates, "ar_read" if i == K - 2 else "ar", ctrl)
                 d = self._argmax(fw)
                 levels.append(d)
         drafts = torch.stack(levels, 1).view(B, W, K)

@@ -18,6 +18,8 @@ graph-capturable and replays with new values.
 
 Modes (one captured graph each):
   * ``"ar"``: write the state and conv window after the T tokens (decode; prefill with T = prompt).
+  * ``"ar_read"``: like ``"ar"`` but nothing is written: the state and conv window are only read
+    (the last draft step of a window, whose state no later step reads: one state pass, not two).
   * ``"verify"``: SpecLA chain verify: fold ``pending_len`` accepted factors of bank
     ``read_bank`` into the state (written once), run the window without writing the state, record
     factors into bank ``write_bank`` (ALGORITHMS.md §3, §6).
@@ -46,7 +48,7 @@ from vllm_specla.ops.chain_verify import chain_verify, chain_verify_snapshots, c
 from vllm_specla.ops.recover import conv_commit
 from vllm_specla.ops.tree_verify import tree_conv, tree_verify
 
-MODES = ("ar", "verify", "commit", "snapshot", "tree")
+MODES = ("ar", "ar_read", "verify", "commit", "snapshot", "tree")
 
 
 @dataclass
@@ -157,6 +159,8 @@ class FusedGDN:
         out = dict(out_slots=ctrl.out_slots) if mode == "ar" and ctrl.out_slots is not None else {}
         if mode == "ar":
             y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, write_final_state=True, **out)
+        elif mode == "ar_read":  # no bank, no pending, no final state: the window is only read
+            y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots)
         elif mode == "commit":
             y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, bank_x=st.bank_x,
                             write_bank=ctrl.zeros)
@@ -176,6 +180,8 @@ class FusedGDN:
         kw = dict(scale=d.scale, slots=ctrl.slots, cu_seqlens=ctrl.cu_seqlens)
         if mode in ("ar", "commit"):
             o = chain_verify(q, k, v, g, beta, state=st.ssm, write_final_state=True, **kw, **out)
+        elif mode == "ar_read":  # outputs only: no factors, the state is read once and not written
+            o = chain_verify(q, k, v, g, beta, state=st.ssm, **kw)
         elif mode == "verify":
             o = chain_verify(q, k, v, g, beta, state=st.ssm, bank_k=st.bank_k, bank_v=st.bank_v,
                              bank_g=st.bank_g, write_bank=ctrl.write_bank, pending_len=ctrl.pending_len,
