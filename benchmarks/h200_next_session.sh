@@ -53,6 +53,20 @@ case "${1:-}" in
       timeout 60 python benchmarks/step_breakdown.py --shapes map --batches 64 --modes specla --cuda-csrc \
           --out "$OUT/breakdown_s9b.json" 2>&1 | grep -E "device|conv|chain_verify"
       ;;
+  s9c)  # session 9, call 3 (s9b: 256-channel conv tiles of 4 warps fastest at every batch, chunks only at B <= 8;
+        # "ar_read": drafter chain kernels 197 -> 133 us per step): the conv config from s9b, the gated norm with BH value
+        # heads per program; GPU tests, the norm configs side by side, e2e at both shapes, breakdown
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 100 python -m pytest -q -x tests/test_kernels_gpu.py -k "conv or out_slots" tests/test_fused_gpu.py 2>&1 | tail -1
+      timeout 100 python -m pytest -q -x tests/test_decode_runtime_gpu.py 2>&1 | tail -1
+      timeout 100 python benchmarks/bench_norms.py --out "$OUT/norms_s9c.json" 2>&1 | grep -v Warn
+      timeout 200 python benchmarks/bench_e2e.py --shapes map,flame --batches 64,256 --ks 4 \
+          --alphas 0.8 --snapshot-ks 4 --cuda-csrc --tag s9c --out "$OUT/e2e_s9c.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      timeout 60 python benchmarks/step_breakdown.py --shapes map --batches 64 --modes specla --cuda-csrc \
+          --out "$OUT/breakdown_s9c.json" 2>&1 | grep -E "device|conv|chain_verify|norm"
+      ;;
   s8a)  # session 8, call 1 (prepared in session 7, not run): variants 4 / 5, the tensor-core (3xTF32) products /
         # and fold, opt-in (VLLM_SPECLA_CUDA_UT_VAR=4|5): GPU tests (parametrized into the UT tests), kernel and commit A/B
         # against the automatic choice with banks sized to the window, then map B = 64 / 256 end to end with 4 forced

@@ -44,9 +44,14 @@ def test_rms_norm(D, dtype):
 
 @pytest.mark.parametrize("act", ["swish", "sigmoid"])
 @pytest.mark.parametrize("gated", [True, False])
-def test_gated_rms_norm(act, gated):
+@pytest.mark.parametrize("HV,BH", [(3, None), (6, 4), (8, 1), (5, 8)])
+def test_gated_rms_norm(act, gated, HV, BH, monkeypatch):
+    """Per-head RMS with ``BH`` value heads per program (None: the default), including a last
+    program with fewer heads (6 / 4, 5 / 8): masked heads must not leak into the others' norms."""
+    if BH is not None:
+        monkeypatch.setattr(tf, "_gated_norm_config", lambda N, HV, V: (BH, 2))
     g = torch.Generator().manual_seed(3)
-    N, HV, V = 5, 3, 48
+    N, V = 5, 48
     o = torch.randn(N, HV, V, generator=g).to(DEV)
     wide = torch.randn(N, HV * V + 11, generator=g).to(DEV, torch.bfloat16)
     gate = wide[:, 11:] if gated else None

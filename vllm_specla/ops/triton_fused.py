@@ -36,28 +36,41 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch
     y = torch.empty(N, D, dtype=out_dtype or x.dtype, device=x.device)
     if N:
         BD = triton.next_power_of_2(D)
-        _rms_norm_kernel[(N,)](x, weight, y, x.stride(0), y.stride(0), D, eps, BD=BD,
-                               num_warps=4 if BD <= 2048 else 8)
+        _rms_norm_kernel[(N,)](x, weight, y, x.stride(0), y.stride(0), D, eps, BD=BD, num_warps=_rms_norm_warps(N, BD))
     return y
 
 
+def _rms_norm_warps(N: int, BD: int) -> int:
+    """Warps of :func:`_rms_norm_kernel` for ``N`` rows of ``BD`` (padded) channels
+    (benchmarks/bench_norms.py, H200)."""
+    return 4 if BD <= 2048 else 8
+
+
 @triton.jit
-def _gated_rms_norm_kernel(o, gate, w, y, so, sg, sy, V, eps, BV: tl.constexpr, HAS_GATE: tl.constexpr,
-                           SIGMOID: tl.constexpr):
+def _gated_rms_norm_kernel(o, gate, w, y, so, sg, sy, HV, V, eps, BH: tl.constexpr, BV: tl.constexpr,
+                           HAS_GATE: tl.constexpr, SIGMOID: tl.constexpr):
+    # one program per (token, BH value heads): a [BH, BV] tile, RMS per head (row of the tile)
     i = tl.program_id(0).to(tl.int64)
-    h = tl.program_id(1).to(tl.int64)
+    h = tl.program_id(1) * BH + tl.arange(0, BH)
     c = tl.arange(0, BV)
-    m = c < V
-    ov = tl.load(o + i * so + h * V + c, mask=m, other=0.0).to(tl.float32)
-    r = tl.rsqrt(tl.sum(ov * ov, 0) / V + eps)
-    out = ov * r * tl.load(w + c, mask=m, other=0.0).to(tl.float32)
+    m = (h < HV)[:, None] & (c < V)[None, :]
+    off = h[:, None] * V + c[None, :]
+    ov = tl.load(o + i * so + off, mask=m, other=0.0).to(tl.float32)
+    r = tl.rsqrt(tl.sum(ov * ov, 1) / V + eps)
+    out = ov * r[:, None] * tl.load(w + c, mask=c < V, other=0.0).to(tl.float32)[None, :]
     if HAS_GATE:
-        gv = tl.load(gate + i * sg + h * V + c, mask=m, other=0.0).to(tl.float32)
+        gv = tl.load(gate + i * sg + off, mask=m, other=0.0).to(tl.float32)
         if SIGMOID:
             out = out * tl.sigmoid(gv)
         else:
             out = out * gv * tl.sigmoid(gv)
-    tl.store(y + i * sy + h * V + c, out.to(y.dtype.element_ty), mask=m)
+    tl.store(y + i * sy + off, out.to(y.dtype.element_ty), mask=m)
+
+
+def _gated_norm_config(N: int, HV: int, V: int) -> tuple[int, int]:
+    """``(BH, num_warps)`` of :func:`_gated_rms_norm_kernel`: value heads per program and warps
+    (benchmarks/bench_norms.py, H200)."""
+    return min(4, triton.next_power_of_2(HV)), 4
 
 
 def gated_rms_norm(o: torch.Tensor, gate: torch.Tensor | None, weight: torch.Tensor, eps: float, act: str,
@@ -70,10 +83,11 @@ def gated_rms_norm(o: torch.Tensor, gate: torch.Tensor | None, weight: torch.Ten
     if N:
         if gate is not None:
             assert gate.stride(1) == 1
-        _gated_rms_norm_kernel[(N, HV)](
+        BH, nw = _gated_norm_config(N, HV, V)
+        _gated_rms_norm_kernel[(N, triton.cdiv(HV, BH))](
             o, gate if gate is not None else o, weight, y, o.stride(0),
-            gate.stride(0) if gate is not None else 0, y.stride(0), V, eps,
-            BV=triton.next_power_of_2(V), HAS_GATE=gate is not None, SIGMOID=act == "sigmoid", num_warps=4)
+            gate.stride(0) if gate is not None else 0, y.stride(0), HV, V, eps,
+            BH=BH, BV=triton.next_power_of_2(V), HAS_GATE=gate is not None, SIGMOID=act == "sigmoid", num_warps=nw)
     return y
 
 
