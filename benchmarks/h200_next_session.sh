@@ -67,6 +67,20 @@ case "${1:-}" in
       timeout 60 python benchmarks/step_breakdown.py --shapes map --batches 64 --modes specla --cuda-csrc \
           --out "$OUT/breakdown_s9c.json" 2>&1 | grep -E "device|conv|chain_verify|norm"
       ;;
+  s9d)  # session 9, call 4 (s9c: all four rows >= 1.5x vs snapshots, map B = 64 at 1.504x): gated norm tiles of ~1024
+        # elements (flame 6x512: 2 heads per program, s9c's 4 were slower there); GPU tests, e2e at both shapes and a
+        # second map B = 64 run
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 60 python -m pytest -q -x tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py 2>&1 | tail -1
+      for tag in s9d s9d-rep; do
+        shapes=map,flame; batches=64,256
+        [ $tag = s9d-rep ] && shapes=map && batches=64
+        timeout 200 python benchmarks/bench_e2e.py --shapes $shapes --batches $batches --ks 4 \
+            --alphas 0.8 --snapshot-ks 4 --cuda-csrc --tag $tag --out "$OUT/e2e_$tag.jsonl" 2>&1 | grep "^{" | \
+            python -c "import sys,json;[print(r['tag'],r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      done
+      ;;
   s8a)  # session 8, call 1 (prepared in session 7, not run): variants 4 / 5, the tensor-core (3xTF32) products /
         # and fold, opt-in (VLLM_SPECLA_CUDA_UT_VAR=4|5): GPU tests (parametrized into the UT tests), kernel and commit A/B
         # against the automatic choice with banks sized to the window, then map B = 64 / 256 end to end with 4 forced
