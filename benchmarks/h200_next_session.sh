@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). State after session 8: benchmarks/RESULTS.md
-# "Session 8". 1 / 2: the regression set and kernel tables; s4a-s4g / s5a-s5f / s6a-s6f / s7a-s7f / s8a-s8f:
+# README/device; the s5* / s6* / s8d-s8f calls need neither). State after session 9: benchmarks/RESULTS.md
+# "Session 9". 1 / 2: the regression set and kernel tables; s4a-s4g / s5a-s5f / s6a-s6f / s7a-s7f / s8a-s8f:
 # the session 4-8 calls as run (s6e = session 6's GPU tests, commit ratios and e2e at its final
 # UT dispatch, s7d session 7's, s8c session 8's e2e; s6a / s6f forced variants that no longer exist: utv5 lanes,
 # UT_VAR 4 / 5 (other layouts); session 7's UT_VAR 4 / 5 were the tensor-core variants, measured in s8a and
@@ -80,6 +80,13 @@ case "${1:-}" in
             --alphas 0.8 --snapshot-ks 4 --cuda-csrc --tag $tag --out "$OUT/e2e_$tag.jsonl" 2>&1 | grep "^{" | \
             python -c "import sys,json;[print(r['tag'],r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       done
+      ;;
+  s9e)  # session 9, run on the machine s9d left warm (the pip line and csrc build of s9d before it): batches 1-256,
+        # K = 2 / 4 and the auto policy after the conv / norm changes
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 330 python benchmarks/bench_e2e.py --shapes map,flame --batches 1,16,64,256 --ks 2,4 --alphas 0.8 \
+          --snapshot-ks "" --auto --cuda-csrc --tag s9e --out "$OUT/e2e_s9e.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['tag'],r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       ;;
   s8a)  # session 8, call 1 (prepared in session 7, not run): variants 4 / 5, the tensor-core (3xTF32) products /
         # and fold, opt-in (VLLM_SPECLA_CUDA_UT_VAR=4|5): GPU tests (parametrized into the UT tests), kernel and commit A/B
