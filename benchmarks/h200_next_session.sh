@@ -7,7 +7,8 @@
 # UT dispatch, s7d session 7's, s8c session 8's e2e; s6a / s6f forced variants that no longer exist: utv5 lanes,
 # UT_VAR 4 / 5 (other layouts); session 7's UT_VAR 4 / 5 were the tensor-core variants, measured in s8a and
 # removed, so s8a's utv4 / utv5 columns cannot be rerun (VLLM_SPECLA_CUDA_UT_VAR=4 / 5 is an error now); s7a's utp5 / cuda_utp5 columns were the register
-# phase 5 now called P5 = 1; s8e's VLLM_SPECLA_UT_PREP=loop form was removed after s8e).
+# phase 5 now called P5 = 1; s8e's VLLM_SPECLA_UT_PREP=loop form was removed after s8e; s9b's e2e ran a conv default of
+# TB = 8 chunks at 1024-channel tiles, replaced after s9b: bench_conv.py still times that config).
 set -u
 case "${1:-}" in
   1)  # correctness of the dispatch paths, then the full e2e grid with the CUDA csrc + UT dispatch
