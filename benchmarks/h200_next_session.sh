@@ -89,6 +89,15 @@ case "${1:-}" in
           --snapshot-ks "" --auto --cuda-csrc --tag s9e --out "$OUT/e2e_s9e.jsonl" 2>&1 | grep "^{" | \
           python -c "import sys,json;[print(r['tag'],r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       ;;
+  s9f)  # session 9, call 5: the UT prep's (I + A)^-1 as the product form of the Neumann series (VLLM_SPECLA_UT_SOLVE=dot:
+        # ceil(log2 T) - 1 squarings and products as dots, instead of T - 2 dependent row passes): GPU tests in both forms,
+        # prep time per form for trees and chains (one process), tree verify vs replay at B = 8 / 32 with "dot"
+      timeout 150 python -m pytest -q -x tests/test_kernel_ut_gpu.py 2>&1 | tail -1  # both forms (autouse fixture)
+      timeout 90 python benchmarks/prof/ut_prep_split.py --solve-ab --batches 8,32,128 --nodes 16,32 \
+          --out "$OUT/solve_ab_s9f.json" 2>&1 | grep -v Warn
+      VLLM_SPECLA_UT_SOLVE=dot timeout 150 python benchmarks/bench_tree.py --batches 8,32 --nodes 16,32 --trees binary,beam4 \
+          --shapes 6x256x512 --pending 0 --budget-s 100 --out "$OUT/tree_s9f.json" 2>&1 | tail -12
+      ;;
   s8a)  # session 8, call 1 (prepared in session 7, not run): variants 4 / 5, the tensor-core (3xTF32) products /
         # and fold, opt-in (VLLM_SPECLA_CUDA_UT_VAR=4|5): GPU tests (parametrized into the UT tests), kernel and commit A/B
         # against the automatic choice with banks sized to the window, then map B = 64 / 256 end to end with 4 forced

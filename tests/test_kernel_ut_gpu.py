@@ -51,6 +51,15 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
 
 
+@pytest.fixture(autouse=True, params=["loop", "dot"])
+def solve(request, monkeypatch):
+    """Every test with both forms of the prep kernel's (I + A)^-1 (``UT_SOLVE``): forward
+    substitution and the product form of the Neumann series."""
+    if HAVE_CUDA or INTERPRET:
+        monkeypatch.setattr(ut, "UT_SOLVE", request.param)
+    return request.param
+
+
 @pytest.fixture
 def big_fast(monkeypatch):
     """Coarser tiles for the big shapes under the interpreter (a no-op on the GPU)."""

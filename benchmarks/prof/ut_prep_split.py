@@ -6,6 +6,11 @@ the slower "loop" form was removed afterwards.)
 
     python benchmarks/prof/ut_prep_split.py --batches 8,32 --nodes 16,32 --out prep_split.json
 
+``--solve-ab``: instead, the prep kernel's two forms of ``(I + A)^-1`` (``UT_SOLVE`` "loop" /
+"dot", session 9) side by side in one process: binary trees of ``--nodes`` and chain windows of
+``--chain-Ts`` tokens (``chain_verify_ut``), prep / V-tile us per form and the norm-wise difference
+of the outputs between the forms.
+
 ``--sweep``: instead, with the default prep form, each V-tile config of ``--configs``
 (``BV/num_warps/KC/num_stages``, through ``CONFIG_OVERRIDE``) and each prep warp count of
 ``--prep-warps`` (``PREP_WARPS`` / ``PREP_WARPS_32``), one at a time against the defaults.
@@ -47,9 +52,13 @@ def main():
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--configs", default="16/1/16/2,16/2/16/2,16/4/16/2,32/2/16/3,32/4/16/2,32/2/32/2,64/4/16/2")
     ap.add_argument("--prep-warps", default="1,2,4,8")
+    ap.add_argument("--solve-ab", action="store_true")
+    ap.add_argument("--chain-Ts", default="5,8,16")
     a = ap.parse_args()
     if a.sweep:
         return sweep(a)
+    if a.solve_ab:
+        return solve_ab(a)
     recs = []
     print(f"{'B':>4} {'N':>3} {'prep us':>8} {'V-tile us':>9} {'other us':>8}")
     for B in map(int, a.batches.split(",")):
@@ -64,20 +73,50 @@ def main():
             json.dump(recs, f, indent=1)
 
 
-def profile(x, kw, reps):
-    """Mean device us per call of (prep, V-tile, other) kernels of tree_verify_ut."""
+def profile(x, kw, reps, fn=None):
+    """Mean device us per call of (prep, V-tile, other) kernels of ``fn`` (tree_verify_ut)."""
+    fn = fn or ut.tree_verify_ut
     for _ in range(3):
-        ut.tree_verify_ut(*x, **kw)
+        fn(*x, **kw)
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
-            ut.tree_verify_ut(*x, **kw)
+            fn(*x, **kw)
         torch.cuda.synchronize()
     t = {"prep": 0.0, "vtile": 0.0, "other": 0.0}
     for e in prof.key_averages():
         us = (e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total) / reps
         t["prep" if "_ut_prep_kernel" in e.key else "vtile" if "_chain_ut_kernel" in e.key else "other"] += us
     return t
+
+
+def solve_ab(a):
+    recs = []
+    print(f"{'B':>4} {'kind':>5} {'N':>3} {'prep loop':>9} {'prep dot':>9} {'V-tile':>7} {'rel diff':>9}")
+    form0 = ut.UT_SOLVE
+    for B in map(int, a.batches.split(",")):
+        for kind, ns in (("tree", a.nodes), ("chain", a.chain_Ts)):
+            for n in map(int, ns.split(",")):
+                x, kw = case(B, n)
+                fn = ut.tree_verify_ut
+                if kind == "chain":
+                    kw = {k: v for k, v in kw.items() if k != "parents"}
+                    fn = ut.chain_verify_ut
+                t, o = {}, {}
+                for form in ("loop", "dot"):
+                    ut.UT_SOLVE = form
+                    t[form] = profile(x, kw, a.reps, fn)
+                    o[form] = fn(*x, **kw)
+                ut.UT_SOLVE = form0
+                diff = float((o["dot"] - o["loop"]).norm() / o["loop"].norm())
+                recs.append(dict(B=B, kind=kind, N=n, prep_loop_us=t["loop"]["prep"], prep_dot_us=t["dot"]["prep"],
+                                 vtile_loop_us=t["loop"]["vtile"], vtile_dot_us=t["dot"]["vtile"], rel_diff=diff,
+                                 gpu=torch.cuda.get_device_name()))
+                print(f"{B:4d} {kind:>5} {n:3d} {t['loop']['prep']:9.1f} {t['dot']['prep']:9.1f} "
+                      f"{t['dot']['vtile']:7.1f} {diff:9.1e}", flush=True)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(recs, f, indent=1)
 
 
 def sweep(a):

@@ -69,6 +69,8 @@ CUDA-graph capturable; configs come from shapes only (:func:`pick_config_ut`).
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -87,6 +89,9 @@ BT_TREE_MAX = 32  # trees of 17-32 nodes run with a 32-node chunk (tree_verify_u
 PREP_WARPS = 1  # warps of the per-(row, head) prep kernel at BT = 16 (its [BT, BT] work stays in one warp)
 PREP_WARPS_32 = 4  # at BT = 32 (each [32, 32] fp32 matrix is 32 registers per thread in one warp)
 PREP_KG = 32  # key-dim chunk of its Gram dots (64 spills at 1 warp)
+# How the prep kernel inverts I + A: "loop" (forward substitution, T - 2 dependent row passes) or
+# "dot" (the product form of the Neumann series, ceil(log2 T) - 1 squarings and products as dots)
+UT_SOLVE = os.environ.get("VLLM_SPECLA_UT_SOLVE", "loop")
 
 # (BV, num_warps, KC, num_stages) by regime. KC: key-dim chunk in which the [BV, K] state tile is
 # streamed through registers (the tile is never whole in registers); num_stages > 1 lets Triton
@@ -143,7 +148,7 @@ def _ut_prep_kernel(
     scale, Tmax, sq, sk, sg, sb,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, KG: tl.constexpr, BT: tl.constexpr,
     HAS_BANK: tl.constexpr, L2NORM: tl.constexpr, PREC: tl.constexpr, HAS_TREE: tl.constexpr,
-    LOG2_BT: tl.constexpr,
+    LOG2_BT: tl.constexpr, SOLVE_DOT: tl.constexpr,
 ):
     """Per ``(value head, row)``: everything of the window that does not touch the state.
 
@@ -235,14 +240,28 @@ def _ut_prep_kernel(
     b_D = tl.exp(tl.where(m_i, b_S, 0.0))
     b_A = tl.where(m_s, b_b[:, None] * b_kk * b_D, 0.0)
     b_W = tl.where(m_i, b_qk * b_D, 0.0)
-    # N = (I + A)^-1 - I row by row: N_i = -A_i - sum_{j<i} A_ij N_j (fla solve_tril); rows 0, 1
-    # of -A are already exact
-    b_N = -b_A
-    for i in range(2, T):
-        b_a = -tl.sum(tl.where(o_t[:, None] == i, b_A, 0.0), 0)  # -A[i, :]
-        b_a = b_a + tl.sum(b_a[:, None] * b_N, 0)
-        b_N = tl.where(o_t[:, None] == i, b_a[None, :], b_N)
-    b_Ti = b_N + tl.where(m_e, 1.0, 0.0)
+    if SOLVE_DOT:
+        # (I + A)^-1 = prod_j (I + (-A)^(2^j)) over 2^j < T: A is strictly lower triangular (ancestors
+        # precede their nodes), so A^T = 0 on a T-token window and the product is the whole Neumann
+        # series sum_{n < T} (-A)^n; ceil(log2 T) - 1 squarings and products (commuting powers of
+        # one matrix) as fp32 FMA dots instead of T - 2 dependent row passes
+        b_P = -b_A
+        b_Ti = b_P + tl.where(m_e, 1.0, 0.0)
+        n_sq = T * 0
+        for j in tl.static_range(1, LOG2_BT + 1):
+            n_sq += ((1 << j) < T).to(n_sq.dtype)
+        for _ in range(n_sq):
+            b_P = tl.dot(b_P, b_P, input_precision="ieee")
+            b_Ti = b_Ti + tl.dot(b_Ti, b_P, input_precision="ieee")
+    else:
+        # N = (I + A)^-1 - I row by row: N_i = -A_i - sum_{j<i} A_ij N_j (fla solve_tril); rows 0, 1
+        # of -A are already exact
+        b_N = -b_A
+        for i in range(2, T):
+            b_a = -tl.sum(tl.where(o_t[:, None] == i, b_A, 0.0), 0)  # -A[i, :]
+            b_a = b_a + tl.sum(b_a[:, None] * b_N, 0)
+            b_N = tl.where(o_t[:, None] == i, b_a[None, :], b_N)
+        b_Ti = b_N + tl.where(m_e, 1.0, 0.0)
 
     p_m = mat_s + (i_r * HV + i_hv) * (2 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
     tl.store(p_m, b_Ti)
@@ -424,7 +443,7 @@ def _launch_ut(
         float(scale), tmax, q.stride(0), k.stride(0), g.stride(0), beta.stride(0),
         H=H, HV=HV, K=K, BK=BK, KG=min(PREP_KG, BK), BT=bt, HAS_BANK=has_bank,
         L2NORM=bool(use_qk_l2norm), PREC=prec, HAS_TREE=parents is not None,
-        LOG2_BT=bt.bit_length() - 1,
+        LOG2_BT=bt.bit_length() - 1, SOLVE_DOT=UT_SOLVE == "dot",
         num_warps=PREP_WARPS if bt == BT else PREP_WARPS_32,
     )
     _chain_ut_kernel[(triton.cdiv(V, BV), HV, R)](
