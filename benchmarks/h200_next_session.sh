@@ -98,6 +98,18 @@ case "${1:-}" in
       VLLM_SPECLA_UT_SOLVE=dot timeout 150 python benchmarks/bench_tree.py --batches 8,32 --nodes 16,32 --trees binary,beam4 \
           --shapes 6x256x512 --pending 0 --budget-s 100 --out "$OUT/tree_s9f.json" 2>&1 | tail -12
       ;;
+  s9g)  # session 9, call 6 (s9f: "dot" faster for trees, 32-node trees at B = 8 8.5-8.7x replay; chains T = 5 slower:
+        # UT_SOLVE "auto" = dot for trees, loop for chains): the review's test fixes (draft windows CPU vs CUDA at
+        # B = 5, trees, the csrc read-only step; conv out_slots with multi-chunk rows), flame's gated norm at one 512-wide
+        # head per program (s9d ran 2) end to end
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 90 python -m pytest -q -x tests/test_decode_runtime_gpu.py tests/test_fused_gpu.py 2>&1 | tail -1
+      timeout 60 python -m pytest -q -x tests/test_kernels_gpu.py -k "conv4" 2>&1 | tail -1
+      timeout 100 python benchmarks/bench_e2e.py --shapes flame --batches 64,256 --ks 4 \
+          --alphas 0.8 --snapshot-ks 4 --cuda-csrc --tag s9g --out "$OUT/e2e_s9g.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['tag'],r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      ;;
   s8a)  # session 8, call 1 (prepared in session 7, not run): variants 4 / 5, the tensor-core (3xTF32) products /
         # and fold, opt-in (VLLM_SPECLA_CUDA_UT_VAR=4|5): GPU tests (parametrized into the UT tests), kernel and commit A/B
         # against the automatic choice with banks sized to the window, then map B = 64 / 256 end to end with 4 forced

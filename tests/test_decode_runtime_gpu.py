@@ -1,10 +1,14 @@
 """The decode runtime on CUDA with the embedded trained pair and its *real* drafts (no acceptance
 control), fp32, CUDA graphs: the GPU kernels of a draft step (``"ar"`` onto scratch slots with
 ``out_slots``, the last step ``"ar_read"`` writing nothing) must draft what the CPU reference path
-drafts. The acceptance-controlled benchmarks replace the drafts and so cannot show a wrong draft.
+drafts. The acceptance-controlled benchmarks replace the drafts and so cannot show a wrong draft,
+and the mean acceptance of this small drafter hardly moves when its last draft position is wrong,
+so the test compares the draft windows themselves, step by step.
 
-Skipped without CUDA. Tolerance: greedy tokens from fp32 logits on two devices; the mean
-acceptance length may differ by a near-tie flip of a draft (0.1 allowed, over 3 rows x 12 steps).
+Skipped without CUDA. Tolerance: greedy tokens from fp32 logits on two devices, so a near-tie may
+flip a draft (and that row's later windows); 90 % of the draft tokens must agree. A wrong draft step
+changes most drafts at its position (measured on the CPU with the last draft step reading a zeroed
+state: 61 %, 75 % and 81 % agreement for K, W = 2, 1 / 4, 1 / 3, 2).
 """
 
 from __future__ import annotations
@@ -23,39 +27,48 @@ def models():
     return load_fla_checkpoint("models/specla-gdn-tiny/target"), load_eagle_drafter("models/specla-gdn-tiny/drafter")
 
 
-@pytest.mark.parametrize("csrc", [False, True])
-@pytest.mark.parametrize("K", [2, 4])
-def test_real_drafts_on_cuda_match_cpu(models, K, csrc, monkeypatch):
-    """``csrc``: with the CUDA csrc op built (``_cpp.load_cuda``), as the benchmarks run, or Triton only."""
-    from vllm_specla.ops import _cpp
-    from vllm_specla.ops import chain_verify as cv
+def _run(tm, dm, dev, B, K, W, steps, prompts):
     from vllm_specla.runtime.decode import DecodeRuntime
     from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget
+
+    tgt = FusedTarget(tm, torch.float32, dev)
+    dr = FusedEagle(dm, tgt, torch.float32, dev)
+    ar = DecodeRuntime(tgt, B, "ar", output_capacity=100)
+    ar.prefill(prompts)
+    ar.run(80)
+    rt = DecodeRuntime(tgt, B, "specla", K, dr, output_capacity=100, tree_width=W)
+    if dev == "cuda":
+        rt.capture()
+    rt.prefill(prompts)
+    windows = [rt.window.cpu().clone()]
+    for _ in range(steps):
+        rt.step()
+        windows.append(rt.window.cpu().clone())
+    return ar.outputs(), rt.outputs(), torch.stack(windows)
+
+
+@pytest.mark.parametrize("csrc", [False, True])
+@pytest.mark.parametrize("K,W", [(2, 1), (4, 1), (3, 2)])
+def test_real_drafts_on_cuda_match_cpu(models, K, W, csrc, monkeypatch):
+    """``csrc``: with the CUDA csrc op built (``_cpp.load_cuda``), as the benchmarks run (B = 5 rows
+    x 4 value heads = 20 (row, head) pairs, above ``CUDA_MIN_PAIRS``, so the read-only last draft
+    step runs the csrc kernel), or Triton only. ``W = 2``: draft trees of two branches."""
+    from vllm_specla.ops import _cpp
+    from vllm_specla.ops import chain_verify as cv
 
     if csrc and not _cpp.load_cuda():
         pytest.skip("the CUDA csrc op did not build")
     monkeypatch.setattr(cv, "USE_CUDA_CSRC", csrc)
-
     tm, dm = models
-    B, steps = 3, 12
+    B, steps = 5, 12
+    assert B * (tm.config.num_v_heads or tm.config.num_heads) > cv.CUDA_MIN_PAIRS
     prompts = torch.randint(3, 8000, (B, 8), generator=torch.Generator().manual_seed(5))
-    res = {}
-    for dev in ("cpu", "cuda"):
-        tgt = FusedTarget(tm, torch.float32, dev)
-        dr = FusedEagle(dm, tgt, torch.float32, dev)
-        ar = DecodeRuntime(tgt, B, "ar", output_capacity=80)
-        ar.prefill(prompts)
-        ar.run(60)
-        rt = DecodeRuntime(tgt, B, "specla", K, dr, output_capacity=80)
-        if dev == "cuda":
-            rt.capture()
-        rt.prefill(prompts)
-        r = rt.run(steps)
-        res[dev] = (ar.outputs(), rt.outputs(), r.mean_acceptance_length)
-    for dev in res:
-        for a, s in zip(res[dev][0], res[dev][1]):
+    res = {dev: _run(tm, dm, dev, B, K, W, steps, prompts) for dev in ("cpu", "cuda")}
+    for dev, (ar_out, sp_out, _) in res.items():
+        for a, s in zip(ar_out, sp_out):
             n = min(len(a), len(s))
-            assert n >= steps and a[:n] == s[:n]  # lossless on each device
-    tau_cpu, tau_gpu = res["cpu"][2], res["cuda"][2]
-    assert tau_cpu > 1.3  # the trained drafter is accepted (a wrong draft step would not be)
-    assert abs(tau_gpu - tau_cpu) <= 0.1, (tau_gpu, tau_cpu)
+            assert n >= steps and a[:n] == s[:n], dev  # lossless on each device
+    w_cpu, w_gpu = res["cpu"][2], res["cuda"][2]
+    drafts = (slice(None), slice(None), slice(1, None))
+    agree = float((w_cpu[drafts] == w_gpu[drafts]).float().mean())
+    assert agree >= 0.9, f"only {agree:.1%} of the draft tokens agree between CPU and CUDA"

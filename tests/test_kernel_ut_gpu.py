@@ -54,7 +54,8 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.fixture(autouse=True, params=["loop", "dot"])
 def solve(request, monkeypatch):
     """Every test with both forms of the prep kernel's (I + A)^-1 (``UT_SOLVE``): forward
-    substitution and the product form of the Neumann series."""
+    substitution and the product form of the Neumann series (the default "auto" picks one of the
+    two per launch: dot for trees, loop for chains)."""
     if HAVE_CUDA or INTERPRET:
         monkeypatch.setattr(ut, "UT_SOLVE", request.param)
     return request.param

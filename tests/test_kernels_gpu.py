@@ -402,6 +402,25 @@ def test_conv4_token_chunks(TB, bank, pending, final, monkeypatch):
         assert torch.equal(cs2, c.conv_state)
 
 
+@pytest.mark.parametrize("TB", [1, 4, 8])
+def test_conv4_token_chunks_out_slots(TB, monkeypatch):
+    """A draft window onto other slots (``out_slots``) with rows of several chunks: the window after
+    each row lands in its out slot, the read slots stay as they were."""
+    monkeypatch.setattr(tc, "_conv4_config", lambda R, C, N: (16, TB, 2))
+    lens = [0, 1, 3, 5, 9, 13]
+    c = Case(SMALL[0], lens, seed=28, S=2 * len(lens) + 1)
+    R = len(lens)
+    read = torch.arange(R, device=c.x.device)
+    out = R + 1 + torch.arange(R, device=c.x.device)
+    cs1, cs2 = c.conv_state.clone(), c.conv_state.clone()
+    cs1[out] = cs1[read]
+    y1 = ref.conv_verify_ref(c.x, c.weight, c.cu, cs1, out, write_final_state=True)
+    y2 = tc.conv_verify(c.x, c.weight, c.cu, cs2, read, write_final_state=True, out_slots=out)
+    assert rel(y2, y1) < TOL
+    assert rel(cs2[out], cs1[out]) < TOL
+    assert torch.equal(cs2[: R + 1], c.conv_state[: R + 1])
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("cdtype", [torch.float32, torch.bfloat16])
 def test_conv_commit_every_prefix(shape, cdtype):

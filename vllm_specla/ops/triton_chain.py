@@ -648,10 +648,11 @@ def _conv4_verify_kernel(
 def _conv4_config(R: int, C: int, N: int) -> tuple[int, int, int]:
     """``(BC, TB, num_warps)`` of :func:`_conv4_verify_kernel` for ``R`` rows, ``C`` channels and
     ``N`` tokens (any ``TB`` is correct: the chunk loop covers every window). Measured on the H200
-    (``bench_conv.py``, C = 6144, conv_s9b.json): 256-channel tiles of 4 warps are fastest at every
-    batch (B = 64 verify 10.4 us against 14.0 us for the 1024-channel tiles used before, B = 256 AR
-    14.6 against 22.7 us); chunks of 4 tokens help only while the grid is small (B = 8 verify 4.8
-    against 5.9 us) and cost time at B >= 64, where enough programs keep loads in flight."""
+    (``bench_conv.py``, C = 6144, benchmarks/conv_h200_s9b.json): 256-channel tiles of 4 warps are
+    fastest at every batch (B = 64 verify 10.4 us against 14.0 us for the 1024-channel tiles used
+    before, B = 256 AR 14.6 against 22.7 us); chunks of 4 tokens help while the grid is small (B = 8
+    verify 4.8 against 5.9 us), cost time at B = 64 (11.2 against 10.4 us), where enough programs
+    keep loads in flight, and are even at B = 256 (35.4 against 36.0 us)."""
     BC = min(256, triton.next_power_of_2(C))
     TB = 4 if N > R and R * triton.cdiv(C, BC) < 528 else 1
     return BC, TB, 4

@@ -89,9 +89,12 @@ BT_TREE_MAX = 32  # trees of 17-32 nodes run with a 32-node chunk (tree_verify_u
 PREP_WARPS = 1  # warps of the per-(row, head) prep kernel at BT = 16 (its [BT, BT] work stays in one warp)
 PREP_WARPS_32 = 4  # at BT = 32 (each [32, 32] fp32 matrix is 32 registers per thread in one warp)
 PREP_KG = 32  # key-dim chunk of its Gram dots (64 spills at 1 warp)
-# How the prep kernel inverts I + A: "loop" (forward substitution, T - 2 dependent row passes) or
-# "dot" (the product form of the Neumann series, ceil(log2 T) - 1 squarings and products as dots)
-UT_SOLVE = os.environ.get("VLLM_SPECLA_UT_SOLVE", "loop")
+# How the prep kernel inverts I + A: "loop" (forward substitution, T - 2 dependent row passes),
+# "dot" (the product form of the Neumann series, ceil(log2 T) - 1 squarings and products as dots),
+# "auto" (dot for trees, loop for chain windows). H200, 6x256x512, prep us loop / dot
+# (benchmarks/solve_ab_h200_s9f.json): trees 16.6 / 15.5 (B = 8, 16 nodes), 35.2 / 23.5 (B = 8,
+# 32 nodes), 146.2 / 104.8 (B = 128, 32 nodes); chains 11.2 / 11.8 (B = 8, T = 5), 11.9 / 11.9 (T = 8).
+UT_SOLVE = os.environ.get("VLLM_SPECLA_UT_SOLVE", "auto")
 
 # (BV, num_warps, KC, num_stages) by regime. KC: key-dim chunk in which the [BV, K] state tile is
 # streamed through registers (the tile is never whole in registers); num_stages > 1 lets Triton
@@ -443,7 +446,7 @@ def _launch_ut(
         float(scale), tmax, q.stride(0), k.stride(0), g.stride(0), beta.stride(0),
         H=H, HV=HV, K=K, BK=BK, KG=min(PREP_KG, BK), BT=bt, HAS_BANK=has_bank,
         L2NORM=bool(use_qk_l2norm), PREC=prec, HAS_TREE=parents is not None,
-        LOG2_BT=bt.bit_length() - 1, SOLVE_DOT=UT_SOLVE == "dot",
+        LOG2_BT=bt.bit_length() - 1, SOLVE_DOT=UT_SOLVE == "dot" or (UT_SOLVE == "auto" and parents is not None),
         num_warps=PREP_WARPS if bt == BT else PREP_WARPS_32,
     )
     _chain_ut_kernel[(triton.cdiv(V, BV), HV, R)](

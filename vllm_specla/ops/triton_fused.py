@@ -68,11 +68,13 @@ def _gated_rms_norm_kernel(o, gate, w, y, so, sg, sy, HV, V, eps, BH: tl.constex
 
 
 def _gated_norm_config(N: int, HV: int, V: int) -> tuple[int, int]:
-    """``(BH, num_warps)`` of :func:`_gated_rms_norm_kernel`: value heads per program and warps.
-    Tiles of about 1024 elements, 4 warps (``bench_norms.py`` on the H200, norms_s9c.json): at
-    8x256 heads and 320 rows (batch 64 x T = 5) 3.2 us against 4.4 us for one head per program;
-    at 6x512 two heads per program are within 3 % of the best config at 64-1280 rows."""
-    BH = max(1, min(triton.next_power_of_2(HV), 1024 // triton.next_power_of_2(V)))
+    """``(BH, num_warps)`` of :func:`_gated_rms_norm_kernel`: value heads per program and warps
+    (``bench_norms.py`` on the H200, benchmarks/norms_h200_s9c.json, us at 64 / 320 / 1280 rows).
+    Heads of <= 256: tiles of ~1024 elements (8x256: BH = 4, 1.94 / 3.23 / 6.94, against 2.02 /
+    4.37 / 9.47 for one head per program). Heads of >= 512: one head per program (6x512: 2.03 /
+    4.16 / 10.16; BH = 2: 2.24 / 4.22 / 9.66; BH = 4: 2.79 / 5.01 / 10.98). 4 warps."""
+    BV = triton.next_power_of_2(V)
+    BH = 1 if BV >= 512 else max(1, min(triton.next_power_of_2(HV), 1024 // BV))
     return BH, 4
 
 
