@@ -55,7 +55,7 @@ case "${1:-}" in
           --out "$OUT/breakdown_s9b.json" 2>&1 | grep -E "device|conv|chain_verify"
       ;;
   s9c)  # session 9, call 3 (s9b: 256-channel conv tiles of 4 warps fastest at every batch, chunks only at B <= 8;
-        # "ar_read": drafter chain kernels 197 -> 133 us per step): the conv config from s9b, the gated norm with BH value
+        # "ar_read": drafter chain kernels 197 -> 171 us per step: 133 Triton + 38 csrc read-only): the conv config from s9b, the gated norm with BH value
         # heads per program; GPU tests, the norm configs side by side, e2e at both shapes, breakdown
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
       python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
