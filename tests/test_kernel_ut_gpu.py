@@ -516,3 +516,78 @@ def test_ut_strided_index_tensors_and_padded_slots():
                            pending_len=torch.cat([c.pending_len, torch.tensor([4, 4], device=DEV)]),
                            read_bank=torch.cat([c.read_bank, c.read_bank]), **kw)
     check((o1, s1, b1), (o2, s2, b2))
+
+
+# ------------------------------------------------------------------------------------------------
+# the split launch (UT_SPLIT: products on the raw q / k beside the prep, on a second stream)
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def split(monkeypatch):
+    monkeypatch.setattr(ut, "UT_SPLIT", True)
+    monkeypatch.setattr(ut, "UT_SPLIT_MAX_PAIRS", 1 << 30)
+
+
+@pytest.mark.parametrize("shape", SMALL)
+@pytest.mark.parametrize("pending", [False, True])
+@pytest.mark.parametrize("forest", [False, True])
+def test_ut_split_tree_vs_sequential_ref(shape, pending, forest, split):
+    """Trees through the split launch: the products of the raw q / k scaled by the prep's l2norm
+    scales give every node's output and factors and the committed state of the reference (the
+    pending commit runs between the fork and the products)."""
+    rng = random.Random(hash((shape, pending, forest, "split")) % 1000)
+    c = Case(shape, LENS, seed=rng.randint(0, 999), pend=PEND)
+    check(*run_tree(c, _trees(rng, LENS, forest), pending=pending))
+
+
+@pytest.mark.parametrize("l2norm", [True, False])
+def test_ut_split_chain_bf16_and_no_l2norm(l2norm, split):
+    """Chain windows through the split launch with bf16 raw q / k (converted in the products
+    kernel) and without the l2norm (the scales are 1 and ``scale``)."""
+    c = Case(SMALL[0], [5, 16, 1, 9], seed=71, dtype=torch.bfloat16, pend=[2, 4, 16, 1])
+    fn = lambda *a, **kw: ut.chain_verify_ut(*a, use_qk_l2norm=l2norm, **kw)  # noqa: E731
+    res_ref, res_ut = run_both(c, pending=True, final=False, fn=fn)
+    if not l2norm:  # the reference with the same setting
+        s1, b1 = c.state.clone(), c.banks()
+        o1 = ref.chain_verify_ref(*c.inputs(), state=s1, bank_k=b1[0], bank_v=b1[1], bank_g=b1[2], scale=c.scale,
+                                  slots=c.slots, cu_seqlens=c.cu, write_bank=c.write_bank,
+                                  pending_len=c.pending_len, read_bank=c.read_bank, use_qk_l2norm=False)
+        res_ref = (o1, s1, b1)
+    check(res_ref, res_ut)
+
+
+def test_ut_split_32_nodes_big_shape(split, big_fast):
+    """32-node trees (``BT = 32``) at a GDN-1.3B head shape through the split launch."""
+    rng = random.Random(12)
+    lens = [32, 20] if not HAVE_CUDA else [32, 20, 17, 32, 5, 9, 32, 1]
+    c = Case(BIG[0], lens, seed=72, Tmax=32, pend=[3, 7] if not HAVE_CUDA else [3, 7, 1, 32, 2, 5, 8, 4])
+    check(*run_tree(c, _trees(rng, lens), pending=True))
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="CUDA graphs need CUDA")
+def test_ut_split_in_cuda_graph(split):
+    """The split launch's fork / join captured in a CUDA graph: replays equal eager calls (the
+    second stream's prep is ordered before the combine kernel in the graph)."""
+    rng = random.Random(13)
+    c = Case(BIG[1], [16, 9, 16, 5], seed=73, pend=[2, 3, 1, 5])
+    par = torch.tensor([p for row in _trees(rng, c.lens) for p in row], dtype=torch.int32, device=DEV)
+    b_e, b_g = c.banks(), c.banks()
+    s_e, s_g = c.state.clone(), c.state.clone()
+    kw = dict(scale=c.scale, slots=c.slots, cu_seqlens=c.cu, parents=par, write_bank=c.write_bank,
+              pending_len=c.pending_len, read_bank=c.read_bank, max_nodes=16)
+    o_e = ut.tree_verify_ut(*c.inputs(), state=s_e, bank_k=b_e[0], bank_v=b_e[1], bank_g=b_e[2], **kw)
+    s_w, b_w = s_g.clone(), [b.clone() for b in b_g]
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up (compiles) on copies
+        ut.tree_verify_ut(*c.inputs(), state=s_w, bank_k=b_w[0], bank_v=b_w[1], bank_g=b_w[2], **kw)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o_g = ut.tree_verify_ut(*c.inputs(), state=s_g, bank_k=b_g[0], bank_v=b_g[1], bank_g=b_g[2], **kw)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel(o_g, o_e) < 1e-6 and rel(s_g, s_e) < 1e-6
+    for x, y in zip(b_g, b_e):
+        assert rel(x, y) < 1e-6

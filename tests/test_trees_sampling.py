@@ -274,3 +274,94 @@ def test_engine_joint_distribution_tiny_vocab_gdn(tmp_path, tree):
     ok, stat, crit = _chi2_ok(counts, exact, N)
     assert ok, f"chi2={stat:.1f} >= {crit:.1f}"
     assert sum(eng.stats.num_accepted) > 0  # drafts were actually accepted along the way
+
+
+def _legacy(runner_cls):
+    """``runner_cls`` with the drafting step of session 8 (the oracle): absorb, copy the committed
+    state to the scratch slot, run every draft step there with the state written."""
+    from vllm_specla.core.state import build_step_plan
+
+    class Legacy(runner_cls):
+        @torch.no_grad()
+        def step(self, rows):
+            all_rows, rows = rows, [r for r in rows if len(r.tokens) > 0]
+            out = {r.slot: [] for r in all_rows}
+            toks = torch.tensor([t for r in rows for t in r.tokens], dtype=torch.int64)
+            feats = torch.cat([r.feats for r in rows]) if rows[0].feats is not None else None
+            plan = build_step_plan([len(r.tokens) for r in rows], [r.slot for r in rows], [True] * len(rows),
+                                   [not r.fresh for r in rows], speculative=False)
+            last = torch.tensor([len(r.tokens) for r in rows]).cumsum(0) - 1
+            f, logits = self._run(toks, feats, plan, last)
+            cur_tok = logits.argmax(-1)
+            live = [i for i, r in enumerate(rows) if r.num_drafts > 0]
+            for i in live:
+                out[rows[i].slot].append(int(cur_tok[i]))
+            steps = max((rows[i].num_drafts for i in live), default=0) - 1
+            if steps > 0:
+                scratch = torch.tensor([rows[i].slot + self.max_requests for i in live])
+                src = torch.tensor([rows[i].slot for i in live])
+                for st in self.states:
+                    st.conv.index_copy_(0, scratch, st.conv.index_select(0, src))
+                    st.ssm.index_copy_(0, scratch, st.ssm.index_select(0, src))
+                tok = cur_tok[torch.tensor(live)]
+                feat = f[last][torch.tensor(live)] if f is not None else None
+                for s in range(steps):
+                    plan = build_step_plan([1] * len(live), scratch, [False] * len(live), [True] * len(live),
+                                           speculative=False)
+                    feat, logits = self._run(tok, feat, plan)
+                    tok = logits.argmax(-1)
+                    for j, i in enumerate(live):
+                        if rows[i].num_drafts > s + 1:
+                            out[rows[i].slot].append(int(tok[j]))
+            return [out[r.slot] for r in all_rows]
+
+    return Legacy
+
+
+@pytest.mark.parametrize("kind", ["eagle", "draft_model"])
+def test_draft_steps_onto_scratch_equal_copy_then_draft(models, prompts, kind):
+    """The drafter's first draft step reads the committed slot and writes the scratch slot
+    (``out_slots``), its last draft step writes nothing (``write_state=False``): the drafts and
+    the committed drafter states equal those of copying the state to the scratch slot first and
+    writing every step (the session 8 scheme), over steps with 0-4 drafts per row."""
+    from vllm_specla.core.drafting import DraftRow
+
+    tgt = models["target"]
+    if kind == "eagle":
+        make = lambda cls: cls.for_target(models["random"], tgt, max_requests=6)  # noqa: E731
+        cls = EagleDrafterRunner
+    else:
+        make = lambda cls: cls(models["same"], max_requests=6)  # noqa: E731
+        cls = DraftModelDrafter
+    new, old = make(cls), make(_legacy(cls))
+    g = torch.Generator().manual_seed(3)
+    D = tgt.config.hidden_size
+    slots = [4, 0, 2, 5]
+    for step in range(5):  # the last step drafts at most 2 tokens: its one draft step reads the committed slot
+        rows = []
+        for i, s in enumerate(slots):
+            n = len(prompts[i]) if step == 0 else 1 + (step + i) % 3
+            toks = prompts[i][:n] if step == 0 else torch.randint(3, 96, (n,), generator=g).tolist()
+            feats = torch.randn(n, D, generator=g) if kind == "eagle" else None
+            nd = (i + step) % 5 if step < 4 else i % 3
+            rows.append(DraftRow(slot=s, tokens=toks, feats=feats, fresh=step == 0, num_drafts=nd))
+        d_new, d_old = new.step(rows), old.step(rows)
+        assert d_new == d_old
+        assert any(len(d) >= (3 if step < 4 else 2) for d in d_new)
+        for a, b in zip(new.states, old.states):
+            torch.testing.assert_close(a.ssm[slots], b.ssm[slots], rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(a.conv[slots], b.conv[slots], rtol=1e-6, atol=1e-6)
+
+
+def test_step_plan_out_slots_and_read_only_are_ar_only():
+    """``out_slots`` / ``write_state=False`` name AR verify rows; with speculative rows or prefill
+    rows in the step they are refused with the field named."""
+    from vllm_specla.core.state import build_step_plan
+
+    plan = build_step_plan([1, 1], [0, 1], [False, False], [True, True], speculative=False, out_slots=[4, 5])
+    assert plan.verify.out_slots.tolist() == [4, 5] and plan.verify.write_state
+    assert not build_step_plan([1], [0], [False], [True], speculative=False, write_state=False).verify.write_state
+    with pytest.raises(ValueError, match="out_slots"):
+        build_step_plan([1], [0], [True], [True], speculative=False, out_slots=[3])
+    with pytest.raises(ValueError, match="write_state"):
+        build_step_plan([1], [0], [False], [True], speculative=True, write_state=False)

@@ -12,8 +12,9 @@ Rollback choice (issue 3): a drafter's *committed* state only ever absorbs commi
 1. **absorb** the inputs committed since the last step (prompt on the first step; afterwards the
    ``a+1`` tokens emitted by the last verify) into the committed drafter slot, as a prefill
    chunk with initial state — the output at the last position gives the first draft;
-2. **speculate** ``K-1`` more drafts autoregressively on a *scratch* slot (a copy of the committed
-   slot), which is simply overwritten next step.
+2. **speculate** ``K-1`` more drafts autoregressively on a *scratch* slot (the first draft step
+   reads the committed slot and writes the scratch slot, ``out_slots``; the last one writes
+   nothing), which is simply overwritten next step.
 
 So rejected drafts never touch the committed drafter state, and nothing needs undoing: the
 drafter recomputes over the accepted tokens (at most ``K+1`` per step) instead of keeping
@@ -108,15 +109,17 @@ class SlotDrafter:
         if steps > 0:
             scratch = torch.tensor([rows[i].slot + self.max_requests for i in live], device=self.device)
             src = torch.tensor([rows[i].slot for i in live], device=self.device)
-            for st in self.states:
-                st.conv.index_copy_(0, scratch, st.conv.index_select(0, src))
-                st.ssm.index_copy_(0, scratch, st.ssm.index_select(0, src))
             idx = torch.tensor(live, device=self.device)
             tok = cur_tok[idx]
             feat = cur_feat[idx] if cur_feat is not None else None
             for s in range(steps):
-                plan = build_step_plan([1] * len(live), scratch, [False] * len(live), [True] * len(live),
-                                       speculative=False, device=self.device)
+                # the first step reads the committed slot and writes the scratch slot (out_slots: no
+                # copy of the state first); later ones run on the scratch slot; the last one only
+                # reads (nothing reads its state) -- as the decode runtime's draft steps
+                first, last = s == 0, s == steps - 1
+                plan = build_step_plan([1] * len(live), src if first else scratch, [False] * len(live),
+                                       [True] * len(live), speculative=False, device=self.device,
+                                       out_slots=scratch if first and not last else None, write_state=not last)
                 f, logits = self._run(tok, feat, plan)
                 tok = logits.argmax(-1)
                 feat = f

@@ -106,7 +106,10 @@ class PrefillRows(RowGroup):
 class VerifyRows(RowGroup):
     """Decode / verify windows (1 + K tokens, state read once, pending factors applied first).
 
-    ``speculative=False`` (AR): the final state is written directly, no factors.
+    ``speculative=False`` (AR): the final state is written directly, no factors; with
+    ``out_slots`` to those slots instead (the read slots are left as they were: a draft step onto
+    scratch slots without copying the state first), and with ``write_state=False`` not at all (a
+    last draft step, whose state nothing reads).
     ``speculative=True``: factors go to ``write_bank``; the state is left at the committed
     point until acceptance (``SlotBook.accept``).
     """
@@ -117,6 +120,8 @@ class VerifyRows(RowGroup):
     write_bank: torch.Tensor | None = None  # [R] int64
     # draft trees: [n_tok] parent position within the row (-1 = root); None = every row a chain
     parents: torch.Tensor | None = None
+    out_slots: torch.Tensor | None = None  # [R] int64, AR rows only: write the final state there
+    write_state: bool = True  # AR rows: False = read the state only (no final state, no factors)
 
 
 @dataclass
@@ -178,6 +183,8 @@ def build_step_plan(
     book: SlotBook | None = None,
     device: torch.device | str = "cpu",
     parents: list[list[int] | None] | None = None,
+    out_slots: list[int] | torch.Tensor | None = None,
+    write_state: bool = True,
 ) -> StepPlan:
     """Build the :class:`StepPlan` of one step from per-row facts (row order = token order).
 
@@ -190,9 +197,18 @@ def build_step_plan(
         slots are taken (and banks flipped), and prefill slots without initial state are reset.
         parents: per row, the draft tree's parent array (window positions, ``-1`` root) or None
         for a chain; only verify rows may be trees.
+        out_slots: per row (AR verify rows only, distinct, none of them a read slot of the step):
+            the slot that receives the row's final state and conv window; the read slot keeps its
+            state (``VerifyRows.out_slots``).
+        write_state: False: AR verify rows only read their state (outputs, nothing written).
     Raises:
-        ValueError: when ``speculative`` and no ``book`` is given.
+        ValueError: when ``speculative`` and no ``book`` is given; ``out_slots`` or
+            ``write_state=False`` with ``speculative`` or with prefill rows.
     """
+    if (out_slots is not None or not write_state) and (speculative or any(bool(x) for x in
+                                                                          torch.as_tensor(is_prefill).tolist())):
+        raise ValueError("out_slots / write_state=False apply to AR verify rows only (speculative=False, "
+                         "no prefill rows)")
     ql = torch.as_tensor(query_lens, dtype=torch.int64).tolist()
     sl = torch.as_tensor(slots, dtype=torch.int64).tolist()
     pf = [bool(x) for x in torch.as_tensor(is_prefill).tolist()]
@@ -247,7 +263,12 @@ def build_step_plan(
                 # AR row on a slot with pending factors (e.g. speculation switched off): fold them in
                 pending, read, _ = book.take_pending(s)
                 book.bank_sel[s] = read  # AR writes no factors: keep the bank selection
-            plan.verify = VerifyRows(tok, cu, s, speculative=False, pending_len=pending, read_bank=read)
+            if (out_slots is not None or not write_state) and pending is not None:
+                raise ValueError("out_slots / write_state=False: the rows' slots hold pending factors")
+            outs = None if out_slots is None else torch.as_tensor(out_slots, dtype=torch.int64).to(device)
+            plan.verify = VerifyRows(tok, cu, s, speculative=False, pending_len=pending, read_bank=read,
+                                     out_slots=None if outs is None else outs[torch.tensor(vrow)],
+                                     write_state=write_state)
         plan.extra["verify_rows"] = vrow
     plan.extra["prefill_rows"] = prow
     return plan

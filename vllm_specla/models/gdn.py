@@ -121,10 +121,11 @@ def gdn_mix(
                 bank_x=state.bank_x, write_bank=vf.write_bank, pending_len=vf.pending_len,
                 read_bank=vf.read_bank, chain=False))
         elif vf is not None:
+            outs = vf.out_slots if vf.write_state else None  # (AR rows: no banks in use)
             put(y, vf.token_idx, conv_verify(
                 pick(x, vf.token_idx), conv_weight, vf.cu_seqlens, state.conv, vf.slots,
-                bank_x=state.bank_x, write_bank=vf.write_bank, pending_len=vf.pending_len,
-                read_bank=vf.read_bank, write_final_state=not vf.speculative))
+                bank_x=state.bank_x if outs is None else None, write_bank=vf.write_bank, pending_len=vf.pending_len,
+                read_bank=vf.read_bank, write_final_state=not vf.speculative and vf.write_state, out_slots=outs))
     q, k, v = torch.split(y, [dims.key_dim, dims.key_dim, dims.value_dim], dim=-1)
     q, k, v = q.reshape(N, H, K), k.reshape(N, H, K), v.reshape(N, HV, V)
     # ---- gated delta rule -----------------------------------------------------------------
@@ -148,13 +149,14 @@ def gdn_mix(
         put(o, idx, o_vf)
     elif vf is not None:
         idx = vf.token_idx
+        outs = vf.out_slots if vf.write_state else None
+        banks = dict(bank_k=state.bank_k, bank_v=state.bank_v, bank_g=state.bank_g) if outs is None else {}
         o_vf = chain_verify(
             pick(q, idx), pick(k, idx), pick(v, idx), pick(g_all, idx), pick(beta_all, idx),
-            scale=dims.scale, state=state.ssm, slots=vf.slots, cu_seqlens=vf.cu_seqlens,
-            bank_k=state.bank_k, bank_v=state.bank_v, bank_g=state.bank_g,
+            scale=dims.scale, state=state.ssm, slots=vf.slots, cu_seqlens=vf.cu_seqlens, **banks,
             write_bank=vf.write_bank if vf.speculative else None,
             pending_len=vf.pending_len, read_bank=vf.read_bank,
-            write_final_state=not vf.speculative)
+            write_final_state=not vf.speculative and vf.write_state, out_slots=outs)
         put(o, idx, o_vf)
     # ---- output norm + gate (fused kernel on CUDA, the reference elsewhere) -----------------
     return fused.gated_rms_norm(o, gate, o_norm_weight, norm_eps, gate_act, x.dtype)

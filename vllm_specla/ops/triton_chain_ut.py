@@ -33,7 +33,8 @@ Per launch:
    state. Norms and the Gram products ``K K^T``, ``Q K^T`` (tensor-core dots over ``KG``-column
    chunks of the raw q/k; the l2norm, eps 1e-6 as fla, and the q scale applied afterwards), the
    decays, ``A[t,u] = beta_t k^_t.k^_u e^{Γ_t-Γ_u}`` (``u`` before ``t`` on its path),
-   ``Tinv = (I + A)^-1`` by forward substitution (fla ``solve_tril``), ``W[t,u] = q^_t.k^_u
+   ``Tinv = (I + A)^-1`` by forward substitution (fla ``solve_tril``; trees: the product form of
+   the Neumann series, :data:`UT_SOLVE`), ``W[t,u] = q^_t.k^_u
    e^{Γ_t-Γ_u}`` (``u`` on the path of ``t``, itself included) and ``e^{Γ_t}``, into a small fp32
    scratch with ``q^``/``k^``; the ``k^`` and ``g`` factors go to the write bank;
 2. ``_chain_ut_kernel``, one program per ``(V-tile, value head, row)``, grid ``(cdiv(V, BV), HV,
@@ -43,6 +44,10 @@ Per launch:
    Bank writers as ``triton_chain``: ``bank_v`` by every V-tile (its slice), ``bank_g`` and
    ``bank_k`` by the prep of the value head (``bank_k``: the first value head of each GVA group),
    one writer per element.
+
+Split launch (:data:`UT_SPLIT`, opt-in, small launches): the products ``M k``, ``M q`` of the raw
+q / k in ``_ut_products_kernel`` beside the prep (second CUDA stream), step 2 then loads and scales
+them instead of forming them.
 
 A chain is the tree whose mask is lower triangular; for a tree (``parents``: row-local parent
 positions, ``-1`` for a root, topological) the prep builds the ancestor matrix and sums decays
@@ -95,6 +100,14 @@ PREP_KG = 32  # key-dim chunk of its Gram dots (64 spills at 1 warp)
 # (benchmarks/solve_ab_h200_s9f.json): trees 16.6 / 15.5 (B = 8, 16 nodes), 35.2 / 23.5 (B = 8,
 # 32 nodes), 146.2 / 104.8 (B = 128, 32 nodes); chains 11.2 / 11.8 (B = 8, T = 5), 11.9 / 11.9 (T = 8).
 UT_SOLVE = os.environ.get("VLLM_SPECLA_UT_SOLVE", "auto")
+# Split launch (opt-in, not yet measured on a GPU): at few (row, value head) pairs, where the prep
+# and V-tile kernels are each latency-bound (B = 8 trees: 15.5 + 15.6 us, RESULTS.md session 9),
+# the state products M k, M q run on the raw q / k (their l2norm scales applied afterwards) in a
+# kernel of their own, concurrently with the prep on a second CUDA stream (after the pending
+# commit); a combine kernel then finishes the window. VLLM_SPECLA_UT_SPLIT=1 turns it on for
+# launches of at most UT_SPLIT_MAX_PAIRS pairs.
+UT_SPLIT = os.environ.get("VLLM_SPECLA_UT_SPLIT", "0") == "1"
+UT_SPLIT_MAX_PAIRS = 64
 
 # (BV, num_warps, KC, num_stages) by regime. KC: key-dim chunk in which the [BV, K] state tile is
 # streamed through registers (the tile is never whole in registers); num_stages > 1 lets Triton
@@ -151,7 +164,7 @@ def _ut_prep_kernel(
     scale, Tmax, sq, sk, sg, sb,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, KG: tl.constexpr, BT: tl.constexpr,
     HAS_BANK: tl.constexpr, L2NORM: tl.constexpr, PREC: tl.constexpr, HAS_TREE: tl.constexpr,
-    LOG2_BT: tl.constexpr, SOLVE_DOT: tl.constexpr,
+    LOG2_BT: tl.constexpr, SOLVE_DOT: tl.constexpr, SPLIT: tl.constexpr,
 ):
     """Per ``(value head, row)``: everything of the window that does not touch the state.
 
@@ -269,14 +282,19 @@ def _ut_prep_kernel(
     p_m = mat_s + (i_r * HV + i_hv) * (2 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
     tl.store(p_m, b_Ti)
     tl.store(p_m + BT * BT, b_W)
-    p_e = vec_s + (i_r * HV + i_hv) * (2 * BT) + o_t
+    p_e = vec_s + (i_r * HV + i_hv) * (4 * BT) + o_t
     tl.store(p_e, eG)
     tl.store(p_e + BT, b_b)
+    if SPLIT:  # the products ran on the raw q / k: their scales for the combine kernel
+        tl.store(p_e + 2 * BT, rk)
+        tl.store(p_e + 3 * BT, rq)
     k_writer = i_hv % G == 0
     if HAS_BANK:
         pw = (slot * 2 + tl.load(write_bank + i_r).to(tl.int64)) * Tmax + o_t  # [BT] bank positions
         mb = mt & (o_t < Tmax)
         tl.store(bank_g + pw * HV + i_hv, b_g, mask=mb)
+    if SPLIT:
+        k_writer = k_writer & HAS_BANK  # no q^ / k^ scratch: only the k^ factors to write
     if k_writer:  # q^, k^ rows t < T to the scratch (and k^ to the bank), second pass over K
         p_qk = qk_s + (i_r * H + i_h) * (2 * BT * K) + o_t[:, None] * K
         for c in range(0, BK // KG):
@@ -286,8 +304,9 @@ def _ut_prep_kernel(
             b_qc = tl.load(q + i_t[:, None] * sq + i_h * K + o_kc[None, :], mask=mtc, other=0.0).to(tl.float32)
             b_kc = tl.load(k + i_t[:, None] * sk + i_h * K + o_kc[None, :], mask=mtc, other=0.0).to(tl.float32)
             b_kc = b_kc * rk[:, None]
-            tl.store(p_qk + o_kc[None, :], b_qc * rq[:, None], mask=mtc)
-            tl.store(p_qk + BT * K + o_kc[None, :], b_kc, mask=mtc)
+            if not SPLIT:
+                tl.store(p_qk + o_kc[None, :], b_qc * rq[:, None], mask=mtc)
+                tl.store(p_qk + BT * K + o_kc[None, :], b_kc, mask=mtc)
             if HAS_BANK:
                 tl.store(bank_k + (pw[:, None] * H + i_h) * K + o_kc[None, :], b_kc, mask=mb[:, None] & mkc)
 
@@ -297,14 +316,17 @@ def _chain_ut_kernel(
     v, o,
     state, slots, cu_seqlens,
     bank_v, write_bank,
-    qk_s, mat_s, vec_s,
+    qk_s, mat_s, vec_s, mm_s,
     Tmax, sv,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     KC: tl.constexpr, NKC: tl.constexpr,
     BV: tl.constexpr, BT: tl.constexpr,
-    HAS_BANK: tl.constexpr, PREC: tl.constexpr,
+    HAS_BANK: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr,
 ):
-    """Per ``(V-tile, value head, row)``: the state part of the window (see the module docstring)."""
+    """Per ``(V-tile, value head, row)``: the state part of the window (see the module docstring).
+    ``SPLIT``: the products ``M k``, ``M q`` of the raw q / k come from ``mm_s``
+    (:func:`_ut_products_kernel`) and are scaled here by the prep's l2norm scales (the combine kernel
+    of the split launch)."""
     i_v = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_r = tl.program_id(2)
@@ -325,24 +347,30 @@ def _chain_ut_kernel(
     p_st = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K  # [BV, 1] row pointers of the tile
     p_qk = qk_s + (i_r * H + i_h) * (2 * BT * K) + o_t[None, :] * K  # [1, BT]: q^ rows (k^ at + BT*K)
 
-    # ---- one pass over K-chunks of the slot's state M: M k^, M q^ (tensor cores) ----
-    b_mk = tl.zeros([BV, BT], dtype=tl.float32)
-    b_mq = tl.zeros([BV, BT], dtype=tl.float32)
-    for kc in range(0, NKC):
-        o_k = kc * KC + o_c
-        mk = o_k < K
-        mh = mv[:, None] & mk[None, :]
-        b_h = tl.load(p_st + o_k[None, :], mask=mh, other=0.0)  # [BV, KC]
-        mkt = mk[:, None] & mt[None, :]  # [KC, BT]: q^/k^ loaded transposed (dot B operands)
-        b_qT = tl.load(p_qk + o_k[:, None], mask=mkt, other=0.0)
-        b_kT = tl.load(p_qk + BT * K + o_k[:, None], mask=mkt, other=0.0)
-        b_mk += _mm(b_h, b_kT, PREC)
-        b_mq += _mm(b_h, b_qT, PREC)
+    p_e = vec_s + (i_r * HV + i_hv) * (4 * BT) + o_t
+    if SPLIT:  # products of the raw q / k (_ut_products_kernel), scaled by the l2norm scales
+        p_mm = mm_s + (i_r * HV + i_hv) * (2 * V * BT) + o_v[:, None] * BT + o_t[None, :]
+        mvt = mv[:, None] & (o_t[None, :] < BT)
+        b_mk = tl.load(p_mm, mask=mvt, other=0.0) * tl.load(p_e + 2 * BT)[None, :]
+        b_mq = tl.load(p_mm + V * BT, mask=mvt, other=0.0) * tl.load(p_e + 3 * BT)[None, :]
+    else:
+        # ---- one pass over K-chunks of the slot's state M: M k^, M q^ (tensor cores) ----
+        b_mk = tl.zeros([BV, BT], dtype=tl.float32)
+        b_mq = tl.zeros([BV, BT], dtype=tl.float32)
+        for kc in range(0, NKC):
+            o_k = kc * KC + o_c
+            mk = o_k < K
+            mh = mv[:, None] & mk[None, :]
+            b_h = tl.load(p_st + o_k[None, :], mask=mh, other=0.0)  # [BV, KC]
+            mkt = mk[:, None] & mt[None, :]  # [KC, BT]: q^/k^ loaded transposed (dot B operands)
+            b_qT = tl.load(p_qk + o_k[:, None], mask=mkt, other=0.0)
+            b_kT = tl.load(p_qk + BT * K + o_k[:, None], mask=mkt, other=0.0)
+            b_mk += _mm(b_h, b_kT, PREC)
+            b_mq += _mm(b_h, b_qT, PREC)
     p_m = mat_s + (i_r * HV + i_hv) * (2 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
     # ---- the window on [BV, BT] tiles (ALGORITHMS.md §4, chain mask) ----
     b_Ti = tl.load(p_m)
     b_W = tl.load(p_m + BT * BT)
-    p_e = vec_s + (i_r * HV + i_hv) * (2 * BT) + o_t
     eG = tl.load(p_e)
     b_b = tl.load(p_e + BT)
     b_vT = tl.load(v + i_t[None, :] * sv + i_hv * V + o_v[:, None],
@@ -355,6 +383,61 @@ def _chain_ut_kernel(
         mb = mt & (o_t < Tmax)
         pw = (slot * 2 + tl.load(write_bank + i_r).to(tl.int64)) * Tmax + o_t
         tl.store(bank_v + (pw[None, :] * HV + i_hv) * V + o_v[:, None], b_x, mask=mv[:, None] & mb[None, :])
+
+
+@triton.jit
+def _ut_products_kernel(
+    q, k, state, slots, cu_seqlens, mm_s, sq, sk,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    KC: tl.constexpr, NKC: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr,
+):
+    """Per ``(V-tile, value head, row)`` of the split launch: ``M k_t`` and ``M q_t`` of the *raw*
+    (not l2-normalised, unscaled) window rows ``t < T`` against the slot's state ``M`` (one pass over
+    ``[BV, KC]`` chunks, tensor-core dots as :func:`_chain_ut_kernel`), to ``mm_s[r, hv, 0/1]``
+    (``[V, BT]`` fp32; columns ``t >= T`` zero). Needs nothing of the prep kernel, so it runs beside it."""
+    i_v = tl.program_id(0)
+    i_hv = tl.program_id(1)
+    i_r = tl.program_id(2)
+    G: tl.constexpr = HV // H
+    i_h = i_hv // G
+    bos = tl.load(cu_seqlens + i_r).to(tl.int64)
+    eos = tl.load(cu_seqlens + i_r + 1).to(tl.int64)
+    slot = tl.load(slots + i_r).to(tl.int64)
+    T = tl.minimum(eos - bos, BT)
+    o_v = i_v * BV + tl.arange(0, BV)
+    mv = o_v < V
+    o_c = tl.arange(0, KC)
+    o_t = tl.arange(0, BT)
+    mt = o_t < T
+    i_t = bos + o_t
+    p_st = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K
+    b_mk = tl.zeros([BV, BT], dtype=tl.float32)
+    b_mq = tl.zeros([BV, BT], dtype=tl.float32)
+    for kc in range(0, NKC):
+        o_k = kc * KC + o_c
+        mk = o_k < K
+        b_h = tl.load(p_st + o_k[None, :], mask=mv[:, None] & mk[None, :], other=0.0)  # [BV, KC]
+        mkt = mk[:, None] & mt[None, :]  # [KC, BT]: raw q / k rows loaded transposed
+        b_qT = tl.load(q + i_t[None, :] * sq + i_h * K + o_k[:, None], mask=mkt, other=0.0).to(tl.float32)
+        b_kT = tl.load(k + i_t[None, :] * sk + i_h * K + o_k[:, None], mask=mkt, other=0.0).to(tl.float32)
+        b_mk += _mm(b_h, b_kT, PREC)
+        b_mq += _mm(b_h, b_qT, PREC)
+    p_mm = mm_s + (i_r * HV + i_hv) * (2 * V * BT) + o_v[:, None] * BT + o_t[None, :]
+    m2 = mv[:, None] & (o_t[None, :] < BT)
+    tl.store(p_mm, b_mk, mask=m2)
+    tl.store(p_mm + V * BT, b_mq, mask=m2)
+
+
+_SIDE_STREAMS: dict = {}
+
+
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    """One second stream per device for the split launch (created once: also usable inside a
+    CUDA-graph capture, where the fork / join below become graph edges)."""
+    key = torch.device(device).index
+    if key not in _SIDE_STREAMS:
+        _SIDE_STREAMS[key] = torch.cuda.Stream(device=device)
+    return _SIDE_STREAMS[key]
 
 
 def _check_windows(cu_seqlens: torch.Tensor, tmax: int | None, chunk: int | None) -> None:
@@ -432,31 +515,55 @@ def _launch_ut(
     BV, nw, KC, ns = tuple(config) if config is not None else pick_config_ut(R, HV, V, K, N / R)
     KC = min(KC, BK)
     prec = _PREC_CODE[precision or DOT_PRECISION]
+    split = UT_SPLIT and R * HV <= UT_SPLIT_MAX_PAIRS
+    # per-(row, head) scratch of the prep kernel (fp32): q^/k^ rows (not in the split launch),
+    # Tinv/W, e^Γ/beta (and the l2norm scales of k / q in the split launch)
+    qk_s = dummy if split else torch.empty(R, H, 2, bt, K, dtype=torch.float32, device=v.device)
+    mat_s = torch.empty(R, HV, 2, bt, bt, dtype=torch.float32, device=v.device)
+    vec_s = torch.empty(R, HV, 4, bt, dtype=torch.float32, device=v.device)
+    mm_s = torch.empty(R, HV, 2, V, bt, dtype=torch.float32, device=v.device) if split else dummy
+    wb_ = write_bank if has_bank else slots
+    grid = (triton.cdiv(V, BV), HV, R)
+
+    def prep():
+        _ut_prep_kernel[(HV, R)](
+            q, k, g, beta, slots, cu_seqlens, parents if parents is not None else slots,
+            bank_k if has_bank else dummy, bank_g if has_bank else dummy, wb_,
+            qk_s, mat_s, vec_s,
+            float(scale), tmax, q.stride(0), k.stride(0), g.stride(0), beta.stride(0),
+            H=H, HV=HV, K=K, BK=BK, KG=min(PREP_KG, BK), BT=bt, HAS_BANK=has_bank,
+            L2NORM=bool(use_qk_l2norm), PREC=prec, HAS_TREE=parents is not None,
+            LOG2_BT=bt.bit_length() - 1, SOLVE_DOT=UT_SOLVE == "dot" or (UT_SOLVE == "auto" and parents is not None),
+            SPLIT=split, num_warps=PREP_WARPS if bt == BT else PREP_WARPS_32,
+        )
+
+    side = _side_stream(v.device) if split and v.is_cuda else None
+    if side is not None:  # the prep beside the pending commit and the products (fork)
+        side.wait_stream(torch.cuda.current_stream(v.device))
+        with torch.cuda.stream(side):
+            prep()
     if has_pending:  # deferred commit of the pending factors: the recover kernel, then verify
         _tr.recover(state, slots[:R], bank_k, bank_v, bank_g, read_bank[:R], pending_len[:R])
-    # per-(row, head) scratch of the prep kernel (fp32): q^/k^ rows, Tinv/W, e^Γ/beta
-    qk_s = torch.empty(R, H, 2, bt, K, dtype=torch.float32, device=v.device)
-    mat_s = torch.empty(R, HV, 2, bt, bt, dtype=torch.float32, device=v.device)
-    vec_s = torch.empty(R, HV, 2, bt, dtype=torch.float32, device=v.device)
-    wb_ = write_bank if has_bank else slots
-    _ut_prep_kernel[(HV, R)](
-        q, k, g, beta, slots, cu_seqlens, parents if parents is not None else slots,
-        bank_k if has_bank else dummy, bank_g if has_bank else dummy, wb_,
-        qk_s, mat_s, vec_s,
-        float(scale), tmax, q.stride(0), k.stride(0), g.stride(0), beta.stride(0),
-        H=H, HV=HV, K=K, BK=BK, KG=min(PREP_KG, BK), BT=bt, HAS_BANK=has_bank,
-        L2NORM=bool(use_qk_l2norm), PREC=prec, HAS_TREE=parents is not None,
-        LOG2_BT=bt.bit_length() - 1, SOLVE_DOT=UT_SOLVE == "dot" or (UT_SOLVE == "auto" and parents is not None),
-        num_warps=PREP_WARPS if bt == BT else PREP_WARPS_32,
-    )
-    _chain_ut_kernel[(triton.cdiv(V, BV), HV, R)](
+    if not split:
+        prep()
+    else:
+        _ut_products_kernel[grid](
+            q, k, state, slots, cu_seqlens, mm_s, q.stride(0), k.stride(0),
+            H=H, HV=HV, K=K, V=V, KC=KC, NKC=BK // KC, BV=BV, BT=bt, PREC=prec,
+            num_warps=nw, num_stages=ns,
+        )
+        if side is None:
+            prep()  # no second stream (the CPU interpreter): one after the other
+        else:
+            torch.cuda.current_stream(v.device).wait_stream(side)  # join
+    _chain_ut_kernel[grid](
         v, o,
         state, slots, cu_seqlens,
         bank_v if has_bank else dummy, wb_,
-        qk_s, mat_s, vec_s,
+        qk_s, mat_s, vec_s, mm_s,
         tmax, v.stride(0),
         H=H, HV=HV, K=K, V=V, KC=KC, NKC=BK // KC, BV=BV, BT=bt,
-        HAS_BANK=has_bank, PREC=prec,
+        HAS_BANK=has_bank, PREC=prec, SPLIT=split,
         num_warps=nw, num_stages=ns,
     )
     return o
