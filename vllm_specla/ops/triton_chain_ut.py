@@ -160,7 +160,7 @@ def _mm(a, b, PREC: tl.constexpr):
 def _ut_prep_kernel(
     q, k, g, beta, slots, cu_seqlens, parents,
     bank_k, bank_g, write_bank,
-    qk_s, mat_s, vec_s,
+    qk_s, mat_s, vec_s, sc_s,
     scale, Tmax, sq, sk, sg, sb,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, KG: tl.constexpr, BT: tl.constexpr,
     HAS_BANK: tl.constexpr, L2NORM: tl.constexpr, PREC: tl.constexpr, HAS_TREE: tl.constexpr,
@@ -282,12 +282,13 @@ def _ut_prep_kernel(
     p_m = mat_s + (i_r * HV + i_hv) * (2 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
     tl.store(p_m, b_Ti)
     tl.store(p_m + BT * BT, b_W)
-    p_e = vec_s + (i_r * HV + i_hv) * (4 * BT) + o_t
+    p_e = vec_s + (i_r * HV + i_hv) * (2 * BT) + o_t
     tl.store(p_e, eG)
     tl.store(p_e + BT, b_b)
     if SPLIT:  # the products ran on the raw q / k: their scales for the combine kernel
-        tl.store(p_e + 2 * BT, rk)
-        tl.store(p_e + 3 * BT, rq)
+        p_sc = sc_s + (i_r * HV + i_hv) * (2 * BT) + o_t
+        tl.store(p_sc, rk)
+        tl.store(p_sc + BT, rq)
     k_writer = i_hv % G == 0
     if HAS_BANK:
         pw = (slot * 2 + tl.load(write_bank + i_r).to(tl.int64)) * Tmax + o_t  # [BT] bank positions
@@ -312,11 +313,33 @@ def _ut_prep_kernel(
 
 
 @triton.jit
+def _state_products(p_st, p_kT, p_qT, mv, mt, K, KC: tl.constexpr, NKC: tl.constexpr, BV: tl.constexpr,
+                    BT: tl.constexpr, PREC: tl.constexpr):
+    """``(M k_t, M q_t)`` for the window rows ``t`` (``[BV, BT]`` fp32 each) in one pass over
+    ``[BV, KC]`` chunks of the state tile (``p_st``: ``[BV, 1]`` row pointers), tensor-core dots;
+    ``p_kT`` / ``p_qT``: ``[1, BT]`` pointers to key 0 of each row's k / q (unit key stride)."""
+    o_c = tl.arange(0, KC)
+    b_mk = tl.zeros([BV, BT], dtype=tl.float32)
+    b_mq = tl.zeros([BV, BT], dtype=tl.float32)
+    for kc in range(0, NKC):
+        o_k = kc * KC + o_c
+        mk = o_k < K
+        mh = mv[:, None] & mk[None, :]
+        b_h = tl.load(p_st + o_k[None, :], mask=mh, other=0.0)  # [BV, KC]
+        mkt = mk[:, None] & mt[None, :]  # [KC, BT]: q / k loaded transposed (dot B operands)
+        b_qT = tl.load(p_qT + o_k[:, None], mask=mkt, other=0.0).to(tl.float32)
+        b_kT = tl.load(p_kT + o_k[:, None], mask=mkt, other=0.0).to(tl.float32)
+        b_mk += _mm(b_h, b_kT, PREC)
+        b_mq += _mm(b_h, b_qT, PREC)
+    return b_mk, b_mq
+
+
+@triton.jit
 def _chain_ut_kernel(
     v, o,
     state, slots, cu_seqlens,
     bank_v, write_bank,
-    qk_s, mat_s, vec_s, mm_s,
+    qk_s, mat_s, vec_s, mm_s, sc_s,
     Tmax, sv,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     KC: tl.constexpr, NKC: tl.constexpr,
@@ -340,37 +363,26 @@ def _chain_ut_kernel(
 
     o_v = i_v * BV + tl.arange(0, BV)
     mv = o_v < V
-    o_c = tl.arange(0, KC)  # key index inside a K-chunk of the state
     o_t = tl.arange(0, BT)
     mt = o_t < T
     i_t = bos + o_t  # [BT] token index
     p_st = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K  # [BV, 1] row pointers of the tile
     p_qk = qk_s + (i_r * H + i_h) * (2 * BT * K) + o_t[None, :] * K  # [1, BT]: q^ rows (k^ at + BT*K)
 
-    p_e = vec_s + (i_r * HV + i_hv) * (4 * BT) + o_t
     if SPLIT:  # products of the raw q / k (_ut_products_kernel), scaled by the l2norm scales
         p_mm = mm_s + (i_r * HV + i_hv) * (2 * V * BT) + o_v[:, None] * BT + o_t[None, :]
+        p_sc = sc_s + (i_r * HV + i_hv) * (2 * BT) + o_t
         mvt = mv[:, None] & (o_t[None, :] < BT)
-        b_mk = tl.load(p_mm, mask=mvt, other=0.0) * tl.load(p_e + 2 * BT)[None, :]
-        b_mq = tl.load(p_mm + V * BT, mask=mvt, other=0.0) * tl.load(p_e + 3 * BT)[None, :]
+        b_mk = tl.load(p_mm, mask=mvt, other=0.0) * tl.load(p_sc)[None, :]
+        b_mq = tl.load(p_mm + V * BT, mask=mvt, other=0.0) * tl.load(p_sc + BT)[None, :]
     else:
         # ---- one pass over K-chunks of the slot's state M: M k^, M q^ (tensor cores) ----
-        b_mk = tl.zeros([BV, BT], dtype=tl.float32)
-        b_mq = tl.zeros([BV, BT], dtype=tl.float32)
-        for kc in range(0, NKC):
-            o_k = kc * KC + o_c
-            mk = o_k < K
-            mh = mv[:, None] & mk[None, :]
-            b_h = tl.load(p_st + o_k[None, :], mask=mh, other=0.0)  # [BV, KC]
-            mkt = mk[:, None] & mt[None, :]  # [KC, BT]: q^/k^ loaded transposed (dot B operands)
-            b_qT = tl.load(p_qk + o_k[:, None], mask=mkt, other=0.0)
-            b_kT = tl.load(p_qk + BT * K + o_k[:, None], mask=mkt, other=0.0)
-            b_mk += _mm(b_h, b_kT, PREC)
-            b_mq += _mm(b_h, b_qT, PREC)
+        b_mk, b_mq = _state_products(p_st, p_qk + BT * K, p_qk, mv, mt, K, KC, NKC, BV, BT, PREC)
     p_m = mat_s + (i_r * HV + i_hv) * (2 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
     # ---- the window on [BV, BT] tiles (ALGORITHMS.md §4, chain mask) ----
     b_Ti = tl.load(p_m)
     b_W = tl.load(p_m + BT * BT)
+    p_e = vec_s + (i_r * HV + i_hv) * (2 * BT) + o_t
     eG = tl.load(p_e)
     b_b = tl.load(p_e + BT)
     b_vT = tl.load(v + i_t[None, :] * sv + i_hv * V + o_v[:, None],
@@ -406,22 +418,12 @@ def _ut_products_kernel(
     T = tl.minimum(eos - bos, BT)
     o_v = i_v * BV + tl.arange(0, BV)
     mv = o_v < V
-    o_c = tl.arange(0, KC)
     o_t = tl.arange(0, BT)
     mt = o_t < T
     i_t = bos + o_t
     p_st = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K
-    b_mk = tl.zeros([BV, BT], dtype=tl.float32)
-    b_mq = tl.zeros([BV, BT], dtype=tl.float32)
-    for kc in range(0, NKC):
-        o_k = kc * KC + o_c
-        mk = o_k < K
-        b_h = tl.load(p_st + o_k[None, :], mask=mv[:, None] & mk[None, :], other=0.0)  # [BV, KC]
-        mkt = mk[:, None] & mt[None, :]  # [KC, BT]: raw q / k rows loaded transposed
-        b_qT = tl.load(q + i_t[None, :] * sq + i_h * K + o_k[:, None], mask=mkt, other=0.0).to(tl.float32)
-        b_kT = tl.load(k + i_t[None, :] * sk + i_h * K + o_k[:, None], mask=mkt, other=0.0).to(tl.float32)
-        b_mk += _mm(b_h, b_kT, PREC)
-        b_mq += _mm(b_h, b_qT, PREC)
+    b_mk, b_mq = _state_products(p_st, k + i_t[None, :] * sk + i_h * K, q + i_t[None, :] * sq + i_h * K,
+                                 mv, mt, K, KC, NKC, BV, BT, PREC)
     p_mm = mm_s + (i_r * HV + i_hv) * (2 * V * BT) + o_v[:, None] * BT + o_t[None, :]
     m2 = mv[:, None] & (o_t[None, :] < BT)
     tl.store(p_mm, b_mk, mask=m2)
@@ -517,10 +519,11 @@ def _launch_ut(
     prec = _PREC_CODE[precision or DOT_PRECISION]
     split = UT_SPLIT and R * HV <= UT_SPLIT_MAX_PAIRS
     # per-(row, head) scratch of the prep kernel (fp32): q^/k^ rows (not in the split launch),
-    # Tinv/W, e^Γ/beta (and the l2norm scales of k / q in the split launch)
+    # Tinv/W, e^Γ/beta; in the split launch the l2norm scales of k / q (sc_s) and the products (mm_s)
     qk_s = dummy if split else torch.empty(R, H, 2, bt, K, dtype=torch.float32, device=v.device)
     mat_s = torch.empty(R, HV, 2, bt, bt, dtype=torch.float32, device=v.device)
-    vec_s = torch.empty(R, HV, 4, bt, dtype=torch.float32, device=v.device)
+    vec_s = torch.empty(R, HV, 2, bt, dtype=torch.float32, device=v.device)
+    sc_s = torch.empty(R, HV, 2, bt, dtype=torch.float32, device=v.device) if split else dummy
     mm_s = torch.empty(R, HV, 2, V, bt, dtype=torch.float32, device=v.device) if split else dummy
     wb_ = write_bank if has_bank else slots
     grid = (triton.cdiv(V, BV), HV, R)
@@ -529,7 +532,7 @@ def _launch_ut(
         _ut_prep_kernel[(HV, R)](
             q, k, g, beta, slots, cu_seqlens, parents if parents is not None else slots,
             bank_k if has_bank else dummy, bank_g if has_bank else dummy, wb_,
-            qk_s, mat_s, vec_s,
+            qk_s, mat_s, vec_s, sc_s,
             float(scale), tmax, q.stride(0), k.stride(0), g.stride(0), beta.stride(0),
             H=H, HV=HV, K=K, BK=BK, KG=min(PREP_KG, BK), BT=bt, HAS_BANK=has_bank,
             L2NORM=bool(use_qk_l2norm), PREC=prec, HAS_TREE=parents is not None,
@@ -560,7 +563,7 @@ def _launch_ut(
         v, o,
         state, slots, cu_seqlens,
         bank_v if has_bank else dummy, wb_,
-        qk_s, mat_s, vec_s, mm_s,
+        qk_s, mat_s, vec_s, mm_s, sc_s,
         tmax, v.stride(0),
         H=H, HV=HV, K=K, V=V, KC=KC, NKC=BK // KC, BV=BV, BT=bt,
         HAS_BANK=has_bank, PREC=prec, SPLIT=split,
