@@ -23,15 +23,20 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
-  s10a)  # session 10, call 1 (prepared in session 9, not run): the UT split launch (VLLM_SPECLA_UT_SPLIT=1: the state
+  s10a)  # session 10, call 1 (prepared in session 9, not run): the blocked log-depth (I + A)^-1 of the UT prep
+        # (VLLM_SPECLA_UT_SOLVE=dot; s9f's Neumann form, same dot count, was withdrawn as unstable) and the UT split
+        # launch (VLLM_SPECLA_UT_SPLIT=1: the state
         # products of the raw q / k beside the prep on a second stream, then a combine kernel), for B = 8 trees
         # (16 nodes: 7.4-7.5x replay in s9f, 8x needs <= 31.3 us of 33.5-33.9): GPU tests (split vs the references,
-        # fork / join inside a CUDA graph), then trees vs replay with and without the split, B = 8 / 32
-      timeout 150 python -m pytest -q -x tests/test_kernel_ut_gpu.py -k "split or graph" 2>&1 | tail -1
+        # fork / join inside a CUDA graph), then trees vs replay with and without the split, B = 8 / 32 (B = 32 is a
+        # control: 192 (row, head) pairs > UT_SPLIT_MAX_PAIRS, so the split does not apply there)
+      timeout 150 python -m pytest -q -x tests/test_kernel_ut_gpu.py 2>&1 | tail -1  # both solve forms, split, graphs
+      timeout 90 python benchmarks/prof/ut_prep_split.py --solve-ab --batches 8,32,128 --nodes 16,32 \
+          --out "$OUT/solve_ab_s10a.json" 2>&1 | grep -v Warn
       for sp in 0 1; do
-        VLLM_SPECLA_UT_SPLIT=$sp timeout 150 python benchmarks/bench_tree.py --batches 8,32 --nodes 16,32 \
-            --trees binary,beam4 --shapes 6x256x512 --pending 0 --budget-s 100 --out "$OUT/tree_s10a_split$sp.json" 2>&1 | \
-            grep -E "^B=|worst"
+        VLLM_SPECLA_UT_SOLVE=dot VLLM_SPECLA_UT_SPLIT=$sp timeout 150 python benchmarks/bench_tree.py --batches 8,32 \
+            --nodes 16,32 --trees binary,beam4 --shapes 6x256x512 --pending 0 --budget-s 100 \
+            --out "$OUT/tree_s10a_split$sp.json" 2>&1 | grep -E "^B=|worst"
       done
       ;;
   s9a)  # session 9, call 1 (prepared in session 8, not run): out_slots (the runtime's first draft step writes the

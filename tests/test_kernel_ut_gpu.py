@@ -54,8 +54,7 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.fixture(autouse=True, params=["loop", "dot"])
 def solve(request, monkeypatch):
     """Every test with both forms of the prep kernel's (I + A)^-1 (``UT_SOLVE``): forward
-    substitution and the product form of the Neumann series (the default "auto" picks one of the
-    two per launch: dot for trees, loop for chains)."""
+    substitution (the default) and the blocked log-depth form."""
     if HAVE_CUDA or INTERPRET:
         monkeypatch.setattr(ut, "UT_SOLVE", request.param)
     return request.param
@@ -591,3 +590,19 @@ def test_ut_split_in_cuda_graph(split):
     assert rel(o_g, o_e) < 1e-6 and rel(s_g, s_e) < 1e-6
     for x, y in zip(b_g, b_e):
         assert rel(x, y) < 1e-6
+
+
+@pytest.mark.parametrize("n", [16, 32])
+def test_ut_tree_deep_chain_strong_coupling(n):
+    """A chain-shaped tree of ``n`` nodes whose keys are nearly parallel, ``beta`` ~ 1 and decay ~ 0:
+    ``A`` is close to the all-ones strictly lower matrix, so every power ``A^j`` up to ``j = n - 1``
+    matters in ``(I + A)^-1``; both forms (the ``solve`` fixture) must give the reference (a product
+    form that stops one doubling short leaves out ``A^8 .. A^15``)."""
+    c = Case(SMALL[0], [n, 3], seed=81, Tmax=32, pend=[0, 0])
+    base = torch.randn(1, 1, c.k.shape[-1], generator=torch.Generator().manual_seed(82)).to(DEV)
+    c.k = base + 0.02 * c.k  # nearly parallel keys
+    c.q = base + 0.5 * c.q
+    c.beta = torch.full_like(c.beta, 0.98)
+    c.g = torch.full_like(c.g, -1e-3)
+    parents = [list(range(-1, n - 1)), [-1, 0, 1]]
+    check(*run_tree(c, parents, pending=False))

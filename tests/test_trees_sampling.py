@@ -361,7 +361,15 @@ def test_step_plan_out_slots_and_read_only_are_ar_only():
     plan = build_step_plan([1, 1], [0, 1], [False, False], [True, True], speculative=False, out_slots=[4, 5])
     assert plan.verify.out_slots.tolist() == [4, 5] and plan.verify.write_state
     assert not build_step_plan([1], [0], [False], [True], speculative=False, write_state=False).verify.write_state
-    with pytest.raises(ValueError, match="out_slots"):
+    with pytest.raises(ValueError, match="AR verify rows only"):
         build_step_plan([1], [0], [True], [True], speculative=False, out_slots=[3])
-    with pytest.raises(ValueError, match="write_state"):
+    with pytest.raises(ValueError, match="AR verify rows only"):
         build_step_plan([1], [0], [False], [True], speculative=True, write_state=False)
+    # a slot with pending factors: refused before they are taken (nothing lost)
+    from vllm_specla.core.state import SlotBook
+
+    book = SlotBook(4)
+    book.pending_len[0] = 3
+    with pytest.raises(ValueError, match="pending factors"):
+        build_step_plan([1], [0], [False], [True], speculative=False, book=book, write_state=False)
+    assert int(book.pending_len[0]) == 3

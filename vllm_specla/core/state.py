@@ -260,11 +260,11 @@ def build_step_plan(
         else:
             pending = read = None
             if book is not None and bool((book.pending_len[s] > 0).any()):
+                if out_slots is not None or not write_state:  # before take_pending: nothing is lost
+                    raise ValueError("out_slots / write_state=False: the rows' slots hold pending factors")
                 # AR row on a slot with pending factors (e.g. speculation switched off): fold them in
                 pending, read, _ = book.take_pending(s)
                 book.bank_sel[s] = read  # AR writes no factors: keep the bank selection
-            if (out_slots is not None or not write_state) and pending is not None:
-                raise ValueError("out_slots / write_state=False: the rows' slots hold pending factors")
             outs = None if out_slots is None else torch.as_tensor(out_slots, dtype=torch.int64).to(device)
             plan.verify = VerifyRows(tok, cu, s, speculative=False, pending_len=pending, read_bank=read,
                                      out_slots=None if outs is None else outs[torch.tensor(vrow)],

@@ -33,8 +33,8 @@ Per launch:
    state. Norms and the Gram products ``K K^T``, ``Q K^T`` (tensor-core dots over ``KG``-column
    chunks of the raw q/k; the l2norm, eps 1e-6 as fla, and the q scale applied afterwards), the
    decays, ``A[t,u] = beta_t k^_t.k^_u e^{Γ_t-Γ_u}`` (``u`` before ``t`` on its path),
-   ``Tinv = (I + A)^-1`` by forward substitution (fla ``solve_tril``; trees: the product form of
-   the Neumann series, :data:`UT_SOLVE`), ``W[t,u] = q^_t.k^_u
+   ``Tinv = (I + A)^-1`` by forward substitution (fla ``solve_tril``; opt-in: by blocks of
+   doubling size, :data:`UT_SOLVE`), ``W[t,u] = q^_t.k^_u
    e^{Γ_t-Γ_u}`` (``u`` on the path of ``t``, itself included) and ``e^{Γ_t}``, into a small fp32
    scratch with ``q^``/``k^``; the ``k^`` and ``g`` factors go to the write bank;
 2. ``_chain_ut_kernel``, one program per ``(V-tile, value head, row)``, grid ``(cdiv(V, BV), HV,
@@ -94,12 +94,14 @@ BT_TREE_MAX = 32  # trees of 17-32 nodes run with a 32-node chunk (tree_verify_u
 PREP_WARPS = 1  # warps of the per-(row, head) prep kernel at BT = 16 (its [BT, BT] work stays in one warp)
 PREP_WARPS_32 = 4  # at BT = 32 (each [32, 32] fp32 matrix is 32 registers per thread in one warp)
 PREP_KG = 32  # key-dim chunk of its Gram dots (64 spills at 1 warp)
-# How the prep kernel inverts I + A: "loop" (forward substitution, T - 2 dependent row passes),
-# "dot" (the product form of the Neumann series, ceil(log2 T) - 1 squarings and products as dots),
-# "auto" (dot for trees, loop for chain windows). H200, 6x256x512, prep us loop / dot
-# (benchmarks/solve_ab_h200_s9f.json): trees 16.6 / 15.5 (B = 8, 16 nodes), 35.2 / 23.5 (B = 8,
-# 32 nodes), 146.2 / 104.8 (B = 128, 32 nodes); chains 11.2 / 11.8 (B = 8, T = 5), 11.9 / 11.9 (T = 8).
-UT_SOLVE = os.environ.get("VLLM_SPECLA_UT_SOLVE", "auto")
+# How the prep kernel inverts I + A: "loop" (forward substitution, T - 2 dependent row passes; the
+# default) or "dot" (blocks of doubling size, ceil(log2 T) - 1 levels of two dots; "auto" = dot for
+# trees, loop for chains). Measured on the H200 (benchmarks/solve_ab_h200_s9f.json, 6x256x512, prep
+# us loop / dot) was a Neumann-product form with the same dot count: trees 16.6 / 15.5 (B = 8, 16
+# nodes), 35.2 / 23.5 (B = 8, 32 nodes), 146.2 / 104.8 (B = 128, 32 nodes); chains 11.2 / 11.8
+# (B = 8, T = 5). It lost all accuracy on a deep chain of nearly parallel keys, so "dot" is now the
+# blocked form, not yet timed on a GPU (benchmarks/h200_next_session.sh s10a), and opt-in until then.
+UT_SOLVE = os.environ.get("VLLM_SPECLA_UT_SOLVE", "loop")
 # Split launch (opt-in, not yet measured on a GPU): at few (row, value head) pairs, where the prep
 # and V-tile kernels are each latency-bound (B = 8 trees: 15.5 + 15.6 us, RESULTS.md session 9),
 # the state products M k, M q run on the raw q / k (their l2norm scales applied afterwards) in a
@@ -172,7 +174,8 @@ def _ut_prep_kernel(
     ``qk_s[r, h, 0/1, t, :]`` (rows ``t < T`` only, by the first value head of each GVA group);
     ``mat_s[r, hv, 0/1]`` (``[BT, BT]``): ``Tinv = (I + A)^-1``, ``W = tril_incl(Q^ K^^T ⊙ D)``;
     ``vec_s[r, hv, 0/1]``: ``e^{Γ_t}``,
-    ``beta_t``; with ``HAS_BANK`` the ``k^`` and ``g`` factors of the window to bank
+    ``beta_t``; with ``SPLIT`` the l2norm scales ``rk_t``, ``rq_t`` (``rq`` times ``scale``) to
+    ``sc_s[r, hv, 0/1]`` and no ``q^`` / ``k^`` scratch; with ``HAS_BANK`` the ``k^`` and ``g`` factors of the window to bank
     ``write_bank[r]`` (one writer per element). Padded tokens (``t >= T``) have ``g = beta = 0``,
     zero rows of ``A`` and ``W``, identity rows of ``Tinv``. ``HAS_TREE``: the window is a draft tree
     (``parents``: row-local parent positions, ``-1`` for a root, topological); ``A`` and ``W`` are
@@ -257,18 +260,25 @@ def _ut_prep_kernel(
     b_A = tl.where(m_s, b_b[:, None] * b_kk * b_D, 0.0)
     b_W = tl.where(m_i, b_qk * b_D, 0.0)
     if SOLVE_DOT:
-        # (I + A)^-1 = prod_j (I + (-A)^(2^j)) over 2^j < T: A is strictly lower triangular (ancestors
-        # precede their nodes), so A^T = 0 on a T-token window and the product is the whole Neumann
-        # series sum_{n < T} (-A)^n; ceil(log2 T) - 1 squarings and products (commuting powers of
-        # one matrix) as fp32 FMA dots instead of T - 2 dependent row passes
-        b_P = -b_A
-        b_Ti = b_P + tl.where(m_e, 1.0, 0.0)
-        n_sq = T * 0
+        # (I + A)^-1 by blocks of doubling size (the merge of fla solve_tril): N holds the inverses of
+        # the s x s diagonal blocks of I + A; one level merges pairs of blocks,
+        # N <- N - N A_off N (A_off: A's entries below the diagonal blocks inside each 2s block,
+        # [[N11, 0], [-N22 A21 N11, N22]]). Levels while s < T (A is strictly lower: ancestors precede
+        # their nodes), the first (s = 1, N = I) without dots: ceil(log2 T) - 1 levels of two fp32
+        # FMA dots instead of T - 2 dependent row passes. As stable as the substitution (the Neumann
+        # product prod (I + (-A)^(2^j)) has the same dot count but cancels catastrophically when A is
+        # near the all-ones matrix: a deep chain of nearly parallel keys, review of session 9)
+        r_t, c_t = o_t[:, None], o_t[None, :]
+        b_Ti = tl.where(m_e, 1.0, 0.0) - tl.where((r_t // 2 == c_t // 2) & (r_t % 2 == 1) & (c_t % 2 == 0), b_A, 0.0)
+        n_lv = T * 0
         for j in tl.static_range(1, LOG2_BT + 1):
-            n_sq += ((1 << j) < T).to(n_sq.dtype)
-        for _ in range(n_sq):
-            b_P = tl.dot(b_P, b_P, input_precision="ieee")
-            b_Ti = b_Ti + tl.dot(b_Ti, b_P, input_precision="ieee")
+            n_lv += ((1 << j) < T).to(n_lv.dtype)
+        s_blk = T * 0 + 2
+        for _ in range(n_lv):
+            m_off = (r_t // (2 * s_blk) == c_t // (2 * s_blk)) & ((r_t // s_blk) % 2 == 1) & ((c_t // s_blk) % 2 == 0)
+            b_Ao = tl.where(m_off, b_A, 0.0)
+            b_Ti = b_Ti - tl.dot(tl.dot(b_Ti, b_Ao, input_precision="ieee"), b_Ti, input_precision="ieee")
+            s_blk = s_blk * 2
     else:
         # N = (I + A)^-1 - I row by row: N_i = -A_i - sum_{j<i} A_ij N_j (fla solve_tril); rows 0, 1
         # of -A are already exact
