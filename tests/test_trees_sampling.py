@@ -373,3 +373,46 @@ def test_step_plan_out_slots_and_read_only_are_ar_only():
     with pytest.raises(ValueError, match="pending factors"):
         build_step_plan([1], [0], [False], [True], speculative=False, book=book, write_state=False)
     assert int(book.pending_len[0]) == 3
+
+
+def test_tree_draft_steps_onto_scratch_equal_copy_then_step(models, prompts):
+    """Tree drafting's per-level steps read the parent's slot and write the node's scratch slot
+    (``out_slots``, siblings reading one slot): the trees equal those of copying each parent's state
+    to the node's slot first and stepping there (the session 8 scheme, as a ``_run`` wrapper), and
+    the committed slots keep the state the absorb gave them."""
+    from vllm_specla.core.drafting import DraftRow
+
+    class Copying(EagleDrafterRunner):
+        def _run(self, tokens, feats, plan, pick=None):
+            vf = plan.verify
+            if vf is not None and vf.out_slots is not None:
+                for st in self.states:
+                    st.conv.index_copy_(0, vf.out_slots, st.conv.index_select(0, vf.slots))
+                    st.ssm.index_copy_(0, vf.out_slots, st.ssm.index_select(0, vf.slots))
+                vf.slots, vf.out_slots = vf.out_slots, None
+            return super()._run(tokens, feats, plan, pick)
+
+    tgt = models["target"]
+    spec = TreeSpec(top_k=3, max_depth=4, node_budget=12)
+    new = EagleDrafterRunner.for_target(models["random"], tgt, max_requests=4)
+    old = Copying.for_target(models["random"], tgt, max_requests=4)
+    absorb_only = EagleDrafterRunner.for_target(models["random"], tgt, max_requests=4)
+    for d in (new, old, absorb_only):
+        d.enable_trees(spec.top_k)
+    g = torch.Generator().manual_seed(5)
+    D = tgt.config.hidden_size
+    for step in range(3):
+        rows = []
+        for i, s in enumerate([3, 1, 0]):
+            n = len(prompts[i]) if step == 0 else 1 + (i + step) % 3
+            toks = prompts[i][:n] if step == 0 else torch.randint(3, 96, (n,), generator=g).tolist()
+            rows.append(DraftRow(slot=s, tokens=toks, feats=torch.randn(n, D, generator=g), fresh=step == 0,
+                                 num_drafts=4))
+        t_new, t_old = new.step_tree(rows, spec), old.step_tree(rows, spec)
+        absorb_only.step([DraftRow(r.slot, r.tokens, r.feats, r.fresh, 0) for r in rows])
+        assert [(t.tokens, t.parents) for t in t_new] == [(t.tokens, t.parents) for t in t_old]
+        assert all(len(t) > 4 for t in t_new)
+        # the draft steps leave the committed slots as the absorb left them
+        for a, b in zip(new.states, absorb_only.states):
+            torch.testing.assert_close(a.ssm[[3, 1, 0]], b.ssm[[3, 1, 0]], rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(a.conv[[3, 1, 0]], b.conv[[3, 1, 0]], rtol=1e-6, atol=1e-6)

@@ -194,16 +194,15 @@ class SlotDrafter:
                         nxt.append((i, node, feat, dslot, scratch))
             if not nxt:
                 break
-            # one drafter step per new frontier node, from its parent's drafter state
+            # one drafter step per new frontier node, from its parent's drafter state: it reads the
+            # parent's slot and writes the node's scratch slot (out_slots: siblings read one slot,
+            # the two frontier banks alternate by depth, so no slot is both read and written)
             src = torch.tensor([x[3] for x in nxt], device=self.device)
             dst = torch.tensor([x[4] for x in nxt], device=self.device)
-            for st in self.states:
-                st.conv.index_copy_(0, dst, st.conv.index_select(0, src))
-                st.ssm.index_copy_(0, dst, st.ssm.index_select(0, src))
             tok = torch.tensor([trees[x[0]].tokens[x[1]] for x in nxt], device=self.device)
             feat = torch.stack([x[2] for x in nxt]) if nxt[0][2] is not None else None
-            plan = build_step_plan([1] * len(nxt), dst, [False] * len(nxt), [True] * len(nxt),
-                                   speculative=False, device=self.device)
+            plan = build_step_plan([1] * len(nxt), src, [False] * len(nxt), [True] * len(nxt),
+                                   speculative=False, device=self.device, out_slots=dst)
             f2, lg2 = self._run(tok, feat, plan)
             lp2 = torch.log_softmax(lg2.float(), -1)
             frontier = [(x[0], x[1], lp2[j], f2[j] if f2 is not None else None, x[4]) for j, x in enumerate(nxt)]
