@@ -205,13 +205,12 @@ def build_step_plan(
         ValueError: when ``speculative`` and no ``book`` is given; ``out_slots`` or
             ``write_state=False`` with ``speculative`` or with prefill rows.
     """
-    if (out_slots is not None or not write_state) and (speculative or any(bool(x) for x in
-                                                                          torch.as_tensor(is_prefill).tolist())):
-        raise ValueError("out_slots / write_state=False apply to AR verify rows only (speculative=False, "
-                         "no prefill rows)")
     ql = torch.as_tensor(query_lens, dtype=torch.int64).tolist()
     sl = torch.as_tensor(slots, dtype=torch.int64).tolist()
     pf = [bool(x) for x in torch.as_tensor(is_prefill).tolist()]
+    if (out_slots is not None or not write_state) and (speculative or any(pf)):
+        raise ValueError("out_slots / write_state=False apply to AR verify rows only (speculative=False, "
+                         "no prefill rows)")
     hi = [bool(x) for x in torch.as_tensor(has_initial_state).tolist()]
     starts = [0]
     for n in ql:
@@ -265,10 +264,10 @@ def build_step_plan(
                 # AR row on a slot with pending factors (e.g. speculation switched off): fold them in
                 pending, read, _ = book.take_pending(s)
                 book.bank_sel[s] = read  # AR writes no factors: keep the bank selection
+            # (out_slots: every row is a verify row, prefill rows were refused above)
             outs = None if out_slots is None else torch.as_tensor(out_slots, dtype=torch.int64).to(device)
             plan.verify = VerifyRows(tok, cu, s, speculative=False, pending_len=pending, read_bank=read,
-                                     out_slots=None if outs is None else outs[torch.tensor(vrow)],
-                                     write_state=write_state)
+                                     out_slots=outs, write_state=write_state)
         plan.extra["verify_rows"] = vrow
     plan.extra["prefill_rows"] = prow
     return plan
