@@ -23,6 +23,22 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s10b)  # session 10, call 2 (s10a: the blocked log-depth inverse kept the withdrawn form's speed and the split
+        # launch took B = 8 16-node trees 35.0 -> 26.1 us, 9.5-9.7x replay): both now the defaults for trees ("auto");
+        # GPU tests at the defaults, the tree table at every batch, then trees end to end (W = 2, K = 4) against the
+        # chain at B = 1 / 16 and where a batch-1 tree step goes
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 200 python -m pytest -q -x tests/test_kernel_ut_gpu.py tests/test_tree_hld_gpu.py \
+          tests/test_decode_runtime_gpu.py 2>&1 | tail -1
+      timeout 150 python benchmarks/bench_tree.py --batches 1,8,32,128 --nodes 16,32 --trees binary,beam4 \
+          --shapes 6x256x512 --pending 0 --budget-s 120 --out "$OUT/tree_s10b.json" 2>&1 | grep -E "^B=|worst"
+      timeout 150 python benchmarks/bench_e2e.py --shapes flame --batches 1,16 --ks 4 --alphas 0.8 --snapshot-ks "" \
+          --tree-widths 2 --cuda-csrc --tag s10b --out "$OUT/e2e_s10b.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),r.get('tree_width'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('tau'),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      timeout 90 python benchmarks/step_breakdown.py --shapes flame --batches 1 --modes specla --tree-width 2 \
+          --cuda-csrc --out "$OUT/breakdown_tree_s10b.json" 2>&1 | grep -v Warn | head -16
+      ;;
   s10a)  # session 10, call 1 (prepared in session 9, not run): the blocked log-depth (I + A)^-1 of the UT prep
         # (VLLM_SPECLA_UT_SOLVE=dot; s9f's Neumann form, same dot count, was withdrawn as unstable) and the UT split
         # launch (VLLM_SPECLA_UT_SPLIT=1: the state

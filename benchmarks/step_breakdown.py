@@ -151,6 +151,8 @@ def main() -> None:
     ap.add_argument("--alpha", type=float, default=0.8)
     ap.add_argument("--modes", default="ar,specla,snapshot")
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--tree-width", type=int, default=1,
+                    help="W >= 2: the specla mode verifies draft trees of W branches of depth --k (as bench_e2e)")
     ap.add_argument("--cuda-csrc", action="store_true", help="build and dispatch to the CUDA csrc op (as bench_e2e)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--dry-cpu", action="store_true", help="tiny shape on the CPU: the code path once (no device times)")
@@ -177,14 +179,15 @@ def main() -> None:
                     rt = ar
                 else:
                     rt = DecodeRuntime(tgt, B, mode, args.k, dr, output_capacity=L, alpha=args.alpha, trace=trace,
-                                       use_cuda_graphs=False)
+                                       use_cuda_graphs=False, tree_width=args.tree_width if mode == "specla" else 1)
                 r = breakdown(rt, prompts, args.steps)
-                rec = dict(shape=shape, batch=B, mode=mode, K=0 if mode == "ar" else args.k, alpha=args.alpha,
+                W = args.tree_width if mode == "specla" else 1
+                rec = dict(shape=shape, batch=B, mode=mode, K=0 if mode == "ar" else args.k, alpha=args.alpha, tree_width=W,
                            cuda_csrc=args.cuda_csrc, gpu=torch.cuda.get_device_name() if DEV == "cuda" else "cpu", **r)
                 recs.append(rec)
                 ph = " ".join(f"{p}={r['phases'].get(p, 0.0):.0f}" for p in PHASES)
                 fm = " ".join(f"{f}={v:.0f}" for f, v in sorted(r["families"].items(), key=lambda kv: -kv[1]))
-                print(f"{shape} B={B} {mode:8s} K={rec['K']} device {r['total_us']:.0f} us/step | {ph} | {fm}",
+                print(f"{shape} B={B} {mode:8s} K={rec['K']} W={W} device {r['total_us']:.0f} us/step | {ph} | {fm}",
                       flush=True)
                 for kname, us in list(r["top_kernels"].items())[:12]:
                     print(f"    {us:8.1f}  {kname}")

@@ -125,3 +125,31 @@ def test_out_slots_on_cpu_backends():
         cv.chain_verify(q, k, v, g, beta, state=s2, slots=read, out_slots=out, scale=1.0, cu_seqlens=cu)
     with pytest.raises(ValueError, match="cover"):
         cv.conv_verify(x, w, cu, c2, read, write_final_state=True, out_slots=out[:2])
+
+
+def test_ut_split_and_solve_forms(monkeypatch):
+    """The UT launch's forms (``triton_chain_ut.ut_forms``): by default trees take the blocked
+    log-depth inverse and, at <= 64 (row, value head) pairs, the split launch; chains take neither;
+    the switches force them; a bad value names the variable and the allowed values."""
+    from vllm_specla.ops import triton_chain_ut as ut
+
+    monkeypatch.setattr(ut, "UT_SPLIT", "auto")
+    monkeypatch.setattr(ut, "UT_SOLVE", "auto")
+    assert ut.ut_forms(48, tree=True) == (True, True)  # B = 8 trees, 6 value heads
+    assert ut.ut_forms(64, tree=True) == (True, True)
+    assert ut.ut_forms(65, tree=True) == (False, True)  # B = 32: no split
+    assert ut.ut_forms(48, tree=False) == (False, False)  # chains: substitution, one stream
+    monkeypatch.setattr(ut, "UT_SPLIT", "1")
+    monkeypatch.setattr(ut, "UT_SOLVE", "dot")
+    assert ut.ut_forms(48, tree=False) == (True, True)
+    assert ut.ut_forms(192, tree=False) == (False, True)  # the pair cap holds when forced
+    monkeypatch.setattr(ut, "UT_SPLIT", "0")
+    monkeypatch.setattr(ut, "UT_SOLVE", "loop")
+    assert ut.ut_forms(8, tree=True) == (False, False)
+    monkeypatch.setattr(ut, "UT_SPLIT", "yes")
+    with pytest.raises(ValueError, match=r"VLLM_SPECLA_UT_SPLIT='yes'.*0, 1, auto"):
+        ut.ut_forms(8, tree=True)
+    monkeypatch.setattr(ut, "UT_SPLIT", "auto")
+    monkeypatch.setattr(ut, "UT_SOLVE", "Dot")
+    with pytest.raises(ValueError, match=r"VLLM_SPECLA_UT_SOLVE='Dot'.*loop, dot, auto"):
+        ut.ut_forms(8, tree=True)

@@ -524,7 +524,7 @@ def test_ut_strided_index_tensors_and_padded_slots():
 
 @pytest.fixture
 def split(monkeypatch):
-    monkeypatch.setattr(ut, "UT_SPLIT", True)
+    monkeypatch.setattr(ut, "UT_SPLIT", "1")
     monkeypatch.setattr(ut, "UT_SPLIT_MAX_PAIRS", 1 << 30)
 
 

@@ -33,8 +33,8 @@ Per launch:
    state. Norms and the Gram products ``K K^T``, ``Q K^T`` (tensor-core dots over ``KG``-column
    chunks of the raw q/k; the l2norm, eps 1e-6 as fla, and the q scale applied afterwards), the
    decays, ``A[t,u] = beta_t k^_t.k^_u e^{Γ_t-Γ_u}`` (``u`` before ``t`` on its path),
-   ``Tinv = (I + A)^-1`` by forward substitution (fla ``solve_tril``; opt-in: by blocks of
-   doubling size, :data:`UT_SOLVE`), ``W[t,u] = q^_t.k^_u
+   ``Tinv = (I + A)^-1`` by forward substitution for chains, by blocks of doubling size (fla
+   ``solve_tril``'s merge) for trees (:data:`UT_SOLVE`), ``W[t,u] = q^_t.k^_u
    e^{Γ_t-Γ_u}`` (``u`` on the path of ``t``, itself included) and ``e^{Γ_t}``, into a small fp32
    scratch with ``q^``/``k^``; the ``k^`` and ``g`` factors go to the write bank;
 2. ``_chain_ut_kernel``, one program per ``(V-tile, value head, row)``, grid ``(cdiv(V, BV), HV,
@@ -45,8 +45,8 @@ Per launch:
    ``bank_k`` by the prep of the value head (``bank_k``: the first value head of each GVA group),
    one writer per element.
 
-Split launch (:data:`UT_SPLIT`, opt-in, small launches): the products ``M k``, ``M q`` of the raw
-q / k in ``_ut_products_kernel`` beside the prep (second CUDA stream), step 2 then loads and scales
+Split launch (:data:`UT_SPLIT`; trees at <= 64 (row, value head) pairs): the products ``M k``,
+``M q`` of the raw q / k in ``_ut_products_kernel`` beside the prep (second CUDA stream), step 2 then loads and scales
 them instead of forming them.
 
 A chain is the tree whose mask is lower triangular; for a tree (``parents``: row-local parent
@@ -94,22 +94,45 @@ BT_TREE_MAX = 32  # trees of 17-32 nodes run with a 32-node chunk (tree_verify_u
 PREP_WARPS = 1  # warps of the per-(row, head) prep kernel at BT = 16 (its [BT, BT] work stays in one warp)
 PREP_WARPS_32 = 4  # at BT = 32 (each [32, 32] fp32 matrix is 32 registers per thread in one warp)
 PREP_KG = 32  # key-dim chunk of its Gram dots (64 spills at 1 warp)
-# How the prep kernel inverts I + A: "loop" (forward substitution, T - 2 dependent row passes; the
-# default) or "dot" (blocks of doubling size, ceil(log2 T) - 1 levels of two dots; "auto" = dot for
-# trees, loop for chains). Measured on the H200 (benchmarks/solve_ab_h200_s9f.json, 6x256x512, prep
-# us loop / dot) was a Neumann-product form with the same dot count: trees 16.6 / 15.5 (B = 8, 16
-# nodes), 35.2 / 23.5 (B = 8, 32 nodes), 146.2 / 104.8 (B = 128, 32 nodes); chains 11.2 / 11.8
-# (B = 8, T = 5). It lost all accuracy on a deep chain of nearly parallel keys, so "dot" is now the
-# blocked form, not yet timed on a GPU (benchmarks/h200_next_session.sh s10a), and opt-in until then.
-UT_SOLVE = os.environ.get("VLLM_SPECLA_UT_SOLVE", "loop")
-# Split launch (opt-in, not yet measured on a GPU): at few (row, value head) pairs, where the prep
-# and V-tile kernels are each latency-bound (B = 8 trees: 15.5 + 15.6 us, RESULTS.md session 9),
-# the state products M k, M q run on the raw q / k (their l2norm scales applied afterwards) in a
-# kernel of their own, concurrently with the prep on a second CUDA stream (after the pending
-# commit); a combine kernel then finishes the window. VLLM_SPECLA_UT_SPLIT=1 turns it on for
-# launches of at most UT_SPLIT_MAX_PAIRS pairs.
-UT_SPLIT = os.environ.get("VLLM_SPECLA_UT_SPLIT", "0") == "1"
+# How the prep kernel inverts I + A: "loop" (forward substitution, T - 2 dependent row passes) or
+# "dot" (blocks of doubling size as fla's solve_tril merge, ceil(log2 T) - 1 levels of two dots);
+# "auto" (the default) = dot for trees, loop for chains. Measured on the H200
+# (benchmarks/solve_ab_h200_s10a.json, 6x256x512, prep us loop / dot): trees 16.8 / 15.4 (B = 8,
+# 16 nodes), 35.3 / 23.3 (B = 8, 32 nodes), 49.3 / 35.8 (B = 32, 32 nodes), 146.8 / 104.1 (B = 128,
+# 32 nodes); chains 11.2 / 13.0 (B = 8, T = 5), 16.7 / 19.4 (B = 128, T = 5), even at T = 16.
+UT_SOLVE = os.environ.get("VLLM_SPECLA_UT_SOLVE", "auto")
+# Split launch: at few (row, value head) pairs, where the prep and V-tile kernels are each
+# latency-bound, the state products M k, M q run on the raw q / k (their l2norm scales applied
+# afterwards) in a kernel of their own, concurrently with the prep on a second CUDA stream (after
+# the pending commit); a combine kernel then finishes the window. Launches of at most
+# UT_SPLIT_MAX_PAIRS pairs take it: "auto" (the default) for trees only (measured: B = 8 trees,
+# 6x256x512, 16 nodes 35.0 -> 26.1 us, 32 nodes 59.2 -> 50.0, benchmarks/tree_h200_s10a_split*.json;
+# chains at so few pairs go to the serial kernel), "1" for trees and chains, "0" never
+# (VLLM_SPECLA_UT_SPLIT).
+UT_SPLIT = os.environ.get("VLLM_SPECLA_UT_SPLIT", "auto")
 UT_SPLIT_MAX_PAIRS = 64
+_UT_MODES = {"UT_SOLVE": ("loop", "dot", "auto"), "UT_SPLIT": ("0", "1", "auto")}
+
+
+def _ut_mode(name: str) -> str:
+    """The value of the module switch ``name`` (``UT_SOLVE`` / ``UT_SPLIT``), checked.
+
+    Raises:
+        ValueError: naming the ``VLLM_SPECLA_*`` variable and the allowed values."""
+    val = str(globals()[name])
+    if val not in _UT_MODES[name]:
+        raise ValueError(f"VLLM_SPECLA_{name}={val!r}: allowed values are {', '.join(_UT_MODES[name])}")
+    return val
+
+
+def ut_forms(pairs: int, tree: bool) -> tuple[bool, bool]:
+    """``(split, solve_dot)`` for a launch of ``pairs`` (row, value head) pairs: whether it takes the
+    split launch (:data:`UT_SPLIT`, at most :data:`UT_SPLIT_MAX_PAIRS` pairs) and the prep's blocked
+    log-depth inverse (:data:`UT_SOLVE`); ``tree``: the window is a draft tree (``parents`` given).
+    Shape-only (CUDA-graph safe). Raises ``ValueError`` for a switch value outside the allowed ones."""
+    split_mode, solve_mode = _ut_mode("UT_SPLIT"), _ut_mode("UT_SOLVE")
+    split = (split_mode == "1" or (split_mode == "auto" and tree)) and pairs <= UT_SPLIT_MAX_PAIRS
+    return split, solve_mode == "dot" or (solve_mode == "auto" and tree)
 
 # (BV, num_warps, KC, num_stages) by regime. KC: key-dim chunk in which the [BV, K] state tile is
 # streamed through registers (the tile is never whole in registers); num_stages > 1 lets Triton
@@ -527,7 +550,7 @@ def _launch_ut(
     BV, nw, KC, ns = tuple(config) if config is not None else pick_config_ut(R, HV, V, K, N / R)
     KC = min(KC, BK)
     prec = _PREC_CODE[precision or DOT_PRECISION]
-    split = UT_SPLIT and R * HV <= UT_SPLIT_MAX_PAIRS
+    split, solve_dot = ut_forms(R * HV, parents is not None)
     # per-(row, head) scratch of the prep kernel (fp32): q^/k^ rows (not in the split launch),
     # Tinv/W, e^Γ/beta; in the split launch the l2norm scales of k / q (sc_s) and the products (mm_s)
     qk_s = dummy if split else torch.empty(R, H, 2, bt, K, dtype=torch.float32, device=v.device)
@@ -546,11 +569,11 @@ def _launch_ut(
             float(scale), tmax, q.stride(0), k.stride(0), g.stride(0), beta.stride(0),
             H=H, HV=HV, K=K, BK=BK, KG=min(PREP_KG, BK), BT=bt, HAS_BANK=has_bank,
             L2NORM=bool(use_qk_l2norm), PREC=prec, HAS_TREE=parents is not None,
-            LOG2_BT=bt.bit_length() - 1, SOLVE_DOT=UT_SOLVE == "dot" or (UT_SOLVE == "auto" and parents is not None),
+            LOG2_BT=bt.bit_length() - 1, SOLVE_DOT=solve_dot,
             SPLIT=split, num_warps=PREP_WARPS if bt == BT else PREP_WARPS_32,
         )
 
-    side = _side_stream(v.device) if split and v.is_cuda else None
+    side = _side_stream(v.device) if split and v.device.type == "cuda" else None
     if side is not None:  # the prep beside the pending commit and the products (fork)
         side.wait_stream(torch.cuda.current_stream(v.device))
         with torch.cuda.stream(side):
