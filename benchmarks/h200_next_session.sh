@@ -23,6 +23,22 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s10c)  # session 10, call 3 (s10b: a batch-1 tree step (W = 2, K = 4) took 4.36 ms against the chain's 2.14; its
+        # eager profile: the tree conv kernel 653 us per step (27 us per launch: one program per 1024 channels walking
+        # each node's ancestors with a dependent load per step), 649 us of index kernels (the path compaction: a gather
+        # and a scatter per bank and layer) and ~470 us of copies (the tree kernels made q / k / v / g / beta contiguous)):
+        # the tree conv over [nodes, channels] tiles, token-strided inputs in the HLD / walk kernels, banks stacked over
+        # layers (8 compaction launches per step); GPU tests, trees end to end at both shapes, the breakdown again
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 200 python -m pytest -q -x tests/test_kernels_gpu.py -k "tree or conv" tests/test_tree_hld_gpu.py \
+          tests/test_decode_runtime_gpu.py tests/test_decode_runtime.py 2>&1 | tail -1
+      timeout 240 python benchmarks/bench_e2e.py --shapes flame,map --batches 1,16 --ks 4 --alphas 0.8 --snapshot-ks "" \
+          --tree-widths 2,4 --cuda-csrc --tag s10c --out "$OUT/e2e_s10c.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),r.get('tree_width'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('tau'),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      timeout 90 python benchmarks/step_breakdown.py --shapes flame --batches 1 --modes specla --tree-width 2 \
+          --cuda-csrc --out "$OUT/breakdown_tree_s10c.json" 2>&1 | grep -v Warn | head -20
+      ;;
   s10b)  # session 10, call 2 (s10a: the blocked log-depth inverse kept the withdrawn form's speed and the split
         # launch took B = 8 16-node trees 35.0 -> 26.1 us, 9.5-9.7x replay): both now the defaults for trees ("auto");
         # GPU tests at the defaults, the tree table at every batch, then trees end to end (W = 2, K = 4) against the

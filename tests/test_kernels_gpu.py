@@ -496,6 +496,50 @@ def test_tree_conv_triton(shape, pending, cdtype):
     assert rel(y2, y1) < TOL and rel(cs2.float(), cs1.float()) <= tol and torch.equal(x1, x2)
 
 
+@pytest.mark.parametrize("W", [4, 3])
+@pytest.mark.parametrize("pending", [False, True])
+@pytest.mark.parametrize("strided", [False, True])
+@pytest.mark.parametrize("max_nodes", [None, 4])
+def test_tree_conv_triton_direct(W, pending, strided, max_nodes):
+    """The Triton tree conv itself (also under the interpreter, where ``tree_conv`` would take the
+    reference for CPU tensors) vs ``tree_conv_ref``: trees of 1-32 nodes and a forest, x as a
+    column slice of a wider bf16 tensor (read in place) or dense fp32, the node chunk from the bank
+    or forced small (``max_nodes = 4``: rows of up to 32 nodes in several chunks, ancestors in
+    earlier chunks). y to 1e-4 (fp32 sums in another order), the committed window and bank_x exact."""
+    rng = random.Random(hash((W, pending, strided, max_nodes)) % 1000)
+    trees = [_random_tree(32, rng), _random_tree(1, rng), _random_tree(rng.randint(2, 12), rng),
+             [-1, 0, -1, 2, 1, -1, 5]]  # a forest: every root reads the committed window
+    c = Case(SMALL[0], [len(t) for t in trees], seed=rng.randint(0, 999), Tmax=32, W=W)
+    parents = torch.tensor([p for t in trees for p in t], device=DEV)
+    x = c.x
+    if strided:  # columns 5 .. 5 + C of a [N, C + 11] bf16 tensor (the in-projection's layout)
+        wide = torch.randn(c.N, c.C + 11, generator=torch.Generator().manual_seed(3)).to(device=DEV,
+                                                                                       dtype=torch.bfloat16)
+        x = wide[:, 5 : 5 + c.C]
+        assert x.stride(0) == c.C + 11
+    cs1, cs2 = c.conv_state.clone(), c.conv_state.clone()
+    x1, x2 = c.bank_x.clone(), c.bank_x.clone()
+    kw = dict(write_bank=c.write_bank)
+    if pending:
+        kw.update(pending_len=c.pending_len, read_bank=c.read_bank)
+    y1 = tref.tree_conv_ref(x, c.weight, c.cu, parents, cs1, c.slots, bank_x=x1, **kw)
+    y2 = tv.tree_conv_triton(x, c.weight, c.cu, parents, cs2, c.slots, bank_x=x2, max_nodes=max_nodes, **kw)
+    assert rel(y2, y1) < TOL
+    for i in range(c.N):  # every node
+        assert rel(y2[i], y1[i]) < 10 * TOL
+    assert torch.equal(cs2, cs1) and torch.equal(x2, x1)
+
+
+def test_tree_conv_config():
+    """Node chunk = next_pow2(max_nodes) in 2..32; channel tiles of 128 on small grids, 256 on
+    large ones, and at most 4096 // BN (the fp32 [BN, BC] tile's registers)."""
+    assert tv.tree_conv_config(1, 6144, 9) == (16, 128)
+    assert tv.tree_conv_config(64, 6144, 9) == (16, 256)
+    assert tv.tree_conv_config(64, 6144, 32) == (32, 128)
+    assert tv.tree_conv_config(64, 6144, 100) == (32, 128)
+    assert tv.tree_conv_config(1, 40, 1) == (2, 64)
+
+
 def test_conv_verify_bank_arguments_need_bank_x():
     """write_bank / pending_len without bank_x is an error naming the field (the kernel would
     otherwise record the raw inputs into its output buffer)."""

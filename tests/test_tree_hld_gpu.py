@@ -358,6 +358,30 @@ def test_hld_kernel_vs_ref(mode, pending):
 
 
 @needs_triton
+@pytest.mark.parametrize("kernel", ["hld", "walk"])
+@pytest.mark.parametrize("pending", [False, True])
+def test_tree_kernels_read_token_strided_inputs(kernel, pending):
+    """q / k / v as column slices of one conv output row (the runtime's layout: [N, 2 H K + HV V],
+    read in place, no copies) and g / beta as column slices of one [N, 2 HV + 3] tensor, through
+    the heavy-light and ancestor-walk kernels: every node, the state and the banks as the
+    reference on the same (dense) values."""
+    rng = random.Random(hash((kernel, pending)) % 1000)
+    trees = [t_binary(9), t_random(rng.randint(2, 17), rng), t_random(12, rng, forest=True), t_beams(9, 2)]
+    c = Case(SMALL[0], trees, seed=rng.randrange(10**6))
+    H, HV, K, V = c.shape
+    N, KD = c.N, H * K
+    y = torch.cat([c.q.reshape(N, KD), c.k.reshape(N, KD), c.v.reshape(N, HV * V)], 1)
+    gb = torch.cat([torch.zeros(N, 1, device=DEV), c.g, c.beta, torch.zeros(N, 2, device=DEV)], 1)
+    strided = (y[:, :KD].view(N, H, K), y[:, KD : 2 * KD].view(N, H, K), y[:, 2 * KD :].view(N, HV, V),
+               gb[:, 1 : 1 + HV], gb[:, 1 + HV : 1 + 2 * HV])
+    assert strided[0].stride(0) == y.shape[1] and strided[3].stride(0) == gb.shape[1]
+    fn = th.tree_verify_hld if kernel == "hld" else tv.tree_verify_triton
+    got = c.run(lambda *a, **kw: fn(*strided, **kw), pending)
+    exp = c.run(tref.tree_verify_ref, pending)
+    check_against_ref(c, got, exp, pending)
+
+
+@needs_triton
 def test_hld_kernel_every_size_2_to_32():
     """One random tree of every size 2..32 in one batch (no banks: outputs only; int64 parents; a
     tiny GVA shape under the interpreter, the other small shape on the GPU)."""

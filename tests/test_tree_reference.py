@@ -291,3 +291,41 @@ def test_bad_parents_and_window():
     c.bank_k, c.bank_v, c.bank_g = c.bank_k[:, :, :3], c.bank_v[:, :, :3], c.bank_g[:, :, :3]
     with pytest.raises(ValueError):
         tree_verify_ut_ref(*c.inputs(), parents=c.parents, **c.kw(c.state.clone(), c.banks(), pending=False))
+
+
+def test_compact_path_factors_stacked_equals_per_layer():
+    """Stacked banks (``allocate_layer_states(stacked=True)`` viewed by ``stacked_view``): one
+    compaction over all layers equals per-layer compaction; rows on other slots / the other bank and
+    positions past each path are untouched; ``stacked_view`` refuses tensors of separate storages."""
+    from vllm_specla.core.state import allocate_layer_states, stacked_view
+    from vllm_specla.models.config import GatedDeltaNetConfig
+
+    cfg = GatedDeltaNetConfig(hidden_size=32, num_heads=2, head_dim=8, expand_v=2, num_hidden_layers=3,
+                              vocab_size=16, intermediate_size=64)
+    gen = torch.Generator().manual_seed(5)
+    a = allocate_layer_states(cfg, 4, 6, stacked=True)
+    b = allocate_layer_states(cfg, 4, 6)
+    fields = ("bank_k", "bank_v", "bank_g", "bank_x")
+    for sa, sb in zip(a, b):
+        for f in fields:
+            getattr(sa, f).copy_(torch.randn(getattr(sa, f).shape, generator=gen))
+            getattr(sb, f).copy_(getattr(sa, f))
+    stacks = [stacked_view([getattr(st, f) for st in a]) for f in fields]
+    assert stacks[1].shape == (3, *a[0].bank_v.shape) and stacks[1][2].data_ptr() == a[2].bank_v.data_ptr()
+    before = [s.clone() for s in stacks]
+    slots, bank = torch.tensor([2, 0]), torch.tensor([1, 0])
+    path = torch.tensor([[0, 2, 3, 5, -1, -1], [0, 1, 4, -1, -1, -1]])
+    plen = torch.tensor([4, 3])
+    compact_path_factors(stacks, slots, bank, path, plen, stacked=True)
+    compact_path_factors([getattr(st, f) for st in b for f in fields], slots, bank, path, plen)
+    for i, f in enumerate(fields):
+        for l in range(3):
+            assert torch.equal(stacks[i][l], getattr(b[l], f))
+        # the path moved to the front; the rest of the window and the other slots / banks unchanged
+        assert torch.equal(stacks[i][:, 2, 1, :4], before[i][:, 2, 1, [0, 2, 3, 5]])
+        assert torch.equal(stacks[i][:, 2, 1, 4:], before[i][:, 2, 1, 4:])
+        assert torch.equal(stacks[i][:, 0, 0, :3], before[i][:, 0, 0, [0, 1, 4]])
+        assert torch.equal(stacks[i][:, [1, 3]], before[i][:, [1, 3]])
+        assert torch.equal(stacks[i][:, 2, 0], before[i][:, 2, 0])
+    with pytest.raises(ValueError, match="stacked=True"):
+        stacked_view([st.bank_k for st in b])

@@ -61,14 +61,39 @@ def allocate_layer_states(
     max_window: int,
     device: torch.device | str = "cpu",
     conv_dtype: torch.dtype = torch.float32,
+    stacked: bool = False,
 ) -> list[LayerState]:
-    """Allocate zeroed :class:`LayerState` for every layer (the vLLM-free runtime's cache)."""
-    out = []
-    for _ in range(config.num_hidden_layers):
-        shapes = layer_state_shapes(config, max_window)
-        dtypes = [conv_dtype] + [torch.float32] * (len(shapes) - 1)
-        out.append(LayerState(*[torch.zeros((num_slots, *s), dtype=d, device=device) for s, d in zip(shapes, dtypes)]))
-    return out
+    """Allocate zeroed :class:`LayerState` for every layer (the vLLM-free runtime's cache).
+
+    ``stacked=True``: each field of all layers is one ``[L, S, ...]`` tensor and layer ``l`` holds
+    its contiguous view ``[l]`` (same shapes and strides as separate tensors), so per-step work on
+    every layer's banks can run as one launch over :func:`stacked_view` (the runtime's tree-path
+    compaction, :func:`vllm_specla.ops.tree_reference.compact_path_factors`)."""
+    shapes = layer_state_shapes(config, max_window)
+    dtypes = [conv_dtype] + [torch.float32] * (len(shapes) - 1)
+    L = config.num_hidden_layers
+    if stacked:
+        big = [torch.zeros((L, num_slots, *s), dtype=d, device=device) for s, d in zip(shapes, dtypes)]
+        return [LayerState(*[b[i] for b in big]) for i in range(L)]
+    return [LayerState(*[torch.zeros((num_slots, *s), dtype=d, device=device) for s, d in zip(shapes, dtypes)])
+            for _ in range(L)]
+
+
+def stacked_view(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The ``[L, *shape]`` tensor whose ``[l]`` is ``tensors[l]``, without a copy: the tensors must
+    be consecutive contiguous slices of one storage (``allocate_layer_states(stacked=True)``).
+
+    Raises:
+        ValueError: when they are not (different shapes / dtypes / storages, gaps, not contiguous)."""
+    t0 = tensors[0]
+    n = t0.numel()
+    for i, t in enumerate(tensors):
+        if (t.shape != t0.shape or t.dtype != t0.dtype or not t.is_contiguous()
+                or t.untyped_storage().data_ptr() != t0.untyped_storage().data_ptr()
+                or t.storage_offset() != t0.storage_offset() + i * n):
+            raise ValueError(f"stacked_view: tensor {i} is not the next slice of one stacked allocation "
+                             "(allocate the states with allocate_layer_states(stacked=True))")
+    return t0.as_strided((len(tensors), *t0.shape), (n, *t0.stride()), t0.storage_offset())
 
 
 def state_bytes_per_slot(config: GatedDeltaNetConfig, max_window: int, conv_bytes: int = 4) -> dict[str, int]:

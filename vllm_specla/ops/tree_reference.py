@@ -304,6 +304,7 @@ def compact_path_factors(
     bank_idx: torch.Tensor,
     path: torch.Tensor,
     path_len: torch.Tensor,
+    stacked: bool = False,
 ) -> None:
     """Gather an accepted tree path's factors to window positions ``0..A-1`` in place.
 
@@ -315,11 +316,13 @@ def compact_path_factors(
     of it. No host sync (pure tensor indexing).
 
     Args: slots, bank_idx, path_len ``[R]`` int; path ``[R, P]`` int (entries past ``path_len``
-    ignored).
+    ignored); ``stacked``: every tensor of ``banks`` has a leading layer dimension
+    (``[L, S, 2, Tmax, ...]``, :func:`vllm_specla.core.state.stacked_view`), compacted for all
+    layers at once.
 
     Two indexing kernels per bank tensor (one gather of all ``P`` path positions, then one
-    scatter), so a runtime step with ``4 x layers`` banks launches ``8 x layers`` small kernels
-    instead of ``P`` times that; the gather materialises every source before any write.
+    scatter), so a runtime step launches ``8 x layers`` small kernels over per-layer banks, or 8
+    over stacked ones; the gather materialises every source before any write.
     """
     R, P = path.shape
     if R == 0:
@@ -330,7 +333,10 @@ def compact_path_factors(
     ar = torch.arange(P, device=dev)[None, :]
     src = torch.where(ar < path_len.to(dev)[:, None], path.long(), ar)  # positions past the path stay
     for b in banks:
-        b[slots, bank_idx, ar] = b[slots, bank_idx, src]
+        if stacked:
+            b[:, slots, bank_idx, ar] = b[:, slots, bank_idx, src]
+        else:
+            b[slots, bank_idx, ar] = b[slots, bank_idx, src]
 
 
 # Name used by the issue tracker and the kernel tests for "the" tree-verify oracle.

@@ -63,7 +63,7 @@ if HAS_TRITON:
         q, k, v, g, beta, o, parents,
         state, slots, cu_seqlens,
         bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
-        scale, Tmax,
+        scale, Tmax, sq, sk, sv, sg, sb,
         H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
         BK: tl.constexpr, BV: tl.constexpr, BN: tl.constexpr,
         HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, L2NORM: tl.constexpr,
@@ -105,11 +105,11 @@ if HAS_TRITON:
         b_G = tl.zeros([BN], dtype=tl.float32)  # path-cumulative log decay per node
         for t in range(0, eos - bos):
             i_t = bos + t
-            b_q = tl.load(q + (i_t * H + i_h) * K + o_k, mask=mk, other=0.0).to(tl.float32)
-            b_k = tl.load(k + (i_t * H + i_h) * K + o_k, mask=mk, other=0.0).to(tl.float32)
-            b_v = tl.load(v + (i_t * HV + i_hv) * V + o_v, mask=mv, other=0.0).to(tl.float32)
-            b_g = tl.load(g + i_t * HV + i_hv).to(tl.float32)
-            b_beta = tl.load(beta + i_t * HV + i_hv).to(tl.float32)
+            b_q = tl.load(q + i_t * sq + i_h * K + o_k, mask=mk, other=0.0).to(tl.float32)
+            b_k = tl.load(k + i_t * sk + i_h * K + o_k, mask=mk, other=0.0).to(tl.float32)
+            b_v = tl.load(v + i_t * sv + i_hv * V + o_v, mask=mv, other=0.0).to(tl.float32)
+            b_g = tl.load(g + i_t * sg + i_hv).to(tl.float32)
+            b_beta = tl.load(beta + i_t * sb + i_hv).to(tl.float32)
             par = tl.load(parents + i_t).to(tl.int64)
             if L2NORM:
                 b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q) + 1e-6)
@@ -121,7 +121,7 @@ if HAS_TRITON:
             acc_q = egp * tl.sum(b_h * b_q[None, :], 1)
             u = par
             while u >= 0:
-                b_ku = tl.load(k + ((bos + u) * H + i_h) * K + o_k, mask=mk, other=0.0).to(tl.float32)
+                b_ku = tl.load(k + (bos + u) * sk + i_h * K + o_k, mask=mk, other=0.0).to(tl.float32)
                 if L2NORM:
                     b_ku = b_ku * tl.rsqrt(tl.sum(b_ku * b_ku) + 1e-6)
                 sel = o_n == u
@@ -147,22 +147,30 @@ if HAS_TRITON:
     def _tree_conv_kernel(
         x, weight, y, parents, cu_seqlens, conv_state, slots,
         bank_x, write_bank, pending_len, read_bank,
-        Tmax, C,
-        W: tl.constexpr, BW: tl.constexpr, BC: tl.constexpr,
+        Tmax, C, SX,
+        W: tl.constexpr, BW: tl.constexpr, BC: tl.constexpr, BN: tl.constexpr,
         HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr,
     ):
-        # History above the root = rows n_p .. n_p+W-2 of (window ++ pending raw inputs), read in
-        # fp32 before the single in-place store of the committed window (after a barrier).
+        # One program per (channel tile, row); the row's nodes in chunks of BN, each chunk as
+        # [BN, BC] tiles: step j = 0..W-1 of every node's ancestor walk at once (the j-th node up
+        # its path, or the committed window above the root), so a chunk costs W - 1 dependent loads
+        # of the parents vector and W independent tile loads, not one dependent load per node and
+        # step (the per-node loop: ~27 us per launch at batch 1, RESULTS.md session 10). History
+        # above the root = rows n_p .. n_p+W-2 of (window ++ pending raw inputs), read in fp32
+        # before the single in-place store of the committed window (after a barrier). x: row
+        # stride SX (a column slice of the in-projection is read in place).
         i_c = tl.program_id(0)
         i_r = tl.program_id(1)
         W1: tl.constexpr = W - 1
         bos = tl.load(cu_seqlens + i_r).to(tl.int64)
         eos = tl.load(cu_seqlens + i_r + 1).to(tl.int64)
+        T = eos - bos
         slot = tl.load(slots + i_r).to(tl.int64)
         o_c = i_c * BC + tl.arange(0, BC)
         mc = o_c < C
         o_j = tl.arange(0, BW)
         mj = o_j < W1
+        o_n = tl.arange(0, BN)
         p_cs = conv_state + slot * W1 * C
         n_p = tl.zeros([], dtype=tl.int64)
         p_bx = bank_x
@@ -170,26 +178,35 @@ if HAS_TRITON:
             n_p = tl.maximum(tl.minimum(tl.load(pending_len + i_r).to(tl.int64), Tmax), 0)
             rb = tl.load(read_bank + i_r).to(tl.int64)
             p_bx = bank_x + (slot * 2 + rb) * Tmax * C
+        p_bw = bank_x
         if HAS_BANK:
-            wb = tl.load(write_bank + i_r).to(tl.int64)
-        for t in range(0, eos - bos):
-            acc = tl.zeros([BC], dtype=tl.float32)
-            cur = t + 0 * o_c  # current ancestor (window position), -1 once above the root
-            hpos = (W1 - 1) + 0 * o_c  # next committed-window row to use above the root
+            p_bw = bank_x + (slot * 2 + tl.load(write_bank + i_r).to(tl.int64)) * Tmax * C
+        for n0 in range(0, T, BN):
+            nodes = n0 + o_n
+            mn = nodes < T
+            acc = tl.zeros([BN, BC], dtype=tl.float32)
+            x_self = tl.zeros([BN, BC], dtype=tl.float32)
+            cur = tl.where(mn, nodes, -1)  # current ancestor (window position), -1 once above the root
+            hpos = (W1 - 1) + 0 * nodes  # next committed-window row to use above the root
             for j in tl.static_range(W):
                 in_t = cur >= 0
-                bx = tl.load(x + (bos + tl.where(in_t, cur, 0)) * C + o_c, mask=mc & in_t, other=0.0)
-                bh = _z_load(p_cs, p_bx, x, n_p + hpos, o_c, mc & (~in_t), n_p, C, W1)
+                m_x = (mn & in_t)[:, None] & mc[None, :]
+                bx = tl.load(x + (bos + tl.where(in_t, cur, 0))[:, None] * SX + o_c[None, :], mask=m_x,
+                             other=0.0).to(tl.float32)
+                z2 = (n_p + hpos)[:, None] + 0 * o_c[None, :]
+                bh = _z_load(p_cs, p_bx, x, z2, o_c[None, :] + 0 * z2, (mn & ~in_t)[:, None] & mc[None, :], n_p, C, W1)
                 w = tl.load(weight + o_c * W + (W - 1 - j), mask=mc, other=0.0).to(tl.float32)
-                acc += w * tl.where(in_t, bx.to(tl.float32), bh)
-                nxt = tl.load(parents + bos + tl.where(in_t, cur, 0), mask=mc & in_t, other=-1).to(cur.dtype)
-                hpos = tl.where(in_t, hpos, hpos - 1)
-                cur = tl.where(in_t, nxt, -1)
-            tl.store(y + (bos + t) * C + o_c, acc * tl.sigmoid(acc), mask=mc)
+                acc += w[None, :] * tl.where(in_t[:, None], bx, bh)
+                if j == 0:
+                    x_self = bx
+                if j < W - 1:
+                    nxt = tl.load(parents + bos + tl.where(in_t, cur, 0), mask=mn & in_t, other=-1).to(cur.dtype)
+                    hpos = tl.where(in_t, hpos, hpos - 1)
+                    cur = tl.where(in_t, nxt, -1)
+            m_o = mn[:, None] & mc[None, :]
+            tl.store(y + (bos + nodes)[:, None] * C + o_c[None, :], acc * tl.sigmoid(acc), mask=m_o)
             if HAS_BANK:
-                if t < Tmax:
-                    xt = tl.load(x + (bos + t) * C + o_c, mask=mc, other=0.0).to(tl.float32)
-                    tl.store(bank_x + ((slot * 2 + wb) * Tmax + t) * C + o_c, xt, mask=mc)
+                tl.store(p_bw + nodes[:, None] * C + o_c[None, :], x_self, mask=m_o & (nodes < Tmax)[:, None])
         if n_p > 0:
             z2 = (n_p + o_j)[:, None] + 0 * o_c[None, :]
             oc2 = o_c[None, :] + 0 * o_j[:, None]
@@ -210,11 +227,12 @@ def tree_verify_triton(
     use_qk_l2norm=True, max_nodes: int | None = None,
 ) -> torch.Tensor:
     """Triton tree verify (module doc); arguments as :func:`tree_verify`."""
-    from vllm_specla.ops.triton_chain import _bounds_check, pick_config  # noqa: PLC0415
+    from vllm_specla.ops.triton_chain import _bounds_check, _rows_dense, pick_config  # noqa: PLC0415
 
     N, H, K = k.shape
     HV, V = v.shape[-2:]
-    q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
+    q, k, v = (_rows_dense(x, 2) for x in (q, k, v))  # token-strided inputs are read in place
+    g, beta = (_rows_dense(x, 1) for x in (g, beta))
     R = cu_seqlens.numel() - 1
     o = torch.empty(N, HV, V, dtype=torch.float32, device=v.device)
     if R == 0:
@@ -238,7 +256,7 @@ def tree_verify_triton(
         bank_g if bank_g is not None else o,
         write_bank if has_bank else slots, pending_len if has_pending else slots,
         read_bank if has_pending else slots,
-        float(scale), tmax,
+        float(scale), tmax, q.stride(0), k.stride(0), v.stride(0), g.stride(0), beta.stride(0),
         H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, BN=BN,
         HAS_BANK=has_bank, HAS_PENDING=has_pending, L2NORM=bool(use_qk_l2norm),
         num_warps=nw, num_stages=1,
@@ -247,13 +265,16 @@ def tree_verify_triton(
 
 
 def tree_conv_triton(x, weight, cu_seqlens, parents, conv_state, slots, *, bank_x=None, write_bank=None,
-                     pending_len=None, read_bank=None) -> torch.Tensor:
-    """Triton tree conv; arguments as :func:`tree_conv`."""
-    from vllm_specla.ops.triton_chain import _bounds_check  # noqa: PLC0415
+                     pending_len=None, read_bank=None, max_nodes: int | None = None) -> torch.Tensor:
+    """Triton tree conv; arguments as :func:`tree_conv` (``x`` may be token-strided: a column
+    slice of the in-projection is read in place). ``max_nodes``: a bound on the nodes per row that
+    sizes the kernel's node chunk (default: the factor bank's length, else read on the host);
+    longer rows are still done, in several chunks."""
+    from vllm_specla.ops.triton_chain import _bounds_check, _rows_dense  # noqa: PLC0415
 
     N, C = x.shape
     W = weight.shape[-1]
-    x, weight = x.contiguous(), weight.contiguous()
+    x, weight = _rows_dense(x, 1), weight.contiguous()
     R = cu_seqlens.numel() - 1
     y = torch.empty(N, C, dtype=torch.float32, device=x.device)
     if R == 0:
@@ -263,15 +284,28 @@ def tree_conv_triton(x, weight, cu_seqlens, parents, conv_state, slots, *, bank_
     tmax = bank_x.shape[2] if bank_x is not None else 1
     if has_bank:
         _bounds_check(cu_seqlens, tmax)
-    BC = min(1024, triton.next_power_of_2(C))
+    if max_nodes is None:
+        max_nodes = tmax if has_bank else _max_nodes(cu_seqlens)
+    BN, BC = tree_conv_config(R, C, max_nodes)
     BW = max(2, triton.next_power_of_2(W - 1))
     _tree_conv_kernel[(triton.cdiv(C, BC), R)](
         x, weight, y, parents.contiguous(), cu_seqlens, conv_state, slots,
         bank_x if bank_x is not None else y, write_bank if has_bank else slots,
         pending_len if has_pending else slots, read_bank if has_pending else slots,
-        tmax, C, W=W, BW=BW, BC=BC, HAS_BANK=has_bank, HAS_PENDING=has_pending, num_warps=4,
+        tmax, C, x.stride(0), W=W, BW=BW, BC=BC, BN=BN, HAS_BANK=has_bank, HAS_PENDING=has_pending,
+        num_warps=4,
     )
     return y
+
+
+def tree_conv_config(num_rows: int, C: int, max_nodes: int) -> tuple[int, int]:
+    """``(BN, BC)`` of the Triton tree conv: a node chunk of ``next_pow2(max_nodes)`` (2..32) and
+    channel tiles of at most 4096 // BN (an fp32 [BN, BC] tile is <= 32 registers per thread at 4
+    warps), 256 channels where that gives >= 264 programs (2 per SM), else 128 (a latency-bound
+    small batch gets more programs). Shapes only (CUDA-graph safe). First choice, not swept."""
+    BN = min(32, max(2, triton.next_power_of_2(max(1, int(max_nodes)))))
+    BC = 256 if num_rows * triton.cdiv(C, 256) >= 264 else 128
+    return BN, min(BC, max(32, 4096 // BN), triton.next_power_of_2(C))
 
 
 # Tree-kernel choice on CUDA for non-chain batches: "auto" applies pick_tree_kernel's rule,

@@ -111,7 +111,7 @@ def _hld_verify_kernel(
     q, k, v, g, beta, o, parents, sched, scratch,
     state, slots, cu_seqlens,
     bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
-    scale, Tmax, w_lo, w_hi, PW, NB, LS,
+    scale, Tmax, w_lo, w_hi, PW, NB, LS, sq, sk, sv, sg, sbeta,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, BN: tl.constexpr,
     HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, L2NORM: tl.constexpr,
@@ -173,11 +173,11 @@ def _hld_verify_kernel(
             u = hd
             while u >= 0:
                 i_t = bos + u
-                b_q = tl.load(q + (i_t * H + i_h) * K + o_k, mask=mk, other=0.0).to(tl.float32)
-                b_k = tl.load(k + (i_t * H + i_h) * K + o_k, mask=mk, other=0.0).to(tl.float32)
-                b_v = tl.load(v + (i_t * HV + i_hv) * V + o_v, mask=mv, other=0.0).to(tl.float32)
-                b_g = tl.load(g + i_t * HV + i_hv).to(tl.float32)
-                b_beta = tl.load(beta + i_t * HV + i_hv).to(tl.float32)
+                b_q = tl.load(q + i_t * sq + i_h * K + o_k, mask=mk, other=0.0).to(tl.float32)
+                b_k = tl.load(k + i_t * sk + i_h * K + o_k, mask=mk, other=0.0).to(tl.float32)
+                b_v = tl.load(v + i_t * sv + i_hv * V + o_v, mask=mv, other=0.0).to(tl.float32)
+                b_g = tl.load(g + i_t * sg + i_hv).to(tl.float32)
+                b_beta = tl.load(beta + i_t * sbeta + i_hv).to(tl.float32)
                 if L2NORM:
                     b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q) + 1e-6)
                     b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k) + 1e-6)
@@ -287,7 +287,11 @@ def tree_verify_hld(
     HV, V = v.shape[-2:]
     assert HV % H == 0, "HV must be a multiple of H"
     assert state.shape[1:] == (HV, V, K) and state.dtype == torch.float32 and state.is_contiguous()
-    q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
+    from vllm_specla.ops.triton_chain import _rows_dense  # noqa: PLC0415
+
+    # token-strided inputs are read in place (q / k / v: column slices of the conv output)
+    q, k, v = (_rows_dense(x, 2) for x in (q, k, v))
+    g, beta = (_rows_dense(x, 1) for x in (g, beta))
     parents = parents.contiguous()
     R = cu_seqlens.numel() - 1
     o = torch.empty(N, HV, V, dtype=torch.float32, device=v.device)
@@ -333,13 +337,14 @@ def tree_verify_hld(
             bank_g if bank_g is not None else o,
             write_bank if has_bank else slots, pending_len if has_pending else slots,
             read_bank if has_pending else slots, float(scale), tmax)
+    strides = (q.stride(0), k.stride(0), v.stride(0), g.stride(0), beta.stride(0))
     meta = dict(H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, BN=BN, HAS_BANK=has_bank, HAS_PENDING=has_pending,
                 L2NORM=bool(use_qk_l2norm), num_warps=nw, num_stages=1)
     if P <= 1:
-        _hld_verify_kernel[(n_vt, HV, R)](*args, 0, NW, 1, NBa, LS, FIRST=True, SYNC=True, **meta)
+        _hld_verify_kernel[(n_vt, HV, R)](*args, 0, NW, 1, NBa, LS, *strides, FIRST=True, SYNC=True, **meta)
     else:
         for w in range(NW):
             pw = max(1, min(P, bounds[w]))
-            _hld_verify_kernel[(n_vt, HV, R * pw)](*args, w, w + 1, pw, NBa, LS, FIRST=(w == 0), SYNC=False,
-                                                   **meta)
+            _hld_verify_kernel[(n_vt, HV, R * pw)](*args, w, w + 1, pw, NBa, LS, *strides, FIRST=(w == 0),
+                                                   SYNC=False, **meta)
     return o

@@ -40,7 +40,7 @@ import torch
 
 from vllm_specla.core.acceptance import greedy_accept_chain
 from vllm_specla.ops.tree_reference import compact_path_factors
-from vllm_specla.core.state import LayerState, allocate_layer_states, layer_state_shapes
+from vllm_specla.core.state import LayerState, allocate_layer_states, layer_state_shapes, stacked_view
 from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget, StepCtrl
 
 RUNTIME_MODES = ("ar", "specla", "snapshot")
@@ -179,8 +179,8 @@ class DecodeRuntime:
         self.snaps = None
         if mode == "ar":
             self.states = allocate_layer_states(cfg, B, 0, dev)
-        elif mode == "specla":
-            self.states = allocate_layer_states(cfg, B, T, dev)
+        elif mode == "specla":  # trees: banks stacked over layers, so a step compacts them in 8 launches
+            self.states = allocate_layer_states(cfg, B, T, dev, stacked=self.W > 1)
         else:  # snapshot: 1 + K full states per request; conv window via bank_x (same as specla)
             conv_s, ssm_s, _, _, _, x_s = layer_state_shapes(cfg, T)
             shapes = dict(conv=conv_s, x=x_s, s=ssm_s)
@@ -188,6 +188,9 @@ class DecodeRuntime:
             self.states = [LayerState(z(B, *shapes["conv"]), z(1, *shapes["s"]), bank_x=z(B, *shapes["x"]))
                            for _ in range(cfg.num_hidden_layers)]
             self.snaps = [z(B, T, *shapes["s"]) for _ in range(cfg.num_hidden_layers)]
+        if mode == "specla" and self.W > 1:
+            self.bank_stacks = [stacked_view([getattr(st, f) for st in self.states])
+                                for f in ("bank_k", "bank_v", "bank_g", "bank_x")]
         # ---- drafter state: committed slots 0..B-1 (bank_x for the conv commit) and scratch slots
         # B..B+B*W-1 in the same tensors: the first draft step reads a committed slot and writes its
         # scratch slot (out_slots), so the state is not copied to the scratch first ----
@@ -290,8 +293,7 @@ class DecodeRuntime:
             a, path = greedy_accept_branches(self.window, am, self.W, K)
             bonus = am.gather(1, path.gather(1, a[:, None]))[:, 0]
             # the accepted path's factors to bank positions 0..a: then it is pending like a chain
-            banks = [b for st in self.states for b in (st.bank_k, st.bank_v, st.bank_g, st.bank_x)]
-            compact_path_factors(banks, ctrl.slots, ctrl.write_bank, path, a + 1)
+            compact_path_factors(self.bank_stacks, ctrl.slots, ctrl.write_bank, path, a + 1, stacked=True)
             am_path = am.gather(1, path)
         else:
             a, bonus = greedy_accept_window(self.window, am)
