@@ -292,6 +292,17 @@ def bench_trained(args, device: str) -> None:
                                   tokens_per_s=r.tokens_per_s, tau=r.mean_acceptance_length,
                                   speedup=r.tokens_per_s / r_ar.tokens_per_s, lossless_rows=f"{ok}/{B}"))
             del rt
+            for W in args.tree_widths:  # the drafter's top-W first tokens, each branch greedy to depth K
+                rt = DecodeRuntime(tgt, B, "specla", K, dr, output_capacity=cap, tree_width=W)
+                rt.capture()
+                r = timed_runtime(rt, prompts, steps)
+                outs = rt.outputs()
+                ok = sum(o[: min(len(o), len(a))] == a[: min(len(o), len(a))] for o, a in zip(outs, ar_out))
+                record(args.out, dict(base, mode="specla-tree", K=K, tree_width=W, nodes=1 + W * K,
+                                      step_ms=1e3 * r.seconds / r.steps, tokens_per_s=r.tokens_per_s,
+                                      tau=r.mean_acceptance_length, speedup=r.tokens_per_s / r_ar.tokens_per_s,
+                                      lossless_rows=f"{ok}/{B}"))
+                del rt
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ Trees of N = 8, 16, 32 nodes (parent pointers, topological order), B identical t
   binary       parent(t) = (t - 1) // 2
   beam4        top-4 beam-like: 4 chains from the root (nodes interleaved level by level)
   chain_heavy  a spine of ceil(3N/4) nodes, the other nodes single leaves spread along it
+  fork2/fork4  the decode runtime's trees: the root and 2 / 4 branches of depth (N - 1) / W
 
 Kinds (per layer):
   hld       heavy-light Triton kernel, schedule built on the device once per step (shared by the
@@ -92,7 +93,20 @@ def tree_chain_heavy(n):
     return par[:n]
 
 
-TREES = {"binary": tree_binary, "beam4": tree_beam4, "chain_heavy": tree_chain_heavy}
+def tree_fork(n, width):
+    """The decode runtime's draft tree: the root and ``width`` branches of depth ceil((n - 1) / width),
+    branch-major (branch j, depth i at position 1 + j * depth + i - 1; the last branch may be shorter)."""
+    depth = -(-(n - 1) // width)
+    par = [-1]
+    for _ in range(width):
+        for i in range(depth):
+            if len(par) < n:
+                par.append(0 if i == 0 else len(par) - 1)
+    return par
+
+
+TREES = {"binary": tree_binary, "beam4": tree_beam4, "chain_heavy": tree_chain_heavy,
+         "fork2": lambda n: tree_fork(n, 2), "fork4": lambda n: tree_fork(n, 4)}
 
 
 def tree_stats(par):

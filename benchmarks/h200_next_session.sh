@@ -23,6 +23,24 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s10e)  # session 10, call 5 (s10d: at 1-4 rows the UT kernel is flat in the node count, 33-51 us at 17-32 nodes, and
+        # 0.31-0.76x the picked kernel's time at 32 nodes): the dispatcher now takes UT for 25-32-node trees at any
+        # batch; GPU tests of the rule and the tree kernels, then trees end to end at batch 1 with K = 6 (W = 4: 25
+        # nodes, now UT; W = 2: 13 nodes, heavy-light) against the chain
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 150 python -m pytest -q -x tests/test_tree_hld_gpu.py tests/test_decode_runtime_gpu.py 2>&1 | tail -1
+      timeout 200 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
+          --tree-widths 2,4 --cuda-csrc --tag s10e --out "$OUT/e2e_s10e.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),r.get('tree_width'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('tau'),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      ;;
+  s10d)  # session 10, call 4 (s10c: batch-1 tree steps 4.36 -> 2.51 ms, 1.17x the chain step; s10b's table had the UT
+        # kernel with its split launch at 22.5 / 32.0 us for 16 / 32-node trees at B = 1, against 28.6 / 52.0 for the
+        # heavy-light kernel that the dispatcher takes below 8 rows): the tree kernels at batch 1-8 on the runtime's
+        # own trees (fork2 / fork4: the root and W branches) and binary trees, with the 3 pending factors a step folds
+      timeout 300 python benchmarks/bench_tree.py --batches 1,2,4,8 --nodes 9,17,32 --trees binary,fork2,fork4 \
+          --shapes 6x256x512,8x256x256 --pending 3 --budget-s 240 --out "$OUT/tree_s10d.json" 2>&1 | grep -E "^B=|^--|worst"
+      ;;
   s10c)  # session 10, call 3 (s10b: a batch-1 tree step (W = 2, K = 4) took 4.36 ms against the chain's 2.14; its
         # eager profile: the tree conv kernel 653 us per step (27 us per launch: one program per 1024 channels walking
         # each node's ancestors with a dependent load per step), 649 us of index kernels (the path compaction: a gather

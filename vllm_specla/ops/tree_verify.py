@@ -313,10 +313,16 @@ def tree_conv_config(num_rows: int, C: int, max_nodes: int) -> tuple[int, int]:
 TREE_KERNEL = "auto"
 # The tensor-core UT form (triton_chain_ut.tree_verify_ut: one state pass + [BT, BT] work per
 # (row, head), BT = 16, or 32 for trees of 17-32 nodes) for windows of <= UT_TREE_MAX_NODES nodes at
-# >= UT_TREE_MIN_ROWS rows; at batch 1-2 its per-(row, head) prep latency (~20-30 us) loses to the
-# serial tree kernels (benchmarks/RESULTS.md).
+# >= UT_TREE_MIN_ROWS rows, and at fewer rows for windows of >= UT_TREE_SMALL_BATCH_MIN_NODES nodes.
+# Measured on the H200 (benchmarks/tree_h200_s10d.json, B = 1-8, 3 pending factors, both GDN-1.3B
+# head shapes): at 1-4 rows its time is flat in the node count (33-51 us at BT = 32, the split
+# launch) while the heavy-light / walk kernels grow with it: at 32 nodes UT took 0.31-0.76x the
+# time of the kernel this rule picked before in every row; at 9-17 nodes the serial kernels were
+# as fast or faster (UT 0.9-1.9x the best of them). The 25-node threshold is between the two
+# measured sizes (17, 32), not measured itself.
 UT_TREE_MAX_NODES = 32
 UT_TREE_MIN_ROWS = 8
+UT_TREE_SMALL_BATCH_MIN_NODES = 25
 # pick_tree_kernel's thresholds. First guesses from the design, NOT measured yet (tune with
 # benchmarks/bench_tree.py on the GPU):
 HLD_MIN_NODES = 8  # shorter windows: ancestor walk (its walks are short; HLD adds launches/scratch)
@@ -327,7 +333,9 @@ def pick_tree_kernel(num_rows: int, HV: int, V: int, K: int, nmax: int, scratch_
     """``"ut"``, ``"hld"`` or ``"walk"`` for a non-chain CUDA batch (:data:`TREE_KERNEL` ``"auto"``).
 
     Shapes only (no host sync, CUDA-graph safe). Rule: the UT kernel for windows of at most
-    :data:`UT_TREE_MAX_NODES` nodes at :data:`UT_TREE_MIN_ROWS` rows or more; else the heavy-light kernel when windows can hold
+    :data:`UT_TREE_MAX_NODES` nodes at :data:`UT_TREE_MIN_ROWS` rows or more, or of
+    :data:`UT_TREE_SMALL_BATCH_MIN_NODES` to :data:`UT_TREE_MAX_NODES` nodes at any number of rows;
+    else the heavy-light kernel when windows can hold
     at least :data:`HLD_MIN_NODES` nodes and its boundary scratch, ``num_rows x scratch_slots``
     states (``scratch_slots`` defaults to the bound ``(nmax - 1) // 2``; exact with a host plan),
     fits :data:`HLD_MAX_SCRATCH_BYTES`; else the ancestor walk. Reasoning: per node the HLD kernel
@@ -337,7 +345,7 @@ def pick_tree_kernel(num_rows: int, HV: int, V: int, K: int, nmax: int, scratch_
     """
     if TREE_KERNEL in ("ut", "hld", "walk"):
         return TREE_KERNEL
-    if nmax <= UT_TREE_MAX_NODES and num_rows >= UT_TREE_MIN_ROWS:
+    if nmax <= UT_TREE_MAX_NODES and (num_rows >= UT_TREE_MIN_ROWS or nmax >= UT_TREE_SMALL_BATCH_MIN_NODES):
         return "ut"
     if nmax < HLD_MIN_NODES:
         return "walk"
