@@ -23,6 +23,14 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s10f)  # session 10, call 6 (s10e ran the 25-node W = 4 trees on UT; s10d's 4-branch rows with a host plan favour
+        # the heavy-light kernel at batch 1, so planned trees keep it now): the same K = 6 batch-1 runs on the final rule
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 200 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
+          --tree-widths 4 --cuda-csrc --tag s10f --out "$OUT/e2e_s10f.jsonl" 2>&1 | grep "^{" | \
+          python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),r.get('tree_width'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('tau'),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      ;;
   s10e)  # session 10, call 5 (s10d: at 1-4 rows the UT kernel is flat in the node count, 33-51 us at 17-32 nodes, and
         # 0.31-0.76x the picked kernel's time at 32 nodes): the dispatcher now takes UT for 25-32-node trees at any
         # batch; GPU tests of the rule and the tree kernels, then trees end to end at batch 1 with K = 6 (W = 4: 25

@@ -446,6 +446,8 @@ def test_dispatch_rule():
         assert tv.pick_tree_kernel(128, 6, 512, 256, nmax=32) == "ut"  # <= 32 nodes: UT with BT = 32
         assert tv.pick_tree_kernel(1, 6, 512, 256, nmax=32) == "ut"  # 25-32 nodes: UT at any batch
         assert tv.pick_tree_kernel(4, 6, 512, 256, nmax=25) == "ut"
+        assert tv.pick_tree_kernel(1, 6, 512, 256, nmax=32, scratch_slots=1) == "hld"  # a host plan: HLD
+        assert tv.pick_tree_kernel(8, 6, 512, 256, nmax=32, scratch_slots=1) == "ut"  # >= 8 rows: UT anyway
         assert tv.pick_tree_kernel(1, 6, 512, 256, nmax=24) == "hld"  # batch 1: 11 x 3 MiB scratch
         assert tv.pick_tree_kernel(4, 6, 512, 256, nmax=24) == "walk"  # 4 x 11 x 3 MiB > 64 MiB
         assert tv.pick_tree_kernel(128, 6, 512, 256, nmax=33) == "walk"  # 6 GB scratch

@@ -313,13 +313,16 @@ def tree_conv_config(num_rows: int, C: int, max_nodes: int) -> tuple[int, int]:
 TREE_KERNEL = "auto"
 # The tensor-core UT form (triton_chain_ut.tree_verify_ut: one state pass + [BT, BT] work per
 # (row, head), BT = 16, or 32 for trees of 17-32 nodes) for windows of <= UT_TREE_MAX_NODES nodes at
-# >= UT_TREE_MIN_ROWS rows, and at fewer rows for windows of >= UT_TREE_SMALL_BATCH_MIN_NODES nodes.
-# Measured on the H200 (benchmarks/tree_h200_s10d.json, B = 1-8, 3 pending factors, both GDN-1.3B
-# head shapes): at 1-4 rows its time is flat in the node count (33-51 us at BT = 32, the split
-# launch) while the heavy-light / walk kernels grow with it: at 32 nodes UT took 0.31-0.76x the
-# time of the kernel this rule picked before in every row; at 9-17 nodes the serial kernels were
-# as fast or faster (UT 0.9-1.9x the best of them). The 25-node threshold is between the two
-# measured sizes (17, 32), not measured itself.
+# >= UT_TREE_MIN_ROWS rows, and at fewer rows for windows of >= UT_TREE_SMALL_BATCH_MIN_NODES nodes
+# when no host-built heavy-light plan is given. Measured on the H200 (benchmarks/tree_h200_s10d.json,
+# B = 1-8, 3 pending factors, both GDN-1.3B head shapes): at 1-4 rows UT's time is flat in the node
+# count (33-51 us at BT = 32, the split launch) while the serial kernels grow with it: at 32 nodes
+# UT took 0.28-0.96x the time of the kernel this rule picked before (the heavy-light kernel with its
+# device-built schedule, or the walk) in all 18 rows; at 9-17 nodes the serial kernels were as fast
+# or faster (UT 0.90-1.87x the best of them). With a host plan (a static tree: the decode runtime's
+# root + W branches) the heavy-light kernel is cheaper on those few-wave trees (8x256x256, B = 1, 4
+# branches: 25.6 vs 33.3 us at 32 nodes, 17.6 vs 32.9 at 17), so planned trees keep it. The
+# 25-node threshold lies between the measured sizes 17 and 32.
 UT_TREE_MAX_NODES = 32
 UT_TREE_MIN_ROWS = 8
 UT_TREE_SMALL_BATCH_MIN_NODES = 25
@@ -334,8 +337,8 @@ def pick_tree_kernel(num_rows: int, HV: int, V: int, K: int, nmax: int, scratch_
 
     Shapes only (no host sync, CUDA-graph safe). Rule: the UT kernel for windows of at most
     :data:`UT_TREE_MAX_NODES` nodes at :data:`UT_TREE_MIN_ROWS` rows or more, or of
-    :data:`UT_TREE_SMALL_BATCH_MIN_NODES` to :data:`UT_TREE_MAX_NODES` nodes at any number of rows;
-    else the heavy-light kernel when windows can hold
+    :data:`UT_TREE_SMALL_BATCH_MIN_NODES` to :data:`UT_TREE_MAX_NODES` nodes at any number of rows
+    unless a host plan is given (``scratch_slots`` not None); else the heavy-light kernel when windows can hold
     at least :data:`HLD_MIN_NODES` nodes and its boundary scratch, ``num_rows x scratch_slots``
     states (``scratch_slots`` defaults to the bound ``(nmax - 1) // 2``; exact with a host plan),
     fits :data:`HLD_MAX_SCRATCH_BYTES`; else the ancestor walk. Reasoning: per node the HLD kernel
@@ -345,7 +348,9 @@ def pick_tree_kernel(num_rows: int, HV: int, V: int, K: int, nmax: int, scratch_
     """
     if TREE_KERNEL in ("ut", "hld", "walk"):
         return TREE_KERNEL
-    if nmax <= UT_TREE_MAX_NODES and (num_rows >= UT_TREE_MIN_ROWS or nmax >= UT_TREE_SMALL_BATCH_MIN_NODES):
+    planned = scratch_slots is not None
+    if nmax <= UT_TREE_MAX_NODES and (num_rows >= UT_TREE_MIN_ROWS
+                                      or (nmax >= UT_TREE_SMALL_BATCH_MIN_NODES and not planned)):
         return "ut"
     if nmax < HLD_MIN_NODES:
         return "walk"
