@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). State after session 9: benchmarks/RESULTS.md
-# "Session 9". 1 / 2: the regression set and kernel tables; s4a-s4g / s5a-s5f / s6a-s6f / s7a-s7f / s8a-s8f:
+# README/device; the s5* / s6* / s8d-s8f calls need neither). State after session 10: benchmarks/RESULTS.md
+# "Session 10" (s10a-s10f below as run; s10a / s10b ran UT_SOLVE / UT_SPLIT before they became the tree defaults,
+# s10e the 25-node trees on UT before planned trees went back to the heavy-light kernel). 1 / 2: the regression set and kernel tables; s4a-s4g / s5a-s5f / s6a-s6f / s7a-s7f / s8a-s8f:
 # the session 4-8 calls as run (s6e = session 6's GPU tests, commit ratios and e2e at its final
 # UT dispatch, s7d session 7's, s8c session 8's e2e; s6a / s6f forced variants that no longer exist: utv5 lanes,
 # UT_VAR 4 / 5 (other layouts); session 7's UT_VAR 4 / 5 were the tensor-core variants, measured in s8a and
