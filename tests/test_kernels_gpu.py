@@ -496,17 +496,22 @@ def test_tree_conv_triton(shape, pending, cdtype):
     assert rel(y2, y1) < TOL and rel(cs2.float(), cs1.float()) <= tol and torch.equal(x1, x2)
 
 
-@pytest.mark.parametrize("W", [4, 3])
-@pytest.mark.parametrize("pending", [False, True])
-@pytest.mark.parametrize("strided", [False, True])
-@pytest.mark.parametrize("max_nodes", [None, 4])
-def test_tree_conv_triton_direct(W, pending, strided, max_nodes):
+@pytest.mark.parametrize("W,pending,strided,max_nodes,bank,cdtype", [
+    (4, False, False, None, True, torch.float32), (4, True, False, None, True, torch.float32),
+    (4, True, True, None, True, torch.float32), (4, False, True, 4, True, torch.float32),
+    (4, True, True, 4, True, torch.float32), (4, True, True, None, True, torch.bfloat16),
+    (3, True, False, None, True, torch.float32), (3, False, True, 4, True, torch.float32),
+    (2, True, True, None, True, torch.float32), (4, False, True, None, False, torch.float32),
+    (3, False, False, 8, False, torch.float32)])
+def test_tree_conv_triton_direct(W, pending, strided, max_nodes, bank, cdtype):
     """The Triton tree conv itself (also under the interpreter, where ``tree_conv`` would take the
     reference for CPU tensors) vs ``tree_conv_ref``: trees of 1-32 nodes and a forest, x as a
-    column slice of a wider bf16 tensor (read in place) or dense fp32, the node chunk from the bank
-    or forced small (``max_nodes = 4``: rows of up to 32 nodes in several chunks, ancestors in
-    earlier chunks). y to 1e-4 (fp32 sums in another order), the committed window and bank_x exact."""
-    rng = random.Random(hash((W, pending, strided, max_nodes)) % 1000)
+    column slice of a wider bf16 tensor (read in place) or dense fp32, the node chunk from the bank,
+    forced small (``max_nodes = 4``: rows of up to 32 nodes in several chunks, ancestors in earlier
+    chunks) or the no-bank default; W = 2-4; fp32 or bf16 conv window. y to 1e-4 (fp32 sums in
+    another order), bank_x exact, the committed window exact (bf16: to 1 ulp under the interpreter,
+    whose fp32 -> bf16 conversion truncates)."""
+    rng = random.Random(f"tree-conv-{W}-{pending}-{strided}-{max_nodes}-{bank}-{cdtype}")  # stable seed
     trees = [_random_tree(32, rng), _random_tree(1, rng), _random_tree(rng.randint(2, 12), rng),
              [-1, 0, -1, 2, 1, -1, 5]]  # a forest: every root reads the committed window
     c = Case(SMALL[0], [len(t) for t in trees], seed=rng.randint(0, 999), Tmax=32, W=W)
@@ -517,17 +522,31 @@ def test_tree_conv_triton_direct(W, pending, strided, max_nodes):
                                                                                        dtype=torch.bfloat16)
         x = wide[:, 5 : 5 + c.C]
         assert x.stride(0) == c.C + 11
-    cs1, cs2 = c.conv_state.clone(), c.conv_state.clone()
+    cs1 = c.conv_state.to(cdtype)
+    cs2 = cs1.clone()
     x1, x2 = c.bank_x.clone(), c.bank_x.clone()
-    kw = dict(write_bank=c.write_bank)
+    kw = dict(write_bank=c.write_bank) if bank else {}
     if pending:
         kw.update(pending_len=c.pending_len, read_bank=c.read_bank)
-    y1 = tref.tree_conv_ref(x, c.weight, c.cu, parents, cs1, c.slots, bank_x=x1, **kw)
-    y2 = tv.tree_conv_triton(x, c.weight, c.cu, parents, cs2, c.slots, bank_x=x2, max_nodes=max_nodes, **kw)
+    b1, b2 = (dict(bank_x=x1), dict(bank_x=x2)) if bank or pending else ({}, {})
+    y1 = tref.tree_conv_ref(x, c.weight, c.cu, parents, cs1, c.slots, **b1, **kw)
+    y2 = tv.tree_conv_triton(x, c.weight, c.cu, parents, cs2, c.slots, max_nodes=max_nodes, **b2, **kw)
     assert rel(y2, y1) < TOL
     for i in range(c.N):  # every node
         assert rel(y2[i], y1[i]) < 10 * TOL
-    assert torch.equal(cs2, cs1) and torch.equal(x2, x1)
+    tol = STATE_TOL_BF16 if cdtype == torch.bfloat16 else 0.0
+    assert rel(cs2.float(), cs1.float()) <= tol and torch.equal(x2, x1)
+    if not pending:  # nothing pending: the committed window is not rewritten
+        assert torch.equal(cs2, c.conv_state.to(cdtype))
+
+
+def test_tree_conv_bank_arguments_need_bank_x():
+    """write_bank / pending_len without bank_x is an error naming the field (as conv_verify)."""
+    c = Case(SMALL[0], [3, 2], seed=26)
+    parents = torch.tensor([-1, 0, 0, -1, 0], device=DEV)
+    for kw in (dict(write_bank=c.write_bank), dict(pending_len=c.pending_len, read_bank=c.read_bank)):
+        with pytest.raises(ValueError, match="bank_x"):
+            tv.tree_conv_triton(c.x, c.weight, c.cu, parents, c.conv_state.clone(), c.slots, **kw)
 
 
 def test_tree_conv_config():

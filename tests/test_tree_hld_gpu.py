@@ -365,7 +365,7 @@ def test_tree_kernels_read_token_strided_inputs(kernel, pending):
     read in place, no copies) and g / beta as column slices of one [N, 2 HV + 3] tensor, through
     the heavy-light and ancestor-walk kernels: every node, the state and the banks as the
     reference on the same (dense) values."""
-    rng = random.Random(hash((kernel, pending)) % 1000)
+    rng = random.Random(f"strided-{kernel}-{pending}")  # a stable seed (str hashes are randomised)
     trees = [t_binary(9), t_random(rng.randint(2, 17), rng), t_random(12, rng, forest=True), t_beams(9, 2)]
     c = Case(SMALL[0], trees, seed=rng.randrange(10**6))
     H, HV, K, V = c.shape
@@ -446,8 +446,9 @@ def test_dispatch_rule():
         assert tv.pick_tree_kernel(128, 6, 512, 256, nmax=32) == "ut"  # <= 32 nodes: UT with BT = 32
         assert tv.pick_tree_kernel(1, 6, 512, 256, nmax=32) == "ut"  # 25-32 nodes: UT at any batch
         assert tv.pick_tree_kernel(4, 6, 512, 256, nmax=25) == "ut"
-        assert tv.pick_tree_kernel(1, 6, 512, 256, nmax=32, scratch_slots=1) == "hld"  # a host plan: HLD
-        assert tv.pick_tree_kernel(8, 6, 512, 256, nmax=32, scratch_slots=1) == "ut"  # >= 8 rows: UT anyway
+        assert tv.pick_tree_kernel(1, 6, 512, 256, nmax=32, scratch_slots=1, host_plan=True) == "hld"  # host plan
+        assert tv.pick_tree_kernel(1, 6, 512, 256, nmax=32, scratch_slots=15) == "ut"  # a device plan's bound
+        assert tv.pick_tree_kernel(8, 6, 512, 256, nmax=32, scratch_slots=1, host_plan=True) == "ut"  # >= 8 rows
         assert tv.pick_tree_kernel(1, 6, 512, 256, nmax=24) == "hld"  # batch 1: 11 x 3 MiB scratch
         assert tv.pick_tree_kernel(4, 6, 512, 256, nmax=24) == "walk"  # 4 x 11 x 3 MiB > 64 MiB
         assert tv.pick_tree_kernel(128, 6, 512, 256, nmax=33) == "walk"  # 6 GB scratch
@@ -456,6 +457,10 @@ def test_dispatch_rule():
         assert tv.pick_tree_kernel(128, 6, 512, 256, nmax=4) == "hld"
     finally:
         tv.TREE_KERNEL = old
+    # tree_verify passes host_plan only for host-built plans (a device plan's counts are bounds)
+    par, cu = torch.tensor([-1, 0, 0, 1], dtype=torch.int32), torch.tensor([0, 4], dtype=torch.int32)
+    assert th.hld_plan(par, cu, device=DEV).host
+    assert not th.hld_device_plan(par.to(DEV), cu.to(DEV), 4).host
     assert th.hld_parallelism(1, 6, 64) == max(1, min(th.HLD_MAX_PARALLEL, th.HLD_TARGET_PROGRAMS // 384))
     assert th.hld_parallelism(128, 6, 64) == 1
 

@@ -48,7 +48,7 @@ try:
     import triton
     import triton.language as tl
 
-    from vllm_specla.ops.triton_chain import _z_load
+    from vllm_specla.ops.triton_chain import _z_load_s
     from vllm_specla.ops.triton_tree_hld import HLDPlan, hld_device_plan, hld_plan, tree_verify_hld  # noqa: F401
 
     HAS_TRITON = True
@@ -194,7 +194,9 @@ if HAS_TRITON:
                 bx = tl.load(x + (bos + tl.where(in_t, cur, 0))[:, None] * SX + o_c[None, :], mask=m_x,
                              other=0.0).to(tl.float32)
                 z2 = (n_p + hpos)[:, None] + 0 * o_c[None, :]
-                bh = _z_load(p_cs, p_bx, x, z2, o_c[None, :] + 0 * z2, (mn & ~in_t)[:, None] & mc[None, :], n_p, C, W1)
+                # history rows only (z2 < W1 + n_p): the x branch of Z is never taken here
+                bh = _z_load_s(p_cs, p_bx, x, z2, o_c[None, :] + 0 * z2, (mn & ~in_t)[:, None] & mc[None, :], n_p, C,
+                               SX, W1)
                 w = tl.load(weight + o_c * W + (W - 1 - j), mask=mc, other=0.0).to(tl.float32)
                 acc += w[None, :] * tl.where(in_t[:, None], bx, bh)
                 if j == 0:
@@ -211,7 +213,7 @@ if HAS_TRITON:
             z2 = (n_p + o_j)[:, None] + 0 * o_c[None, :]
             oc2 = o_c[None, :] + 0 * o_j[:, None]
             m2 = mj[:, None] & mc[None, :]
-            val = _z_load(p_cs, p_bx, x, z2, oc2, m2, n_p, C, W1)
+            val = _z_load_s(p_cs, p_bx, x, z2, oc2, m2, n_p, C, SX, W1)  # z2 < W1 + n_p: window / pending
             tl.debug_barrier()
             tl.store(p_cs + o_j[:, None] * C + o_c[None, :], val.to(conv_state.dtype.element_ty), mask=m2)
 
@@ -231,6 +233,7 @@ def tree_verify_triton(
 
     N, H, K = k.shape
     HV, V = v.shape[-2:]
+    assert g.shape == beta.shape == (N, HV), f"g / beta must be [N, HV] = [{N}, {HV}], got {tuple(g.shape)}"
     q, k, v = (_rows_dense(x, 2) for x in (q, k, v))  # token-strided inputs are read in place
     g, beta = (_rows_dense(x, 1) for x in (g, beta))
     R = cu_seqlens.numel() - 1
@@ -268,10 +271,16 @@ def tree_conv_triton(x, weight, cu_seqlens, parents, conv_state, slots, *, bank_
                      pending_len=None, read_bank=None, max_nodes: int | None = None) -> torch.Tensor:
     """Triton tree conv; arguments as :func:`tree_conv` (``x`` may be token-strided: a column
     slice of the in-projection is read in place). ``max_nodes``: a bound on the nodes per row that
-    sizes the kernel's node chunk (default: the factor bank's length, else read on the host);
-    longer rows are still done, in several chunks."""
+    sizes the kernel's node chunk (default: the factor bank's length, else 16; no host read, so the
+    launch stays CUDA-graph capturable); longer rows are still done, in several chunks.
+
+    Raises:
+        ValueError: ``write_bank`` / ``pending_len`` given without ``bank_x`` (as ``conv_verify``)."""
     from vllm_specla.ops.triton_chain import _bounds_check, _rows_dense  # noqa: PLC0415
 
+    if bank_x is None and (write_bank is not None or pending_len is not None):
+        raise ValueError("tree_conv: bank_x is required with write_bank or pending_len "
+                         "(the factor bank of raw conv inputs, [slots, 2, Tmax, C] float32)")
     N, C = x.shape
     W = weight.shape[-1]
     x, weight = _rows_dense(x, 1), weight.contiguous()
@@ -285,7 +294,7 @@ def tree_conv_triton(x, weight, cu_seqlens, parents, conv_state, slots, *, bank_
     if has_bank:
         _bounds_check(cu_seqlens, tmax)
     if max_nodes is None:
-        max_nodes = tmax if has_bank else _max_nodes(cu_seqlens)
+        max_nodes = tmax if has_bank else 16
     BN, BC = tree_conv_config(R, C, max_nodes)
     BW = max(2, triton.next_power_of_2(W - 1))
     _tree_conv_kernel[(triton.cdiv(C, BC), R)](
@@ -332,25 +341,29 @@ HLD_MIN_NODES = 8  # shorter windows: ancestor walk (its walks are short; HLD ad
 HLD_MAX_SCRATCH_BYTES = 64 << 20  # boundary scratch above this (~L2): ancestor walk
 
 
-def pick_tree_kernel(num_rows: int, HV: int, V: int, K: int, nmax: int, scratch_slots: int | None = None) -> str:
+def pick_tree_kernel(num_rows: int, HV: int, V: int, K: int, nmax: int, scratch_slots: int | None = None,
+                     host_plan: bool = False) -> str:
     """``"ut"``, ``"hld"`` or ``"walk"`` for a non-chain CUDA batch (:data:`TREE_KERNEL` ``"auto"``).
 
     Shapes only (no host sync, CUDA-graph safe). Rule: the UT kernel for windows of at most
     :data:`UT_TREE_MAX_NODES` nodes at :data:`UT_TREE_MIN_ROWS` rows or more, or of
     :data:`UT_TREE_SMALL_BATCH_MIN_NODES` to :data:`UT_TREE_MAX_NODES` nodes at any number of rows
-    unless a host plan is given (``scratch_slots`` not None); else the heavy-light kernel when windows can hold
+    unless ``host_plan`` (a host-built heavy-light plan, :func:`~vllm_specla.ops.triton_tree_hld.
+    hld_plan`, is given); else the heavy-light kernel when windows can hold
     at least :data:`HLD_MIN_NODES` nodes and its boundary scratch, ``num_rows x scratch_slots``
     states (``scratch_slots`` defaults to the bound ``(nmax - 1) // 2``; exact with a host plan),
     fits :data:`HLD_MAX_SCRATCH_BYTES`; else the ancestor walk. Reasoning: per node the HLD kernel
     does one chain step (the ancestor walk adds a depth-long walk over K-vectors), but every
     boundary costs a state-sized store and load, cheap while the scratch stays in L2 (small
     batches) and a full HBM pass each at large batch, where the walk's single state read wins.
+    ``nmax`` is a bound on the nodes per row (``max_nodes``, the plan's, else the factor bank's
+    length), not the batch's actual count: with a bank of 25-32 positions and no ``max_nodes`` a
+    smaller tree at batch 1-7 goes to UT too.
     """
     if TREE_KERNEL in ("ut", "hld", "walk"):
         return TREE_KERNEL
-    planned = scratch_slots is not None
     if nmax <= UT_TREE_MAX_NODES and (num_rows >= UT_TREE_MIN_ROWS
-                                      or (nmax >= UT_TREE_SMALL_BATCH_MIN_NODES and not planned)):
+                                      or (nmax >= UT_TREE_SMALL_BATCH_MIN_NODES and not host_plan)):
         return "ut"
     if nmax < HLD_MIN_NODES:
         return "walk"
@@ -421,7 +434,8 @@ def tree_verify(
         if which is None:
             nmax = known if known is not None else bank_k.shape[2]
             slots_ = hld_plan.NB if hld_plan is not None else None
-            which = pick_tree_kernel(cu_seqlens.numel() - 1, v.shape[-2], v.shape[-1], k.shape[-1], nmax, slots_)
+            which = pick_tree_kernel(cu_seqlens.numel() - 1, v.shape[-2], v.shape[-1], k.shape[-1], nmax, slots_,
+                                     host_plan=hld_plan is not None and hld_plan.host)
         if which == "ut":
             from vllm_specla.ops.triton_chain_ut import tree_verify_ut  # noqa: PLC0415
 

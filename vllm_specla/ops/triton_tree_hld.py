@@ -204,8 +204,9 @@ def _hld_verify_kernel(
 
 @dataclass
 class HLDPlan:
-    """A host-built schedule (static tree shape): ``sched [R, LS]`` int32 on the device, exact wave
-    count, exact chains per wave (max over rows), exact scratch slots per row."""
+    """A heavy-light schedule: ``sched [R, LS]`` int32 on the device, the wave count, chains per wave
+    (max over rows) and scratch slots per row. ``host``: built on the host from the tree
+    (:func:`hld_plan`: all counts exact); else by :func:`hld_device_plan` (counts are bounds)."""
 
     sched: torch.Tensor
     BN: int
@@ -213,6 +214,7 @@ class HLDPlan:
     wave_max: list[int]
     NB: int
     nmax: int
+    host: bool = True
 
 
 def _bn(nmax: int) -> int:
@@ -251,7 +253,7 @@ def hld_device_plan(parents: torch.Tensor, cu_seqlens: torch.Tensor, nmax: int) 
     once per step and pass it to every layer's verify (all layers verify the same tree)."""
     bounds = hld_max_chains_per_wave(nmax)
     return HLDPlan(hld_device_schedule(parents, cu_seqlens, nmax), _bn(nmax), len(bounds), bounds,
-                   hld_scratch_slots(nmax), nmax)
+                   hld_scratch_slots(nmax), nmax, host=False)
 
 
 def hld_parallelism(num_rows: int, HV: int, n_vtiles: int) -> int:
@@ -289,6 +291,7 @@ def tree_verify_hld(
     assert state.shape[1:] == (HV, V, K) and state.dtype == torch.float32 and state.is_contiguous()
     from vllm_specla.ops.triton_chain import _rows_dense  # noqa: PLC0415
 
+    assert g.shape == beta.shape == (N, HV), f"g / beta must be [N, HV] = [{N}, {HV}], got {tuple(g.shape)}"
     # token-strided inputs are read in place (q / k / v: column slices of the conv output)
     q, k, v = (_rows_dense(x, 2) for x in (q, k, v))
     g, beta = (_rows_dense(x, 1) for x in (g, beta))
