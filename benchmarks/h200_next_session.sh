@@ -24,6 +24,14 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s11a)  # session 11, call 1 (prepared in session 10, not run): cuBLAS settings for the decode GEMMs. The AR step at
+        # batch 1 (target <= 0.9 ms, 1.40 / 1.48 ms now) is GEMV-bound, and the session-10 profile shows cuBLASLt
+        # nvjet tiles with split-K and ~100 us per step of splitKreduce launches: the step's GEMMs as the runtime issues
+        # them, on the model's own weights, under the default, cublas / cublaslt, no reduced-precision reduction and the
+        # GEMV orientation (w @ x.T, M = 1); M = 1 / 5 / 9 (AR, K = 4 / 8 windows at batch 1). A setting >= 5 % faster
+        # at M = 1 and no slower at 5 / 9 would go into ops/fused.py, then e2e at batch 1
+      timeout 300 python benchmarks/bench_blas.py --shapes flame,map --ms 1,5,9 --out "$OUT/blas_s11a.json" 2>&1 | grep -v Warn
+      ;;
   s10f)  # session 10, call 6 (s10e ran the 25-node W = 4 trees on UT; s10d's 4-branch rows with a host plan favour
         # the heavy-light kernel at batch 1, so planned trees keep it now): the same K = 6 batch-1 runs on the final rule
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16

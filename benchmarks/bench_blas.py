@@ -1,0 +1,151 @@
+#!/usr/bin/env python
+"""cuBLAS settings for the decode GEMMs (issue 6, "AR step at batch 1 <= 0.9 ms"), one GPU.
+
+The AR step at batch 1 is GEMV-bound: its GEMMs alone took 1.07 ms of the 1.47 ms step at
+2.48 TB/s against a weight-read floor of 0.61 ms (benchmarks/RESULTS.md, session 4), and the
+session-10 profile shows cuBLASLt ``nvjet`` tiles with split-K plus ``splitKreduce_kernel``
+launches. This script times the step's GEMMs exactly as the runtime issues them
+(``runtime/fused_model.py`` through ``ops/fused.py``: ``x @ w.T`` for the in-projection and the
+gate|up projection, ``residual.addmm_(x, w.T)`` for o_proj and down, ``x @ lm_head.T``), on
+the model's own distinct weights per layer (so they stream from HBM as in the real step), as
+one CUDA graph per setting, under each of these settings:
+
+  default      torch's defaults (what the runtime uses)
+  cublas       ``torch.backends.cuda.preferred_blas_library("cublas")``
+  cublaslt     ``torch.backends.cuda.preferred_blas_library("cublaslt")``
+  no_reduced   ``torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False``
+  w_x          (M = 1 only) ``w @ x.T`` (an [N, 1] result, the same memory as [1, N]): the
+               GEMV orientation, N = 1
+
+Prints ms per step of GEMMs, weight TB/s and the ratio to ``default`` per setting and M (token
+rows: 1 = AR at batch 1, 5 = a K = 4 verify window at batch 1, 9 = K = 8), and writes JSON to
+``--out``. Results are bitwise compared with ``default`` (``max_abs_diff``; split-K changes the
+summation order, so small differences are expected and reported, not hidden). ``--dry-cpu`` runs
+every setting's code path once on tiny CPU tensors (no timing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+SETTINGS = ["default", "cublas", "cublaslt", "no_reduced", "w_x"]
+
+
+@contextlib.contextmanager
+def setting(name: str):
+    """Apply one setting for the block (capture happens inside it), then restore torch's state."""
+    lib0 = torch.backends.cuda.preferred_blas_library() if torch.cuda.is_available() else None
+    red0 = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+    try:
+        if name in ("cublas", "cublaslt"):
+            torch.backends.cuda.preferred_blas_library(name)
+        if name == "no_reduced":
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+        yield
+    finally:
+        if lib0 is not None:
+            torch.backends.cuda.preferred_blas_library(lib0)
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = red0
+
+
+def make_step(weights, head, M: int, D: int, form: str, device, dtype):
+    """The step's GEMMs over ``weights`` ([(w_in, w_o, w_gu, w_down)] per layer) and ``head``, on
+    fixed input buffers (graph-safe); returns (fn, outputs) where outputs are the tensors the
+    step writes (compared across settings)."""
+    gen = torch.Generator(device="cpu").manual_seed(M)
+    xs = [torch.randn(M, w.shape[1], generator=gen).to(device=device, dtype=dtype)
+          for w in (weights[0][0], weights[0][1], weights[0][2], weights[0][3])]
+    h0 = torch.randn(M, D, generator=gen).to(device=device, dtype=dtype)
+    res = torch.empty_like(h0)
+    outs = {}
+
+    def fn():
+        res.copy_(h0)
+        for w_in, w_o, w_gu, w_down in weights:
+            if form == "w_x":  # [N, 1] results (M = 1): the same memory as [1, N]
+                outs["p"] = w_in @ xs[0].t()
+                res.view(D, 1).addmm_(w_o, xs[1].t())
+                outs["gu"] = w_gu @ xs[2].t()
+                res.view(D, 1).addmm_(w_down, xs[3].t())
+            else:
+                outs["p"] = xs[0] @ w_in.t()
+                res.addmm_(xs[1], w_o.t())
+                outs["gu"] = xs[2] @ w_gu.t()
+                res.addmm_(xs[3], w_down.t())
+        outs["logits"] = (head @ res.t()).t() if form == "w_x" else res @ head.t()
+
+    return fn, outs, res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", default="flame,map")
+    ap.add_argument("--ms", default="1,5,9")
+    ap.add_argument("--settings", default=",".join(SETTINGS))
+    ap.add_argument("--layers", type=int, default=None, help="use only the first N layers (default: all)")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--dry-cpu", action="store_true", help="every setting's code path once on tiny CPU tensors")
+    args = ap.parse_args()
+    dev = "cpu" if args.dry_cpu else "cuda"
+    dtype = torch.float32 if args.dry_cpu else torch.bfloat16
+    recs = []
+    for shape in args.shapes.split(","):
+        # the runtime's own weights (bench_e2e.build: random bf16 at the shape's config), so the shapes,
+        # the in-projection's padding and the layer count are the real step's
+        from bench_e2e import build  # noqa: PLC0415
+
+        _, tgt, dr = build("tiny" if args.dry_cpu else shape, dev, dtype)
+        del dr
+        weights = [(Ly.w_in, Ly.w_o, Ly.w_gu, Ly.w_down) for Ly in tgt.stack.layers]
+        if args.layers:
+            weights = weights[: args.layers]
+        L = len(weights)
+        head = tgt.lm_head
+        D = head.shape[1]
+        wbytes = sum(w.numel() * w.element_size() for ws in weights for w in ws) + head.numel() * head.element_size()
+        for M in [int(m) for m in args.ms.split(",")]:
+            base = None
+            for name in args.settings.split(","):
+                if name == "w_x" and M != 1:
+                    continue
+                with setting(name if not args.dry_cpu or name not in ("cublas", "cublaslt") else "default"):
+                    fn, outs, res = make_step(weights, head, M, D, "w_x" if name == "w_x" else "std", dev, dtype)
+                    if args.dry_cpu:
+                        fn()
+                        ms = float("nan")
+                    else:
+                        from graph_timing import graph_ms  # noqa: PLC0415
+
+                        ms = graph_ms(fn, replays=10)
+                        fn()
+                        torch.cuda.synchronize()
+                got = {k: v.float().reshape(-1).clone() for k, v in outs.items()}
+                got["residual"] = res.float().reshape(-1).clone()
+                if base is None:
+                    base = (ms, got)
+                diff = max(float((got[k] - base[1][k]).abs().max()) for k in got)
+                rec = dict(shape=shape, M=M, setting=name, layers=L, ms=ms, weight_bytes=wbytes,
+                           TBps=wbytes / (ms * 1e-3) / 1e12 if ms == ms else None,
+                           vs_default=ms / base[0] if base[0] == base[0] else None, max_abs_diff_vs_default=diff,
+                           gpu=torch.cuda.get_device_name() if dev == "cuda" else "cpu",
+                           torch=torch.__version__)
+                recs.append(rec)
+                tb = f"{rec['TBps']:.2f} TB/s" if rec["TBps"] else "-"
+                vs = f"{rec['vs_default']:.3f}x" if rec["vs_default"] else "-"
+                print(f"{shape:6s} M={M:<2} {name:11s} {ms:8.3f} ms  {tb:>10s}  vs default {vs:>7s}  "
+                      f"max|diff| {diff:.2e}", flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(recs, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
