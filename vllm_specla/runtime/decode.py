@@ -123,8 +123,10 @@ class DecodeRuntime:
         tree_width: ``W >= 2`` with mode ``"specla"``: verify a draft *tree* of ``W`` branches of depth
             ``K`` sharing the root (the drafter's top-``W`` first tokens, each continued greedily;
             ``1 + W*K`` nodes), accept the branch with the longest matching prefix, gather its
-            factors into path order (``compact_path_factors``) and keep them pending like a chain.
-            1 = chain.
+            factors into path order (``compact_path_factors``, over banks stacked across layers:
+            8 launches per step) and keep them pending like a chain. With ``alpha`` every node is
+            drawn independently, so siblings can both match the target: this overstates a real
+            drafter's tree acceptance (benchmarks/RESULTS.md, "Session 10"). 1 = chain.
     Raises:
         ValueError: unknown mode, K < 1 or no drafter for a spec mode, alpha without trace or
             outside [0, 1], alpha/trace with mode "ar", a trace that is not ``[B, L]`` int64.
