@@ -368,6 +368,29 @@ def _state_products(p_st, p_kT, p_qT, mv, mt, K, KC: tl.constexpr, NKC: tl.const
 
 
 @triton.jit
+def _ut_vtile(cu_seqlens, slots, H: tl.constexpr, HV: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
+              BT: tl.constexpr):
+    """The ``(V-tile, value head, row)`` program's indices, shared by :func:`_chain_ut_kernel` and
+    :func:`_ut_products_kernel`: row ``i_r``, value head ``i_hv`` and its key head ``i_h`` (GVA), the
+    row's state slot, the tile's value rows ``o_v`` (mask ``mv``), window positions ``o_t`` (mask
+    ``mt``: ``t < T``, the window cut at ``BT``) and their token indices ``i_t``."""
+    i_v = tl.program_id(0)
+    i_hv = tl.program_id(1)
+    i_r = tl.program_id(2)
+    G: tl.constexpr = HV // H
+    i_h = i_hv // G
+    bos = tl.load(cu_seqlens + i_r).to(tl.int64)
+    eos = tl.load(cu_seqlens + i_r + 1).to(tl.int64)
+    slot = tl.load(slots + i_r).to(tl.int64)
+    T = tl.minimum(eos - bos, BT)
+    o_v = i_v * BV + tl.arange(0, BV)
+    mv = o_v < V
+    o_t = tl.arange(0, BT)
+    mt = o_t < T
+    return i_r, i_hv, i_h, slot, o_v, mv, o_t, mt, bos + o_t
+
+
+@triton.jit
 def _chain_ut_kernel(
     v, o,
     state, slots, cu_seqlens,
@@ -383,22 +406,7 @@ def _chain_ut_kernel(
     ``SPLIT``: the products ``M k``, ``M q`` of the raw q / k come from ``mm_s``
     (:func:`_ut_products_kernel`) and are scaled here by the prep's l2norm scales (the combine kernel
     of the split launch)."""
-    i_v = tl.program_id(0)
-    i_hv = tl.program_id(1)
-    i_r = tl.program_id(2)
-    G: tl.constexpr = HV // H
-    i_h = i_hv // G
-
-    bos = tl.load(cu_seqlens + i_r).to(tl.int64)
-    eos = tl.load(cu_seqlens + i_r + 1).to(tl.int64)
-    slot = tl.load(slots + i_r).to(tl.int64)
-    T = tl.minimum(eos - bos, BT)
-
-    o_v = i_v * BV + tl.arange(0, BV)
-    mv = o_v < V
-    o_t = tl.arange(0, BT)
-    mt = o_t < T
-    i_t = bos + o_t  # [BT] token index
+    i_r, i_hv, i_h, slot, o_v, mv, o_t, mt, i_t = _ut_vtile(cu_seqlens, slots, H, HV, V, BV, BT)
     p_st = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K  # [BV, 1] row pointers of the tile
     p_qk = qk_s + (i_r * H + i_h) * (2 * BT * K) + o_t[None, :] * K  # [1, BT]: q^ rows (k^ at + BT*K)
 
@@ -440,20 +448,7 @@ def _ut_products_kernel(
     (not l2-normalised, unscaled) window rows ``t < T`` against the slot's state ``M`` (one pass over
     ``[BV, KC]`` chunks, tensor-core dots as :func:`_chain_ut_kernel`), to ``mm_s[r, hv, 0/1]``
     (``[V, BT]`` fp32; columns ``t >= T`` zero). Needs nothing of the prep kernel, so it runs beside it."""
-    i_v = tl.program_id(0)
-    i_hv = tl.program_id(1)
-    i_r = tl.program_id(2)
-    G: tl.constexpr = HV // H
-    i_h = i_hv // G
-    bos = tl.load(cu_seqlens + i_r).to(tl.int64)
-    eos = tl.load(cu_seqlens + i_r + 1).to(tl.int64)
-    slot = tl.load(slots + i_r).to(tl.int64)
-    T = tl.minimum(eos - bos, BT)
-    o_v = i_v * BV + tl.arange(0, BV)
-    mv = o_v < V
-    o_t = tl.arange(0, BT)
-    mt = o_t < T
-    i_t = bos + o_t
+    i_r, i_hv, i_h, slot, o_v, mv, o_t, mt, i_t = _ut_vtile(cu_seqlens, slots, H, HV, V, BV, BT)
     p_st = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K
     b_mk, b_mq = _state_products(p_st, k + i_t[None, :] * sk + i_h * K, q + i_t[None, :] * sq + i_h * K,
                                  mv, mt, K, KC, NKC, BV, BT, PREC)
