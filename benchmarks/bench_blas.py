@@ -16,6 +16,9 @@ one CUDA graph per setting, under each of these settings:
   no_reduced   ``torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False``
   w_x          (M = 1 only) ``w @ x.T`` (an [N, 1] result, the same memory as [1, N]): the
                GEMV orientation, N = 1
+  rows:BN:BK:W (M <= 2) not cuBLAS: ``ops/triton_fused.py`` ``gemv_rows`` (CUDA-core row GEMV,
+               the residual adds in place) at config (BN, BK, num_warps); ``--rows-sweep`` adds a
+               grid of them
 
 Prints ms per step of GEMMs, weight TB/s and the ratio to ``default`` per setting and M (token
 rows: 1 = AR at batch 1, 5 = a K = 4 verify window at batch 1, 9 = K = 8), and writes JSON to
@@ -37,6 +40,10 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 SETTINGS = ["default", "cublas", "cublaslt", "no_reduced", "w_x"]
+# (BN, BK, num_warps) of the row GEMV; BK = 0: one tile per program (skipped where BN * next_pow2(K)
+# > 32768 elements: the tile would spill)
+ROWS_SWEEP = [(bn, bk, nw) for bn in (2, 4, 8, 16) for bk in (0, 1024) for nw in (4, 8)] + [(1, 0, 2), (1, 0, 4),
+                                                                                           (2, 0, 2), (4, 512, 4)]
 
 
 @contextlib.contextmanager
@@ -67,10 +74,20 @@ def make_step(weights, head, M: int, D: int, form: str, device, dtype):
     res = torch.empty_like(h0)
     outs = {}
 
+    if form.startswith("rows:"):
+        from vllm_specla.ops import triton_fused as tf  # noqa: PLC0415
+
+        cfg = tuple(int(v) for v in form.split(":")[1:])
+
     def fn():
         res.copy_(h0)
         for w_in, w_o, w_gu, w_down in weights:
-            if form == "w_x":  # [N, 1] results (M = 1): the same memory as [1, N]
+            if form.startswith("rows:"):
+                outs["p"] = tf.gemv_rows(xs[0], w_in, config=cfg)
+                tf.gemv_rows(xs[1], w_o, residual=res, out=res, config=cfg)
+                outs["gu"] = tf.gemv_rows(xs[2], w_gu, config=cfg)
+                tf.gemv_rows(xs[3], w_down, residual=res, out=res, config=cfg)
+            elif form == "w_x":  # [N, 1] results (M = 1): the same memory as [1, N]
                 outs["p"] = w_in @ xs[0].t()
                 res.view(D, 1).addmm_(w_o, xs[1].t())
                 outs["gu"] = w_gu @ xs[2].t()
@@ -80,7 +97,10 @@ def make_step(weights, head, M: int, D: int, form: str, device, dtype):
                 res.addmm_(xs[1], w_o.t())
                 outs["gu"] = xs[2] @ w_gu.t()
                 res.addmm_(xs[3], w_down.t())
-        outs["logits"] = (head @ res.t()).t() if form == "w_x" else res @ head.t()
+        if form.startswith("rows:"):
+            outs["logits"] = tf.gemv_rows(res, head, config=cfg)
+        else:
+            outs["logits"] = (head @ res.t()).t() if form == "w_x" else res @ head.t()
 
     return fn, outs, res
 
@@ -90,10 +110,14 @@ def main() -> None:
     ap.add_argument("--shapes", default="flame,map")
     ap.add_argument("--ms", default="1,5,9")
     ap.add_argument("--settings", default=",".join(SETTINGS))
+    ap.add_argument("--rows-sweep", action="store_true", help="add the ROWS_SWEEP row-GEMV configs (M <= 2)")
     ap.add_argument("--layers", type=int, default=None, help="use only the first N layers (default: all)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--dry-cpu", action="store_true", help="every setting's code path once on tiny CPU tensors")
     args = ap.parse_args()
+    settings = args.settings.split(",")
+    if args.rows_sweep:
+        settings += [f"rows:{bn}:{bk}:{nw}" for bn, bk, nw in ROWS_SWEEP]
     dev = "cpu" if args.dry_cpu else "cuda"
     dtype = torch.float32 if args.dry_cpu else torch.bfloat16
     recs = []
@@ -113,11 +137,17 @@ def main() -> None:
         wbytes = sum(w.numel() * w.element_size() for ws in weights for w in ws) + head.numel() * head.element_size()
         for M in [int(m) for m in args.ms.split(",")]:
             base = None
-            for name in args.settings.split(","):
+            for name in settings:
                 if name == "w_x" and M != 1:
                     continue
+                if name.startswith("rows:"):
+                    bn, bk = (int(v) for v in name.split(":")[1:3])
+                    kmax = max(w.shape[1] for w in weights[0])
+                    if M > 2 or (bk == 0 and bn * (1 << (kmax - 1).bit_length()) > 32768):
+                        continue
                 with setting(name if not args.dry_cpu or name not in ("cublas", "cublaslt") else "default"):
-                    fn, outs, res = make_step(weights, head, M, D, "w_x" if name == "w_x" else "std", dev, dtype)
+                    form = name if name == "w_x" or name.startswith("rows:") else "std"
+                    fn, outs, res = make_step(weights, head, M, D, form, dev, dtype)
                     if args.dry_cpu:
                         fn()
                         ms = float("nan")
@@ -140,7 +170,7 @@ def main() -> None:
                 recs.append(rec)
                 tb = f"{rec['TBps']:.2f} TB/s" if rec["TBps"] else "-"
                 vs = f"{rec['vs_default']:.3f}x" if rec["vs_default"] else "-"
-                print(f"{shape:6s} M={M:<2} {name:11s} {ms:8.3f} ms  {tb:>10s}  vs default {vs:>7s}  "
+                print(f"{shape:6s} M={M:<2} {name:14s} {ms:8.3f} ms  {tb:>10s}  vs default {vs:>7s}  "
                       f"max|diff| {diff:.2e}", flush=True)
     if args.out:
         with open(args.out, "w") as f:

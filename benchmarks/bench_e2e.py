@@ -324,6 +324,9 @@ def main() -> None:
     ap.add_argument("--no-gemv", action="store_true", help="cuBLAS for every GEMM (the default; kept for A/B scripts)")
     ap.add_argument("--gemv-config", default=None,
                     help="BN,BK,warps,stages: use the fused Triton skinny GEMM with this config (bench_gemv.py)")
+    ap.add_argument("--gemv-rows", default=None,
+                    help="BN,BK,warps: the row GEMV (triton_fused.gemv_rows) for <= 2 token rows (bench_blas.py); "
+                         "'off' forces cuBLAS")
     ap.add_argument("--tag", default="", help="label stored in every record (A/B runs)")
     ap.add_argument("--auto", action="store_true", help="also run the automatic draft-length policy per batch/alpha")
     ap.add_argument("--trained", action="store_true", help="run the embedded trained pair instead of --shapes")
@@ -354,8 +357,15 @@ def main() -> None:
 
         triton_fused.GEMV_CONFIG = tuple(int(v) for v in args.gemv_config.split(","))
         fused_mod.USE_GEMV = True
+    gemv_rows = None
+    if args.gemv_rows:
+        fused_mod.USE_GEMV_ROWS = args.gemv_rows != "off"
+        if fused_mod.USE_GEMV_ROWS:
+            from vllm_specla.ops import triton_fused  # noqa: PLC0415
+
+            triton_fused.GEMV_ROWS_CONFIG = gemv_rows = tuple(int(v) for v in args.gemv_rows.split(","))
     global SETTINGS
-    SETTINGS = dict(verify_kernel=cv_mod.VERIFY_KERNEL, cuda_csrc=bool(args.cuda_csrc and device == "cuda"), gemv=fused_mod.USE_GEMV, tag=args.tag,
+    SETTINGS = dict(gemv_rows=gemv_rows, verify_kernel=cv_mod.VERIFY_KERNEL, cuda_csrc=bool(args.cuda_csrc and device == "cuda"), gemv=fused_mod.USE_GEMV, tag=args.tag,
                     gemv_config=args.gemv_config)
     if args.dry_cpu:
         global DRY

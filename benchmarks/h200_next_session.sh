@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). State after session 10: benchmarks/RESULTS.md
+# README/device; the s5* / s6* / s8d-s8f calls need neither). State after session 10 (s11a: session 11): benchmarks/RESULTS.md
 # "Session 10" (s10a-s10f below as run; s10a / s10b ran UT_SOLVE / UT_SPLIT before they became the tree defaults,
 # s10e the 25-node trees on UT before planned trees went back to the heavy-light kernel). 1 / 2: the regression set and kernel tables; s4a-s4g / s5a-s5f / s6a-s6f / s7a-s7f / s8a-s8f:
 # the session 4-8 calls as run (s6e = session 6's GPU tests, commit ratios and e2e at its final
@@ -24,13 +24,32 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
-  s11a)  # session 11, call 1 (prepared in session 10, not run): cuBLAS settings for the decode GEMMs. The AR step at
-        # batch 1 (target <= 0.9 ms, 1.40 / 1.48 ms now) is GEMV-bound, and the session-10 profile shows cuBLASLt
-        # nvjet tiles with split-K and ~100 us per step of splitKreduce launches: the step's GEMMs as the runtime issues
-        # them, on the model's own weights, under the default, cublas / cublaslt, no reduced-precision reduction and the
-        # GEMV orientation (w @ x.T, M = 1); M = 1 / 5 / 9 (AR, K = 4 / 8 windows at batch 1). A setting >= 5 % faster
-        # at M = 1 and no slower at 5 / 9 would go into ops/fused.py, then e2e at batch 1
-      timeout 300 python benchmarks/bench_blas.py --shapes flame,map --ms 1,5,9 --out "$OUT/blas_s11a.json" 2>&1 | grep -v Warn
+  s11a)  # session 11, call 1: the decode GEMMs at batch 1. The AR step at batch 1 (target <= 0.9 ms, 1.40 / 1.48 ms
+        # now) is GEMV-bound (cuBLAS ~2.5 TB/s at M = 1; the session-10 profile shows nvjet split-K tiles plus
+        # splitKreduce launches). bench_blas times the step's GEMMs as the runtime issues them, on the model's own
+        # weights, under cuBLAS settings (default, cublas / cublaslt, no reduced-precision reduction, the GEMV
+        # orientation) and the new row GEMV (triton_fused.gemv_rows, a config grid); then the best row-GEMV config at
+        # M = 1 end to end at batch 1 against cuBLAS (two processes, same machine); then the GPU tests of the row GEMV
+        # and of session 10's interpreter-only review fixes
+      timeout 240 python benchmarks/bench_blas.py --shapes flame,map --ms 1,2,5 --rows-sweep --out "$OUT/blas_s11a.json" 2>&1 | grep -v Warn
+      BEST=$(python - "$OUT/blas_s11a.json" <<'PY'
+import json, sys, collections
+t = collections.defaultdict(float); n = collections.Counter()
+for r in json.load(open(sys.argv[1])):
+    if r["M"] == 1 and r["setting"].startswith("rows:"):
+        t[r["setting"]] += r["ms"]; n[r["setting"]] += 1
+full = [s for s in t if n[s] == max(n.values())]
+print(",".join(min(full, key=t.get).split(":")[1:]))
+PY
+)
+      echo "best row GEMV config at M = 1: $BEST"
+      for G in off "$BEST"; do
+        timeout 130 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
+            --gemv-rows "$G" --tag "s11a_rows_$G" --out "$OUT/e2e_s11a.jsonl" 2>&1 | grep "^{" | \
+            python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),r['gemv_rows'],round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('tau'),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      done
+      timeout 150 python -m pytest -q -x tests/test_fused_gpu.py tests/test_kernels_gpu.py -k "gemv or tree or conv" \
+          tests/test_tree_hld_gpu.py 2>&1 | tail -2
       ;;
   s10f)  # session 10, call 6 (s10e ran the 25-node W = 4 trees on UT; s10d's 4-branch rows with a host plan favour
         # the heavy-light kernel at batch 1, so planned trees keep it now): the same K = 6 batch-1 runs on the final rule

@@ -70,6 +70,10 @@ def linear_ref(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | Non
 # Skinny-GEMM kernel for rows <= triton_fused.GEMV_MAX_M on CUDA. Off by default: on the H200 it
 # measured slower than RMSNorm kernel + cuBLAS (AR step at batch 1: 2.02 vs 1.68 ms, RESULTS.md)
 USE_GEMV = False
+# Row GEMV (CUDA cores, ``triton_fused.gemv_rows``) for rows <= triton_fused.GEMV_ROWS_MAX_M on CUDA:
+# the AR step and the drafter's passes at batch 1. Off until measured against cuBLAS in the real
+# step (benchmarks/bench_blas.py, bench_e2e.py --gemv-rows)
+USE_GEMV_ROWS = False
 
 
 def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=False):
@@ -82,6 +86,9 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
     step in the decode runtime (the "Memcpy DtoD" rows of ``benchmarks/step_breakdown.py``). The
     same GEMM with the same operands, so the values are the same."""
     impl = _triton() if x.is_cuda else None
+    if impl is not None and USE_GEMV_ROWS and x.shape[0] <= impl.GEMV_ROWS_MAX_M and x.stride(-1) == 1:
+        return impl.gemv_rows(x, w, norm_weight, eps, residual,
+                              out=residual if residual is not None and residual_inplace else None)
     if impl is not None and USE_GEMV and x.shape[0] <= impl.GEMV_MAX_M:
         return impl.gemv(x, w, norm_weight, eps, residual)
     if norm_weight is not None:

@@ -188,6 +188,86 @@ def _gemv_kernel(x, w, out, res, nw, M, N, K, sx, so, sr, eps,
     tl.store(out + rm[:, None] * so + rn[None, :], acc.to(out.dtype.element_ty), mask=mm[:, None] & mn[None, :])
 
 
+@triton.jit
+def _gemv_rows_kernel(x, w, out, res, nw, M, N, K, sx, so, sr, eps,
+                      BN: tl.constexpr, BK: tl.constexpr, KP: tl.constexpr, NORM: tl.constexpr, RES: tl.constexpr):
+    # one program per BN weight rows; the K loop is unrolled (KP = next power of two >= K, BK | KP),
+    # so a program issues all its weight loads before the first reduction needs them: at M = 1 the
+    # weight stream is the whole cost, and this keeps the most bytes in flight per SM
+    pid = tl.program_id(0)
+    rn = pid * BN + tl.arange(0, BN)
+    mn = rn < N
+    rk = tl.arange(0, BK)
+    for m in range(M):
+        if NORM:  # the row's RMS first (x is one row of <= a few KB, L1/L2-resident)
+            ss = tl.zeros([BK], dtype=tl.float32)
+            for k0 in tl.static_range(0, KP, BK):
+                xk = tl.load(x + m * sx + k0 + rk, mask=(k0 + rk) < K, other=0.0).to(tl.float32)
+                ss += xk * xk
+            rstd = tl.rsqrt(tl.sum(ss, 0) / K + eps)
+        acc = tl.zeros([BN], dtype=tl.float32)
+        for k0 in tl.static_range(0, KP, BK):
+            mk = (k0 + rk) < K
+            wk = tl.load(w + rn[:, None] * K + (k0 + rk)[None, :], mask=mn[:, None] & mk[None, :], other=0.0)
+            xk = tl.load(x + m * sx + k0 + rk, mask=mk, other=0.0)
+            if NORM:
+                xk = xk.to(tl.float32) * rstd * tl.load(nw + k0 + rk, mask=mk, other=0.0).to(tl.float32)
+            # the activation rounded to the weight dtype, as the unfused RMSNorm -> GEMM path has it
+            xk = xk.to(w.dtype.element_ty).to(tl.float32)
+            acc += tl.sum(wk.to(tl.float32) * xk[None, :], 1)
+        if RES:
+            acc += tl.load(res + m * sr + rn, mask=mn, other=0.0).to(tl.float32)
+        tl.store(out + m * so + rn, acc.to(out.dtype.element_ty), mask=mn)
+
+
+GEMV_ROWS_MAX_M = 2  # token rows the row GEMV takes (CUDA-core math: M x the weight-read FLOPs)
+GEMV_ROWS_CONFIG = (4, 0, 4)  # BN, BK (0: one tile, BK = next power of two >= K), num_warps
+
+
+def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
+              residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
+              config: tuple[int, int, int] | None = None) -> torch.Tensor:
+    """Decode GEMV on CUDA cores: ``[RMSNorm(x)] @ w.T [+ residual]`` for ``x [M, K]``, ``M`` small.
+
+    Args:
+        x: ``[M, K]`` activations (row stride free, dense feature dim), any float dtype; cast to
+            ``w.dtype`` before the product (after the RMSNorm when ``norm_weight`` is given).
+        w: ``[N, K]`` row-major weight (``nn.Linear`` layout), bf16 / fp16 / fp32.
+        norm_weight: optional ``[K]`` RMSNorm weight (fla ``RMSNorm``, float32 math) fused as the
+            prologue of every program.
+        residual: optional ``[M, N]`` added in float32 after the product.
+        out: optional ``[M, N]`` output in ``w.dtype``; may be ``residual`` itself (each element is
+            read, then written, by the same program).
+        config: ``(BN, BK, num_warps)``; default :data:`GEMV_ROWS_CONFIG`.
+    Returns:
+        ``[M, N]`` in ``w.dtype`` (``out`` when given); fp32 accumulation.
+
+    One program per ``BN`` weight rows streams them once per token row (the M = 1 decode step is a
+    pure weight stream; ``benchmarks/bench_blas.py`` times it against cuBLAS on the step's own
+    weights). The math is ``linear_ref``'s (``ops/fused.py``) up to summation order.
+    """
+    M, K = x.shape
+    N = w.shape[0]
+    if w.shape[1] != K or not w.is_contiguous() or x.stride(1) != 1:
+        raise ValueError(f"gemv_rows: need x [M, K] with a dense feature dim and a contiguous w [N, K]; got "
+                         f"x {tuple(x.shape)} stride {tuple(x.stride())}, w {tuple(w.shape)}")
+    if out is None:
+        out = torch.empty(M, N, dtype=w.dtype, device=x.device)
+    if M == 0:
+        return out
+    if residual is not None:
+        assert residual.shape == (M, N) and residual.stride(1) == 1
+    assert out.shape == (M, N) and out.stride(1) == 1 and out.dtype == w.dtype
+    BN, BK, nw = config or GEMV_ROWS_CONFIG
+    KP = triton.next_power_of_2(K)
+    BK = KP if BK <= 0 else min(BK, KP)
+    _gemv_rows_kernel[(triton.cdiv(N, BN),)](
+        x, w, out, residual if residual is not None else out, norm_weight if norm_weight is not None else w,
+        M, N, K, x.stride(0), out.stride(0), residual.stride(0) if residual is not None else 0, eps,
+        BN=BN, BK=BK, KP=KP, NORM=norm_weight is not None, RES=residual is not None, num_warps=nw)
+    return out
+
+
 GEMV_MAX_M = 16  # rows handled by one program (tl.dot needs >= 16; fewer rows are masked)
 GEMV_CONFIG = (16, 256, 4, 4)  # BN, BK, num_warps, num_stages
 

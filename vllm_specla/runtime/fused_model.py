@@ -232,7 +232,7 @@ class FusedTarget:
         return fused.rms_norm(h, self.norm_w, self.eps, self.dtype)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return hidden @ self.lm_head.t()
+        return fused.linear(hidden, self.lm_head)
 
 
 class FusedEagle:
@@ -251,6 +251,6 @@ class FusedEagle:
         """``tokens [B, T]``, ``feats [B*T, D]`` -> predicted next features ``[B*T, D]``."""
         B, T = tokens.shape
         e = self.target.embed[tokens.reshape(-1)]
-        h = torch.cat([e, feats.to(self.dtype)], -1) @ self.fc.t()
+        h = fused.linear(torch.cat([e, feats.to(self.dtype)], -1), self.fc)
         h = self.stack.forward(h, states, mode, ctrl, T)
         return fused.rms_norm(h, self.norm_w, self.eps, self.dtype)
