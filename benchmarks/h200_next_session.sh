@@ -24,6 +24,23 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s11b)  # session 11, call 2 (s11a: cuBLAS settings all within 1.5 % of the default; the row GEMV at M = 1 took the
+        # step's GEMMs 1.026 -> 0.833 ms flame (3.17 TB/s), 1.054 -> 0.895 map, but end to end only 1.414 -> 1.356 ms:
+        # its RMSNorm prologue's reduction held the weight loads back, and M = 2 measured 1.15-1.98x cuBLAS). Now: the
+        # first weight chunk and the residual are loaded before the prologue, the gated RMSNorm and the SwiGLU are
+        # prologues too (2 launches per layer fewer), M = 1 only. GPU tests, the GEMMs again, e2e A/B at batch 1, the
+        # AR step's breakdown with the row GEMV
+      timeout 150 python -m pytest -q -x tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py -k "gemv_rows or prologue or row_gemv" 2>&1 | tail -2
+      timeout 80 python benchmarks/bench_blas.py --shapes flame,map --ms 1 \
+          --settings default,rows:1:0:4,rows:1:0:2,rows:2:0:8,rows:2:1024:4 --out "$OUT/blas_s11b.json" 2>&1 | grep -v Warn
+      for G in off 1,0,4; do
+        timeout 130 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 4,6,8 --alphas 0.8 --snapshot-ks "" \
+            --gemv-rows "$G" --tag "s11b_rows_$G" --out "$OUT/e2e_s11b.jsonl" 2>&1 | grep "^{" | \
+            python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),r['gemv_rows'],round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('tau'),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      done
+      timeout 60 python benchmarks/step_breakdown.py --shapes flame --batches 1 --modes ar --gemv-rows 1,0,4 \
+          --out "$OUT/breakdown_ar_s11b.json" 2>&1 | grep -v -i "warn\|profiler" | head -16
+      ;;
   s11a)  # session 11, call 1: the decode GEMMs at batch 1. The AR step at batch 1 (target <= 0.9 ms, 1.40 / 1.48 ms
         # now) is GEMV-bound (cuBLAS ~2.5 TB/s at M = 1; the session-10 profile shows nvjet split-K tiles plus
         # splitKreduce launches). bench_blas times the step's GEMMs as the runtime issues them, on the model's own

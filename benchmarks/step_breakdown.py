@@ -154,6 +154,8 @@ def main() -> None:
     ap.add_argument("--tree-width", type=int, default=1,
                     help="W >= 2: the specla mode verifies draft trees of W branches of depth --k (as bench_e2e)")
     ap.add_argument("--cuda-csrc", action="store_true", help="build and dispatch to the CUDA csrc op (as bench_e2e)")
+    ap.add_argument("--gemv-rows", default=None, help="BN,BK,warps: the row GEMV for one-row GEMMs (as bench_e2e); "
+                                                       "'off' forces cuBLAS")
     ap.add_argument("--out", default=None)
     ap.add_argument("--dry-cpu", action="store_true", help="tiny shape on the CPU: the code path once (no device times)")
     args = ap.parse_args()
@@ -164,6 +166,12 @@ def main() -> None:
         from vllm_specla.ops import _cpp  # noqa: PLC0415
 
         assert _cpp.load_cuda(), "CUDA csrc build failed"
+    if args.gemv_rows:
+        from vllm_specla.ops import fused, triton_fused  # noqa: PLC0415
+
+        fused.USE_GEMV_ROWS = args.gemv_rows != "off"
+        if fused.USE_GEMV_ROWS:
+            triton_fused.GEMV_ROWS_CONFIG = tuple(int(v) for v in args.gemv_rows.split(","))
     recs = []
     for shape in args.shapes.split(","):
         cfg, tgt, dr = build(shape, DEV, torch.bfloat16 if DEV == "cuda" else torch.float32)
@@ -183,7 +191,7 @@ def main() -> None:
                 r = breakdown(rt, prompts, args.steps)
                 W = args.tree_width if mode == "specla" else 1
                 rec = dict(shape=shape, batch=B, mode=mode, K=0 if mode == "ar" else args.k, alpha=args.alpha, tree_width=W,
-                           cuda_csrc=args.cuda_csrc, gpu=torch.cuda.get_device_name() if DEV == "cuda" else "cpu", **r)
+                           cuda_csrc=args.cuda_csrc, gemv_rows=args.gemv_rows, gpu=torch.cuda.get_device_name() if DEV == "cuda" else "cpu", **r)
                 recs.append(rec)
                 ph = " ".join(f"{p}={r['phases'].get(p, 0.0):.0f}" for p in PHASES)
                 fm = " ".join(f"{f}={v:.0f}" for f, v in sorted(r["families"].items(), key=lambda kv: -kv[1]))

@@ -153,3 +153,81 @@ def test_gemv_rows_rejects_bad_layout():
     w = torch.randn(8, 16, device=DEV)
     with pytest.raises(ValueError, match="dense feature dim"):
         tf.gemv_rows(torch.randn(16, 2, device=DEV).t(), w)
+
+
+@pytest.mark.parametrize("M", [1, 2])
+@pytest.mark.parametrize("pro", ["silu_mul", "gated_silu", "gated_sigmoid", "gated_nogate"])
+@pytest.mark.parametrize("config", [(4, 0, 4), (2, 64, 2)])
+def test_gemv_rows_prologues(M, pro, config):
+    """The SwiGLU and per-head gated-RMSNorm prologues equal the unfused references (silu_mul_ref /
+    gated_rms_norm_ref, then linear_ref) on random inputs with a residual; K = 5 heads of 32 (not a
+    power of two: masked tail heads in the one-tile form); bf16 on CUDA (rel < 1e-2), fp32 under the
+    interpreter (rel < 1e-5)."""
+    g = torch.Generator().manual_seed(7 * M + config[0] + len(pro))
+    HV, V, N = 5, 32, 37
+    K = HV * V
+    dt = torch.bfloat16 if HAVE_CUDA else torch.float32
+    w = (torch.randn(N, K, generator=g) * 0.05).to(DEV, dt)
+    r = torch.randn(M, N, generator=g).to(DEV, dt)
+    if pro == "silu_mul":
+        x = torch.randn(M, 2 * K, generator=g).to(DEV, dt)
+        ref = F_ref.linear_ref(F_ref.silu_mul_ref(x), w, residual=r)
+        got = tf.gemv_rows(x, w, residual=r, prologue="silu_mul", config=config)
+    else:
+        o = torch.randn(M, HV, V, generator=g).to(DEV)  # fp32, as chain_verify writes it
+        gate = None if pro == "gated_nogate" else torch.randn(M, K + 4, generator=g).to(DEV, dt)[:, 4:]
+        nw = (torch.rand(V, generator=g) + 0.5).to(DEV)
+        act = "sigmoid" if pro == "gated_sigmoid" else "silu"
+        ref = F_ref.linear_ref(F_ref.gated_rms_norm_ref(o, gate, nw, 1e-6, act, dt), w, residual=r)
+        got = tf.gemv_rows(o.reshape(M, K), w, nw, 1e-6, r, prologue="gated_rms_norm", gate=gate, head_dim=V,
+                           gate_act=act, config=config)
+    assert rel(got, ref) < (1e-2 if dt == torch.bfloat16 else 1e-5)
+
+
+def test_gemv_rows_rejects_bad_prologue_args():
+    w = torch.randn(8, 64, device=DEV)
+    x = torch.randn(1, 64, device=DEV)
+    with pytest.raises(ValueError, match="prologue must be one of"):
+        tf.gemv_rows(x, w, prologue="gelu")
+    with pytest.raises(ValueError, match="head_dim must be a power of two"):
+        tf.gemv_rows(x, w, torch.ones(24, device=DEV), prologue="gated_rms_norm", head_dim=24)
+    with pytest.raises(ValueError, match="norm_weight is needed"):
+        tf.gemv_rows(x, w, prologue="gated_rms_norm", head_dim=32)
+    with pytest.raises(ValueError, match=r"\[M, 2K\] for silu_mul"):
+        tf.gemv_rows(x, w, prologue="silu_mul")
+
+
+@pytest.mark.parametrize("rows", [True, False])
+def test_fused_prologue_linears_dispatch(rows, monkeypatch):
+    """fused.gated_norm_linear / silu_mul_linear / linear equal the unfused chain with the row GEMV
+    on (one-row inputs take it on CUDA / under the interpreter) and off (the unfused kernels), with
+    the residual updated in place."""
+    monkeypatch.setattr(F_ref, "USE_GEMV_ROWS", rows)
+    calls = []
+    real = tf.gemv_rows
+    monkeypatch.setattr(tf, "gemv_rows", lambda *a, **k: calls.append(k.get("prologue")) or real(*a, **k))
+    g = torch.Generator().manual_seed(3)
+    HV, V, N = 4, 64, 48
+    K = HV * V
+    dt = torch.bfloat16 if HAVE_CUDA else torch.float32
+    tol = 1e-2 if dt == torch.bfloat16 else 1e-5
+    o = torch.randn(1, HV, V, generator=g).to(DEV)
+    gate = torch.randn(1, K, generator=g).to(DEV, dt)
+    nw = (torch.rand(V, generator=g) + 0.5).to(DEV)
+    w = (torch.randn(N, K, generator=g) * 0.05).to(DEV, dt)
+    h = torch.randn(1, N, generator=g).to(DEV, dt)
+    ref = F_ref.linear_ref(F_ref.gated_rms_norm_ref(o, gate, nw, 1e-6, "sigmoid", dt), w, residual=h)
+    h2 = h.clone()
+    got = F_ref.gated_norm_linear(o, gate, nw, 1e-6, "sigmoid", w, residual=h2, residual_inplace=True)
+    assert got.data_ptr() == h2.data_ptr() and rel(h2, ref) < tol
+    w2 = (torch.randn(N, K, generator=g) * 0.05).to(DEV, dt)
+    x = torch.randn(1, 2 * K, generator=g).to(DEV, dt)
+    ref = F_ref.linear_ref(F_ref.silu_mul_ref(x), w2, residual=h)
+    h3 = h.clone()
+    F_ref.silu_mul_linear(x, w2, residual=h3, residual_inplace=True)
+    assert rel(h3, ref) < tol
+    nw2 = (torch.rand(K, generator=g) + 0.5).to(DEV)
+    xr = torch.randn(1, K, generator=g).to(DEV, dt)
+    assert rel(F_ref.linear(xr, w, nw2, 1e-6), F_ref.linear_ref(xr, w, nw2, 1e-6)) < tol
+    # the row GEMV runs on CUDA tensors only (the interpreter's are CPU tensors: the unfused path)
+    assert calls == (["gated_rms_norm", "silu_mul", None] if rows and HAVE_CUDA else [])

@@ -85,10 +85,11 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
     a new output: one device-to-device copy of the residual stream per call, two per block and
     step in the decode runtime (the "Memcpy DtoD" rows of ``benchmarks/step_breakdown.py``). The
     same GEMM with the same operands, so the values are the same."""
-    impl = _triton() if x.is_cuda else None
-    if impl is not None and USE_GEMV_ROWS and x.shape[0] <= impl.GEMV_ROWS_MAX_M and x.stride(-1) == 1:
+    impl = _rows_impl(x)
+    if impl is not None:
         return impl.gemv_rows(x, w, norm_weight, eps, residual,
                               out=residual if residual is not None and residual_inplace else None)
+    impl = _triton() if x.is_cuda else None
     if impl is not None and USE_GEMV and x.shape[0] <= impl.GEMV_MAX_M:
         return impl.gemv(x, w, norm_weight, eps, residual)
     if norm_weight is not None:
@@ -97,6 +98,40 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
     if residual is None:
         return x @ w.t()
     return residual.addmm_(x, w.t()) if residual_inplace else torch.addmm(residual, x, w.t())
+
+
+def _rows_impl(x):
+    """``triton_fused`` when the row GEMV takes ``x`` (CUDA, ``USE_GEMV_ROWS``, few rows), else None."""
+    if not (USE_GEMV_ROWS and x.is_cuda):
+        return None
+    impl = _triton()
+    return impl if impl is not None and x.shape[0] <= impl.GEMV_ROWS_MAX_M and x.stride(-1) == 1 else None
+
+
+def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual_inplace=False):
+    """``linear(gated_rms_norm(o, gate, norm_weight, eps, act, w.dtype), w, residual=...)``; on the
+    row GEMV the gated norm is its prologue (one launch instead of two). ``o [N, HV, V]`` (``V`` a
+    power of two for the fused form), ``gate [N, HV*V]`` or None; returns ``[N, out_features]``."""
+    impl = _rows_impl(o.reshape(o.shape[0], -1)) if o.stride(-1) == 1 and o.stride(1) == o.shape[2] else None
+    V = o.shape[2]
+    BK = impl.GEMV_ROWS_CONFIG[1] if impl is not None else 0
+    if impl is not None and V & (V - 1) == 0 and (BK <= 0 or BK >= V) and (gate is None or gate.stride(-1) == 1):
+        return impl.gemv_rows(o.reshape(o.shape[0], -1), w, norm_weight, eps, residual,
+                              out=residual if residual is not None and residual_inplace else None,
+                              prologue="gated_rms_norm", gate=gate, head_dim=V,
+                              gate_act="sigmoid" if act == "sigmoid" else "silu")
+    on = gated_rms_norm(o, gate, norm_weight, eps, act, w.dtype)
+    return linear(on, w, residual=residual, residual_inplace=residual_inplace)
+
+
+def silu_mul_linear(x, w, residual=None, residual_inplace=False):
+    """``linear(silu_mul(x), w, residual=...)`` for ``x [N, 2I]``; on the row GEMV the SwiGLU is its
+    prologue (one launch instead of two)."""
+    impl = _rows_impl(x)
+    if impl is not None:
+        return impl.gemv_rows(x, w, residual=residual, prologue="silu_mul",
+                              out=residual if residual is not None and residual_inplace else None)
+    return linear(silu_mul(x), w, residual=residual, residual_inplace=residual_inplace)
 
 
 def rms_norm(x, weight, eps, out_dtype=None):

@@ -189,68 +189,131 @@ def _gemv_kernel(x, w, out, res, nw, M, N, K, sx, so, sr, eps,
 
 
 @triton.jit
-def _gemv_rows_kernel(x, w, out, res, nw, M, N, K, sx, so, sr, eps,
-                      BN: tl.constexpr, BK: tl.constexpr, KP: tl.constexpr, NORM: tl.constexpr, RES: tl.constexpr):
-    # one program per BN weight rows; the K loop is unrolled (KP = next power of two >= K, BK | KP),
-    # so a program issues all its weight loads before the first reduction needs them: at M = 1 the
-    # weight stream is the whole cost, and this keeps the most bytes in flight per SM
+def _gemv_x(x, gate, nw, k0, rk, K, rstd_or_eps, PRO: tl.constexpr, HD: tl.constexpr, HAS_GATE: tl.constexpr,
+            GSIG: tl.constexpr, BK: tl.constexpr):
+    """One row's activations ``[BK]`` at columns ``k0 + rk`` after the prologue, float32 (masked: 0).
+    ``rstd_or_eps``: the row's 1 / RMS for PRO 1, the norm's eps for PRO 3."""
+    mk = (k0 + rk) < K
+    if PRO == 2:  # SwiGLU: x is [2K]
+        a = tl.load(x + k0 + rk, mask=mk, other=0.0).to(tl.float32)
+        b = tl.load(x + K + k0 + rk, mask=mk, other=0.0).to(tl.float32)
+        xk = (a * tl.sigmoid(a) * b).to(x.dtype.element_ty).to(tl.float32)  # silu_mul_ref rounds to x.dtype
+    else:
+        xk = tl.load(x + k0 + rk, mask=mk, other=0.0).to(tl.float32)
+    if PRO == 1:
+        xk = xk * rstd_or_eps * tl.load(nw + k0 + rk, mask=mk, other=0.0).to(tl.float32)
+    if PRO == 3:  # per-head RMSNorm (heads of HD columns, BK % HD == 0) times act(gate)
+        xh = tl.reshape(xk, [BK // HD, HD])
+        r = tl.rsqrt(tl.sum(xh * xh, 1) / HD + rstd_or_eps)
+        xk = tl.reshape(xh * r[:, None], [BK]) * tl.load(nw + (k0 + rk) % HD).to(tl.float32)
+        if HAS_GATE:
+            gk = tl.load(gate + k0 + rk, mask=mk, other=0.0).to(tl.float32)
+            xk = xk * (tl.sigmoid(gk) if GSIG else gk * tl.sigmoid(gk))
+    return xk
+
+
+@triton.jit
+def _gemv_rows_kernel(x, w, out, res, nw, gate, M, N, K, sx, sg, so, sr, eps,
+                      BN: tl.constexpr, BK: tl.constexpr, KP: tl.constexpr, PRO: tl.constexpr, HD: tl.constexpr,
+                      HAS_GATE: tl.constexpr, GSIG: tl.constexpr, RES: tl.constexpr):
+    # one program per BN weight rows; the K loop is unrolled (KP = next power of two >= K, BK | KP).
+    # The first weight chunk and the residual are loaded before the prologue's reductions (whose
+    # barriers would otherwise hold the weight stream back): at M = 1 the stream is the whole cost
     pid = tl.program_id(0)
     rn = pid * BN + tl.arange(0, BN)
     mn = rn < N
     rk = tl.arange(0, BK)
     for m in range(M):
-        if NORM:  # the row's RMS first (x is one row of <= a few KB, L1/L2-resident)
+        w0 = tl.load(w + rn[:, None] * K + rk[None, :], mask=mn[:, None] & (rk < K)[None, :], other=0.0)
+        if RES:
+            r0 = tl.load(res + m * sr + rn, mask=mn, other=0.0).to(tl.float32)
+        xm = x + m * sx
+        rstd = eps
+        if PRO == 1:  # the row's RMS first (x is one row of a few KB, L1/L2-resident)
             ss = tl.zeros([BK], dtype=tl.float32)
             for k0 in tl.static_range(0, KP, BK):
-                xk = tl.load(x + m * sx + k0 + rk, mask=(k0 + rk) < K, other=0.0).to(tl.float32)
+                xk = tl.load(xm + k0 + rk, mask=(k0 + rk) < K, other=0.0).to(tl.float32)
                 ss += xk * xk
             rstd = tl.rsqrt(tl.sum(ss, 0) / K + eps)
         acc = tl.zeros([BN], dtype=tl.float32)
         for k0 in tl.static_range(0, KP, BK):
-            mk = (k0 + rk) < K
-            wk = tl.load(w + rn[:, None] * K + (k0 + rk)[None, :], mask=mn[:, None] & mk[None, :], other=0.0)
-            xk = tl.load(x + m * sx + k0 + rk, mask=mk, other=0.0)
-            if NORM:
-                xk = xk.to(tl.float32) * rstd * tl.load(nw + k0 + rk, mask=mk, other=0.0).to(tl.float32)
-            # the activation rounded to the weight dtype, as the unfused RMSNorm -> GEMM path has it
+            if k0 == 0:
+                wk = w0
+            else:
+                wk = tl.load(w + rn[:, None] * K + (k0 + rk)[None, :], mask=mn[:, None] & ((k0 + rk) < K)[None, :],
+                             other=0.0)
+            xk = _gemv_x(xm, gate + m * sg, nw, k0, rk, K, rstd, PRO, HD, HAS_GATE, GSIG, BK)
+            # the activation rounded to the weight dtype, as the unfused prologue kernel -> GEMM path has it
             xk = xk.to(w.dtype.element_ty).to(tl.float32)
             acc += tl.sum(wk.to(tl.float32) * xk[None, :], 1)
         if RES:
-            acc += tl.load(res + m * sr + rn, mask=mn, other=0.0).to(tl.float32)
+            acc += r0
         tl.store(out + m * so + rn, acc.to(out.dtype.element_ty), mask=mn)
 
 
-GEMV_ROWS_MAX_M = 2  # token rows the row GEMV takes (CUDA-core math: M x the weight-read FLOPs)
-GEMV_ROWS_CONFIG = (4, 0, 4)  # BN, BK (0: one tile, BK = next power of two >= K), num_warps
+GEMV_ROWS_MAX_M = 1  # token rows the row GEMV takes (at M = 2 it measured 1.15-1.98x cuBLAS: s11a)
+GEMV_ROWS_CONFIG = (1, 0, 4)  # BN, BK (0: one tile, BK = next power of two >= K), num_warps (s11a best)
+_PROLOGUES = {None: 0, "rms_norm": 1, "silu_mul": 2, "gated_rms_norm": 3}
 
 
 def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
               residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
-              config: tuple[int, int, int] | None = None) -> torch.Tensor:
-    """Decode GEMV on CUDA cores: ``[RMSNorm(x)] @ w.T [+ residual]`` for ``x [M, K]``, ``M`` small.
+              config: tuple[int, int, int] | None = None, prologue: str | None = None,
+              gate: torch.Tensor | None = None, head_dim: int = 0, gate_act: str = "silu") -> torch.Tensor:
+    """Decode GEMV on CUDA cores: ``prologue(x) @ w.T [+ residual]`` for ``x [M, *]``, ``M`` small.
 
     Args:
-        x: ``[M, K]`` activations (row stride free, dense feature dim), any float dtype; cast to
-            ``w.dtype`` before the product (after the RMSNorm when ``norm_weight`` is given).
+        x: activations, row stride free, dense feature dim, any float dtype: ``[M, K]``, or
+            ``[M, 2K]`` for ``prologue="silu_mul"``. Cast to ``w.dtype`` after the prologue.
         w: ``[N, K]`` row-major weight (``nn.Linear`` layout), bf16 / fp16 / fp32.
-        norm_weight: optional ``[K]`` RMSNorm weight (fla ``RMSNorm``, float32 math) fused as the
-            prologue of every program.
+        norm_weight: the prologue's weight: ``[K]`` for ``"rms_norm"``, ``[head_dim]`` for
+            ``"gated_rms_norm"``.
+        prologue: ``None``; ``"rms_norm"`` (fla ``RMSNorm`` of the row; implied by ``norm_weight``
+            alone); ``"silu_mul"`` (SwiGLU, ``fused.silu_mul_ref``, rounded to ``x.dtype``);
+            ``"gated_rms_norm"`` (fla ``FusedRMSNormGated`` per head of ``head_dim`` columns, a power
+            of two, times ``gate_act(gate)``; ``fused.gated_rms_norm_ref``). Float32 math.
+        gate: ``[M, K]`` (dense feature dim) or None, for ``"gated_rms_norm"``.
+        gate_act: ``"silu"`` / ``"swish"`` or ``"sigmoid"``.
         residual: optional ``[M, N]`` added in float32 after the product.
         out: optional ``[M, N]`` output in ``w.dtype``; may be ``residual`` itself (each element is
             read, then written, by the same program).
         config: ``(BN, BK, num_warps)``; default :data:`GEMV_ROWS_CONFIG`.
     Returns:
         ``[M, N]`` in ``w.dtype`` (``out`` when given); fp32 accumulation.
+    Raises:
+        ValueError: a layout or prologue argument outside the above (names the argument).
 
     One program per ``BN`` weight rows streams them once per token row (the M = 1 decode step is a
-    pure weight stream; ``benchmarks/bench_blas.py`` times it against cuBLAS on the step's own
-    weights). The math is ``linear_ref``'s (``ops/fused.py``) up to summation order.
+    pure weight stream: ``benchmarks/bench_blas.py`` times it against cuBLAS on the step's own
+    weights, RESULTS.md session 11). The math is the unfused prologue kernel then ``linear_ref``
+    (``ops/fused.py``) up to summation order.
     """
-    M, K = x.shape
-    N = w.shape[0]
-    if w.shape[1] != K or not w.is_contiguous() or x.stride(1) != 1:
-        raise ValueError(f"gemv_rows: need x [M, K] with a dense feature dim and a contiguous w [N, K]; got "
-                         f"x {tuple(x.shape)} stride {tuple(x.stride())}, w {tuple(w.shape)}")
+    if prologue is None and norm_weight is not None:
+        prologue = "rms_norm"
+    if prologue not in _PROLOGUES:
+        raise ValueError(f"gemv_rows: prologue must be one of {sorted(p for p in _PROLOGUES if p)} or None, got "
+                         f"{prologue!r}")
+    M, Kx = x.shape
+    N, K = w.shape
+    if Kx != (2 * K if prologue == "silu_mul" else K) or not w.is_contiguous() or x.stride(1) != 1:
+        raise ValueError(f"gemv_rows: need x [M, K] ([M, 2K] for silu_mul) with a dense feature dim and a contiguous "
+                         f"w [N, K]; got x {tuple(x.shape)} stride {tuple(x.stride())}, w {tuple(w.shape)}")
+    pro = _PROLOGUES[prologue]
+    BN, BK, nw = config or GEMV_ROWS_CONFIG
+    KP = triton.next_power_of_2(K)
+    BK = KP if BK <= 0 else min(BK, KP)
+    if pro == 3:
+        if head_dim <= 0 or head_dim & (head_dim - 1) or K % head_dim or BK % head_dim:
+            raise ValueError(f"gemv_rows: head_dim must be a power of two dividing K = {K} and BK = {BK}, got "
+                             f"{head_dim}")
+        if gate_act not in ("silu", "swish", "sigmoid"):
+            raise ValueError(f"gemv_rows: gate_act must be 'silu', 'swish' or 'sigmoid', got {gate_act!r}")
+        if gate is not None and (gate.shape != (M, K) or gate.stride(1) != 1):
+            raise ValueError(f"gemv_rows: gate must be [M, K] = [{M}, {K}] with a dense feature dim, got "
+                             f"{tuple(gate.shape)}")
+    if (pro in (1, 3)) != (norm_weight is not None):
+        raise ValueError(f"gemv_rows: norm_weight is needed by (and only by) the norm prologues, got prologue "
+                         f"{prologue!r} with norm_weight {'set' if norm_weight is not None else 'None'}")
     if out is None:
         out = torch.empty(M, N, dtype=w.dtype, device=x.device)
     if M == 0:
@@ -258,13 +321,13 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
     if residual is not None:
         assert residual.shape == (M, N) and residual.stride(1) == 1
     assert out.shape == (M, N) and out.stride(1) == 1 and out.dtype == w.dtype
-    BN, BK, nw = config or GEMV_ROWS_CONFIG
-    KP = triton.next_power_of_2(K)
-    BK = KP if BK <= 0 else min(BK, KP)
+    has_gate = pro == 3 and gate is not None
     _gemv_rows_kernel[(triton.cdiv(N, BN),)](
         x, w, out, residual if residual is not None else out, norm_weight if norm_weight is not None else w,
-        M, N, K, x.stride(0), out.stride(0), residual.stride(0) if residual is not None else 0, eps,
-        BN=BN, BK=BK, KP=KP, NORM=norm_weight is not None, RES=residual is not None, num_warps=nw)
+        gate if has_gate else x, M, N, K, x.stride(0), gate.stride(0) if has_gate else 0, out.stride(0),
+        residual.stride(0) if residual is not None else 0, eps,
+        BN=BN, BK=BK, KP=KP, PRO=pro, HD=max(head_dim, 1), HAS_GATE=has_gate, GSIG=gate_act == "sigmoid",
+        RES=residual is not None, num_warps=nw)
     return out
 
 

@@ -195,10 +195,10 @@ class FusedGDN:
             o = chain_verify_snapshots(q, k, v, g, beta, state=snap.view(-1, *snap.shape[2:]), snap=snap, **kw)
         else:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        on = fused.gated_rms_norm(o, gate, L.o_norm_w, L.eps, c.output_gate_activation, self.dtype)
-        h = fused.linear(on, L.w_o, residual=h, residual_inplace=True)
+        h = fused.gated_norm_linear(o, gate, L.o_norm_w, L.eps, c.output_gate_activation, L.w_o, residual=h,
+                                    residual_inplace=True)
         gu = fused.linear(h, L.w_gu, L.mlp_norm_w, L.eps)
-        return fused.linear(fused.silu_mul(gu), L.w_down, residual=h, residual_inplace=True)
+        return fused.silu_mul_linear(gu, L.w_down, residual=h, residual_inplace=True)
 
     def forward(self, h: torch.Tensor, states: list[LayerState], mode: str, ctrl: StepCtrl, T: int,
                 snaps: list[torch.Tensor] | None = None) -> torch.Tensor:
