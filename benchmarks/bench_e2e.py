@@ -325,8 +325,8 @@ def main() -> None:
     ap.add_argument("--gemv-config", default=None,
                     help="BN,BK,warps,stages: use the fused Triton skinny GEMM with this config (bench_gemv.py)")
     ap.add_argument("--gemv-rows", default=None,
-                    help="BN,BK,warps: the row GEMV (triton_fused.gemv_rows) for <= 2 token rows (bench_blas.py); "
-                         "'off' forces cuBLAS")
+                    help="BN,BK,warps[,pro]: the row GEMV (triton_fused.gemv_rows) for one-row GEMMs at this config "
+                         "(bench_blas.py), ',pro': its fused prologues (fused.GEMV_ROWS_PROLOGUE); 'off': cuBLAS")
     ap.add_argument("--tag", default="", help="label stored in every record (A/B runs)")
     ap.add_argument("--auto", action="store_true", help="also run the automatic draft-length policy per batch/alpha")
     ap.add_argument("--trained", action="store_true", help="run the embedded trained pair instead of --shapes")
@@ -363,7 +363,10 @@ def main() -> None:
         if fused_mod.USE_GEMV_ROWS:
             from vllm_specla.ops import triton_fused  # noqa: PLC0415
 
-            triton_fused.GEMV_ROWS_CONFIG = gemv_rows = tuple(int(v) for v in args.gemv_rows.split(","))
+            cfg = args.gemv_rows.split(",")
+            fused_mod.GEMV_ROWS_PROLOGUE = cfg[3:] == ["pro"]
+            triton_fused.GEMV_ROWS_CONFIG = gemv_rows = tuple(int(v) for v in cfg[:3])
+            gemv_rows = args.gemv_rows
     global SETTINGS
     SETTINGS = dict(gemv_rows=gemv_rows, verify_kernel=cv_mod.VERIFY_KERNEL, cuda_csrc=bool(args.cuda_csrc and device == "cuda"), gemv=fused_mod.USE_GEMV, tag=args.tag,
                     gemv_config=args.gemv_config)

@@ -24,6 +24,20 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s11c)  # session 11, call 3 (s11b: with the prologues fused the AR step at batch 1 got slower, 1.412 -> 1.552 ms flame,
+        # the row GEMV kernel 1377 us per step against 805 us for the bare GEMMs: at BN = 1 each program redoes the
+        # prologue's reductions before its short weight stream). Now the prologues are off by default
+        # (fused.GEMV_ROWS_PROLOGUE) and the norms run as their own kernels again: e2e A/B at batch 1, cuBLAS vs the
+        # bare row GEMV at two configs vs the fused prologues at bigger programs; breakdowns of AR and SpecLA K = 6
+      timeout 120 python -m pytest -q -x tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py -k "prologue or row_gemv" 2>&1 | tail -2
+      for G in off 1,0,4 2,0,8 4,1024,8,pro 8,1024,8,pro; do
+        timeout 100 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 4,6,8 --alphas 0.8 --snapshot-ks "" \
+            --gemv-rows "$G" --tag "s11c_rows_$G" --out "$OUT/e2e_s11c.jsonl" 2>&1 | grep "^{" | \
+            python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),r['gemv_rows'],round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('tau'),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      done
+      timeout 90 python benchmarks/step_breakdown.py --shapes flame --batches 1 --modes ar,specla --k 6 --gemv-rows 1,0,4 \
+          --out "$OUT/breakdown_s11c.json" 2>&1 | grep -v -i "warn\|profiler" | head -30
+      ;;
   s11b)  # session 11, call 2 (s11a: cuBLAS settings all within 1.5 % of the default; the row GEMV at M = 1 took the
         # step's GEMMs 1.026 -> 0.833 ms flame (3.17 TB/s), 1.054 -> 0.895 map, but end to end only 1.414 -> 1.356 ms:
         # its RMSNorm prologue's reduction held the weight loads back, and M = 2 measured 1.15-1.98x cuBLAS). Now: the

@@ -154,7 +154,7 @@ def main() -> None:
     ap.add_argument("--tree-width", type=int, default=1,
                     help="W >= 2: the specla mode verifies draft trees of W branches of depth --k (as bench_e2e)")
     ap.add_argument("--cuda-csrc", action="store_true", help="build and dispatch to the CUDA csrc op (as bench_e2e)")
-    ap.add_argument("--gemv-rows", default=None, help="BN,BK,warps: the row GEMV for one-row GEMMs (as bench_e2e); "
+    ap.add_argument("--gemv-rows", default=None, help="BN,BK,warps[,pro]: the row GEMV for one-row GEMMs (as bench_e2e); "
                                                        "'off' forces cuBLAS")
     ap.add_argument("--out", default=None)
     ap.add_argument("--dry-cpu", action="store_true", help="tiny shape on the CPU: the code path once (no device times)")
@@ -171,7 +171,9 @@ def main() -> None:
 
         fused.USE_GEMV_ROWS = args.gemv_rows != "off"
         if fused.USE_GEMV_ROWS:
-            triton_fused.GEMV_ROWS_CONFIG = tuple(int(v) for v in args.gemv_rows.split(","))
+            cfg = args.gemv_rows.split(",")
+            fused.GEMV_ROWS_PROLOGUE = cfg[3:] == ["pro"]
+            triton_fused.GEMV_ROWS_CONFIG = tuple(int(v) for v in cfg[:3])
     recs = []
     for shape in args.shapes.split(","):
         cfg, tgt, dr = build(shape, DEV, torch.bfloat16 if DEV == "cuda" else torch.float32)

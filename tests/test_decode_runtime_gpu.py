@@ -74,16 +74,17 @@ def test_real_drafts_on_cuda_match_cpu(models, K, W, csrc, monkeypatch):
     assert agree >= 0.9, f"only {agree:.1%} of the draft tokens agree between CPU and CUDA"
 
 
-@pytest.mark.parametrize("K", [1, 4])
-def test_batch1_row_gemv_matches_cpu(models, K, monkeypatch):
+@pytest.mark.parametrize("K,pro", [(1, False), (4, False), (4, True)])
+def test_batch1_row_gemv_matches_cpu(models, K, pro, monkeypatch):
     """Batch 1 with the row GEMV (``fused.USE_GEMV_ROWS``: every one-row GEMM of the AR steps and the
-    drafter's passes, with the RMSNorm / gated-norm / SwiGLU prologues fused) is lossless on CUDA and
+    drafter's passes; ``pro``: the RMSNorm / gated-norm / SwiGLU prologues fused) is lossless on CUDA and
     drafts what the CPU reference drafts (same 90 % rule as above); the row GEMV must actually run."""
     from vllm_specla.ops import fused, triton_fused
 
     calls = []
     real = triton_fused.gemv_rows
     monkeypatch.setattr(fused, "USE_GEMV_ROWS", True)
+    monkeypatch.setattr(fused, "GEMV_ROWS_PROLOGUE", pro)
     monkeypatch.setattr(triton_fused, "gemv_rows", lambda *a, **k: calls.append(1) or real(*a, **k))
     tm, dm = models
     prompts = torch.randint(3, 8000, (1, 8), generator=torch.Generator().manual_seed(11))

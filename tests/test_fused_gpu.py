@@ -197,12 +197,13 @@ def test_gemv_rows_rejects_bad_prologue_args():
         tf.gemv_rows(x, w, prologue="silu_mul")
 
 
-@pytest.mark.parametrize("rows", [True, False])
-def test_fused_prologue_linears_dispatch(rows, monkeypatch):
+@pytest.mark.parametrize("rows,pro", [(True, True), (True, False), (False, False)])
+def test_fused_prologue_linears_dispatch(rows, pro, monkeypatch):
     """fused.gated_norm_linear / silu_mul_linear / linear equal the unfused chain with the row GEMV
-    on (one-row inputs take it on CUDA / under the interpreter) and off (the unfused kernels), with
-    the residual updated in place."""
+    on (one-row CUDA inputs take it; ``pro``: with the prologues fused, else after their own
+    kernels) and off (the unfused kernels + cuBLAS), with the residual updated in place."""
     monkeypatch.setattr(F_ref, "USE_GEMV_ROWS", rows)
+    monkeypatch.setattr(F_ref, "GEMV_ROWS_PROLOGUE", pro)
     calls = []
     real = tf.gemv_rows
     monkeypatch.setattr(tf, "gemv_rows", lambda *a, **k: calls.append(k.get("prologue")) or real(*a, **k))
@@ -230,4 +231,5 @@ def test_fused_prologue_linears_dispatch(rows, monkeypatch):
     xr = torch.randn(1, K, generator=g).to(DEV, dt)
     assert rel(F_ref.linear(xr, w, nw2, 1e-6), F_ref.linear_ref(xr, w, nw2, 1e-6)) < tol
     # the row GEMV runs on CUDA tensors only (the interpreter's are CPU tensors: the unfused path)
-    assert calls == (["gated_rms_norm", "silu_mul", None] if rows and HAVE_CUDA else [])
+    want = (["gated_rms_norm", "silu_mul", None] if pro else [None, None, None]) if rows and HAVE_CUDA else []
+    assert calls == want

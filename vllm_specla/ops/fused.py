@@ -74,11 +74,17 @@ USE_GEMV = False
 # the AR step and the drafter's passes at batch 1. Off until measured against cuBLAS in the real
 # step (benchmarks/bench_blas.py, bench_e2e.py --gemv-rows)
 USE_GEMV_ROWS = False
+# Fuse the RMSNorm / gated RMSNorm / SwiGLU into the row GEMV as its prologue. Off: at BN = 1 every
+# program redoes the prologue's reductions before its short weight stream, and the AR step at batch
+# 1 measured 1.552 ms with them against 1.412 for cuBLAS (s11b, RESULTS.md session 11)
+GEMV_ROWS_PROLOGUE = False
 
 
 def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=False):
-    """``[RMSNorm(x)] @ w.T [+ residual]``: the fused Triton skinny GEMM for decode-sized ``x`` on
-    CUDA (:func:`vllm_specla.ops.triton_fused.gemv`), else RMSNorm kernel + cuBLAS / the reference.
+    """``[RMSNorm(x)] @ w.T [+ residual]``: on CUDA the row GEMV for one-row ``x`` when
+    ``USE_GEMV_ROWS`` (:func:`vllm_specla.ops.triton_fused.gemv_rows`), the fused skinny GEMM when
+    ``USE_GEMV`` (:func:`vllm_specla.ops.triton_fused.gemv`), else RMSNorm kernel + cuBLAS; the
+    reference math on the CPU.
 
     ``residual_inplace``: add into ``residual`` itself and return it (``residual.addmm_``: cuBLAS
     accumulates onto it with beta = 1). ``torch.addmm(residual, ...)`` first copies ``residual`` into
@@ -86,7 +92,9 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
     step in the decode runtime (the "Memcpy DtoD" rows of ``benchmarks/step_breakdown.py``). The
     same GEMM with the same operands, so the values are the same."""
     impl = _rows_impl(x)
-    if impl is not None:
+    if impl is not None:  # one row on CUDA: the row GEMV, the norm its prologue or its own kernel
+        if norm_weight is not None and not GEMV_ROWS_PROLOGUE:
+            x, norm_weight = rms_norm(x, norm_weight, eps, w.dtype), None
         return impl.gemv_rows(x, w, norm_weight, eps, residual,
                               out=residual if residual is not None and residual_inplace else None)
     impl = _triton() if x.is_cuda else None
@@ -100,19 +108,21 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
     return residual.addmm_(x, w.t()) if residual_inplace else torch.addmm(residual, x, w.t())
 
 
-def _rows_impl(x):
-    """``triton_fused`` when the row GEMV takes ``x`` (CUDA, ``USE_GEMV_ROWS``, few rows), else None."""
-    if not (USE_GEMV_ROWS and x.is_cuda):
+def _rows_impl(x, prologue: bool = False):
+    """``triton_fused`` when the row GEMV takes ``x`` (CUDA, ``USE_GEMV_ROWS``, few rows; with a fused
+    prologue also ``GEMV_ROWS_PROLOGUE``), else None."""
+    if not (USE_GEMV_ROWS and x.is_cuda) or (prologue and not GEMV_ROWS_PROLOGUE):
         return None
     impl = _triton()
     return impl if impl is not None and x.shape[0] <= impl.GEMV_ROWS_MAX_M and x.stride(-1) == 1 else None
 
 
 def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual_inplace=False):
-    """``linear(gated_rms_norm(o, gate, norm_weight, eps, act, w.dtype), w, residual=...)``; on the
-    row GEMV the gated norm is its prologue (one launch instead of two). ``o [N, HV, V]`` (``V`` a
-    power of two for the fused form), ``gate [N, HV*V]`` or None; returns ``[N, out_features]``."""
-    impl = _rows_impl(o.reshape(o.shape[0], -1)) if o.stride(-1) == 1 and o.stride(1) == o.shape[2] else None
+    """``linear(gated_rms_norm(o, gate, norm_weight, eps, act, w.dtype), w, residual=...)``; with
+    ``GEMV_ROWS_PROLOGUE`` the gated norm is the row GEMV's prologue (one launch instead of two).
+    ``o [N, HV, V]`` (``V`` a power of two for the fused form), ``gate [N, HV*V]`` or None; returns
+    ``[N, out_features]``."""
+    impl = _rows_impl(o.reshape(o.shape[0], -1), True) if o.stride(-1) == 1 and o.stride(1) == o.shape[2] else None
     V = o.shape[2]
     BK = impl.GEMV_ROWS_CONFIG[1] if impl is not None else 0
     if impl is not None and V & (V - 1) == 0 and (BK <= 0 or BK >= V) and (gate is None or gate.stride(-1) == 1):
@@ -125,9 +135,9 @@ def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual
 
 
 def silu_mul_linear(x, w, residual=None, residual_inplace=False):
-    """``linear(silu_mul(x), w, residual=...)`` for ``x [N, 2I]``; on the row GEMV the SwiGLU is its
-    prologue (one launch instead of two)."""
-    impl = _rows_impl(x)
+    """``linear(silu_mul(x), w, residual=...)`` for ``x [N, 2I]``; with ``GEMV_ROWS_PROLOGUE`` the
+    SwiGLU is the row GEMV's prologue (one launch instead of two)."""
+    impl = _rows_impl(x, True)
     if impl is not None:
         return impl.gemv_rows(x, w, residual=residual, prologue="silu_mul",
                               out=residual if residual is not None and residual_inplace else None)
