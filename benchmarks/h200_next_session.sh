@@ -24,6 +24,32 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s11d)  # session 11, call 4 (s11c: the row GEMV at batch 1, AR 1.421 -> 1.199 ms flame, 1.490 -> 1.244 map, at
+        # (8, 1024, 8) with the prologues fused: now the default; the SpecLA step barely moved, 2.442 -> 2.371 ms at K = 6,
+        # its verify GEMMs (M = K + 1 rows) are cuBLAS at ~2.6 TB/s, ~1.0 ms of the step). The new multi-row CUDA-core
+        # skinny GEMM (triton_fused.gemv_multi) against cuBLAS at M = 5 / 7 / 9 on the step's weights, then the best
+        # config end to end at batch 1 (the row GEMV default on both sides), GPU tests first
+      timeout 120 python -m pytest -q -x tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py -k "gemv or prologue or row_gemv" 2>&1 | tail -2
+      timeout 220 python benchmarks/bench_blas.py --shapes flame,map --ms 5,7,9 --settings default --multi-sweep \
+          --out "$OUT/blas_s11d.json" 2>&1 | grep -v Warn
+      BEST=$(python - "$OUT/blas_s11d.json" <<'PY'
+import json, sys, collections
+t = collections.defaultdict(float); n = collections.Counter()
+for r in json.load(open(sys.argv[1])):
+    if r["setting"].startswith("multi:"):
+        t[r["setting"]] += r["vs_default"]; n[r["setting"]] += 1
+full = [s for s in t if n[s] == max(n.values())]
+b = min(full, key=t.get)
+print(",".join(b.split(":")[1:]), file=sys.stdout); print("best", b, t[b] / n[b], file=sys.stderr)
+PY
+)
+      echo "best multi config: $BEST"
+      for G in off "$BEST"; do
+        timeout 110 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 4,6,8 --alphas 0.8 --snapshot-ks "" \
+            --gemv-multi "$G" --tag "s11d_multi_$G" --out "$OUT/e2e_s11d.jsonl" 2>&1 | grep "^{" | \
+            python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),r['gemv_rows'],r['gemv_multi'],round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('tau'),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      done
+      ;;
   s11c)  # session 11, call 3 (s11b: with the prologues fused the AR step at batch 1 got slower, 1.412 -> 1.552 ms flame,
         # the row GEMV kernel 1377 us per step against 805 us for the bare GEMMs: at BN = 1 each program redoes the
         # prologue's reductions before its short weight stream). Now the prologues are off by default

@@ -74,6 +74,10 @@ USE_GEMV = False
 # the AR step and the drafter's passes at batch 1. Off until measured against cuBLAS in the real
 # step (benchmarks/bench_blas.py, bench_e2e.py --gemv-rows)
 USE_GEMV_ROWS = False
+# Multi-row CUDA-core skinny GEMM (``triton_fused.gemv_multi``) for 2..GEMV_MULTI_MAX_M rows on CUDA
+# (the verify windows at batch 1). Off until measured (bench_blas.py --multi-sweep, bench_e2e.py --gemv-multi)
+USE_GEMV_MULTI = False
+GEMV_MULTI_MAX_M = 9
 # Fuse the RMSNorm / gated RMSNorm / SwiGLU into the row GEMV as its prologue. Off: at BN = 1 every
 # program redoes the prologue's reductions before its short weight stream, and the AR step at batch
 # 1 measured 1.552 ms with them against 1.412 for cuBLAS (s11b, RESULTS.md session 11)
@@ -97,6 +101,10 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
             x, norm_weight = rms_norm(x, norm_weight, eps, w.dtype), None
         return impl.gemv_rows(x, w, norm_weight, eps, residual,
                               out=residual if residual is not None and residual_inplace else None)
+    impl = _triton() if x.is_cuda and USE_GEMV_MULTI and 2 <= x.shape[0] <= GEMV_MULTI_MAX_M else None
+    if impl is not None and x.stride(-1) == 1:
+        x = rms_norm(x, norm_weight, eps, w.dtype) if norm_weight is not None else x
+        return impl.gemv_multi(x, w, residual, out=residual if residual is not None and residual_inplace else None)
     impl = _triton() if x.is_cuda else None
     if impl is not None and USE_GEMV and x.shape[0] <= impl.GEMV_MAX_M:
         return impl.gemv(x, w, norm_weight, eps, residual)
