@@ -19,8 +19,6 @@ one CUDA graph per setting, under each of these settings:
   rows:BN:BK:W (M <= 2) not cuBLAS: ``ops/triton_fused.py`` ``gemv_rows`` (CUDA-core row GEMV,
                the residual adds in place) at config (BN, BK, num_warps); ``--rows-sweep`` adds a
                grid of them
-  multi:BN:BK:W (2 <= M <= 16) ``triton_fused.gemv_multi`` (CUDA-core skinny GEMM for the verify
-               windows at batch 1) at config (BN, BK, num_warps); ``--multi-sweep`` adds a grid
 
 Prints ms per step of GEMMs, weight TB/s and the ratio to ``default`` per setting and M (token
 rows: 1 = AR at batch 1, 5 = a K = 4 verify window at batch 1, 9 = K = 8), and writes JSON to
@@ -42,9 +40,6 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 SETTINGS = ["default", "cublas", "cublaslt", "no_reduced", "w_x"]
-# (BN, BK, num_warps) of the multi-row skinny GEMM (skipped where the [BM, BN, BK] float32 partial sums
-# would take > 64 registers per thread)
-MULTI_SWEEP = [(bn, bk, nw) for bn in (1, 2, 4) for bk in (128, 256, 512) for nw in (4, 8)]
 # (BN, BK, num_warps) of the row GEMV; BK = 0: one tile per program (skipped where BN * next_pow2(K)
 # > 32768 elements: the tile would spill)
 ROWS_SWEEP = [(bn, bk, nw) for bn in (2, 4, 8, 16) for bk in (0, 1024) for nw in (4, 8)] + [(1, 0, 2), (1, 0, 4),
@@ -79,16 +74,16 @@ def make_step(weights, head, M: int, D: int, form: str, device, dtype):
     res = torch.empty_like(h0)
     outs = {}
 
-    if form.startswith(("rows:", "multi:")):
+    if form.startswith("rows:"):
         from vllm_specla.ops import triton_fused as tf  # noqa: PLC0415
 
         cfg = tuple(int(v) for v in form.split(":")[1:])
-        gemv = tf.gemv_rows if form.startswith("rows:") else tf.gemv_multi
+        gemv = tf.gemv_rows
 
     def fn():
         res.copy_(h0)
         for w_in, w_o, w_gu, w_down in weights:
-            if form.startswith(("rows:", "multi:")):
+            if form.startswith("rows:"):
                 outs["p"] = gemv(xs[0], w_in, config=cfg)
                 gemv(xs[1], w_o, residual=res, out=res, config=cfg)
                 outs["gu"] = gemv(xs[2], w_gu, config=cfg)
@@ -103,7 +98,7 @@ def make_step(weights, head, M: int, D: int, form: str, device, dtype):
                 res.addmm_(xs[1], w_o.t())
                 outs["gu"] = xs[2] @ w_gu.t()
                 res.addmm_(xs[3], w_down.t())
-        if form.startswith(("rows:", "multi:")):
+        if form.startswith("rows:"):
             outs["logits"] = gemv(res, head, config=cfg)
         else:
             outs["logits"] = (head @ res.t()).t() if form == "w_x" else res @ head.t()
@@ -116,7 +111,6 @@ def main() -> None:
     ap.add_argument("--shapes", default="flame,map")
     ap.add_argument("--ms", default="1,5,9")
     ap.add_argument("--settings", default=",".join(SETTINGS))
-    ap.add_argument("--multi-sweep", action="store_true", help="add the MULTI_SWEEP configs (2 <= M <= 16)")
     ap.add_argument("--rows-sweep", action="store_true", help="add the ROWS_SWEEP row-GEMV configs (M <= 2)")
     ap.add_argument("--layers", type=int, default=None, help="use only the first N layers (default: all)")
     ap.add_argument("--out", default=None)
@@ -125,8 +119,6 @@ def main() -> None:
     settings = args.settings.split(",")
     if args.rows_sweep:
         settings += [f"rows:{bn}:{bk}:{nw}" for bn, bk, nw in ROWS_SWEEP]
-    if args.multi_sweep:
-        settings += [f"multi:{bn}:{bk}:{nw}" for bn, bk, nw in MULTI_SWEEP]
     dev = "cpu" if args.dry_cpu else "cuda"
     dtype = torch.float32 if args.dry_cpu else torch.bfloat16
     recs = []
@@ -154,13 +146,8 @@ def main() -> None:
                     kmax = max(w.shape[1] for w in weights[0])
                     if M > 2 or (bk == 0 and bn * (1 << (kmax - 1).bit_length()) > 32768):
                         continue
-                if name.startswith("multi:"):
-                    bn, bk, nw = (int(v) for v in name.split(":")[1:])
-                    bm = max(2, 1 << (M - 1).bit_length())
-                    if not 2 <= M <= 16 or bm * bn * bk > 64 * 32 * nw:
-                        continue
                 with setting(name if not args.dry_cpu or name not in ("cublas", "cublaslt") else "default"):
-                    form = name if name == "w_x" or name.startswith(("rows:", "multi:")) else "std"
+                    form = name if name == "w_x" or name.startswith("rows:") else "std"
                     fn, outs, res = make_step(weights, head, M, D, form, dev, dtype)
                     if args.dry_cpu:
                         fn()

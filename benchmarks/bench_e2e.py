@@ -324,8 +324,6 @@ def main() -> None:
     ap.add_argument("--no-gemv", action="store_true", help="cuBLAS for every GEMM (the default; kept for A/B scripts)")
     ap.add_argument("--gemv-config", default=None,
                     help="BN,BK,warps,stages: use the fused Triton skinny GEMM with this config (bench_gemv.py)")
-    ap.add_argument("--gemv-multi", default=None, help="BN,BK,warps: the multi-row skinny GEMM (triton_fused.gemv_multi) "
-                                                        "for 2..fused.GEMV_MULTI_MAX_M rows; 'off': cuBLAS")
     ap.add_argument("--gemv-rows", default=None,
                     help="BN,BK,warps[,pro]: the row GEMV (triton_fused.gemv_rows) for one-row GEMMs at this config "
                          "(bench_blas.py), ',pro': its fused prologues (fused.GEMV_ROWS_PROLOGUE); 'off': cuBLAS")
@@ -360,12 +358,6 @@ def main() -> None:
         triton_fused.GEMV_CONFIG = tuple(int(v) for v in args.gemv_config.split(","))
         fused_mod.USE_GEMV = True
     gemv_rows = None
-    if args.gemv_multi:
-        from vllm_specla.ops import fused as _f, triton_fused as _tf  # noqa: PLC0415
-
-        _f.USE_GEMV_MULTI = args.gemv_multi != "off"
-        if _f.USE_GEMV_MULTI:
-            _tf.GEMV_MULTI_CONFIG = tuple(int(v) for v in args.gemv_multi.split(","))
     if args.gemv_rows:
         fused_mod.USE_GEMV_ROWS = args.gemv_rows != "off"
         if fused_mod.USE_GEMV_ROWS:
@@ -376,7 +368,7 @@ def main() -> None:
             triton_fused.GEMV_ROWS_CONFIG = gemv_rows = tuple(int(v) for v in cfg[:3])
             gemv_rows = args.gemv_rows
     global SETTINGS
-    SETTINGS = dict(gemv_rows=gemv_rows, gemv_multi=args.gemv_multi, verify_kernel=cv_mod.VERIFY_KERNEL, cuda_csrc=bool(args.cuda_csrc and device == "cuda"), gemv=fused_mod.USE_GEMV, tag=args.tag,
+    SETTINGS = dict(gemv_rows=gemv_rows, verify_kernel=cv_mod.VERIFY_KERNEL, cuda_csrc=bool(args.cuda_csrc and device == "cuda"), gemv=fused_mod.USE_GEMV, tag=args.tag,
                     gemv_config=args.gemv_config)
     if args.dry_cpu:
         global DRY

@@ -24,6 +24,20 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s11e)  # session 11, call 5 (s11d: the multi-row CUDA-core form took 2.7-9x cuBLAS's time at M = 5-9 and was removed;
+        # s11d's e2e ran before the row-GEMV default was really on, a flag edit had missed). The row GEMV at
+        # (8, 1024, 8) with the prologues as the default: GPU tests at the defaults, e2e A/B at batch 1 (defaults vs
+        # --gemv-rows off), the breakdown of AR and SpecLA K = 6 at the defaults
+      python -c "from vllm_specla.ops import fused, triton_fused as t; print('defaults', fused.USE_GEMV_ROWS, fused.GEMV_ROWS_PROLOGUE, t.GEMV_ROWS_CONFIG)"
+      timeout 150 python -m pytest -q tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py 2>&1 | tail -2
+      for G in off ""; do
+        timeout 110 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 4,6,8 --alphas 0.8 --snapshot-ks "" \
+            ${G:+--gemv-rows $G} --tag "s11e_rows_${G:-default}" --out "$OUT/e2e_s11e.jsonl" 2>&1 | grep "^{" | \
+            python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),r['tag'],round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('tau'),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
+      done
+      timeout 90 python benchmarks/step_breakdown.py --shapes flame --batches 1 --modes ar,specla --k 6 \
+          --out "$OUT/breakdown_s11e.json" 2>&1 | grep -v -i "warn\|profiler" | head -30
+      ;;
   s11d)  # session 11, call 4 (s11c: the row GEMV at batch 1, AR 1.421 -> 1.199 ms flame, 1.490 -> 1.244 map, at
         # (8, 1024, 8) with the prologues fused: now the default; the SpecLA step barely moved, 2.442 -> 2.371 ms at K = 6,
         # its verify GEMMs (M = K + 1 rows) are cuBLAS at ~2.6 TB/s, ~1.0 ms of the step). The new multi-row CUDA-core

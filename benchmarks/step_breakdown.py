@@ -154,8 +154,6 @@ def main() -> None:
     ap.add_argument("--tree-width", type=int, default=1,
                     help="W >= 2: the specla mode verifies draft trees of W branches of depth --k (as bench_e2e)")
     ap.add_argument("--cuda-csrc", action="store_true", help="build and dispatch to the CUDA csrc op (as bench_e2e)")
-    ap.add_argument("--gemv-multi", default=None, help="BN,BK,warps: the multi-row skinny GEMM (triton_fused.gemv_multi) "
-                                                        "for 2..fused.GEMV_MULTI_MAX_M rows; 'off': cuBLAS")
     ap.add_argument("--gemv-rows", default=None, help="BN,BK,warps[,pro]: the row GEMV for one-row GEMMs (as bench_e2e); "
                                                        "'off' forces cuBLAS")
     ap.add_argument("--out", default=None)
@@ -168,12 +166,6 @@ def main() -> None:
         from vllm_specla.ops import _cpp  # noqa: PLC0415
 
         assert _cpp.load_cuda(), "CUDA csrc build failed"
-    if args.gemv_multi:
-        from vllm_specla.ops import fused as _f, triton_fused as _tf  # noqa: PLC0415
-
-        _f.USE_GEMV_MULTI = args.gemv_multi != "off"
-        if _f.USE_GEMV_MULTI:
-            _tf.GEMV_MULTI_CONFIG = tuple(int(v) for v in args.gemv_multi.split(","))
     if args.gemv_rows:
         from vllm_specla.ops import fused, triton_fused  # noqa: PLC0415
 
@@ -201,7 +193,7 @@ def main() -> None:
                 r = breakdown(rt, prompts, args.steps)
                 W = args.tree_width if mode == "specla" else 1
                 rec = dict(shape=shape, batch=B, mode=mode, K=0 if mode == "ar" else args.k, alpha=args.alpha, tree_width=W,
-                           cuda_csrc=args.cuda_csrc, gemv_rows=args.gemv_rows, gemv_multi=args.gemv_multi, gpu=torch.cuda.get_device_name() if DEV == "cuda" else "cpu", **r)
+                           cuda_csrc=args.cuda_csrc, gemv_rows=args.gemv_rows, gpu=torch.cuda.get_device_name() if DEV == "cuda" else "cpu", **r)
                 recs.append(rec)
                 ph = " ".join(f"{p}={r['phases'].get(p, 0.0):.0f}" for p in PHASES)
                 fm = " ".join(f"{f}={v:.0f}" for f, v in sorted(r["families"].items(), key=lambda kv: -kv[1]))

@@ -234,27 +234,3 @@ def test_fused_prologue_linears_dispatch(rows, pro, monkeypatch):
     want = (["gated_rms_norm", "silu_mul", None] if pro else [None, None, None]) if rows and HAVE_CUDA else []
     assert calls == want
 
-
-@pytest.mark.parametrize("M", [2, 5, 9, 16])
-@pytest.mark.parametrize("res", [False, True])
-@pytest.mark.parametrize("config", [(2, 256, 4), (4, 64, 2)])
-def test_gemv_multi(M, res, config):
-    """The multi-row CUDA-core skinny GEMM equals linear_ref on random inputs: odd K / N (masked
-    tails), a row-strided x, M not a power of two, in place into the residual; bf16 on CUDA
-    (rel < 1e-2), fp32 under the interpreter (rel < 1e-5)."""
-    g = torch.Generator().manual_seed(M + 100 * config[0])
-    K, N = 300, 37
-    dt = torch.bfloat16 if HAVE_CUDA else torch.float32
-    x = torch.randn(M, K + 5, generator=g).to(DEV, dt)[:, 5:]
-    w = (torch.randn(N, K, generator=g) * 0.05).to(DEV, dt)
-    r = torch.randn(M, N, generator=g).to(DEV, dt) if res else None
-    ref = F_ref.linear_ref(x, w, residual=r)
-    tol = 1e-2 if dt == torch.bfloat16 else 1e-5
-    got = tf.gemv_multi(x, w, r, config=config)
-    assert got.shape == (M, N) and rel(got, ref) < tol
-    if res:
-        r2 = r.clone()
-        tf.gemv_multi(x, w, r2, out=r2, config=config)
-        assert rel(r2, ref) < tol
-    with pytest.raises(ValueError, match="M <= 16"):
-        tf.gemv_multi(torch.randn(17, K, device=DEV, dtype=dt), w)

@@ -71,17 +71,17 @@ def linear_ref(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | Non
 # measured slower than RMSNorm kernel + cuBLAS (AR step at batch 1: 2.02 vs 1.68 ms, RESULTS.md)
 USE_GEMV = False
 # Row GEMV (CUDA cores, ``triton_fused.gemv_rows``) for rows <= triton_fused.GEMV_ROWS_MAX_M on CUDA:
-# the AR step and the drafter's passes at batch 1. Off until measured against cuBLAS in the real
-# step (benchmarks/bench_blas.py, bench_e2e.py --gemv-rows)
-USE_GEMV_ROWS = False
-# Multi-row CUDA-core skinny GEMM (``triton_fused.gemv_multi``) for 2..GEMV_MULTI_MAX_M rows on CUDA
-# (the verify windows at batch 1). Off until measured (bench_blas.py --multi-sweep, bench_e2e.py --gemv-multi)
-USE_GEMV_MULTI = False
-GEMV_MULTI_MAX_M = 9
-# Fuse the RMSNorm / gated RMSNorm / SwiGLU into the row GEMV as its prologue. Off: at BN = 1 every
-# program redoes the prologue's reductions before its short weight stream, and the AR step at batch
-# 1 measured 1.552 ms with them against 1.412 for cuBLAS (s11b, RESULTS.md session 11)
-GEMV_ROWS_PROLOGUE = False
+# the AR step and the drafter's passes at batch 1. On: the AR step at batch 1 took 1.199 / 1.244 ms
+# (flame / map) against 1.421 / 1.490 with cuBLAS (s11c, RESULTS.md session 11). For 2+ rows cuBLAS
+# stays: the row GEMV re-reads its weights per row (M = 2: 1.15-1.98x cuBLAS, s11a) and a CUDA-core
+# form holding [rows, BN, BK] partial sums measured 2.7-9x cuBLAS at M = 5-9 (s11d, removed)
+USE_GEMV_ROWS = True
+# Fuse the RMSNorm / gated RMSNorm / SwiGLU into the row GEMV as its prologue (one launch instead of
+# two). Pays only with programs of several rows: at BN = 1 every program redoes the prologue's
+# reductions before its short weight stream (AR step 1.552 ms against 1.412 for cuBLAS, s11b); at
+# triton_fused.GEMV_ROWS_CONFIG's BN = 8 it measured 1.199 / 1.244 ms against 1.201 / 1.288 for the
+# bare row GEMV after separate prologue kernels (s11c)
+GEMV_ROWS_PROLOGUE = True
 
 
 def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=False):
@@ -101,10 +101,6 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
             x, norm_weight = rms_norm(x, norm_weight, eps, w.dtype), None
         return impl.gemv_rows(x, w, norm_weight, eps, residual,
                               out=residual if residual is not None and residual_inplace else None)
-    impl = _triton() if x.is_cuda and USE_GEMV_MULTI and 2 <= x.shape[0] <= GEMV_MULTI_MAX_M else None
-    if impl is not None and x.stride(-1) == 1:
-        x = rms_norm(x, norm_weight, eps, w.dtype) if norm_weight is not None else x
-        return impl.gemv_multi(x, w, residual, out=residual if residual is not None and residual_inplace else None)
     impl = _triton() if x.is_cuda else None
     if impl is not None and USE_GEMV and x.shape[0] <= impl.GEMV_MAX_M:
         return impl.gemv(x, w, norm_weight, eps, residual)

@@ -251,67 +251,6 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, M, N, K, sx, sg, so, sr, eps,
         tl.store(out + m * so + rn, acc.to(out.dtype.element_ty), mask=mn)
 
 
-@triton.jit
-def _gemv_multi_kernel(x, w, out, res, M, N, K, sx, so, sr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                       NK: tl.constexpr, RES: tl.constexpr):
-    # M in 2..16 token rows on CUDA cores: each program loads its BN weight rows once per K chunk and
-    # multiplies them into all BM rows' running products, [BM, BN, BK] float32 partial sums in
-    # registers, reduced over K once at the end (no per-chunk reduction / barrier)
-    pid = tl.program_id(0)
-    rn = pid * BN + tl.arange(0, BN)
-    mn = rn < N
-    rm = tl.arange(0, BM)
-    mm = rm < M
-    rk = tl.arange(0, BK)
-    acc = tl.zeros([BM, BN, BK], dtype=tl.float32)
-    for k0 in tl.static_range(0, NK * BK, BK):
-        mk = (k0 + rk) < K
-        wk = tl.load(w + rn[:, None] * K + (k0 + rk)[None, :], mask=mn[:, None] & mk[None, :], other=0.0)
-        xk = tl.load(x + rm[:, None] * sx + (k0 + rk)[None, :], mask=mm[:, None] & mk[None, :], other=0.0)
-        xk = xk.to(w.dtype.element_ty).to(tl.float32)
-        acc += wk.to(tl.float32)[None, :, :] * xk[:, None, :]
-    o = tl.sum(acc, 2)
-    om = mm[:, None] & mn[None, :]
-    if RES:
-        o += tl.load(res + rm[:, None] * sr + rn[None, :], mask=om, other=0.0).to(tl.float32)
-    tl.store(out + rm[:, None] * so + rn[None, :], o.to(out.dtype.element_ty), mask=om)
-
-
-def gemv_multi(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = None,
-               out: torch.Tensor | None = None, config: tuple[int, int, int] | None = None) -> torch.Tensor:
-    """Skinny GEMM on CUDA cores for a few token rows: ``x @ w.T [+ residual]``, ``x [M <= 16, K]``.
-
-    ``x`` row stride free, dense feature dim, cast to ``w.dtype``; ``w [N, K]`` contiguous;
-    ``residual`` / ``out`` ``[M, N]`` as in :func:`gemv_rows` (``out`` may be ``residual``);
-    ``config = (BN, BK, num_warps)`` (default :data:`GEMV_MULTI_CONFIG`). Returns ``[M, N]`` in
-    ``w.dtype``, fp32 accumulation; the math of ``fused.linear_ref`` up to summation order. Raises
-    ValueError for a layout outside the above or ``M > 16``. For the verify windows at batch 1
-    (M = K + 1 rows), timed against cuBLAS by ``benchmarks/bench_blas.py``.
-    """
-    M, K = x.shape
-    N = w.shape[0]
-    if M > 16 or w.shape[1] != K or not w.is_contiguous() or x.stride(1) != 1:
-        raise ValueError(f"gemv_multi: need x [M <= 16, K] with a dense feature dim and a contiguous w [N, K]; got "
-                         f"x {tuple(x.shape)} stride {tuple(x.stride())}, w {tuple(w.shape)}")
-    if out is None:
-        out = torch.empty(M, N, dtype=w.dtype, device=x.device)
-    if M == 0:
-        return out
-    if residual is not None:
-        assert residual.shape == (M, N) and residual.stride(1) == 1
-    assert out.shape == (M, N) and out.stride(1) == 1 and out.dtype == w.dtype
-    BN, BK, nw = config or GEMV_MULTI_CONFIG
-    BK = min(BK, triton.next_power_of_2(K))
-    _gemv_multi_kernel[(triton.cdiv(N, BN),)](
-        x, w, out, residual if residual is not None else out, M, N, K, x.stride(0), out.stride(0),
-        residual.stride(0) if residual is not None else 0, BM=max(2, triton.next_power_of_2(M)), BN=BN, BK=BK,
-        NK=triton.cdiv(K, BK), RES=residual is not None, num_warps=nw)
-    return out
-
-
-GEMV_MULTI_CONFIG = (2, 256, 4)  # BN, BK, num_warps
-
-
 GEMV_ROWS_MAX_M = 1  # token rows the row GEMV takes (at M = 2 it measured 1.15-1.98x cuBLAS: s11a)
 # BN, BK (0: one tile, BK = next power of two >= K), num_warps: the best AR step at batch 1 with the
 # prologues fused (s11c); (1, 0, 4) was the best bare GEMM set (s11a / s11b)
