@@ -24,6 +24,15 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s11f)  # session 11, call 6 (s11e: AR at batch 1 1.383 -> 1.155 ms flame, 1.485 -> 1.225 map with the row GEMV default;
+        # 3 of test_decode_runtime_gpu.py failed, a file not GPU-run since s10c): the failures in full, with the row
+        # GEMV on (default) and off (VLLM_SPECLA_GEMV_ROWS=0)
+      for R in 1 0; do
+        echo "== VLLM_SPECLA_GEMV_ROWS=$R"
+        VLLM_SPECLA_GEMV_ROWS=$R timeout 100 python -m pytest -q tests/test_decode_runtime_gpu.py --tb=short -rf 2>&1 | \
+            grep -E "^(FAILED|E |tests/)|passed|failed|assert" | head -30
+      done
+      ;;
   s11e)  # session 11, call 5 (s11d: the multi-row CUDA-core form took 2.7-9x cuBLAS's time at M = 5-9 and was removed;
         # s11d's e2e ran before the row-GEMV default was really on, a flag edit had missed). The row GEMV at
         # (8, 1024, 8) with the prologues as the default: GPU tests at the defaults, e2e A/B at batch 1 (defaults vs

@@ -8,6 +8,8 @@ reference below otherwise (CPU, CI, and the test oracle). The references are the
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 
@@ -75,7 +77,11 @@ USE_GEMV = False
 # (flame / map) against 1.421 / 1.490 with cuBLAS (s11c, RESULTS.md session 11). For 2+ rows cuBLAS
 # stays: the row GEMV re-reads its weights per row (M = 2: 1.15-1.98x cuBLAS, s11a) and a CUDA-core
 # form holding [rows, BN, BK] partial sums measured 2.7-9x cuBLAS at M = 5-9 (s11d, removed)
-USE_GEMV_ROWS = True
+_ROWS_ENV = os.environ.get("VLLM_SPECLA_GEMV_ROWS", "1")
+if _ROWS_ENV not in ("0", "1"):
+    raise ValueError(f"VLLM_SPECLA_GEMV_ROWS must be '0' (cuBLAS for one-row GEMMs) or '1' (the row GEMV, the "
+                     f"default), got {_ROWS_ENV!r}")
+USE_GEMV_ROWS = _ROWS_ENV == "1"
 # Fuse the RMSNorm / gated RMSNorm / SwiGLU into the row GEMV as its prologue (one launch instead of
 # two). Pays only with programs of several rows: at BN = 1 every program redoes the prologue's
 # reductions before its short weight stream (AR step 1.552 ms against 1.412 for cuBLAS, s11b); at
