@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). State after session 10 (s11a: session 11): benchmarks/RESULTS.md
+# README/device; the s5* / s6* / s8d-s8f calls need neither). State after session 11: benchmarks/RESULTS.md "Session 11" (s11a-s11f as run;
+# s11d's multi:* settings were removed after it). Before it: benchmarks/RESULTS.md
 # "Session 10" (s10a-s10f below as run; s10a / s10b ran UT_SOLVE / UT_SPLIT before they became the tree defaults,
 # s10e the 25-node trees on UT before planned trees went back to the heavy-light kernel). 1 / 2: the regression set and kernel tables; s4a-s4g / s5a-s5f / s6a-s6f / s7a-s7f / s8a-s8f:
 # the session 4-8 calls as run (s6e = session 6's GPU tests, commit ratios and e2e at its final
@@ -47,7 +48,8 @@ case "${1:-}" in
       timeout 90 python benchmarks/step_breakdown.py --shapes flame --batches 1 --modes ar,specla --k 6 \
           --out "$OUT/breakdown_s11e.json" 2>&1 | grep -v -i "warn\|profiler" | head -30
       ;;
-  s11d)  # session 11, call 4 (s11c: the row GEMV at batch 1, AR 1.421 -> 1.199 ms flame, 1.490 -> 1.244 map, at
+  s11d)  # (as run; cannot be rerun: its --multi-sweep / --gemv-multi flags and gemv_multi were removed after it)
+        # session 11, call 4 (s11c: the row GEMV at batch 1, AR 1.421 -> 1.199 ms flame, 1.490 -> 1.244 map, at
         # (8, 1024, 8) with the prologues fused: now the default; the SpecLA step barely moved, 2.442 -> 2.371 ms at K = 6,
         # its verify GEMMs (M = K + 1 rows) are cuBLAS at ~2.6 TB/s, ~1.0 ms of the step). The new multi-row CUDA-core
         # skinny GEMM (triton_fused.gemv_multi) against cuBLAS at M = 5 / 7 / 9 on the step's weights, then the best

@@ -2,10 +2,12 @@
 
 GPU_BASELINE.md ("Where a batch-1 step goes"): a simple graph-captured step spends most of its
 2.5 ms at batch 1 in ~25 small kernels per layer (norms, gates, softplus, conv taps, residual
-adds, copies). These kernels fuse each group into one launch; the GEMMs stay cuBLAS by default
-(``torch.addmm`` fuses the residual add into the GEMM epilogue; :func:`gemv` is an optional skinny
-GEMM with the RMSNorm fused, measured slower) and the conv and recurrence are ``triton_chain``'s
-kernels. Each kernel equals its plain-torch reference in
+adds, copies). These kernels fuse each group into one launch. One-row GEMMs on CUDA run
+:func:`gemv_rows` (a CUDA-core row GEMV with the RMSNorm / gated RMSNorm / SwiGLU as optional
+prologues and the residual added in place: 0.79-0.85x cuBLAS's time at one row on the H200,
+benchmarks/RESULTS.md session 11); every other GEMM is cuBLAS (``addmm_`` fuses the residual add),
+and :func:`gemv` (a tensor-core skinny GEMM, off) measured slower. The conv and recurrence are
+``triton_chain``'s kernels. Each kernel equals its plain-torch reference in
 :mod:`vllm_specla.ops.fused` (the dispatcher; references there), tested in
 ``tests/test_fused_gpu.py``. All math in float32; inputs may be token-strided (column slices of
 one projection output) as long as the feature dim is dense.

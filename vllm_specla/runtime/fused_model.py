@@ -4,10 +4,12 @@
 (or of an :class:`~vllm_specla.models.drafter.EagleDrafter`'s blocks) so one layer of a decode /
 verify step is 9-11 launches: [RMSNorm +] one in-projection GEMM (q|k|v|gate|a|b), gating, conv
 window, chain verify, gated RMSNorm, ``o_proj`` GEMM with the residual add in the epilogue,
-[RMSNorm +] one gate|up GEMM, SwiGLU, ``down_proj`` GEMM with the residual add. The GEMMs are
-cuBLAS after an RMSNorm kernel (``ops/fused.py`` ``linear``); a fused Triton skinny GEMM with the
-RMSNorm as its prologue exists for <= 16 token rows (``fused.USE_GEMV``) but is off by default:
-it measured slower on the H200 (benchmarks/RESULTS.md). The recurrent and conv math are the
+[RMSNorm +] one gate|up GEMM, SwiGLU, ``down_proj`` GEMM with the residual add. The GEMMs
+(``ops/fused.py`` ``linear`` / ``gated_norm_linear`` / ``silu_mul_linear``) are cuBLAS after the
+norm / SwiGLU kernels, except one-row GEMMs on CUDA (the AR step and the drafter's passes at batch
+1): those run the Triton row GEMV with the RMSNorm, gated RMSNorm and SwiGLU as its prologues (7
+launches per layer; 1.155 vs 1.383 ms for the AR step at batch 1, flame, benchmarks/RESULTS.md
+session 11). The recurrent and conv math are the
 same ops the vLLM path uses (``ops/chain_verify.py``, ``ops/recover.py``); q/k/v, gate, a and b are
 column slices of the one projection output, read in place by the kernels (no copies).
 
