@@ -142,6 +142,9 @@ def main() -> None:
                 if name == "w_x" and M != 1:
                     continue
                 if name.startswith("rows:"):
+                    if args.dry_cpu and os.environ.get("TRITON_INTERPRET") != "1":
+                        print(f"{name}: skipped (a Triton kernel: on the CPU it needs TRITON_INTERPRET=1)")
+                        continue
                     bn, bk = (int(v) for v in name.split(":")[1:3])
                     kmax = max(w.shape[1] for w in weights[0])
                     if M > 2 or (bk == 0 and bn * (1 << (kmax - 1).bit_length()) > 32768):

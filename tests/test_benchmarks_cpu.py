@@ -54,3 +54,36 @@ def test_csrc_bench_forced_variants_set_the_switches(monkeypatch):
     bc._with_env(4, False, "auto")()
     assert seen[-1]["VLLM_SPECLA_CUDA_BV"] == "4" and seen[-1]["VLLM_SPECLA_CUDA_REGCAP"] == "0"
     assert all(os.environ.get(k) is None for k in keys)
+
+
+def test_bench_blas_dry_cpu(tmp_path):
+    """``bench_blas.py``'s settings on tiny CPU tensors (the row GEMV under Triton's interpreter): every
+    requested setting is recorded and agrees with the default GEMMs (fp32, tolerance 1e-4)."""
+    out = tmp_path / "blas.json"
+    env = dict(os.environ, PYTHONPATH=ROOT, TRITON_INTERPRET="1")
+    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_blas.py"), "--dry-cpu", "--shapes", "tiny",
+                    "--ms", "1,2", "--settings", "default,no_reduced,w_x,rows:8:1024:8,rows:1:0:4", "--out", str(out)],
+                   check=True, env=env, capture_output=True, timeout=600)
+    recs = json.loads(out.read_text())
+    got = {(r["M"], r["setting"]) for r in recs}
+    assert got == {(1, s) for s in ("default", "no_reduced", "w_x", "rows:8:1024:8", "rows:1:0:4")} | {
+        (2, s) for s in ("default", "no_reduced", "rows:8:1024:8", "rows:1:0:4")}
+    assert max(r["max_abs_diff_vs_default"] for r in recs) < 1e-4
+
+
+def test_gemv_rows_env_switch():
+    """``VLLM_SPECLA_GEMV_ROWS``: unset -> the row GEMV on, ``0`` -> off, anything else -> a ValueError
+    naming the variable and its allowed values."""
+    code = "import vllm_specla.ops.fused as f; print(f.USE_GEMV_ROWS)"
+
+    def run(val):
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        env.pop("VLLM_SPECLA_GEMV_ROWS", None)
+        if val is not None:
+            env["VLLM_SPECLA_GEMV_ROWS"] = val
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+
+    assert run(None).stdout.strip() == "True"
+    assert run("0").stdout.strip() == "False"
+    bad = run("yes")
+    assert bad.returncode != 0 and "VLLM_SPECLA_GEMV_ROWS must be '0'" in bad.stderr
