@@ -1,16 +1,18 @@
 #!/usr/bin/env python
-"""cuBLAS settings for the decode GEMMs (issue 6, "AR step at batch 1 <= 0.9 ms"), one GPU.
+"""The decode GEMMs under cuBLAS settings and the row GEMV (issue 6, "AR step at batch 1 <= 0.9 ms"), one GPU.
 
 The AR step at batch 1 is GEMV-bound: its GEMMs alone took 1.07 ms of the 1.47 ms step at
 2.48 TB/s against a weight-read floor of 0.61 ms (benchmarks/RESULTS.md, session 4), and the
 session-10 profile shows cuBLASLt ``nvjet`` tiles with split-K plus ``splitKreduce_kernel``
-launches. This script times the step's GEMMs exactly as the runtime issues them
-(``runtime/fused_model.py`` through ``ops/fused.py``: ``x @ w.T`` for the in-projection and the
-gate|up projection, ``residual.addmm_(x, w.T)`` for o_proj and down, ``x @ lm_head.T``), on
-the model's own distinct weights per layer (so they stream from HBM as in the real step), as
-one CUDA graph per setting, under each of these settings:
+launches. This script times the step's GEMMs in the shapes the runtime issues them
+(``runtime/fused_model.py``: the in-projection and the gate|up projection, o_proj and down with
+the residual added in place, the LM head), without their prologues (the norms / SwiGLU), on the
+model's own distinct weights per layer (so they stream from HBM as in the real step), as one
+CUDA graph per setting. Since session 11 the runtime runs one-row GEMMs on the row GEMV (with
+the prologues fused, ``ops/fused.py``) and every other GEMM on cuBLAS with torch's defaults.
+The settings:
 
-  default      torch's defaults (what the runtime uses)
+  default      cuBLAS with torch's defaults (``x @ w.T``, ``residual.addmm_(x, w.T)``)
   cublas       ``torch.backends.cuda.preferred_blas_library("cublas")``
   cublaslt     ``torch.backends.cuda.preferred_blas_library("cublaslt")``
   no_reduced   ``torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False``

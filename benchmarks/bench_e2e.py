@@ -360,13 +360,16 @@ def main() -> None:
     gemv_rows = None
     if args.gemv_rows:
         fused_mod.USE_GEMV_ROWS = args.gemv_rows != "off"
-        if fused_mod.USE_GEMV_ROWS:
-            from vllm_specla.ops import triton_fused  # noqa: PLC0415
+    if device == "cuda":  # (the row GEMV is a Triton kernel: CUDA only)
+        from vllm_specla.ops import triton_fused  # noqa: PLC0415
 
+        if args.gemv_rows and fused_mod.USE_GEMV_ROWS:
             cfg = args.gemv_rows.split(",")
             fused_mod.GEMV_ROWS_PROLOGUE = cfg[3:] == ["pro"]
-            triton_fused.GEMV_ROWS_CONFIG = gemv_rows = tuple(int(v) for v in cfg[:3])
-            gemv_rows = args.gemv_rows
+            triton_fused.GEMV_ROWS_CONFIG = tuple(int(v) for v in cfg[:3])
+        # the state after the flags (s11e's records had None for both the default and "off")
+        gemv_rows = dict(on=fused_mod.USE_GEMV_ROWS, prologue=fused_mod.GEMV_ROWS_PROLOGUE,
+                         config=list(triton_fused.GEMV_ROWS_CONFIG))
     global SETTINGS
     SETTINGS = dict(gemv_rows=gemv_rows, verify_kernel=cv_mod.VERIFY_KERNEL, cuda_csrc=bool(args.cuda_csrc and device == "cuda"), gemv=fused_mod.USE_GEMV, tag=args.tag,
                     gemv_config=args.gemv_config)

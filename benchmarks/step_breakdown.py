@@ -166,14 +166,19 @@ def main() -> None:
         from vllm_specla.ops import _cpp  # noqa: PLC0415
 
         assert _cpp.load_cuda(), "CUDA csrc build failed"
-    if args.gemv_rows:
-        from vllm_specla.ops import fused, triton_fused  # noqa: PLC0415
+    from vllm_specla.ops import fused  # noqa: PLC0415
 
+    rows = None
+    if args.gemv_rows:
         fused.USE_GEMV_ROWS = args.gemv_rows != "off"
-        if fused.USE_GEMV_ROWS:
+    if DEV == "cuda":
+        from vllm_specla.ops import triton_fused  # noqa: PLC0415
+
+        if args.gemv_rows and fused.USE_GEMV_ROWS:
             cfg = args.gemv_rows.split(",")
             fused.GEMV_ROWS_PROLOGUE = cfg[3:] == ["pro"]
             triton_fused.GEMV_ROWS_CONFIG = tuple(int(v) for v in cfg[:3])
+        rows = dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG))
     recs = []
     for shape in args.shapes.split(","):
         cfg, tgt, dr = build(shape, DEV, torch.bfloat16 if DEV == "cuda" else torch.float32)
@@ -193,7 +198,7 @@ def main() -> None:
                 r = breakdown(rt, prompts, args.steps)
                 W = args.tree_width if mode == "specla" else 1
                 rec = dict(shape=shape, batch=B, mode=mode, K=0 if mode == "ar" else args.k, alpha=args.alpha, tree_width=W,
-                           cuda_csrc=args.cuda_csrc, gemv_rows=args.gemv_rows, gpu=torch.cuda.get_device_name() if DEV == "cuda" else "cpu", **r)
+                           cuda_csrc=args.cuda_csrc, gemv_rows=rows, gpu=torch.cuda.get_device_name() if DEV == "cuda" else "cpu", **r)
                 recs.append(rec)
                 ph = " ".join(f"{p}={r['phases'].get(p, 0.0):.0f}" for p in PHASES)
                 fm = " ".join(f"{f}={v:.0f}" for f, v in sorted(r["families"].items(), key=lambda kv: -kv[1]))

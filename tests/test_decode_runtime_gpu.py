@@ -90,11 +90,13 @@ def test_batch1_row_gemv_matches_cpu(models, K, pro, monkeypatch):
     real = triton_fused.gemv_rows
     monkeypatch.setattr(fused, "USE_GEMV_ROWS", True)
     monkeypatch.setattr(fused, "GEMV_ROWS_PROLOGUE", pro)
-    monkeypatch.setattr(triton_fused, "gemv_rows", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(triton_fused, "gemv_rows", lambda *a, **k: calls.append(
+        k.get("prologue") or ("rms_norm" if len(a) > 2 and a[2] is not None else None)) or real(*a, **k))
     tm, dm = models
     prompts = torch.randint(3, 8000, (1, 8), generator=torch.Generator().manual_seed(11))
     res = {dev: _run(tm, dm, dev, 1, K, 1, 16, prompts) for dev in ("cpu", "cuda")}
     assert calls, "the row GEMV never ran"
+    assert set(calls) == ({"rms_norm", "gated_rms_norm", "silu_mul", None} if pro else {None}), set(calls)
     for dev, (ar_out, sp_out, _) in res.items():
         n = min(len(ar_out[0]), len(sp_out[0]))
         assert n >= 16 and ar_out[0][:n] == sp_out[0][:n], dev

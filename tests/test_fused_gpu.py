@@ -195,18 +195,40 @@ def test_gemv_rows_rejects_bad_prologue_args():
         tf.gemv_rows(x, w, prologue="gated_rms_norm", head_dim=32)
     with pytest.raises(ValueError, match=r"\[M, 2K\] for silu_mul"):
         tf.gemv_rows(x, w, prologue="silu_mul")
+    with pytest.raises(ValueError, match="norm_weight must be contiguous"):
+        tf.gemv_rows(x, w, torch.ones(16, device=DEV))
+    with pytest.raises(ValueError, match="norm_weight must be contiguous"):
+        tf.gemv_rows(x, w, torch.ones(128, device=DEV)[::2])
+    with pytest.raises(ValueError, match="residual must be"):
+        tf.gemv_rows(x, w, residual=torch.zeros(8, device=DEV))
+    with pytest.raises(ValueError, match="out must be"):
+        tf.gemv_rows(x, w, out=torch.empty(1, 8, dtype=torch.float64, device=DEV))
+    with pytest.raises(ValueError, match="out must be"):
+        tf.gemv_rows(x[:0], w, out=torch.empty(5, 5, device=DEV))
+    with pytest.raises(ValueError, match="BN a power of two"):
+        tf.gemv_rows(x, w, config=(3, 0, 4))
+    with pytest.raises(ValueError, match="belong to the 'gated_rms_norm' prologue"):
+        tf.gemv_rows(x, w, gate=x)
 
 
 @pytest.mark.parametrize("rows,pro", [(True, True), (True, False), (False, False)])
 def test_fused_prologue_linears_dispatch(rows, pro, monkeypatch):
     """fused.gated_norm_linear / silu_mul_linear / linear equal the unfused chain with the row GEMV
-    on (one-row CUDA inputs take it; ``pro``: with the prologues fused, else after their own
-    kernels) and off (the unfused kernels + cuBLAS), with the residual updated in place."""
+    on (one-row inputs take it; ``pro``: with the prologues fused, else after their own kernels) and
+    off (the unfused kernels + cuBLAS), with the residual updated in place. Under the interpreter
+    ``fused._on_gpu`` is pointed at the CPU tensors so the row-GEMV dispatch runs too."""
     monkeypatch.setattr(F_ref, "USE_GEMV_ROWS", rows)
     monkeypatch.setattr(F_ref, "GEMV_ROWS_PROLOGUE", pro)
+    if not HAVE_CUDA:
+        monkeypatch.setattr(F_ref, "_on_gpu", lambda x: True)
     calls = []
     real = tf.gemv_rows
-    monkeypatch.setattr(tf, "gemv_rows", lambda *a, **k: calls.append(k.get("prologue")) or real(*a, **k))
+
+    def spy(*a, **k):  # (prologue, whether a norm weight was passed: the RMSNorm fused)
+        calls.append((k.get("prologue"), (a[2] if len(a) > 2 else k.get("norm_weight")) is not None))
+        return real(*a, **k)
+
+    monkeypatch.setattr(tf, "gemv_rows", spy)
     g = torch.Generator().manual_seed(3)
     HV, V, N = 4, 64, 48
     K = HV * V
@@ -230,7 +252,58 @@ def test_fused_prologue_linears_dispatch(rows, pro, monkeypatch):
     nw2 = (torch.rand(K, generator=g) + 0.5).to(DEV)
     xr = torch.randn(1, K, generator=g).to(DEV, dt)
     assert rel(F_ref.linear(xr, w, nw2, 1e-6), F_ref.linear_ref(xr, w, nw2, 1e-6)) < tol
-    # the row GEMV runs on CUDA tensors only (the interpreter's are CPU tensors: the unfused path)
-    want = (["gated_rms_norm", "silu_mul", None] if pro else [None, None, None]) if rows and HAVE_CUDA else []
-    assert calls == want
+    want = [("gated_rms_norm", True), ("silu_mul", False), (None, True)] if pro else [(None, False)] * 3
+    assert calls == (want if rows else [])
+
+
+def test_row_gemv_dispatch_falls_back(monkeypatch):
+    """Inputs the row GEMV does not take give the reference's values through the fallbacks: for the
+    gated norm (a non-dense ``o``, a head dim that is not a power of two, a 3-D gate) its own kernel
+    and then the bare row GEMV; for the GEMM (a non-contiguous weight, a 1-D residual (a bias), a
+    strided norm weight, a 3-D ``x``) cuBLAS. 0 rows give an empty result. fp32 under
+    the interpreter (``_on_gpu`` pointed at the CPU), bf16 on CUDA; rel < 1e-5 / 1e-2."""
+    monkeypatch.setattr(F_ref, "USE_GEMV_ROWS", True)
+    monkeypatch.setattr(F_ref, "GEMV_ROWS_PROLOGUE", True)
+    if not HAVE_CUDA:
+        monkeypatch.setattr(F_ref, "_on_gpu", lambda x: True)
+    calls = []
+    real = tf.gemv_rows
+    monkeypatch.setattr(tf, "gemv_rows", lambda *a, **k: calls.append((a[0].shape[0], k.get("prologue"))) or real(*a, **k))
+    g = torch.Generator().manual_seed(4)
+    dt = torch.bfloat16 if HAVE_CUDA else torch.float32
+    tol = 1e-2 if dt == torch.bfloat16 else 1e-5
+    N = 24
+
+    def check(got, ref):
+        assert got.shape == ref.shape and (ref.numel() == 0 or rel(got, ref) < tol)
+
+    for HV, V, M, layout in [(4, 16, 0, "dense"), (4, 16, 1, "transposed"), (3, 24, 1, "dense"), (4, 16, 1, "gate3d")]:
+        o = torch.randn(M, V, HV, generator=g).to(DEV).transpose(1, 2) if layout == "transposed" else \
+            torch.randn(M, HV, V, generator=g).to(DEV)
+        gate = torch.randn(M, HV * V, generator=g).to(DEV, dt)
+        nw = (torch.rand(V, generator=g) + 0.5).to(DEV)
+        w = (torch.randn(N, HV * V, generator=g) * 0.05).to(DEV, dt)
+        ref = F_ref.linear_ref(F_ref.gated_rms_norm_ref(o, gate, nw, 1e-6, "silu", dt), w)
+        gt = gate.view(M, HV, V) if layout == "gate3d" else gate
+        if layout in ("gate3d", "transposed") and HAVE_CUDA:  # the unfused Triton gated norm takes a dense o
+            continue                                                # and a 2-D gate only
+        check(F_ref.gated_norm_linear(o, gt, nw, 1e-6, "silu", w), ref)
+    # the gated fallbacks run the gated-norm kernel, then the bare row GEMV (0 rows: the fused form, empty)
+    assert calls and all(p is None for m, p in calls if m)
+    calls.clear()
+    K = 32
+    x = torch.randn(1, K, generator=g).to(DEV, dt)
+    wt = (torch.randn(K, N, generator=g) * 0.05).to(DEV, dt).t()  # non-contiguous [N, K]
+    check(F_ref.linear(x, wt), F_ref.linear_ref(x, wt))
+    w = (torch.randn(N, K, generator=g) * 0.05).to(DEV, dt)
+    bias = torch.randn(N, generator=g).to(DEV, dt)
+    check(F_ref.linear(x, w, residual=bias), F_ref.linear_ref(x, w) + bias)
+    nws = (torch.rand(2 * K, generator=g) + 0.5).to(DEV)[::2]
+    check(F_ref.linear(x, w, nws, 1e-6), F_ref.linear_ref(x, w, nws.contiguous(), 1e-6))
+    check(F_ref.linear(x.view(1, 1, K), w), F_ref.linear_ref(x, w).view(1, 1, N))
+    x2 = torch.randn(1, 2 * K, generator=g).to(DEV, dt)
+    check(F_ref.silu_mul_linear(x2, wt), F_ref.linear_ref(F_ref.silu_mul_ref(x2), wt))
+    assert calls == []  # none of these took the row GEMV
+    check(F_ref.linear(x, w), F_ref.linear_ref(x, w))  # and the plain case does (the seam works)
+    assert calls == [(1, None)]
 

@@ -85,8 +85,9 @@ USE_GEMV_ROWS = _ROWS_ENV == "1"
 # Fuse the RMSNorm / gated RMSNorm / SwiGLU into the row GEMV as its prologue (one launch instead of
 # two). Pays only with programs of several rows: at BN = 1 every program redoes the prologue's
 # reductions before its short weight stream (AR step 1.552 ms against 1.412 for cuBLAS, s11b); at
-# triton_fused.GEMV_ROWS_CONFIG's BN = 8 it measured 1.199 / 1.244 ms against 1.201 / 1.288 for the
-# bare row GEMV after separate prologue kernels (s11c)
+# triton_fused.GEMV_ROWS_CONFIG, (8, 1024, 8), it measured 1.199 / 1.244 ms (flame / map) against
+# 1.201 / 1.288 for the best bare config, (1, 0, 4), after separate prologue kernels (s11c; flame's
+# difference is noise, and (8, 1024, 8) without the prologues was not run)
 GEMV_ROWS_PROLOGUE = True
 
 
@@ -101,7 +102,7 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
     a new output: one device-to-device copy of the residual stream per call, two per block and
     step in the decode runtime (the "Memcpy DtoD" rows of ``benchmarks/step_breakdown.py``). The
     same GEMM with the same operands, so the values are the same."""
-    impl = _rows_impl(x)
+    impl = _rows_impl(x, w, residual, False, norm_weight)
     if impl is not None:  # one row on CUDA: the row GEMV, the norm its prologue or its own kernel
         if norm_weight is not None and not GEMV_ROWS_PROLOGUE:
             x, norm_weight = rms_norm(x, norm_weight, eps, w.dtype), None
@@ -118,36 +119,63 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
     return residual.addmm_(x, w.t()) if residual_inplace else torch.addmm(residual, x, w.t())
 
 
-def _rows_impl(x, prologue: bool = False):
-    """``triton_fused`` when the row GEMV takes ``x`` (CUDA, ``USE_GEMV_ROWS``, few rows; with a fused
-    prologue also ``GEMV_ROWS_PROLOGUE``), else None."""
-    if not (USE_GEMV_ROWS and x.is_cuda) or (prologue and not GEMV_ROWS_PROLOGUE):
+def _on_gpu(x: torch.Tensor) -> bool:
+    """Whether ``x`` is where the Triton kernels run (a seam: the tests point it at the CPU under
+    Triton's interpreter to exercise the dispatch)."""
+    return x.is_cuda
+
+
+def _rows_impl(x, w, residual=None, prologue: bool = False, norm_weight=None):
+    """``triton_fused`` when the row GEMV takes this GEMM, else None (the caller falls back to the
+    unfused kernels + cuBLAS, which take any layout): CUDA, ``USE_GEMV_ROWS`` (and
+    ``GEMV_ROWS_PROLOGUE`` for a fused prologue), a 2-D ``x`` of at most ``GEMV_ROWS_MAX_M`` rows
+    with a dense feature dim, a 2-D contiguous ``w``, a ``[rows, N]`` residual with a dense feature
+    dim, a contiguous 1-D ``norm_weight``."""
+    if not (USE_GEMV_ROWS and _on_gpu(x)) or (prologue and not GEMV_ROWS_PROLOGUE):
         return None
     impl = _triton()
-    return impl if impl is not None and x.shape[0] <= impl.GEMV_ROWS_MAX_M and x.stride(-1) == 1 else None
+    if impl is None or x.dim() != 2 or x.shape[0] > impl.GEMV_ROWS_MAX_M or x.stride(-1) != 1:
+        return None
+    if w.dim() != 2 or not w.is_contiguous():
+        return None
+    if residual is not None and (residual.shape != (x.shape[0], w.shape[0]) or residual.stride(-1) != 1):
+        return None
+    if norm_weight is not None and (norm_weight.dim() != 1 or not norm_weight.is_contiguous()):
+        return None
+    return impl
 
 
 def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual_inplace=False):
-    """``linear(gated_rms_norm(o, gate, norm_weight, eps, act, w.dtype), w, residual=...)``; with
-    ``GEMV_ROWS_PROLOGUE`` the gated norm is the row GEMV's prologue (one launch instead of two).
-    ``o [N, HV, V]`` (``V`` a power of two for the fused form), ``gate [N, HV*V]`` or None; returns
-    ``[N, out_features]``."""
-    impl = _rows_impl(o.reshape(o.shape[0], -1), True) if o.stride(-1) == 1 and o.stride(1) == o.shape[2] else None
-    V = o.shape[2]
+    """``linear(gated_rms_norm(o, gate, norm_weight, eps, act, w.dtype), w, residual=...)``.
+
+    ``o [N, HV, V]`` (any float dtype), ``gate [N, HV*V]`` or None, ``norm_weight [V]`` float32,
+    ``act`` ``"sigmoid"`` or silu (``"swish"`` / ``"silu"``), ``w [out, HV*V]``, ``residual [N, out]``
+    (added; in place with ``residual_inplace``). Returns ``[N, out]`` in ``w.dtype``. The gated norm
+    is fla ``FusedRMSNormGated`` (:func:`gated_rms_norm_ref`). With ``GEMV_ROWS_PROLOGUE`` on one-row
+    CUDA input it is the row GEMV's prologue (one launch instead of two) when ``o`` is dense
+    (``[N, HV*V]`` viewable), ``V`` a power of two dividing the config's BK, and ``gate`` 2-D with a
+    dense feature dim; otherwise the two kernels run.
+    """
+    N, HV, V = o.shape
+    on = o.reshape(N, HV * V) if o.stride(-1) == 1 and o.stride(1) == V else None
+    impl = _rows_impl(on, w, residual, True, norm_weight) if on is not None else None
     BK = impl.GEMV_ROWS_CONFIG[1] if impl is not None else 0
-    if impl is not None and V & (V - 1) == 0 and (BK <= 0 or BK >= V) and (gate is None or gate.stride(-1) == 1):
-        return impl.gemv_rows(o.reshape(o.shape[0], -1), w, norm_weight, eps, residual,
+    if (impl is not None and V & (V - 1) == 0 and (BK <= 0 or BK % V == 0)
+            and (gate is None or (gate.dim() == 2 and gate.stride(-1) == 1))):
+        return impl.gemv_rows(on, w, norm_weight, eps, residual,
                               out=residual if residual is not None and residual_inplace else None,
                               prologue="gated_rms_norm", gate=gate, head_dim=V,
                               gate_act="sigmoid" if act == "sigmoid" else "silu")
-    on = gated_rms_norm(o, gate, norm_weight, eps, act, w.dtype)
-    return linear(on, w, residual=residual, residual_inplace=residual_inplace)
+    y = gated_rms_norm(o, gate, norm_weight, eps, act, w.dtype)
+    return linear(y, w, residual=residual, residual_inplace=residual_inplace)
 
 
 def silu_mul_linear(x, w, residual=None, residual_inplace=False):
-    """``linear(silu_mul(x), w, residual=...)`` for ``x [N, 2I]``; with ``GEMV_ROWS_PROLOGUE`` the
-    SwiGLU is the row GEMV's prologue (one launch instead of two)."""
-    impl = _rows_impl(x, True)
+    """``linear(silu_mul(x), w, residual=...)``: ``x [N, 2I]``, ``w [out, I]``, ``residual [N, out]``
+    (added; in place with ``residual_inplace``); returns ``[N, out]`` in ``w.dtype``. The SwiGLU is
+    fla ``GatedMLP``'s (:func:`silu_mul_ref`); with ``GEMV_ROWS_PROLOGUE`` on one-row CUDA input
+    it is the row GEMV's prologue (one launch instead of two)."""
+    impl = _rows_impl(x, w, residual, True) if x.dim() == 2 and x.shape[-1] == 2 * w.shape[-1] else None
     if impl is not None:
         return impl.gemv_rows(x, w, residual=residual, prologue="silu_mul",
                               out=residual if residual is not None and residual_inplace else None)

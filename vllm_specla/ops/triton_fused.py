@@ -4,8 +4,9 @@ GPU_BASELINE.md ("Where a batch-1 step goes"): a simple graph-captured step spen
 2.5 ms at batch 1 in ~25 small kernels per layer (norms, gates, softplus, conv taps, residual
 adds, copies). These kernels fuse each group into one launch. One-row GEMMs on CUDA run
 :func:`gemv_rows` (a CUDA-core row GEMV with the RMSNorm / gated RMSNorm / SwiGLU as optional
-prologues and the residual added in place: 0.79-0.85x cuBLAS's time at one row on the H200,
-benchmarks/RESULTS.md session 11); every other GEMM is cuBLAS (``addmm_`` fuses the residual add),
+prologues and the residual added in place: the step's one-row GEMMs in 0.79-0.85x cuBLAS's time
+at the best bare config, and the AR step at batch 1 in 1.155 vs 1.383 ms at the default config with
+the prologues, on the H200: benchmarks/RESULTS.md session 11); every other GEMM is cuBLAS (``addmm_`` fuses the residual add),
 and :func:`gemv` (a tensor-core skinny GEMM, off) measured slower. The conv and recurrence are
 ``triton_chain``'s kernels. Each kernel equals its plain-torch reference in
 :mod:`vllm_specla.ops.fused` (the dispatcher; references there), tested in
@@ -281,7 +282,10 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
         residual: optional ``[M, N]`` added in float32 after the product.
         out: optional ``[M, N]`` output in ``w.dtype``; may be ``residual`` itself (each element is
             read, then written, by the same program).
-        config: ``(BN, BK, num_warps)``; default :data:`GEMV_ROWS_CONFIG`.
+        config: ``(BN, BK, num_warps)``, BN a power of two, BK 0 (one tile) or a power of two;
+            default :data:`GEMV_ROWS_CONFIG`.
+        norm_weight / gate must be as stated (contiguous ``norm_weight``); ``gate`` and ``head_dim``
+        only with ``"gated_rms_norm"``.
     Returns:
         ``[M, N]`` in ``w.dtype`` (``out`` when given); fp32 accumulation.
     Raises:
@@ -304,6 +308,9 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
                          f"w [N, K]; got x {tuple(x.shape)} stride {tuple(x.stride())}, w {tuple(w.shape)}")
     pro = _PROLOGUES[prologue]
     BN, BK, nw = config or GEMV_ROWS_CONFIG
+    if BN < 1 or BN & (BN - 1) or (BK > 0 and BK & (BK - 1)):
+        raise ValueError(f"gemv_rows: config (BN, BK, num_warps) needs BN a power of two and BK 0 or a power of two, "
+                         f"got {config or GEMV_ROWS_CONFIG}")
     KP = triton.next_power_of_2(K)
     BK = KP if BK <= 0 else min(BK, KP)
     NK = triton.cdiv(K, BK)
@@ -319,13 +326,22 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
     if (pro in (1, 3)) != (norm_weight is not None):
         raise ValueError(f"gemv_rows: norm_weight is needed by (and only by) the norm prologues, got prologue "
                          f"{prologue!r} with norm_weight {'set' if norm_weight is not None else 'None'}")
+    if norm_weight is not None and (norm_weight.shape != ((head_dim,) if pro == 3 else (K,))
+                                    or not norm_weight.is_contiguous()):
+        raise ValueError(f"gemv_rows: norm_weight must be contiguous [{head_dim if pro == 3 else K}] for prologue "
+                         f"{prologue!r}, got {tuple(norm_weight.shape)} stride {tuple(norm_weight.stride())}")
+    if pro != 3 and (gate is not None or head_dim):
+        raise ValueError(f"gemv_rows: gate / head_dim belong to the 'gated_rms_norm' prologue, got prologue {prologue!r}")
+    if residual is not None and (residual.shape != (M, N) or residual.stride(1) != 1):
+        raise ValueError(f"gemv_rows: residual must be [M, N] = [{M}, {N}] with a dense feature dim, got "
+                         f"{tuple(residual.shape)} stride {tuple(residual.stride())}")
     if out is None:
         out = torch.empty(M, N, dtype=w.dtype, device=x.device)
+    if out.shape != (M, N) or out.stride(1) != 1 or out.dtype != w.dtype:
+        raise ValueError(f"gemv_rows: out must be [M, N] = [{M}, {N}] in w.dtype {w.dtype} with a dense feature dim, "
+                         f"got {tuple(out.shape)} {out.dtype} stride {tuple(out.stride())}")
     if M == 0:
         return out
-    if residual is not None:
-        assert residual.shape == (M, N) and residual.stride(1) == 1
-    assert out.shape == (M, N) and out.stride(1) == 1 and out.dtype == w.dtype
     has_gate = pro == 3 and gate is not None
     _gemv_rows_kernel[(triton.cdiv(N, BN),)](
         x, w, out, residual if residual is not None else out, norm_weight if norm_weight is not None else w,

@@ -146,8 +146,9 @@ class FusedGDN:
     def layer_forward(self, h: torch.Tensor, L: _Layer, st: LayerState, mode: str, ctrl: StepCtrl, T: int,
                       snap: torch.Tensor | None = None) -> torch.Tensor:
         """One block on ``h [B*T, D]`` (the residual stream, ``dtype``); returns the new stream.
-        With cuBLAS (the default) it is ``h`` itself: the two residual adds accumulate into it in
-        place (no copy of the stream per add), so callers pass a tensor they no longer need."""
+        It is ``h`` itself: the two residual adds accumulate into it in place (cuBLAS ``addmm_`` or
+        the row GEMV's in-place residual; no copy of the stream per add), so callers pass a tensor
+        they no longer need."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         d, c = L.dims, L.config
