@@ -184,15 +184,15 @@ def silu_mul_linear(x, w, residual=None, residual_inplace=False):
 
 def rms_norm(x, weight, eps, out_dtype=None):
     """Row RMSNorm; Triton on CUDA, :func:`rms_norm_ref` otherwise."""
-    impl = _triton() if x.is_cuda else None
-    return impl.rms_norm(x, weight, eps, out_dtype) if impl else rms_norm_ref(x, weight, eps, out_dtype)
+    impl = _triton() if x.is_cuda else None  # (the kernel reads a dense weight: .contiguous() is free when it is)
+    return impl.rms_norm(x, weight.contiguous(), eps, out_dtype) if impl else rms_norm_ref(x, weight, eps, out_dtype)
 
 
 def gated_rms_norm(o, gate, weight, eps, act, out_dtype):
     """Per-head gated RMSNorm; Triton on CUDA, :func:`gated_rms_norm_ref` otherwise."""
     impl = _triton() if o.is_cuda else None
     fn = impl.gated_rms_norm if impl else gated_rms_norm_ref
-    return fn(o, gate, weight, eps, act, out_dtype)
+    return fn(o, gate, weight.contiguous() if impl else weight, eps, act, out_dtype)
 
 
 def silu_mul(x):
