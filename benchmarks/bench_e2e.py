@@ -321,9 +321,6 @@ def main() -> None:
     ap.add_argument("--cuda-csrc", action="store_true",
                     help="JIT-build the CUDA csrc chain verify (needs VLLM_SPECLA_CPP_JIT=1 and nvcc) so the "
                          "dispatcher uses it where faster (ops/chain_verify.py)")
-    ap.add_argument("--no-gemv", action="store_true", help="cuBLAS for every GEMM (the default; kept for A/B scripts)")
-    ap.add_argument("--gemv-config", default=None,
-                    help="BN,BK,warps,stages: use the fused Triton skinny GEMM with this config (bench_gemv.py)")
     ap.add_argument("--gemv-rows", default=None,
                     help="BN,BK,warps[,pro]: the row GEMV (triton_fused.gemv_rows) for one-row GEMMs at this config "
                          "(bench_blas.py), ',pro': its fused prologues (fused.GEMV_ROWS_PROLOGUE); 'off': cuBLAS")
@@ -350,13 +347,6 @@ def main() -> None:
         from vllm_specla.ops import _cpp  # noqa: PLC0415
 
         _cpp.load_cuda()
-    if args.no_gemv:
-        fused_mod.USE_GEMV = False
-    if args.gemv_config:
-        from vllm_specla.ops import triton_fused  # noqa: PLC0415
-
-        triton_fused.GEMV_CONFIG = tuple(int(v) for v in args.gemv_config.split(","))
-        fused_mod.USE_GEMV = True
     gemv_rows = None
     if args.gemv_rows:
         fused_mod.USE_GEMV_ROWS = args.gemv_rows != "off"
@@ -371,8 +361,7 @@ def main() -> None:
         gemv_rows = dict(on=fused_mod.USE_GEMV_ROWS, prologue=fused_mod.GEMV_ROWS_PROLOGUE,
                          config=list(triton_fused.GEMV_ROWS_CONFIG))
     global SETTINGS
-    SETTINGS = dict(gemv_rows=gemv_rows, verify_kernel=cv_mod.VERIFY_KERNEL, cuda_csrc=bool(args.cuda_csrc and device == "cuda"), gemv=fused_mod.USE_GEMV, tag=args.tag,
-                    gemv_config=args.gemv_config)
+    SETTINGS = dict(gemv_rows=gemv_rows, verify_kernel=cv_mod.VERIFY_KERNEL, cuda_csrc=bool(args.cuda_csrc and device == "cuda"), tag=args.tag)
     if args.dry_cpu:
         global DRY
         DRY = True

@@ -88,22 +88,6 @@ def test_gdn_gating(neg, masked):
         assert float(b1.reshape(B, T, HV)[1].abs().min()) > 0.0
 
 
-@pytest.mark.parametrize("M", [1, 5, 16])
-@pytest.mark.parametrize("norm,res", [(False, False), (True, False), (False, True)])
-def test_gemv(M, norm, res):
-    g = torch.Generator().manual_seed(M)
-    K, N = 300, 70  # odd sizes: masked K and N tails
-    dt = torch.bfloat16 if HAVE_CUDA else torch.float32
-    x = torch.randn(M, K + 3, generator=g).to(DEV, dt)[:, 3:]  # row-strided
-    w = (torch.randn(N, K, generator=g) * 0.05).to(DEV, dt)
-    nw = (torch.rand(K, generator=g) + 0.5).to(DEV) if norm else None
-    r = torch.randn(M, N, generator=g).to(DEV, dt) if res else None
-    got = tf.gemv(x, w, nw, 1e-6, r)
-    ref = F_ref.linear_ref(x, w, nw, 1e-6, r)
-    assert got.dtype == w.dtype and got.shape == (M, N)
-    assert rel(got, ref) < (1e-2 if dt == torch.bfloat16 else 1e-5)
-
-
 @pytest.mark.skipif(not HAVE_CUDA, reason="needs CUDA")
 def test_state_slot_model_cuda_matches_cpu():
     """The vLLM-path model (models/gdn.py on state slots, fused gated RMSNorm + Triton ops on CUDA)

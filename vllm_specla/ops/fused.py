@@ -69,9 +69,6 @@ def linear_ref(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | Non
     return x @ w.t() if residual is None else torch.addmm(residual, x, w.t())
 
 
-# Skinny-GEMM kernel for rows <= triton_fused.GEMV_MAX_M on CUDA. Off by default: on the H200 it
-# measured slower than RMSNorm kernel + cuBLAS (AR step at batch 1: 2.02 vs 1.68 ms, RESULTS.md)
-USE_GEMV = False
 # Row GEMV (CUDA cores, ``triton_fused.gemv_rows``) for rows <= triton_fused.GEMV_ROWS_MAX_M on CUDA:
 # the AR step and the drafter's passes at batch 1. On: the AR step at batch 1 took 1.199 / 1.244 ms
 # (flame / map) against 1.421 / 1.490 with cuBLAS (s11c, RESULTS.md session 11). For 2+ rows cuBLAS
@@ -93,9 +90,8 @@ GEMV_ROWS_PROLOGUE = True
 
 def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=False):
     """``[RMSNorm(x)] @ w.T [+ residual]``: on CUDA the row GEMV for one-row ``x`` when
-    ``USE_GEMV_ROWS`` (:func:`vllm_specla.ops.triton_fused.gemv_rows`), the fused skinny GEMM when
-    ``USE_GEMV`` (:func:`vllm_specla.ops.triton_fused.gemv`), else RMSNorm kernel + cuBLAS; the
-    reference math on the CPU.
+    ``USE_GEMV_ROWS`` (:func:`vllm_specla.ops.triton_fused.gemv_rows`), else RMSNorm kernel +
+    cuBLAS; the reference math on the CPU.
 
     ``residual_inplace``: add into ``residual`` itself and return it (``residual.addmm_``: cuBLAS
     accumulates onto it with beta = 1). ``torch.addmm(residual, ...)`` first copies ``residual`` into
@@ -108,9 +104,6 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
             x, norm_weight = rms_norm(x, norm_weight, eps, w.dtype), None
         return impl.gemv_rows(x, w, norm_weight, eps, residual,
                               out=residual if residual is not None and residual_inplace else None)
-    impl = _triton() if x.is_cuda else None
-    if impl is not None and USE_GEMV and x.shape[0] <= impl.GEMV_MAX_M:
-        return impl.gemv(x, w, norm_weight, eps, residual)
     if norm_weight is not None:
         x = rms_norm(x, norm_weight, eps, w.dtype)
     x = x.to(w.dtype)

@@ -6,9 +6,9 @@ adds, copies). These kernels fuse each group into one launch. One-row GEMMs on C
 :func:`gemv_rows` (a CUDA-core row GEMV with the RMSNorm / gated RMSNorm / SwiGLU as optional
 prologues and the residual added in place: the step's one-row GEMMs in 0.79-0.85x cuBLAS's time
 at the best bare config, and the AR step at batch 1 in 1.155 vs 1.383 ms at the default config with
-the prologues, on the H200: benchmarks/RESULTS.md session 11); every other GEMM is cuBLAS (``addmm_`` fuses the residual add),
-and :func:`gemv` (a tensor-core skinny GEMM, off) measured slower. The conv and recurrence are
-``triton_chain``'s kernels. Each kernel equals its plain-torch reference in
+the prologues, on the H200: benchmarks/RESULTS.md session 11); every other GEMM is cuBLAS (``addmm_`` fuses the residual add;
+a tensor-core skinny GEMM for <= 16 rows measured slower in sessions 3-4 and was removed in
+session 11). The conv and recurrence are ``triton_chain``'s kernels. Each kernel equals its plain-torch reference in
 :mod:`vllm_specla.ops.fused` (the dispatcher; references there), tested in
 ``tests/test_fused_gpu.py``. All math in float32; inputs may be token-strided (column slices of
 one projection output) as long as the feature dim is dense.
@@ -160,35 +160,6 @@ def gdn_gating(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, dt_bias: t
                              a.stride(0), b.stride(0), HV, tokens_per_row, BH=triton.next_power_of_2(HV),
                              NEG=bool(allow_neg_eigval), HAS_VALID=valid_len is not None, num_warps=1)
     return out[:, :HV], out[:, HV:]
-
-
-@triton.jit
-def _gemv_kernel(x, w, out, res, nw, M, N, K, sx, so, sr, eps,
-                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NORM: tl.constexpr, RES: tl.constexpr):
-    pid = tl.program_id(0)
-    rm = tl.arange(0, BM)
-    rn = pid * BN + tl.arange(0, BN)
-    rk = tl.arange(0, BK)
-    mm = rm < M
-    mn = rn < N
-    if NORM:  # per-row RMS over the full K first (x is tiny: M <= 16 rows)
-        ss = tl.zeros([BM], dtype=tl.float32)
-        for k0 in range(0, K, BK):
-            xk = tl.load(x + rm[:, None] * sx + (k0 + rk)[None, :], mask=mm[:, None] & ((k0 + rk) < K)[None, :],
-                         other=0.0).to(tl.float32)
-            ss += tl.sum(xk * xk, 1)
-        rstd = tl.rsqrt(ss / K + eps)
-    acc = tl.zeros([BM, BN], dtype=tl.float32)
-    for k0 in range(0, K, BK):
-        mk = (k0 + rk) < K
-        xk = tl.load(x + rm[:, None] * sx + (k0 + rk)[None, :], mask=mm[:, None] & mk[None, :], other=0.0)
-        if NORM:
-            xk = xk.to(tl.float32) * rstd[:, None] * tl.load(nw + k0 + rk, mask=mk, other=0.0).to(tl.float32)[None, :]
-        wk = tl.load(w + rn[:, None] * K + (k0 + rk)[None, :], mask=mn[:, None] & mk[None, :], other=0.0)
-        acc += tl.dot(xk.to(w.dtype.element_ty), tl.trans(wk))
-    if RES:
-        acc += tl.load(res + rm[:, None] * sr + rn[None, :], mask=mm[:, None] & mn[None, :], other=0.0).to(tl.float32)
-    tl.store(out + rm[:, None] * so + rn[None, :], acc.to(out.dtype.element_ty), mask=mm[:, None] & mn[None, :])
 
 
 @triton.jit
@@ -349,34 +320,4 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
         residual.stride(0) if residual is not None else 0, eps,
         BN=BN, BK=BK, NK=NK, PRO=pro, HD=max(head_dim, 1), HAS_GATE=has_gate, GSIG=gate_act == "sigmoid",
         RES=residual is not None, num_warps=nw)
-    return out
-
-
-GEMV_MAX_M = 16  # rows handled by one program (tl.dot needs >= 16; fewer rows are masked)
-GEMV_CONFIG = (16, 256, 4, 4)  # BN, BK, num_warps, num_stages
-
-
-def gemv(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
-         residual: torch.Tensor | None = None) -> torch.Tensor:
-    """Skinny GEMM for decode: ``[RMSNorm(x)] @ w.T [+ residual]`` for ``x [M <= 16, K]``.
-
-    ``w [N, K]`` (row-major, bf16/fp32: the activation is cast to it), optional RMSNorm of each
-    ``x`` row with ``norm_weight [K]`` in float32 (fla ``RMSNorm``) fused as the prologue, optional
-    ``residual [M, N]`` added in float32; fp32 accumulation; output ``[M, N]`` in ``w.dtype``. One
-    program per ``BN`` output columns streams its weight rows once (bandwidth-bound regime where
-    cuBLAS measured ~2.2 TB/s at M = 1 on the H200, benchmarks/RESULTS.md)."""
-    M, K = x.shape
-    N = w.shape[0]
-    assert M <= GEMV_MAX_M and w.shape[1] == K and w.is_contiguous() and x.stride(1) == 1
-    out = torch.empty(M, N, dtype=w.dtype, device=x.device)
-    if M == 0:
-        return out
-    if residual is not None:
-        assert residual.shape == (M, N) and residual.stride(1) == 1
-    BN, BK, nw, ns = GEMV_CONFIG
-    BK = min(BK, triton.next_power_of_2(K))
-    _gemv_kernel[(triton.cdiv(N, BN),)](
-        x, w, out, residual if residual is not None else out, norm_weight if norm_weight is not None else w,
-        M, N, K, x.stride(0), out.stride(0), residual.stride(0) if residual is not None else 0, eps,
-        BM=16, BN=BN, BK=BK, NORM=norm_weight is not None, RES=residual is not None, num_warps=nw, num_stages=ns)
     return out
