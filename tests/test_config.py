@@ -148,20 +148,38 @@ def _engine_config(**kw):
     return EngineArgs(**args).create_engine_config()
 
 
-def test_prefix_caching_turned_off_with_one_log_line(tiny_dir, caplog):
+def test_prefix_caching_turned_off_with_one_log_line(tiny_dir):
+    """The plugin's log lines reach vLLM's own logger (the ``vllm`` namespace, whose handlers vLLM
+    configures: a ``vllm_specla`` logger had none, so users never saw the line)."""
     pytest.importorskip("vllm")
     import logging
 
-    caplog.set_level(logging.INFO, logger="vllm_specla")
-    vc = _engine_config(model=tiny_dir["target"], enable_prefix_caching=True,
-                        speculative_config={"method": "specla", "num_speculative_tokens": 3,
-                                            "drafter": tiny_dir["random_eagle"]})
+    records = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    keep = _Keep(logging.INFO)
+    vllm_logger = logging.getLogger("vllm")
+    level = vllm_logger.level
+    # what vLLM's logging config does in a server / engine process (vllm/logger.py: a handler and
+    # VLLM_LOGGING_LEVEL, INFO, on "vllm"); the plugin's logger keeps its own level unset
+    vllm_logger.setLevel(logging.INFO)
+    vllm_logger.addHandler(keep)
+    try:
+        vc = _engine_config(model=tiny_dir["target"], enable_prefix_caching=True,
+                            speculative_config={"method": "specla", "num_speculative_tokens": 3,
+                                                "drafter": tiny_dir["random_eagle"]})
+    finally:
+        vllm_logger.removeHandler(keep)
+        vllm_logger.setLevel(level)
     assert vc.cache_config.enable_prefix_caching is False
     assert vc.cache_config.mamba_cache_mode == "none"
     assert vc.parallel_config.worker_cls == "vllm_specla.worker.worker.SpeclaCPUWorker"
     assert vc.speculative_config.method == "custom_class"
     assert vc.additional_config["specla"]["num_speculative_tokens"] == 3
-    lines = [r.getMessage() for r in caplog.records if "prefix caching is off" in r.getMessage()]
+    lines = [r.getMessage() for r in records if "prefix caching is off" in r.getMessage()]
     assert len(lines) == 1
 
 
@@ -193,3 +211,39 @@ def test_rejection_sampler_expand_fixed_on_cpu():
     x = torch.tensor([0.7, 0.0, 0.25])
     got = rs.expand_batch_to_tokens(x, torch.tensor([2, 3, 6]), 6, replace_from=0, replace_to=1)
     assert torch.allclose(got, torch.tensor([0.7, 0.7, 1.0, 0.25, 0.25, 0.25]))
+
+
+@pytest.mark.parametrize("method", ["SpecLA", " SPECLA ", "specla"])
+def test_method_any_letter_case(method, tiny_dir):
+    """``"SpecLA"`` (how the project writes its name) means ``specla``: parse, is_specla_config and the
+    vLLM translation all take it (the translation used to hand it to vLLM, whose pydantic error did
+    not mention specla)."""
+    from vllm_specla.worker.patches import translate_speculative_config
+
+    d = {"method": method, "num_speculative_tokens": 3, "drafter": tiny_dir["random_eagle"]}
+    assert SpecLAConfig.parse(d).method == "specla"
+    assert is_specla_config(d) and is_specla_config(json.dumps(d))
+    vllm_spec, fields = translate_speculative_config(json.dumps(d))
+    assert vllm_spec["method"] == "custom_class" and fields["method"] == "specla"
+
+
+@pytest.mark.parametrize("method", ["speclaa", "ngram", None])
+def test_misspelled_method_with_specla_fields_names_the_field(method, tiny_dir):
+    """A method that is not specla together with SpecLA-only fields (a typo) gets one SpecLAConfigError
+    naming ``speculative_config.method``, the value and the fields; a plain vLLM config passes through."""
+    from vllm_specla.worker.patches import translate_speculative_config
+
+    d = {"num_speculative_tokens": 3, "drafter": tiny_dir["random_eagle"], "topology": "chain"}
+    if method is not None:
+        d["method"] = method
+    # (SpecLAConfig.parse itself defaults a missing method to specla, as before)
+    fns = (SpecLAConfig.parse, translate_speculative_config) if method is not None else (translate_speculative_config,)
+    for fn in fns:
+        with pytest.raises(SpecLAConfigError, match=r"speculative_config.method: .* is not 'specla'.*'drafter', "
+                                                   r"'topology'"):
+            fn(d)
+    if method is None:
+        assert SpecLAConfig.parse(d).method == "specla"
+    assert is_specla_config(d)  # so the plugin's hook parses it and reports the error
+    plain = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3}
+    assert translate_speculative_config(plain) == (plain, None) and not is_specla_config(plain)

@@ -160,7 +160,8 @@ class SpecLAConfig(BaseModel):
         if not isinstance(obj, dict):
             raise SpecLAConfigError(f"speculative_config: expected a JSON object, got {type(obj).__name__}")
         # keys starting with "_" are documentation (JSON has no comments), e.g. "_doc" in examples/specla.json
-        d = {k: v for k, v in obj.items() if not (isinstance(k, str) and k.startswith("_"))}
+        d = normalize_method({k: v for k, v in obj.items() if not (isinstance(k, str) and k.startswith("_"))},
+                             missing_is_specla=True)
         for key in ("drafter", "step_cost_table"):
             if base_dir and isinstance(d.get(key), str) and not os.path.isabs(d[key]):
                 cand = os.path.join(base_dir, d[key])
@@ -238,22 +239,56 @@ def format_validation_error(e: ValidationError) -> str:
     return "; ".join(parts)
 
 
+# fields only SpecLA knows: with another ``method`` they mean a misspelled "specla" (vLLM would reject
+# them with a long pydantic trace); ``method`` and ``num_speculative_tokens`` are vLLM's own too
+SPECLA_ONLY_FIELDS = frozenset(SpecLAConfig.model_fields) - {"method", "num_speculative_tokens"}
+
+
+def _asks_specla(d: Any) -> bool:
+    """``method`` is ``specla`` in any letter case (``"SpecLA"`` is how the project writes its name)."""
+    m = d.get("method") if isinstance(d, dict) else None
+    return isinstance(m, str) and m.strip().lower() == SPECLA_METHOD
+
+
+def normalize_method(spec: dict, missing_is_specla: bool = False) -> dict:
+    """``spec`` with ``method`` spelled ``"specla"`` when it asks for SpecLA in any letter case
+    (or has no ``method`` and ``missing_is_specla``: :meth:`SpecLAConfig.parse`, whose default it is).
+
+    Raises:
+        SpecLAConfigError: ``method`` is something else (a vLLM method, a typo) while the config
+            has fields only SpecLA knows (``drafter``, ``topology``, ...): the message names
+            ``speculative_config.method``, the value, those fields and the allowed value.
+    """
+    if _asks_specla(spec) or (missing_is_specla and "method" not in spec):
+        return {**spec, "method": SPECLA_METHOD}
+    own = sorted(set(spec) & SPECLA_ONLY_FIELDS)
+    if own:
+        raise SpecLAConfigError(
+            f"speculative_config.method: {spec.get('method')!r} is not 'specla', but the config has SpecLA "
+            f"fields {own}; set method to 'specla' for SpecLA, or drop those fields to use one of vLLM's methods")
+    return spec
+
+
 def is_specla_config(obj: Any) -> bool:
-    """True when ``obj`` (dict, JSON string or JSON file path) asks for ``method: specla``."""
+    """True when ``obj`` (dict, JSON string or JSON file path) asks for ``method: specla`` (any
+    letter case), or has SpecLA-only fields under another method (parse then reports that)."""
+    def asks(d):
+        return _asks_specla(d) or (isinstance(d, dict) and bool(set(d) & SPECLA_ONLY_FIELDS))
+
     if isinstance(obj, SpecLAConfig):
         return True
     if isinstance(obj, dict):
-        return obj.get("method") == SPECLA_METHOD
+        return asks(obj)
     if isinstance(obj, str):
         s = obj.strip()
         if s.startswith("{"):
             try:
-                return json.loads(s).get("method") == SPECLA_METHOD
+                return asks(json.loads(s))
             except (json.JSONDecodeError, AttributeError):
                 return False
         if os.path.isfile(s):
             try:
-                return load_json_file(s).get("method") == SPECLA_METHOD
+                return asks(load_json_file(s))
             except SpecLAConfigError:
                 return True  # parse() reports the invalid file clearly
         return s.endswith(".json")  # a missing .json path: parse() reports it

@@ -18,7 +18,8 @@ import logging
 
 import torch
 
-logger = logging.getLogger("vllm_specla")
+# under "vllm.": vLLM configures that namespace's handlers, so these lines reach its log
+logger = logging.getLogger("vllm.specla")
 _done = False
 
 

@@ -29,10 +29,11 @@ import logging
 import os
 import sys
 
-from vllm_specla.config import SpecLAConfig, SpecLAConfigError, load_json_file
+from vllm_specla.config import SpecLAConfig, SpecLAConfigError, load_json_file, normalize_method
 from vllm_specla.worker.settings import ADDITIONAL_CONFIG_KEY, PROPOSER_QUALNAME
 
-logger = logging.getLogger("vllm_specla")
+# under "vllm.": vLLM configures that namespace's handlers, so these lines reach its log
+logger = logging.getLogger("vllm.specla")
 
 ARCH = "GatedDeltaNetForCausalLM"
 SUPPORTED_VLLM = ((0, 32), (0, 33))
@@ -81,7 +82,7 @@ def translate_speculative_config(spec, target_model_config=None) -> tuple[dict |
             spec = load_spec_file(s)
     if not isinstance(spec, dict):
         return spec, None
-    spec = {k.replace("-", "_"): v for k, v in spec.items()}
+    spec = normalize_method({k.replace("-", "_"): v for k, v in spec.items()})
     if spec.get("method") == "specla":
         spec = {k: v for k, v in spec.items() if not k.startswith("_")}
         if isinstance(spec.get("drafter"), str) and spec["drafter"]:

@@ -43,7 +43,8 @@ from vllm_specla.runtime.engine import LAZY_ABSORB_MAX
 from vllm_specla.runtime.engine import merge_draft_rows as _merge
 from vllm_specla.worker.settings import specla_settings
 
-logger = logging.getLogger("vllm_specla")
+# under "vllm.": vLLM configures that namespace's handlers, so these lines reach its log
+logger = logging.getLogger("vllm.specla")
 
 
 

@@ -37,7 +37,8 @@ try:
 except ImportError:  # pragma: no cover - ray missing, or a vLLM without RayExecutorV2
     _ray_executor_v2 = None
 
-logger = logging.getLogger("vllm_specla")
+# under "vllm.": vLLM configures that namespace's handlers, so these lines reach its log
+logger = logging.getLogger("vllm.specla")
 
 ENV_FLAG = "VLLM_SPECLA_CPU_RAY"
 RAY_RESOURCE = "vllm_cpu"
