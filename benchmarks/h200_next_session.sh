@@ -25,6 +25,21 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s12a)  # session 12, call 1 (prepared in session 11, not run; carry [".whl", ".devdata"], where .devdata/mtbench_tiny.json
+        # comes from `.venv/bin/python benchmarks/make_prompts.py --out .devdata/mtbench_tiny.json` on the CPU machine):
+        # the grid at the session-11 defaults (the row GEMV at batch 1) to refresh README's table, then the trained
+        # pair at batch 1 / 16 with the row GEMV on and off (its AR step is launch-bound: 0.27 ms in session 3)
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r.get("alpha"),round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows"),r.get("tag")) for r in map(json.loads,sys.stdin)]'
+      timeout 330 python benchmarks/bench_e2e.py --shapes flame,map --batches 1,16,64,256 --ks 4 --alphas 0.8 --auto \
+          --snapshot-ks 4 --cuda-csrc --tag s12a --out "$OUT/e2e_s12a.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      for G in off ""; do
+        timeout 80 python benchmarks/bench_e2e.py --trained --prompts .devdata/mtbench_tiny.json --trained-batches 1,16 \
+            --ks 2,4,6 --cuda-csrc ${G:+--gemv-rows $G} --tag "s12a_trained_rows_${G:-default}" \
+            --out "$OUT/e2e_trained_s12a.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
+      ;;
   s11f)  # session 11, call 6 (s11e: AR at batch 1 1.383 -> 1.155 ms flame, 1.485 -> 1.225 map with the row GEMV default;
         # 3 of test_decode_runtime_gpu.py failed, a file not GPU-run since s10c): the failures in full, with the row
         # GEMV on (default) and off (VLLM_SPECLA_GEMV_ROWS=0)
