@@ -195,12 +195,10 @@ def test_gemv_rows_rejects_bad_prologue_args():
         tf.gemv_rows(x, w, gate=x)
 
 
-@pytest.mark.parametrize("rows,pro", [(True, True), (True, False), (False, False)])
-def test_fused_prologue_linears_dispatch(rows, pro, monkeypatch):
-    """fused.gated_norm_linear / silu_mul_linear / linear equal the unfused chain with the row GEMV
-    on (one-row inputs take it; ``pro``: with the prologues fused, else after their own kernels) and
-    off (the unfused kernels + cuBLAS), with the residual updated in place. Under the interpreter
-    ``fused._on_gpu`` is pointed at the CPU tensors so the row-GEMV dispatch runs too."""
+def _spy_row_gemv(monkeypatch, rows: bool, pro: bool) -> list:
+    """Set the row-GEMV switches (and, under the interpreter, point ``fused._on_gpu`` at the CPU so
+    the dispatch runs there too); returns the list of its calls as (rows, prologue, whether a
+    norm weight was passed, i.e. the RMSNorm fused)."""
     monkeypatch.setattr(F_ref, "USE_GEMV_ROWS", rows)
     monkeypatch.setattr(F_ref, "GEMV_ROWS_PROLOGUE", pro)
     if not HAVE_CUDA:
@@ -208,11 +206,21 @@ def test_fused_prologue_linears_dispatch(rows, pro, monkeypatch):
     calls = []
     real = tf.gemv_rows
 
-    def spy(*a, **k):  # (prologue, whether a norm weight was passed: the RMSNorm fused)
-        calls.append((k.get("prologue"), (a[2] if len(a) > 2 else k.get("norm_weight")) is not None))
+    def spy(*a, **k):
+        calls.append((a[0].shape[0], k.get("prologue"), (a[2] if len(a) > 2 else k.get("norm_weight")) is not None))
         return real(*a, **k)
 
     monkeypatch.setattr(tf, "gemv_rows", spy)
+    return calls
+
+
+@pytest.mark.parametrize("rows,pro", [(True, True), (True, False), (False, False)])
+def test_fused_prologue_linears_dispatch(rows, pro, monkeypatch):
+    """fused.gated_norm_linear / silu_mul_linear / linear equal the unfused chain with the row GEMV
+    on (one-row inputs take it; ``pro``: with the prologues fused, else after their own kernels) and
+    off (the unfused kernels + cuBLAS), with the residual updated in place. Under the interpreter
+    ``fused._on_gpu`` is pointed at the CPU tensors so the row-GEMV dispatch runs too."""
+    calls = _spy_row_gemv(monkeypatch, rows, pro)
     g = torch.Generator().manual_seed(3)
     HV, V, N = 4, 64, 48
     K = HV * V
@@ -237,7 +245,7 @@ def test_fused_prologue_linears_dispatch(rows, pro, monkeypatch):
     xr = torch.randn(1, K, generator=g).to(DEV, dt)
     assert rel(F_ref.linear(xr, w, nw2, 1e-6), F_ref.linear_ref(xr, w, nw2, 1e-6)) < tol
     want = [("gated_rms_norm", True), ("silu_mul", False), (None, True)] if pro else [(None, False)] * 3
-    assert calls == (want if rows else [])
+    assert [(p, nw) for _, p, nw in calls] == (want if rows else [])
 
 
 def test_row_gemv_dispatch_falls_back(monkeypatch):
@@ -246,13 +254,7 @@ def test_row_gemv_dispatch_falls_back(monkeypatch):
     and then the bare row GEMV; for the GEMM (a non-contiguous weight, a 1-D residual (a bias), a
     strided norm weight, a 3-D ``x``) cuBLAS. 0 rows give an empty result. fp32 under
     the interpreter (``_on_gpu`` pointed at the CPU), bf16 on CUDA; rel < 1e-5 / 1e-2."""
-    monkeypatch.setattr(F_ref, "USE_GEMV_ROWS", True)
-    monkeypatch.setattr(F_ref, "GEMV_ROWS_PROLOGUE", True)
-    if not HAVE_CUDA:
-        monkeypatch.setattr(F_ref, "_on_gpu", lambda x: True)
-    calls = []
-    real = tf.gemv_rows
-    monkeypatch.setattr(tf, "gemv_rows", lambda *a, **k: calls.append((a[0].shape[0], k.get("prologue"))) or real(*a, **k))
+    calls = _spy_row_gemv(monkeypatch, True, True)
     g = torch.Generator().manual_seed(4)
     dt = torch.bfloat16 if HAVE_CUDA else torch.float32
     tol = 1e-2 if dt == torch.bfloat16 else 1e-5
@@ -273,7 +275,7 @@ def test_row_gemv_dispatch_falls_back(monkeypatch):
             continue                                                # and a 2-D gate only
         check(F_ref.gated_norm_linear(o, gt, nw, 1e-6, "silu", w), ref)
     # the gated fallbacks run the gated-norm kernel, then the bare row GEMV (0 rows: the fused form, empty)
-    assert calls and all(p is None for m, p in calls if m)
+    assert calls and all(p is None for m, p, _ in calls if m)
     calls.clear()
     K = 32
     x = torch.randn(1, K, generator=g).to(DEV, dt)
@@ -289,5 +291,5 @@ def test_row_gemv_dispatch_falls_back(monkeypatch):
     check(F_ref.silu_mul_linear(x2, wt), F_ref.linear_ref(F_ref.silu_mul_ref(x2), wt))
     assert calls == []  # none of these took the row GEMV
     check(F_ref.linear(x, w), F_ref.linear_ref(x, w))  # and the plain case does (the seam works)
-    assert calls == [(1, None)]
+    assert calls == [(1, None, False)]
 
