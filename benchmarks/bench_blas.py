@@ -18,9 +18,13 @@ The settings:
   no_reduced   ``torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False``
   w_x          (M = 1 only) ``w @ x.T`` (an [N, 1] result, the same memory as [1, N]): the
                GEMV orientation, N = 1
-  rows:BN:BK:W (M <= 2) not cuBLAS: ``ops/triton_fused.py`` ``gemv_rows`` (CUDA-core row GEMV,
-               the residual adds in place) at config (BN, BK, num_warps); ``--rows-sweep`` adds a
-               grid of them
+  rows:BN:BK:W[:PRE]  not cuBLAS: ``ops/triton_fused.py`` ``gemv_rows`` (CUDA-core row GEMV,
+               each weight chunk loaded once for all M <= 16 rows, the residual adds in place,
+               programmatic dependent launch as ``ops/pdl.py`` has it) at config (BN, BK,
+               num_warps[, PRE]); ``--rows-sweep`` adds a grid of them (M <= 2), ``--multi-sweep``
+               another (M >= 2)
+  rows-nopdl:...  the same without programmatic dependent launch
+  rows-s11:BN:BK:W  (M <= 2) session 11's kernel (weights re-read per row, no PDL)
 
 Prints ms per step of GEMMs, weight TB/s and the ratio to ``default`` per setting and M (token
 rows: 1 = AR at batch 1, 5 = a K = 4 verify window at batch 1, 9 = K = 8), and writes JSON to
@@ -46,6 +50,9 @@ SETTINGS = ["default", "cublas", "cublaslt", "no_reduced", "w_x"]
 # > 32768 elements: the tile would spill)
 ROWS_SWEEP = [(bn, bk, nw) for bn in (2, 4, 8, 16) for bk in (0, 1024) for nw in (4, 8)] + [(1, 0, 2), (1, 0, 4),
                                                                                            (2, 0, 2), (4, 512, 4)]
+# (BN, BK, num_warps) for M >= 2 token rows (the verify windows at batch 1)
+MULTI_SWEEP = [(2, 1024, 4), (4, 512, 4), (4, 1024, 4), (4, 1024, 8), (8, 512, 8), (8, 1024, 8), (8, 1024, 4),
+               (16, 512, 8), (16, 1024, 8)]
 
 
 @contextlib.contextmanager
@@ -76,16 +83,21 @@ def make_step(weights, head, M: int, D: int, form: str, device, dtype):
     res = torch.empty_like(h0)
     outs = {}
 
-    if form.startswith("rows:"):
+    rows = form.startswith("rows")
+    if rows:
+        import functools  # noqa: PLC0415
+
         from vllm_specla.ops import triton_fused as tf  # noqa: PLC0415
 
-        cfg = tuple(int(v) for v in form.split(":")[1:])
-        gemv = tf.gemv_rows
+        kind, *cfg = form.split(":")
+        cfg = tuple(int(v) for v in cfg)
+        kw = {"rows-nopdl": dict(pdl=False), "rows-s11": dict(legacy=True)}.get(kind, {})
+        gemv = functools.partial(tf.gemv_rows, **kw)
 
     def fn():
         res.copy_(h0)
         for w_in, w_o, w_gu, w_down in weights:
-            if form.startswith("rows:"):
+            if rows:
                 outs["p"] = gemv(xs[0], w_in, config=cfg)
                 gemv(xs[1], w_o, residual=res, out=res, config=cfg)
                 outs["gu"] = gemv(xs[2], w_gu, config=cfg)
@@ -100,7 +112,7 @@ def make_step(weights, head, M: int, D: int, form: str, device, dtype):
                 res.addmm_(xs[1], w_o.t())
                 outs["gu"] = xs[2] @ w_gu.t()
                 res.addmm_(xs[3], w_down.t())
-        if form.startswith("rows:"):
+        if rows:
             outs["logits"] = gemv(res, head, config=cfg)
         else:
             outs["logits"] = (head @ res.t()).t() if form == "w_x" else res @ head.t()
@@ -114,6 +126,7 @@ def main() -> None:
     ap.add_argument("--ms", default="1,5,9")
     ap.add_argument("--settings", default=",".join(SETTINGS))
     ap.add_argument("--rows-sweep", action="store_true", help="add the ROWS_SWEEP row-GEMV configs (M <= 2)")
+    ap.add_argument("--multi-sweep", action="store_true", help="add the MULTI_SWEEP row-GEMV configs (M >= 2)")
     ap.add_argument("--layers", type=int, default=None, help="use only the first N layers (default: all)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--dry-cpu", action="store_true", help="every setting's code path once on tiny CPU tensors")
@@ -121,6 +134,8 @@ def main() -> None:
     settings = args.settings.split(",")
     if args.rows_sweep:
         settings += [f"rows:{bn}:{bk}:{nw}" for bn, bk, nw in ROWS_SWEEP]
+    if args.multi_sweep:
+        settings += [f"rows:{bn}:{bk}:{nw}" for bn, bk, nw in MULTI_SWEEP if f"rows:{bn}:{bk}:{nw}" not in settings]
     dev = "cpu" if args.dry_cpu else "cuda"
     dtype = torch.float32 if args.dry_cpu else torch.bfloat16
     recs = []
@@ -143,16 +158,17 @@ def main() -> None:
             for name in settings:
                 if name == "w_x" and M != 1:
                     continue
-                if name.startswith("rows:"):
+                if name.startswith("rows"):
                     if args.dry_cpu and os.environ.get("TRITON_INTERPRET") != "1":
                         print(f"{name}: skipped (a Triton kernel: on the CPU it needs TRITON_INTERPRET=1)")
                         continue
                     bn, bk = (int(v) for v in name.split(":")[1:3])
                     kmax = max(w.shape[1] for w in weights[0])
-                    if M > 2 or (bk == 0 and bn * (1 << (kmax - 1).bit_length()) > 32768):
+                    if M > 16 or (name.startswith("rows-s11") and M > 2) or (
+                            bk == 0 and bn * (1 << (kmax - 1).bit_length()) > 32768):
                         continue
                 with setting(name if not args.dry_cpu or name not in ("cublas", "cublaslt") else "default"):
-                    form = name if name == "w_x" or name.startswith("rows:") else "std"
+                    form = name if name == "w_x" or name.startswith("rows") else "std"
                     fn, outs, res = make_step(weights, head, M, D, form, dev, dtype)
                     if args.dry_cpu:
                         fn()
@@ -178,9 +194,9 @@ def main() -> None:
                 vs = f"{rec['vs_default']:.3f}x" if rec["vs_default"] else "-"
                 print(f"{shape:6s} M={M:<2} {name:14s} {ms:8.3f} ms  {tb:>10s}  vs default {vs:>7s}  "
                       f"max|diff| {diff:.2e}", flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(recs, f, indent=1)
+                if args.out:  # after every record: a call that hits its time limit keeps what it measured
+                    with open(args.out, "w") as f:
+                        json.dump(recs, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -324,6 +324,12 @@ def main() -> None:
     ap.add_argument("--gemv-rows", default=None,
                     help="BN,BK,warps[,pro]: the row GEMV (triton_fused.gemv_rows) for one-row GEMMs at this config "
                          "(bench_blas.py), ',pro': its fused prologues (fused.GEMV_ROWS_PROLOGUE); 'off': cuBLAS")
+    ap.add_argument("--rows-max-m", type=int, default=None,
+                    help="token rows up to which GEMMs run the row GEMV (triton_fused.GEMV_ROWS_MAX_M; 1..16)")
+    ap.add_argument("--gemv-rows-multi", default=None,
+                    help="BN,BK,warps[,PRE]: the row GEMV's config for 2+ rows (triton_fused.GEMV_ROWS_CONFIG_MULTI)")
+    ap.add_argument("--pdl", default=None, choices=["on", "off"],
+                    help="programmatic dependent launch of the Triton kernels (ops/pdl.py ENABLED)")
     ap.add_argument("--tag", default="", help="label stored in every record (A/B runs)")
     ap.add_argument("--auto", action="store_true", help="also run the automatic draft-length policy per batch/alpha")
     ap.add_argument("--trained", action="store_true", help="run the embedded trained pair instead of --shapes")
@@ -353,13 +359,23 @@ def main() -> None:
     if device == "cuda":  # (the row GEMV is a Triton kernel: CUDA only)
         from vllm_specla.ops import triton_fused  # noqa: PLC0415
 
+        from vllm_specla.ops import pdl as pdl_mod  # noqa: PLC0415
+
         if args.gemv_rows and fused_mod.USE_GEMV_ROWS:
             cfg = args.gemv_rows.split(",")
             fused_mod.GEMV_ROWS_PROLOGUE = cfg[3:] == ["pro"]
             triton_fused.GEMV_ROWS_CONFIG = tuple(int(v) for v in cfg[:3])
+        if args.gemv_rows_multi:
+            triton_fused.GEMV_ROWS_CONFIG_MULTI = tuple(int(v) for v in args.gemv_rows_multi.split(","))
+        if args.rows_max_m is not None:
+            triton_fused.GEMV_ROWS_MAX_M = args.rows_max_m
+        if args.pdl:
+            pdl_mod.ENABLED = args.pdl == "on"
         # the state after the flags (s11e's records had None for both the default and "off")
         gemv_rows = dict(on=fused_mod.USE_GEMV_ROWS, prologue=fused_mod.GEMV_ROWS_PROLOGUE,
-                         config=list(triton_fused.GEMV_ROWS_CONFIG))
+                         config=list(triton_fused.GEMV_ROWS_CONFIG), max_m=triton_fused.GEMV_ROWS_MAX_M,
+                         config_multi=triton_fused.GEMV_ROWS_CONFIG_MULTI,
+                         pdl=pdl_mod.enabled(torch.empty(0, device="cuda")))
     global SETTINGS
     SETTINGS = dict(gemv_rows=gemv_rows, verify_kernel=cv_mod.VERIFY_KERNEL, cuda_csrc=bool(args.cuda_csrc and device == "cuda"), tag=args.tag)
     if args.dry_cpu:

@@ -25,6 +25,16 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s12b)  # session 12, call 1: programmatic dependent launch (ops/pdl.py) for the step's Triton kernels and the row
+        # GEMV loading each weight chunk once for all (up to 16) token rows. GPU tests (incl. a PDL chain in a graph
+        # bit-identical to plain launches), then the step's GEMMs: session 11's kernel vs the new one with and
+        # without PDL at M = 1, and the multi-row configs against cuBLAS at M = 5 / 7 (verify windows K = 4 / 6)
+      python -c "import triton, torch; print('triton', triton.__version__, 'torch', torch.__version__)"
+      timeout 200 python -m pytest -q -x tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py 2>&1 | tail -3
+      timeout 320 python benchmarks/bench_blas.py --shapes flame,map --ms 1,5,7 --multi-sweep \
+          --settings default,rows-s11:8:1024:8,rows-nopdl:8:1024:8,rows:8:1024:8,rows:8:1024:8:1 \
+          --out "$OUT/blas_s12b.json" 2>&1 | grep -v -i warn
+      ;;
   s12a)  # session 12, call 1 (prepared in session 11, not run; carry [".whl", ".devdata"], where .devdata/mtbench_tiny.json
         # comes from `.venv/bin/python benchmarks/make_prompts.py --out .devdata/mtbench_tiny.json` on the CPU machine):
         # the grid at the session-11 defaults (the row GEMV at batch 1) to refresh README's table, then the trained

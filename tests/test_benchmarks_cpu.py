@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -62,28 +64,35 @@ def test_bench_blas_dry_cpu(tmp_path):
     out = tmp_path / "blas.json"
     env = dict(os.environ, PYTHONPATH=ROOT, TRITON_INTERPRET="1")
     subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_blas.py"), "--dry-cpu", "--shapes", "tiny",
-                    "--ms", "1,2", "--settings", "default,no_reduced,w_x,rows:8:1024:8,rows:1:0:4", "--out", str(out)],
+                    "--ms", "1,5", "--settings",
+                    "default,no_reduced,w_x,rows:8:1024:8,rows:1:0:4,rows-nopdl:4:512:4:1,rows-s11:8:1024:8", "--out",
+                    str(out)],
                    check=True, env=env, capture_output=True, timeout=600)
     recs = json.loads(out.read_text())
     got = {(r["M"], r["setting"]) for r in recs}
-    assert got == {(1, s) for s in ("default", "no_reduced", "w_x", "rows:8:1024:8", "rows:1:0:4")} | {
-        (2, s) for s in ("default", "no_reduced", "rows:8:1024:8", "rows:1:0:4")}
+    assert got == {(1, s) for s in ("default", "no_reduced", "w_x", "rows:8:1024:8", "rows:1:0:4", "rows-nopdl:4:512:4:1",
+                                    "rows-s11:8:1024:8")} | {
+        (5, s) for s in ("default", "no_reduced", "rows:8:1024:8", "rows:1:0:4", "rows-nopdl:4:512:4:1")}
     assert max(r["max_abs_diff_vs_default"] for r in recs) < 1e-4
 
 
-def test_gemv_rows_env_switch():
-    """``VLLM_SPECLA_GEMV_ROWS``: unset -> the row GEMV on, ``0`` -> off, anything else -> a ValueError
-    naming the variable and its allowed values."""
-    code = "import vllm_specla.ops.fused as f; print(f.USE_GEMV_ROWS)"
+@pytest.mark.parametrize("var,mod,attr,msg", [
+    ("VLLM_SPECLA_GEMV_ROWS", "fused", "USE_GEMV_ROWS", "VLLM_SPECLA_GEMV_ROWS must be '0'"),
+    ("VLLM_SPECLA_PDL", "pdl", "ENABLED", "VLLM_SPECLA_PDL must be '0'")])
+def test_env_switches(var, mod, attr, msg):
+    """``VLLM_SPECLA_GEMV_ROWS`` (the row GEMV) and ``VLLM_SPECLA_PDL`` (programmatic dependent launch):
+    unset -> on, ``0`` -> off, anything else -> a ValueError naming the variable and its allowed
+    values."""
+    code = f"import vllm_specla.ops.{mod} as f; print(f.{attr})"
 
     def run(val):
         env = dict(os.environ, PYTHONPATH=ROOT)
-        env.pop("VLLM_SPECLA_GEMV_ROWS", None)
+        env.pop(var, None)
         if val is not None:
-            env["VLLM_SPECLA_GEMV_ROWS"] = val
+            env[var] = val
         return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
 
     assert run(None).stdout.strip() == "True"
     assert run("0").stdout.strip() == "False"
     bad = run("yes")
-    assert bad.returncode != 0 and "VLLM_SPECLA_GEMV_ROWS must be '0'" in bad.stderr
+    assert bad.returncode != 0 and msg in bad.stderr

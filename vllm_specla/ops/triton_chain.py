@@ -37,7 +37,9 @@ import torch
 import triton
 import triton.language as tl
 
+from vllm_specla.ops import pdl as _pdl
 from vllm_specla.ops.reference import check_out_slots
+from vllm_specla.ops.triton_fused import pdl_enter
 
 # (BV, num_warps[, KI[, prefetch]]) forced for every chain/recover/tree launch when not None
 # (benchmark sweeps, tests).
@@ -106,8 +108,9 @@ def _chain_verify_kernel_2d(
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr,
     HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, WRITE_FINAL: tl.constexpr,
-    L2NORM: tl.constexpr, SNAPSHOT: tl.constexpr,
+    L2NORM: tl.constexpr, SNAPSHOT: tl.constexpr, PDL: tl.constexpr = False,
 ):
+    pdl_enter(PDL)
     i_v = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_r = tl.program_id(2)
@@ -202,6 +205,7 @@ def _chain_verify_kernel(
     BV: tl.constexpr, KO: tl.constexpr, KI: tl.constexpr,
     HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, WRITE_FINAL: tl.constexpr,
     L2NORM: tl.constexpr, SNAPSHOT: tl.constexpr, RESCALE_MIN: tl.constexpr, PREFETCH: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """State tile as ``[BV, KO, KI]`` (key index ``ko * KI + ki``): Triton gives the warp's threads
     to ``KI`` (4 floats each) and then to ``BV`` (the leading dim wins the tie), so with ``KI`` = 16/32
@@ -217,6 +221,7 @@ def _chain_verify_kernel(
     ``PREFETCH``: token ``t+1``'s q/k/v/g/beta are loaded while token ``t`` computes (manual software
     pipelining: the per-token chain is otherwise load latency -> norms -> reductions -> update).
     """
+    pdl_enter(PDL)
     i_v = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_r = tl.program_id(2)
@@ -383,8 +388,9 @@ def _launch_chain(
         snap if snap is not None else dummy,
         float(scale), tmax, q.stride(0), k.stride(0), v.stride(0), g.stride(0), beta.stride(0),
     )
+    on = _pdl.enabled(v)
     flags = dict(HAS_BANK=has_bank, HAS_PENDING=has_pending, WRITE_FINAL=bool(write_final_state),
-                 L2NORM=bool(use_qk_l2norm), SNAPSHOT=snap is not None)
+                 L2NORM=bool(use_qk_l2norm), SNAPSHOT=snap is not None, PDL=on, **_pdl.launch_kw(on))
     if KI == 0:  # the plain [BV, K] kernel (kept for comparison in the sweep)
         _chain_verify_kernel_2d[grid](*args, H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, **flags,
                                       num_warps=nw, num_stages=1)
@@ -474,7 +480,9 @@ def _conv_verify_kernel(
     Tmax, C, SX,
     W: tl.constexpr, BW: tl.constexpr, BC: tl.constexpr,
     HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, WRITE_FINAL: tl.constexpr, OUT_SLOTS: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    pdl_enter(PDL)
     # One program per (channel tile, row). Everything is read from Z = window ++ pending ++ row
     # (pending raw inputs in fp32, as the reference) before the single in-place window store, which
     # follows a debug_barrier (bar.sync orders the CTA's global accesses).
@@ -566,8 +574,9 @@ def _conv4_verify_kernel(
     bank_x, write_bank, pending_len, read_bank,
     Tmax, C, SX,
     BC: tl.constexpr, TB: tl.constexpr, HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr,
-    WRITE_FINAL: tl.constexpr, OUT_SLOTS: tl.constexpr,
+    WRITE_FINAL: tl.constexpr, OUT_SLOTS: tl.constexpr, PDL: tl.constexpr = False,
 ):
+    pdl_enter(PDL)
     # _conv_verify_kernel for W = 4 (every fla GDN checkpoint), one program per (channel tile, row).
     # Output t reads Z[n_p + t + i], i = 0..3, of Z = window (3 rows) ++ pending (n_p rows) ++ the
     # row's inputs; its last element is always input token t. The other three are a rolling window
@@ -707,6 +716,7 @@ def conv_verify(
     tmax = bank_x.shape[2] if bank_x is not None else 1
     if has_bank:
         _bounds_check(cu_seqlens, tmax)
+    on = _pdl.enabled(x)
     if W == 4:  # rolling-window kernel
         BC, TB, nw = _conv4_config(R, C, N)
         _conv4_verify_kernel[(triton.cdiv(C, BC), R)](
@@ -717,7 +727,7 @@ def conv_verify(
             read_bank if has_pending else slots,
             tmax, C, x.stride(0),
             BC=BC, TB=TB, HAS_BANK=has_bank, HAS_PENDING=has_pending, WRITE_FINAL=bool(write_final_state),
-            OUT_SLOTS=has_out, num_warps=nw,
+            OUT_SLOTS=has_out, PDL=on, num_warps=nw, **_pdl.launch_kw(on),
         )
         return y
     BC = min(1024, triton.next_power_of_2(C))
@@ -731,6 +741,6 @@ def conv_verify(
         read_bank if has_pending else slots,
         tmax, C, x.stride(0),
         W=W, BW=BW, BC=BC, HAS_BANK=has_bank, HAS_PENDING=has_pending,
-        WRITE_FINAL=bool(write_final_state), OUT_SLOTS=has_out, num_warps=4,
+        WRITE_FINAL=bool(write_final_state), OUT_SLOTS=has_out, PDL=on, num_warps=4, **_pdl.launch_kw(on),
     )
     return y

@@ -20,9 +20,21 @@ import torch
 import triton
 import triton.language as tl
 
+from vllm_specla.ops import pdl as _pdl
+
 
 @triton.jit
-def _rms_norm_kernel(x, w, y, sx, sy, D, eps, BD: tl.constexpr):
+def pdl_enter(PDL: tl.constexpr):
+    """The start of a kernel that reads only its predecessors' results: wait for them, then let
+    the next kernel launch (``ops/pdl.py``; a no-op without PDL)."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def _rms_norm_kernel(x, w, y, sx, sy, D, eps, BD: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     i = tl.program_id(0).to(tl.int64)
     o = tl.arange(0, BD)
     m = o < D
@@ -39,7 +51,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch
     y = torch.empty(N, D, dtype=out_dtype or x.dtype, device=x.device)
     if N:
         BD = triton.next_power_of_2(D)
-        _rms_norm_kernel[(N,)](x, weight, y, x.stride(0), y.stride(0), D, eps, BD=BD, num_warps=_rms_norm_warps(N, BD))
+        on = _pdl.enabled(x)
+        _rms_norm_kernel[(N,)](x, weight, y, x.stride(0), y.stride(0), D, eps, BD=BD, PDL=on,
+                               num_warps=_rms_norm_warps(N, BD), **_pdl.launch_kw(on))
     return y
 
 
@@ -51,8 +65,9 @@ def _rms_norm_warps(N: int, BD: int) -> int:
 
 @triton.jit
 def _gated_rms_norm_kernel(o, gate, w, y, so, sg, sy, HV, V, eps, BH: tl.constexpr, BV: tl.constexpr,
-                           HAS_GATE: tl.constexpr, SIGMOID: tl.constexpr):
+                           HAS_GATE: tl.constexpr, SIGMOID: tl.constexpr, PDL: tl.constexpr):
     # one program per (token, BH value heads): a [BH, BV] tile, RMS per head (row of the tile)
+    pdl_enter(PDL)
     i = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1) * BH + tl.arange(0, BH)
     c = tl.arange(0, BV)
@@ -92,15 +107,18 @@ def gated_rms_norm(o: torch.Tensor, gate: torch.Tensor | None, weight: torch.Ten
         if gate is not None:
             assert gate.stride(1) == 1
         BH, nw = _gated_norm_config(N, HV, V)
+        on = _pdl.enabled(o)
         _gated_rms_norm_kernel[(N, triton.cdiv(HV, BH))](
             o, gate if gate is not None else o, weight, y, o.stride(0),
             gate.stride(0) if gate is not None else 0, y.stride(0), HV, V, eps,
-            BH=BH, BV=triton.next_power_of_2(V), HAS_GATE=gate is not None, SIGMOID=act == "sigmoid", num_warps=nw)
+            BH=BH, BV=triton.next_power_of_2(V), HAS_GATE=gate is not None, SIGMOID=act == "sigmoid", PDL=on,
+            num_warps=nw, **_pdl.launch_kw(on))
     return y
 
 
 @triton.jit
-def _silu_mul_kernel(x, y, sx, sy, I, BI: tl.constexpr):
+def _silu_mul_kernel(x, y, sx, sy, I, BI: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     i = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1) * BI + tl.arange(0, BI)
     m = c < I
@@ -117,13 +135,16 @@ def silu_mul(x: torch.Tensor) -> torch.Tensor:
     y = torch.empty(N, I, dtype=x.dtype, device=x.device)
     if N:
         BI = min(2048, triton.next_power_of_2(I))
-        _silu_mul_kernel[(N, triton.cdiv(I, BI))](x, y, x.stride(0), y.stride(0), I, BI=BI, num_warps=4)
+        on = _pdl.enabled(x)
+        _silu_mul_kernel[(N, triton.cdiv(I, BI))](x, y, x.stride(0), y.stride(0), I, BI=BI, PDL=on, num_warps=4,
+                                                  **_pdl.launch_kw(on))
     return y
 
 
 @triton.jit
 def _gating_kernel(a, b, A_log, dt_bias, valid, out, sa, sb, HV, T, BH: tl.constexpr,
-                   NEG: tl.constexpr, HAS_VALID: tl.constexpr):
+                   NEG: tl.constexpr, HAS_VALID: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     i = tl.program_id(0).to(tl.int64)
     h = tl.arange(0, BH)
     m = h < HV
@@ -156,9 +177,11 @@ def gdn_gating(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, dt_bias: t
     out = torch.empty(N, 2 * HV, dtype=torch.float32, device=a.device)
     if N:
         assert a.stride(1) == 1 and b.stride(1) == 1
+        on = _pdl.enabled(a)
         _gating_kernel[(N,)](a, b, A_log, dt_bias, valid_len if valid_len is not None else a, out,
                              a.stride(0), b.stride(0), HV, tokens_per_row, BH=triton.next_power_of_2(HV),
-                             NEG=bool(allow_neg_eigval), HAS_VALID=valid_len is not None, num_warps=1)
+                             NEG=bool(allow_neg_eigval), HAS_VALID=valid_len is not None, PDL=on, num_warps=1,
+                             **_pdl.launch_kw(on))
     return out[:, :HV], out[:, HV:]
 
 
@@ -187,12 +210,66 @@ def _gemv_x(x, gate, nw, k0, rk, K, rstd_or_eps, PRO: tl.constexpr, HD: tl.const
 
 
 @triton.jit
-def _gemv_rows_kernel(x, w, out, res, nw, gate, M, N, K, sx, sg, so, sr, eps,
-                      BN: tl.constexpr, BK: tl.constexpr, NK: tl.constexpr, PRO: tl.constexpr, HD: tl.constexpr,
-                      HAS_GATE: tl.constexpr, GSIG: tl.constexpr, RES: tl.constexpr):
-    # one program per BN weight rows; the K loop is unrolled (NK = cdiv(K, BK) chunks, BK a power of two).
-    # The first weight chunk and the residual are loaded before the prologue's reductions (whose
-    # barriers would otherwise hold the weight stream back): at M = 1 the stream is the whole cost
+def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps,
+                      MR: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NK: tl.constexpr,
+                      PRE: tl.constexpr, PRO: tl.constexpr, HD: tl.constexpr, HAS_GATE: tl.constexpr,
+                      GSIG: tl.constexpr, RES: tl.constexpr, PDL: tl.constexpr):
+    # One program per BN weight rows, MR token rows (MP = next power of two >= MR). The K loop is
+    # unrolled (NK = cdiv(K, BK) chunks, BK a power of two) and each weight chunk is loaded once and
+    # multiplied into every token row in turn (an in-warp reduction over the chunk per row, into
+    # column m of a [BN, MP] accumulator). The first PRE chunks are loaded first of all: they are
+    # constant, so under PDL they stream while the previous kernel still runs, and otherwise they
+    # are in flight before the prologue's reductions (whose barriers would hold them back).
+    pid = tl.program_id(0)
+    rn = pid * BN + tl.arange(0, BN)
+    mn = rn < N
+    rk = tl.arange(0, BK)
+    rm = tl.arange(0, MP)
+    w0 = tl.load(w + rn[:, None] * K + rk[None, :], mask=mn[:, None] & (rk < K)[None, :], other=0.0)
+    w1 = w0
+    if PRE >= 2 and NK >= 2:
+        w1 = tl.load(w + rn[:, None] * K + (BK + rk)[None, :], mask=mn[:, None] & ((BK + rk) < K)[None, :],
+                     other=0.0)
+    if PDL:  # everything below reads the previous kernels' results
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+    om = mn[:, None] & (rm < MR)[None, :]
+    if RES:
+        r0 = tl.load(res + rm[None, :] * sr + rn[:, None], mask=om, other=0.0).to(tl.float32)
+    rstd = tl.full([MP], eps, dtype=tl.float32)
+    if PRO == 1:  # each row's RMS first (x is MR rows of a few KB, L1/L2-resident)
+        for m in tl.static_range(MR):
+            ss = tl.zeros([BK], dtype=tl.float32)
+            for k0 in tl.static_range(0, NK * BK, BK):
+                xk = tl.load(x + m * sx + k0 + rk, mask=(k0 + rk) < K, other=0.0).to(tl.float32)
+                ss += xk * xk
+            rstd = tl.where(rm == m, tl.rsqrt(tl.sum(ss, 0) / K + eps), rstd)
+    acc = tl.zeros([BN, MP], dtype=tl.float32)
+    for k0 in tl.static_range(0, NK * BK, BK):
+        if k0 == 0:
+            wk = w0
+        elif k0 == BK and PRE >= 2:
+            wk = w1
+        else:
+            wk = tl.load(w + rn[:, None] * K + (k0 + rk)[None, :], mask=mn[:, None] & ((k0 + rk) < K)[None, :],
+                         other=0.0)
+        wf = wk.to(tl.float32)
+        for m in tl.static_range(MR):
+            rs = tl.sum(tl.where(rm == m, rstd, 0.0), 0)
+            xk = _gemv_x(x + m * sx, gate + m * sg, nw, k0, rk, K, rs, PRO, HD, HAS_GATE, GSIG, BK)
+            # the activation rounded to the weight dtype, as the unfused prologue kernel -> GEMM path has it
+            xk = xk.to(w.dtype.element_ty).to(tl.float32)
+            acc += tl.where(rm[None, :] == m, tl.sum(wf * xk[None, :], 1)[:, None], 0.0)
+    if RES:
+        acc += r0
+    tl.store(out + rm[None, :] * so + rn[:, None], acc.to(out.dtype.element_ty), mask=om)
+
+
+@triton.jit
+def _gemv_rows_kernel_s11(x, w, out, res, nw, gate, M, N, K, sx, sg, so, sr, eps,
+                          BN: tl.constexpr, BK: tl.constexpr, NK: tl.constexpr, PRO: tl.constexpr, HD: tl.constexpr,
+                          HAS_GATE: tl.constexpr, GSIG: tl.constexpr, RES: tl.constexpr):
+    # session 11's kernel (weights re-read per token row, no PDL), kept for this session's A/B only
     pid = tl.program_id(0)
     rn = pid * BN + tl.arange(0, BN)
     mn = rn < N
@@ -203,7 +280,7 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, M, N, K, sx, sg, so, sr, eps,
             r0 = tl.load(res + m * sr + rn, mask=mn, other=0.0).to(tl.float32)
         xm = x + m * sx
         rstd = eps
-        if PRO == 1:  # the row's RMS first (x is one row of a few KB, L1/L2-resident)
+        if PRO == 1:
             ss = tl.zeros([BK], dtype=tl.float32)
             for k0 in tl.static_range(0, NK * BK, BK):
                 xk = tl.load(xm + k0 + rk, mask=(k0 + rk) < K, other=0.0).to(tl.float32)
@@ -217,7 +294,6 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, M, N, K, sx, sg, so, sr, eps,
                 wk = tl.load(w + rn[:, None] * K + (k0 + rk)[None, :], mask=mn[:, None] & ((k0 + rk) < K)[None, :],
                              other=0.0)
             xk = _gemv_x(xm, gate + m * sg, nw, k0, rk, K, rstd, PRO, HD, HAS_GATE, GSIG, BK)
-            # the activation rounded to the weight dtype, as the unfused prologue kernel -> GEMM path has it
             xk = xk.to(w.dtype.element_ty).to(tl.float32)
             acc += tl.sum(wk.to(tl.float32) * xk[None, :], 1)
         if RES:
@@ -225,17 +301,26 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, M, N, K, sx, sg, so, sr, eps,
         tl.store(out + m * so + rn, acc.to(out.dtype.element_ty), mask=mn)
 
 
+GEMV_ROWS_BLOCK = 16  # token rows per launch of the row GEMV (its MR is a compile-time constant)
 GEMV_ROWS_MAX_M = 1  # token rows the row GEMV takes (at M = 2 it measured 1.15-1.98x cuBLAS: s11a)
 # BN, BK (0: one tile, BK = next power of two >= K), num_warps: the best AR step at batch 1 with the
 # prologues fused (s11c); (1, 0, 4) was the best bare GEMM set (s11a / s11b)
 GEMV_ROWS_CONFIG = (8, 1024, 8)
+# (BN, BK, num_warps[, PRE]) for 2+ token rows; None: GEMV_ROWS_CONFIG
+GEMV_ROWS_CONFIG_MULTI: tuple[int, ...] | None = None
+
+
+def rows_config(M: int) -> tuple[int, ...]:
+    """The default config of :func:`gemv_rows` for ``M`` token rows."""
+    return GEMV_ROWS_CONFIG if M <= 1 or GEMV_ROWS_CONFIG_MULTI is None else GEMV_ROWS_CONFIG_MULTI
 _PROLOGUES = {None: 0, "rms_norm": 1, "silu_mul": 2, "gated_rms_norm": 3}
 
 
 def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
               residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
               config: tuple[int, int, int] | None = None, prologue: str | None = None,
-              gate: torch.Tensor | None = None, head_dim: int = 0, gate_act: str = "silu") -> torch.Tensor:
+              gate: torch.Tensor | None = None, head_dim: int = 0, gate_act: str = "silu",
+              pdl: bool | None = None, legacy: bool = False) -> torch.Tensor:
     """Decode GEMV on CUDA cores: ``prologue(x) @ w.T [+ residual]`` for ``x [M, *]``, ``M`` small.
 
     Args:
@@ -253,8 +338,12 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
         residual: optional ``[M, N]`` added in float32 after the product.
         out: optional ``[M, N]`` output in ``w.dtype``; may be ``residual`` itself (each element is
             read, then written, by the same program).
-        config: ``(BN, BK, num_warps)``, BN a power of two, BK 0 (one tile) or a power of two;
-            default :data:`GEMV_ROWS_CONFIG`.
+        config: ``(BN, BK, num_warps[, PRE])``, BN a power of two, BK 0 (one tile) or a power of
+            two, PRE (1 or 2, default 2) the weight chunks loaded before anything else; default
+            :func:`rows_config` (:data:`GEMV_ROWS_CONFIG`, or :data:`GEMV_ROWS_CONFIG_MULTI` for 2+ rows).
+        pdl: launch with programmatic dependent launch (``ops/pdl.py``); default
+            ``pdl.enabled(x)``.
+        legacy: session 11's kernel (weights re-read per token row, no PDL; benchmarks only).
         norm_weight / gate must be as stated (contiguous ``norm_weight``); ``gate`` and ``head_dim``
         only with ``"gated_rms_norm"``.
     Returns:
@@ -262,10 +351,10 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
     Raises:
         ValueError: a layout or prologue argument outside the above (names the argument).
 
-    One program per ``BN`` weight rows streams them once per token row (the M = 1 decode step is a
-    pure weight stream: ``benchmarks/bench_blas.py`` times it against cuBLAS on the step's own
-    weights, RESULTS.md session 11). The math is the unfused prologue kernel then ``linear_ref``
-    (``ops/fused.py``) up to summation order.
+    One program per ``BN`` weight rows streams them once for up to 16 token rows (more rows: one
+    launch per 16). The M = 1 decode step is a pure weight stream: ``benchmarks/bench_blas.py``
+    times it against cuBLAS on the step's own weights (RESULTS.md sessions 11-12). The math is the
+    unfused prologue kernel then ``linear_ref`` (``ops/fused.py``) up to summation order.
     """
     if prologue is None and norm_weight is not None:
         prologue = "rms_norm"
@@ -278,10 +367,14 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
         raise ValueError(f"gemv_rows: need x [M, K] ([M, 2K] for silu_mul) with a dense feature dim and a contiguous "
                          f"w [N, K]; got x {tuple(x.shape)} stride {tuple(x.stride())}, w {tuple(w.shape)}")
     pro = _PROLOGUES[prologue]
-    BN, BK, nw = config or GEMV_ROWS_CONFIG
-    if BN < 1 or BN & (BN - 1) or (BK > 0 and BK & (BK - 1)):
-        raise ValueError(f"gemv_rows: config (BN, BK, num_warps) needs BN a power of two and BK 0 or a power of two, "
-                         f"got {config or GEMV_ROWS_CONFIG}")
+    cfg = tuple(config or rows_config(M))
+    if len(cfg) not in (3, 4):
+        raise ValueError(f"gemv_rows: config must be (BN, BK, num_warps[, PRE]), got {cfg}")
+    BN, BK, nw = cfg[:3]
+    pre = cfg[3] if len(cfg) == 4 else 2
+    if BN < 1 or BN & (BN - 1) or (BK > 0 and BK & (BK - 1)) or pre not in (1, 2):
+        raise ValueError(f"gemv_rows: config (BN, BK, num_warps[, PRE]) needs BN a power of two, BK 0 or a power of "
+                         f"two and PRE 1 or 2, got {cfg}")
     KP = triton.next_power_of_2(K)
     BK = KP if BK <= 0 else min(BK, KP)
     NK = triton.cdiv(K, BK)
@@ -314,10 +407,23 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
     if M == 0:
         return out
     has_gate = pro == 3 and gate is not None
-    _gemv_rows_kernel[(triton.cdiv(N, BN),)](
-        x, w, out, residual if residual is not None else out, norm_weight if norm_weight is not None else w,
-        gate if has_gate else x, M, N, K, x.stride(0), gate.stride(0) if has_gate else 0, out.stride(0),
-        residual.stride(0) if residual is not None else 0, eps,
-        BN=BN, BK=BK, NK=NK, PRO=pro, HD=max(head_dim, 1), HAS_GATE=has_gate, GSIG=gate_act == "sigmoid",
-        RES=residual is not None, num_warps=nw)
+    if legacy:
+        _gemv_rows_kernel_s11[(triton.cdiv(N, BN),)](
+            x, w, out, residual if residual is not None else out, norm_weight if norm_weight is not None else w,
+            gate if has_gate else x, M, N, K, x.stride(0), gate.stride(0) if has_gate else 0, out.stride(0),
+            residual.stride(0) if residual is not None else 0, eps,
+            BN=BN, BK=BK, NK=NK, PRO=pro, HD=max(head_dim, 1), HAS_GATE=has_gate, GSIG=gate_act == "sigmoid",
+            RES=residual is not None, num_warps=nw)
+        return out
+    on = _pdl.enabled(x) if pdl is None else bool(pdl)
+    for m0 in range(0, M, GEMV_ROWS_BLOCK):
+        mr = min(GEMV_ROWS_BLOCK, M - m0)
+        xs, os_ = x[m0:], out[m0:]
+        _gemv_rows_kernel[(triton.cdiv(N, BN),)](
+            xs, w, os_, residual[m0:] if residual is not None else os_,
+            norm_weight if norm_weight is not None else w, gate[m0:] if has_gate else xs, N, K, x.stride(0),
+            gate.stride(0) if has_gate else 0, out.stride(0), residual.stride(0) if residual is not None else 0, eps,
+            MR=mr, MP=triton.next_power_of_2(mr), BN=BN, BK=BK, NK=NK, PRE=pre, PRO=pro, HD=max(head_dim, 1),
+            HAS_GATE=has_gate, GSIG=gate_act == "sigmoid", RES=residual is not None, PDL=on, num_warps=nw,
+            **_pdl.launch_kw(on))
     return out
