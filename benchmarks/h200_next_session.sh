@@ -25,6 +25,19 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s12c)  # session 12, call 2 (s12b: PDL took the step's GEMMs 0.929 -> 0.857 ms at (8, 1024, 8), 0.792 with one
+        # weight chunk loaded first, flame M = 1; the CUDA-core multi-row form 2.2-5x cuBLAS at M = 5 / 7: dropped;
+        # s12b's test run hit its timeout at ~90 % with no failure). New tests; the tensor-core gemm_skinny against
+        # cuBLAS at M = 5 / 7 / 9; e2e at batch 1 with PDL off / on (default) / on + gemm_skinny at a guessed config
+      timeout 100 python -m pytest -q -x tests/test_fused_gpu.py -k "skinny or pdl or gemv" 2>&1 | tail -2
+      timeout 100 python benchmarks/bench_blas.py --shapes flame --ms 1,5,7,9 --mma-sweep \
+          --settings default,rows-nopdl:8:1024:8,rows:8:1024:8 --out "$OUT/blas_s12c.json" 2>&1 | grep -v -i warn
+      P='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r["tag"],round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows")) for r in map(json.loads,sys.stdin)]'
+      for V in "--pdl off" "" "--skinny 32,512,4"; do
+        timeout 105 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 4,6 --alphas 0.8 --snapshot-ks "" \
+            $V --tag "s12c_${V:-default}" --out "$OUT/e2e_s12c.jsonl" 2>&1 | grep "^{" | python -c "$P"
+      done
+      ;;
   s12b)  # session 12, call 1: programmatic dependent launch (ops/pdl.py) for the step's Triton kernels and the row
         # GEMV loading each weight chunk once for all (up to 16) token rows. GPU tests (incl. a PDL chain in a graph
         # bit-identical to plain launches), then the step's GEMMs: session 11's kernel vs the new one with and

@@ -212,24 +212,23 @@ def _gemv_x(x, gate, nw, k0, rk, K, rstd_or_eps, PRO: tl.constexpr, HD: tl.const
 @triton.jit
 def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps,
                       MR: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NK: tl.constexpr,
-                      PRE: tl.constexpr, PRO: tl.constexpr, HD: tl.constexpr, HAS_GATE: tl.constexpr,
-                      GSIG: tl.constexpr, RES: tl.constexpr, PDL: tl.constexpr):
+                      PRO: tl.constexpr, HD: tl.constexpr, HAS_GATE: tl.constexpr, GSIG: tl.constexpr,
+                      RES: tl.constexpr, PDL: tl.constexpr):
     # One program per BN weight rows, MR token rows (MP = next power of two >= MR). The K loop is
     # unrolled (NK = cdiv(K, BK) chunks, BK a power of two) and each weight chunk is loaded once and
     # multiplied into every token row in turn (an in-warp reduction over the chunk per row, into
-    # column m of a [BN, MP] accumulator). The first PRE chunks are loaded first of all: they are
-    # constant, so under PDL they stream while the previous kernel still runs, and otherwise they
-    # are in flight before the prologue's reductions (whose barriers would hold them back).
+    # column m of a [BN, MP] accumulator). The first chunk is loaded first of all: it is constant,
+    # so under PDL it streams while the previous kernel still runs, and otherwise it is in flight
+    # before the prologue's reductions (whose barriers would hold it back). Loading two chunks
+    # first measured slower (0.857 against 0.792 ms for the step's GEMMs, flame, s12b).
+    # At 2+ rows this form measured 2.2-5x cuBLAS's time (s12b): every row's pass over a chunk is a
+    # dependent chain of x loads, layout conversion and reduction, so the dispatch keeps M = 1.
     pid = tl.program_id(0)
     rn = pid * BN + tl.arange(0, BN)
     mn = rn < N
     rk = tl.arange(0, BK)
     rm = tl.arange(0, MP)
     w0 = tl.load(w + rn[:, None] * K + rk[None, :], mask=mn[:, None] & (rk < K)[None, :], other=0.0)
-    w1 = w0
-    if PRE >= 2 and NK >= 2:
-        w1 = tl.load(w + rn[:, None] * K + (BK + rk)[None, :], mask=mn[:, None] & ((BK + rk) < K)[None, :],
-                     other=0.0)
     if PDL:  # everything below reads the previous kernels' results
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
@@ -248,8 +247,6 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps,
     for k0 in tl.static_range(0, NK * BK, BK):
         if k0 == 0:
             wk = w0
-        elif k0 == BK and PRE >= 2:
-            wk = w1
         else:
             wk = tl.load(w + rn[:, None] * K + (k0 + rk)[None, :], mask=mn[:, None] & ((k0 + rk) < K)[None, :],
                          other=0.0)
@@ -266,39 +263,81 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps,
 
 
 @triton.jit
-def _gemv_rows_kernel_s11(x, w, out, res, nw, gate, M, N, K, sx, sg, so, sr, eps,
-                          BN: tl.constexpr, BK: tl.constexpr, NK: tl.constexpr, PRO: tl.constexpr, HD: tl.constexpr,
-                          HAS_GATE: tl.constexpr, GSIG: tl.constexpr, RES: tl.constexpr):
-    # session 11's kernel (weights re-read per token row, no PDL), kept for this session's A/B only
+def _gemm_skinny_kernel(x, w, out, res, M, N, K, sx, so, sr, BN: tl.constexpr, BK: tl.constexpr,
+                        NK: tl.constexpr, RES: tl.constexpr, PDL: tl.constexpr):
+    # M <= 16 token rows on tensor cores: one program per BN weight rows, [16, BK] x [BK, BN] dots
+    # over NK unrolled chunks (rows >= M masked to zero); the first weight chunk is loaded before
+    # the PDL wait, as in _gemv_rows_kernel
     pid = tl.program_id(0)
     rn = pid * BN + tl.arange(0, BN)
     mn = rn < N
     rk = tl.arange(0, BK)
-    for m in range(M):
-        w0 = tl.load(w + rn[:, None] * K + rk[None, :], mask=mn[:, None] & (rk < K)[None, :], other=0.0)
-        if RES:
-            r0 = tl.load(res + m * sr + rn, mask=mn, other=0.0).to(tl.float32)
-        xm = x + m * sx
-        rstd = eps
-        if PRO == 1:
-            ss = tl.zeros([BK], dtype=tl.float32)
-            for k0 in tl.static_range(0, NK * BK, BK):
-                xk = tl.load(xm + k0 + rk, mask=(k0 + rk) < K, other=0.0).to(tl.float32)
-                ss += xk * xk
-            rstd = tl.rsqrt(tl.sum(ss, 0) / K + eps)
-        acc = tl.zeros([BN], dtype=tl.float32)
-        for k0 in tl.static_range(0, NK * BK, BK):
-            if k0 == 0:
-                wk = w0
-            else:
-                wk = tl.load(w + rn[:, None] * K + (k0 + rk)[None, :], mask=mn[:, None] & ((k0 + rk) < K)[None, :],
-                             other=0.0)
-            xk = _gemv_x(xm, gate + m * sg, nw, k0, rk, K, rstd, PRO, HD, HAS_GATE, GSIG, BK)
-            xk = xk.to(w.dtype.element_ty).to(tl.float32)
-            acc += tl.sum(wk.to(tl.float32) * xk[None, :], 1)
-        if RES:
-            acc += r0
-        tl.store(out + m * so + rn, acc.to(out.dtype.element_ty), mask=mn)
+    rm = tl.arange(0, 16)
+    mm = rm < M
+    w0 = tl.load(w + rn[:, None] * K + rk[None, :], mask=mn[:, None] & (rk < K)[None, :], other=0.0)
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+    acc = tl.zeros([16, BN], dtype=tl.float32)
+    for k0 in tl.static_range(0, NK * BK, BK):
+        mk = (k0 + rk) < K
+        if k0 == 0:
+            wk = w0
+        else:
+            wk = tl.load(w + rn[:, None] * K + (k0 + rk)[None, :], mask=mn[:, None] & mk[None, :], other=0.0)
+        xk = tl.load(x + rm[:, None] * sx + (k0 + rk)[None, :], mask=mm[:, None] & mk[None, :], other=0.0)
+        acc = tl.dot(xk.to(w.dtype.element_ty), tl.trans(wk), acc)
+    om = mm[:, None] & mn[None, :]
+    if RES:
+        acc += tl.load(res + rm[:, None] * sr + rn[None, :], mask=om, other=0.0).to(tl.float32)
+    tl.store(out + rm[:, None] * so + rn[None, :], acc.to(out.dtype.element_ty), mask=om)
+
+
+def gemm_skinny(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = None,
+                out: torch.Tensor | None = None, config: tuple[int, int, int] = (16, 512, 4),
+                pdl: bool | None = None) -> torch.Tensor:
+    """Skinny GEMM on tensor cores for a verify window at batch 1: ``x @ w.T [+ residual]``.
+
+    Args:
+        x: ``[M, K]``, row stride free, dense feature dim, cast to ``w.dtype`` (bf16 / fp16).
+        w: ``[N, K]`` contiguous (``nn.Linear`` layout).
+        residual / out: optional ``[M, N]`` (dense feature dim; ``out`` in ``w.dtype``, may be
+            ``residual``), as :func:`gemv_rows`.
+        config: ``(BN, BK, num_warps)``: BN >= 16 and BK >= 16 powers of two.
+        pdl: programmatic dependent launch (``ops/pdl.py``); default ``pdl.enabled(x)``.
+    Returns:
+        ``[M, N]`` in ``w.dtype``, fp32 accumulation (``fused.linear_ref`` up to summation order).
+    Raises:
+        ValueError: a layout outside the above, or a bad config.
+
+    Rows are padded to one 16-row MMA tile per launch (more rows: one launch per 16). Timed against
+    cuBLAS by ``benchmarks/bench_blas.py`` (``mma:BN:BK:W``; RESULTS.md session 12).
+    """
+    M, K = x.shape
+    N = w.shape[0]
+    BN, BK, nw = config
+    if w.shape[1] != K or not w.is_contiguous() or x.stride(1) != 1:
+        raise ValueError(f"gemm_skinny: need x [M, K] with a dense feature dim and a contiguous w [N, K]; got x "
+                         f"{tuple(x.shape)} stride {tuple(x.stride())}, w {tuple(w.shape)}")
+    if BN < 16 or BN & (BN - 1) or BK < 16 or BK & (BK - 1):
+        raise ValueError(f"gemm_skinny: config (BN, BK, num_warps) needs BN, BK >= 16 powers of two, got {config}")
+    if residual is not None and (residual.shape != (M, N) or residual.stride(1) != 1):
+        raise ValueError(f"gemm_skinny: residual must be [M, N] = [{M}, {N}] with a dense feature dim, got "
+                         f"{tuple(residual.shape)}")
+    if out is None:
+        out = torch.empty(M, N, dtype=w.dtype, device=x.device)
+    if out.shape != (M, N) or out.stride(1) != 1 or out.dtype != w.dtype:
+        raise ValueError(f"gemm_skinny: out must be [M, N] = [{M}, {N}] in w.dtype {w.dtype} with a dense feature "
+                         f"dim, got {tuple(out.shape)} {out.dtype}")
+    BK = min(BK, max(16, triton.next_power_of_2(K)))
+    on = _pdl.enabled(x) if pdl is None else bool(pdl)
+    for m0 in range(0, M, 16):
+        xs, os_ = x[m0:], out[m0:]
+        _gemm_skinny_kernel[(triton.cdiv(N, BN),)](
+            xs, w, os_, residual[m0:] if residual is not None else os_, min(16, M - m0), N, K, x.stride(0),
+            out.stride(0), residual.stride(0) if residual is not None else 0, BN=BN, BK=BK, NK=triton.cdiv(K, BK),
+            RES=residual is not None, PDL=on, num_warps=nw, **_pdl.launch_kw(on))
+    return out
 
 
 GEMV_ROWS_BLOCK = 16  # token rows per launch of the row GEMV (its MR is a compile-time constant)
@@ -306,7 +345,7 @@ GEMV_ROWS_MAX_M = 1  # token rows the row GEMV takes (at M = 2 it measured 1.15-
 # BN, BK (0: one tile, BK = next power of two >= K), num_warps: the best AR step at batch 1 with the
 # prologues fused (s11c); (1, 0, 4) was the best bare GEMM set (s11a / s11b)
 GEMV_ROWS_CONFIG = (8, 1024, 8)
-# (BN, BK, num_warps[, PRE]) for 2+ token rows; None: GEMV_ROWS_CONFIG
+# (BN, BK, num_warps) for 2+ token rows; None: GEMV_ROWS_CONFIG
 GEMV_ROWS_CONFIG_MULTI: tuple[int, ...] | None = None
 
 
@@ -320,7 +359,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
               residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
               config: tuple[int, int, int] | None = None, prologue: str | None = None,
               gate: torch.Tensor | None = None, head_dim: int = 0, gate_act: str = "silu",
-              pdl: bool | None = None, legacy: bool = False) -> torch.Tensor:
+              pdl: bool | None = None) -> torch.Tensor:
     """Decode GEMV on CUDA cores: ``prologue(x) @ w.T [+ residual]`` for ``x [M, *]``, ``M`` small.
 
     Args:
@@ -338,12 +377,10 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
         residual: optional ``[M, N]`` added in float32 after the product.
         out: optional ``[M, N]`` output in ``w.dtype``; may be ``residual`` itself (each element is
             read, then written, by the same program).
-        config: ``(BN, BK, num_warps[, PRE])``, BN a power of two, BK 0 (one tile) or a power of
-            two, PRE (1 or 2, default 2) the weight chunks loaded before anything else; default
-            :func:`rows_config` (:data:`GEMV_ROWS_CONFIG`, or :data:`GEMV_ROWS_CONFIG_MULTI` for 2+ rows).
+        config: ``(BN, BK, num_warps)``, BN a power of two, BK 0 (one tile) or a power of two;
+            default :func:`rows_config` (:data:`GEMV_ROWS_CONFIG`, or :data:`GEMV_ROWS_CONFIG_MULTI` for 2+ rows).
         pdl: launch with programmatic dependent launch (``ops/pdl.py``); default
             ``pdl.enabled(x)``.
-        legacy: session 11's kernel (weights re-read per token row, no PDL; benchmarks only).
         norm_weight / gate must be as stated (contiguous ``norm_weight``); ``gate`` and ``head_dim``
         only with ``"gated_rms_norm"``.
     Returns:
@@ -368,13 +405,12 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
                          f"w [N, K]; got x {tuple(x.shape)} stride {tuple(x.stride())}, w {tuple(w.shape)}")
     pro = _PROLOGUES[prologue]
     cfg = tuple(config or rows_config(M))
-    if len(cfg) not in (3, 4):
-        raise ValueError(f"gemv_rows: config must be (BN, BK, num_warps[, PRE]), got {cfg}")
-    BN, BK, nw = cfg[:3]
-    pre = cfg[3] if len(cfg) == 4 else 2
-    if BN < 1 or BN & (BN - 1) or (BK > 0 and BK & (BK - 1)) or pre not in (1, 2):
-        raise ValueError(f"gemv_rows: config (BN, BK, num_warps[, PRE]) needs BN a power of two, BK 0 or a power of "
-                         f"two and PRE 1 or 2, got {cfg}")
+    if len(cfg) != 3:
+        raise ValueError(f"gemv_rows: config must be (BN, BK, num_warps), got {cfg}")
+    BN, BK, nw = cfg
+    if BN < 1 or BN & (BN - 1) or (BK > 0 and BK & (BK - 1)):
+        raise ValueError(f"gemv_rows: config (BN, BK, num_warps) needs BN a power of two and BK 0 or a power of two, "
+                         f"got {cfg}")
     KP = triton.next_power_of_2(K)
     BK = KP if BK <= 0 else min(BK, KP)
     NK = triton.cdiv(K, BK)
@@ -407,14 +443,6 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
     if M == 0:
         return out
     has_gate = pro == 3 and gate is not None
-    if legacy:
-        _gemv_rows_kernel_s11[(triton.cdiv(N, BN),)](
-            x, w, out, residual if residual is not None else out, norm_weight if norm_weight is not None else w,
-            gate if has_gate else x, M, N, K, x.stride(0), gate.stride(0) if has_gate else 0, out.stride(0),
-            residual.stride(0) if residual is not None else 0, eps,
-            BN=BN, BK=BK, NK=NK, PRO=pro, HD=max(head_dim, 1), HAS_GATE=has_gate, GSIG=gate_act == "sigmoid",
-            RES=residual is not None, num_warps=nw)
-        return out
     on = _pdl.enabled(x) if pdl is None else bool(pdl)
     for m0 in range(0, M, GEMV_ROWS_BLOCK):
         mr = min(GEMV_ROWS_BLOCK, M - m0)
@@ -423,7 +451,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
             xs, w, os_, residual[m0:] if residual is not None else os_,
             norm_weight if norm_weight is not None else w, gate[m0:] if has_gate else xs, N, K, x.stride(0),
             gate.stride(0) if has_gate else 0, out.stride(0), residual.stride(0) if residual is not None else 0, eps,
-            MR=mr, MP=triton.next_power_of_2(mr), BN=BN, BK=BK, NK=NK, PRE=pre, PRO=pro, HD=max(head_dim, 1),
+            MR=mr, MP=triton.next_power_of_2(mr), BN=BN, BK=BK, NK=NK, PRO=pro, HD=max(head_dim, 1),
             HAS_GATE=has_gate, GSIG=gate_act == "sigmoid", RES=residual is not None, PDL=on, num_warps=nw,
             **_pdl.launch_kw(on))
     return out
