@@ -24,8 +24,6 @@ The settings:
                num_warps[, PRE]); ``--rows-sweep`` adds a grid of them (M <= 2), ``--multi-sweep``
                another (M >= 2)
   rows-nopdl:...  the same without programmatic dependent launch
-  mma:BN:BK:W  ``triton_fused.gemm_skinny``: M <= 16 rows on tensor cores (one 16-row MMA tile),
-               PDL as ``ops/pdl.py``; ``--mma-sweep`` adds a grid of them (M >= 2)
 
 Prints ms per step of GEMMs, weight TB/s and the ratio to ``default`` per setting and M (token
 rows: 1 = AR at batch 1, 5 = a K = 4 verify window at batch 1, 9 = K = 8), and writes JSON to
@@ -51,9 +49,6 @@ SETTINGS = ["default", "cublas", "cublaslt", "no_reduced", "w_x"]
 # > 32768 elements: the tile would spill)
 ROWS_SWEEP = [(bn, bk, nw) for bn in (2, 4, 8, 16) for bk in (0, 1024) for nw in (4, 8)] + [(1, 0, 2), (1, 0, 4),
                                                                                            (2, 0, 2), (4, 512, 4)]
-# (BN, BK, num_warps) of gemm_skinny (tensor cores) for M >= 2 token rows
-MMA_SWEEP = [(16, 256, 4), (16, 512, 4), (16, 1024, 4), (32, 256, 4), (32, 512, 4), (32, 512, 8), (64, 256, 4),
-             (64, 128, 4), (16, 2048, 8)]
 # (BN, BK, num_warps) for M >= 2 token rows (the verify windows at batch 1)
 MULTI_SWEEP = [(2, 1024, 4), (4, 512, 4), (4, 1024, 4), (4, 1024, 8), (8, 512, 8), (8, 1024, 8), (8, 1024, 4),
                (16, 512, 8), (16, 1024, 8)]
@@ -87,7 +82,7 @@ def make_step(weights, head, M: int, D: int, form: str, device, dtype):
     res = torch.empty_like(h0)
     outs = {}
 
-    rows = form.startswith(("rows", "mma:"))  # our kernels, not cuBLAS
+    rows = form.startswith("rows")  # the row GEMV, not cuBLAS
     if rows:
         import functools  # noqa: PLC0415
 
@@ -95,8 +90,7 @@ def make_step(weights, head, M: int, D: int, form: str, device, dtype):
 
         kind, *cfg = form.split(":")
         cfg = tuple(int(v) for v in cfg)
-        gemv = {"rows": tf.gemv_rows, "rows-nopdl": functools.partial(tf.gemv_rows, pdl=False),
-                "mma": tf.gemm_skinny}[kind]
+        gemv = functools.partial(tf.gemv_rows, pdl=False) if kind == "rows-nopdl" else tf.gemv_rows
 
     def fn():
         res.copy_(h0)
@@ -131,7 +125,6 @@ def main() -> None:
     ap.add_argument("--settings", default=",".join(SETTINGS))
     ap.add_argument("--rows-sweep", action="store_true", help="add the ROWS_SWEEP row-GEMV configs (M <= 2)")
     ap.add_argument("--multi-sweep", action="store_true", help="add the MULTI_SWEEP row-GEMV configs (M >= 2)")
-    ap.add_argument("--mma-sweep", action="store_true", help="add the MMA_SWEEP gemm_skinny configs (M >= 2)")
     ap.add_argument("--layers", type=int, default=None, help="use only the first N layers (default: all)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--dry-cpu", action="store_true", help="every setting's code path once on tiny CPU tensors")
@@ -139,8 +132,6 @@ def main() -> None:
     settings = args.settings.split(",")
     if args.rows_sweep:
         settings += [f"rows:{bn}:{bk}:{nw}" for bn, bk, nw in ROWS_SWEEP]
-    if args.mma_sweep:
-        settings += [f"mma:{bn}:{bk}:{nw}" for bn, bk, nw in MMA_SWEEP]
     if args.multi_sweep:
         settings += [f"rows:{bn}:{bk}:{nw}" for bn, bk, nw in MULTI_SWEEP if f"rows:{bn}:{bk}:{nw}" not in settings]
     dev = "cpu" if args.dry_cpu else "cuda"
@@ -165,9 +156,7 @@ def main() -> None:
             for name in settings:
                 if name == "w_x" and M != 1:
                     continue
-                if name.startswith("mma:") and M == 1:
-                    continue
-                if name.startswith(("rows", "mma:")):
+                if name.startswith("rows"):
                     if args.dry_cpu and os.environ.get("TRITON_INTERPRET") != "1":
                         print(f"{name}: skipped (a Triton kernel: on the CPU it needs TRITON_INTERPRET=1)")
                         continue
@@ -176,7 +165,7 @@ def main() -> None:
                     if M > 16 or (bk == 0 and bn * (1 << (kmax - 1).bit_length()) > 32768):
                         continue
                 with setting(name if not args.dry_cpu or name not in ("cublas", "cublaslt") else "default"):
-                    form = name if name == "w_x" or name.startswith(("rows", "mma:")) else "std"
+                    form = name if name == "w_x" or name.startswith("rows") else "std"
                     fn, outs, res = make_step(weights, head, M, D, form, dev, dtype)
                     if args.dry_cpu:
                         fn()

@@ -326,8 +326,6 @@ def main() -> None:
                          "(bench_blas.py), ',pro': its fused prologues (fused.GEMV_ROWS_PROLOGUE); 'off': cuBLAS")
     ap.add_argument("--rows-max-m", type=int, default=None,
                     help="token rows up to which GEMMs run the row GEMV (triton_fused.GEMV_ROWS_MAX_M; 1..16)")
-    ap.add_argument("--skinny", default=None,
-                    help="BN,BK,warps: 2-16-row GEMMs on the tensor-core gemm_skinny (fused.GEMM_SKINNY_CONFIG)")
     ap.add_argument("--gemv-rows-multi", default=None,
                     help="BN,BK,warps[,PRE]: the row GEMV's config for 2+ rows (triton_fused.GEMV_ROWS_CONFIG_MULTI)")
     ap.add_argument("--pdl", default=None, choices=["on", "off"],
@@ -367,8 +365,6 @@ def main() -> None:
             cfg = args.gemv_rows.split(",")
             fused_mod.GEMV_ROWS_PROLOGUE = cfg[3:] == ["pro"]
             triton_fused.GEMV_ROWS_CONFIG = tuple(int(v) for v in cfg[:3])
-        if args.skinny:
-            fused_mod.GEMM_SKINNY_CONFIG = tuple(int(v) for v in args.skinny.split(","))
         if args.gemv_rows_multi:
             triton_fused.GEMV_ROWS_CONFIG_MULTI = tuple(int(v) for v in args.gemv_rows_multi.split(","))
         if args.rows_max_m is not None:
@@ -379,7 +375,6 @@ def main() -> None:
         gemv_rows = dict(on=fused_mod.USE_GEMV_ROWS, prologue=fused_mod.GEMV_ROWS_PROLOGUE,
                          config=list(triton_fused.GEMV_ROWS_CONFIG), max_m=triton_fused.GEMV_ROWS_MAX_M,
                          config_multi=triton_fused.GEMV_ROWS_CONFIG_MULTI,
-                         skinny=fused_mod.GEMM_SKINNY_CONFIG,
                          pdl=pdl_mod.enabled(torch.empty(0, device="cuda")))
     global SETTINGS
     SETTINGS = dict(gemv_rows=gemv_rows, verify_kernel=cv_mod.VERIFY_KERNEL, cuda_csrc=bool(args.cuda_csrc and device == "cuda"), tag=args.tag)

@@ -25,6 +25,17 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s12d)  # session 12, call 3 (s12c: PDL took the AR step at batch 1 1.136 -> 1.046 ms flame, 1.199 -> 1.091 map, the
+        # SpecLA K = 6 step 2.355 -> 2.246 / 2.422 -> 2.342, all lossless; the tensor-core gemm_skinny lost, 1.42-2.78x
+        # cuBLAS at M = 5, e2e slower: removed). The GPU tests at the PDL default (every Triton kernel with PDL),
+        # file by file (s12b / s12c's test runs were cut by their timeouts with no failure)
+      for F in "tests/test_fused_gpu.py" "tests/test_decode_runtime_gpu.py" "tests/test_kernels_gpu.py -k chain or ar_ or snapshot or prefix" \
+               "tests/test_kernels_gpu.py -k conv or tree" "tests/test_tree_hld_gpu.py tests/test_dispatch.py tests/test_kernel_ut_gpu.py"; do
+        echo "== $F"
+        case "$F" in *" -k "*) timeout 140 python -m pytest -q -x ${F%% -k *} -k "${F#* -k }" 2>&1 | tail -2;;
+                     *) timeout 140 python -m pytest -q -x $F 2>&1 | tail -2;; esac
+      done
+      ;;
   s12c)  # session 12, call 2 (s12b: PDL took the step's GEMMs 0.929 -> 0.857 ms at (8, 1024, 8), 0.792 with one
         # weight chunk loaded first, flame M = 1; the CUDA-core multi-row form 2.2-5x cuBLAS at M = 5 / 7: dropped;
         # s12b's test run hit its timeout at ~90 % with no failure). New tests; the tensor-core gemm_skinny against

@@ -157,8 +157,6 @@ def main() -> None:
     ap.add_argument("--gemv-rows", default=None, help="BN,BK,warps[,pro]: the row GEMV for one-row GEMMs (as bench_e2e); "
                                                        "'off' forces cuBLAS")
     ap.add_argument("--rows-max-m", type=int, default=None, help="triton_fused.GEMV_ROWS_MAX_M (as bench_e2e)")
-    ap.add_argument("--skinny", default=None,
-                    help="BN,BK,warps: 2-16-row GEMMs on the tensor-core gemm_skinny (fused.GEMM_SKINNY_CONFIG)")
     ap.add_argument("--gemv-rows-multi", default=None,
                     help="BN,BK,warps[,PRE]: the row GEMV's config for 2+ rows (triton_fused.GEMV_ROWS_CONFIG_MULTI)")
     ap.add_argument("--pdl", default=None, choices=["on", "off"], help="ops/pdl.py ENABLED (as bench_e2e)")
@@ -186,8 +184,6 @@ def main() -> None:
             triton_fused.GEMV_ROWS_CONFIG = tuple(int(v) for v in cfg[:3])
         from vllm_specla.ops import pdl as pdl_mod  # noqa: PLC0415
 
-        if args.skinny:
-            fused.GEMM_SKINNY_CONFIG = tuple(int(v) for v in args.skinny.split(","))
         if args.gemv_rows_multi:
             triton_fused.GEMV_ROWS_CONFIG_MULTI = tuple(int(v) for v in args.gemv_rows_multi.split(","))
         if args.rows_max_m is not None:
@@ -196,8 +192,7 @@ def main() -> None:
             pdl_mod.ENABLED = args.pdl == "on"
         rows = dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG),
                     max_m=triton_fused.GEMV_ROWS_MAX_M,
-                    config_multi=triton_fused.GEMV_ROWS_CONFIG_MULTI,
-                    skinny=fused.GEMM_SKINNY_CONFIG, pdl=pdl_mod.enabled(torch.empty(0, device="cuda")))
+                    config_multi=triton_fused.GEMV_ROWS_CONFIG_MULTI, pdl=pdl_mod.enabled(torch.empty(0, device="cuda")))
     recs = []
     for shape in args.shapes.split(","):
         cfg, tgt, dr = build(shape, DEV, torch.bfloat16 if DEV == "cuda" else torch.float32)

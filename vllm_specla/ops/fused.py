@@ -71,9 +71,10 @@ def linear_ref(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | Non
 
 # Row GEMV (CUDA cores, ``triton_fused.gemv_rows``) for rows <= triton_fused.GEMV_ROWS_MAX_M on CUDA:
 # the AR step and the drafter's passes at batch 1. On: the AR step at batch 1 took 1.199 / 1.244 ms
-# (flame / map) against 1.421 / 1.490 with cuBLAS (s11c, RESULTS.md session 11). For 2+ rows cuBLAS
-# stays: the row GEMV re-reads its weights per row (M = 2: 1.15-1.98x cuBLAS, s11a) and a CUDA-core
-# form holding [rows, BN, BK] partial sums measured 2.7-9x cuBLAS at M = 5-9 (s11d, removed)
+# (flame / map) against 1.421 / 1.490 with cuBLAS (s11c, RESULTS.md session 11), 1.046 / 1.091 with
+# programmatic dependent launch (s12c, session 12). For 2+ rows cuBLAS stays: the row GEMV measured
+# 1.15-1.98x cuBLAS at M = 2 (s11a) and 2.2-5x at M = 5-9 (s12b); a form holding [rows, BN, BK]
+# partial sums 2.7-9x (s11d, removed); a tensor-core skinny GEMM 1.4-2.8x (s12c, removed)
 _ROWS_ENV = os.environ.get("VLLM_SPECLA_GEMV_ROWS", "1")
 if _ROWS_ENV not in ("0", "1"):
     raise ValueError(f"VLLM_SPECLA_GEMV_ROWS must be '0' (cuBLAS for one-row GEMMs) or '1' (the row GEMV, the "
@@ -86,10 +87,6 @@ USE_GEMV_ROWS = _ROWS_ENV == "1"
 # 1.201 / 1.288 for the best bare config, (1, 0, 4), after separate prologue kernels (s11c; flame's
 # difference is noise, and (8, 1024, 8) without the prologues was not run)
 GEMV_ROWS_PROLOGUE = True
-# 2-16 token rows (the verify windows at batch 1) on the tensor-core skinny GEMM
-# (``triton_fused.gemm_skinny``) at this (BN, BK, num_warps) instead of cuBLAS; None: cuBLAS.
-# Measured in benchmarks/RESULTS.md session 12
-GEMM_SKINNY_CONFIG: tuple[int, int, int] | None = None
 
 
 def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=False):
@@ -111,10 +108,6 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
     if norm_weight is not None:
         x = rms_norm(x, norm_weight, eps, w.dtype)
     x = x.to(w.dtype)
-    sk = _skinny_impl(x, w, residual)
-    if sk is not None:
-        return sk.gemm_skinny(x, w, residual, out=residual if residual is not None and residual_inplace else None,
-                              config=GEMM_SKINNY_CONFIG)
     if residual is None:
         return x @ w.t()
     return residual.addmm_(x, w.t()) if residual_inplace else torch.addmm(residual, x, w.t())
@@ -144,19 +137,6 @@ def _rows_impl(x, w, residual=None, prologue: bool = False, norm_weight=None):
     if norm_weight is not None and (norm_weight.dim() != 1 or not norm_weight.is_contiguous()):
         return None
     return impl
-
-
-def _skinny_impl(x, w, residual=None):
-    """``triton_fused`` when :data:`GEMM_SKINNY_CONFIG` is set and this GEMM fits ``gemm_skinny``
-    (CUDA, 2-D ``x`` of 2-16 rows with a dense feature dim, bf16 / fp16, a contiguous 2-D ``w``, a
-    ``[rows, N]`` residual with a dense feature dim), else None (cuBLAS)."""
-    if GEMM_SKINNY_CONFIG is None or not _on_gpu(x) or x.dim() != 2 or not 2 <= x.shape[0] <= 16:
-        return None
-    if x.stride(-1) != 1 or w.dim() != 2 or not w.is_contiguous() or w.dtype not in (torch.bfloat16, torch.float16):
-        return None
-    if residual is not None and (residual.shape != (x.shape[0], w.shape[0]) or residual.stride(-1) != 1):
-        return None
-    return _triton()
 
 
 def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual_inplace=False):

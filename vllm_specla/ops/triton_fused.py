@@ -4,16 +4,18 @@ GPU_BASELINE.md ("Where a batch-1 step goes"): a simple graph-captured step spen
 2.5 ms at batch 1 in ~25 small kernels per layer (norms, gates, softplus, conv taps, residual
 adds, copies). These kernels fuse each group into one launch. One-row GEMMs on CUDA run
 :func:`gemv_rows` (a CUDA-core row GEMV with the RMSNorm / gated RMSNorm / SwiGLU as optional
-prologues and the residual added in place: the step's one-row GEMMs in 0.79-0.85x cuBLAS's time
-at the best bare config, and the AR step at batch 1 in 1.155 vs 1.383 ms at the default config with
-the prologues, on the H200: benchmarks/RESULTS.md session 11); every other GEMM is cuBLAS (``addmm_`` fuses the residual add;
-a tensor-core skinny GEMM for <= 16 rows measured slower in sessions 3-4 and was removed in
-session 11). The conv and recurrence are ``triton_chain``'s kernels. Each kernel equals its plain-torch reference in
-:mod:`vllm_specla.ops.fused` (the dispatcher; references there), tested in
-``tests/test_fused_gpu.py``. All math in float32; inputs may be token-strided (column slices of
-one projection output) as long as the feature dim is dense.
+prologues and the residual added in place); every other GEMM is cuBLAS (``addmm_`` fuses the
+residual add). Every kernel here and in ``triton_chain`` launches with programmatic dependent
+launch on sm90+ (``ops/pdl.py``): the row GEMV streams its first weight chunk while the previous
+kernel still runs. On the H200 (benchmarks/RESULTS.md sessions 11-12): the step's one-row GEMMs
+in 0.78x cuBLAS's time (3.33 TB/s), the AR step at batch 1 1.383 (cuBLAS) -> 1.155 (row GEMV) ->
+1.046 ms (with PDL), flame shape. Measured slower than cuBLAS for 2+ rows and not dispatched
+there: the row GEMV (2.2-5x at M = 5-9, session 12), and tensor-core skinny GEMMs (sessions 3-4,
+and again at 1.4-2.8x in session 12). The conv and recurrence are ``triton_chain``'s kernels.
+Each kernel equals its plain-torch reference in :mod:`vllm_specla.ops.fused` (the dispatcher;
+references there), tested in ``tests/test_fused_gpu.py``. All math in float32; inputs may be
+token-strided (column slices of one projection output) as long as the feature dim is dense.
 """
-
 from __future__ import annotations
 
 import torch
@@ -262,86 +264,9 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps,
     tl.store(out + rm[None, :] * so + rn[:, None], acc.to(out.dtype.element_ty), mask=om)
 
 
-@triton.jit
-def _gemm_skinny_kernel(x, w, out, res, M, N, K, sx, so, sr, BN: tl.constexpr, BK: tl.constexpr,
-                        NK: tl.constexpr, RES: tl.constexpr, PDL: tl.constexpr):
-    # M <= 16 token rows on tensor cores: one program per BN weight rows, [16, BK] x [BK, BN] dots
-    # over NK unrolled chunks (rows >= M masked to zero); the first weight chunk is loaded before
-    # the PDL wait, as in _gemv_rows_kernel
-    pid = tl.program_id(0)
-    rn = pid * BN + tl.arange(0, BN)
-    mn = rn < N
-    rk = tl.arange(0, BK)
-    rm = tl.arange(0, 16)
-    mm = rm < M
-    w0 = tl.load(w + rn[:, None] * K + rk[None, :], mask=mn[:, None] & (rk < K)[None, :], other=0.0)
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
-    acc = tl.zeros([16, BN], dtype=tl.float32)
-    for k0 in tl.static_range(0, NK * BK, BK):
-        mk = (k0 + rk) < K
-        if k0 == 0:
-            wk = w0
-        else:
-            wk = tl.load(w + rn[:, None] * K + (k0 + rk)[None, :], mask=mn[:, None] & mk[None, :], other=0.0)
-        xk = tl.load(x + rm[:, None] * sx + (k0 + rk)[None, :], mask=mm[:, None] & mk[None, :], other=0.0)
-        acc = tl.dot(xk.to(w.dtype.element_ty), tl.trans(wk), acc)
-    om = mm[:, None] & mn[None, :]
-    if RES:
-        acc += tl.load(res + rm[:, None] * sr + rn[None, :], mask=om, other=0.0).to(tl.float32)
-    tl.store(out + rm[:, None] * so + rn[None, :], acc.to(out.dtype.element_ty), mask=om)
-
-
-def gemm_skinny(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = None,
-                out: torch.Tensor | None = None, config: tuple[int, int, int] = (16, 512, 4),
-                pdl: bool | None = None) -> torch.Tensor:
-    """Skinny GEMM on tensor cores for a verify window at batch 1: ``x @ w.T [+ residual]``.
-
-    Args:
-        x: ``[M, K]``, row stride free, dense feature dim, cast to ``w.dtype`` (bf16 / fp16).
-        w: ``[N, K]`` contiguous (``nn.Linear`` layout).
-        residual / out: optional ``[M, N]`` (dense feature dim; ``out`` in ``w.dtype``, may be
-            ``residual``), as :func:`gemv_rows`.
-        config: ``(BN, BK, num_warps)``: BN >= 16 and BK >= 16 powers of two.
-        pdl: programmatic dependent launch (``ops/pdl.py``); default ``pdl.enabled(x)``.
-    Returns:
-        ``[M, N]`` in ``w.dtype``, fp32 accumulation (``fused.linear_ref`` up to summation order).
-    Raises:
-        ValueError: a layout outside the above, or a bad config.
-
-    Rows are padded to one 16-row MMA tile per launch (more rows: one launch per 16). Timed against
-    cuBLAS by ``benchmarks/bench_blas.py`` (``mma:BN:BK:W``; RESULTS.md session 12).
-    """
-    M, K = x.shape
-    N = w.shape[0]
-    BN, BK, nw = config
-    if w.shape[1] != K or not w.is_contiguous() or x.stride(1) != 1:
-        raise ValueError(f"gemm_skinny: need x [M, K] with a dense feature dim and a contiguous w [N, K]; got x "
-                         f"{tuple(x.shape)} stride {tuple(x.stride())}, w {tuple(w.shape)}")
-    if BN < 16 or BN & (BN - 1) or BK < 16 or BK & (BK - 1):
-        raise ValueError(f"gemm_skinny: config (BN, BK, num_warps) needs BN, BK >= 16 powers of two, got {config}")
-    if residual is not None and (residual.shape != (M, N) or residual.stride(1) != 1):
-        raise ValueError(f"gemm_skinny: residual must be [M, N] = [{M}, {N}] with a dense feature dim, got "
-                         f"{tuple(residual.shape)}")
-    if out is None:
-        out = torch.empty(M, N, dtype=w.dtype, device=x.device)
-    if out.shape != (M, N) or out.stride(1) != 1 or out.dtype != w.dtype:
-        raise ValueError(f"gemm_skinny: out must be [M, N] = [{M}, {N}] in w.dtype {w.dtype} with a dense feature "
-                         f"dim, got {tuple(out.shape)} {out.dtype}")
-    BK = min(BK, max(16, triton.next_power_of_2(K)))
-    on = _pdl.enabled(x) if pdl is None else bool(pdl)
-    for m0 in range(0, M, 16):
-        xs, os_ = x[m0:], out[m0:]
-        _gemm_skinny_kernel[(triton.cdiv(N, BN),)](
-            xs, w, os_, residual[m0:] if residual is not None else os_, min(16, M - m0), N, K, x.stride(0),
-            out.stride(0), residual.stride(0) if residual is not None else 0, BN=BN, BK=BK, NK=triton.cdiv(K, BK),
-            RES=residual is not None, PDL=on, num_warps=nw, **_pdl.launch_kw(on))
-    return out
-
-
 GEMV_ROWS_BLOCK = 16  # token rows per launch of the row GEMV (its MR is a compile-time constant)
-GEMV_ROWS_MAX_M = 1  # token rows the row GEMV takes (at M = 2 it measured 1.15-1.98x cuBLAS: s11a)
+GEMV_ROWS_MAX_M = 1  # token rows the dispatch gives the row GEMV (2+ rows: 1.15-1.98x cuBLAS at M = 2, s11a;
+# 2.2-5x at M = 5-9 with each weight chunk loaded once for all rows, s12b)
 # BN, BK (0: one tile, BK = next power of two >= K), num_warps: the best AR step at batch 1 with the
 # prologues fused (s11c); (1, 0, 4) was the best bare GEMM set (s11a / s11b)
 GEMV_ROWS_CONFIG = (8, 1024, 8)
