@@ -32,8 +32,8 @@ case "${1:-}" in
       for F in "tests/test_fused_gpu.py" "tests/test_decode_runtime_gpu.py" "tests/test_kernels_gpu.py -k chain or ar_ or snapshot or prefix" \
                "tests/test_kernels_gpu.py -k conv or tree" "tests/test_tree_hld_gpu.py tests/test_dispatch.py tests/test_kernel_ut_gpu.py"; do
         echo "== $F"
-        case "$F" in *" -k "*) timeout 140 python -m pytest -q -x ${F%% -k *} -k "${F#* -k }" 2>&1 | tail -2;;
-                     *) timeout 140 python -m pytest -q -x $F 2>&1 | tail -2;; esac
+        case "$F" in *" -k "*) timeout 110 python -m pytest -q -x ${F%% -k *} -k "${F#* -k }" 2>&1 | tail -2;;
+                     *) timeout 110 python -m pytest -q -x $F 2>&1 | tail -2;; esac
       done
       ;;
   s12c)  # session 12, call 2 (s12b: PDL took the step's GEMMs 0.929 -> 0.857 ms at (8, 1024, 8), 0.792 with one
