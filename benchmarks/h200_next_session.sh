@@ -25,6 +25,16 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s12e)  # session 12, call 4 (s12d: every GPU test file passed at the PDL default, but test_fused_gpu.py's run was cut
+        # at ~80 % by its timeout, before the PDL graph test). The rest of test_fused_gpu.py; e2e at batch 16 / 64,
+        # flame, K = 4, PDL off / on (the kernels with PDL at larger grids)
+      timeout 60 python -m pytest -q -x tests/test_fused_gpu.py -k "pdl or reject or dispatch or falls_back or rms or gating or silu or state" 2>&1 | tail -2
+      P='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r["tag"],round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows")) for r in map(json.loads,sys.stdin)]'
+      for V in "--pdl off" ""; do
+        timeout 100 python benchmarks/bench_e2e.py --shapes flame --batches 16,64 --ks 4 --alphas 0.8 --snapshot-ks "" \
+            $V --tag "s12e_${V:-default}" --out "$OUT/e2e_s12e.jsonl" 2>&1 | grep "^{" | python -c "$P"
+      done
+      ;;
   s12d)  # session 12, call 3 (s12c: PDL took the AR step at batch 1 1.136 -> 1.046 ms flame, 1.199 -> 1.091 map, the
         # SpecLA K = 6 step 2.355 -> 2.246 / 2.422 -> 2.342, all lossless; the tensor-core gemm_skinny lost, 1.42-2.78x
         # cuBLAS at M = 5, e2e slower: removed). The GPU tests at the PDL default (every Triton kernel with PDL),
