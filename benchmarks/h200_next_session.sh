@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). State after session 11: benchmarks/RESULTS.md "Session 11" (s11a-s11f as run;
+# README/device; the s5* / s6* / s8d-s8f calls need neither). State after session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
+# s12b's rows-s11 and s12c's mma: settings were removed after them). Session 11: "Session 11" (s11a-s11f as run;
 # s11d's multi:* settings were removed after it). Before it: benchmarks/RESULTS.md
 # "Session 10" (s10a-s10f below as run; s10a / s10b ran UT_SOLVE / UT_SPLIT before they became the tree defaults,
 # s10e the 25-node trees on UT before planned trees went back to the heavy-light kernel). 1 / 2: the regression set and kernel tables; s4a-s4g / s5a-s5f / s6a-s6f / s7a-s7f / s8a-s8f:
@@ -25,6 +26,14 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s12f)  # session 12, call 5 (as run, from the command line; carry [".whl", ".devdata"]): the trained pair at batch 1 / 16
+        # with PDL off / on
+      S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows"),r.get("tag")) for r in map(json.loads,sys.stdin)]'
+      for V in "--pdl off" ""; do
+        timeout 90 python benchmarks/bench_e2e.py --trained --prompts .devdata/mtbench_tiny.json --trained-batches 1,16 \
+            --ks 2,4,6 $V --tag "s12f_trained_${V:-default}" --out "$OUT/e2e_trained_s12f.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
+      ;;
   s12e)  # session 12, call 4 (s12d: every GPU test file passed at the PDL default, but test_fused_gpu.py's run was cut
         # at ~80 % by its timeout, before the PDL graph test). The rest of test_fused_gpu.py; e2e at batch 16 / 64,
         # flame, K = 4, PDL off / on (the kernels with PDL at larger grids)
@@ -46,7 +55,7 @@ case "${1:-}" in
                      *) timeout 110 python -m pytest -q -x $F 2>&1 | tail -2;; esac
       done
       ;;
-  s12c)  # session 12, call 2 (s12b: PDL took the step's GEMMs 0.929 -> 0.857 ms at (8, 1024, 8), 0.792 with one
+  s12c)  # (as run; its --mma-sweep / --skinny were removed after it, so it cannot be rerun) session 12, call 2 (s12b: PDL took the step's GEMMs 0.929 -> 0.857 ms at (8, 1024, 8), 0.792 with one
         # weight chunk loaded first, flame M = 1; the CUDA-core multi-row form 2.2-5x cuBLAS at M = 5 / 7: dropped;
         # s12b's test run hit its timeout at ~90 % with no failure). New tests; the tensor-core gemm_skinny against
         # cuBLAS at M = 5 / 7 / 9; e2e at batch 1 with PDL off / on (default) / on + gemm_skinny at a guessed config
@@ -59,7 +68,7 @@ case "${1:-}" in
             $V --tag "s12c_${V:-default}" --out "$OUT/e2e_s12c.jsonl" 2>&1 | grep "^{" | python -c "$P"
       done
       ;;
-  s12b)  # session 12, call 1: programmatic dependent launch (ops/pdl.py) for the step's Triton kernels and the row
+  s12b)  # (as run; its rows-s11 setting and the PRE config field were removed after it) session 12, call 1: programmatic dependent launch (ops/pdl.py) for the step's Triton kernels and the row
         # GEMV loading each weight chunk once for all (up to 16) token rows. GPU tests (incl. a PDL chain in a graph
         # bit-identical to plain launches), then the step's GEMMs: session 11's kernel vs the new one with and
         # without PDL at M = 1, and the multi-row configs against cuBLAS at M = 5 / 7 (verify windows K = 4 / 6)
@@ -69,7 +78,8 @@ case "${1:-}" in
           --settings default,rows-s11:8:1024:8,rows-nopdl:8:1024:8,rows:8:1024:8,rows:8:1024:8:1 \
           --out "$OUT/blas_s12b.json" 2>&1 | grep -v -i warn
       ;;
-  s12a)  # session 12, call 1 (prepared in session 11, not run; carry [".whl", ".devdata"], where .devdata/mtbench_tiny.json
+  s12a)  # NEXT SESSION's first call (prepared in session 11, not run in session 12 either: the grid needs ~9 of a call's
+        # 10 minutes; it now also measures programmatic dependent launch, on by default since session 12; carry [".whl", ".devdata"], where .devdata/mtbench_tiny.json
         # comes from `.venv/bin/python benchmarks/make_prompts.py --out .devdata/mtbench_tiny.json` on the CPU machine):
         # the grid at the session-11 defaults (the row GEMV at batch 1) to refresh README's table, then the trained
         # pair at batch 1 / 16 with the row GEMV on and off (its AR step is launch-bound: 0.27 ms in session 3)
