@@ -18,10 +18,10 @@ The settings:
   no_reduced   ``torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False``
   w_x          (M = 1 only) ``w @ x.T`` (an [N, 1] result, the same memory as [1, N]): the
                GEMV orientation, N = 1
-  rows:BN:BK:W[:PRE]  not cuBLAS: ``ops/triton_fused.py`` ``gemv_rows`` (CUDA-core row GEMV,
+  rows:BN:BK:W not cuBLAS: ``ops/triton_fused.py`` ``gemv_rows`` (CUDA-core row GEMV,
                each weight chunk loaded once for all M <= 16 rows, the residual adds in place,
                programmatic dependent launch as ``ops/pdl.py`` has it) at config (BN, BK,
-               num_warps[, PRE]); ``--rows-sweep`` adds a grid of them (M <= 2), ``--multi-sweep``
+               num_warps); ``--rows-sweep`` adds a grid of them (M <= 2), ``--multi-sweep``
                another (M >= 2)
   rows-nopdl:...  the same without programmatic dependent launch
 

@@ -327,7 +327,7 @@ def main() -> None:
     ap.add_argument("--rows-max-m", type=int, default=None,
                     help="token rows up to which GEMMs run the row GEMV (triton_fused.GEMV_ROWS_MAX_M; 1..16)")
     ap.add_argument("--gemv-rows-multi", default=None,
-                    help="BN,BK,warps[,PRE]: the row GEMV's config for 2+ rows (triton_fused.GEMV_ROWS_CONFIG_MULTI)")
+                    help="BN,BK,warps: the row GEMV's config for 2+ rows (triton_fused.GEMV_ROWS_CONFIG_MULTI)")
     ap.add_argument("--pdl", default=None, choices=["on", "off"],
                     help="programmatic dependent launch of the Triton kernels (ops/pdl.py ENABLED)")
     ap.add_argument("--tag", default="", help="label stored in every record (A/B runs)")

@@ -158,7 +158,7 @@ def main() -> None:
                                                        "'off' forces cuBLAS")
     ap.add_argument("--rows-max-m", type=int, default=None, help="triton_fused.GEMV_ROWS_MAX_M (as bench_e2e)")
     ap.add_argument("--gemv-rows-multi", default=None,
-                    help="BN,BK,warps[,PRE]: the row GEMV's config for 2+ rows (triton_fused.GEMV_ROWS_CONFIG_MULTI)")
+                    help="BN,BK,warps: the row GEMV's config for 2+ rows (triton_fused.GEMV_ROWS_CONFIG_MULTI)")
     ap.add_argument("--pdl", default=None, choices=["on", "off"], help="ops/pdl.py ENABLED (as bench_e2e)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--dry-cpu", action="store_true", help="tiny shape on the CPU: the code path once (no device times)")

@@ -173,7 +173,7 @@ def test_gemv_rows_prologues(M, pro, config):
 @pytest.mark.skipif(not HAVE_CUDA, reason="programmatic dependent launch needs a GPU (sm90+)")
 def test_pdl_chain_in_graph_matches_plain_launches(monkeypatch):
     """A dependent chain of the step's kernel kinds (row GEMVs with each prologue and an in-place
-    residual, gating, the conv and chain verify of ``triton_chain``, RMSNorm) captured in one CUDA
+    residual, a 2-row GEMV, gating, the conv and chain verify of ``triton_chain``, RMSNorm) captured in one CUDA
     graph with programmatic dependent launch gives bit-identical results to the same chain
     launched plainly, over several replays with new inputs (a missing ``gdc_wait`` would read a
     predecessor's output early: a race that shows up as differing values)."""
@@ -204,8 +204,9 @@ def test_pdl_chain_in_graph_matches_plain_launches(monkeypatch):
         tf.gemv_rows(o.reshape(1, HV * V), w_o, nw_o, 1e-6, h, out=h, prologue="gated_rms_norm",
                      gate=p[:, C: C + HV * V], head_dim=V)
         gu = tf.gemv_rows(h, w_gu, nw_m, 1e-6)
+        two = tf.gemv_rows(gu.view(2, I), w_dn)  # a 2-row launch on the previous kernel's output
         tf.gemv_rows(gu, w_dn, residual=h, out=h, prologue="silu_mul")
-        return tf.rms_norm(h, nw_m, 1e-6, torch.float32)
+        return torch.cat([tf.rms_norm(h, nw_m, 1e-6, torch.float32).reshape(-1), two.float().reshape(-1)])
 
     results = {}
     for on in (False, True):

@@ -71,9 +71,9 @@ def linear_ref(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | Non
 
 # Row GEMV (CUDA cores, ``triton_fused.gemv_rows``) for rows <= triton_fused.GEMV_ROWS_MAX_M on CUDA:
 # the AR step and the drafter's passes at batch 1. On: the AR step at batch 1 took 1.199 / 1.244 ms
-# (flame / map) against 1.421 / 1.490 with cuBLAS (s11c, RESULTS.md session 11), 1.046 / 1.091 with
-# programmatic dependent launch (s12c, session 12). For 2+ rows cuBLAS stays: the row GEMV measured
-# 1.15-1.98x cuBLAS at M = 2 (s11a) and 2.2-5x at M = 5-9 (s12b); a form holding [rows, BN, BK]
+# (flame / map) against 1.421 / 1.490 with cuBLAS (s11c, RESULTS.md session 11); with programmatic
+# dependent launch (ops/pdl.py) 1.046 / 1.091 against 1.136 / 1.199 without (s12c, session 12). For 2+ rows cuBLAS stays: the row GEMV measured
+# 1.15-1.98x cuBLAS at M = 2 (s11a) and 2.2-5x at M = 5 and 7 (s12b); a form holding [rows, BN, BK]
 # partial sums 2.7-9x (s11d, removed); a tensor-core skinny GEMM 1.4-2.8x at M = 5 (s12c, removed)
 _ROWS_ENV = os.environ.get("VLLM_SPECLA_GEMV_ROWS", "1")
 if _ROWS_ENV not in ("0", "1"):

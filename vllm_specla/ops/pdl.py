@@ -1,16 +1,20 @@
 """Programmatic dependent launch (PDL) for the decode step's Triton kernels (sm90+).
 
-A batch-1 decode step is ~170 short kernels back to back (7 per layer, runtime/fused_model.py).
+A batch-1 decode step is ~150-170 short kernels back to back (7 per layer, 21-24 layers,
+runtime/fused_model.py).
 Each one-row GEMM streams its weights in ~10 us, and every launch pays a ramp-up (its first
 loads) and a tail (its last programs) in which HBM sits partly idle. With PDL (CUDA's
 ``cudaLaunchAttributeProgrammaticStreamSerialization``; PTX ``griddepcontrol``, Triton
 ``tl.extra.cuda.gdc_wait`` / ``gdc_launch_dependents``) the next kernel may start while the
-current one still runs: the row GEMV issues its weight loads (constant data) at once, then waits
+current one still runs: the row GEMV loads its first weight chunk at once, then waits
 (``gdc_wait``) for the previous kernel's results before it reads anything else.
 
 The contract every kernel launched with ``launch_pdl`` keeps (so the step computes exactly what
 it computes without PDL):
-  * before its ``gdc_wait`` it reads only constant data (weights) and writes nothing;
+  * before its ``gdc_wait`` it reads only data that no kernel of the stream writes (model weights,
+    set once at load) and writes nothing. A kernel that lets its dependents launch before its own
+    wait, as the row GEMV does, can have several kernels in flight at once, so "not written by the
+    previous kernel" is not enough: a weight cast by the kernel just before the call would race;
   * it calls ``gdc_wait`` on every path before any other memory access. ``gdc_wait`` returns when
     the previous kernel has completed and its writes are visible; since that kernel also waited
     for its own predecessor before completing, every earlier kernel is complete too;
@@ -19,7 +23,7 @@ it computes without PDL):
 A kernel launched without PDL (cuBLAS, torch ops) keeps plain stream order, before and after.
 
 ``VLLM_SPECLA_PDL=0`` turns it off (``1``, the default: on where supported). Under Triton's
-interpreter, on the CPU and below sm90 it is off. Measured: benchmarks/RESULTS.md, session 12.
+interpreter, on the CPU, on ROCm and below sm90 it is off. Measured: benchmarks/RESULTS.md, session 12.
 """
 
 from __future__ import annotations
@@ -42,9 +46,11 @@ def _capable(index: int) -> bool:
 
 
 def enabled(t: torch.Tensor) -> bool:
-    """Whether kernels on ``t``'s device launch with PDL: :data:`ENABLED`, a CUDA tensor, sm90 or
-    newer, not Triton's interpreter. Host-only (no sync; CUDA-graph safe)."""
-    if not (ENABLED and t.is_cuda) or os.environ.get("TRITON_INTERPRET") == "1":
+    """Whether kernels on ``t``'s device launch with PDL: :data:`ENABLED` (read per call), a CUDA
+    tensor on an NVIDIA sm90+ GPU, not Triton's interpreter. Host-only (no sync; CUDA-graph safe)."""
+    if not (ENABLED and t.is_cuda) or torch.version.hip is not None:
+        return False
+    if os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes"):
         return False
     return _capable(t.device.index if t.device.index is not None else torch.cuda.current_device())
 

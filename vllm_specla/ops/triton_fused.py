@@ -7,10 +7,10 @@ adds, copies). These kernels fuse each group into one launch. One-row GEMMs on C
 prologues and the residual added in place); every other GEMM is cuBLAS (``addmm_`` fuses the
 residual add). Every kernel here and in ``triton_chain`` launches with programmatic dependent
 launch on sm90+ (``ops/pdl.py``): the row GEMV streams its first weight chunk while the previous
-kernel still runs. On the H200 (benchmarks/RESULTS.md sessions 11-12): the step's one-row GEMMs
-in 0.78x cuBLAS's time (3.33 TB/s), the AR step at batch 1 1.383 (cuBLAS) -> 1.155 (row GEMV) ->
-1.046 ms (with PDL), flame shape. Measured slower than cuBLAS for 2+ rows and not dispatched
-there: the row GEMV (2.2-5x at M = 5-9, session 12), and tensor-core skinny GEMMs (sessions 3-4,
+kernel still runs. On the H200 (benchmarks/RESULTS.md sessions 11-12), flame shape: the step's
+one-row GEMMs in 0.78x cuBLAS's time (3.33 TB/s); the AR step at batch 1 1.383 (cuBLAS) -> 1.155 ms
+(row GEMV), session 11, same call; 1.136 -> 1.046 ms (PDL off / on), session 12, same call. Measured slower than cuBLAS for 2+ rows and not dispatched
+there: the row GEMV (2.2-5x at M = 5 and 7, session 12), and tensor-core skinny GEMMs (sessions 3-4,
 and again at 1.4-2.8x for 5 rows in session 12). The conv and recurrence are ``triton_chain``'s kernels.
 Each kernel equals its plain-torch reference in :mod:`vllm_specla.ops.fused` (the dispatcher;
 references there), tested in ``tests/test_fused_gpu.py``. All math in float32; inputs may be
@@ -218,9 +218,10 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps,
                       RES: tl.constexpr, PDL: tl.constexpr):
     # One program per BN weight rows, MR token rows (MP = next power of two >= MR). The K loop is
     # unrolled (NK = cdiv(K, BK) chunks, BK a power of two) and each weight chunk is loaded once and
-    # multiplied into every token row in turn (an in-warp reduction over the chunk per row, into
-    # column m of a [BN, MP] accumulator). The first chunk is loaded first of all: it is constant,
-    # so under PDL it streams while the previous kernel still runs, and otherwise it is in flight
+    # multiplied into every token row in turn (a reduction over the chunk per row, across warps at
+    # the default config, into column m of a [BN, MP] accumulator). The first chunk is loaded first
+    # of all: no kernel of the step writes the weights (ops/pdl.py), so under PDL it streams while
+    # the previous kernel still runs, and otherwise it is in flight
     # before the prologue's reductions (whose barriers would hold it back). Loading two chunks
     # first measured slower (0.857 against 0.792 ms for the step's GEMMs, flame, s12b).
     # At 2+ rows this form measured 2.2-5x cuBLAS's time (s12b): every row's pass over a chunk is a
@@ -266,7 +267,7 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps,
 
 GEMV_ROWS_BLOCK = 16  # token rows per launch of the row GEMV (its MR is a compile-time constant)
 GEMV_ROWS_MAX_M = 1  # token rows the dispatch gives the row GEMV (2+ rows: 1.15-1.98x cuBLAS at M = 2, s11a;
-# 2.2-5x at M = 5-9 with each weight chunk loaded once for all rows, s12b)
+# 2.2-5x at M = 5 and 7 with each weight chunk loaded once for all rows, s12b)
 # BN, BK (0: one tile, BK = next power of two >= K), num_warps: the best AR step at batch 1 with the
 # prologues fused (s11c); (1, 0, 4) was the best bare GEMM set (s11a / s11b)
 GEMV_ROWS_CONFIG = (8, 1024, 8)
@@ -277,6 +278,7 @@ GEMV_ROWS_CONFIG_MULTI: tuple[int, ...] | None = None
 def rows_config(M: int) -> tuple[int, ...]:
     """The default config of :func:`gemv_rows` for ``M`` token rows."""
     return GEMV_ROWS_CONFIG if M <= 1 or GEMV_ROWS_CONFIG_MULTI is None else GEMV_ROWS_CONFIG_MULTI
+
 _PROLOGUES = {None: 0, "rms_norm": 1, "silu_mul": 2, "gated_rms_norm": 3}
 
 
@@ -301,7 +303,9 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
         gate_act: ``"silu"`` / ``"swish"`` or ``"sigmoid"``.
         residual: optional ``[M, N]`` added in float32 after the product.
         out: optional ``[M, N]`` output in ``w.dtype``; may be ``residual`` itself (each element is
-            read, then written, by the same program).
+            read, then written, by the same program); must not overlap ``x`` or ``gate``.
+        ``w`` must not be written by the kernels just before this call in the stream (under PDL its
+        first chunk is read before the wait for them, ``ops/pdl.py``): model weights, set once.
         config: ``(BN, BK, num_warps)``, BN a power of two, BK 0 (one tile) or a power of two;
             default :func:`rows_config` (:data:`GEMV_ROWS_CONFIG`, or :data:`GEMV_ROWS_CONFIG_MULTI` for 2+ rows).
         pdl: launch with programmatic dependent launch (``ops/pdl.py``); default
