@@ -328,6 +328,8 @@ def main() -> None:
                     help="token rows up to which GEMMs run the row GEMV (triton_fused.GEMV_ROWS_MAX_M; 1..16)")
     ap.add_argument("--gemv-rows-multi", default=None,
                     help="BN,BK,warps: the row GEMV's config for 2+ rows (triton_fused.GEMV_ROWS_CONFIG_MULTI)")
+    ap.add_argument("--gating-epilogue", default=None, choices=["on", "off"],
+                    help="the GDN gating as the row GEMV's epilogue (fused.GEMV_ROWS_GATING)")
     ap.add_argument("--pdl", default=None, choices=["on", "off"],
                     help="programmatic dependent launch of the Triton kernels (ops/pdl.py ENABLED)")
     ap.add_argument("--tag", default="", help="label stored in every record (A/B runs)")
@@ -371,11 +373,13 @@ def main() -> None:
             triton_fused.GEMV_ROWS_MAX_M = args.rows_max_m
         if args.pdl:
             pdl_mod.ENABLED = args.pdl == "on"
+        if args.gating_epilogue:
+            fused_mod.GEMV_ROWS_GATING = args.gating_epilogue == "on"
         # the state after the flags (s11e's records had None for both the default and "off")
         gemv_rows = dict(on=fused_mod.USE_GEMV_ROWS, prologue=fused_mod.GEMV_ROWS_PROLOGUE,
                          config=list(triton_fused.GEMV_ROWS_CONFIG), max_m=triton_fused.GEMV_ROWS_MAX_M,
                          config_multi=triton_fused.GEMV_ROWS_CONFIG_MULTI,
-                         pdl=pdl_mod.enabled(torch.empty(0, device="cuda")))
+                         pdl=pdl_mod.enabled(torch.empty(0, device="cuda")), gating=fused_mod.GEMV_ROWS_GATING)
     global SETTINGS
     SETTINGS = dict(gemv_rows=gemv_rows, verify_kernel=cv_mod.VERIFY_KERNEL, cuda_csrc=bool(args.cuda_csrc and device == "cuda"), tag=args.tag)
     if args.dry_cpu:

@@ -26,6 +26,15 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s12g)  # session 12, call 6: the GDN gating as the row GEMV's epilogue (fused.GEMV_ROWS_GATING, one launch fewer per
+        # layer at batch 1): its GPU tests, then e2e flame batch 1 (AR, SpecLA K = 6) with it off / on
+      timeout 70 python -m pytest -q -x tests/test_fused_gpu.py -k "gating or pdl" tests/test_decode_runtime_gpu.py 2>&1 | tail -1
+      P='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r["tag"],round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows")) for r in map(json.loads,sys.stdin)]'
+      for V in off on; do
+        timeout 60 python benchmarks/bench_e2e.py --shapes flame --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
+            --gating-epilogue $V --tag "s12g_gating_$V" --out "$OUT/e2e_s12g.jsonl" 2>&1 | grep "^{" | python -c "$P"
+      done
+      ;;
   s12f)  # session 12, call 5 (as run, from the command line; carry [".whl", ".devdata"]): the trained pair at batch 1 / 16
         # with PDL off / on
       S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows"),r.get("tag")) for r in map(json.loads,sys.stdin)]'

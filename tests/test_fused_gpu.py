@@ -135,6 +135,63 @@ def test_gemv_rows(M, norm, res, config):
         assert rel(r2, ref) < tol
 
 
+@pytest.mark.parametrize("M", [1, 3])
+@pytest.mark.parametrize("neg", [False, True])
+@pytest.mark.parametrize("config", [(4, 0, 4), (8, 128, 4), (8, 1024, 8)])
+def test_gemv_rows_gating_epilogue(M, neg, config):
+    """The GDN gating as the row GEMV's epilogue equals gdn_gating on the GEMV's own output (the
+    a | b columns at a0, with columns before and after them and an RMSNorm prologue), and leaves
+    the GEMV output as it is without the epilogue; random inputs, HV = 6 heads (not a power of
+    two). fp32 under the interpreter (g / beta rel < 1e-5), bf16 on CUDA (rel < 1e-5 against the
+    reference gating of the same bf16 output)."""
+    g = torch.Generator().manual_seed(M + config[0] + neg)
+    K, HV, a0, N = 200, 6, 37, 70
+    dt = torch.bfloat16 if HAVE_CUDA else torch.float32
+    x = torch.randn(M, K, generator=g).to(DEV, dt)
+    w = (torch.randn(N, K, generator=g) * 0.2).to(DEV, dt)
+    nw = (torch.rand(K, generator=g) + 0.5).to(DEV)
+    A_log = torch.rand(HV, generator=g).mul(2.7).to(DEV)
+    dt_bias = torch.randn(HV, generator=g).to(DEV)
+    plain = tf.gemv_rows(x, w, nw, 1e-6, config=config)
+    gb = torch.full((M, 2 * HV), float("nan"), device=DEV)
+    p = tf.gemv_rows(x, w, nw, 1e-6, config=config, gating=(gb, a0, A_log, dt_bias, neg))
+    assert torch.equal(p, plain)
+    g_ref, b_ref = F_ref.gdn_gating_masked_ref(p[:, a0 : a0 + HV], p[:, a0 + HV : a0 + 2 * HV], A_log, dt_bias, neg)
+    assert rel(gb[:, :HV], g_ref) < 1e-5 and rel(gb[:, HV:], b_ref) < 1e-5
+    with pytest.raises(ValueError, match="gating needs gb"):
+        tf.gemv_rows(x, w, config=config, gating=(gb, N - HV, A_log, dt_bias, neg))
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_linear_gating_dispatch(on, monkeypatch):
+    """fused.linear_gating gives the unfused linear + gdn_gating values with the epilogue on (one
+    row: the row GEMV takes the gating) and off, and falls back for two rows and for a padding
+    mask (valid_len). Under the interpreter ``fused._on_gpu`` is pointed at the CPU tensors."""
+    _spy_row_gemv(monkeypatch, True, True)
+    monkeypatch.setattr(F_ref, "GEMV_ROWS_GATING", on)
+    calls, inner = [], tf.gemv_rows  # whether each row-GEMV call had the gating epilogue
+    monkeypatch.setattr(tf, "gemv_rows", lambda *a, **k: (calls.append(k.get("gating") is not None), inner(*a, **k))[1])
+    gen = torch.Generator().manual_seed(5)
+    K, HV, a0, N = 64, 4, 20, 40
+    dt = torch.bfloat16 if HAVE_CUDA else torch.float32
+    w = (torch.randn(N, K, generator=gen) * 0.2).to(DEV, dt)
+    nw = (torch.rand(K, generator=gen) + 0.5).to(DEV)
+    A_log, dt_bias = torch.rand(HV, generator=gen).to(DEV), torch.randn(HV, generator=gen).to(DEV)
+    for M, valid in [(1, None), (2, None), (1, torch.tensor([0], device=DEV))]:
+        x = torch.randn(M, K, generator=gen).to(DEV, dt)
+        calls.clear()
+        p, gv, bv = F_ref.linear_gating(x, w, nw, 1e-6, a0, A_log, dt_bias, False, valid, 1)
+        ref = F_ref.linear_ref(x, w, nw, 1e-6)
+        g_ref, b_ref = F_ref.gdn_gating_masked_ref(p[:, a0 : a0 + HV], p[:, a0 + HV : a0 + 2 * HV], A_log, dt_bias,
+                                                   False, valid, 1)
+        assert rel(p, ref) < (1e-2 if dt == torch.bfloat16 else 1e-5)
+        assert rel(gv, g_ref) < 1e-5 and torch.allclose(bv, b_ref, rtol=1e-5, atol=1e-6)
+        # two rows: cuBLAS; one row: the row GEMV, with the gating epilogue unless off or masked
+        assert calls == ([M == 1 and valid is None and on] if M == 1 else [])
+        if valid is not None:
+            assert torch.all(gv == 0) and torch.all(bv == 0)
+
+
 def test_gemv_rows_rejects_bad_layout():
     w = torch.randn(8, 16, device=DEV)
     with pytest.raises(ValueError, match="dense feature dim"):

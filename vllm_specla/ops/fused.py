@@ -113,6 +113,36 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
     return residual.addmm_(x, w.t()) if residual_inplace else torch.addmm(residual, x, w.t())
 
 
+# The GDN gating (g, beta from the a / b columns of the in-projection) as the row GEMV's epilogue
+# instead of its own launch (one launch fewer per layer in the AR step at batch 1)
+GEMV_ROWS_GATING = True
+
+
+def linear_gating(x, w, norm_weight, eps, a0, A_log, dt_bias, allow_neg_eigval=False, valid_len=None,
+                  tokens_per_row=1):
+    """The in-projection and the GDN gating of its ``a | b`` columns: ``p = linear(x, w,
+    norm_weight, eps)`` and ``(g, beta) = gdn_gating(p[:, a0 : a0 + HV], p[:, a0 + HV : a0 + 2 HV],
+    A_log, dt_bias, allow_neg_eigval, valid_len, tokens_per_row)`` with ``HV = A_log.numel()``.
+
+    Returns ``(p [N, out] in w.dtype, g [N, HV] float32, beta [N, HV] float32)``; ``g`` / ``beta``
+    are column views of one ``[N, 2 HV]`` buffer, as :func:`gdn_gating` returns them. With
+    :data:`GEMV_ROWS_GATING` on, one-row CUDA input without ``valid_len`` takes the row GEMV
+    with the gating as its epilogue (the same math on the same rounded outputs); otherwise the two
+    ops run as above."""
+    impl = _rows_impl(x, w, None, False, norm_weight) if GEMV_ROWS_GATING and valid_len is None else None
+    HV = A_log.numel()
+    if impl is not None and a0 + 2 * HV <= w.shape[0] and A_log.is_contiguous() and dt_bias.is_contiguous():
+        if norm_weight is not None and not GEMV_ROWS_PROLOGUE:
+            x, norm_weight = rms_norm(x, norm_weight, eps, w.dtype), None
+        gb = torch.empty(x.shape[0], 2 * HV, dtype=torch.float32, device=x.device)
+        p = impl.gemv_rows(x, w, norm_weight, eps, gating=(gb, a0, A_log, dt_bias, allow_neg_eigval))
+        return p, gb[:, :HV], gb[:, HV:]
+    p = linear(x, w, norm_weight, eps)
+    g, beta = gdn_gating(p[:, a0 : a0 + HV], p[:, a0 + HV : a0 + 2 * HV], A_log, dt_bias, allow_neg_eigval,
+                         valid_len, tokens_per_row)
+    return p, g, beta
+
+
 def _on_gpu(x: torch.Tensor) -> bool:
     """Whether ``x`` is where the Triton kernels run (a seam: the tests point it at the CPU under
     Triton's interpreter to exercise the dispatch)."""

@@ -212,10 +212,10 @@ def _gemv_x(x, gate, nw, k0, rk, K, rstd_or_eps, PRO: tl.constexpr, HD: tl.const
 
 
 @triton.jit
-def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps,
+def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A_log, dt_bias, A0, HV,
                       MR: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NK: tl.constexpr,
                       PRO: tl.constexpr, HD: tl.constexpr, HAS_GATE: tl.constexpr, GSIG: tl.constexpr,
-                      RES: tl.constexpr, PDL: tl.constexpr):
+                      RES: tl.constexpr, PDL: tl.constexpr, GATING: tl.constexpr, NEG: tl.constexpr):
     # One program per BN weight rows, MR token rows (MP = next power of two >= MR). The K loop is
     # unrolled (NK = cdiv(K, BK) chunks, BK a power of two) and each weight chunk is loaded once and
     # multiplied into every token row in turn (a reduction over the chunk per row, across warps at
@@ -262,7 +262,23 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps,
             acc += tl.where(rm[None, :] == m, tl.sum(wf * xk[None, :], 1)[:, None], 0.0)
     if RES:
         acc += r0
-    tl.store(out + rm[None, :] * so + rn[:, None], acc.to(out.dtype.element_ty), mask=om)
+    y = acc.to(out.dtype.element_ty)
+    tl.store(out + rm[None, :] * so + rn[:, None], y, mask=om)
+    if GATING:  # output columns A0 .. A0 + 2 HV are GDN's a | b: _gating_kernel's math on them
+        ia = rn - A0
+        in_a = (ia >= 0) & (ia < HV)
+        in_g = in_a | ((ia >= HV) & (ia < 2 * HV))
+        hh = tl.where(in_a, ia, ia - HV)
+        hh = tl.where(in_g, hh, 0)
+        yv = y.to(tl.float32)  # the rounded output, as _gating_kernel reads it
+        av = yv + tl.load(dt_bias + hh, mask=in_g, other=0.0).to(tl.float32)[:, None]
+        sp = tl.where(av > 20.0, av, tl.log(1.0 + tl.exp(tl.minimum(av, 20.0))))
+        gv = -tl.exp(tl.load(A_log + hh, mask=in_g, other=0.0).to(tl.float32))[:, None] * sp
+        bv = tl.sigmoid(yv)
+        if NEG:
+            bv = bv * 2.0
+        tl.store(gb + rm[None, :] * (2 * HV) + ia[:, None], tl.where(in_a[:, None], gv, bv),
+                 mask=om & in_g[:, None])
 
 
 GEMV_ROWS_BLOCK = 16  # token rows per launch of the row GEMV (its MR is a compile-time constant)
@@ -286,7 +302,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
               residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
               config: tuple[int, int, int] | None = None, prologue: str | None = None,
               gate: torch.Tensor | None = None, head_dim: int = 0, gate_act: str = "silu",
-              pdl: bool | None = None) -> torch.Tensor:
+              pdl: bool | None = None, gating: tuple | None = None) -> torch.Tensor:
     """Decode GEMV on CUDA cores: ``prologue(x) @ w.T [+ residual]`` for ``x [M, *]``, ``M`` small.
 
     Args:
@@ -310,6 +326,11 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
             default :func:`rows_config` (:data:`GEMV_ROWS_CONFIG`, or :data:`GEMV_ROWS_CONFIG_MULTI` for 2+ rows).
         pdl: launch with programmatic dependent launch (``ops/pdl.py``); default
             ``pdl.enabled(x)``.
+        gating: ``(gb, a0, A_log, dt_bias, allow_neg_eigval)``: the GDN gating of
+            :func:`gdn_gating` as an epilogue. Output columns ``a0 .. a0 + HV`` are ``a`` and the
+            next ``HV`` are ``b`` (``HV = A_log.numel()``); ``gb [M, 2 HV]`` float32 (contiguous)
+            receives ``g | beta`` from the rounded outputs, as :func:`gdn_gating` computes them
+            from the stored output (one launch fewer per layer).
         norm_weight / gate must be as stated (contiguous ``norm_weight``); ``gate`` and ``head_dim``
         only with ``"gated_rms_norm"``.
     Returns:
@@ -372,6 +393,16 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
     if M == 0:
         return out
     has_gate = pro == 3 and gate is not None
+    if gating is not None:
+        gb, a0, A_log, dt_bias, neg = gating
+        HV = A_log.numel()
+        if (gb.shape != (M, 2 * HV) or not gb.is_contiguous() or gb.dtype != torch.float32 or a0 < 0
+                or a0 + 2 * HV > N or dt_bias.numel() != HV or not (A_log.is_contiguous() and dt_bias.is_contiguous())):
+            raise ValueError(f"gemv_rows: gating needs gb contiguous float32 [M, 2 HV] = [{M}, {2 * HV}], "
+                             f"0 <= a0 <= N - 2 HV = {N - 2 * HV} and contiguous A_log / dt_bias of HV elements; "
+                             f"got gb {tuple(gb.shape)} {gb.dtype}, a0 {a0}, dt_bias {tuple(dt_bias.shape)}")
+    else:
+        gb, a0, A_log, dt_bias, neg, HV = w, 0, w, w, False, 1
     on = _pdl.enabled(x) if pdl is None else bool(pdl)
     for m0 in range(0, M, GEMV_ROWS_BLOCK):
         mr = min(GEMV_ROWS_BLOCK, M - m0)
@@ -380,6 +411,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
             xs, w, os_, residual[m0:] if residual is not None else os_,
             norm_weight if norm_weight is not None else w, gate[m0:] if has_gate else xs, N, K, x.stride(0),
             gate.stride(0) if has_gate else 0, out.stride(0), residual.stride(0) if residual is not None else 0, eps,
+            gb[m0:] if gating is not None else gb, A_log, dt_bias, a0, HV, GATING=gating is not None, NEG=bool(neg),
             MR=mr, MP=triton.next_power_of_2(mr), BN=BN, BK=BK, NK=NK, PRO=pro, HD=max(head_dim, 1),
             HAS_GATE=has_gate, GSIG=gate_act == "sigmoid", RES=residual is not None, PDL=on, num_warps=nw,
             **_pdl.launch_kw(on))

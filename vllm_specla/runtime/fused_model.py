@@ -152,12 +152,11 @@ class FusedGDN:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         d, c = L.dims, L.config
-        p = fused.linear(h, L.w_in, L.attn_norm_w, L.eps)
-        C, G, HV = d.conv_dim, L.G, d.HV
+        C, G = d.conv_dim, L.G
+        p, g, beta = fused.linear_gating(h, L.w_in, L.attn_norm_w, L.eps, C + G, L.A_log, L.dt_bias,
+                                         c.allow_neg_eigval, ctrl.valid_len if mode == "commit" else None, T)
         xc = p[:, :C]
         gate = p[:, C : C + G] if G else None
-        g, beta = fused.gdn_gating(p[:, C + G : C + G + HV], p[:, C + G + HV : C + G + 2 * HV], L.A_log, L.dt_bias,
-                                   c.allow_neg_eigval, ctrl.valid_len if mode == "commit" else None, T)
         # ---- short conv (+ SiLU) ----
         out = dict(out_slots=ctrl.out_slots) if mode == "ar" and ctrl.out_slots is not None else {}
         if mode == "ar":
