@@ -28,7 +28,7 @@ case "${1:-}" in
       ;;
   s12g)  # session 12, call 6: the GDN gating as the row GEMV's epilogue (fused.GEMV_ROWS_GATING, one launch fewer per
         # layer at batch 1): its GPU tests, then e2e flame batch 1 (AR, SpecLA K = 6) with it off / on
-      timeout 70 python -m pytest -q -x tests/test_fused_gpu.py -k "gating or pdl" tests/test_decode_runtime_gpu.py 2>&1 | tail -1
+      timeout 70 python -m pytest -q -x tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py -k "gating or pdl or match_cpu" 2>&1 | tail -1
       P='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r["tag"],round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows")) for r in map(json.loads,sys.stdin)]'
       for V in off on; do
         timeout 60 python benchmarks/bench_e2e.py --shapes flame --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
