@@ -7,9 +7,10 @@ window, chain verify, gated RMSNorm, ``o_proj`` GEMM with the residual add in th
 [RMSNorm +] one gate|up GEMM, SwiGLU, ``down_proj`` GEMM with the residual add. The GEMMs
 (``ops/fused.py`` ``linear`` / ``gated_norm_linear`` / ``silu_mul_linear``) are cuBLAS after the
 norm / SwiGLU kernels, except one-row GEMMs on CUDA (the AR step and the drafter's passes at batch
-1): those run the Triton row GEMV with the RMSNorm, gated RMSNorm and SwiGLU as its prologues (7
-launches per layer; 1.155 vs 1.383 ms for the AR step at batch 1, flame, benchmarks/RESULTS.md
-session 11). The recurrent and conv math are the
+1): those run the Triton row GEMV with the RMSNorm, gated RMSNorm and SwiGLU as its prologues and
+the gating as the in-projection's epilogue (6 launches per layer; with programmatic dependent
+launch the AR step at batch 1 takes 1.042 ms against 1.383 with cuBLAS, flame, benchmarks/RESULTS.md
+sessions 11-12). The recurrent and conv math are the
 same ops the vLLM path uses (``ops/chain_verify.py``, ``ops/recover.py``); q/k/v, gate, a and b are
 column slices of the one projection output, read in place by the kernels (no copies).
 
