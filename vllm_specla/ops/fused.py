@@ -13,6 +13,7 @@ import os
 import torch
 import torch.nn.functional as F
 
+from vllm_specla.ops import pdl as _pdl  # noqa: F401  (checks VLLM_SPECLA_PDL on every device at import)
 from vllm_specla.ops.reference import gdn_gating_ref
 
 
