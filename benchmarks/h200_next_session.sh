@@ -26,6 +26,18 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s13b)  # NEXT SESSION (prepared in session 12, not run): the row-GEMV configs again now that PDL is on (the sweep of
+        # s11a / s11b ran without it, and one chunk before the wait changed the kernel). The step's GEMMs at M = 1 for
+        # every ROWS_SWEEP config (PDL on) against cuBLAS and the no-PDL default, then e2e batch 1 (AR, SpecLA K = 6)
+        # at the default and at the two configs closest to it in s12b, (2, 1024, 4) and (4, 1024, 8)
+      timeout 240 python benchmarks/bench_blas.py --shapes flame,map --ms 1 --rows-sweep \
+          --settings default,rows-nopdl:8:1024:8,rows:8:1024:8 --out "$OUT/blas_s13b.json" 2>&1 | grep -v -i warn
+      P='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r["tag"],round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows")) for r in map(json.loads,sys.stdin)]'
+      for G in "" "2,1024,4,pro" "4,1024,8,pro"; do
+        timeout 75 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
+            ${G:+--gemv-rows $G} --tag "s13b_rows_${G:-default}" --out "$OUT/e2e_s13b.jsonl" 2>&1 | grep "^{" | python -c "$P"
+      done
+      ;;
   s12g)  # session 12, call 6: the GDN gating as the row GEMV's epilogue (fused.GEMV_ROWS_GATING, one launch fewer per
         # layer at batch 1): its GPU tests, then e2e flame batch 1 (AR, SpecLA K = 6) with it off / on
       timeout 70 python -m pytest -q -x tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py -k "gating or pdl or match_cpu" 2>&1 | tail -1
