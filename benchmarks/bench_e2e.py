@@ -305,6 +305,46 @@ def bench_trained(args, device: str) -> None:
                 del rt
 
 
+def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
+    """The decode-GEMM / launch switches shared by this script and ``step_breakdown.py``."""
+    ap.add_argument("--gemv-rows", default=None,
+                    help="BN,BK,warps[,pro]: the row GEMV (triton_fused.gemv_rows) for one-row GEMMs at this config "
+                         "(bench_blas.py), ',pro': its fused prologues (fused.GEMV_ROWS_PROLOGUE); 'off': cuBLAS")
+    ap.add_argument("--rows-max-m", type=int, default=None,
+                    help="token rows up to which GEMMs run the row GEMV (triton_fused.GEMV_ROWS_MAX_M; 1..16)")
+    ap.add_argument("--gating-epilogue", default=None, choices=["on", "off"],
+                    help="the GDN gating as the row GEMV's epilogue (fused.GEMV_ROWS_GATING)")
+    ap.add_argument("--pdl", default=None, choices=["on", "off"],
+                    help="programmatic dependent launch of the Triton kernels (ops/pdl.py ENABLED)")
+
+
+def apply_kernel_flags(args, device: str) -> dict | None:
+    """Set the switches of :func:`add_kernel_flags`; returns their state after the flags (stored
+    in every record) on CUDA, None elsewhere (the row GEMV and PDL are CUDA-only)."""
+    from vllm_specla.ops import fused  # noqa: PLC0415
+
+    if args.gemv_rows:
+        fused.USE_GEMV_ROWS = args.gemv_rows != "off"
+    if args.gating_epilogue:
+        fused.GEMV_ROWS_GATING = args.gating_epilogue == "on"
+    if device != "cuda":
+        return None
+    from vllm_specla.ops import pdl, triton_fused  # noqa: PLC0415
+
+    if args.gemv_rows and fused.USE_GEMV_ROWS:
+        cfg = args.gemv_rows.split(",")
+        fused.GEMV_ROWS_PROLOGUE = cfg[3:] == ["pro"]
+        triton_fused.GEMV_ROWS_CONFIG = tuple(int(v) for v in cfg[:3])
+    if args.rows_max_m is not None:
+        triton_fused.GEMV_ROWS_MAX_M = args.rows_max_m
+    if args.pdl:
+        pdl.ENABLED = args.pdl == "on"
+    # (s11e's records had None for both the default and "off": the state is read back here)
+    return dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG),
+                max_m=triton_fused.GEMV_ROWS_MAX_M, pdl=pdl.enabled(torch.empty(0, device="cuda")),
+                gating=fused.GEMV_ROWS_GATING)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", default="flame,map")
@@ -321,17 +361,7 @@ def main() -> None:
     ap.add_argument("--cuda-csrc", action="store_true",
                     help="JIT-build the CUDA csrc chain verify (needs VLLM_SPECLA_CPP_JIT=1 and nvcc) so the "
                          "dispatcher uses it where faster (ops/chain_verify.py)")
-    ap.add_argument("--gemv-rows", default=None,
-                    help="BN,BK,warps[,pro]: the row GEMV (triton_fused.gemv_rows) for one-row GEMMs at this config "
-                         "(bench_blas.py), ',pro': its fused prologues (fused.GEMV_ROWS_PROLOGUE); 'off': cuBLAS")
-    ap.add_argument("--rows-max-m", type=int, default=None,
-                    help="token rows up to which GEMMs run the row GEMV (triton_fused.GEMV_ROWS_MAX_M; 1..16)")
-    ap.add_argument("--gemv-rows-multi", default=None,
-                    help="BN,BK,warps: the row GEMV's config for 2+ rows (triton_fused.GEMV_ROWS_CONFIG_MULTI)")
-    ap.add_argument("--gating-epilogue", default=None, choices=["on", "off"],
-                    help="the GDN gating as the row GEMV's epilogue (fused.GEMV_ROWS_GATING)")
-    ap.add_argument("--pdl", default=None, choices=["on", "off"],
-                    help="programmatic dependent launch of the Triton kernels (ops/pdl.py ENABLED)")
+    add_kernel_flags(ap)
     ap.add_argument("--tag", default="", help="label stored in every record (A/B runs)")
     ap.add_argument("--auto", action="store_true", help="also run the automatic draft-length policy per batch/alpha")
     ap.add_argument("--trained", action="store_true", help="run the embedded trained pair instead of --shapes")
@@ -347,7 +377,7 @@ def main() -> None:
     args.trained_batches = ints(args.trained_batches)
     args.tree_widths = ints(args.tree_widths)
     device = "cuda" if torch.cuda.is_available() and not args.dry_cpu else "cpu"
-    from vllm_specla.ops import chain_verify as cv_mod, fused as fused_mod  # noqa: PLC0415
+    from vllm_specla.ops import chain_verify as cv_mod  # noqa: PLC0415
 
     if args.verify_kernel:
         cv_mod.VERIFY_KERNEL = args.verify_kernel
@@ -355,31 +385,7 @@ def main() -> None:
         from vllm_specla.ops import _cpp  # noqa: PLC0415
 
         _cpp.load_cuda()
-    gemv_rows = None
-    if args.gemv_rows:
-        fused_mod.USE_GEMV_ROWS = args.gemv_rows != "off"
-    if device == "cuda":  # (the row GEMV is a Triton kernel: CUDA only)
-        from vllm_specla.ops import triton_fused  # noqa: PLC0415
-
-        from vllm_specla.ops import pdl as pdl_mod  # noqa: PLC0415
-
-        if args.gemv_rows and fused_mod.USE_GEMV_ROWS:
-            cfg = args.gemv_rows.split(",")
-            fused_mod.GEMV_ROWS_PROLOGUE = cfg[3:] == ["pro"]
-            triton_fused.GEMV_ROWS_CONFIG = tuple(int(v) for v in cfg[:3])
-        if args.gemv_rows_multi:
-            triton_fused.GEMV_ROWS_CONFIG_MULTI = tuple(int(v) for v in args.gemv_rows_multi.split(","))
-        if args.rows_max_m is not None:
-            triton_fused.GEMV_ROWS_MAX_M = args.rows_max_m
-        if args.pdl:
-            pdl_mod.ENABLED = args.pdl == "on"
-        if args.gating_epilogue:
-            fused_mod.GEMV_ROWS_GATING = args.gating_epilogue == "on"
-        # the state after the flags (s11e's records had None for both the default and "off")
-        gemv_rows = dict(on=fused_mod.USE_GEMV_ROWS, prologue=fused_mod.GEMV_ROWS_PROLOGUE,
-                         config=list(triton_fused.GEMV_ROWS_CONFIG), max_m=triton_fused.GEMV_ROWS_MAX_M,
-                         config_multi=triton_fused.GEMV_ROWS_CONFIG_MULTI,
-                         pdl=pdl_mod.enabled(torch.empty(0, device="cuda")), gating=fused_mod.GEMV_ROWS_GATING)
+    gemv_rows = apply_kernel_flags(args, device)
     global SETTINGS
     SETTINGS = dict(gemv_rows=gemv_rows, verify_kernel=cv_mod.VERIFY_KERNEL, cuda_csrc=bool(args.cuda_csrc and device == "cuda"), tag=args.tag)
     if args.dry_cpu:

@@ -38,7 +38,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_e2e import build  # noqa: E402
+from bench_e2e import add_kernel_flags, apply_kernel_flags, build  # noqa: E402
 
 from vllm_specla.runtime.decode import DecodeRuntime  # noqa: E402
 
@@ -154,12 +154,7 @@ def main() -> None:
     ap.add_argument("--tree-width", type=int, default=1,
                     help="W >= 2: the specla mode verifies draft trees of W branches of depth --k (as bench_e2e)")
     ap.add_argument("--cuda-csrc", action="store_true", help="build and dispatch to the CUDA csrc op (as bench_e2e)")
-    ap.add_argument("--gemv-rows", default=None, help="BN,BK,warps[,pro]: the row GEMV for one-row GEMMs (as bench_e2e); "
-                                                       "'off' forces cuBLAS")
-    ap.add_argument("--rows-max-m", type=int, default=None, help="triton_fused.GEMV_ROWS_MAX_M (as bench_e2e)")
-    ap.add_argument("--gemv-rows-multi", default=None,
-                    help="BN,BK,warps: the row GEMV's config for 2+ rows (triton_fused.GEMV_ROWS_CONFIG_MULTI)")
-    ap.add_argument("--pdl", default=None, choices=["on", "off"], help="ops/pdl.py ENABLED (as bench_e2e)")
+    add_kernel_flags(ap)  # --gemv-rows, --rows-max-m, --gating-epilogue, --pdl (as bench_e2e)
     ap.add_argument("--out", default=None)
     ap.add_argument("--dry-cpu", action="store_true", help="tiny shape on the CPU: the code path once (no device times)")
     args = ap.parse_args()
@@ -170,29 +165,7 @@ def main() -> None:
         from vllm_specla.ops import _cpp  # noqa: PLC0415
 
         assert _cpp.load_cuda(), "CUDA csrc build failed"
-    from vllm_specla.ops import fused  # noqa: PLC0415
-
-    rows = None
-    if args.gemv_rows:
-        fused.USE_GEMV_ROWS = args.gemv_rows != "off"
-    if DEV == "cuda":
-        from vllm_specla.ops import triton_fused  # noqa: PLC0415
-
-        if args.gemv_rows and fused.USE_GEMV_ROWS:
-            cfg = args.gemv_rows.split(",")
-            fused.GEMV_ROWS_PROLOGUE = cfg[3:] == ["pro"]
-            triton_fused.GEMV_ROWS_CONFIG = tuple(int(v) for v in cfg[:3])
-        from vllm_specla.ops import pdl as pdl_mod  # noqa: PLC0415
-
-        if args.gemv_rows_multi:
-            triton_fused.GEMV_ROWS_CONFIG_MULTI = tuple(int(v) for v in args.gemv_rows_multi.split(","))
-        if args.rows_max_m is not None:
-            triton_fused.GEMV_ROWS_MAX_M = args.rows_max_m
-        if args.pdl:
-            pdl_mod.ENABLED = args.pdl == "on"
-        rows = dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG),
-                    max_m=triton_fused.GEMV_ROWS_MAX_M,
-                    config_multi=triton_fused.GEMV_ROWS_CONFIG_MULTI, pdl=pdl_mod.enabled(torch.empty(0, device="cuda")))
+    rows = apply_kernel_flags(args, DEV)
     recs = []
     for shape in args.shapes.split(","):
         cfg, tgt, dr = build(shape, DEV, torch.bfloat16 if DEV == "cuda" else torch.float32)

@@ -184,7 +184,7 @@ def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual
     N, HV, V = o.shape
     on = o.reshape(N, HV * V) if o.stride(-1) == 1 and o.stride(1) == V else None
     impl = _rows_impl(on, w, residual, True, norm_weight) if on is not None else None
-    BK = impl.rows_config(N)[1] if impl is not None else 0
+    BK = impl.GEMV_ROWS_CONFIG[1] if impl is not None else 0
     if (impl is not None and V & (V - 1) == 0 and (BK <= 0 or BK % V == 0)
             and (gate is None or (gate.dim() == 2 and gate.stride(-1) == 1))):
         return impl.gemv_rows(on, w, norm_weight, eps, residual,

@@ -287,14 +287,6 @@ GEMV_ROWS_MAX_M = 1  # token rows the dispatch gives the row GEMV (2+ rows: 1.15
 # BN, BK (0: one tile, BK = next power of two >= K), num_warps: the best AR step at batch 1 with the
 # prologues fused (s11c); (1, 0, 4) was the best bare GEMM set (s11a / s11b)
 GEMV_ROWS_CONFIG = (8, 1024, 8)
-# (BN, BK, num_warps) for 2+ token rows; None: GEMV_ROWS_CONFIG
-GEMV_ROWS_CONFIG_MULTI: tuple[int, ...] | None = None
-
-
-def rows_config(M: int) -> tuple[int, ...]:
-    """The default config of :func:`gemv_rows` for ``M`` token rows."""
-    return GEMV_ROWS_CONFIG if M <= 1 or GEMV_ROWS_CONFIG_MULTI is None else GEMV_ROWS_CONFIG_MULTI
-
 _PROLOGUES = {None: 0, "rms_norm": 1, "silu_mul": 2, "gated_rms_norm": 3}
 
 
@@ -323,7 +315,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
         ``w`` must not be written by the kernels just before this call in the stream (under PDL its
         first chunk is read before the wait for them, ``ops/pdl.py``): model weights, set once.
         config: ``(BN, BK, num_warps)``, BN a power of two, BK 0 (one tile) or a power of two;
-            default :func:`rows_config` (:data:`GEMV_ROWS_CONFIG`, or :data:`GEMV_ROWS_CONFIG_MULTI` for 2+ rows).
+            default :data:`GEMV_ROWS_CONFIG`.
         pdl: launch with programmatic dependent launch (``ops/pdl.py``); default
             ``pdl.enabled(x)``.
         gating: ``(gb, a0, A_log, dt_bias, allow_neg_eigval)``: the GDN gating of
@@ -354,7 +346,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
         raise ValueError(f"gemv_rows: need x [M, K] ([M, 2K] for silu_mul) with a dense feature dim and a contiguous "
                          f"w [N, K]; got x {tuple(x.shape)} stride {tuple(x.stride())}, w {tuple(w.shape)}")
     pro = _PROLOGUES[prologue]
-    cfg = tuple(config or rows_config(M))
+    cfg = tuple(config or GEMV_ROWS_CONFIG)
     if len(cfg) != 3:
         raise ValueError(f"gemv_rows: config must be (BN, BK, num_warps), got {cfg}")
     BN, BK, nw = cfg
