@@ -226,20 +226,40 @@ def bench_shape(args, shape: str, device: str) -> None:
         torch.cuda.empty_cache()
 
 
+def build_trained(device):
+    """The embedded trained pair (``models/specla-gdn-tiny``) as runtime modules, fp32: ``(target, drafter)``."""
+    from vllm_specla.models.drafter import load_eagle_drafter  # noqa: PLC0415
+    from vllm_specla.models.gdn import load_fla_checkpoint  # noqa: PLC0415
+
+    root = os.path.join(os.path.dirname(__file__), "..", "models", "specla-gdn-tiny")
+    dtype = torch.float32
+    tm = load_fla_checkpoint(os.path.join(root, "target"), dtype, device)
+    dm = load_eagle_drafter(os.path.join(root, "drafter"), dtype, device)
+    tgt = FusedTarget(tm, dtype, device)
+    return tgt, FusedEagle(dm, tgt, dtype, device)
+
+
+def auto_k(kmax: int, B: int, step_s: dict, outcomes: list):
+    """The draft length ``num_speculative_tokens: "auto"`` picks (``core/policy.py``; 0 = AR) from this
+    batch size's measured seconds per step by window ``T`` (``step_s``) and the per-step accepted
+    drafts per row of a ``K = kmax`` run (``outcomes``); returns ``(K, policy)``."""
+    from vllm_specla.core.policy import DraftLengthPolicy, StepCostModel  # noqa: PLC0415
+
+    pol = DraftLengthPolicy(k_max=kmax, costs=StepCostModel({B: step_s}, draft_seconds_per_token=0.0, learn=False),
+                            explore_every=0)
+    for acc in outcomes:
+        pol.observe_acceptance([kmax] * B, acc)
+    return pol.best(B), pol
+
+
 def run_auto(args, base, tgt, dr, B, prompts, trace, steps, step_s, outcomes, ar_tps, L) -> None:
     """``num_speculative_tokens: "auto"``: the draft-length policy (``core/policy.py``) gets this
     batch size's measured step costs (AR and each K of the grid; other K interpolated in T) and
     the acceptance outcomes of the K = max run at each alpha, picks K (0 = AR), and that choice
     is measured again in its own run."""
-    from vllm_specla.core.policy import DraftLengthPolicy, StepCostModel  # noqa: PLC0415
-
     kmax = max(args.ks)
     for a in args.alphas:
-        pol = DraftLengthPolicy(k_max=kmax, costs=StepCostModel({B: step_s}, draft_seconds_per_token=0.0, learn=False),
-                                explore_every=0)
-        for acc in outcomes.get(a, []):
-            pol.observe_acceptance([kmax] * B, acc)
-        K = pol.best(B)
+        K, pol = auto_k(kmax, B, step_s, outcomes.get(a, []))
         if K == 0:
             rt = DecodeRuntime(tgt, B, "ar", output_capacity=L + 2)
         else:
@@ -258,15 +278,7 @@ def run_auto(args, base, tgt, dr, B, prompts, trace, steps, step_s, outcomes, ar
 
 def bench_trained(args, device: str) -> None:
     """The embedded trained pair, its own drafter (real acceptance), fp32, on ``--prompts``."""
-    from vllm_specla.models.drafter import load_eagle_drafter  # noqa: PLC0415
-    from vllm_specla.models.gdn import load_fla_checkpoint  # noqa: PLC0415
-
-    root = os.path.join(os.path.dirname(__file__), "..", "models", "specla-gdn-tiny")
-    dtype = torch.float32
-    tm = load_fla_checkpoint(os.path.join(root, "target"), dtype, device)
-    dm = load_eagle_drafter(os.path.join(root, "drafter"), dtype, device)
-    tgt = FusedTarget(tm, dtype, device)
-    dr = FusedEagle(dm, tgt, dtype, device)
+    tgt, dr = build_trained(device)
     with open(args.prompts) as f:
         all_prompts = json.load(f)
     gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
@@ -282,6 +294,7 @@ def bench_trained(args, device: str) -> None:
                     prompts=os.path.basename(args.prompts))
         record(args.out, dict(base, mode="ar", K=0, step_ms=1e3 * r_ar.seconds / r_ar.steps,
                               tokens_per_s=r_ar.tokens_per_s, tau=1.0, speedup=1.0))
+        step_s, outcomes = {1: r_ar.seconds / r_ar.steps}, []  # for --auto, as bench_shape
         for K in args.ks:
             rt = DecodeRuntime(tgt, B, "specla", K, dr, output_capacity=cap)
             rt.capture()
@@ -291,6 +304,9 @@ def bench_trained(args, device: str) -> None:
             record(args.out, dict(base, mode="specla", K=K, step_ms=1e3 * r.seconds / r.steps,
                                   tokens_per_s=r.tokens_per_s, tau=r.mean_acceptance_length,
                                   speedup=r.tokens_per_s / r_ar.tokens_per_s, lossless_rows=f"{ok}/{B}"))
+            step_s[K + 1] = r.seconds / r.steps
+            if K == max(args.ks):
+                outcomes = rt.acceptance_outcomes()
             del rt
             for W in args.tree_widths:  # the drafter's top-W first tokens, each branch greedy to depth K
                 rt = DecodeRuntime(tgt, B, "specla", K, dr, output_capacity=cap, tree_width=W)
@@ -303,6 +319,20 @@ def bench_trained(args, device: str) -> None:
                                       tau=r.mean_acceptance_length, speedup=r.tokens_per_s / r_ar.tokens_per_s,
                                       lossless_rows=f"{ok}/{B}"))
                 del rt
+        if args.auto:  # the policy's pick from these costs and the real acceptance, measured in its own run
+            K, pol = auto_k(max(args.ks), B, step_s, outcomes)
+            rt = DecodeRuntime(tgt, B, "ar", output_capacity=cap) if K == 0 else \
+                DecodeRuntime(tgt, B, "specla", K, dr, output_capacity=cap)
+            rt.capture()
+            r = timed_runtime(rt, prompts, steps if K else steps * (max(args.ks) + 1))
+            outs = rt.outputs()
+            ok = sum(o[: min(len(o), len(a))] == a[: min(len(o), len(a))] for o, a in zip(outs, ar_out))
+            record(args.out, dict(base, mode="specla-auto", K=K, step_ms=1e3 * r.seconds / r.steps,
+                                  tokens_per_s=r.tokens_per_s, tau=r.mean_acceptance_length,
+                                  speedup=r.tokens_per_s / r_ar.tokens_per_s, lossless_rows=f"{ok}/{B}",
+                                  policy=dict(alpha_est=round(pol.acceptance.pooled, 4),
+                                              cost_table_ms={t: round(1e3 * v, 4) for t, v in sorted(step_s.items())})))
+            del rt
 
 
 def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
@@ -316,6 +346,8 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
                     help="the GDN gating as the row GEMV's epilogue (fused.GEMV_ROWS_GATING)")
     ap.add_argument("--pdl", default=None, choices=["on", "off"],
                     help="programmatic dependent launch of the Triton kernels (ops/pdl.py ENABLED)")
+    ap.add_argument("--argmax", default=None, choices=["triton", "torch"],
+                    help="greedy tokens by our Triton argmax or torch's (fused.USE_TRITON_ARGMAX)")
 
 
 def apply_kernel_flags(args, device: str) -> dict | None:
@@ -327,6 +359,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         fused.USE_GEMV_ROWS = args.gemv_rows != "off"
     if args.gating_epilogue:
         fused.GEMV_ROWS_GATING = args.gating_epilogue == "on"
+    if args.argmax:
+        fused.USE_TRITON_ARGMAX = args.argmax == "triton"
     if device != "cuda":
         return None
     from vllm_specla.ops import pdl, triton_fused  # noqa: PLC0415
@@ -342,7 +376,7 @@ def apply_kernel_flags(args, device: str) -> dict | None:
     # (s11e's records had None for both the default and "off": the state is read back here)
     return dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG),
                 max_m=triton_fused.GEMV_ROWS_MAX_M, pdl=pdl.enabled(torch.empty(0, device="cuda")),
-                gating=fused.GEMV_ROWS_GATING)
+                gating=fused.GEMV_ROWS_GATING, triton_argmax=fused.USE_TRITON_ARGMAX)
 
 
 def main() -> None:

@@ -26,6 +26,56 @@ case "${1:-}" in
       python benchmarks/bench_tree.py --batches 1,4,8,32,128 --nodes 8,16 --budget-s 120 --out "$OUT/tree_s4.json"
       VLLM_SPECLA_CPP_JIT=1 python benchmarks/bench_commit_cuda.py --impls cuda,triton,ut --out "$OUT/commit_s4.json"
       ;;
+  s13d)  # session 13, call 3 (carry .whl, .devdata; s13c: auto picked K = 4 at 0.92x AR on the trained pair at batch 1;
+        # its K = 6 verify GEMMs (7 fp32 rows) took cuBLAS's sm80_xmma 32x128 tiles, 327 us a step). The trained pair at
+        # batch 1 / 16 with --auto after the per-trial acceptance EMA, at the default and with every GEMM of <= 16 rows on
+        # the row GEMV (--rows-max-m 16); then flame / map at batch 1, K = 6, alpha 0.8 with the Triton argmax
+      S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r.get("alpha"),round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows"),r.get("tag"),r.get("policy")) for r in map(json.loads,sys.stdin)]'
+      for G in "" "--rows-max-m 16"; do
+        timeout 100 python benchmarks/bench_e2e.py --trained --prompts .devdata/mtbench_tiny.json --trained-batches 1,16 \
+            --ks 2,4,6 --auto $G --tag "s13d_trained_${G:-default}" --out "$OUT/e2e_trained_s13d.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
+      timeout 120 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
+          --tag s13d --out "$OUT/e2e_s13d.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      ;;
+  s13e)  # session 13, call 4 (carry .whl, .devdata): the grid at the defaults (PDL, the Triton argmax, the per-trial
+        # acceptance EMA) to refresh README's table: flame / map, batch 1 / 16 / 64 / 256, K = 4, alpha 0.8, --auto, snapshots
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r.get("alpha"),round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows"),r.get("tag")) for r in map(json.loads,sys.stdin)]'
+      timeout 480 python benchmarks/bench_e2e.py --shapes flame,map --batches 1,16,64,256 --ks 4 --alphas 0.8 --auto \
+          --snapshot-ks 4 --cuda-csrc --tag s13e --out "$OUT/e2e_s13e.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      ;;
+  s13a)  # session 13, call 1: the verify-window GEMM (triton_fused.gemm_window: K slices summed once at the end, CUDA-core
+        # FORM 0 / tensor-core FORM 1) and the Triton argmax. Their GPU tests; the step's GEMMs at M = 5 / 7 for WIN_SWEEP
+        # against cuBLAS; e2e batch 1 (AR, SpecLA K = 6): torch argmax / Triton argmax / + the best window config
+      timeout 150 python -m pytest -q -x tests/test_window_gemm_gpu.py 2>&1 | tail -2
+      timeout 200 python benchmarks/bench_blas.py --shapes flame,map --ms 5,7 --win-sweep --settings default \
+          --out "$OUT/blas_s13a.json" 2>&1 | grep -v -i warn
+      BEST=$(python -c 'import json,sys
+r=[x for x in json.load(open(sys.argv[1])) if x["setting"].startswith("win") and x["shape"]=="flame" and x["M"]==7]
+print(",".join(min(r,key=lambda x:x["ms"])["setting"].split(":")[1:]) if r else "0,8,256,32,8")' "$OUT/blas_s13a.json")
+      echo "best window config: $BEST"
+      P='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r["tag"],round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows")) for r in map(json.loads,sys.stdin)]'
+      for G in "--argmax torch" "" "--gemm-window $BEST"; do
+        timeout 60 python benchmarks/bench_e2e.py --shapes flame --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
+            $G --tag "s13a_${G:-default}" --out "$OUT/e2e_s13a.jsonl" 2>&1 | grep "^{" | python -c "$P"
+      done
+      ;;
+  s13c)  # session 13, call 2 (carry .whl, .devdata): the Triton argmax's GPU tests and the runtime's; where a step goes
+        # now (flame batch 1, AR and SpecLA K = 6; the trained pair at batch 1, K = 4 and 6: its K = 6 step took 0.872 ms
+        # against 0.491 at K = 4 in s12f); the trained pair at batch 1 / 16 with the auto policy
+      timeout 130 python -m pytest -q -x tests/test_argmax_gpu.py tests/test_decode_runtime_gpu.py 2>&1 | tail -2
+      timeout 80 python benchmarks/step_breakdown.py --shapes flame --batches 1 --k 6 --modes ar,specla \
+          --out "$OUT/breakdown_s13c.json" 2>&1 | grep -v -i "warn\|USDT"
+      for K in 4 6; do
+        timeout 50 python benchmarks/step_breakdown.py --shapes trained --prompts .devdata/mtbench_tiny.json --batches 1 \
+            --k $K --modes specla --out "$OUT/breakdown_trained_k${K}_s13c.json" 2>&1 | grep -v -i "warn\|USDT" | head -14
+      done
+      S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows"),r.get("policy")) for r in map(json.loads,sys.stdin)]'
+      timeout 130 python benchmarks/bench_e2e.py --trained --prompts .devdata/mtbench_tiny.json --trained-batches 1,16 \
+          --ks 2,4,6 --auto --tag s13c_trained --out "$OUT/e2e_trained_s13c.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      ;;
   s13b)  # NEXT SESSION (prepared in session 12, not run): the row-GEMV configs again now that PDL is on (the sweep of
         # s11a / s11b ran without it, and one chunk before the wait changed the kernel). The step's GEMMs at M = 1 for
         # every ROWS_SWEEP config (PDL on) against cuBLAS and the no-PDL default, then e2e batch 1 (AR, SpecLA K = 6)

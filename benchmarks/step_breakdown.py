@@ -38,7 +38,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_e2e import add_kernel_flags, apply_kernel_flags, build  # noqa: E402
+from bench_e2e import add_kernel_flags, apply_kernel_flags, build, build_trained  # noqa: E402
 
 from vllm_specla.runtime.decode import DecodeRuntime  # noqa: E402
 
@@ -145,7 +145,9 @@ def breakdown(rt: DecodeRuntime, prompts, steps: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shapes", default="flame")
+    ap.add_argument("--shapes", default="flame", help="flame / map / tiny (random weights, the acceptance-controlled "
+                    "drafter), or trained (the embedded pair, real acceptance; prompts from --prompts)")
+    ap.add_argument("--prompts", default=None, help="JSON list of token lists for --shapes trained (cut to the shortest)")
     ap.add_argument("--batches", default="64")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--alpha", type=float, default=0.8)
@@ -160,7 +162,8 @@ def main() -> None:
     args = ap.parse_args()
     global DEV
     if args.dry_cpu:
-        DEV, args.shapes, args.batches, args.steps = "cpu", "tiny", "2", 2
+        DEV, args.batches, args.steps = "cpu", "2", 2
+        args.shapes = "trained" if args.shapes == "trained" else "tiny"
     if args.cuda_csrc:
         from vllm_specla.ops import _cpp  # noqa: PLC0415
 
@@ -168,9 +171,19 @@ def main() -> None:
     rows = apply_kernel_flags(args, DEV)
     recs = []
     for shape in args.shapes.split(","):
-        cfg, tgt, dr = build(shape, DEV, torch.bfloat16 if DEV == "cuda" else torch.float32)
+        trained = shape == "trained"  # the embedded pair, fp32, real acceptance (no trace, no alpha)
+        if trained:
+            tgt, dr = build_trained(DEV)
+            cfg = tgt.config
+        else:
+            cfg, tgt, dr = build(shape, DEV, torch.bfloat16 if DEV == "cuda" else torch.float32)
         for B in [int(b) for b in args.batches.split(",")]:
             prompts = torch.randint(3, cfg.vocab_size, (B, 16), generator=torch.Generator().manual_seed(B))
+            if trained and args.prompts:
+                with open(args.prompts) as f:
+                    ps = json.load(f)
+                n = min(len(p) for p in ps)
+                prompts = torch.tensor([ps[i % len(ps)][:n] for i in range(B)])
             L = 64 * (args.k + 1)
             ar = DecodeRuntime(tgt, B, "ar", output_capacity=L, use_cuda_graphs=False)
             ar.prefill(prompts)
@@ -180,8 +193,8 @@ def main() -> None:
                 if mode == "ar":
                     rt = ar
                 else:
-                    rt = DecodeRuntime(tgt, B, mode, args.k, dr, output_capacity=L, alpha=args.alpha, trace=trace,
-                                       use_cuda_graphs=False, tree_width=args.tree_width if mode == "specla" else 1)
+                    rt = DecodeRuntime(tgt, B, mode, args.k, dr, output_capacity=L, alpha=None if trained else args.alpha,
+                                       trace=None if trained else trace, use_cuda_graphs=False, tree_width=args.tree_width if mode == "specla" else 1)
                 r = breakdown(rt, prompts, args.steps)
                 W = args.tree_width if mode == "specla" else 1
                 rec = dict(shape=shape, batch=B, mode=mode, K=0 if mode == "ar" else args.k, alpha=args.alpha, tree_width=W,

@@ -102,17 +102,46 @@ def test_acceptance_tracks_per_position_alpha():
     for i, a in enumerate(true, 1):
         assert est.alpha(i) == pytest.approx(a, abs=0.08)
     # rows without drafts are ignored; a floor keeps alpha away from 0
-    est2 = AcceptanceEstimator(2, prior=0.7, floor=0.1, ema=0.5)
+    est2 = AcceptanceEstimator(2, prior=0.7, floor=0.1, ema=0.5, ema_per_trial=1.0)
     est2.update([0, 0], [0, 0])
     assert est2.pooled == 0.7
     for _ in range(30):
         est2.update([2], [0])
     assert est2.alpha(1) == 0.1 and est2.tau(2) == pytest.approx(1 + 0.1 + 0.01)
     # unobserved positions use the pooled estimate, not the prior
-    est3 = AcceptanceEstimator(4, prior=0.7, ema=0.5, min_steps=2)
+    est3 = AcceptanceEstimator(4, prior=0.7, ema=0.5, min_steps=2, ema_per_trial=1.0)
     for _ in range(20):
         est3.update([1], [0])
     assert est3.pooled < 0.01 and est3.alpha(3) == 0.05  # the pooled estimate, floored
+
+
+
+def test_acceptance_at_batch_one_is_not_swung_by_single_outcomes():
+    """At batch 1 a step is one Bernoulli outcome per position. With the per-trial weight the
+    estimate stays near the true alpha (within 0.1 over 300 steps after a warm-up of 300); with
+    a per-step weight of 0.1 (``ema_per_trial = 1``) it swings by more. Larger batches still get
+    the per-step weight ``ema`` (the cap)."""
+    true = 0.8
+
+    def spread(est, seed):
+        rng = random.Random(seed)
+        seen = []
+        for step in range(600):
+            a = 0
+            while a < 6 and rng.random() < true:
+                a += 1
+            est.update([6], [a])
+            if step >= 300:
+                seen.append(est.alpha(1))
+        return max(abs(v - true) for v in seen)
+
+    assert spread(AcceptanceEstimator(6, prior=0.7), 1) < 0.1
+    assert spread(AcceptanceEstimator(6, prior=0.7, ema_per_trial=1.0), 1) > 0.15
+    est = AcceptanceEstimator(2, prior=0.5)
+    est.update([2] * 32, [2] * 32)  # 32 rows, all accepted: the capped per-step weight 0.1
+    assert est.alpha(1) == pytest.approx(0.5 + 0.1 * 0.5)
+    with pytest.raises(ValueError, match="ema_per_trial"):
+        AcceptanceEstimator(2, ema_per_trial=0.0)
 
 
 # ---- decisions -----------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ and returns 0 (no speculation) unless the best K beats AR by ``margin`` (2 %). T
   file); plus the drafter's seconds per step for ``K`` drafts.
 * :class:`AcceptanceEstimator` — per-position conditional acceptance ``alpha_i`` (ALGORITHMS.md
   §9b: P(draft i accepted | drafts 1..i-1 accepted)), an EMA over verify steps of
-  ``(num_drafts, num_accepted)`` outcomes, with a prior and a floor. The expected tokens per
+  ``(num_drafts, num_accepted)`` outcomes, weighted by the step's trials (so batch-1 steps of
+  one outcome each do not swing it), with a prior and a floor. The expected tokens per
   verify step (mean acceptance length, bonus token included) is
   ``tau(K) = 1 + sum_{k=1..K} prod_{i=1..k} alpha_i``, which for i.i.d. ``alpha`` is the
   closed form ``(1 - alpha^(K+1)) / (1 - alpha)`` of §9b (:func:`chain_tau`).
@@ -283,16 +284,28 @@ class AcceptanceEstimator:
             the pooled estimate over all positions is used instead).
         floor: lower bound on every alpha used for decisions (so one bad streak cannot pin K at
             0 for good; exploration re-measures it).
-        ema: weight of a step's acceptance ratio in the moving average.
+        ema: the largest weight one step's acceptance ratio gets in the moving average.
+        ema_per_trial: the weight per trial below that cap: a step with ``n`` trials at a position
+            gets ``min(ema, 1 - (1 - ema_per_trial)^n)``. At batch 1 a step is one Bernoulli
+            outcome per position, so a fixed per-step weight of 0.1 averaged over ~10 outcomes
+            only: on the trained pair (H200, RESULTS.md session 13) that noise made ``auto`` pick
+            K = 4 at 0.92x AR. With 0.01 per trial the memory is ~100 outcomes at batch 1 and
+            the per-step ``ema`` from ~11 rows up (as before). ``ema_per_trial = 1`` gives the
+            per-step EMA at every batch size.
         min_steps: steps with outcomes at a position before its own estimate is used.
+    Raises:
+        ValueError: ``prior``, ``floor``, ``ema`` or ``ema_per_trial`` outside the ranges above.
     """
 
     def __init__(self, k_max: int, prior: float = 0.7, floor: float = 0.05, ema: float = 0.1,
-                 min_steps: int = 4):
-        if not 0.0 < prior <= 1.0 or not 0.0 <= floor <= prior or not 0.0 < ema <= 1.0:
-            raise ValueError(f"AcceptanceEstimator: need 0 < prior <= 1, 0 <= floor <= prior, 0 < ema <= 1 "
-                             f"(got prior={prior}, floor={floor}, ema={ema})")
+                 min_steps: int = 4, ema_per_trial: float = 0.01):
+        if (not 0.0 < prior <= 1.0 or not 0.0 <= floor <= prior or not 0.0 < ema <= 1.0
+                or not 0.0 < ema_per_trial <= 1.0):
+            raise ValueError(f"AcceptanceEstimator: need 0 < prior <= 1, 0 <= floor <= prior, 0 < ema <= 1, "
+                             f"0 < ema_per_trial <= 1 (got prior={prior}, floor={floor}, ema={ema}, "
+                             f"ema_per_trial={ema_per_trial})")
         self.k_max, self.floor, self.ema, self.min_steps = k_max, floor, ema, min_steps
+        self.ema_per_trial = ema_per_trial
         self.pooled = prior
         self.per_pos = [prior] * k_max
         self.steps_at = [0] * k_max
@@ -315,11 +328,15 @@ class AcceptanceEstimator:
         tot_t, tot_s = sum(trials), sum(succ)
         if tot_t == 0:
             return
-        self.pooled += self.ema * (tot_s / tot_t - self.pooled)
+        self.pooled += self._weight(tot_t) * (tot_s / tot_t - self.pooled)
         for i in range(self.k_max):
             if trials[i]:
-                self.per_pos[i] += self.ema * (succ[i] / trials[i] - self.per_pos[i])
+                self.per_pos[i] += self._weight(trials[i]) * (succ[i] / trials[i] - self.per_pos[i])
                 self.steps_at[i] += 1
+
+    def _weight(self, trials: int) -> float:
+        """A step's weight in the moving average for ``trials`` outcomes (see ``ema_per_trial``)."""
+        return min(self.ema, 1.0 - (1.0 - self.ema_per_trial) ** trials)
 
     def alpha(self, position: int) -> float:
         """Conditional acceptance used for draft ``position`` (1-based), floored."""

@@ -226,6 +226,19 @@ def silu_mul(x):
     return impl.silu_mul(x) if impl else silu_mul_ref(x)
 
 
+# Greedy tokens with our one-program-per-row argmax on CUDA instead of torch's reduction
+USE_TRITON_ARGMAX = True
+
+
+def argmax(logits: torch.Tensor) -> torch.Tensor:
+    """Greedy tokens ``[N]`` int64 of ``logits [N, V]``: ``torch.argmax(logits, -1)`` (first index
+    of the maximum); a one-program-per-row Triton kernel on CUDA when :data:`USE_TRITON_ARGMAX`
+    and the last dim is dense, torch otherwise."""
+    impl = _triton() if USE_TRITON_ARGMAX and _on_gpu(logits) and logits.dim() == 2 and logits.stride(-1) == 1 else None
+    return impl.argmax(logits) if impl else logits.argmax(-1)
+
+
+
 def gdn_gating(a, b, A_log, dt_bias, allow_neg_eigval=False, valid_len=None, tokens_per_row=1):
     """``(g, beta)`` float32 ``[N, HV]``; Triton on CUDA, :func:`gdn_gating_masked_ref` otherwise."""
     impl = _triton() if a.is_cuda else None

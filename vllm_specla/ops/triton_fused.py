@@ -408,3 +408,37 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
             HAS_GATE=has_gate, GSIG=gate_act == "sigmoid", RES=residual is not None, PDL=on, num_warps=nw,
             **_pdl.launch_kw(on))
     return out
+
+
+# ---------------------------------------------------------------- greedy token: argmax over the vocabulary
+@triton.jit
+def _argmax_kernel(x, out, V, sx, BV: tl.constexpr, PDL: tl.constexpr):
+    # one program per row: the first index of the maximum (NaN counts as the maximum, first NaN
+    # wins), torch.argmax's rule
+    pdl_enter(PDL)
+    i = tl.program_id(0).to(tl.int64)
+    o = tl.arange(0, BV)
+    m = o < V
+    v = tl.load(x + i * sx + o, mask=m, other=float("-inf")).to(tl.float32)
+    nan = (v != v) & m
+    big = V + BV
+    first_nan = tl.min(tl.where(nan, o, big), 0)
+    mx = tl.max(tl.where(nan, float("-inf"), v), 0)
+    first_max = tl.min(tl.where((v == mx) & m, o, big), 0)
+    tl.store(out + i, tl.where(first_nan < big, first_nan, first_max).to(tl.int64))
+
+
+def argmax(x: torch.Tensor) -> torch.Tensor:
+    """``torch.argmax(x, -1)`` for logits ``x [N, V]`` (row stride free, dense last dim, any float
+    dtype): ``[N]`` int64, the first index of each row's maximum (NaN counts as the maximum).
+    One program per row (torch's reduction took ~12 us per call for a 32000-token vocabulary at
+    one row on the H200, benchmarks/RESULTS.md session 13)."""
+    N, V = x.shape
+    assert x.stride(1) == 1
+    out = torch.empty(N, dtype=torch.int64, device=x.device)
+    if N and V:
+        BV = triton.next_power_of_2(V)
+        on = _pdl.enabled(x)
+        _argmax_kernel[(N,)](x, out, V, x.stride(0), BV=BV, PDL=on, num_warps=16 if BV >= 16384 else 4,
+                             **_pdl.launch_kw(on))
+    return out

@@ -41,6 +41,7 @@ import torch
 from vllm_specla.core.acceptance import greedy_accept_chain
 from vllm_specla.ops.tree_reference import compact_path_factors
 from vllm_specla.core.state import LayerState, allocate_layer_states, layer_state_shapes, stacked_view
+from vllm_specla.ops import fused
 from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget, StepCtrl
 
 RUNTIME_MODES = ("ar", "specla", "snapshot")
@@ -240,14 +241,14 @@ class DecodeRuntime:
 
     # ------------------------------------------------------------------ steps
     def _argmax(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.tgt.logits(hidden).argmax(-1)
+        return fused.argmax(self.tgt.logits(hidden))
 
     def _speculate(self, f: torch.Tensor) -> torch.Tensor:
         """Drafts from feature ``f [B, D]``: the first token (top-``W`` for a tree), then ``K - 1``
         more per branch on the scratch slots. Returns ``[B, W*K]`` (branch-major)."""
         B, W, K = self.B, self.W, self.K
         logits = self.tgt.logits(f)
-        d = logits.argmax(-1) if W == 1 else logits.topk(W, -1).indices.reshape(B * W)
+        d = fused.argmax(logits) if W == 1 else logits.topk(W, -1).indices.reshape(B * W)
         levels = [d]
         if K > 1:
             fw = f.repeat_interleave(W, 0) if W > 1 else f

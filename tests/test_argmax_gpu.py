@@ -1,0 +1,52 @@
+"""The greedy-token argmax (``triton_fused.argmax`` / ``fused.argmax``) against ``torch.argmax``.
+
+Runs on CUDA; skipped without it, except under ``TRITON_INTERPRET=1`` (CPU interpreter). Exact:
+equal to ``torch.argmax`` index for index (no tolerance).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+HAVE_CUDA = torch.cuda.is_available()
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+pytestmark = pytest.mark.skipif(not (HAVE_CUDA or INTERPRET), reason="needs CUDA (or TRITON_INTERPRET=1)")
+DEV = "cuda" if HAVE_CUDA else "cpu"
+
+if HAVE_CUDA or INTERPRET:
+    from vllm_specla.ops import fused
+    from vllm_specla.ops import triton_fused as tf
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("V", [32000, 1000, 7])
+def test_argmax_equals_torch(dtype, V):
+    """Index for index torch.argmax on random logits with planted ties (the first index wins),
+    NaNs (the first NaN wins), an all -inf row (index 0) and row-strided input."""
+    g = torch.Generator().manual_seed(V)
+    x = torch.randn(6, V + 5, generator=g).to(dtype)[:, 5:]
+    if V > 4:
+        x[1, 3] = x[1, V - 1] = 40.0
+        x[2, V - 2] = x[2, 1] = float("nan")
+        x[3] = float("-inf")
+        x[4, V // 2] = x[4, V // 3] = x[4].max()
+    x = x.to(DEV)
+    got = tf.argmax(x)
+    assert got.dtype == torch.int64 and torch.equal(got, x.argmax(-1))
+    assert torch.equal(tf.argmax(x[:0]), x[:0].argmax(-1))
+
+
+def test_argmax_dispatch(monkeypatch):
+    """fused.argmax is torch.argmax's result with the Triton kernel on and off."""
+    calls, inner = [], tf.argmax
+    if not HAVE_CUDA:
+        monkeypatch.setattr(fused, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(tf, "argmax", lambda x: (calls.append(x.shape), inner(x))[1])
+    x = torch.randn(3, 500, generator=torch.Generator().manual_seed(1)).to(DEV)
+    for on in (True, False):
+        monkeypatch.setattr(fused, "USE_TRITON_ARGMAX", on)
+        assert torch.equal(fused.argmax(x), x.argmax(-1))
+    assert calls == [(3, 500)]
