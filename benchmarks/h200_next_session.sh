@@ -39,11 +39,16 @@ case "${1:-}" in
           --tag s13d --out "$OUT/e2e_s13d.jsonl" 2>&1 | grep "^{" | python -c "$S"
       ;;
   s13e)  # session 13, call 4 (carry .whl, .devdata): the grid at the defaults (PDL, the Triton argmax, the per-trial
-        # acceptance EMA) to refresh README's table: flame / map, batch 1 / 16 / 64 / 256, K = 4, alpha 0.8, --auto, snapshots
+        # acceptance EMA) to refresh README's table: flame / map, batch 1 / 16 / 64 / 256, K = 4, alpha 0.8, --auto, snapshots.
+        # First: the trained pair at batch 1 / 16 with --auto at the new small-weight rule (fused.GEMV_ROWS_SMALL_*: the row
+        # GEMV for <= 8 rows of <= 4 MiB weights) and the cost model's T = 1 split; the GEMV / runtime GPU tests of it
+      S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r.get("alpha"),round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows"),r.get("tag"),r.get("policy")) for r in map(json.loads,sys.stdin)]'
+      timeout 60 python benchmarks/bench_e2e.py --trained --prompts .devdata/mtbench_tiny.json --trained-batches 1,16 \
+          --ks 2,4,6 --auto --tag s13e_trained --out "$OUT/e2e_trained_s13e.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      timeout 70 python -m pytest -q tests/test_decode_runtime_gpu.py tests/test_fused_gpu.py -k "small or dispatch or match_cpu or lossless" 2>&1 | tail -2
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
       python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
-      S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r.get("alpha"),round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows"),r.get("tag")) for r in map(json.loads,sys.stdin)]'
-      timeout 480 python benchmarks/bench_e2e.py --shapes flame,map --batches 1,16,64,256 --ks 4 --alphas 0.8 --auto \
+      timeout 360 python benchmarks/bench_e2e.py --shapes flame,map --batches 1,16,64,256 --ks 4 --alphas 0.8 --auto \
           --snapshot-ks 4 --cuda-csrc --tag s13e --out "$OUT/e2e_s13e.jsonl" 2>&1 | grep "^{" | python -c "$S"
       ;;
   s13a)  # session 13, call 1: the verify-window GEMM (triton_fused.gemm_window: K slices summed once at the end, CUDA-core

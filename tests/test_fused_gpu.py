@@ -316,12 +316,14 @@ def test_gemv_rows_rejects_bad_prologue_args():
         tf.gemv_rows(x, w, gate=x)
 
 
-def _spy_row_gemv(monkeypatch, rows: bool, pro: bool) -> list:
+def _spy_row_gemv(monkeypatch, rows: bool, pro: bool, small_max_m: int = 1) -> list:
     """Set the row-GEMV switches (and, under the interpreter, point ``fused._on_gpu`` at the CPU so
     the dispatch runs there too); returns the list of its calls as (rows, prologue, whether a
-    norm weight was passed, i.e. the RMSNorm fused)."""
+    norm weight was passed, i.e. the RMSNorm fused). ``small_max_m``: ``GEMV_ROWS_SMALL_MAX_M``
+    (1 by default here: the tests' weights are small, and most test the one-row rule)."""
     monkeypatch.setattr(F_ref, "USE_GEMV_ROWS", rows)
     monkeypatch.setattr(F_ref, "GEMV_ROWS_PROLOGUE", pro)
+    monkeypatch.setattr(F_ref, "GEMV_ROWS_SMALL_MAX_M", small_max_m)
     if not HAVE_CUDA:
         monkeypatch.setattr(F_ref, "_on_gpu", lambda x: True)
     calls = []
@@ -414,3 +416,28 @@ def test_row_gemv_dispatch_falls_back(monkeypatch):
     check(F_ref.linear(x, w), F_ref.linear_ref(x, w))  # and the plain case does (the seam works)
     assert calls == [(1, None, False)]
 
+
+
+def test_small_weights_take_the_row_gemv_for_a_few_rows(monkeypatch):
+    """fused.linear sends GEMMs of up to GEMV_ROWS_SMALL_MAX_M rows to the row GEMV when the weight
+    has at most GEMV_ROWS_SMALL_BYTES (the trained pair's verify windows at batch 1), and larger
+    weights or more rows to cuBLAS; the values equal linear_ref (rel < 1e-2 bf16 on CUDA, 1e-5
+    fp32 under the interpreter) either way."""
+    calls = _spy_row_gemv(monkeypatch, True, True, small_max_m=8)
+    g = torch.Generator().manual_seed(8)
+    dt = torch.bfloat16 if HAVE_CUDA else torch.float32
+    tol = 1e-2 if dt == torch.bfloat16 else 1e-5
+    K, N = 96, 40
+    w = (torch.randn(N, K, generator=g) * 0.1).to(DEV, dt)
+    nw = (torch.rand(K, generator=g) + 0.5).to(DEV)
+    monkeypatch.setattr(F_ref, "GEMV_ROWS_SMALL_BYTES", w.numel() * w.element_size())
+    for M in (1, 7, 8, 9):
+        x = torch.randn(M, K, generator=g).to(DEV, dt)
+        assert rel(F_ref.linear(x, w, nw, 1e-6), F_ref.linear_ref(x, w, nw, 1e-6)) < tol
+    assert [m for m, _, _ in calls] == [1, 7, 8]
+    calls.clear()
+    w2 = (torch.randn(N + 1, K, generator=g) * 0.1).to(DEV, dt)  # one row over the byte bound
+    x = torch.randn(7, K, generator=g).to(DEV, dt)
+    assert rel(F_ref.linear(x, w2), F_ref.linear_ref(x, w2)) < tol
+    assert rel(F_ref.linear(x[:1], w2), F_ref.linear_ref(x[:1], w2)) < tol
+    assert [m for m, _, _ in calls] == [1]

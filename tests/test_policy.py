@@ -49,8 +49,10 @@ def test_cost_table_seed_interpolation_and_prior(tmp_path):
     for src in (table, str(f)):
         m = StepCostModel(src)
         assert m.cost(1, 1) == pytest.approx(0.010) and m.cost(8, 3) == pytest.approx(0.030)
-        assert m.cost(1, 2) == pytest.approx(0.011)  # linear in T between known windows
-        assert m.cost(1, 5) == pytest.approx(0.014)  # ... and beyond them (slope of the nearest two)
+        # one verify window known (T = 3): T = 2 scales from it by the prior shape 1 + 0.25 (T - 1), not
+        # from the AR step (T = 1)
+        assert m.cost(1, 2) == pytest.approx(0.012 * 1.25 / 1.5)
+        assert m.cost(1, 5) == pytest.approx(0.012 * 2.0 / 1.5)  # ... and beyond it
         assert m.cost(4, 1) == pytest.approx(0.010 + 0.010 * 3 / 7)  # linear in B between batch sizes
         assert m.cost(16, 1) == pytest.approx(0.020 + 0.010 * 8 / 7)  # up to 2x beyond: the same line
         assert m.cost(64, 3) == pytest.approx(0.030)  # further: the nearest batch size's curve
@@ -142,6 +144,25 @@ def test_acceptance_at_batch_one_is_not_swung_by_single_outcomes():
     assert est.alpha(1) == pytest.approx(0.5 + 0.1 * 0.5)
     with pytest.raises(ValueError, match="ema_per_trial"):
         AcceptanceEstimator(2, ema_per_trial=0.0)
+
+
+
+def test_verify_window_costs_are_not_interpolated_from_the_ar_step():
+    """An unmeasured T = 2 lies on the line through the measured verify windows (T = 3, 5), not
+    between the AR step (T = 1, no drafter, no verify) and T = 3; T = 1 itself stays as measured,
+    and a table without any verify window still scales from T = 1 by the prior."""
+    m = StepCostModel({1: {1: 0.10, 3: 0.30, 5: 0.44}}, learn=False)
+    assert m.cost(1, 2) == pytest.approx(0.30 - 0.07)
+    assert m.cost(1, 4) == pytest.approx(0.37) and m.cost(1, 1) == pytest.approx(0.10)
+    assert m.cost(1, 7) == pytest.approx(0.44 + 2 * 0.07)
+    only_ar = StepCostModel({1: {1: 0.10}}, learn=False, prior_slope=0.5)
+    assert only_ar.cost(1, 3) == pytest.approx(0.20)
+    # the trained pair at batch 1 on the H200 (s13d, --rows-max-m 16): AR 0.1154 ms, T = 3 / 5 / 7
+    # 0.2937 / 0.4438 / 0.5468 ms, alpha ~0.9: K = 1 (measured 0.909x AR) is not expected to beat AR by the margin
+    table = {1: {1: 0.1154e-3, 3: 0.2937e-3, 5: 0.4438e-3, 7: 0.5468e-3}}
+    p = DraftLengthPolicy(6, StepCostModel(table, draft_seconds_per_token=0.0, learn=False),
+                          AcceptanceEstimator(6, prior=0.9068, floor=0.0), explore_every=0)
+    assert p.expected_rate(1, 1) < (1 + p.margin) * p.expected_rate(1, 0) and p.best(1) != 1
 
 
 # ---- decisions -----------------------------------------------------------------------------------

@@ -133,10 +133,16 @@ class _Surface:
     no further than a factor 2 away), then piecewise-linear in ``x`` over those; with a single
     known ``x0``, ``value(x0) * shape(B, x) / shape(B, x0)``; with nothing known at ``B``, the
     curve of the nearest batch size that has data. None when there is no data at all.
+    ``split``: windows ``x >= split`` are estimated from the known ``x' >= split`` only (and
+    ``x < split`` from ``x' < split``) where there are any. For the target, split = 2: a T = 1
+    step is a plain AR step (no verify, no drafter), so the line from T = 1 to T = 3 underestimates
+    a T = 2 step (H200, trained pair at batch 1: 0.205 ms interpolated against 0.231 measured, and
+    ``auto`` picked K = 1 at 0.91x AR; RESULTS.md session 13).
     """
 
-    def __init__(self, shape: Callable[[int, int], float], window: int = 16):
+    def __init__(self, shape: Callable[[int, int], float], window: int = 16, split: int | None = None):
         self.shape = shape
+        self.split = split
         self.window = window
         self.cells: dict[tuple[int, int], deque] = {}
         self.cell_value: dict[tuple[int, int], tuple[float, float]] = {}  # (mean B, median seconds)
@@ -192,6 +198,9 @@ class _Surface:
             known = self._known_at(pts, b)
         if x in known:
             return known[x]
+        if self.split is not None:
+            side = {x2: v for x2, v in known.items() if (x2 >= self.split) == (x >= self.split)}
+            known = side or known
         if len(known) >= 2:
             return _interp(sorted(known.items()), x)
         (x0, v0), = known.items()
@@ -218,7 +227,8 @@ class StepCostModel:
         learn: False freezes the model at its seed (observations are ignored).
 
     Windows not observed at a batch size are interpolated/extrapolated linearly in T from the
-    windows that are known there (slope >= 0); with one known window the prior's shape is used.
+    verify windows (T >= 2) that are known there (slope >= 0; the AR step, T = 1, only when no
+    verify window is known); with one known window the prior's shape is used.
     Batch sizes are interpolated linearly between observed ones (bucketed: exact up to 8, then a
     quarter-octave grid).
     """
@@ -227,7 +237,7 @@ class StepCostModel:
                  prior: Callable[[int, int], float] | None = None, prior_slope: float = 0.25,
                  draft_prior_ratio: float = 0.1, window: int = 16, learn: bool = True):
         self.prior = prior if prior is not None else (lambda b, t: 1.0 + prior_slope * (t - 1))
-        self.step = _Surface(self.prior, window)
+        self.step = _Surface(self.prior, window, split=2)  # T = 1 (AR) apart from the verify windows
         self.draft = _Surface(lambda b, k: float(k), window)
         if table is not None:
             self.step.seed(load_cost_table(table))

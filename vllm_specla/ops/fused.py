@@ -88,6 +88,15 @@ USE_GEMV_ROWS = _ROWS_ENV == "1"
 # 1.201 / 1.288 for the best bare config, (1, 0, 4), after separate prologue kernels (s11c; flame's
 # difference is noise, and (8, 1024, 8) without the prologues was not run)
 GEMV_ROWS_PROLOGUE = True
+# Small weights also take the row GEMV for up to GEMV_ROWS_SMALL_MAX_M rows: there a GEMM is launch-
+# bound, not a weight stream, and cuBLAS's split-K tiles plus their reduce kernel cost more. The
+# trained pair (fp32, hidden 384, every layer weight <= 3 MiB) at batch 1 on the H200 (s13d, RESULTS.md
+# session 13): its K = 6 step 0.861 -> 0.547 ms with the row GEMV for every GEMM of <= 16 rows (cuBLAS
+# ran sm80_xmma 32x128 tiles for the 7-row fp32 GEMMs, 327 us a step), K = 4 0.483 -> 0.444, K = 2
+# 0.442 -> 0.294; at batch 16 (16 rows) slower, AR 0.426 -> 0.553 ms. No flame / map weight is that
+# small (the smallest, map's o_proj, is 8 MiB), so their steps do not change.
+GEMV_ROWS_SMALL_MAX_M = 8
+GEMV_ROWS_SMALL_BYTES = 4 << 20
 
 
 def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=False):
@@ -154,14 +163,15 @@ def _rows_impl(x, w, residual=None, prologue: bool = False, norm_weight=None):
     """``triton_fused`` when the row GEMV takes this GEMM, else None (the caller falls back to the
     unfused kernels + cuBLAS, which take any layout): CUDA, ``USE_GEMV_ROWS`` (and
     ``GEMV_ROWS_PROLOGUE`` for a fused prologue), a 2-D ``x`` of at most ``GEMV_ROWS_MAX_M`` rows
-    with a dense feature dim, a 2-D contiguous ``w``, a ``[rows, N]`` residual with a dense feature
+    (``GEMV_ROWS_SMALL_MAX_M`` for a weight of at most ``GEMV_ROWS_SMALL_BYTES``) with a dense feature dim, a 2-D contiguous ``w``, a ``[rows, N]`` residual with a dense feature
     dim, a contiguous 1-D ``norm_weight``."""
     if not (USE_GEMV_ROWS and _on_gpu(x)) or (prologue and not GEMV_ROWS_PROLOGUE):
         return None
     impl = _triton()
-    if impl is None or x.dim() != 2 or x.shape[0] > impl.GEMV_ROWS_MAX_M or x.stride(-1) != 1:
+    if impl is None or x.dim() != 2 or x.stride(-1) != 1 or w.dim() != 2 or not w.is_contiguous():
         return None
-    if w.dim() != 2 or not w.is_contiguous():
+    M = x.shape[0]
+    if M > impl.GEMV_ROWS_MAX_M and not (M <= GEMV_ROWS_SMALL_MAX_M and w.numel() * w.element_size() <= GEMV_ROWS_SMALL_BYTES):
         return None
     if residual is not None and (residual.shape != (x.shape[0], w.shape[0]) or residual.stride(-1) != 1):
         return None
