@@ -38,6 +38,21 @@ case "${1:-}" in
       timeout 120 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
           --tag s13d --out "$OUT/e2e_s13d.jsonl" 2>&1 | grep "^{" | python -c "$S"
       ;;
+  s13f)  # session 13, call 5: s13b cut to fit (the row-GEMV configs next to the default, PDL on, flame M = 1), then e2e
+        # flame batch 1 (AR, SpecLA K = 6) at the default and at the sweep's best config, side by side
+      timeout 200 python benchmarks/bench_blas.py --shapes flame --ms 1 --out "$OUT/blas_s13f.json" \
+          --settings default,rows:8:1024:8,rows:4:1024:8,rows:8:1024:4,rows:16:1024:8,rows:8:512:8,rows:16:512:8,rows:4:512:4,rows:2:1024:4 \
+          2>&1 | grep -v -i warn
+      BEST=$(python -c 'import json,sys
+r=[x for x in json.load(open(sys.argv[1])) if x["setting"].startswith("rows")]
+print(",".join(min(r,key=lambda x:x["ms"])["setting"].split(":")[1:]) + ",pro" if r else "8,1024,8,pro")' "$OUT/blas_s13f.json")
+      echo "best rows config: $BEST"
+      P='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r["tag"],round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows")) for r in map(json.loads,sys.stdin)]'
+      for G in "" "--gemv-rows $BEST"; do
+        timeout 60 python benchmarks/bench_e2e.py --shapes flame --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
+            $G --tag "s13f_${G:-default}" --out "$OUT/e2e_s13f.jsonl" 2>&1 | grep "^{" | python -c "$P"
+      done
+      ;;
   s13e)  # session 13, call 4 (carry .whl, .devdata): the grid at the defaults (PDL, the Triton argmax, the per-trial
         # acceptance EMA) to refresh README's table: flame / map, batch 1 / 16 / 64 / 256, K = 4, alpha 0.8, --auto, snapshots.
         # First: the trained pair at batch 1 / 16 with --auto at the new small-weight rule (fused.GEMV_ROWS_SMALL_*: the row
