@@ -38,6 +38,14 @@ case "${1:-}" in
       timeout 120 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
           --tag s13d --out "$OUT/e2e_s13d.jsonl" 2>&1 | grep "^{" | python -c "$S"
       ;;
+  s13g)  # session 13, call 6 (as run, from the command line, on s13f's warm machine): e2e flame batch 1 (AR, SpecLA K = 6)
+        # at the default and with the row GEMV at (2, 1024, 4) / (4, 1024, 8) without the fused prologues
+      P='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r["tag"],round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows")) for r in map(json.loads,sys.stdin)]'
+      for G in "" "--gemv-rows 2,1024,4" "--gemv-rows 4,1024,8"; do
+        timeout 60 python benchmarks/bench_e2e.py --shapes flame --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
+            $G --tag "s13g_${G:-default}" --out "$OUT/e2e_s13g.jsonl" 2>&1 | grep "^{" | python -c "$P"
+      done
+      ;;
   s13f)  # session 13, call 5: s13b cut to fit (the row-GEMV configs next to the default, PDL on, flame M = 1), then e2e
         # flame batch 1 (AR, SpecLA K = 6) at the default and at the sweep's best config, side by side
       timeout 200 python benchmarks/bench_blas.py --shapes flame --ms 1 --out "$OUT/blas_s13f.json" \
