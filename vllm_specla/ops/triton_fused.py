@@ -11,7 +11,9 @@ kernel still runs. On the H200 (benchmarks/RESULTS.md sessions 11-12), flame sha
 one-row GEMMs in 0.78x cuBLAS's time (3.33 TB/s); the AR step at batch 1 1.383 (cuBLAS) -> 1.155 ms
 (row GEMV), session 11, same call; 1.136 -> 1.046 ms (PDL off / on), session 12, same call. Measured slower than cuBLAS for 2+ rows and not dispatched
 there: the row GEMV (2.2-5x at M = 5 and 7, session 12), and tensor-core skinny GEMMs (sessions 3-4,
-and again at 1.4-2.8x for 5 rows in session 12). The conv and recurrence are ``triton_chain``'s kernels.
+again at 1.4-2.8x for 5 rows in session 12, and a batched K-split form at 1.28-1.52x in session 13).
+Small weights (the trained pair's, ``fused.GEMV_ROWS_SMALL_*``) take the row GEMV for up to 8 rows.
+:func:`argmax` gives the greedy tokens. The conv and recurrence are ``triton_chain``'s kernels.
 Each kernel equals its plain-torch reference in :mod:`vllm_specla.ops.fused` (the dispatcher;
 references there), tested in ``tests/test_fused_gpu.py``. All math in float32; inputs may be
 token-strided (column slices of one projection output) as long as the feature dim is dense.
