@@ -197,7 +197,8 @@ def main() -> None:
                                        trace=None if trained else trace, use_cuda_graphs=False, tree_width=args.tree_width if mode == "specla" else 1)
                 r = breakdown(rt, prompts, args.steps)
                 W = args.tree_width if mode == "specla" else 1
-                rec = dict(shape=shape, batch=B, mode=mode, K=0 if mode == "ar" else args.k, alpha=args.alpha, tree_width=W,
+                rec = dict(shape=shape, batch=B, mode=mode, K=0 if mode == "ar" else args.k,
+                           alpha=None if trained else args.alpha, tree_width=W,
                            cuda_csrc=args.cuda_csrc, gemv_rows=rows, gpu=torch.cuda.get_device_name() if DEV == "cuda" else "cpu", **r)
                 recs.append(rec)
                 ph = " ".join(f"{p}={r['phases'].get(p, 0.0):.0f}" for p in PHASES)

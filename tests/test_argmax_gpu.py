@@ -25,7 +25,8 @@ if HAVE_CUDA or INTERPRET:
 @pytest.mark.parametrize("V", [32000, 1000, 7])
 def test_argmax_equals_torch(dtype, V):
     """Index for index torch.argmax on random logits with planted ties (the first index wins),
-    NaNs (the first NaN wins), an all -inf row (index 0) and row-strided input."""
+    NaNs (the first NaN wins), an all -inf row (index 0), +inf ties and row-strided input; an
+    all-NaN row too."""
     g = torch.Generator().manual_seed(V)
     x = torch.randn(6, V + 5, generator=g).to(dtype)[:, 5:]
     if V > 4:
@@ -33,10 +34,22 @@ def test_argmax_equals_torch(dtype, V):
         x[2, V - 2] = x[2, 1] = float("nan")
         x[3] = float("-inf")
         x[4, V // 2] = x[4, V // 3] = x[4].max()
+        x[5, V - 3] = x[5, 2] = float("inf")
     x = x.to(DEV)
     got = tf.argmax(x)
     assert got.dtype == torch.int64 and torch.equal(got, x.argmax(-1))
     assert torch.equal(tf.argmax(x[:0]), x[:0].argmax(-1))
+    nan = torch.full((2, V), float("nan"), dtype=dtype, device=DEV)
+    assert torch.equal(tf.argmax(nan), nan.argmax(-1))
+
+
+def test_argmax_rejects_what_it_does_not_take():
+    with pytest.raises(ValueError, match="bf16 / fp16 / fp32"):
+        tf.argmax(torch.randn(2, 8, dtype=torch.float64, device=DEV))
+    with pytest.raises(ValueError, match="1 <= V"):
+        tf.argmax(torch.empty(3, 0, device=DEV))
+    with pytest.raises(ValueError, match="dense last dim"):
+        tf.argmax(torch.randn(8, 2, device=DEV).t())
 
 
 def test_argmax_dispatch(monkeypatch):
@@ -50,3 +63,13 @@ def test_argmax_dispatch(monkeypatch):
         monkeypatch.setattr(fused, "USE_TRITON_ARGMAX", on)
         assert torch.equal(fused.argmax(x), x.argmax(-1))
     assert calls == [(3, 500)]
+    # torch for what the kernel does not take: fp64 (exact compares need fp64), a vocabulary over
+    # ARGMAX_MAX_V; V = 0 raises torch's error
+    monkeypatch.setattr(fused, "USE_TRITON_ARGMAX", True)
+    x64 = torch.tensor([[1.0, 1.0 + 1e-12]], dtype=torch.float64, device=DEV)
+    assert fused.argmax(x64).tolist() == [1]
+    monkeypatch.setattr(tf, "ARGMAX_MAX_V", 400)
+    assert torch.equal(fused.argmax(x), x.argmax(-1))
+    assert calls == [(3, 500)]
+    with pytest.raises((RuntimeError, IndexError)):
+        fused.argmax(torch.empty(2, 0, device=DEV))

@@ -134,10 +134,12 @@ class _Surface:
     known ``x0``, ``value(x0) * shape(B, x) / shape(B, x0)``; with nothing known at ``B``, the
     curve of the nearest batch size that has data. None when there is no data at all.
     ``split``: windows ``x >= split`` are estimated from the known ``x' >= split`` only (and
-    ``x < split`` from ``x' < split``) where there are any. For the target, split = 2: a T = 1
-    step is a plain AR step (no verify, no drafter), so the line from T = 1 to T = 3 underestimates
-    a T = 2 step (H200, trained pair at batch 1: 0.205 ms interpolated against 0.231 measured, and
-    ``auto`` picked K = 1 at 0.91x AR; RESULTS.md session 13).
+    ``x < split`` from ``x' < split``) where at least two are known there, and never below the
+    largest known ``x' < split``. For the target, split = 2: a T = 1 step is a plain AR step (no
+    verify, no drafter), so the line from T = 1 to T = 3 underestimates a T = 2 step (H200, trained
+    pair at batch 1: 0.205 ms interpolated against 0.231 measured, and ``auto`` picked K = 1 at
+    0.91x AR; RESULTS.md session 13). With one verify window known, the line through T = 1 stays (a
+    prior's shape scaled to that window alone could put a verify step below the AR step).
     """
 
     def __init__(self, shape: Callable[[int, int], float], window: int = 16, split: int | None = None):
@@ -198,13 +200,17 @@ class _Surface:
             known = self._known_at(pts, b)
         if x in known:
             return known[x]
+        floor = 0.0
         if self.split is not None:
             side = {x2: v for x2, v in known.items() if (x2 >= self.split) == (x >= self.split)}
-            known = side or known
+            if x >= self.split:  # a verify window costs at least the AR step
+                floor = max((v for x2, v in known.items() if x2 < self.split), default=0.0)
+            if len(side) >= 2:
+                known = side
         if len(known) >= 2:
-            return _interp(sorted(known.items()), x)
+            return max(floor, _interp(sorted(known.items()), x))
         (x0, v0), = known.items()
-        return v0 * self.shape(int(round(b)), x) / self.shape(int(round(b)), x0)
+        return max(floor, v0 * self.shape(int(round(b)), x) / self.shape(int(round(b)), x0))
 
 
 class StepCostModel:
@@ -227,8 +233,9 @@ class StepCostModel:
         learn: False freezes the model at its seed (observations are ignored).
 
     Windows not observed at a batch size are interpolated/extrapolated linearly in T from the
-    verify windows (T >= 2) that are known there (slope >= 0; the AR step, T = 1, only when no
-    verify window is known); with one known window the prior's shape is used.
+    windows known there (slope >= 0), verify windows (T >= 2) from the known verify windows only
+    when there are two or more, never below the AR step (T = 1); with one known window the prior's
+    shape is used.
     Batch sizes are interpolated linearly between observed ones (bucketed: exact up to 8, then a
     quarter-octave grid).
     """
@@ -300,9 +307,13 @@ class AcceptanceEstimator:
             outcome per position, so a fixed per-step weight of 0.1 averaged over ~10 outcomes
             only: on the trained pair (H200, RESULTS.md session 13) that noise made ``auto`` pick
             K = 4 at 0.92x AR. With 0.01 per trial the memory is ~100 outcomes at batch 1 and
-            the per-step ``ema`` from ~11 rows up (as before). ``ema_per_trial = 1`` gives the
-            per-step EMA at every batch size.
-        min_steps: steps with outcomes at a position before its own estimate is used.
+            the per-step ``ema`` from ~11 rows up (as before); the price is a slower reaction at
+            batch 1 (10 steps of all drafts rejected move alpha_1 from 0.7 to ~0.63, where the
+            per-step EMA went to ~0.24; exploration and the margin bound the loss meanwhile).
+            ``ema_per_trial = 1`` gives the per-step EMA at every batch size.
+        min_steps: steps with outcomes at a position before its own estimate is used (and its
+            data must weigh at least half of it against the prior; until then the pooled
+            estimate, which gets every position's trials, is used).
     Raises:
         ValueError: ``prior``, ``floor``, ``ema`` or ``ema_per_trial`` outside the ranges above.
     """
@@ -319,6 +330,7 @@ class AcceptanceEstimator:
         self.pooled = prior
         self.per_pos = [prior] * k_max
         self.steps_at = [0] * k_max
+        self.mass = [0.0] * k_max  # weight of the data (not the prior) in per_pos[i]
 
     def update(self, num_drafts: Iterable[int], num_accepted: Iterable[int]) -> None:
         """Fold one verify step's outcomes in: per row, drafts proposed and drafts accepted
@@ -341,7 +353,9 @@ class AcceptanceEstimator:
         self.pooled += self._weight(tot_t) * (tot_s / tot_t - self.pooled)
         for i in range(self.k_max):
             if trials[i]:
-                self.per_pos[i] += self._weight(trials[i]) * (succ[i] / trials[i] - self.per_pos[i])
+                w = self._weight(trials[i])
+                self.per_pos[i] += w * (succ[i] / trials[i] - self.per_pos[i])
+                self.mass[i] = 1.0 - (1.0 - self.mass[i]) * (1.0 - w)
                 self.steps_at[i] += 1
 
     def _weight(self, trials: int) -> float:
@@ -351,7 +365,8 @@ class AcceptanceEstimator:
     def alpha(self, position: int) -> float:
         """Conditional acceptance used for draft ``position`` (1-based), floored."""
         i = position - 1
-        a = self.per_pos[i] if i < self.k_max and self.steps_at[i] >= self.min_steps else self.pooled
+        own = i < self.k_max and self.steps_at[i] >= self.min_steps and self.mass[i] >= 0.5
+        a = self.per_pos[i] if own else self.pooled
         return max(self.floor, min(1.0, a))
 
     def tau(self, k: int) -> float:

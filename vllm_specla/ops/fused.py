@@ -100,9 +100,10 @@ GEMV_ROWS_SMALL_BYTES = 4 << 20
 
 
 def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=False):
-    """``[RMSNorm(x)] @ w.T [+ residual]``: on CUDA the row GEMV for one-row ``x`` when
-    ``USE_GEMV_ROWS`` (:func:`vllm_specla.ops.triton_fused.gemv_rows`), else RMSNorm kernel +
-    cuBLAS; the reference math on the CPU.
+    """``[RMSNorm(x)] @ w.T [+ residual]``: on CUDA the row GEMV when :func:`_rows_impl` takes the
+    GEMM (one row, or up to ``GEMV_ROWS_SMALL_MAX_M`` rows on a small weight; ``USE_GEMV_ROWS``,
+    :func:`vllm_specla.ops.triton_fused.gemv_rows`), else RMSNorm kernel + cuBLAS; the reference
+    math on the CPU.
 
     ``residual_inplace``: add into ``residual`` itself and return it (``residual.addmm_``: cuBLAS
     accumulates onto it with beta = 1). ``torch.addmm(residual, ...)`` first copies ``residual`` into
@@ -110,7 +111,7 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
     step in the decode runtime (the "Memcpy DtoD" rows of ``benchmarks/step_breakdown.py``). The
     same GEMM with the same operands, so the values are the same."""
     impl = _rows_impl(x, w, residual, False, norm_weight)
-    if impl is not None:  # one row on CUDA: the row GEMV, the norm its prologue or its own kernel
+    if impl is not None:  # the row GEMV (see _rows_impl), the norm its prologue or its own kernel
         if norm_weight is not None and not GEMV_ROWS_PROLOGUE:
             x, norm_weight = rms_norm(x, norm_weight, eps, w.dtype), None
         return impl.gemv_rows(x, w, norm_weight, eps, residual,
@@ -163,7 +164,8 @@ def _rows_impl(x, w, residual=None, prologue: bool = False, norm_weight=None):
     """``triton_fused`` when the row GEMV takes this GEMM, else None (the caller falls back to the
     unfused kernels + cuBLAS, which take any layout): CUDA, ``USE_GEMV_ROWS`` (and
     ``GEMV_ROWS_PROLOGUE`` for a fused prologue), a 2-D ``x`` of at most ``GEMV_ROWS_MAX_M`` rows
-    (``GEMV_ROWS_SMALL_MAX_M`` for a weight of at most ``GEMV_ROWS_SMALL_BYTES``) with a dense feature dim, a 2-D contiguous ``w``, a ``[rows, N]`` residual with a dense feature
+    (``GEMV_ROWS_SMALL_MAX_M`` for a weight of at most ``GEMV_ROWS_SMALL_BYTES``) with a dense
+    feature dim, a 2-D contiguous ``w``, a ``[rows, N]`` residual with a dense feature
     dim, a contiguous 1-D ``norm_weight``."""
     if not (USE_GEMV_ROWS and _on_gpu(x)) or (prologue and not GEMV_ROWS_PROLOGUE):
         return None
@@ -171,7 +173,8 @@ def _rows_impl(x, w, residual=None, prologue: bool = False, norm_weight=None):
     if impl is None or x.dim() != 2 or x.stride(-1) != 1 or w.dim() != 2 or not w.is_contiguous():
         return None
     M = x.shape[0]
-    if M > impl.GEMV_ROWS_MAX_M and not (M <= GEMV_ROWS_SMALL_MAX_M and w.numel() * w.element_size() <= GEMV_ROWS_SMALL_BYTES):
+    small = M <= GEMV_ROWS_SMALL_MAX_M and w.numel() * w.element_size() <= GEMV_ROWS_SMALL_BYTES
+    if M > impl.GEMV_ROWS_MAX_M and not small:
         return None
     if residual is not None and (residual.shape != (x.shape[0], w.shape[0]) or residual.stride(-1) != 1):
         return None
@@ -242,10 +245,14 @@ USE_TRITON_ARGMAX = True
 
 def argmax(logits: torch.Tensor) -> torch.Tensor:
     """Greedy tokens ``[N]`` int64 of ``logits [N, V]``: ``torch.argmax(logits, -1)`` (first index
-    of the maximum); a one-program-per-row Triton kernel on CUDA when :data:`USE_TRITON_ARGMAX`
-    and the last dim is dense, torch otherwise."""
+    of the maximum); a one-program-per-row Triton kernel (``triton_fused.argmax``) on CUDA when
+    :data:`USE_TRITON_ARGMAX` and it takes the input (2-D, dense last dim, bf16 / fp16 / fp32,
+    ``1 <= V <= ARGMAX_MAX_V``), torch otherwise (which also raises torch's errors)."""
     impl = _triton() if USE_TRITON_ARGMAX and _on_gpu(logits) and logits.dim() == 2 and logits.stride(-1) == 1 else None
-    return impl.argmax(logits) if impl else logits.argmax(-1)
+    if impl is None or logits.dtype not in (torch.bfloat16, torch.float16, torch.float32) \
+            or not 1 <= logits.shape[1] <= impl.ARGMAX_MAX_V:
+        return logits.argmax(-1)
+    return impl.argmax(logits)
 
 
 

@@ -430,15 +430,25 @@ def _argmax_kernel(x, out, V, sx, BV: tl.constexpr, PDL: tl.constexpr):
     tl.store(out + i, tl.where(first_nan < big, first_nan, first_max).to(tl.int64))
 
 
+ARGMAX_MAX_V = 65536  # one program holds a whole row: larger vocabularies go to torch (fused.argmax)
+
+
 def argmax(x: torch.Tensor) -> torch.Tensor:
-    """``torch.argmax(x, -1)`` for logits ``x [N, V]`` (row stride free, dense last dim, any float
-    dtype): ``[N]`` int64, the first index of each row's maximum (NaN counts as the maximum).
-    One program per row (torch's reduction took ~12 us per call for a 32000-token vocabulary at
-    one row on the H200, benchmarks/RESULTS.md session 13)."""
+    """``torch.argmax(x, -1)`` for logits ``x [N, V]`` (row stride free, dense last dim, bf16 /
+    fp16 / fp32, ``1 <= V <= ARGMAX_MAX_V``): ``[N]`` int64, the first index of each row's maximum
+    (NaN counts as the maximum, the first NaN wins). One program per row, the row in registers
+    (fp32 compares: exact for these dtypes). torch's reduction took ~12 us per call for a
+    32000-token vocabulary at one row on the H200, this 5.3 us (benchmarks/RESULTS.md session 13).
+
+    Raises:
+        ValueError: another dtype, ``V`` outside ``1..ARGMAX_MAX_V`` or a strided last dim.
+    """
     N, V = x.shape
-    assert x.stride(1) == 1
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32) or not 1 <= V <= ARGMAX_MAX_V or x.stride(1) != 1:
+        raise ValueError(f"argmax: logits must be bf16 / fp16 / fp32 [N, V] with 1 <= V <= {ARGMAX_MAX_V} and a "
+                         f"dense last dim, got {x.dtype} {tuple(x.shape)} stride {tuple(x.stride())}")
     out = torch.empty(N, dtype=torch.int64, device=x.device)
-    if N and V:
+    if N:
         BV = triton.next_power_of_2(V)
         on = _pdl.enabled(x)
         _argmax_kernel[(N,)](x, out, V, x.stride(0), BV=BV, PDL=on, num_warps=16 if BV >= 16384 else 4,
