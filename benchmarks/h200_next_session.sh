@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). State after session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
+# README/device; the s5* / s6* / s8d-s8f calls need neither). State after session 13: benchmarks/RESULTS.md "Session 13" (s13a, s13c-s13g as
+# run; s13a's win: settings and --gemm-window were removed after it, s13e's grid ran the first version of the cost split). Session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
 # s12b's rows-s11 and s12c's mma: settings were removed after them). Session 11: "Session 11" (s11a-s11f as run;
 # s11d's multi:* settings were removed after it). Before it: benchmarks/RESULTS.md
 # "Session 10" (s10a-s10f below as run; s10a / s10b ran UT_SOLVE / UT_SPLIT before they became the tree defaults,
@@ -74,7 +75,7 @@ print(",".join(min(r,key=lambda x:x["ms"])["setting"].split(":")[1:]) + ",pro" i
       timeout 360 python benchmarks/bench_e2e.py --shapes flame,map --batches 1,16,64,256 --ks 4 --alphas 0.8 --auto \
           --snapshot-ks 4 --cuda-csrc --tag s13e --out "$OUT/e2e_s13e.jsonl" 2>&1 | grep "^{" | python -c "$S"
       ;;
-  s13a)  # session 13, call 1: the verify-window GEMM (triton_fused.gemm_window: K slices summed once at the end, CUDA-core
+  s13a)  # (as run; bench_blas --win-sweep and bench_e2e --gemm-window were removed after it, so it cannot be rerun) session 13, call 1: the verify-window GEMM (triton_fused.gemm_window: K slices summed once at the end, CUDA-core
         # FORM 0 / tensor-core FORM 1) and the Triton argmax. Their GPU tests; the step's GEMMs at M = 5 / 7 for WIN_SWEEP
         # against cuBLAS; e2e batch 1 (AR, SpecLA K = 6): torch argmax / Triton argmax / + the best window config
       timeout 150 python -m pytest -q -x tests/test_window_gemm_gpu.py 2>&1 | tail -2
