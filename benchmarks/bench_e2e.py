@@ -226,6 +226,11 @@ def bench_shape(args, shape: str, device: str) -> None:
         torch.cuda.empty_cache()
 
 
+def agree_rows(outs: list[list[int]], ref: list[list[int]]) -> int:
+    """Rows whose tokens equal the AR run's over their common length (the lossless count)."""
+    return sum(o[: min(len(o), len(a))] == a[: min(len(o), len(a))] for o, a in zip(outs, ref))
+
+
 def build_trained(device):
     """The embedded trained pair (``models/specla-gdn-tiny``) as runtime modules, fp32: ``(target, drafter)``."""
     from vllm_specla.models.drafter import load_eagle_drafter  # noqa: PLC0415
@@ -300,7 +305,7 @@ def bench_trained(args, device: str) -> None:
             rt.capture()
             r = timed_runtime(rt, prompts, steps)
             outs = rt.outputs()
-            ok = sum(o[: min(len(o), len(a))] == a[: min(len(o), len(a))] for o, a in zip(outs, ar_out))
+            ok = agree_rows(outs, ar_out)
             record(args.out, dict(base, mode="specla", K=K, step_ms=1e3 * r.seconds / r.steps,
                                   tokens_per_s=r.tokens_per_s, tau=r.mean_acceptance_length,
                                   speedup=r.tokens_per_s / r_ar.tokens_per_s, lossless_rows=f"{ok}/{B}"))
@@ -313,7 +318,7 @@ def bench_trained(args, device: str) -> None:
                 rt.capture()
                 r = timed_runtime(rt, prompts, steps)
                 outs = rt.outputs()
-                ok = sum(o[: min(len(o), len(a))] == a[: min(len(o), len(a))] for o, a in zip(outs, ar_out))
+                ok = agree_rows(outs, ar_out)
                 record(args.out, dict(base, mode="specla-tree", K=K, tree_width=W, nodes=1 + W * K,
                                       step_ms=1e3 * r.seconds / r.steps, tokens_per_s=r.tokens_per_s,
                                       tau=r.mean_acceptance_length, speedup=r.tokens_per_s / r_ar.tokens_per_s,
@@ -326,7 +331,7 @@ def bench_trained(args, device: str) -> None:
             rt.capture()
             r = timed_runtime(rt, prompts, steps if K else steps * (max(args.ks) + 1))
             outs = rt.outputs()
-            ok = sum(o[: min(len(o), len(a))] == a[: min(len(o), len(a))] for o, a in zip(outs, ar_out))
+            ok = agree_rows(outs, ar_out)
             record(args.out, dict(base, mode="specla-auto", K=K, step_ms=1e3 * r.seconds / r.steps,
                                   tokens_per_s=r.tokens_per_s, tau=r.mean_acceptance_length,
                                   speedup=r.tokens_per_s / r_ar.tokens_per_s, lossless_rows=f"{ok}/{B}",
@@ -376,7 +381,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
     # (s11e's records had None for both the default and "off": the state is read back here)
     return dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG),
                 max_m=triton_fused.GEMV_ROWS_MAX_M, pdl=pdl.enabled(torch.empty(0, device="cuda")),
-                gating=fused.GEMV_ROWS_GATING, triton_argmax=fused.USE_TRITON_ARGMAX)
+                gating=fused.GEMV_ROWS_GATING, triton_argmax=fused.USE_TRITON_ARGMAX,
+                small=[fused.GEMV_ROWS_SMALL_MAX_M, fused.GEMV_ROWS_SMALL_BYTES])
 
 
 def main() -> None:

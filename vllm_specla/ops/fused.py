@@ -75,7 +75,8 @@ def linear_ref(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | Non
 # (flame / map) against 1.421 / 1.490 with cuBLAS (s11c, RESULTS.md session 11); with programmatic
 # dependent launch (ops/pdl.py) 1.046 / 1.091 against 1.136 / 1.199 without (s12c, session 12). For 2+ rows cuBLAS stays: the row GEMV measured
 # 1.15-1.98x cuBLAS at M = 2 (s11a) and 2.2-5x at M = 5 and 7 (s12b); a form holding [rows, BN, BK]
-# partial sums 2.7-9x (s11d, removed); a tensor-core skinny GEMM 1.4-2.8x at M = 5 (s12c, removed)
+# partial sums 2.7-9x (s11d, removed); a tensor-core skinny GEMM 1.4-2.8x at M = 5 (s12c, removed). Small
+# weights are the exception (GEMV_ROWS_SMALL_*, below)
 _ROWS_ENV = os.environ.get("VLLM_SPECLA_GEMV_ROWS", "1")
 if _ROWS_ENV not in ("0", "1"):
     raise ValueError(f"VLLM_SPECLA_GEMV_ROWS must be '0' (cuBLAS for one-row GEMMs) or '1' (the row GEMV, the "
@@ -137,9 +138,9 @@ def linear_gating(x, w, norm_weight, eps, a0, A_log, dt_bias, allow_neg_eigval=F
 
     Returns ``(p [N, out] in w.dtype, g [N, HV] float32, beta [N, HV] float32)``; ``g`` / ``beta``
     are column views of one ``[N, 2 HV]`` buffer, as :func:`gdn_gating` returns them. With
-    :data:`GEMV_ROWS_GATING` on, one-row CUDA input without ``valid_len`` takes the row GEMV
-    with the gating as its epilogue (the same math on the same rounded outputs); otherwise the two
-    ops run as above."""
+    :data:`GEMV_ROWS_GATING` on, a GEMM the row GEMV takes (:func:`_rows_impl`) without
+    ``valid_len`` runs it with the gating as its epilogue (the same math on the same rounded
+    outputs); otherwise the two ops run as above."""
     impl = _rows_impl(x, w, None, False, norm_weight) if GEMV_ROWS_GATING and valid_len is None else None
     HV = A_log.numel()
     if impl is not None and a0 + 2 * HV <= w.shape[0] and A_log.is_contiguous() and dt_bias.is_contiguous():
@@ -189,7 +190,7 @@ def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual
     ``o [N, HV, V]`` (any float dtype), ``gate [N, HV*V]`` or None, ``norm_weight [V]`` float32,
     ``act`` ``"sigmoid"`` or silu (``"swish"`` / ``"silu"``), ``w [out, HV*V]``, ``residual [N, out]``
     (added; in place with ``residual_inplace``). Returns ``[N, out]`` in ``w.dtype``. The gated norm
-    is fla ``FusedRMSNormGated`` (:func:`gated_rms_norm_ref`). With ``GEMV_ROWS_PROLOGUE`` on one-row
+    is fla ``FusedRMSNormGated`` (:func:`gated_rms_norm_ref`). With ``GEMV_ROWS_PROLOGUE`` on row-GEMV
     CUDA input it is the row GEMV's prologue (one launch instead of two) when ``o`` is dense
     (``[N, HV*V]`` viewable), ``V`` a power of two dividing the config's BK, and ``gate`` 2-D with a
     dense feature dim; otherwise the two kernels run.
@@ -211,7 +212,7 @@ def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual
 def silu_mul_linear(x, w, residual=None, residual_inplace=False):
     """``linear(silu_mul(x), w, residual=...)``: ``x [N, 2I]``, ``w [out, I]``, ``residual [N, out]``
     (added; in place with ``residual_inplace``); returns ``[N, out]`` in ``w.dtype``. The SwiGLU is
-    fla ``GatedMLP``'s (:func:`silu_mul_ref`); with ``GEMV_ROWS_PROLOGUE`` on one-row CUDA input
+    fla ``GatedMLP``'s (:func:`silu_mul_ref`); with ``GEMV_ROWS_PROLOGUE`` on row-GEMV CUDA input
     it is the row GEMV's prologue (one launch instead of two)."""
     impl = _rows_impl(x, w, residual, True) if x.dim() == 2 and x.shape[-1] == 2 * w.shape[-1] else None
     if impl is not None:
@@ -248,12 +249,8 @@ def argmax(logits: torch.Tensor) -> torch.Tensor:
     of the maximum); a one-program-per-row Triton kernel (``triton_fused.argmax``) on CUDA when
     :data:`USE_TRITON_ARGMAX` and it takes the input (2-D, dense last dim, bf16 / fp16 / fp32,
     ``1 <= V <= ARGMAX_MAX_V``), torch otherwise (which also raises torch's errors)."""
-    impl = _triton() if USE_TRITON_ARGMAX and _on_gpu(logits) and logits.dim() == 2 and logits.stride(-1) == 1 else None
-    if impl is None or logits.dtype not in (torch.bfloat16, torch.float16, torch.float32) \
-            or not 1 <= logits.shape[1] <= impl.ARGMAX_MAX_V:
-        return logits.argmax(-1)
-    return impl.argmax(logits)
-
+    impl = _triton() if USE_TRITON_ARGMAX and _on_gpu(logits) else None
+    return impl.argmax(logits) if impl is not None and impl.argmax_takes(logits) else logits.argmax(-1)
 
 
 def gdn_gating(a, b, A_log, dt_bias, allow_neg_eigval=False, valid_len=None, tokens_per_row=1):

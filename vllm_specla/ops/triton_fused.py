@@ -433,6 +433,13 @@ def _argmax_kernel(x, out, V, sx, BV: tl.constexpr, PDL: tl.constexpr):
 ARGMAX_MAX_V = 65536  # one program holds a whole row: larger vocabularies go to torch (fused.argmax)
 
 
+def argmax_takes(x: torch.Tensor) -> bool:
+    """Whether :func:`argmax` takes ``x``: 2-D bf16 / fp16 / fp32 logits with a dense last dim and
+    ``1 <= V <= ARGMAX_MAX_V`` (fp32 compares are exact for these dtypes)."""
+    return (x.dim() == 2 and x.dtype in (torch.bfloat16, torch.float16, torch.float32) and x.stride(-1) == 1
+            and 1 <= x.shape[1] <= ARGMAX_MAX_V)
+
+
 def argmax(x: torch.Tensor) -> torch.Tensor:
     """``torch.argmax(x, -1)`` for logits ``x [N, V]`` (row stride free, dense last dim, bf16 /
     fp16 / fp32, ``1 <= V <= ARGMAX_MAX_V``): ``[N]`` int64, the first index of each row's maximum
@@ -443,10 +450,10 @@ def argmax(x: torch.Tensor) -> torch.Tensor:
     Raises:
         ValueError: another dtype, ``V`` outside ``1..ARGMAX_MAX_V`` or a strided last dim.
     """
-    N, V = x.shape
-    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32) or not 1 <= V <= ARGMAX_MAX_V or x.stride(1) != 1:
+    if not argmax_takes(x):
         raise ValueError(f"argmax: logits must be bf16 / fp16 / fp32 [N, V] with 1 <= V <= {ARGMAX_MAX_V} and a "
                          f"dense last dim, got {x.dtype} {tuple(x.shape)} stride {tuple(x.stride())}")
+    N, V = x.shape
     out = torch.empty(N, dtype=torch.int64, device=x.device)
     if N:
         BV = triton.next_power_of_2(V)
