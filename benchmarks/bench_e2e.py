@@ -149,6 +149,9 @@ def bench_shape(args, shape: str, device: str) -> None:
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     t0 = time.time()
     cfg, tgt, dr = build(shape, device, dtype)
+    # random weights have no token frequencies: the first Vd ids (the cost does not depend on which)
+    drs = {dv: dr.with_draft_vocab(torch.arange(dv) if dv else None) for dv in args.draft_vocabs}
+    dr = drs[args.draft_vocabs[0]]
     gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     print(f"# {shape}: built in {time.time() - t0:.1f}s on {gpu}", flush=True)
     kmax = max(args.ks)
@@ -171,38 +174,39 @@ def bench_shape(args, shape: str, device: str) -> None:
         del ar
         step_s = {1: r_ar.seconds / r_ar.steps}  # window T -> seconds per step (drafting included)
         outcomes = {}  # alpha -> per-step accepted drafts per row, from the K = max run
-        for K in args.ks:
-            for mode in ("specla", "snapshot"):
-                if mode == "snapshot" and K not in args.snapshot_ks:
-                    continue
-                need = B * (spec_state_bytes(cfg, K, mode) + 2 * spec_state_bytes(cfg, 0, "ar") // cfg.num_hidden_layers)
-                if not fits(need, device):
-                    record(args.out, dict(base, mode=mode, K=K, skipped=f"needs {need / 2**30:.1f} GiB of state"))
-                    continue
-                alphas = args.alphas if mode == "specla" else args.snapshot_alphas
-                rt = DecodeRuntime(tgt, B, mode, K, dr, output_capacity=L + 2, alpha=alphas[0], trace=trace)
-                rt.capture()
-                for a in alphas:
-                    rt.set_alpha(a)
-                    torch.manual_seed(1000 + B + K)
-                    r = timed_runtime(rt, prompts, steps)
-                    outs = rt.outputs()
-                    ok = sum(o == trace[b, : len(o)].tolist() for b, o in enumerate(outs))
-                    if mode == "specla":
-                        step_s[K + 1] = min(step_s.get(K + 1, 1e9), r.seconds / r.steps)
-                        if K == kmax:
-                            outcomes[a] = rt.acceptance_outcomes()
-                    record(args.out, dict(
-                        base, mode=mode, K=K, alpha=a, step_ms=1e3 * r.seconds / r.steps, tokens_per_s=r.tokens_per_s,
-                        ms_per_token=r.ms_per_token(B), tau=r.mean_acceptance_length,
-                        tau_expected=chain_tau(a, K), speedup=r.tokens_per_s / ar_tps,
-                        lossless_rows=f"{ok}/{B}", state_bytes_per_request=rt.state_bytes_per_request()))
-                del rt
-                gc.collect()
-                if device == "cuda":
-                    torch.cuda.empty_cache()
-            for W in args.tree_widths:  # draft trees: W branches of depth K sharing the root
-                rt = DecodeRuntime(tgt, B, "specla", K, dr, output_capacity=L + 2, alpha=args.alphas[0], trace=trace,
+        for K, mode, dv in ((K, m, dv) for K in args.ks for m in ("specla", "snapshot") for dv in args.draft_vocabs):
+            if mode == "snapshot" and K not in args.snapshot_ks:
+                continue
+            need = B * (spec_state_bytes(cfg, K, mode) + 2 * spec_state_bytes(cfg, 0, "ar") // cfg.num_hidden_layers)
+            if not fits(need, device):
+                record(args.out, dict(base, mode=mode, K=K, skipped=f"needs {need / 2**30:.1f} GiB of state"))
+                continue
+            alphas = args.alphas if mode == "specla" else args.snapshot_alphas
+            rt = DecodeRuntime(tgt, B, mode, K, drs[dv], output_capacity=L + 2, alpha=alphas[0], trace=trace)
+            rt.capture()
+            for a in alphas:
+                rt.set_alpha(a)
+                torch.manual_seed(1000 + B + K)
+                r = timed_runtime(rt, prompts, steps)
+                outs = rt.outputs()
+                ok = sum(o == trace[b, : len(o)].tolist() for b, o in enumerate(outs))
+                if mode == "specla" and dv == args.draft_vocabs[0]:
+                    step_s[K + 1] = min(step_s.get(K + 1, 1e9), r.seconds / r.steps)
+                    if K == kmax:
+                        outcomes[a] = rt.acceptance_outcomes()
+                record(args.out, dict(
+                    base, mode=mode, K=K, alpha=a, draft_vocab=drs[dv].draft_vocab_size,
+                    step_ms=1e3 * r.seconds / r.steps, tokens_per_s=r.tokens_per_s,
+                    ms_per_token=r.ms_per_token(B), tau=r.mean_acceptance_length,
+                    tau_expected=chain_tau(a, K), speedup=r.tokens_per_s / ar_tps,
+                    lossless_rows=f"{ok}/{B}", state_bytes_per_request=rt.state_bytes_per_request()))
+            del rt
+            gc.collect()
+            if device == "cuda":
+                torch.cuda.empty_cache()
+            for W in (args.tree_widths if mode == "specla" and dv == args.draft_vocabs[0] else ()):
+                # draft trees: W branches of depth K sharing the root
+                rt = DecodeRuntime(tgt, B, "specla", K, drs[dv], output_capacity=L + 2, alpha=args.alphas[0], trace=trace,
                                    tree_width=W)
                 rt.capture()
                 for a in args.alphas:
@@ -220,7 +224,7 @@ def bench_shape(args, shape: str, device: str) -> None:
                 del rt
         if args.auto:
             run_auto(args, base, tgt, dr, B, prompts, trace, steps, step_s, outcomes, ar_tps, L)
-    del tgt, dr
+    del tgt, dr, drs
     gc.collect()
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -283,7 +287,12 @@ def run_auto(args, base, tgt, dr, B, prompts, trace, steps, step_s, outcomes, ar
 
 def bench_trained(args, device: str) -> None:
     """The embedded trained pair, its own drafter (real acceptance), fp32, on ``--prompts``."""
+    from vllm_specla.core.draft_vocab import draft_vocab_ids, load_token_counts  # noqa: PLC0415
+
     tgt, dr = build_trained(device)
+    counts = load_token_counts(os.path.join(os.path.dirname(__file__), "..", "models", "specla-gdn-tiny", "drafter"))
+    drs = {dv: dr.with_draft_vocab(draft_vocab_ids(counts, dv) if dv else None) for dv in args.draft_vocabs}
+    dr = drs[args.draft_vocabs[0]]
     with open(args.prompts) as f:
         all_prompts = json.load(f)
     gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
@@ -301,18 +310,21 @@ def bench_trained(args, device: str) -> None:
                               tokens_per_s=r_ar.tokens_per_s, tau=1.0, speedup=1.0))
         step_s, outcomes = {1: r_ar.seconds / r_ar.steps}, []  # for --auto, as bench_shape
         for K in args.ks:
-            rt = DecodeRuntime(tgt, B, "specla", K, dr, output_capacity=cap)
-            rt.capture()
-            r = timed_runtime(rt, prompts, steps)
-            outs = rt.outputs()
-            ok = agree_rows(outs, ar_out)
-            record(args.out, dict(base, mode="specla", K=K, step_ms=1e3 * r.seconds / r.steps,
-                                  tokens_per_s=r.tokens_per_s, tau=r.mean_acceptance_length,
-                                  speedup=r.tokens_per_s / r_ar.tokens_per_s, lossless_rows=f"{ok}/{B}"))
-            step_s[K + 1] = r.seconds / r.steps
-            if K == max(args.ks):
-                outcomes = rt.acceptance_outcomes()
-            del rt
+            for dv in args.draft_vocabs:
+                rt = DecodeRuntime(tgt, B, "specla", K, drs[dv], output_capacity=cap)
+                rt.capture()
+                r = timed_runtime(rt, prompts, steps)
+                outs = rt.outputs()
+                ok = agree_rows(outs, ar_out)
+                record(args.out, dict(base, mode="specla", K=K, draft_vocab=drs[dv].draft_vocab_size,
+                                      step_ms=1e3 * r.seconds / r.steps, tokens_per_s=r.tokens_per_s,
+                                      tau=r.mean_acceptance_length, speedup=r.tokens_per_s / r_ar.tokens_per_s,
+                                      lossless_rows=f"{ok}/{B}"))
+                if dv == args.draft_vocabs[0]:
+                    step_s[K + 1] = r.seconds / r.steps
+                    if K == max(args.ks):
+                        outcomes = rt.acceptance_outcomes()
+                del rt
             for W in args.tree_widths:  # the drafter's top-W first tokens, each branch greedy to depth K
                 rt = DecodeRuntime(tgt, B, "specla", K, dr, output_capacity=cap, tree_width=W)
                 rt.capture()
@@ -407,6 +419,10 @@ def main() -> None:
     ap.add_argument("--trained", action="store_true", help="run the embedded trained pair instead of --shapes")
     ap.add_argument("--prompts", default=None, help="JSON list of token lists (with --trained)")
     ap.add_argument("--trained-batches", default="1,16")
+    ap.add_argument("--draft-vocabs", default="0",
+                    help="draft vocabulary sizes (frequency-ranked, core/draft_vocab.py) to run SpecLA and snapshots "
+                         "with; 0 = the full vocabulary; the first also feeds --auto and trees. Random shapes take "
+                         "the first Vd ids (no frequencies; the cost is the same), the trained pair its token counts")
     ap.add_argument("--out", default=None, help="append JSON lines here")
     ap.add_argument("--dry-cpu", action="store_true", help="tiny shape, eager, CPU: every code path once")
     args = ap.parse_args()
@@ -416,6 +432,7 @@ def main() -> None:
     args.alphas, args.snapshot_alphas = floats(args.alphas), floats(args.snapshot_alphas)
     args.trained_batches = ints(args.trained_batches)
     args.tree_widths = ints(args.tree_widths)
+    args.draft_vocabs = ints(args.draft_vocabs) or [0]
     device = "cuda" if torch.cuda.is_available() and not args.dry_cpu else "cpu"
     from vllm_specla.ops import chain_verify as cv_mod  # noqa: PLC0415
 
@@ -435,6 +452,7 @@ def main() -> None:
         args.alphas = args.snapshot_alphas = [0.8]
         args.snapshot_ks = [2]
         args.tree_widths = [2]
+        args.draft_vocabs = [0, 64]
         args.shapes = "tiny"
     if args.trained:
         if not args.prompts:

@@ -2,7 +2,7 @@
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
 # README/device; the s5* / s6* / s8d-s8f calls need neither). State after session 13: benchmarks/RESULTS.md "Session 13" (s13a, s13c-s13g as
-# run; s13a's win: settings and --gemm-window were removed after it, s13e's grid ran the first version of the cost split). Session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
+# run; session 14: "Session 14" (s14a, s14b); s13a's win: settings and --gemm-window were removed after it, s13e's grid ran the first version of the cost split). Session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
 # s12b's rows-s11 and s12c's mma: settings were removed after them). Session 11: "Session 11" (s11a-s11f as run;
 # s11d's multi:* settings were removed after it). Before it: benchmarks/RESULTS.md
 # "Session 10" (s10a-s10f below as run; s10a / s10b ran UT_SOLVE / UT_SPLIT before they became the tree defaults,
@@ -14,7 +14,24 @@
 # phase 5 now called P5 = 1; s8e's VLLM_SPECLA_UT_PREP=loop form was removed after s8e; s9b's e2e ran a conv default of
 # TB = 8 chunks at 1024-channel tiles, replaced after s9b: bench_conv.py still times that config).
 set -u
+S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r.get("alpha"),r.get("draft_vocab"),round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows"),r.get("tag"),r.get("policy")) for r in map(json.loads,sys.stdin)]'
 case "${1:-}" in
+  s14a)  # session 14, call 1 (carry .whl, .devdata): the frequency-ranked draft vocabulary (draft_vocab_size,
+        # core/draft_vocab.py). Its GPU tests; flame / map at batch 1, K = 4 / 6 / 8, alpha 0.8, the drafter's LM head over
+        # 32000 (full) / 16000 / 8000 / 4000 tokens; the trained pair at batch 1 / 16 with its counts (8192 / 4096 / 2048)
+      timeout 120 python -m pytest -q tests/test_decode_runtime_gpu.py -k "draft_vocab or (match_cpu and not csrc)" 2>&1 | tail -2
+      timeout 200 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 4,6,8 --alphas 0.8 --snapshot-ks "" \
+          --draft-vocabs 0,16000,8000,4000 --tag s14a --out "$OUT/e2e_s14a.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      timeout 150 python benchmarks/bench_e2e.py --trained --prompts .devdata/mtbench_tiny.json --trained-batches 1,16 \
+          --ks 4,6 --draft-vocabs 0,4096,2048 --tag s14a_trained --out "$OUT/e2e_trained_s14a.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      ;;
+  s14b)  # session 14, call 2 (carry .whl): batch 64 / 256, K = 4, alpha 0.8, SpecLA and snapshots with the full and an
+        # 8000-token draft vocabulary (both modes run the same drafter), the CUDA csrc built as in s13e
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 500 python benchmarks/bench_e2e.py --shapes map,flame --batches 64,256 --ks 4 --alphas 0.8 --snapshot-ks 4 \
+          --draft-vocabs 0,8000 --cuda-csrc --tag s14b --out "$OUT/e2e_s14b.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      ;;
   1)  # correctness of the dispatch paths, then the full e2e grid with the CUDA csrc + UT dispatch
       export VLLM_SPECLA_CPP_JIT=1
       python -m pytest -q tests/test_csrc.py -k cuda

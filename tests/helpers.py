@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import torch
@@ -50,6 +49,11 @@ def make_tiny_pair(root: Path, **overrides) -> dict[str, str]:
     dcfg = drafter_config_from_target(cfg)
     eagle = EagleDrafter(dcfg).init_weights(seed=11, std=0.1)
     out["random_eagle"] = str(save_checkpoint(eagle, dcfg, root / "random_eagle", {"specla_drafter": "eagle"}))
+    # token frequencies for draft_vocab_size (core/draft_vocab.py): a fixed random ranking
+    from vllm_specla.core.draft_vocab import save_token_counts  # noqa: PLC0415
+
+    counts = torch.randint(0, 1000, (dcfg.vocab_size,), generator=torch.Generator().manual_seed(13)).tolist()
+    save_token_counts(out["random_eagle"], counts, "tests/helpers.py: random")
     return out
 
 

@@ -22,6 +22,9 @@ def test_bench_e2e_dry_cpu(tmp_path):
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     modes = {r["mode"] for r in recs}
     assert {"ar", "specla", "snapshot", "specla-auto", "specla-tree"} <= modes
+    # the full vocabulary (512) and a 64-token draft vocabulary, for SpecLA and snapshots
+    assert {(r["mode"], r["draft_vocab"]) for r in recs if "draft_vocab" in r} == {
+        (m, v) for m in ("specla", "snapshot") for v in (512, 64)}
     for r in recs:
         if "lossless_rows" in r:
             done, total = r["lossless_rows"].split("/")

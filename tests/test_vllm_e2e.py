@@ -62,14 +62,18 @@ def test_vllm_ar_matches_reference_and_batching(tiny_dir, prompts, reference):
     "drafter,K,deferred,extra",
     [
         ("perturbed", 4, True, {"max_num_batched_tokens": 24}),  # chunked prefill + drafts cut by budget
-        ("random_eagle", 2, False, {}),
+        ("random_eagle", 2, False, {"draft_vocab_size": 24}),  # a frequency-ranked draft vocabulary
         ("same", 8, True, {}),
     ],
 )
 def test_vllm_specla_lossless(tiny_dir, prompts, reference, drafter, K, deferred, extra):
     model, ref = reference
+    extra = dict(extra)
     spec = {"method": "specla", "num_speculative_tokens": K, "drafter": tiny_dir[drafter],
             "deferred_commit": deferred}
+    for key in ("draft_vocab_size",):  # SpecLAConfig fields, not vLLM engine arguments
+        if key in extra:
+            spec[key] = extra.pop(key)
     with vllm_engine(tiny_dir["target"], skip_tokenizer_init=True, max_num_seqs=4, speculative_config=spec,
                      **extra) as llm:
         out = greedy(llm, prompts, MAX_TOKENS)
@@ -86,6 +90,8 @@ def test_vllm_specla_lossless(tiny_dir, prompts, reference, drafter, K, deferred
             assert 0 < acc < drafts
         c = llm.collective_rpc("specla_counters")[0]
         assert c["verify_rows"] > 0
+        if drafter == "random_eagle":
+            assert c["draft_vocab_size"] == spec.get("draft_vocab_size", 96)
         if extra.get("max_num_batched_tokens"):
             # the token budget leaves some decode rows without drafts right after accepted steps
             assert c["zero_draft_rows"] > 0

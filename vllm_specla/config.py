@@ -58,6 +58,11 @@ class SpecLAConfig(BaseModel):
             ``"replay"`` exist only as baselines in ``benchmarks/`` and are refused by the vLLM
             path.
         max_num_requests: drafter state slots (None: vLLM's ``max_num_seqs``).
+        draft_vocab_size: EAGLE drafters only: draft over this many most frequent tokens
+            (frequency-ranked draft vocabulary, FR-Spec arXiv 2502.14856; counts from the drafter
+            directory's ``token_counts.json``, ``core/draft_vocab.py``), 1..vocab size. Its LM-head
+            read shrinks by ``vocab / draft_vocab_size``; verification stays full-vocabulary, so
+            output is unchanged and only acceptance can drop. None = the full vocabulary.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -75,6 +80,7 @@ class SpecLAConfig(BaseModel):
     deferred_commit: bool = True
     recovery: Literal["factors", "snapshot", "replay"] = "factors"
     max_num_requests: int | None = Field(default=None, ge=1)
+    draft_vocab_size: int | None = Field(default=None, ge=1)
 
     @field_validator("num_speculative_tokens", mode="before")
     @classmethod
@@ -204,7 +210,30 @@ class SpecLAConfig(BaseModel):
             raise SpecLAConfigError(
                 f"speculative_config.drafter: vocab_size {raw.get('vocab_size')} != target vocab_size {target_vocab_size}"
             )
+        if self.draft_vocab_size is not None:
+            self.draft_vocab_ids(raw.get("vocab_size"), kind)
         return kind
+
+    def draft_vocab_ids(self, vocab_size: int | None, kind: str = "eagle"):
+        """The draft vocabulary's ``[draft_vocab_size]`` int64 token ids (ascending), or None when
+        ``draft_vocab_size`` is unset (``core/draft_vocab.py``).
+
+        Raises:
+            SpecLAConfigError: a draft model (not EAGLE), no or bad ``token_counts.json``, or a size
+            outside 1..vocab size.
+        """
+        if self.draft_vocab_size is None:
+            return None
+        from vllm_specla.core.draft_vocab import draft_vocab_ids, load_token_counts  # noqa: PLC0415
+
+        if kind != "eagle":
+            raise SpecLAConfigError("speculative_config.draft_vocab_size: only EAGLE drafters (which read the "
+                                    "target's LM head) take a draft vocabulary; remove it for a draft model")
+        try:
+            counts = load_token_counts(self.drafter, vocab_size)
+            return draft_vocab_ids(counts, self.draft_vocab_size)
+        except (OSError, ValueError) as e:
+            raise SpecLAConfigError(f"speculative_config.draft_vocab_size: {e}") from None
 
 
 def load_json_file(path: str) -> dict:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from vllm_specla.core.draft_vocab import draft_logits_fn
 from vllm_specla.core.state import allocate_layer_states, build_step_plan
 from vllm_specla.models.drafter import EagleDrafter
 from vllm_specla.models.gdn import GatedDeltaNetForCausalLM
@@ -244,8 +245,14 @@ class EagleDrafterRunner(SlotDrafter):
         self.logits_fn = logits_fn
 
     @classmethod
-    def for_target(cls, drafter: EagleDrafter, target: GatedDeltaNetForCausalLM, max_requests: int):
-        return cls(drafter, target.model.embeddings, target.compute_logits, max_requests)
+    def for_target(cls, drafter: EagleDrafter, target: GatedDeltaNetForCausalLM, max_requests: int,
+                   draft_vocab: torch.Tensor | None = None):
+        """On a :class:`GatedDeltaNetForCausalLM` target; ``draft_vocab``: ``[Vd]`` ascending token
+        ids of a frequency-ranked draft vocabulary (``core/draft_vocab.py``), None = full vocabulary."""
+        logits_fn = target.compute_logits
+        if draft_vocab is not None:
+            logits_fn = draft_logits_fn(logits_fn, target.lm_head.weight, draft_vocab, target.config.vocab_size)
+        return cls(drafter, target.model.embeddings, logits_fn, max_requests)
 
     def _run(self, tokens, feats, plan, pick=None):
         f = self.drafter(tokens, feats, self.embed_fn, plan, self.states)

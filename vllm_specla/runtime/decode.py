@@ -247,8 +247,7 @@ class DecodeRuntime:
         """Drafts from feature ``f [B, D]``: the first token (top-``W`` for a tree), then ``K - 1``
         more per branch on the scratch slots. Returns ``[B, W*K]`` (branch-major)."""
         B, W, K = self.B, self.W, self.K
-        logits = self.tgt.logits(f)
-        d = fused.argmax(logits) if W == 1 else logits.topk(W, -1).indices.reshape(B * W)
+        d = self.dr.draft_tokens(f, W)
         levels = [d]
         if K > 1:
             fw = f.repeat_interleave(W, 0) if W > 1 else f
@@ -256,7 +255,7 @@ class DecodeRuntime:
                 # the last one writes nothing (no later step reads its state)
                 ctrl = self.dctrl_first if i == 0 else self.dctrl_next
                 fw = self.dr.hidden(d[:, None], fw, self.dstates, "ar_read" if i == K - 2 else "ar", ctrl)
-                d = self._argmax(fw)
+                d = self.dr.draft_tokens(fw)
                 levels.append(d)
         drafts = torch.stack(levels, 1).view(B, W, K)
         if self.alpha is not None:  # acceptance-controlled: i.i.d. per node

@@ -40,10 +40,12 @@ Modes (one captured graph each):
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
 
+from vllm_specla.core.draft_vocab import DraftHead
 from vllm_specla.core.state import LayerState
 from vllm_specla.models.gdn import GDNDims, GatedDeltaNetBlock, GatedDeltaNetForCausalLM
 from vllm_specla.ops import fused
@@ -240,15 +242,42 @@ class FusedTarget:
 
 class FusedEagle:
     """The EAGLE-style drafter (``models/drafter.py``) on :class:`FusedGDN`: ``fc([embed(x); f])``,
-    its block(s), final norm; logits through the target's LM head."""
+    its block(s), final norm; logits through the target's LM head, or through the rows of a
+    frequency-ranked draft vocabulary (``draft_vocab``: ``[Vd]`` ascending token ids,
+    ``core/draft_vocab.py``; None = the full vocabulary)."""
 
-    def __init__(self, drafter, target: FusedTarget, dtype: torch.dtype, device):
+    def __init__(self, drafter, target: FusedTarget, dtype: torch.dtype, device,
+                 draft_vocab: torch.Tensor | None = None):
         self.stack = FusedGDN(drafter.layers, dtype, device)
         self.fc = drafter.fc.weight.detach().to(device=device, dtype=dtype).contiguous()
         self.norm_w = drafter.norm.weight.detach().to(device=device, dtype=torch.float32)
         self.eps = drafter.config.norm_eps
         self.target = target
         self.dtype = dtype
+        self.head = None if draft_vocab is None else DraftHead(target.lm_head, draft_vocab.to(device),
+                                                               target.lm_head.shape[0])
+
+    def with_draft_vocab(self, draft_vocab: torch.Tensor | None) -> "FusedEagle":
+        """The same drafter (weights shared) with another draft vocabulary (None = full)."""
+        new = copy.copy(self)
+        new.head = None if draft_vocab is None else DraftHead(self.target.lm_head, draft_vocab.to(self.fc.device),
+                                                              self.target.lm_head.shape[0])
+        return new
+
+    @property
+    def draft_vocab_size(self) -> int:
+        """Tokens the drafter scores (the target's vocabulary without a draft vocabulary)."""
+        return self.target.lm_head.shape[0] if self.head is None else self.head.size
+
+    def draft_tokens(self, f: torch.Tensor, width: int = 1) -> torch.Tensor:
+        """Greedy draft tokens from drafter features ``f [N, D]``: ``[N]`` int64 target ids, or the
+        top-``width`` ``[N * width]`` (row-major) for a tree's first level."""
+        if self.head is None:
+            logits = self.target.logits(f)
+            return fused.argmax(logits) if width == 1 else logits.topk(width, -1).indices.reshape(-1)
+        logits = fused.linear(f, self.head.weight)
+        idx = fused.argmax(logits) if width == 1 else logits.topk(width, -1).indices.reshape(-1)
+        return self.head.to_target(idx)
 
     def hidden(self, tokens: torch.Tensor, feats: torch.Tensor, states, mode: str, ctrl: StepCtrl) -> torch.Tensor:
         """``tokens [B, T]``, ``feats [B*T, D]`` -> predicted next features ``[B*T, D]``."""

@@ -35,6 +35,7 @@ import time
 import numpy as np
 import torch
 
+from vllm_specla.core.draft_vocab import draft_logits_fn
 from vllm_specla.core.drafting import DraftModelDrafter, DraftRow, EagleDrafterRunner, TreeSpec
 from vllm_specla.core.policy import DraftLengthPolicy, StepCostModel
 from vllm_specla.models.drafter import load_eagle_drafter
@@ -66,6 +67,7 @@ class SpeclaProposer:
         self.policy_counts = {"steps_timed": 0, "drafter_skipped": 0}
         self.max_requests = self.settings.max_num_requests or vllm_config.scheduler_config.max_num_seqs
         self.drafter = None
+        self.draft_vocab_size = None  # tokens the EAGLE drafter scores (after load_model)
         self.kind = None
         self._slot_of: dict[str, int] = {}
         self._free: list[int] = []
@@ -79,8 +81,13 @@ class SpeclaProposer:
         self.kind = kind
         if kind == "eagle":
             net = load_eagle_drafter(self.settings.drafter, dtype=p.dtype, device=p.device)
-            self.drafter = EagleDrafterRunner(net, target.embed_input_ids,
-                                              lambda f: target.compute_logits(f), self.max_requests)
+            logits_fn = lambda f: target.compute_logits(f)  # noqa: E731
+            ids = self.settings.draft_vocab_ids(target.config.vocab_size)
+            if ids is not None:  # the draft vocabulary's LM-head rows (a TP shard: the full head, masked)
+                logits_fn = draft_logits_fn(logits_fn, getattr(getattr(target, "lm_head", None), "weight", None),
+                                            ids, target.config.vocab_size)
+            self.drafter = EagleDrafterRunner(net, target.embed_input_ids, logits_fn, self.max_requests)
+            self.draft_vocab_size = target.config.vocab_size if ids is None else ids.numel()
         else:
             net = load_fla_checkpoint(self.settings.drafter, dtype=p.dtype, device=p.device)
             self.drafter = DraftModelDrafter(net, self.max_requests)
@@ -91,8 +98,9 @@ class SpeclaProposer:
             self.tree_spec = TreeSpec(top_k=self.settings.tree_top_k, max_depth=self.K,
                                       node_budget=self.settings.tree_node_budget, tau=self.settings.prune_tau)
             self.drafter.enable_trees(self.tree_spec.top_k)
-        logger.info("SpecLA: %s drafter from %s, K=%s, deferred_commit=%s", kind, self.settings.drafter,
-                    f"auto (max {self.K})" if self.policy is not None else self.K, self.settings.deferred_commit)
+        logger.info("SpecLA: %s drafter from %s, K=%s, deferred_commit=%s, draft vocabulary %s", kind,
+                    self.settings.drafter, f"auto (max {self.K})" if self.policy is not None else self.K,
+                    self.settings.deferred_commit, self.settings.draft_vocab_size or "full")
 
     # vLLM's own entry point (unused: our runner calls propose_for_batch with hidden states)
     def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None):

@@ -49,6 +49,9 @@ class SpeclaRunnerMixin:
         policy = getattr(getattr(self, "drafter", None), "policy", None)
         if policy is not None:  # num_speculative_tokens "auto": K histogram, timed steps, skipped drafter
             self._specla_counters["policy"] = {**policy.summary(), **self.drafter.policy_counts}
+        dv = getattr(getattr(self, "drafter", None), "draft_vocab_size", None)
+        if dv is not None:  # tokens the drafter scores (draft_vocab_size, or the full vocabulary)
+            self._specla_counters["draft_vocab_size"] = dv
         return self._specla_counters
 
     def _specla_model(self):

@@ -1,0 +1,193 @@
+"""Frequency-ranked draft vocabulary (``core/draft_vocab.py``, ``draft_vocab_size``), CPU, fp32.
+
+The ranking and its file, the draft LM-head rows against full logits masked to the draft
+vocabulary (exact in fp32: the same dot products), the config field's errors, and greedy
+losslessness with a draft vocabulary in the vLLM-free core engine and the decode runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+import pytest
+import torch
+
+from vllm_specla.config import SpecLAConfig, SpecLAConfigError
+from vllm_specla.core.draft_vocab import (
+    TOKEN_COUNTS_FILE,
+    DraftHead,
+    count_tokens,
+    draft_logits_fn,
+    draft_vocab_ids,
+    load_token_counts,
+    save_token_counts,
+)
+
+PAIR = "models/specla-gdn-tiny"
+
+
+def test_ids_are_the_most_frequent_in_ascending_order_ties_to_lower_id():
+    counts = [5, 0, 9, 5, 1, 9, 2, 5]
+    assert draft_vocab_ids(counts, 1).tolist() == [2]
+    assert draft_vocab_ids(counts, 2).tolist() == [2, 5]
+    assert draft_vocab_ids(counts, 4).tolist() == [0, 2, 3, 5]  # 5 ties at ids 0, 3, 7: lower ids first
+    assert draft_vocab_ids(counts, 8).tolist() == list(range(8))
+    g = torch.Generator().manual_seed(0)
+    c = torch.randint(0, 50, (300,), generator=g)
+    ids = draft_vocab_ids(c, 40)
+    assert ids.tolist() == sorted(ids.tolist()) and len(set(ids.tolist())) == 40
+    assert int(c[ids].min()) >= int(c[[i for i in range(300) if i not in set(ids.tolist())]].max())
+    for bad in (0, 9):
+        with pytest.raises(ValueError, match="draft_vocab_size must be in 1..8"):
+            draft_vocab_ids(counts, bad)
+    with pytest.raises(ValueError, match="non-negative"):
+        draft_vocab_ids([1, -1], 1)
+
+
+def test_count_tokens_and_file_round_trip(tmp_path):
+    seqs = [[1, 2, 2, 7], [], [7, 7, 0]]
+    counts = count_tokens(seqs, 9)
+    ref = Counter(t for s in seqs for t in s)
+    assert counts == [ref.get(i, 0) for i in range(9)]
+    with pytest.raises(ValueError, match="outside 0..8"):
+        count_tokens([[9]], 9)
+    save_token_counts(str(tmp_path), counts, "unit test")
+    raw = json.loads((tmp_path / TOKEN_COUNTS_FILE).read_text())
+    assert raw["vocab_size"] == 9 and raw["total"] == 7 and raw["source"] == "unit test"
+    assert load_token_counts(str(tmp_path), 9) == counts
+    with pytest.raises(ValueError, match="counts 9 tokens but the target vocabulary has 10"):
+        load_token_counts(str(tmp_path), 10)
+    with pytest.raises(FileNotFoundError, match="count_tokens.py"):
+        load_token_counts(str(tmp_path / "nowhere"))
+    (tmp_path / TOKEN_COUNTS_FILE).write_text("{\"counts\": 3}")
+    with pytest.raises(ValueError, match="not a token-counts file"):
+        load_token_counts(str(tmp_path))
+
+
+def test_draft_head_equals_masked_full_logits():
+    g = torch.Generator().manual_seed(1)
+    V, D, N = 50, 16, 7
+    W = torch.randn(V, D, generator=g)
+    ids = draft_vocab_ids(torch.randint(0, 100, (V,), generator=g), 12)
+    head = DraftHead(W, ids, V)
+    f = torch.randn(N, D, generator=g)
+    full = f @ W.T
+    dl = f @ head.weight.T
+    assert torch.equal(dl, full[:, ids])
+    masked = full.masked_fill(~torch.isin(torch.arange(V), ids), float("-inf"))
+    assert torch.equal(head.full_logits(dl), masked)
+    # greedy draft token: the id of the draft argmax == the argmax of the masked full logits
+    assert torch.equal(head.to_target(dl.argmax(-1)), masked.argmax(-1))
+    # the two logits_fn forms (whole head on this process / a vocabulary shard, masked) agree
+    whole = draft_logits_fn(lambda x: x @ W.T, W, ids, V)
+    shard = draft_logits_fn(lambda x: x @ W.T, W[: V // 2], ids, V)
+    assert torch.equal(whole(f), masked) and torch.equal(shard(f), masked)
+    for bad in (torch.tensor([3, 3]), torch.tensor([5, 2]), torch.tensor([V]), torch.tensor([], dtype=torch.int64)):
+        with pytest.raises(ValueError, match="strictly ascending"):
+            DraftHead(W, bad, V)
+
+
+def _cfg(**kw):
+    return SpecLAConfig.parse(dict(num_speculative_tokens=3, drafter=f"{PAIR}/drafter", **kw))
+
+
+def test_config_field(tmp_path):
+    cfg = _cfg(draft_vocab_size=1024)
+    assert cfg.check_drafter(8192) == "eagle"
+    ids = cfg.draft_vocab_ids(8192)
+    counts = torch.tensor(load_token_counts(f"{PAIR}/drafter"))
+    assert ids.numel() == 1024 and int(counts[ids].min()) >= int(counts.sort(descending=True).values[1023])
+    assert _cfg().draft_vocab_ids(8192) is None
+    with pytest.raises(SpecLAConfigError, match="draft_vocab_size"):
+        _cfg(draft_vocab_size=0)
+    with pytest.raises(SpecLAConfigError, match=r"draft_vocab_size: draft_vocab_size must be in 1..8192"):
+        _cfg(draft_vocab_size=8193).check_drafter(8192)
+    # an EAGLE drafter without token counts: the error says which file and how to write it
+    d = tmp_path / "drafter"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"specla_drafter": "eagle", "vocab_size": 8192}))
+    bad = SpecLAConfig.parse(dict(num_speculative_tokens=3, drafter=str(d), draft_vocab_size=64))
+    with pytest.raises(SpecLAConfigError, match="token_counts.json.*count_tokens.py"):
+        bad.check_drafter(8192)
+    # a draft model reads its own LM head: no draft vocabulary
+    dm = SpecLAConfig.parse(dict(num_speculative_tokens=3, drafter=f"{PAIR}/target", draft_vocab_size=64))
+    with pytest.raises(SpecLAConfigError, match="only EAGLE drafters"):
+        dm.check_drafter(8192)
+
+
+def test_embedded_drafter_ships_token_counts():
+    raw = json.load(open(os.path.join(PAIR, "drafter", TOKEN_COUNTS_FILE)))
+    assert raw["vocab_size"] == len(raw["counts"]) == 8192 and raw["total"] == sum(raw["counts"]) > 10_000_000
+    assert "ShareGPT" in raw["source"]
+
+
+@pytest.fixture(scope="module")
+def models():
+    from vllm_specla.models.drafter import load_eagle_drafter
+    from vllm_specla.models.gdn import load_fla_checkpoint
+
+    return load_fla_checkpoint(f"{PAIR}/target"), load_eagle_drafter(f"{PAIR}/drafter")
+
+
+def _prompts(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(7, 8000, (int(torch.randint(3, 12, (1,), generator=g)),), generator=g).tolist()
+            for _ in range(n)]
+
+
+@pytest.mark.parametrize("size", [64, 1024])
+def test_core_engine_greedy_equals_ar_with_draft_vocab(models, size):
+    from helpers import assert_greedy_equal
+    from vllm_specla.core.drafting import EagleDrafterRunner
+    from vllm_specla.runtime.engine import SpecLAEngine
+
+    tm, dm = models
+    prompts, max_tokens = _prompts(4, 3), [20, 9, 16, 12]
+    ar = SpecLAEngine(tm, max_batch=4).generate(prompts, max_tokens)
+    ids = _cfg(draft_vocab_size=size).draft_vocab_ids(8192)
+    runner = EagleDrafterRunner.for_target(dm, tm, 4, draft_vocab=ids)
+    drafted = []
+    inner = runner._run
+
+    def spy(*a, **kw):
+        f, lg = inner(*a, **kw)
+        drafted.append(lg.argmax(-1))
+        return f, lg
+
+    runner._run = spy
+    eng = SpecLAEngine(tm, runner, num_speculative_tokens=3, max_batch=4)
+    out = eng.generate(prompts, max_tokens)
+    assert assert_greedy_equal(tm, prompts, ar, out) == 0
+    assert bool(torch.isin(torch.cat(drafted), ids).all())  # every draft token is in the draft vocabulary
+    assert eng.stats.mean_acceptance_length > 1.0
+
+
+def test_runtime_draft_vocab_lossless_and_full_size_is_identity(models):
+    from vllm_specla.runtime.decode import DecodeRuntime
+    from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget
+
+    tm, dm = models
+    tgt = FusedTarget(tm, torch.float32, "cpu")
+    B, K = 3, 3
+    prompts = torch.randint(7, 8000, (B, 6), generator=torch.Generator().manual_seed(5))
+    ar = DecodeRuntime(tgt, B, "ar", output_capacity=40)
+    ar.prefill(prompts)
+    ar.run(30)
+    ref = ar.outputs()
+    outs, taus = {}, {}
+    ids512 = _cfg(draft_vocab_size=512).draft_vocab_ids(8192)
+    for name, ids in (("none", None), ("full", torch.arange(8192)), ("512", ids512)):
+        dr = FusedEagle(dm, tgt, torch.float32, "cpu", draft_vocab=ids)
+        assert dr.draft_vocab_size == (8192 if ids is None else ids.numel())
+        rt = DecodeRuntime(tgt, B, "specla", K, dr, output_capacity=40)
+        rt.prefill(prompts)
+        r = rt.run(8)
+        outs[name], taus[name] = rt.outputs(), r.mean_acceptance_length
+        for a, b in zip(ref, outs[name]):
+            n = min(len(a), len(b))
+            assert n >= 9 and a[:n] == b[:n]
+        if ids is not None:
+            assert bool(torch.isin(rt.window[:, 1:].flatten(), ids).all())
+    assert outs["full"] == outs["none"] and taus["full"] == taus["none"]  # Vd = V drafts the same tokens

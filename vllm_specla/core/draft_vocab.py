@@ -1,0 +1,161 @@
+"""Frequency-ranked draft vocabulary (FR-Spec, arXiv 2502.14856; EAGLE-3's ``draft_vocab_size``).
+
+The EAGLE drafter reads its logits out through the target's LM head, one ``[V, D]`` GEMM per draft
+token. At batch 1 that weight read is a large share of a draft step (flame 1B shape: 131 MB of a
+~245 MB draft step, bf16). With a draft vocabulary the drafter scores only the ``Vd`` tokens that
+are most frequent in a corpus, through ``[Vd, D]`` rows of the same LM head copied once at load.
+
+Verification is unchanged (the target scores the full vocabulary), so greedy output equals AR and
+sampled output keeps the target distribution: the drafter's proposal ``q`` is the softmax over the
+draft vocabulary, zero elsewhere, and rejection sampling is exact for any ``q``
+(ALGORITHMS.md §7). What a smaller ``Vd`` can cost is acceptance: a target token outside the draft
+vocabulary can never be drafted (``benchmarks/RESULTS.md`` measures it on the embedded pair).
+
+The ranking comes from ``token_counts.json`` in the drafter checkpoint directory
+(:data:`TOKEN_COUNTS_FILE`: ``{"vocab_size": V, "counts": [V ints], "source": "..."}``, written by
+``examples/count_tokens.py``), so any ``Vd`` can be chosen at serving time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+
+import torch
+
+TOKEN_COUNTS_FILE = "token_counts.json"
+
+
+def draft_vocab_ids(counts: Sequence[int] | torch.Tensor, size: int) -> torch.Tensor:
+    """The ``size`` most frequent token ids, in ascending id order.
+
+    Args:
+        counts: ``[V]`` non-negative token counts (int).
+        size: draft vocabulary size ``Vd``, ``1 <= size <= V``.
+    Returns:
+        ``[Vd]`` int64 on the CPU. Ties in count go to the lower id; ascending order makes an
+        argmax over the draft logits pick the lowest id among equal logits, as an argmax over
+        full logits masked to the draft vocabulary does.
+    Raises:
+        ValueError: ``size`` outside ``1..V``, or a negative count.
+    """
+    c = torch.as_tensor(counts, dtype=torch.int64).reshape(-1)
+    V = c.numel()
+    if not 1 <= size <= V:
+        raise ValueError(f"draft_vocab_size must be in 1..{V} (the vocabulary size), got {size}")
+    if V and int(c.min()) < 0:
+        raise ValueError("token counts must be non-negative")
+    # stable sort by descending count: equal counts keep ascending id order
+    order = torch.sort(-c, stable=True).indices
+    return order[:size].sort().values
+
+
+def count_tokens(sequences: Iterable[Sequence[int]], vocab_size: int) -> list[int]:
+    """Occurrences of every token id in ``sequences`` (token id lists): ``[vocab_size]`` ints.
+
+    Raises:
+        ValueError: a token id outside ``0..vocab_size-1``.
+    """
+    counts = torch.zeros(vocab_size, dtype=torch.int64)
+    for seq in sequences:
+        t = torch.as_tensor(list(seq), dtype=torch.int64)
+        if t.numel() == 0:
+            continue
+        if int(t.min()) < 0 or int(t.max()) >= vocab_size:
+            raise ValueError(f"token id outside 0..{vocab_size - 1} in the counted text")
+        counts += torch.bincount(t, minlength=vocab_size)
+    return counts.tolist()
+
+
+def save_token_counts(directory: str, counts: Sequence[int], source: str) -> str:
+    """Write :data:`TOKEN_COUNTS_FILE` into ``directory``; returns its path."""
+    path = os.path.join(directory, TOKEN_COUNTS_FILE)
+    with open(path, "w") as f:
+        json.dump({"vocab_size": len(counts), "source": source, "total": int(sum(counts)),
+                   "counts": [int(x) for x in counts]}, f, separators=(",", ":"))
+    return path
+
+
+def load_token_counts(directory: str, vocab_size: int | None = None) -> list[int]:
+    """Read :data:`TOKEN_COUNTS_FILE` from a drafter checkpoint directory.
+
+    Raises:
+        FileNotFoundError: no such file (the message says how to write one).
+        ValueError: malformed file, or its vocabulary size differs from ``vocab_size``.
+    """
+    path = os.path.join(directory, TOKEN_COUNTS_FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"draft_vocab_size needs token frequencies, but {path!r} does not exist; write it with "
+            f"`python examples/count_tokens.py --tokenizer <target> --text <corpus> --out {directory}`")
+    try:
+        with open(path) as f:
+            raw = json.load(f)
+        counts = [int(x) for x in raw["counts"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path!r} is not a token-counts file ({e})") from None
+    if vocab_size is not None and len(counts) != vocab_size:
+        raise ValueError(f"{path!r} counts {len(counts)} tokens but the target vocabulary has {vocab_size}")
+    return counts
+
+
+class DraftHead:
+    """The LM-head rows of a draft vocabulary (FR-Spec): draft logits and their target ids.
+
+    Args:
+        lm_head: the target's LM head weight ``[V', D]`` (``V' >= V``: vLLM pads the vocabulary);
+            rows ``ids`` are copied once into a contiguous ``[Vd, D]`` weight of its dtype/device.
+        ids: ``[Vd]`` int64 target token ids in ascending order (:func:`draft_vocab_ids`).
+        vocab_size: the target vocabulary ``V`` (for :meth:`full_logits`).
+    Raises:
+        ValueError: ``ids`` not strictly ascending or outside ``0..V-1``.
+    """
+
+    def __init__(self, lm_head: torch.Tensor, ids: torch.Tensor, vocab_size: int):
+        ids = ids.to(torch.int64).reshape(-1)
+        if ids.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= vocab_size or \
+                (ids.numel() > 1 and not bool((ids[1:] > ids[:-1]).all())):
+            raise ValueError(f"draft vocabulary ids must be strictly ascending ids in 0..{vocab_size - 1}")
+        self.vocab_size = vocab_size
+        self.ids = ids.to(lm_head.device)
+        self.weight = lm_head.detach().index_select(0, self.ids).contiguous()
+
+    @property
+    def size(self) -> int:
+        """``Vd``."""
+        return self.ids.numel()
+
+    def to_target(self, draft_idx: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary indices (any shape, int) -> target token ids (same shape, int64)."""
+        return self.ids[draft_idx]
+
+    def full_logits(self, draft_logits: torch.Tensor) -> torch.Tensor:
+        """``[N, Vd]`` draft logits -> ``[N, V]`` with ``-inf`` outside the draft vocabulary (same
+        dtype), for code that works on full-vocabulary logits (sampling, tree top-k)."""
+        out = draft_logits.new_full((draft_logits.shape[0], self.vocab_size), float("-inf"))
+        out[:, self.ids] = draft_logits
+        return out
+
+
+def draft_logits_fn(logits_fn, lm_head: torch.Tensor | None, ids: torch.Tensor, vocab_size: int):
+    """A drafter's ``logits_fn(feats [N, D]) -> [N, V]`` restricted to a draft vocabulary.
+
+    With the whole LM head on this process (``lm_head`` with at least ``vocab_size`` rows) only the
+    ``Vd`` draft rows are read (:class:`DraftHead`); otherwise (a vocabulary-parallel shard under
+    tensor parallelism) the full ``logits_fn`` runs and is masked. Either way the result is fp32
+    ``[N, V]`` with ``-inf`` outside the draft vocabulary, so the drafter's argmax / top-k /
+    softmax code is unchanged (ALGORITHMS.md §7: the proposal is the softmax over the draft
+    vocabulary).
+    """
+    if lm_head is not None and lm_head.dim() == 2 and lm_head.shape[0] >= vocab_size and lm_head.is_floating_point():
+        head = DraftHead(lm_head, ids, vocab_size)
+        return lambda f: head.full_logits(torch.nn.functional.linear(f.to(head.weight.dtype), head.weight).float())
+    keep = torch.zeros(vocab_size, dtype=torch.bool)
+    keep[ids] = True
+
+    def masked(f):
+        lg = logits_fn(f).float()
+        return lg.masked_fill(~keep.to(lg.device)[: lg.shape[-1]], float("-inf"))
+
+    return masked
