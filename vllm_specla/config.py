@@ -214,7 +214,7 @@ class SpecLAConfig(BaseModel):
             self.draft_vocab_ids(raw.get("vocab_size"), kind)
         return kind
 
-    def draft_vocab_ids(self, vocab_size: int | None, kind: str = "eagle"):
+    def draft_vocab_ids(self, vocab_size: int | None, kind: str):
         """The draft vocabulary's ``[draft_vocab_size]`` int64 token ids (ascending), or None when
         ``draft_vocab_size`` is unset (``core/draft_vocab.py``).
 
@@ -229,6 +229,10 @@ class SpecLAConfig(BaseModel):
         if kind != "eagle":
             raise SpecLAConfigError("speculative_config.draft_vocab_size: only EAGLE drafters (which read the "
                                     "target's LM head) take a draft vocabulary; remove it for a draft model")
+        if self.topology == "tree" and self.draft_vocab_size < self.tree_top_k:
+            raise SpecLAConfigError(f"speculative_config.draft_vocab_size={self.draft_vocab_size} is below "
+                                    f"tree_top_k={self.tree_top_k}: a tree level needs tree_top_k distinct draft "
+                                    f"tokens (raise draft_vocab_size or lower tree_top_k)")
         try:
             counts = load_token_counts(self.drafter, vocab_size)
             return draft_vocab_ids(counts, self.draft_vocab_size)

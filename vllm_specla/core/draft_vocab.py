@@ -6,9 +6,9 @@ token. At batch 1 that weight read is a large share of a draft step (flame 1B sh
 are most frequent in a corpus, through ``[Vd, D]`` rows of the same LM head copied once at load.
 
 Verification is unchanged (the target scores the full vocabulary), so greedy output equals AR and
-sampled output keeps the target distribution: the drafter's proposal ``q`` is the softmax over the
-draft vocabulary, zero elsewhere, and rejection sampling is exact for any ``q``
-(ALGORITHMS.md §7). What a smaller ``Vd`` can cost is acceptance: a target token outside the draft
+sampled output keeps the target distribution: the drafts stay deterministic (point-mass) proposals,
+which the acceptance rules of ``core/sampling.py`` (ALGORITHMS.md §9) keep exact whichever tokens
+they are. What a smaller ``Vd`` can cost is acceptance: a target token outside the draft
 vocabulary can never be drafted (``benchmarks/RESULTS.md`` measures it on the embedded pair).
 
 The ranking comes from ``token_counts.json`` in the drafter checkpoint directory
@@ -138,24 +138,44 @@ class DraftHead:
         return out
 
 
+def is_full_vocab(ids: torch.Tensor, vocab_size: int) -> bool:
+    """True when ``ids`` is every token id (a draft vocabulary that changes nothing)."""
+    return ids.numel() == vocab_size and bool((ids.cpu() == torch.arange(vocab_size)).all())
+
+
+def draft_head(lm_head: torch.Tensor, ids: torch.Tensor | None, vocab_size: int) -> DraftHead | None:
+    """A :class:`DraftHead` on ``lm_head``'s device, or None for no draft vocabulary (``ids`` None
+    or every id: the full LM head then serves, with no copy of it)."""
+    if ids is None or is_full_vocab(ids, vocab_size):
+        return None
+    return DraftHead(lm_head, ids.to(lm_head.device), vocab_size)
+
+
 def draft_logits_fn(logits_fn, lm_head: torch.Tensor | None, ids: torch.Tensor, vocab_size: int):
     """A drafter's ``logits_fn(feats [N, D]) -> [N, V]`` restricted to a draft vocabulary.
 
-    With the whole LM head on this process (``lm_head`` with at least ``vocab_size`` rows) only the
-    ``Vd`` draft rows are read (:class:`DraftHead`); otherwise (a vocabulary-parallel shard under
-    tensor parallelism) the full ``logits_fn`` runs and is masked. Either way the result is fp32
+    With the whole LM head on this process (``lm_head``: its unquantized weight, at least
+    ``vocab_size`` rows; the caller passes None under tensor parallelism or quantization) only the
+    ``Vd`` draft rows are read (:class:`DraftHead`, copied once: a later weight reload does not reach
+    it); otherwise the full ``logits_fn`` runs and is masked. Every id (:func:`is_full_vocab`):
+    ``logits_fn`` itself. Either way the result is fp32
     ``[N, V]`` with ``-inf`` outside the draft vocabulary, so the drafter's argmax / top-k /
-    softmax code is unchanged (ALGORITHMS.md §7: the proposal is the softmax over the draft
-    vocabulary).
+    log-softmax code (chains, trees and their scores) is unchanged.
     """
+    if is_full_vocab(ids, vocab_size):
+        return logits_fn
     if lm_head is not None and lm_head.dim() == 2 and lm_head.shape[0] >= vocab_size and lm_head.is_floating_point():
         head = DraftHead(lm_head, ids, vocab_size)
         return lambda f: head.full_logits(torch.nn.functional.linear(f.to(head.weight.dtype), head.weight).float())
-    keep = torch.zeros(vocab_size, dtype=torch.bool)
-    keep[ids] = True
+    drop = torch.ones(vocab_size, dtype=torch.bool)
+    drop[ids] = False
+    drops: dict = {}  # device -> the mask there (one copy, not one per call)
 
     def masked(f):
         lg = logits_fn(f).float()
-        return lg.masked_fill(~keep.to(lg.device)[: lg.shape[-1]], float("-inf"))
+        d = drops.get(lg.device)
+        if d is None:
+            d = drops[lg.device] = drop.to(lg.device)
+        return lg.masked_fill(d[: lg.shape[-1]], float("-inf"))
 
     return masked

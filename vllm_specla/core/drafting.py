@@ -173,6 +173,8 @@ class SlotDrafter:
             for i, node, lp, feat, dslot in frontier:
                 top = torch.topk(lp, spec.top_k)
                 for val, tok in zip(top.values.tolist(), top.indices.tolist()):
+                    if val == float("-inf"):  # outside a draft vocabulary smaller than top_k: no candidate
+                        continue
                     cands_by_row.setdefault(i, []).append((trees[i].score(node) + val, node, tok, val, feat, dslot))
             nxt = []
             for i, cands in cands_by_row.items():

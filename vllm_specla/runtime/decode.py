@@ -143,6 +143,9 @@ class DecodeRuntime:
         spec = mode != "ar"
         if tree_width < 1 or (tree_width > 1 and mode != "specla"):
             raise ValueError(f'tree_width must be >= 1, and > 1 only with mode "specla" (got {tree_width}, {mode!r})')
+        if spec and drafter is not None and tree_width > drafter.draft_vocab_size:
+            raise ValueError(f"tree_width={tree_width} exceeds the drafter's draft vocabulary "
+                             f"({drafter.draft_vocab_size} tokens): the first level needs W distinct tokens")
         if spec and (num_speculative_tokens < 1 or drafter is None):
             raise ValueError(f"mode {mode!r} needs num_speculative_tokens >= 1 and a drafter")
         if alpha is not None and (trace is None or not 0.0 <= alpha <= 1.0):

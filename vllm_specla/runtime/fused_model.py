@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import torch
 
-from vllm_specla.core.draft_vocab import DraftHead
+from vllm_specla.core.draft_vocab import draft_head
 from vllm_specla.core.state import LayerState
 from vllm_specla.models.gdn import GDNDims, GatedDeltaNetBlock, GatedDeltaNetForCausalLM
 from vllm_specla.ops import fused
@@ -254,14 +254,12 @@ class FusedEagle:
         self.eps = drafter.config.norm_eps
         self.target = target
         self.dtype = dtype
-        self.head = None if draft_vocab is None else DraftHead(target.lm_head, draft_vocab.to(device),
-                                                               target.lm_head.shape[0])
+        self.head = draft_head(target.lm_head, draft_vocab, target.lm_head.shape[0])
 
     def with_draft_vocab(self, draft_vocab: torch.Tensor | None) -> "FusedEagle":
         """The same drafter (weights shared) with another draft vocabulary (None = full)."""
         new = copy.copy(self)
-        new.head = None if draft_vocab is None else DraftHead(self.target.lm_head, draft_vocab.to(self.fc.device),
-                                                              self.target.lm_head.shape[0])
+        new.head = draft_head(self.target.lm_head, draft_vocab, self.target.lm_head.shape[0])
         return new
 
     @property
@@ -272,12 +270,9 @@ class FusedEagle:
     def draft_tokens(self, f: torch.Tensor, width: int = 1) -> torch.Tensor:
         """Greedy draft tokens from drafter features ``f [N, D]``: ``[N]`` int64 target ids, or the
         top-``width`` ``[N * width]`` (row-major) for a tree's first level."""
-        if self.head is None:
-            logits = self.target.logits(f)
-            return fused.argmax(logits) if width == 1 else logits.topk(width, -1).indices.reshape(-1)
-        logits = fused.linear(f, self.head.weight)
+        logits = self.target.logits(f) if self.head is None else fused.linear(f, self.head.weight)
         idx = fused.argmax(logits) if width == 1 else logits.topk(width, -1).indices.reshape(-1)
-        return self.head.to_target(idx)
+        return idx if self.head is None else self.head.to_target(idx)
 
     def hidden(self, tokens: torch.Tensor, feats: torch.Tensor, states, mode: str, ctrl: StepCtrl) -> torch.Tensor:
         """``tokens [B, T]``, ``feats [B*T, D]`` -> predicted next features ``[B*T, D]``."""

@@ -82,10 +82,9 @@ class SpeclaProposer:
         if kind == "eagle":
             net = load_eagle_drafter(self.settings.drafter, dtype=p.dtype, device=p.device)
             logits_fn = lambda f: target.compute_logits(f)  # noqa: E731
-            ids = self.settings.draft_vocab_ids(target.config.vocab_size)
-            if ids is not None:  # the draft vocabulary's LM-head rows (a TP shard: the full head, masked)
-                logits_fn = draft_logits_fn(logits_fn, getattr(getattr(target, "lm_head", None), "weight", None),
-                                            ids, target.config.vocab_size)
+            ids = self.settings.draft_vocab_ids(target.config.vocab_size, kind)
+            if ids is not None:  # the draft vocabulary's LM-head rows; under TP / quantization the full head, masked
+                logits_fn = draft_logits_fn(logits_fn, self._whole_lm_head(target), ids, target.config.vocab_size)
             self.drafter = EagleDrafterRunner(net, target.embed_input_ids, logits_fn, self.max_requests)
             self.draft_vocab_size = target.config.vocab_size if ids is None else ids.numel()
         else:
@@ -101,6 +100,15 @@ class SpeclaProposer:
         logger.info("SpecLA: %s drafter from %s, K=%s, deferred_commit=%s, draft vocabulary %s", kind,
                     self.settings.drafter, f"auto (max {self.K})" if self.policy is not None else self.K,
                     self.settings.deferred_commit, self.settings.draft_vocab_size or "full")
+
+    def _whole_lm_head(self, target):
+        """The target's LM-head weight when this process holds all of it unquantized (no tensor
+        parallelism), else None."""
+        head = getattr(target, "lm_head", None)
+        quant = type(getattr(head, "quant_method", None)).__name__
+        if self.vllm_config.parallel_config.tensor_parallel_size != 1 or not quant.startswith(("Unquantized", "NoneType")):
+            return None
+        return getattr(head, "weight", None)
 
     # vLLM's own entry point (unused: our runner calls propose_for_batch with hidden states)
     def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None):
