@@ -1,7 +1,6 @@
 """Frequency-ranked draft vocabulary (``core/draft_vocab.py``, ``draft_vocab_size``), CPU, fp32.
 
-The ranking and its file, the draft LM-head rows against full logits masked to the draft
-vocabulary (exact in fp32: the same dot products), the config field's errors, and greedy
+The ranking and its file, the draft LM-head rows against the full logits' columns (exact in fp32: the same dot products), the config field's errors, and greedy
 losslessness with a draft vocabulary in the vLLM-free core engine and the decode runtime.
 """
 
@@ -67,7 +66,7 @@ def test_count_tokens_and_file_round_trip(tmp_path):
         load_token_counts(str(tmp_path))
 
 
-def test_draft_head_equals_masked_full_logits():
+def test_draft_logits_equal_the_full_logits_columns():
     g = torch.Generator().manual_seed(1)
     V, D, N = 50, 16, 7
     W = torch.randn(V, D, generator=g)
@@ -78,21 +77,25 @@ def test_draft_head_equals_masked_full_logits():
     dl = f @ head.weight.T
     assert torch.equal(dl, full[:, ids])
     masked = full.masked_fill(~torch.isin(torch.arange(V), ids), float("-inf"))
-    assert torch.equal(head.full_logits(dl), masked)
     # greedy draft token: the id of the draft argmax == the argmax of the masked full logits
     assert torch.equal(head.to_target(dl.argmax(-1)), masked.argmax(-1))
-    # the two logits_fn forms (whole head on this process / none: a shard or quantized, masked) agree
+    # ties: the lowest id, as the masked full argmax (ids ascending)
+    tied = torch.zeros(2, ids.numel())
+    assert torch.equal(head.to_target(tied.argmax(-1)), torch.full((2,), int(ids[0])))
+    # the two logits_fn forms (whole head on this process / None: a TP shard or quantized head,
+    # the full logits' ids columns) agree
     full_fn = lambda x: x @ W.T  # noqa: E731
     whole = draft_logits_fn(full_fn, W, ids, V)
     shard = draft_logits_fn(full_fn, None, ids, V)
-    assert torch.equal(whole(f), masked) and torch.equal(shard(f), masked)
-    # every id: nothing to restrict, the full head serves with no copy
-    assert draft_logits_fn(full_fn, W, torch.arange(V), V) is full_fn
+    assert torch.equal(whole(f), full[:, ids]) and torch.equal(shard(f), full[:, ids])
+    # every id: no draft head (the full head serves, with no copy)
     assert draft_head(W, torch.arange(V), V) is None and draft_head(W, None, V) is None
     assert torch.equal(draft_head(W, ids, V).weight, W[ids])
     for bad in (torch.tensor([3, 3]), torch.tensor([5, 2]), torch.tensor([V]), torch.tensor([], dtype=torch.int64)):
         with pytest.raises(ValueError, match="strictly ascending"):
             DraftHead(W, bad, V)
+        with pytest.raises(ValueError, match="strictly ascending"):
+            draft_logits_fn(full_fn, None, bad, V)
 
 
 def _cfg(**kw):
@@ -106,6 +109,7 @@ def test_config_field(tmp_path):
     counts = torch.tensor(load_token_counts(f"{PAIR}/drafter"))
     assert ids.numel() == 1024 and int(counts[ids].min()) >= int(counts.sort(descending=True).values[1023])
     assert _cfg().draft_vocab_ids(8192, "eagle") is None
+    assert _cfg(draft_vocab_size=8192).draft_vocab_ids(8192, "eagle") is None  # the whole vocabulary: nothing to do
     with pytest.raises(SpecLAConfigError, match="draft_vocab_size"):
         _cfg(draft_vocab_size=0)
     with pytest.raises(SpecLAConfigError, match=r"draft_vocab_size: draft_vocab_size must be in 1..8192"):
@@ -162,7 +166,8 @@ def test_core_engine_greedy_equals_ar_with_draft_vocab(models, size):
 
     def spy(*a, **kw):
         f, lg = inner(*a, **kw)
-        drafted.append(lg.argmax(-1))
+        assert lg.shape[-1] == size  # logits over the draft vocabulary only
+        drafted.append(runner.draft_ids[lg.argmax(-1)])
         return f, lg
 
     runner._run = spy

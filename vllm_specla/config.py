@@ -216,7 +216,7 @@ class SpecLAConfig(BaseModel):
 
     def draft_vocab_ids(self, vocab_size: int | None, kind: str):
         """The draft vocabulary's ``[draft_vocab_size]`` int64 token ids (ascending), or None when
-        ``draft_vocab_size`` is unset (``core/draft_vocab.py``).
+        ``draft_vocab_size`` is unset or the whole vocabulary (``core/draft_vocab.py``).
 
         Raises:
             SpecLAConfigError: a draft model (not EAGLE), no or bad ``token_counts.json``, or a size
@@ -235,7 +235,8 @@ class SpecLAConfig(BaseModel):
                                     f"tokens (raise draft_vocab_size or lower tree_top_k)")
         try:
             counts = load_token_counts(self.drafter, vocab_size)
-            return draft_vocab_ids(counts, self.draft_vocab_size)
+            ids = draft_vocab_ids(counts, self.draft_vocab_size)
+            return None if ids.numel() == len(counts) else ids
         except (OSError, ValueError) as e:
             raise SpecLAConfigError(f"speculative_config.draft_vocab_size: {e}") from None
 

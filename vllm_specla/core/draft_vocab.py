@@ -100,6 +100,19 @@ def load_token_counts(directory: str, vocab_size: int | None = None) -> list[int
     return counts
 
 
+def check_ids(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """``ids`` as ``[Vd]`` int64 after checking it is a draft vocabulary.
+
+    Raises:
+        ValueError: empty, not strictly ascending, or outside ``0..vocab_size-1``.
+    """
+    ids = ids.to(torch.int64).reshape(-1)
+    if ids.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= vocab_size or \
+            (ids.numel() > 1 and not bool((ids[1:] > ids[:-1]).all())):
+        raise ValueError(f"draft vocabulary ids must be strictly ascending ids in 0..{vocab_size - 1}")
+    return ids
+
+
 class DraftHead:
     """The LM-head rows of a draft vocabulary (FR-Spec): draft logits and their target ids.
 
@@ -107,18 +120,14 @@ class DraftHead:
         lm_head: the target's LM head weight ``[V', D]`` (``V' >= V``: vLLM pads the vocabulary);
             rows ``ids`` are copied once into a contiguous ``[Vd, D]`` weight of its dtype/device.
         ids: ``[Vd]`` int64 target token ids in ascending order (:func:`draft_vocab_ids`).
-        vocab_size: the target vocabulary ``V`` (for :meth:`full_logits`).
+        vocab_size: the target vocabulary ``V``.
     Raises:
-        ValueError: ``ids`` not strictly ascending or outside ``0..V-1``.
+        ValueError: ``ids`` not strictly ascending or outside ``0..V-1`` (:func:`check_ids`).
     """
 
     def __init__(self, lm_head: torch.Tensor, ids: torch.Tensor, vocab_size: int):
-        ids = ids.to(torch.int64).reshape(-1)
-        if ids.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= vocab_size or \
-                (ids.numel() > 1 and not bool((ids[1:] > ids[:-1]).all())):
-            raise ValueError(f"draft vocabulary ids must be strictly ascending ids in 0..{vocab_size - 1}")
         self.vocab_size = vocab_size
-        self.ids = ids.to(lm_head.device)
+        self.ids = check_ids(ids, vocab_size).to(lm_head.device)
         self.weight = lm_head.detach().index_select(0, self.ids).contiguous()
 
     @property
@@ -129,13 +138,6 @@ class DraftHead:
     def to_target(self, draft_idx: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary indices (any shape, int) -> target token ids (same shape, int64)."""
         return self.ids[draft_idx]
-
-    def full_logits(self, draft_logits: torch.Tensor) -> torch.Tensor:
-        """``[N, Vd]`` draft logits -> ``[N, V]`` with ``-inf`` outside the draft vocabulary (same
-        dtype), for code that works on full-vocabulary logits (sampling, tree top-k)."""
-        out = draft_logits.new_full((draft_logits.shape[0], self.vocab_size), float("-inf"))
-        out[:, self.ids] = draft_logits
-        return out
 
 
 def is_full_vocab(ids: torch.Tensor, vocab_size: int) -> bool:
@@ -152,30 +154,29 @@ def draft_head(lm_head: torch.Tensor, ids: torch.Tensor | None, vocab_size: int)
 
 
 def draft_logits_fn(logits_fn, lm_head: torch.Tensor | None, ids: torch.Tensor, vocab_size: int):
-    """A drafter's ``logits_fn(feats [N, D]) -> [N, V]`` restricted to a draft vocabulary.
+    """A drafter's ``logits_fn(feats [N, D]) -> [N, V]`` restricted to a draft vocabulary: returns
+    ``fn(feats) -> [N, Vd]`` fp32 logits over ``ids`` (in their order; the caller maps indices back
+    through ``ids``, as ``SlotDrafter.draft_ids`` does).
 
     With the whole LM head on this process (``lm_head``: its unquantized weight, at least
     ``vocab_size`` rows; the caller passes None under tensor parallelism or quantization) only the
     ``Vd`` draft rows are read (:class:`DraftHead`, copied once: a later weight reload does not reach
-    it); otherwise the full ``logits_fn`` runs and is masked. Every id (:func:`is_full_vocab`):
-    ``logits_fn`` itself. Either way the result is fp32
-    ``[N, V]`` with ``-inf`` outside the draft vocabulary, so the drafter's argmax / top-k /
-    log-softmax code (chains, trees and their scores) is unchanged.
+    it); otherwise the full ``logits_fn`` runs and its ``ids`` columns are taken.
+
+    Raises:
+        ValueError: ``ids`` not strictly ascending ids in ``0..vocab_size-1``.
     """
-    if is_full_vocab(ids, vocab_size):
-        return logits_fn
     if lm_head is not None and lm_head.dim() == 2 and lm_head.shape[0] >= vocab_size and lm_head.is_floating_point():
         head = DraftHead(lm_head, ids, vocab_size)
-        return lambda f: head.full_logits(torch.nn.functional.linear(f.to(head.weight.dtype), head.weight).float())
-    drop = torch.ones(vocab_size, dtype=torch.bool)
-    drop[ids] = False
-    drops: dict = {}  # device -> the mask there (one copy, not one per call)
+        return lambda f: torch.nn.functional.linear(f.to(head.weight.dtype), head.weight).float()
+    ids = check_ids(ids, vocab_size)
+    cols: dict = {}  # device -> ids there (one copy, not one per call)
 
-    def masked(f):
-        lg = logits_fn(f).float()
-        d = drops.get(lg.device)
-        if d is None:
-            d = drops[lg.device] = drop.to(lg.device)
-        return lg.masked_fill(d[: lg.shape[-1]], float("-inf"))
+    def taken(f):
+        lg = logits_fn(f)
+        c = cols.get(lg.device)
+        if c is None:
+            c = cols[lg.device] = ids.to(lg.device)
+        return lg.index_select(-1, c).float()
 
-    return masked
+    return taken

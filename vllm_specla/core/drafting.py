@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from vllm_specla.core.draft_vocab import draft_logits_fn
+from vllm_specla.core.draft_vocab import draft_logits_fn, is_full_vocab
 from vllm_specla.core.state import allocate_layer_states, build_step_plan
 from vllm_specla.models.drafter import EagleDrafter
 from vllm_specla.models.gdn import GatedDeltaNetForCausalLM
@@ -75,10 +75,17 @@ class SlotDrafter:
         self.max_requests = max_requests
         self.device = torch.device(device)
         self.states = allocate_layer_states(config, 2 * max_requests, 0, device=device)
+        # a draft vocabulary (core/draft_vocab.py): ``_run``'s logits are over these ``[Vd]``
+        # ascending token ids, and draft indices map back through them; None = the full vocabulary
+        self.draft_ids: torch.Tensor | None = None
+
+    def _tokens(self, idx: torch.Tensor) -> torch.Tensor:
+        """Indices into ``_run``'s logits -> token ids."""
+        return idx if self.draft_ids is None else self.draft_ids[idx]
 
     # subclasses: run the network on a plan; return (features-or-None at every position, logits at
-    # positions ``pick`` -- every position when None). Absorbing a prompt needs only the last
-    # position's logits, so ``pick`` saves the LM head over the rest.
+    # positions ``pick`` -- every position when None; over ``draft_ids`` when set). Absorbing a
+    # prompt needs only the last position's logits, so ``pick`` saves the LM head over the rest.
     def _run(self, tokens: torch.Tensor, feats: torch.Tensor | None, plan,
              pick: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
@@ -101,7 +108,7 @@ class SlotDrafter:
             [not r.fresh for r in rows], speculative=False, device=self.device)
         last = torch.tensor([len(r.tokens) for r in rows], device=self.device).cumsum(0) - 1
         f, logits = self._run(toks, feats, plan, last)
-        cur_tok = logits.argmax(-1)
+        cur_tok = self._tokens(logits.argmax(-1))
         cur_feat = f[last] if f is not None else None
         live = [i for i, r in enumerate(rows) if r.num_drafts > 0]
         for i in live:
@@ -122,7 +129,7 @@ class SlotDrafter:
                                        [True] * len(live), speculative=False, device=self.device,
                                        out_slots=scratch if first and not last else None, write_state=not last)
                 f, logits = self._run(tok, feat, plan)
-                tok = logits.argmax(-1)
+                tok = self._tokens(logits.argmax(-1))
                 feat = f
                 for j, i in enumerate(live):
                     if rows[i].num_drafts > s + 1:
@@ -171,10 +178,8 @@ class SlotDrafter:
         for depth in range(1, spec.max_depth + 1):
             cands_by_row: dict[int, list] = {}
             for i, node, lp, feat, dslot in frontier:
-                top = torch.topk(lp, spec.top_k)
-                for val, tok in zip(top.values.tolist(), top.indices.tolist()):
-                    if val == float("-inf"):  # outside a draft vocabulary smaller than top_k: no candidate
-                        continue
+                top = torch.topk(lp, min(spec.top_k, lp.shape[-1]))  # (a draft vocabulary may be smaller)
+                for val, tok in zip(top.values.tolist(), self._tokens(top.indices).tolist()):
                     cands_by_row.setdefault(i, []).append((trees[i].score(node) + val, node, tok, val, feat, dslot))
             nxt = []
             for i, cands in cands_by_row.items():
@@ -237,14 +242,18 @@ class EagleDrafterRunner(SlotDrafter):
     ``DraftRow.feats[i]`` (pairs ``(x_{t+1}, f_t)`` for every newly committed position).
     """
 
-    def __init__(self, drafter: EagleDrafter, embed_fn, logits_fn, max_requests: int):
+    def __init__(self, drafter: EagleDrafter, embed_fn, logits_fn, max_requests: int,
+                 draft_ids: torch.Tensor | None = None):
         """``embed_fn(tokens [N]) -> [N, D]`` and ``logits_fn(feats [N, D]) -> [N, vocab]`` are the
-        target's (frozen) embedding and LM head."""
+        target's (frozen) embedding and LM head; with ``draft_ids`` (``[Vd]`` ascending token ids of
+        a draft vocabulary) ``logits_fn`` returns ``[N, Vd]`` logits over them
+        (:func:`~vllm_specla.core.draft_vocab.draft_logits_fn`)."""
         p = next(drafter.parameters())
         super().__init__(drafter.config, max_requests, p.device, p.dtype)
         self.drafter = drafter
         self.embed_fn = embed_fn
         self.logits_fn = logits_fn
+        self.draft_ids = None if draft_ids is None else draft_ids.to(self.device)
 
     @classmethod
     def for_target(cls, drafter: EagleDrafter, target: GatedDeltaNetForCausalLM, max_requests: int,
@@ -252,9 +261,11 @@ class EagleDrafterRunner(SlotDrafter):
         """On a :class:`GatedDeltaNetForCausalLM` target; ``draft_vocab``: ``[Vd]`` ascending token
         ids of a frequency-ranked draft vocabulary (``core/draft_vocab.py``), None = full vocabulary."""
         logits_fn = target.compute_logits
+        if draft_vocab is not None and is_full_vocab(draft_vocab, target.config.vocab_size):
+            draft_vocab = None
         if draft_vocab is not None:
             logits_fn = draft_logits_fn(logits_fn, target.lm_head.weight, draft_vocab, target.config.vocab_size)
-        return cls(drafter, target.model.embeddings, logits_fn, max_requests)
+        return cls(drafter, target.model.embeddings, logits_fn, max_requests, draft_vocab)
 
     def _run(self, tokens, feats, plan, pick=None):
         f = self.drafter(tokens, feats, self.embed_fn, plan, self.states)

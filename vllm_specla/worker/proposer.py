@@ -83,9 +83,9 @@ class SpeclaProposer:
             net = load_eagle_drafter(self.settings.drafter, dtype=p.dtype, device=p.device)
             logits_fn = lambda f: target.compute_logits(f)  # noqa: E731
             ids = self.settings.draft_vocab_ids(target.config.vocab_size, kind)
-            if ids is not None:  # the draft vocabulary's LM-head rows; under TP / quantization the full head, masked
+            if ids is not None:  # the draft vocabulary's LM-head rows; under TP / quantization the full head, its ids columns
                 logits_fn = draft_logits_fn(logits_fn, self._whole_lm_head(target), ids, target.config.vocab_size)
-            self.drafter = EagleDrafterRunner(net, target.embed_input_ids, logits_fn, self.max_requests)
+            self.drafter = EagleDrafterRunner(net, target.embed_input_ids, logits_fn, self.max_requests, ids)
             self.draft_vocab_size = target.config.vocab_size if ids is None else ids.numel()
         else:
             net = load_fla_checkpoint(self.settings.drafter, dtype=p.dtype, device=p.device)
