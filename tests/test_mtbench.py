@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
 
 from helpers import assert_greedy_equal
 

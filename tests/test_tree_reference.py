@@ -244,7 +244,7 @@ def test_tree_conv_pending_and_bank():
     s, e = int(c.cu[1]), int(c.cu[2])
     assert rel(y1[s:e], y2[s:e]) < 1e-6
     # accepted path -> compaction -> conv_commit == window of AR along that path
-    r, tree = 0, trees[0]
+    tree = trees[0]
     t = len(tree) - 1
     path = path_of(tree, t)
     pp = torch.tensor([path + [0] * (c.Tmax - len(path))])
