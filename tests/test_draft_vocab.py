@@ -42,7 +42,7 @@ def test_ids_are_the_most_frequent_in_ascending_order_ties_to_lower_id():
     assert ids.tolist() == sorted(ids.tolist()) and len(set(ids.tolist())) == 40
     assert int(c[ids].min()) >= int(c[[i for i in range(300) if i not in set(ids.tolist())]].max())
     for bad in (0, 9):
-        with pytest.raises(ValueError, match="draft_vocab_size must be in 1..8"):
+        with pytest.raises(ValueError, match="the size must be in 1..8"):
             draft_vocab_ids(counts, bad)
     with pytest.raises(ValueError, match="non-negative"):
         draft_vocab_ids([1, -1], 1)
@@ -65,6 +65,9 @@ def test_count_tokens_and_file_round_trip(tmp_path):
         load_token_counts(str(tmp_path / "nowhere"))
     (tmp_path / TOKEN_COUNTS_FILE).write_text("{\"counts\": 3}")
     with pytest.raises(ValueError, match="not a token-counts file"):
+        load_token_counts(str(tmp_path))
+    save_token_counts(str(tmp_path), [0, 0, 0], "nothing")
+    with pytest.raises(ValueError, match="not all zero"):
         load_token_counts(str(tmp_path))
 
 
@@ -112,9 +115,10 @@ def test_config_field(tmp_path):
     assert ids.numel() == 1024 and int(counts[ids].min()) >= int(counts.sort(descending=True).values[1023])
     assert _cfg().draft_vocab_ids(8192, "eagle") is None
     assert _cfg(draft_vocab_size=8192).draft_vocab_ids(8192, "eagle") is None  # the whole vocabulary: nothing to do
-    with pytest.raises(SpecLAConfigError, match="draft_vocab_size"):
-        _cfg(draft_vocab_size=0)
-    with pytest.raises(SpecLAConfigError, match=r"draft_vocab_size: draft_vocab_size must be in 1..8192"):
+    for bad in (0, True, "abc"):
+        with pytest.raises(SpecLAConfigError, match="draft_vocab_size"):
+            _cfg(draft_vocab_size=bad)
+    with pytest.raises(SpecLAConfigError, match=r"draft_vocab_size: the size must be in 1..8192"):
         _cfg(draft_vocab_size=8193).check_drafter(8192)
     # an EAGLE drafter without token counts: the error says which file and how to write it
     d = tmp_path / "drafter"
@@ -180,7 +184,7 @@ def test_core_engine_greedy_equals_ar_with_draft_vocab(models, size):
     assert eng.stats.mean_acceptance_length > 1.0
 
 
-def test_count_tokens_script(tmp_path):
+def test_count_tokens_script(tmp_path, capsys):
     """``examples/count_tokens.py`` on a text file: the counts file loads at the target's vocabulary
     size (from its config.json) and its counts equal the tokenizer's ids of the text."""
     import sys
@@ -198,8 +202,21 @@ def test_count_tokens_script(tmp_path):
     counts = load_token_counts(str(out), 8192)
     ids = Tokenizer.from_file(f"{PAIR}/target/tokenizer.json").encode(text, add_special_tokens=False).ids
     assert counts == count_tokens([ids], 8192) and sum(counts) == len(ids) > 0
-    with pytest.raises(SystemExit):  # --out must be an existing drafter directory
-        ct.main(["--tokenizer", f"{PAIR}/target", "--text", str(tmp_path / "a.txt"), "--out", str(tmp_path / "no")])
+    args = ["--tokenizer", f"{PAIR}/target", "--text", str(tmp_path / "a.txt"), "--out", str(out)]
+    (tmp_path / "b.jsonl").write_text('{"text": "x"}\n{"no": 1}\n')
+    (tmp_path / "empty.txt").write_text("")
+    for bad, msg in ((args, "exists; pass --force"),  # never overwrite a counts file silently
+                     (args[:4] + ["--out", str(tmp_path / "no")], "is not a directory"),
+                     (["--tokenizer", str(tmp_path)] + args[2:] + ["--force"], "no tokenizer.json"),
+                     (args[:2] + ["--text", str(tmp_path / "b.jsonl"), "--out", str(out), "--force"], "b.jsonl:2"),
+                     (args[:2] + ["--text", str(tmp_path / "nope.txt"), "--out", str(out), "--force"], "nope.txt"),
+                     (args[:2] + ["--text", str(tmp_path / "empty.txt"), "--out", str(out), "--force"], "no tokens"),
+                     (args + ["--force", "--limit", "3"], "--limit applies to --sharegpt only")):
+        with pytest.raises(SystemExit):
+            ct.main(bad)
+        assert msg in capsys.readouterr().err
+    ct.main(args + ["--force"])
+    assert load_token_counts(str(out), 8192) == counts
 
 
 def test_core_tree_with_draft_vocab_smaller_than_top_k(models):

@@ -106,6 +106,13 @@ class SpecLAConfig(BaseModel):
             v = {str(b): {str(t): s for t, s in row.items()} for b, row in load_cost_table(v).items()}
         return v
 
+    @field_validator("draft_vocab_size", mode="before")
+    @classmethod
+    def _vocab_size_int(cls, v: Any) -> Any:
+        if isinstance(v, bool):  # pydantic would take true as 1
+            raise ValueError("must be an integer >= 1 (the number of draft tokens) or null")
+        return v
+
     @field_validator("drafter")
     @classmethod
     def _drafter_exists(cls, v: str) -> str:

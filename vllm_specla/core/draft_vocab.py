@@ -43,9 +43,9 @@ def draft_vocab_ids(counts: Sequence[int] | torch.Tensor, size: int) -> torch.Te
     c = torch.as_tensor(counts, dtype=torch.int64).reshape(-1)
     V = c.numel()
     if not 1 <= size <= V:
-        raise ValueError(f"draft_vocab_size must be in 1..{V} (the vocabulary size), got {size}")
+        raise ValueError(f"the size must be in 1..{V} (the vocabulary size), got {size}")
     if V and int(c.min()) < 0:
-        raise ValueError("token counts must be non-negative")
+        raise ValueError("token counts must be non-negative")  # (load_token_counts names the file)
     # stable sort by descending count: equal counts keep ascending id order
     order = torch.sort(-c, stable=True).indices
     return order[:size].sort().values
@@ -87,7 +87,7 @@ def load_token_counts(directory: str, vocab_size: int | None = None) -> list[int
     path = os.path.join(directory, TOKEN_COUNTS_FILE)
     if not os.path.isfile(path):
         raise FileNotFoundError(
-            f"draft_vocab_size needs token frequencies, but {path!r} does not exist; write it with "
+            f"token frequencies are needed, but {path!r} does not exist; write it with vllm_specla's "
             f"`python examples/count_tokens.py --tokenizer <target> --text <corpus> --out {directory}`")
     try:
         with open(path) as f:
@@ -97,6 +97,8 @@ def load_token_counts(directory: str, vocab_size: int | None = None) -> list[int
         raise ValueError(f"{path!r} is not a token-counts file ({e})") from None
     if vocab_size is not None and len(counts) != vocab_size:
         raise ValueError(f"{path!r} counts {len(counts)} tokens but the target vocabulary has {vocab_size}")
+    if any(c < 0 for c in counts) or not any(counts):
+        raise ValueError(f"{path!r}: counts must be non-negative and not all zero")
     return counts
 
 

@@ -87,6 +87,10 @@ class SpeclaProposer:
                 logits_fn = draft_logits_fn(logits_fn, self._whole_lm_head(target), ids, target.config.vocab_size)
             self.drafter = EagleDrafterRunner(net, target.embed_input_ids, logits_fn, self.max_requests, ids)
             self.draft_vocab_size = target.config.vocab_size if ids is None else ids.numel()
+            logger.info("SpecLA: draft vocabulary %s", "full" if ids is None else
+                        f"{ids.numel()} of {target.config.vocab_size} tokens" +
+                        ("" if self._whole_lm_head(target) is not None else
+                         " (tensor-parallel or quantized LM head: full logits computed, no saving)"))
         else:
             net = load_fla_checkpoint(self.settings.drafter, dtype=p.dtype, device=p.device)
             self.drafter = DraftModelDrafter(net, self.max_requests)
@@ -97,9 +101,8 @@ class SpeclaProposer:
             self.tree_spec = TreeSpec(top_k=self.settings.tree_top_k, max_depth=self.K,
                                       node_budget=self.settings.tree_node_budget, tau=self.settings.prune_tau)
             self.drafter.enable_trees(self.tree_spec.top_k)
-        logger.info("SpecLA: %s drafter from %s, K=%s, deferred_commit=%s, draft vocabulary %s", kind,
-                    self.settings.drafter, f"auto (max {self.K})" if self.policy is not None else self.K,
-                    self.settings.deferred_commit, self.settings.draft_vocab_size or "full")
+        logger.info("SpecLA: %s drafter from %s, K=%s, deferred_commit=%s", kind, self.settings.drafter,
+                    f"auto (max {self.K})" if self.policy is not None else self.K, self.settings.deferred_commit)
 
     def _whole_lm_head(self, target):
         """The target's LM-head weight when this process holds all of it unquantized (no tensor
