@@ -82,15 +82,14 @@ class SpeclaProposer:
         if kind == "eagle":
             net = load_eagle_drafter(self.settings.drafter, dtype=p.dtype, device=p.device)
             logits_fn = lambda f: target.compute_logits(f)  # noqa: E731
-            ids = self.settings.draft_vocab_ids(target.config.vocab_size, kind)
+            V, ids = target.config.vocab_size, self.settings.draft_vocab_ids(target.config.vocab_size, kind)
             if ids is not None:  # the draft vocabulary's LM-head rows; under TP / quantization the full head, its ids columns
-                logits_fn = draft_logits_fn(logits_fn, self._whole_lm_head(target), ids, target.config.vocab_size)
+                head = self._whole_lm_head(target)
+                logits_fn = draft_logits_fn(logits_fn, head, ids, V)
+                logger.info("SpecLA: draft vocabulary of %d of %d tokens%s", ids.numel(), V, "" if head is not None
+                            else " (tensor-parallel or quantized LM head: full logits computed, no saving)")
             self.drafter = EagleDrafterRunner(net, target.embed_input_ids, logits_fn, self.max_requests, ids)
-            self.draft_vocab_size = target.config.vocab_size if ids is None else ids.numel()
-            logger.info("SpecLA: draft vocabulary %s", "full" if ids is None else
-                        f"{ids.numel()} of {target.config.vocab_size} tokens" +
-                        ("" if self._whole_lm_head(target) is not None else
-                         " (tensor-parallel or quantized LM head: full logits computed, no saving)"))
+            self.draft_vocab_size = V if ids is None else ids.numel()
         else:
             net = load_fla_checkpoint(self.settings.drafter, dtype=p.dtype, device=p.device)
             self.drafter = DraftModelDrafter(net, self.max_requests)
