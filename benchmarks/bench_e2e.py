@@ -41,7 +41,7 @@ from vllm_specla.core.policy import chain_tau  # noqa: E402
 from vllm_specla.models.config import GatedDeltaNetConfig  # noqa: E402
 from vllm_specla.models.drafter import EagleDrafter, drafter_config_from_target  # noqa: E402
 from vllm_specla.models.gdn import GatedDeltaNetForCausalLM  # noqa: E402
-from vllm_specla.runtime.decode import DecodeRuntime  # noqa: E402
+from vllm_specla.runtime.decode import DecodeRuntime, controlled_tree_tau  # noqa: E402
 from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget  # noqa: E402
 
 SHAPES = {
@@ -207,7 +207,7 @@ def bench_shape(args, shape: str, device: str) -> None:
             for W in (args.tree_widths if mode == "specla" and dv == args.draft_vocabs[0] else ()):
                 # draft trees: W branches of depth K sharing the root
                 rt = DecodeRuntime(tgt, B, "specla", K, drs[dv], output_capacity=L + 2, alpha=args.alphas[0], trace=trace,
-                                   tree_width=W)
+                                   tree_width=W, tree_alpha_model=args.tree_alpha_model)
                 rt.capture()
                 for a in args.alphas:
                     rt.set_alpha(a)
@@ -216,9 +216,10 @@ def bench_shape(args, shape: str, device: str) -> None:
                     ok = sum(o == trace[b, : len(o)].tolist() for b, o in enumerate(rt.outputs()))
                     record(args.out, dict(
                         base, mode="specla-tree", K=K, tree_width=W, nodes=1 + W * K, alpha=a,
+                        tree_alpha_model=args.tree_alpha_model,
                         step_ms=1e3 * r.seconds / r.steps, tokens_per_s=r.tokens_per_s, ms_per_token=r.ms_per_token(B),
                         tau=r.mean_acceptance_length,
-                        tau_expected=1 + sum(1 - (1 - a ** i) ** W for i in range(1, K + 1)),
+                        tau_expected=controlled_tree_tau(a, K, W, args.tree_alpha_model),
                         speedup=r.tokens_per_s / ar_tps, lossless_rows=f"{ok}/{B}",
                         state_bytes_per_request=rt.state_bytes_per_request()))
                 del rt
@@ -405,6 +406,9 @@ def main() -> None:
     ap.add_argument("--alphas", default="0.7,0.8,0.9")
     ap.add_argument("--snapshot-ks", default="4")
     ap.add_argument("--tree-widths", default="", help="also run draft trees of these widths (W branches of depth K)")
+    ap.add_argument("--tree-alpha-model", default="siblings", choices=["siblings", "iid"],
+                    help="how alpha controls a tree's drafts (runtime/decode.py controlled_tree_tau): one first-level "
+                         "sibling can match (default), or every node independently (sessions 3-13)")
     ap.add_argument("--snapshot-alphas", default="0.8")
     ap.add_argument("--steps", type=int, default=24, help="timed steps per run")
     ap.add_argument("--prompt-len", type=int, default=16)

@@ -31,6 +31,8 @@ def test_bench_e2e_dry_cpu(tmp_path):
             assert done == total, r
         if r["mode"] == "specla":
             assert r["state_bytes_per_request"]["factors"] > 0 and r["tau"] >= 1.0
+        if r["mode"] == "specla-tree":
+            assert r["tree_alpha_model"] == "siblings" and r["tau_expected"] > 1.0
     table = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "plot_e2e.py"), str(out)],
                            check=True, env=env, capture_output=True, text=True, timeout=120).stdout
     assert "| shape | B | alpha |" in table

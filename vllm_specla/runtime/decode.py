@@ -20,7 +20,8 @@ tokens autoregressively on scratch slots of its state tensors (the first draft s
 committed slot and writes the scratch slot, ``out_slots``: no copy of the state per step). With ``alpha`` set, the drafter still runs (its
 cost is real) but its tokens are replaced, independently per draft position, by the target's
 greedy token from a recorded AR ``trace`` with probability ``alpha`` and by a different token
-otherwise (issue 6: acceptance-controlled drafter; i.i.d. ``alpha`` per position, §9b).
+otherwise (issue 6: acceptance-controlled drafter; i.i.d. ``alpha`` per position, §9b; trees:
+``tree_alpha_model``).
 
 Losslessness: outputs are the target's own greedy tokens (argmax of the verify logits at every
 accepted position), so SpecLA output equals AR output up to floating-point ties between the two
@@ -125,9 +126,13 @@ class DecodeRuntime:
             ``K`` sharing the root (the drafter's top-``W`` first tokens, each continued greedily;
             ``1 + W*K`` nodes), accept the branch with the longest matching prefix, gather its
             factors into path order (``compact_path_factors``, over banks stacked across layers:
-            8 launches per step) and keep them pending like a chain. With ``alpha`` every node is
-            drawn independently, so siblings can both match the target: this overstates a real
-            drafter's tree acceptance (benchmarks/RESULTS.md, "Session 10"). 1 = chain.
+            8 launches per step) and keep them pending like a chain. 1 = chain.
+        tree_alpha_model: how ``alpha`` controls a tree's drafts (:func:`controlled_tree_tau`):
+            ``"siblings"`` (default): the W first-level tokens are distinct, as a real top-W is, so
+            at most one matches the target: candidate j does with probability ``alpha`` given that
+            0..j-1 did not, and only that branch continues, i.i.d. ``alpha`` per deeper node.
+            ``"iid"``: every node independently (sessions 3-13's model; it lets several branches
+            match and overstates a real drafter's tree acceptance, RESULTS.md "Session 10").
     Raises:
         ValueError: unknown mode, K < 1 or no drafter for a spec mode, alpha without trace or
             outside [0, 1], alpha/trace with mode "ar", a trace that is not ``[B, L]`` int64.
@@ -137,10 +142,13 @@ class DecodeRuntime:
 
     def __init__(self, target: FusedTarget, batch_size: int, mode: str = "ar", num_speculative_tokens: int = 0,
                  drafter: FusedEagle | None = None, output_capacity: int = 256, alpha: float | None = None,
-                 trace: torch.Tensor | None = None, use_cuda_graphs: bool | None = None, tree_width: int = 1):
+                 trace: torch.Tensor | None = None, use_cuda_graphs: bool | None = None, tree_width: int = 1,
+                 tree_alpha_model: str = "siblings"):
         if mode not in RUNTIME_MODES:
             raise ValueError(f"mode must be one of {RUNTIME_MODES}, got {mode!r}")
         spec = mode != "ar"
+        if tree_alpha_model not in TREE_ALPHA_MODELS:
+            raise ValueError(f"tree_alpha_model must be one of {TREE_ALPHA_MODELS}, got {tree_alpha_model!r}")
         if tree_width < 1 or (tree_width > 1 and mode != "specla"):
             raise ValueError(f'tree_width must be >= 1, and > 1 only with mode "specla" (got {tree_width}, {mode!r})')
         if spec and drafter is not None and tree_width > drafter.draft_vocab_size:
@@ -158,6 +166,7 @@ class DecodeRuntime:
         self.B, self.mode = batch_size, mode
         self.K = num_speculative_tokens if spec else 0
         self.W = tree_width
+        self.tree_alpha_model = tree_alpha_model
         self.T = self.W * self.K + 1  # window nodes: root + W branches of K drafts
         self.dev = target.embed.device
         self.alpha = alpha
@@ -261,12 +270,19 @@ class DecodeRuntime:
                 d = self.dr.draft_tokens(fw)
                 levels.append(d)
         drafts = torch.stack(levels, 1).view(B, W, K)
-        if self.alpha is not None:  # acceptance-controlled: i.i.d. per node
+        if self.alpha is not None:  # acceptance-controlled (tree_alpha_model; a chain: i.i.d. per position)
             L = self.trace.shape[1]
             idx = (self.n[:, None] - 1 + self.pos[None, 1 : K + 1]).clamp(max=L - 1)
             true = self.trace.gather(1, idx)[:, None, :].expand(B, W, K)
             coin = torch.rand(drafts.shape, device=self.dev) < self.alpha_t
             branch = torch.arange(W, device=self.dev)[None, :, None]
+            if W > 1 and self.tree_alpha_model == "siblings":
+                # the first candidate whose level-1 coin came up is the one true sibling (W: none);
+                # only its branch keeps its deeper coins
+                hit = coin[:, :, 0]
+                first = torch.where(hit.any(1), hit.to(torch.int8).argmax(1), W)
+                mine = branch == first[:, None, None]
+                coin = mine & torch.cat([torch.ones_like(coin[:, :, :1]), coin[:, :1, 1:].expand(B, W, K - 1)], 2)
             wrong = (true + 1 + branch) % self.tgt.config.vocab_size
             drafts = torch.where(coin, true, wrong)
         return drafts.reshape(B, W * K)
@@ -481,6 +497,23 @@ class DecodeRuntime:
         n = self.n.tolist()
         out = self.out.cpu()
         return [out[b, : min(n[b], self.Lout - 1)].tolist() for b in range(self.B)]
+
+
+TREE_ALPHA_MODELS = ("siblings", "iid")
+
+
+def controlled_tree_tau(alpha: float, k: int, width: int, model: str = "siblings") -> float:
+    """Expected tokens per verify step (bonus included) of a ``width``-branch, depth-``k`` draft
+    tree under :class:`DecodeRuntime`'s acceptance control (``tree_alpha_model``):
+
+    * ``"siblings"``: ``1 + (1 - (1 - alpha)^W) * sum_{i<k} alpha^i`` (one branch can match);
+    * ``"iid"``: ``1 + sum_{i=1..k} 1 - (1 - alpha^i)^W`` (branches independent).
+
+    ``width = 1`` gives :func:`~vllm_specla.core.policy.chain_tau` under both.
+    """
+    if model == "iid":
+        return 1.0 + sum(1.0 - (1.0 - alpha ** i) ** width for i in range(1, k + 1))
+    return 1.0 + (1.0 - (1.0 - alpha) ** width) * sum(alpha ** i for i in range(k))
 
 
 def drafter_config(drafter: FusedEagle):
