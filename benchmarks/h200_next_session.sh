@@ -14,7 +14,7 @@
 # phase 5 now called P5 = 1; s8e's VLLM_SPECLA_UT_PREP=loop form was removed after s8e; s9b's e2e ran a conv default of
 # TB = 8 chunks at 1024-channel tiles, replaced after s9b: bench_conv.py still times that config).
 set -u
-S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r.get("alpha"),r.get("draft_vocab"),round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows"),r.get("tag"),r.get("policy")) for r in map(json.loads,sys.stdin)]'
+S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r.get("alpha"),r.get("tree_width"),r.get("draft_vocab"),round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows"),r.get("tag"),r.get("policy")) for r in map(json.loads,sys.stdin)]'
 case "${1:-}" in
   s14a)  # session 14, call 1 (carry .whl, .devdata): the frequency-ranked draft vocabulary (draft_vocab_size,
         # core/draft_vocab.py). Its GPU tests; flame / map at batch 1, K = 4 / 6 / 8, alpha 0.8, the drafter's LM head over
