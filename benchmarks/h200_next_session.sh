@@ -2,7 +2,7 @@
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
 # README/device; the s5* / s6* / s8d-s8f calls need neither). State after session 13: benchmarks/RESULTS.md "Session 13" (s13a, s13c-s13g as
-# run; session 14: "Session 14" (s14a-s14d as run); s13a's win: settings and --gemm-window were removed after it, s13e's grid ran the first version of the cost split). Session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
+# run; session 14: "Session 14" (s14a-s14e as run); s13a's win: settings and --gemm-window were removed after it, s13e's grid ran the first version of the cost split). Session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
 # s12b's rows-s11 and s12c's mma: settings were removed after them). Session 11: "Session 11" (s11a-s11f as run;
 # s11d's multi:* settings were removed after it). Before it: benchmarks/RESULTS.md
 # "Session 10" (s10a-s10f below as run; s10a / s10b ran UT_SOLVE / UT_SPLIT before they became the tree defaults,
@@ -24,6 +24,13 @@ case "${1:-}" in
           --draft-vocabs 0,16000,8000,4000 --tag s14a --out "$OUT/e2e_s14a.jsonl" 2>&1 | grep "^{" | python -c "$S"
       timeout 150 python benchmarks/bench_e2e.py --trained --prompts .devdata/mtbench_tiny.json --trained-batches 1,16 \
           --ks 4,6 --draft-vocabs 0,4096,2048 --tag s14a_trained --out "$OUT/e2e_trained_s14a.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      ;;
+  s14e)  # session 14, call 6 (carry .whl): `auto` on the grid with the final session-13 policy code (s13e ran the first
+        # version of its cost split): flame / map, batch 1 / 16 / 64 / 256, K = 2 / 4 (two verify windows known), alpha 0.8
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 420 python benchmarks/bench_e2e.py --shapes flame,map --batches 1,16,64,256 --ks 2,4 --alphas 0.8 --auto \
+          --snapshot-ks "" --cuda-csrc --tag s14e --out "$OUT/e2e_s14e.jsonl" 2>&1 | grep "^{" | python -c "$S"
       ;;
   s14d)  # session 14, call 5 (carry .whl): draft trees at batch 1 under the sibling-exclusive acceptance model (the new
         # default of runtime/decode.py tree_alpha_model: at most one first-level sibling matches) next to sessions 3-13's i.i.d.
