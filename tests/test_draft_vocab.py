@@ -276,3 +276,30 @@ def test_runtime_draft_vocab_lossless_and_full_size_is_identity(models):
     small = FusedEagle(dm, tgt, torch.float32, "cpu", draft_vocab=ids512[:3])
     with pytest.raises(ValueError, match="tree_width=4 exceeds the drafter's draft vocabulary"):
         DecodeRuntime(tgt, B, "specla", K, small, tree_width=4)
+
+
+def test_proposer_reads_the_lm_head_rows_only_when_it_holds_all_of_them():
+    """The vLLM proposer's choice (``SpeclaProposer._whole_lm_head``): the LM-head weight at tensor
+    parallelism 1 with an unquantized head (vLLM's ``UnquantizedEmbeddingMethod``); None (the full
+    logits' columns) under TP or a quantized head."""
+    from types import SimpleNamespace
+
+    from vllm_specla.worker.proposer import SpeclaProposer
+
+    class UnquantizedEmbeddingMethod:  # the class names vLLM uses
+        pass
+
+    class Fp8LinearMethod:
+        pass
+
+    w = torch.zeros(4, 2)
+
+    def whole(tp, quant):
+        self = SimpleNamespace(vllm_config=SimpleNamespace(parallel_config=SimpleNamespace(tensor_parallel_size=tp)))
+        head = SimpleNamespace(weight=w, quant_method=quant)
+        return SpeclaProposer._whole_lm_head(self, SimpleNamespace(lm_head=head))
+
+    assert whole(1, UnquantizedEmbeddingMethod()) is w
+    assert whole(2, UnquantizedEmbeddingMethod()) is None
+    assert whole(1, Fp8LinearMethod()) is None
+    assert whole(1, None) is w  # a plain module without a quant method
