@@ -291,7 +291,8 @@ def bench_trained(args, device: str) -> None:
     from vllm_specla.core.draft_vocab import draft_vocab_ids, load_token_counts  # noqa: PLC0415
 
     tgt, dr = build_trained(device)
-    counts = load_token_counts(os.path.join(os.path.dirname(__file__), "..", "models", "specla-gdn-tiny", "drafter"))
+    counts = load_token_counts(os.path.join(os.path.dirname(__file__), "..", "models", "specla-gdn-tiny", "drafter")) \
+        if any(args.draft_vocabs) else None  # (only read when a draft vocabulary is asked for)
     drs = {dv: dr.with_draft_vocab(draft_vocab_ids(counts, dv) if dv else None) for dv in args.draft_vocabs}
     dr = drs[args.draft_vocabs[0]]
     with open(args.prompts) as f:

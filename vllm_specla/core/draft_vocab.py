@@ -44,7 +44,7 @@ def draft_vocab_ids(counts: Sequence[int] | torch.Tensor, size: int) -> torch.Te
     V = c.numel()
     if not 1 <= size <= V:
         raise ValueError(f"the size must be in 1..{V} (the vocabulary size), got {size}")
-    if V and int(c.min()) < 0:
+    if int(c.min()) < 0:
         raise ValueError("token counts must be non-negative")  # (load_token_counts names the file)
     # stable sort by descending count: equal counts keep ascending id order
     order = torch.sort(-c, stable=True).indices
@@ -128,7 +128,6 @@ class DraftHead:
     """
 
     def __init__(self, lm_head: torch.Tensor, ids: torch.Tensor, vocab_size: int):
-        self.vocab_size = vocab_size
         self.ids = check_ids(ids, vocab_size).to(lm_head.device)
         self.weight = lm_head.detach().index_select(0, self.ids).contiguous()
 
