@@ -24,6 +24,11 @@ The settings:
                num_warps); ``--rows-sweep`` adds a grid of them (M <= 2), ``--multi-sweep``
                another (M >= 2)
   rows-nopdl:...  the same without programmatic dependent launch
+  skinny:W:U   not cuBLAS: the CUDA skinny GEMM (``csrc/cuda/skinny_gemm.cu``, ``ops/_cpp.py``
+               ``skinny_gemm``; tensor-core MMAs with the weight as the A operand, M <= 16) at W
+               warps per CTA and U k-chunks per load batch (0:0 = automatic), with programmatic
+               dependent launch; ``--skinny-sweep`` adds a grid of them
+  skinny-nopdl:W:U  the same without programmatic dependent launch
 
 Prints ms per step of GEMMs, weight TB/s and the ratio to ``default`` per setting and M (token
 rows: 1 = AR at batch 1, 5 = a K = 4 verify window at batch 1, 9 = K = 8), and writes JSON to
@@ -50,6 +55,7 @@ SETTINGS = ["default", "cublas", "cublaslt", "no_reduced", "w_x"]
 ROWS_SWEEP = [(bn, bk, nw) for bn in (2, 4, 8, 16) for bk in (0, 1024) for nw in (4, 8)] + [(1, 0, 2), (1, 0, 4),
                                                                                            (2, 0, 2), (4, 512, 4)]
 # (BN, BK, num_warps) for M >= 2 token rows (the verify windows at batch 1)
+SKINNY_SWEEP = [(0, 0), (4, 4), (4, 8), (8, 4), (8, 8), (16, 4), (16, 8)]
 MULTI_SWEEP = [(2, 1024, 4), (4, 512, 4), (4, 1024, 4), (4, 1024, 8), (8, 512, 8), (8, 1024, 8), (8, 1024, 4),
                (16, 512, 8), (16, 1024, 8)]
 
@@ -92,10 +98,24 @@ def make_step(weights, head, M: int, D: int, form: str, device, dtype):
         cfg = tuple(int(v) for v in cfg)
         gemv = functools.partial(tf.gemv_rows, pdl=False) if kind == "rows-nopdl" else tf.gemv_rows
 
+    skinny = form.startswith("skinny")
+    if skinny:
+        import functools  # noqa: PLC0415
+
+        from vllm_specla.ops import _cpp  # noqa: PLC0415
+
+        kind, wv, uv = form.split(":")
+        sg = functools.partial(_cpp.skinny_gemm, warps=int(wv), unroll=int(uv), pdl=kind == "skinny")
+
     def fn():
         res.copy_(h0)
         for w_in, w_o, w_gu, w_down in weights:
-            if rows:
+            if skinny:
+                outs["p"] = sg(xs[0], w_in)
+                sg(xs[1], w_o, res, out=res)
+                outs["gu"] = sg(xs[2], w_gu)
+                sg(xs[3], w_down, res, out=res)
+            elif rows:
                 outs["p"] = gemv(xs[0], w_in, config=cfg)
                 gemv(xs[1], w_o, residual=res, out=res, config=cfg)
                 outs["gu"] = gemv(xs[2], w_gu, config=cfg)
@@ -110,7 +130,9 @@ def make_step(weights, head, M: int, D: int, form: str, device, dtype):
                 res.addmm_(xs[1], w_o.t())
                 outs["gu"] = xs[2] @ w_gu.t()
                 res.addmm_(xs[3], w_down.t())
-        if rows:
+        if skinny:
+            outs["logits"] = sg(res, head)
+        elif rows:
             outs["logits"] = gemv(res, head, config=cfg)
         else:
             outs["logits"] = (head @ res.t()).t() if form == "w_x" else res @ head.t()
@@ -125,6 +147,7 @@ def main() -> None:
     ap.add_argument("--settings", default=",".join(SETTINGS))
     ap.add_argument("--rows-sweep", action="store_true", help="add the ROWS_SWEEP row-GEMV configs (M <= 2)")
     ap.add_argument("--multi-sweep", action="store_true", help="add the MULTI_SWEEP row-GEMV configs (M >= 2)")
+    ap.add_argument("--skinny-sweep", action="store_true", help="add the SKINNY_SWEEP skinny-GEMM configs (M <= 16)")
     ap.add_argument("--layers", type=int, default=None, help="use only the first N layers (default: all)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--dry-cpu", action="store_true", help="every setting's code path once on tiny CPU tensors")
@@ -134,7 +157,17 @@ def main() -> None:
         settings += [f"rows:{bn}:{bk}:{nw}" for bn, bk, nw in ROWS_SWEEP]
     if args.multi_sweep:
         settings += [f"rows:{bn}:{bk}:{nw}" for bn, bk, nw in MULTI_SWEEP if f"rows:{bn}:{bk}:{nw}" not in settings]
+    if args.skinny_sweep:
+        settings += [f"skinny:{w}:{u}" for w, u in SKINNY_SWEEP if f"skinny:{w}:{u}" not in settings]
     dev = "cpu" if args.dry_cpu else "cuda"
+    if any(n.startswith("skinny") for n in settings):
+        if args.dry_cpu:
+            settings = [n for n in settings if not n.startswith("skinny")]
+            print("skinny settings skipped (a CUDA kernel)")
+        else:
+            from vllm_specla.ops import _cpp  # noqa: PLC0415
+
+            assert _cpp.load_cuda_gemm(), "the CUDA skinny GEMM did not build"
     dtype = torch.float32 if args.dry_cpu else torch.bfloat16
     recs = []
     for shape in args.shapes.split(","):
@@ -164,8 +197,10 @@ def main() -> None:
                     kmax = max(w.shape[1] for w in weights[0])
                     if M > 16 or (bk == 0 and bn * (1 << (kmax - 1).bit_length()) > 32768):
                         continue
+                if name.startswith("skinny") and M > 16:
+                    continue
                 with setting(name if not args.dry_cpu or name not in ("cublas", "cublaslt") else "default"):
-                    form = name if name == "w_x" or name.startswith("rows") else "std"
+                    form = name if name == "w_x" or name.startswith(("rows", "skinny")) else "std"
                     fn, outs, res = make_step(weights, head, M, D, form, dev, dtype)
                     if args.dry_cpu:
                         fn()

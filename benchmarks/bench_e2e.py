@@ -365,6 +365,10 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
                     help="the GDN gating as the row GEMV's epilogue (fused.GEMV_ROWS_GATING)")
     ap.add_argument("--pdl", default=None, choices=["on", "off"],
                     help="programmatic dependent launch of the Triton kernels (ops/pdl.py ENABLED)")
+    ap.add_argument("--skinny-gemm", default=None,
+                    help="on, or W,U (its warps, unroll: fused.SKINNY_CONFIG): JIT-build the CUDA skinny GEMM (ops/_cpp.py "
+                         "load_cuda_gemm, needs nvcc) so 2-8-row GEMMs run it instead of cuBLAS (fused.USE_SKINNY_GEMM); "
+                         "off / unset: cuBLAS")
     ap.add_argument("--argmax", default=None, choices=["triton", "torch"],
                     help="greedy tokens by our Triton argmax or torch's (fused.USE_TRITON_ARGMAX)")
 
@@ -392,11 +396,20 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         triton_fused.GEMV_ROWS_MAX_M = args.rows_max_m
     if args.pdl:
         pdl.ENABLED = args.pdl == "on"
+    from vllm_specla.ops import _cpp  # noqa: PLC0415
+
+    sg = getattr(args, "skinny_gemm", None)
+    if sg not in (None, "off"):
+        assert _cpp.load_cuda_gemm(), "the CUDA skinny GEMM did not build"
+        if sg != "on":
+            fused.SKINNY_CONFIG = tuple(int(v) for v in sg.split(","))
+    fused.USE_SKINNY_GEMM = getattr(args, "skinny_gemm", None) != "off"
     # (s11e's records had None for both the default and "off": the state is read back here)
     return dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG),
                 max_m=triton_fused.GEMV_ROWS_MAX_M, pdl=pdl.enabled(torch.empty(0, device="cuda")),
                 gating=fused.GEMV_ROWS_GATING, triton_argmax=fused.USE_TRITON_ARGMAX,
-                small=[fused.GEMV_ROWS_SMALL_MAX_M, fused.GEMV_ROWS_SMALL_BYTES])
+                small=[fused.GEMV_ROWS_SMALL_MAX_M, fused.GEMV_ROWS_SMALL_BYTES],
+                skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None)
 
 
 def main() -> None:

@@ -82,9 +82,11 @@ def test_bench_blas_dry_cpu(tmp_path):
 
 @pytest.mark.parametrize("var,mod,attr,msg", [
     ("VLLM_SPECLA_GEMV_ROWS", "fused", "USE_GEMV_ROWS", "VLLM_SPECLA_GEMV_ROWS must be '0'"),
-    ("VLLM_SPECLA_PDL", "pdl", "ENABLED", "VLLM_SPECLA_PDL must be '0'")])
+    ("VLLM_SPECLA_PDL", "pdl", "ENABLED", "VLLM_SPECLA_PDL must be '0'"),
+    ("VLLM_SPECLA_SKINNY_GEMM", "fused", "USE_SKINNY_GEMM", "VLLM_SPECLA_SKINNY_GEMM must be '0'")])
 def test_env_switches(var, mod, attr, msg):
-    """``VLLM_SPECLA_GEMV_ROWS`` (the row GEMV) and ``VLLM_SPECLA_PDL`` (programmatic dependent launch):
+    """``VLLM_SPECLA_GEMV_ROWS`` (the row GEMV), ``VLLM_SPECLA_PDL`` (programmatic dependent launch) and
+    ``VLLM_SPECLA_SKINNY_GEMM`` (the CUDA skinny GEMM once built):
     unset -> on, ``0`` -> off, anything else -> a ValueError naming the variable and its allowed
     values."""
     code = f"import vllm_specla.ops.{mod} as f; print(f.{attr})"

@@ -153,3 +153,65 @@ def test_ut_split_and_solve_forms(monkeypatch):
     monkeypatch.setattr(ut, "UT_SOLVE", "Dot")
     with pytest.raises(ValueError, match=r"VLLM_SPECLA_UT_SOLVE='Dot'.*loop, dot, auto"):
         ut.ut_forms(8, tree=True)
+
+
+def test_skinny_gemm_rule_and_route(monkeypatch):
+    """``fused.linear``'s skinny-GEMM rule (``fused._skinny_takes``; the ``_on_gpu`` seam points it at
+    CPU tensors): once built, bf16 / fp16 GEMMs of 1..``SKINNY_MAX_M`` dense rows with ``K % 8 == 0``
+    take it; 9 rows, fp32, ``K % 8 != 0``, a mismatched residual or the switch off do not. Routed
+    GEMMs get the RMSNorm first and the residual in place, as the cuBLAS path does (the op is
+    replaced by the reference here; its GPU tests: tests/test_skinny_gemm_gpu.py)."""
+    from vllm_specla.ops import fused
+
+    monkeypatch.setattr(fused, "_on_gpu", lambda x: True)
+    monkeypatch.setattr(fused, "USE_GEMV_ROWS", False)  # (the row GEMV would take one-row GEMMs first)
+    monkeypatch.setattr(_cpp, "GEMM_LOADED", True)
+    bf = torch.bfloat16
+    w = torch.randn(64, 32).to(bf)
+    take = fused._skinny_takes
+    assert all(take(torch.randn(m, 32).to(bf), w, None) for m in range(1, fused.SKINNY_MAX_M + 1))
+    assert take(torch.randn(5, 32).half(), w.half(), torch.randn(5, 64).half())
+    assert not take(torch.randn(fused.SKINNY_MAX_M + 1, 32).to(bf), w, None)
+    assert not take(torch.randn(5, 32), w.float(), None)  # fp32
+    assert not take(torch.randn(5, 36).to(bf), torch.randn(64, 36).to(bf), None)  # K % 8
+    assert not take(torch.randn(5, 36).to(bf)[:, :32], w, None)  # row stride 36: rows not 16-byte aligned
+    assert take(torch.randn(5, 40).to(bf)[:, :32], w, None)  # row stride 40: a column slice read in place
+    assert not take(torch.randn(5, 32).to(bf), w, torch.randn(5, 63).to(bf))  # residual shape
+    assert not take(torch.randn(5, 32).to(bf), w.t().contiguous().t(), None)  # w not contiguous
+    calls = []
+
+    def fake(x, w_, residual=None, out=None, warps=0, unroll=0, pdl=None):
+        calls.append((x.shape[0], residual is not None, out is not None and out is residual))
+        y = fused.linear_ref(x, w_, residual=residual)
+        return out.copy_(y) if out is not None else y
+
+    monkeypatch.setattr(_cpp, "skinny_gemm", fake)
+    x, nw = torch.randn(5, 32).to(bf), torch.rand(32) + 0.5
+    y = fused.linear(x, w, nw, 1e-6)
+    assert torch.equal(y, fused.linear_ref(x, w, nw, 1e-6))
+    r = torch.randn(5, 32).to(bf)
+    r0 = r.clone()
+    z = fused.linear(y, torch.randn(32, 64).to(bf), residual=r, residual_inplace=True)
+    assert z is r and not torch.equal(r, r0)
+    assert calls == [(5, False, False), (5, True, True)]
+    monkeypatch.setattr(fused, "USE_SKINNY_GEMM", False)
+    assert not take(x, w, None)
+
+
+def test_skinny_gemm_input_errors():
+    """``_cpp.skinny_gemm`` refuses inputs outside the kernel's contract with a ``ValueError`` naming
+    the argument, before the op runs (on the CPU: after every other check, "must be CUDA")."""
+    bf = torch.bfloat16
+    w = torch.randn(64, 32).to(bf)
+    cases = [((torch.randn(17, 32).to(bf), w), "1..16 rows"), ((torch.randn(4, 32), w.float()), "bfloat16 or float16"),
+             ((torch.randn(4, 32).to(bf), w.half()), "one dtype"),
+             ((torch.randn(4, 36).to(bf), torch.randn(64, 36).to(bf)), "K % 8"),
+             ((torch.randn(4, 32).to(bf), torch.randn(64, 40).to(bf)), "w must be"),
+             ((torch.randn(4, 32).to(bf), w.t().contiguous().t()), "contiguous"),
+             ((torch.randn(4, 32).to(bf), w, torch.randn(4, 63).to(bf)), "residual must be"),
+             ((torch.randn(4, 32).to(bf), w), "CUDA tensors")]
+    for args, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            _cpp.skinny_gemm(*args)
+    with pytest.raises(ValueError, match="warps, unroll"):
+        _cpp.skinny_gemm(torch.randn(4, 32).to(bf), w, warps=2, unroll=4)

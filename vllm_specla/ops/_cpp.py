@@ -101,6 +101,91 @@ def load_cuda(verbose: bool = False) -> bool:
     return True
 
 
+GEMM_LOADED = False  # set by load_cuda_gemm(): torch.ops.vllm_specla.skinny_gemm is registered for CUDA tensors
+
+
+def load_cuda_gemm(verbose: bool = False) -> bool:
+    """JIT-build ``csrc/cuda/skinny_gemm.cu`` (the tensor-core skinny GEMM for 1-16 token rows:
+    the weight as the MMA's A operand, loaded 16 bytes at a time straight into fragment registers,
+    read once for all rows) and register ``torch.ops.vllm_specla.skinny_gemm`` for CUDA tensors.
+
+    Independent of the CPU extension (the file carries its own schema). Once loaded,
+    ``ops/fused.py`` ``linear`` (and the fused prologue forms after their norm / SwiGLU kernels) run
+    the bf16 / fp16 GEMMs of 2-8 rows (``fused.SKINNY_MAX_M``) that the row GEMV does not take on it
+    instead of cuBLAS (``fused.USE_SKINNY_GEMM``): a batch-1 verify window of K <= 7 draft tokens.
+    Needs CUDA torch and nvcc (about 30-60 s, cached under ``TORCH_EXTENSIONS_DIR``). Returns False
+    when CUDA is absent. Measured: benchmarks/RESULTS.md, session 15.
+    """
+    if not torch.cuda.is_available():
+        return False
+    from torch.utils.cpp_extension import load  # noqa: PLC0415
+
+    load(name="vllm_specla_gemm_jit", sources=[os.path.join(_csrc_dir(), "cuda", "skinny_gemm.cu")],
+         extra_cflags=["-O3"], extra_cuda_cflags=["-O3"] + (["-lineinfo"] if os.environ.get(
+             "VLLM_SPECLA_CUDA_LINEINFO", "0") not in ("", "0") else []),
+         is_python_module=False, verbose=verbose)
+    global GEMM_LOADED
+    GEMM_LOADED = True
+    return True
+
+
+_SKINNY_CONFIGS = {(w, u) for w in (4, 8, 16) for u in (4, 8)} | {(0, 0)}
+
+
+def _skinny_check(x, w, residual, out, warps, unroll) -> None:
+    """``ValueError`` naming the argument for inputs outside the skinny GEMM's contract. The op's own
+    checks are a backstop only: a failed ``TORCH_CHECK`` inside the JIT-built op crashed the process
+    on the H200 (segmentation fault, s15b) instead of raising, so nothing reaches it unchecked."""
+    if x.dim() != 2 or w.dim() != 2:
+        raise ValueError(f"skinny_gemm: x [M, K] and w [N, K] must be 2-D, got {tuple(x.shape)} and {tuple(w.shape)}")
+    if w.dtype not in (torch.bfloat16, torch.float16) or x.dtype != w.dtype:
+        raise ValueError(f"skinny_gemm: x and w must share one dtype, bfloat16 or float16; got {x.dtype} and {w.dtype}")
+    M, K = x.shape
+    N = w.shape[0]
+    if not 1 <= M <= 16:
+        raise ValueError(f"skinny_gemm: x must have 1..16 rows, got {M}")
+    if w.shape[1] != K or N < 1 or N > (1 << 31) - 16:
+        raise ValueError(f"skinny_gemm: w must be [N, {K}] with N >= 1, got {tuple(w.shape)}")
+    if K < 8 or K % 8 or x.stride(-1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16:
+        raise ValueError(f"skinny_gemm: x needs K % 8 == 0 (K = {K}) and dense, 16-byte aligned rows "
+                         f"(strides {x.stride()})")
+    if not w.is_contiguous() or w.data_ptr() % 16:
+        raise ValueError("skinny_gemm: w must be contiguous and 16-byte aligned")
+    for name, t in (("residual", residual), ("out", out)):
+        if t is not None and (t.shape != (M, N) or t.dtype != w.dtype or t.device != w.device or t.stride(-1) != 1):
+            raise ValueError(f"skinny_gemm: {name} must be [{M}, {N}] {w.dtype} on {w.device} with a dense last dim, "
+                             f"got {tuple(t.shape)} {t.dtype} on {t.device}")
+    if (warps, unroll) not in _SKINNY_CONFIGS:
+        raise ValueError(f"skinny_gemm: (warps, unroll) must be (4|8|16, 4|8) or (0, 0) for the automatic choice, "
+                         f"got ({warps}, {unroll})")
+    if not (x.is_cuda and w.is_cuda):  # last, so the CPU tests reach the checks above
+        raise ValueError(f"skinny_gemm: x and w must be CUDA tensors, got {x.device} and {w.device}")
+
+
+def skinny_gemm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = None,
+                out: torch.Tensor | None = None, warps: int = 0, unroll: int = 0, pdl: bool | None = None
+                ) -> torch.Tensor:
+    """``x [M, K] @ w[N, K].T (+ residual [M, N])`` -> ``out [M, N]`` (new, or the given one: pass
+    ``out=residual`` to add in place) on the CUDA skinny GEMM of :func:`load_cuda_gemm`.
+
+    ``x`` / ``w`` / ``residual`` / ``out``: one dtype, bfloat16 or float16; ``1 <= M <= 16``;
+    ``K % 8 == 0``; ``w`` contiguous; ``x`` rows dense and 16-byte aligned. fp32 accumulation, one
+    rounding (``residual`` added in fp32 first, as cuBLAS ``addmm`` with beta = 1); deterministic.
+    ``warps`` / ``unroll``: the CTA's warps (4 / 8 / 16, splitting K) and 32-wide k chunks per load
+    batch (4 / 8); 0 / 0 = automatic (8 / 8). ``pdl``: launch with programmatic dependent launch
+    (default: ``ops/pdl.py``). Raises ``ValueError`` naming the argument on other inputs.
+    Reference: ``ops/fused.py`` ``linear_ref``; design and measurements: ``csrc/cuda/skinny_gemm.cu``,
+    benchmarks/RESULTS.md session 15."""
+    from vllm_specla.ops import pdl as _pdl  # noqa: PLC0415
+
+    _skinny_check(x, w, residual, out, warps, unroll)
+    if out is None:
+        out = torch.empty(x.shape[0], w.shape[0], dtype=w.dtype, device=w.device)
+    torch.ops.vllm_specla.skinny_gemm(x, w, residual, out, int(warps), int(unroll),
+                                      _pdl.enabled(x) if pdl is None else bool(pdl))
+    return out
+
+
 def _registered() -> bool:
     ns = getattr(torch.ops, "vllm_specla", None)
     try:

@@ -13,6 +13,7 @@ import os
 import torch
 import torch.nn.functional as F
 
+from vllm_specla.ops import _cpp
 from vllm_specla.ops import pdl as _pdl  # noqa: F401  (checks VLLM_SPECLA_PDL on every device at import)
 from vllm_specla.ops.reference import gdn_gating_ref
 
@@ -120,6 +121,9 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
     if norm_weight is not None:
         x = rms_norm(x, norm_weight, eps, w.dtype)
     x = x.to(w.dtype)
+    if _skinny_takes(x, w, residual):
+        return _cpp.skinny_gemm(x, w, residual, out=residual if residual is not None and residual_inplace else None,
+                                warps=SKINNY_CONFIG[0], unroll=SKINNY_CONFIG[1])
     if residual is None:
         return x @ w.t()
     return residual.addmm_(x, w.t()) if residual_inplace else torch.addmm(residual, x, w.t())
@@ -153,6 +157,36 @@ def linear_gating(x, w, norm_weight, eps, a0, A_log, dt_bias, allow_neg_eigval=F
     g, beta = gdn_gating(p[:, a0 : a0 + HV], p[:, a0 + HV : a0 + 2 * HV], A_log, dt_bias, allow_neg_eigval,
                          valid_len, tokens_per_row)
     return p, g, beta
+
+
+# The CUDA skinny GEMM (csrc/cuda/skinny_gemm.cu, once ops/_cpp.py load_cuda_gemm() has built it) for
+# the GEMMs of at most SKINNY_MAX_M rows that the row GEMV does not take: a batch-1 verify window
+# (K + 1 rows) instead of cuBLAS. benchmarks/RESULTS.md, session 15.
+_SKINNY_ENV = os.environ.get("VLLM_SPECLA_SKINNY_GEMM", "1")
+if _SKINNY_ENV not in ("0", "1"):
+    raise ValueError(f"VLLM_SPECLA_SKINNY_GEMM must be '0' (cuBLAS for 2-16-row GEMMs) or '1' (the CUDA skinny GEMM "
+                     f"once ops._cpp.load_cuda_gemm() has built it, the default), got {_SKINNY_ENV!r}")
+USE_SKINNY_GEMM = _SKINNY_ENV == "1"
+# up to 8 rows (one 8-token MMA tile): at 9 rows (two tiles) the kernel took 1.16x cuBLAS's time (s15c)
+SKINNY_MAX_M = 8
+# (warps, unroll) of ops/_cpp.py skinny_gemm; (0, 0): its automatic choice
+SKINNY_CONFIG = (0, 0)
+
+
+def _skinny_takes(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None) -> bool:
+    """Whether the CUDA skinny GEMM takes ``x @ w.T [+ residual]``: built and on
+    (``_cpp.GEMM_LOADED``, :data:`USE_SKINNY_GEMM`), CUDA, bf16 / fp16 operands of one dtype, a 2-D
+    ``x`` of 1..``SKINNY_MAX_M`` rows that are dense and 16-byte aligned, ``K % 8 == 0``, a
+    contiguous aligned ``w``, a ``[M, N]`` residual of that dtype with a dense last dim."""
+    if not (USE_SKINNY_GEMM and _cpp.GEMM_LOADED and _on_gpu(x) and x.dim() == 2 and w.dim() == 2):
+        return False
+    M, K = x.shape
+    if not (1 <= M <= SKINNY_MAX_M and x.dtype in (torch.bfloat16, torch.float16) and w.dtype == x.dtype):
+        return False
+    if K % 8 or x.stride(-1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16 or not w.is_contiguous() or w.data_ptr() % 16:
+        return False
+    return residual is None or (residual.shape == (M, w.shape[0]) and residual.dtype == w.dtype
+                                and residual.stride(-1) == 1)
 
 
 def _on_gpu(x: torch.Tensor) -> bool:

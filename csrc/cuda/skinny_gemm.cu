@@ -1,0 +1,281 @@
+// torch.ops.vllm_specla.skinny_gemm: out[M, N] = x[M, K] @ w[N, K]^T (+ residual) for M <= 16 token
+// rows (the verify windows of a batch-1 SpecLA step: T = K_draft + 1 <= 16 rows), bf16 / fp16
+// operands, fp32 accumulation on tensor cores, one rounding to the output dtype.
+//
+// Why: at batch 1 a verify step's GEMMs are weight streams (flame 1B: 2.64 GB per step), and cuBLAS
+// serves 5-9-row GEMMs at ~2.56 TB/s (its split-K tiles plus a reduce kernel; benchmarks/RESULTS.md
+// sessions 11-13), against a ~4.3 TB/s copy ceiling. Four Triton forms lost to it (sessions 3-4, 12,
+// 13): each staged the weight tile through shared memory or converted layouts per token row.
+//
+// The layout (the "swap AB" skinny GEMM; cf. TensorRT-LLM's cudaCoreGemm / vLLM's ROCm wvSplitK,
+// which do the same job on CUDA cores): the weight is the MMA's A operand (16 output rows x 16 k),
+// the token rows are B (16 k x 8 tokens), so one m16n8k16 covers 8 tokens and the weight is read
+// exactly once. The k order inside an MMA is free (a dot product), so each thread owns 8
+// *contiguous* k of its A rows and loads them with one 16-byte load straight into the fragment
+// registers (no shared memory, no ldmatrix, no conversion):
+//
+//   lane = 4 g + t (g = lane / 4, t = lane % 4); for a 32-wide k chunk at k0 the thread loads
+//   W[n0 + g][k0 + 8t .. +8] and W[n0 + g + 8][k0 + 8t .. +8] (uint4 each) and x[tok g][k0 + 8t .. +8]
+//   (uint4 per 8-token tile). Words 0..3 of those loads hold k pairs (0,1) (2,3) (4,5) (6,7).
+//   MMA j (j = 0, 1) of the chunk takes A = {Wg.w[2j], Wg8.w[2j], Wg.w[2j+1], Wg8.w[2j+1]} and
+//   B = {X.w[2j], X.w[2j+1]}: logical k slot 2t+e is physical k0 + 8t + 4j + e and slot 2t+8+e is
+//   k0 + 8t + 4j + 2 + e, the same bijection for A and B (PTX ISA, "Matrix Fragments for
+//   mma.m16n8k16" with .bf16: a0..a7 rows g / g+8, cols 2t+(0,1) / 2t+8+(0,1); b0..b3 rows
+//   2t+(0,1) / 2t+8+(0,1), col g). The two MMAs accumulate into one C fragment, so a chunk adds all
+//   32 k.
+//
+// A CTA owns 16 output rows; its WARPS warps split K into contiguous chunk ranges; each warp loads U
+// chunks (2U 16-byte weight loads per thread) into registers before it computes them, the first U
+// before the programmatic dependent launch wait (griddepcontrol.wait: model weights are constant,
+// ops/pdl.py's contract), so with PDL the weight stream starts while the previous kernel finishes.
+// The warps' C fragments are summed through shared memory in warp order (deterministic), then
+// written coalesced with the residual added in fp32 (as cuBLAS addmm's beta = 1). Weight loads
+// bypass L1 (ld.global.nc.L1::no_allocate: read once per step); x (<= 16 x K elements) stays in L1.
+//
+// Measured (benchmarks/RESULTS.md, session 15): 2.75-2.83 TB/s for the flame step's GEMMs at 5-7
+// rows against cuBLAS's 2.56 (one CTA per 16 rows runs the grid in waves: flame's in-projection is
+// 577 CTAs over ~2.2 waves). A persistent stream-K form (contiguous chunk ranges per warp, a private
+// cp.async ring per thread, partial tiles summed by the last of their warps) measured 1.9-2.2 TB/s
+// and was removed. At 9-16 rows (two MMA tiles) this kernel took 1.16x cuBLAS's time, so
+// ops/fused.py gives it at most 8 rows.
+//
+// JIT-built on a machine with CUDA torch by vllm_specla.ops._cpp.load_cuda_gemm() (the H200); its
+// own TORCH_LIBRARY_FRAGMENT (it does not need the CPU extension). Torch reference: ops/fused.py
+// linear_ref; tests: tests/test_skinny_gemm_gpu.py.
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <optional>
+
+namespace {
+
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+template <typename T>
+struct Mma;
+
+template <>
+struct Mma<__nv_bfloat16> {
+  static __device__ __forceinline__ void run(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+  static __device__ __forceinline__ __nv_bfloat16 from_f(float v) { return __float2bfloat16_rn(v); }
+};
+
+template <>
+struct Mma<__half> {
+  static __device__ __forceinline__ void run(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+  static __device__ __forceinline__ __half from_f(float v) { return __float2half_rn(v); }
+};
+
+// NT: 8-token tiles (M <= 8 NT); WARPS: warps per CTA (K split); U: chunks of 32 k per load batch.
+template <typename T, int NT, int WARPS, int U, bool RES>
+__global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* __restrict__ x, int64_t ldx,
+                                                                 const T* __restrict__ w, const T* res,
+                                                                 int64_t ldr, T* out, int64_t ldo, int M, int N,
+                                                                 int K) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int n0 = blockIdx.x * 16;
+  const int nchunks = (K + 31) >> 5;
+  const int per = (nchunks + WARPS - 1) / WARPS;
+  const int cb = min(nchunks, warp * per), ce = min(nchunks, cb + per);
+  const bool ok0 = n0 + g < N, ok1 = n0 + g + 8 < N;
+  // rows past N are clamped (never dereferenced: their loads are predicated off)
+  const T* w0 = w + static_cast<int64_t>(min(n0 + g, N - 1)) * K + t * 8;
+  const T* w1 = w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K + t * 8;
+
+  float acc[NT][4];
+#pragma unroll
+  for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  uint4 wa[U], wb[U];
+  const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
+
+  auto load = [&](int c) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int ch = c + u, k = ch * 32 + t * 8;
+      const bool in = ch < ce && k < K;
+      wa[u] = in && ok0 ? ld_stream(w0 + ch * 32) : z4;
+      wb[u] = in && ok1 ? ld_stream(w1 + ch * 32) : z4;
+    }
+  };
+
+  load(cb);  // constant weights: before the wait (ops/pdl.py)
+  griddep_wait();
+  for (int c = cb; c < ce; c += U) {
+    if (c != cb) load(c);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int ch = c + u, k = ch * 32 + t * 8;
+      const bool in = ch < ce && k < K;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int tok = nt * 8 + g;
+        const uint4 xv =
+            in && tok < M ? *reinterpret_cast<const uint4*>(x + static_cast<int64_t>(tok) * ldx + k) : z4;
+        Mma<T>::run(acc[nt], wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
+        Mma<T>::run(acc[nt], wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
+      }
+    }
+  }
+  griddep_launch_dependents();
+
+  // C fragment: acc[nt][0..1] = (row g, tokens 8nt + 2t + 0/1), acc[nt][2..3] = (row g + 8, same)
+  __shared__ float red[WARPS][16][NT * 8 + 1];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    red[warp][g][nt * 8 + 2 * t] = acc[nt][0];
+    red[warp][g][nt * 8 + 2 * t + 1] = acc[nt][1];
+    red[warp][g + 8][nt * 8 + 2 * t] = acc[nt][2];
+    red[warp][g + 8][nt * 8 + 2 * t + 1] = acc[nt][3];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 16 * M; i += WARPS * 32) {
+    const int r = i & 15, tok = i >> 4, n = n0 + r;
+    if (n >= N) continue;
+    float s = 0.f;
+#pragma unroll
+    for (int q = 0; q < WARPS; ++q) s += red[q][r][tok];
+    if constexpr (RES) s += Mma<T>::to_f(res[static_cast<int64_t>(tok) * ldr + n]);
+    out[static_cast<int64_t>(tok) * ldo + n] = Mma<T>::from_f(s);
+  }
+}
+
+template <typename T, int NT, int WARPS, int U, bool RES>
+void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr, at::Tensor& out, bool pdl,
+            cudaStream_t stream) {
+  const int M = static_cast<int>(x.size(0)), K = static_cast<int>(x.size(1)), N = static_cast<int>(w.size(0));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>((N + 15) / 16));
+  cfg.blockDim = dim3(WARPS * 32);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const T* xp = reinterpret_cast<const T*>(x.data_ptr());
+  const T* wp = reinterpret_cast<const T*>(w.data_ptr());
+  T* op = reinterpret_cast<T*>(out.data_ptr());
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, skinny_gemm_kernel<T, NT, WARPS, U, RES>, xp, x.stride(0), wp, res, ldr,
+                                    op, out.stride(0), M, N, K));
+}
+
+template <typename T, int NT, int WARPS, int U>
+void dispatch_res(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
+                  at::Tensor& out, bool pdl, cudaStream_t s) {
+  if (residual.has_value())
+    launch<T, NT, WARPS, U, true>(x, w, reinterpret_cast<const T*>(residual->data_ptr()), residual->stride(0), out,
+                                  pdl, s);
+  else
+    launch<T, NT, WARPS, U, false>(x, w, nullptr, 0, out, pdl, s);
+}
+
+template <typename T, int NT>
+void dispatch_cfg(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
+                  at::Tensor& out, int64_t warps, int64_t unroll, bool pdl, cudaStream_t s) {
+#define SG_CASE(W_, U_)                                           \
+  if (warps == W_ && unroll == U_) {                              \
+    dispatch_res<T, NT, W_, U_>(x, w, residual, out, pdl, s);     \
+    return;                                                       \
+  }
+  SG_CASE(4, 4) SG_CASE(4, 8) SG_CASE(8, 4) SG_CASE(8, 8) SG_CASE(16, 4) SG_CASE(16, 8)
+#undef SG_CASE
+  TORCH_CHECK(false, "vllm_specla.skinny_gemm: (warps, unroll) must be one of (4|8|16, 4|8) or (0, 0)");
+}
+
+// The automatic config: 8 warps x 8 chunks (each warp's K range in one load batch for K <= 2048),
+// the fastest of s15a's sweep for every GEMM of the flame / map steps at 1-8 rows.
+void auto_cfg(int64_t& warps, int64_t& unroll) {
+  warps = 8;
+  unroll = 8;
+}
+
+// warps (4 | 8 | 16) and unroll (4 | 8), or 0 / 0 for the automatic config. The Python wrapper
+// (ops/_cpp.py skinny_gemm) checks every input before this runs: a failed TORCH_CHECK inside this
+// JIT-built op crashed the process on the H200 (s15b) instead of raising.
+void skinny_gemm(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
+                 at::Tensor& out, int64_t warps, int64_t unroll, bool pdl) {
+  const char* f = "vllm_specla.skinny_gemm";
+  TORCH_CHECK(x.is_cuda() && w.is_cuda() && out.is_cuda(), f, ": x, w and out must be CUDA tensors");
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && out.dim() == 2, f, ": x [M, K], w [N, K] and out [M, N] must be 2-D");
+  TORCH_CHECK(x.scalar_type() == w.scalar_type() && out.scalar_type() == w.scalar_type() &&
+                  (w.scalar_type() == at::kBFloat16 || w.scalar_type() == at::kHalf),
+              f, ": x, w and out must share one dtype, bfloat16 or float16");
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  TORCH_CHECK(M >= 1 && M <= 16, f, ": x must have 1..16 rows");
+  TORCH_CHECK(w.size(1) == K && out.size(0) == M && out.size(1) == N, f, ": shapes do not match [M, K] x [N, K] -> [M, N]");
+  TORCH_CHECK(N >= 1 && K >= 8 && K % 8 == 0 && w.is_contiguous() && x.stride(1) == 1 && x.stride(0) % 8 == 0 &&
+                  reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 &&
+                  reinterpret_cast<uintptr_t>(w.data_ptr()) % 16 == 0,
+              f, ": needs N >= 1, K % 8 == 0, a contiguous w, x rows dense and 16-byte aligned");
+  TORCH_CHECK(out.stride(1) == 1, f, ": out must have a dense last dim");
+  TORCH_CHECK(N <= (int64_t{1} << 31) - 16 && K < (int64_t{1} << 30), f, ": N or K too large");
+  if (residual.has_value()) {
+    TORCH_CHECK(residual->is_cuda() && residual->scalar_type() == w.scalar_type() && residual->dim() == 2 &&
+                    residual->size(0) == M && residual->size(1) == N && residual->stride(1) == 1,
+                f, ": residual must be [M, N] with out's dtype and a dense last dim");
+  }
+  if (warps == 0 && unroll == 0) auto_cfg(warps, unroll);
+  const c10::cuda::CUDAGuard guard(x.device());
+  cudaStream_t s = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+  if (w.scalar_type() == at::kBFloat16) {
+    if (M <= 8)
+      dispatch_cfg<__nv_bfloat16, 1>(x, w, residual, out, warps, unroll, pdl, s);
+    else
+      dispatch_cfg<__nv_bfloat16, 2>(x, w, residual, out, warps, unroll, pdl, s);
+  } else {
+    if (M <= 8)
+      dispatch_cfg<__half, 1>(x, w, residual, out, warps, unroll, pdl, s);
+    else
+      dispatch_cfg<__half, 2>(x, w, residual, out, warps, unroll, pdl, s);
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(vllm_specla, m) {
+  m.def("skinny_gemm(Tensor x, Tensor w, Tensor? residual, Tensor(a!) out, int warps, int unroll, bool pdl) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(vllm_specla, CUDA, m) { m.impl("skinny_gemm", &skinny_gemm); }

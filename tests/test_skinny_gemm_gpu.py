@@ -1,0 +1,168 @@
+"""The CUDA skinny GEMM (``csrc/cuda/skinny_gemm.cu``, ``ops/_cpp.py`` ``skinny_gemm``) against the
+plain-torch GEMM on the same operands, and its dispatch from ``ops/fused.py``.
+
+Skipped without CUDA or when the JIT build fails (no nvcc). Inputs are random normal (never zeros).
+Tolerance, per element: the kernel accumulates in fp32 (in another order than the reference) and
+rounds once to bf16 / fp16, so ``|out - ref| <= 2^-8 |ref| (bf16; 2^-11 for fp16) + 1e-5 (|x| @ |w|^T
+[+ |residual|])``, where ``ref`` is the fp32 product of the same rounded operands: one rounding of
+the output plus a loose bound on fp32 summation-order differences.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.fixture(scope="module")
+def gemm():
+    from vllm_specla.ops import _cpp
+
+    try:
+        built = _cpp.load_cuda_gemm()
+    except Exception as e:  # noqa: BLE001  (no nvcc / compiler on this machine)
+        pytest.skip(f"the CUDA skinny GEMM did not build: {e}")
+    if not built:
+        pytest.skip("the CUDA skinny GEMM did not build")
+    return _cpp.skinny_gemm
+
+
+def _check(out, x, w, res=None):
+    ref = x.float() @ w.float().t()
+    mag = x.float().abs() @ w.float().abs().t()
+    if res is not None:
+        ref, mag = ref + res.float(), mag + res.float().abs()
+    ulp = 2.0**-8 if out.dtype == torch.bfloat16 else 2.0**-11
+    err = (out.float() - ref).abs()
+    bound = ulp * ref.abs() + 1e-5 * mag
+    assert torch.isfinite(out.float()).all()
+    assert bool((err <= bound).all()), f"max err {float(err.max()):.3g}, worst excess {float((err - bound).max()):.3g}"
+
+
+def _rand(*shape, dtype, seed):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(device="cuda", dtype=dtype)
+
+
+@pytest.mark.parametrize("M", [1, 2, 5, 7, 8, 9, 13, 16])
+@pytest.mark.parametrize("N,K", [(37, 40), (2048, 2048), (9232, 2048), (2048, 5632), (100, 8)])
+def test_matches_torch(gemm, M, N, K):
+    """Automatic config, bf16, no residual: M up to two 8-token tiles, N not a multiple of 16 (the
+    row clamp), K not a multiple of 32 (a chunk's tail lanes), the flame shapes."""
+    x, w = _rand(M, K, dtype=torch.bfloat16, seed=M), _rand(N, K, dtype=torch.bfloat16, seed=N + K)
+    _check(gemm(x, w), x, w)
+
+
+@pytest.mark.parametrize("warps,unroll", [(4, 4), (4, 8), (8, 4), (8, 8), (16, 4), (16, 8)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("M", [3, 11])
+def test_configs_dtypes(gemm, warps, unroll, dtype, M):
+    """Every compiled (warps, unroll), both dtypes; K = 5632 makes the 4-warp configs loop over
+    several load batches, K = 72 leaves most warps of a 16-warp CTA without a chunk. Two calls give
+    the same bits (the warps' partial sums are added in a fixed order)."""
+    for N, K in [(300, 5632), (50, 72)]:
+        x, w = _rand(M, K, dtype=dtype, seed=K), _rand(N, K, dtype=dtype, seed=N)
+        y = gemm(x, w, warps=warps, unroll=unroll)
+        _check(y, x, w)
+        assert torch.equal(y, gemm(x, w, warps=warps, unroll=unroll))
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+def test_residual_in_place_and_strided_x(gemm, pdl):
+    """``out=residual`` adds in place (the decode step's o_proj / down); a separate residual is
+    left untouched; ``x`` may be a row-strided view (a column slice of a wider buffer)."""
+    M, N, K = 7, 2048, 3072
+    big = _rand(M, K + 64, dtype=torch.bfloat16, seed=1)
+    x = big[:, 64:]
+    w = _rand(N, K, dtype=torch.bfloat16, seed=2)
+    r = _rand(M, N, dtype=torch.bfloat16, seed=3)
+    r0 = r.clone()
+    y = gemm(x, w, r, pdl=pdl)
+    assert torch.equal(r, r0)
+    _check(y, x, w, r0)
+    z = gemm(x, w, r, out=r, pdl=pdl)
+    assert z.data_ptr() == r.data_ptr()
+    assert torch.equal(z, y)  # the same math and order in place as into a new tensor
+
+
+def test_graph_with_pdl_chain(gemm):
+    """Inside a CUDA graph with programmatic dependent launch: RMSNorm (Triton) -> GEMM -> GEMM
+    with the residual in place, replayed after the input changed, equals the eager calls."""
+    from vllm_specla.ops import fused
+
+    M, D, N = 5, 2048, 4096
+    h = _rand(M, D, dtype=torch.bfloat16, seed=4)
+    nw = torch.rand(D, device="cuda") + 0.5
+    w1, w2 = _rand(N, D, dtype=torch.bfloat16, seed=5), _rand(D, N, dtype=torch.bfloat16, seed=6)
+
+    def step():
+        a = fused.rms_norm(h, nw, 1e-6, torch.bfloat16)
+        b = gemm(a, w1)
+        return gemm(b, w2, h, out=h.clone())
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = step()
+    h.copy_(_rand(M, D, dtype=torch.bfloat16, seed=7))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, step())
+
+
+def test_fused_linear_dispatch(gemm, monkeypatch):
+    """``fused.linear`` on 2..``SKINNY_MAX_M`` (8) bf16 rows runs the skinny GEMM once it is built (not
+    cuBLAS), with the RMSNorm before it and the residual in place; the result is within the
+    tolerance of the reference, and 9 rows or fp32 go to cuBLAS."""
+    from vllm_specla.ops import _cpp, fused
+
+    calls = []
+    real = _cpp.skinny_gemm
+    monkeypatch.setattr(_cpp, "skinny_gemm", lambda *a, **k: calls.append(a[0].shape[0]) or real(*a, **k))
+    D, N = 2048, 2048  # 8 MiB weights: above the row GEMV's small-weight rule (fused.GEMV_ROWS_SMALL_BYTES)
+    nw = torch.rand(D, device="cuda") + 0.5
+    w = _rand(N, D, dtype=torch.bfloat16, seed=8)
+    wd = _rand(D, N, dtype=torch.bfloat16, seed=9)
+    for M in (5, fused.SKINNY_MAX_M):
+        x = _rand(M, D, dtype=torch.bfloat16, seed=M)
+        y = fused.linear(x, w, nw, 1e-6)
+        xn = fused.rms_norm(x, nw, 1e-6, torch.bfloat16)
+        _check(y, xn, w)
+        r = _rand(M, D, dtype=torch.bfloat16, seed=10)
+        r0 = r.clone()
+        z = fused.linear(y, wd, residual=r, residual_inplace=True)
+        assert z.data_ptr() == r.data_ptr()
+        _check(z, y, wd, r0)
+    expect = [5, 5, fused.SKINNY_MAX_M, fused.SKINNY_MAX_M]
+    assert calls == expect
+    fused.linear(_rand(fused.SKINNY_MAX_M + 1, D, dtype=torch.bfloat16, seed=11), w)
+    fused.linear(_rand(5, D, dtype=torch.float32, seed=12), w.float())
+    assert calls == expect
+    monkeypatch.setattr(fused, "USE_SKINNY_GEMM", False)
+    fused.linear(_rand(5, D, dtype=torch.bfloat16, seed=13), w)
+    assert calls == expect
+
+
+def test_bad_input_errors(gemm):
+    """Inputs outside the kernel's contract raise ``ValueError`` naming the argument and the
+    allowed values, before the op runs."""
+    w = _rand(64, 32, dtype=torch.bfloat16, seed=14)
+    x = _rand(4, 32, dtype=torch.bfloat16, seed=19)
+    with pytest.raises(ValueError, match="1..16 rows"):
+        gemm(_rand(17, 32, dtype=torch.bfloat16, seed=15), w)
+    with pytest.raises(ValueError, match="bfloat16 or float16"):
+        gemm(_rand(4, 32, dtype=torch.float32, seed=16), w.float())
+    with pytest.raises(ValueError, match="K % 8"):
+        gemm(_rand(4, 36, dtype=torch.bfloat16, seed=17), _rand(64, 36, dtype=torch.bfloat16, seed=18))
+    with pytest.raises(ValueError, match="residual must be"):
+        gemm(x, w, _rand(4, 63, dtype=torch.bfloat16, seed=20))
+    with pytest.raises(ValueError, match="warps, unroll"):
+        gemm(x, w, warps=2, unroll=4)
+    with pytest.raises(ValueError, match="CUDA"):
+        gemm(x.cpu(), w.cpu())
