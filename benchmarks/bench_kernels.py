@@ -148,7 +148,6 @@ def run_kind(bn: Bench, kind: str, T: int, A: int = 0, config=None) -> float:
     L = bn.L
     pend = bn.full(A if A else T)
     acc = bn.full(A)
-    kw = dict(scale=scale, cu_seqlens=cu)
 
     def chain(l, **extra):
         return tc._launch_chain(q, k, v, g, beta, scale, bn.state, bn.slots[l], cu,
@@ -340,7 +339,7 @@ def main():
                     except Exception as e:  # noqa: BLE001
                         print("fail", sname, B, T, kind, repr(e)[:300], flush=True)
                         continue
-                    r = rec(sname, bn, kind, T, 0, us)
+                    rec(sname, bn, kind, T, 0, us)
                     line.append(f"{kind}{T}={us:.1f}")
             # recover and fused deferred commit
             for kind, T, A in (("recover", 1, 5), ("replayA", 1, 5), ("fused", 5, 3), ("sep", 5, 3),

@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 if "--dry-cpu" in sys.argv:  # must precede the first triton import
     os.environ["TRITON_INTERPRET"] = "1"

@@ -13,7 +13,6 @@ import json
 import os
 import sys
 
-import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
