@@ -403,7 +403,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         assert _cpp.load_cuda_gemm(), "the CUDA skinny GEMM did not build"
         if sg != "on":
             fused.SKINNY_CONFIG = tuple(int(v) for v in sg.split(","))
-    fused.USE_SKINNY_GEMM = getattr(args, "skinny_gemm", None) != "off"
+    if sg is not None:  # (unset: VLLM_SPECLA_SKINNY_GEMM as it is; the kernel is not built then anyway)
+        fused.USE_SKINNY_GEMM = sg != "off"
     # (s11e's records had None for both the default and "off": the state is read back here)
     return dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG),
                 max_m=triton_fused.GEMV_ROWS_MAX_M, pdl=pdl.enabled(torch.empty(0, device="cuda")),

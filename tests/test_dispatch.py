@@ -1,4 +1,5 @@
-"""Kernel choice of the public chain-verify op on CUDA tensors (``ops/chain_verify.py``).
+"""Kernel choice of the public chain-verify op on CUDA tensors (``ops/chain_verify.py``), and of the
+decode runtime's GEMMs between cuBLAS and the CUDA skinny GEMM (``ops/fused.py``; at the end).
 
 The rules are shape-only (no host sync, CUDA-graph safe), so they are checked here on CPU tensors
 standing in for CUDA ones: the UT kernel for long verify windows at large batch, the CUDA csrc
@@ -157,8 +158,9 @@ def test_ut_split_and_solve_forms(monkeypatch):
 
 def test_skinny_gemm_rule_and_route(monkeypatch):
     """``fused.linear``'s skinny-GEMM rule (``fused._skinny_takes``; the ``_on_gpu`` seam points it at
-    CPU tensors): once built, bf16 / fp16 GEMMs of 1..``SKINNY_MAX_M`` dense rows with ``K % 8 == 0``
-    take it; 9 rows, fp32, ``K % 8 != 0``, a mismatched residual or the switch off do not. Routed
+    CPU tensors): once built, bf16 / fp16 GEMMs of 2..``SKINNY_MAX_M`` dense rows with ``K % 8 == 0``
+    take it; one row, 9 rows, fp32, ``K % 8 != 0``, a mismatched residual or the switch off do not;
+    whatever it takes passes ``_cpp._skinny_check`` (up to the CUDA-device check). Routed
     GEMMs get the RMSNorm first and the residual in place, as the cuBLAS path does (the op is
     replaced by the reference here; its GPU tests: tests/test_skinny_gemm_gpu.py)."""
     from vllm_specla.ops import fused
@@ -169,7 +171,9 @@ def test_skinny_gemm_rule_and_route(monkeypatch):
     bf = torch.bfloat16
     w = torch.randn(64, 32).to(bf)
     take = fused._skinny_takes
-    assert all(take(torch.randn(m, 32).to(bf), w, None) for m in range(1, fused.SKINNY_MAX_M + 1))
+    assert all(take(torch.randn(m, 32).to(bf), w, None) for m in range(2, fused.SKINNY_MAX_M + 1))
+    assert not take(torch.randn(1, 32).to(bf), w, None)  # one row: the row GEMV's (or cuBLAS's), not this
+    assert not take(torch.randn(5, 40).to(bf), w, None)  # K mismatch
     assert take(torch.randn(5, 32).half(), w.half(), torch.randn(5, 64).half())
     assert not take(torch.randn(fused.SKINNY_MAX_M + 1, 32).to(bf), w, None)
     assert not take(torch.randn(5, 32), w.float(), None)  # fp32
@@ -178,6 +182,9 @@ def test_skinny_gemm_rule_and_route(monkeypatch):
     assert take(torch.randn(5, 40).to(bf)[:, :32], w, None)  # row stride 40: a column slice read in place
     assert not take(torch.randn(5, 32).to(bf), w, torch.randn(5, 63).to(bf))  # residual shape
     assert not take(torch.randn(5, 32).to(bf), w.t().contiguous().t(), None)  # w not contiguous
+    for m in range(2, fused.SKINNY_MAX_M + 1):  # accepted -> valid for the op (CPU: only "CUDA" is left)
+        with pytest.raises(ValueError, match="CUDA tensors"):
+            _cpp.skinny_gemm(torch.randn(m, 32).to(bf), w, torch.randn(m, 64).to(bf))
     calls = []
 
     def fake(x, w_, residual=None, out=None, warps=0, unroll=0, pdl=None):
@@ -209,9 +216,19 @@ def test_skinny_gemm_input_errors():
              ((torch.randn(4, 32).to(bf), torch.randn(64, 40).to(bf)), "w must be"),
              ((torch.randn(4, 32).to(bf), w.t().contiguous().t()), "contiguous"),
              ((torch.randn(4, 32).to(bf), w, torch.randn(4, 63).to(bf)), "residual must be"),
+             ((torch.randn(4, 32).to(bf), w, None, torch.randn(1, 64).to(bf).expand(4, 64)), "out must be"),
+             ((torch.randn(4, 32).to(bf), w.to("meta")), "one device"),
              ((torch.randn(4, 32).to(bf), w), "CUDA tensors")]
     for args, msg in cases:
         with pytest.raises(ValueError, match=msg):
             _cpp.skinny_gemm(*args)
     with pytest.raises(ValueError, match="warps, unroll"):
         _cpp.skinny_gemm(torch.randn(4, 32).to(bf), w, warps=2, unroll=4)
+    buf = torch.randn(4, 128).to(bf)  # out overlapping x / part of the residual; the residual itself is fine
+    with pytest.raises(ValueError, match="not overlap x"):
+        _cpp.skinny_gemm(buf[:, :32], w, out=buf[:, 64:])
+    r = torch.randn(4, 128).to(bf)
+    with pytest.raises(ValueError, match="residual itself"):
+        _cpp.skinny_gemm(torch.randn(4, 32).to(bf), w, r[:, :64], out=r[:, 32:96])
+    with pytest.raises(ValueError, match="CUDA tensors"):
+        _cpp.skinny_gemm(torch.randn(4, 32).to(bf), w, r[:, :64], out=r[:, :64])

@@ -35,9 +35,9 @@
 // Measured (benchmarks/RESULTS.md, session 15): 2.75-2.83 TB/s for the flame step's GEMMs at 5-7
 // rows against cuBLAS's 2.56 (one CTA per 16 rows runs the grid in waves: flame's in-projection is
 // 577 CTAs over ~2.2 waves). A persistent stream-K form (contiguous chunk ranges per warp, a private
-// cp.async ring per thread, partial tiles summed by the last of their warps) measured 1.9-2.2 TB/s
-// and was removed. At 9-16 rows (two MMA tiles) this kernel took 1.16x cuBLAS's time, so
-// ops/fused.py gives it at most 8 rows.
+// cp.async ring per thread, partial tiles summed by the last of their warps) measured 1.2-2.2 TB/s
+// over three builds and was removed. At 9-16 rows (two MMA tiles) this kernel took 1.16-1.30x
+// cuBLAS's time, so ops/fused.py gives it 2-8 rows.
 //
 // JIT-built on a machine with CUDA torch by vllm_specla.ops._cpp.load_cuda_gemm() (the H200); its
 // own TORCH_LIBRARY_FRAGMENT (it does not need the CPU extension). Torch reference: ops/fused.py
@@ -184,6 +184,17 @@ template <typename T, int NT, int WARPS, int U, bool RES>
 void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr, at::Tensor& out, bool pdl,
             cudaStream_t stream) {
   const int M = static_cast<int>(x.size(0)), K = static_cast<int>(x.size(1)), N = static_cast<int>(w.size(0));
+  // griddepcontrol.wait exists only in code built for sm_90+ (the __CUDA_ARCH__ guard above); code
+  // JIT-compiled from older PTX (e.g. TORCH_CUDA_ARCH_LIST="8.0+PTX" on an H200) has no wait, and
+  // launching it with PDL would let it read x / the residual before their producer finished. So
+  // PDL only where the kernel's PTX is sm_90+ (asked once per instantiation).
+  static int ptx_version = -1;
+  if (ptx_version < 0) {
+    cudaFuncAttributes fa;
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&fa, skinny_gemm_kernel<T, NT, WARPS, U, RES>));
+    ptx_version = fa.ptxVersion;
+  }
+  pdl = pdl && ptx_version >= 90;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>((N + 15) / 16));
   cfg.blockDim = dim3(WARPS * 32);
@@ -225,7 +236,7 @@ void dispatch_cfg(const at::Tensor& x, const at::Tensor& w, const std::optional<
 }
 
 // The automatic config: 8 warps x 8 chunks (each warp's K range in one load batch for K <= 2048),
-// the fastest of s15a's sweep for every GEMM of the flame / map steps at 1-8 rows.
+// the fastest of s15a's sweep (one config for a whole step's GEMM chain, flame / map, 1-8 rows).
 void auto_cfg(int64_t& warps, int64_t& unroll) {
   warps = 8;
   unroll = 8;

@@ -15,6 +15,10 @@ fake (meta) kernels so they trace under ``torch.compile``.
 * ``VLLM_SPECLA_CPP_OPS=chain_verify,recover`` – use the C++ ops only for these names (debug);
 * ``VLLM_SPECLA_CPP_CHECK=1`` – debug: every call also runs the torch reference on copies of the
   rows' slots and raises ``RuntimeError`` if any output or mutated slot differs (slow).
+
+The CUDA ops are built on demand: :func:`load_cuda` (the CUDA chain verify, registered for the
+schemas above) and :func:`load_cuda_gemm` (the skinny GEMM of batch-1 verify windows, its own schema;
+no fake kernel: the decode runtime calls it eagerly or under CUDA-graph capture, not ``torch.compile``).
 """
 
 from __future__ import annotations
@@ -132,6 +136,19 @@ def load_cuda_gemm(verbose: bool = False) -> bool:
 _SKINNY_CONFIGS = {(w, u) for w in (4, 8, 16) for u in (4, 8)} | {(0, 0)}
 
 
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the memory spans of two 2-D strided tensors (first to last element) intersect."""
+    if a.device != b.device or a.numel() == 0 or b.numel() == 0:
+        return False
+
+    def span(t):
+        lo = t.data_ptr()
+        return lo, lo + ((t.shape[0] - 1) * t.stride(0) + (t.shape[1] - 1) * t.stride(1) + 1) * t.element_size()
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
+
+
 def _skinny_check(x, w, residual, out, warps, unroll) -> None:
     """``ValueError`` naming the argument for inputs outside the skinny GEMM's contract. The op's own
     checks are a backstop only: a failed ``TORCH_CHECK`` inside the JIT-built op crashed the process
@@ -145,16 +162,25 @@ def _skinny_check(x, w, residual, out, warps, unroll) -> None:
     if not 1 <= M <= 16:
         raise ValueError(f"skinny_gemm: x must have 1..16 rows, got {M}")
     if w.shape[1] != K or N < 1 or N > (1 << 31) - 16:
-        raise ValueError(f"skinny_gemm: w must be [N, {K}] with N >= 1, got {tuple(w.shape)}")
-    if K < 8 or K % 8 or x.stride(-1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16:
-        raise ValueError(f"skinny_gemm: x needs K % 8 == 0 (K = {K}) and dense, 16-byte aligned rows "
-                         f"(strides {x.stride()})")
+        raise ValueError(f"skinny_gemm: w must be [N, {K}] with 1 <= N <= 2^31 - 16, got {tuple(w.shape)}")
+    if K < 8 or K % 8 or K >= 1 << 30 or x.stride(-1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16:
+        raise ValueError(f"skinny_gemm: x needs K % 8 == 0 with 8 <= K < 2^30 (K = {K}) and dense, 16-byte aligned "
+                         f"rows (strides {x.stride()})")
     if not w.is_contiguous() or w.data_ptr() % 16:
         raise ValueError("skinny_gemm: w must be contiguous and 16-byte aligned")
+    if x.device != w.device:
+        raise ValueError(f"skinny_gemm: x and w must be on one device, got {x.device} and {w.device}")
     for name, t in (("residual", residual), ("out", out)):
-        if t is not None and (t.shape != (M, N) or t.dtype != w.dtype or t.device != w.device or t.stride(-1) != 1):
-            raise ValueError(f"skinny_gemm: {name} must be [{M}, {N}] {w.dtype} on {w.device} with a dense last dim, "
-                             f"got {tuple(t.shape)} {t.dtype} on {t.device}")
+        if t is not None and (t.shape != (M, N) or t.dtype != w.dtype or t.device != w.device or t.stride(-1) != 1
+                              or (M > 1 and t.stride(0) < N)):
+            raise ValueError(f"skinny_gemm: {name} must be [{M}, {N}] {w.dtype} on {w.device} with dense, "
+                             f"non-overlapping rows, got {tuple(t.shape)} {t.dtype} on {t.device}, strides {t.stride()}")
+    if out is not None:  # rows are written while other CTAs still read x / the residual
+        if _overlap(out, x):
+            raise ValueError("skinny_gemm: out must not overlap x")
+        if residual is not None and _overlap(out, residual) and not (
+                out.data_ptr() == residual.data_ptr() and out.stride() == residual.stride()):
+            raise ValueError("skinny_gemm: out must be the residual itself (in place) or not overlap it")
     if (warps, unroll) not in _SKINNY_CONFIGS:
         raise ValueError(f"skinny_gemm: (warps, unroll) must be (4|8|16, 4|8) or (0, 0) for the automatic choice, "
                          f"got ({warps}, {unroll})")

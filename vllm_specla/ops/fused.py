@@ -74,10 +74,11 @@ def linear_ref(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | Non
 # Row GEMV (CUDA cores, ``triton_fused.gemv_rows``) for rows <= triton_fused.GEMV_ROWS_MAX_M on CUDA:
 # the AR step and the drafter's passes at batch 1. On: the AR step at batch 1 took 1.199 / 1.244 ms
 # (flame / map) against 1.421 / 1.490 with cuBLAS (s11c, RESULTS.md session 11); with programmatic
-# dependent launch (ops/pdl.py) 1.046 / 1.091 against 1.136 / 1.199 without (s12c, session 12). For 2+ rows cuBLAS stays: the row GEMV measured
-# 1.15-1.98x cuBLAS at M = 2 (s11a) and 2.2-5x at M = 5 and 7 (s12b); a form holding [rows, BN, BK]
-# partial sums 2.7-9x (s11d, removed); a tensor-core skinny GEMM 1.4-2.8x at M = 5 (s12c, removed). Small
-# weights are the exception (GEMV_ROWS_SMALL_*, below)
+# dependent launch (ops/pdl.py) 1.046 / 1.091 against 1.136 / 1.199 without (s12c, session 12). Not for 2+ rows: the
+# row GEMV measured 1.15-1.98x cuBLAS at M = 2 (s11a) and 2.2-5x at M = 5 and 7 (s12b); a form holding [rows, BN, BK]
+# partial sums 2.7-9x (s11d, removed); a Triton tensor-core skinny GEMM 1.4-2.8x at M = 5 (s12c, removed). Small
+# weights are the exception (GEMV_ROWS_SMALL_*, below). 2-8 rows take the CUDA skinny GEMM once built (SKINNY_*,
+# below), else cuBLAS
 _ROWS_ENV = os.environ.get("VLLM_SPECLA_GEMV_ROWS", "1")
 if _ROWS_ENV not in ("0", "1"):
     raise ValueError(f"VLLM_SPECLA_GEMV_ROWS must be '0' (cuBLAS for one-row GEMMs) or '1' (the row GEMV, the "
@@ -104,8 +105,9 @@ GEMV_ROWS_SMALL_BYTES = 4 << 20
 def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=False):
     """``[RMSNorm(x)] @ w.T [+ residual]``: on CUDA the row GEMV when :func:`_rows_impl` takes the
     GEMM (one row, or up to ``GEMV_ROWS_SMALL_MAX_M`` rows on a small weight; ``USE_GEMV_ROWS``,
-    :func:`vllm_specla.ops.triton_fused.gemv_rows`), else RMSNorm kernel + cuBLAS; the reference
-    math on the CPU.
+    :func:`vllm_specla.ops.triton_fused.gemv_rows`), else the RMSNorm kernel + the CUDA skinny GEMM
+    (2..``SKINNY_MAX_M`` bf16 / fp16 rows once ``_cpp.load_cuda_gemm()`` has built it,
+    :func:`_skinny_takes`) or cuBLAS; the reference math on the CPU.
 
     ``residual_inplace``: add into ``residual`` itself and return it (``residual.addmm_``: cuBLAS
     accumulates onto it with beta = 1). ``torch.addmm(residual, ...)`` first copies ``residual`` into
@@ -164,7 +166,7 @@ def linear_gating(x, w, norm_weight, eps, a0, A_log, dt_bias, allow_neg_eigval=F
 # (K + 1 rows) instead of cuBLAS. benchmarks/RESULTS.md, session 15.
 _SKINNY_ENV = os.environ.get("VLLM_SPECLA_SKINNY_GEMM", "1")
 if _SKINNY_ENV not in ("0", "1"):
-    raise ValueError(f"VLLM_SPECLA_SKINNY_GEMM must be '0' (cuBLAS for 2-16-row GEMMs) or '1' (the CUDA skinny GEMM "
+    raise ValueError(f"VLLM_SPECLA_SKINNY_GEMM must be '0' (cuBLAS for 2-8-row GEMMs) or '1' (the CUDA skinny GEMM "
                      f"once ops._cpp.load_cuda_gemm() has built it, the default), got {_SKINNY_ENV!r}")
 USE_SKINNY_GEMM = _SKINNY_ENV == "1"
 # up to 8 rows (one 8-token MMA tile): at 9 rows (two tiles) the kernel took 1.16x cuBLAS's time (s15c)
@@ -175,18 +177,23 @@ SKINNY_CONFIG = (0, 0)
 
 def _skinny_takes(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None) -> bool:
     """Whether the CUDA skinny GEMM takes ``x @ w.T [+ residual]``: built and on
-    (``_cpp.GEMM_LOADED``, :data:`USE_SKINNY_GEMM`), CUDA, bf16 / fp16 operands of one dtype, a 2-D
-    ``x`` of 1..``SKINNY_MAX_M`` rows that are dense and 16-byte aligned, ``K % 8 == 0``, a
-    contiguous aligned ``w``, a ``[M, N]`` residual of that dtype with a dense last dim."""
+    (``_cpp.GEMM_LOADED``, :data:`USE_SKINNY_GEMM`), CUDA, bf16 / fp16 operands of one dtype on one
+    device, a 2-D ``x`` of 2..``SKINNY_MAX_M`` rows that are dense and 16-byte aligned (one-row
+    GEMMs are the row GEMV's, or cuBLAS's with ``VLLM_SPECLA_GEMV_ROWS=0``), ``K % 8 == 0``, a
+    contiguous aligned ``[N >= 1, K]`` ``w``, a ``[M, N]`` residual of that dtype with a dense last
+    dim. Everything it takes passes ``_cpp._skinny_check``."""
     if not (USE_SKINNY_GEMM and _cpp.GEMM_LOADED and _on_gpu(x) and x.dim() == 2 and w.dim() == 2):
         return False
     M, K = x.shape
-    if not (1 <= M <= SKINNY_MAX_M and x.dtype in (torch.bfloat16, torch.float16) and w.dtype == x.dtype):
+    if not (2 <= M <= SKINNY_MAX_M and x.dtype in (torch.bfloat16, torch.float16) and w.dtype == x.dtype):
+        return False
+    if w.shape[1] != K or w.shape[0] < 1 or w.device != x.device or K < 8 or K >= 1 << 30:
         return False
     if K % 8 or x.stride(-1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16 or not w.is_contiguous() or w.data_ptr() % 16:
         return False
     return residual is None or (residual.shape == (M, w.shape[0]) and residual.dtype == w.dtype
-                                and residual.stride(-1) == 1)
+                                and residual.device == w.device and residual.stride(-1) == 1
+                                and residual.stride(0) >= w.shape[0])
 
 
 def _on_gpu(x: torch.Tensor) -> bool:

@@ -5,7 +5,8 @@ GPU_BASELINE.md ("Where a batch-1 step goes"): a simple graph-captured step spen
 adds, copies). These kernels fuse each group into one launch. One-row GEMMs on CUDA run
 :func:`gemv_rows` (a CUDA-core row GEMV with the RMSNorm / gated RMSNorm / SwiGLU as optional
 prologues and the residual added in place); every other GEMM is cuBLAS (``addmm_`` fuses the
-residual add). Every kernel here and in ``triton_chain`` launches with programmatic dependent
+residual add), or the CUDA skinny GEMM for 2-8 bf16 / fp16 rows once built (``csrc/cuda/skinny_gemm.cu``,
+``ops/fused.py``). Every kernel here and in ``triton_chain`` launches with programmatic dependent
 launch on sm90+ (``ops/pdl.py``): the row GEMV streams its first weight chunk while the previous
 kernel still runs. On the H200 (benchmarks/RESULTS.md sessions 11-12), flame shape: the step's
 one-row GEMMs in 0.78x cuBLAS's time (3.33 TB/s); the AR step at batch 1 1.383 (cuBLAS) -> 1.155 ms
