@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). State after session 13: benchmarks/RESULTS.md "Session 13" (s13a, s13c-s13g as
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Next: s16a. Session 15: benchmarks/RESULTS.md
+# "Session 15" (s15a-s15e as run; s15b-s15d ran a kernel variant removed after them). State after session 13: benchmarks/RESULTS.md "Session 13" (s13a, s13c-s13g as
 # run; session 14: "Session 14" (s14a-s14e as run); s13a's win: settings and --gemm-window were removed after it, s13e's grid ran the first version of the cost split). Session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
 # s12b's rows-s11 and s12c's mma: settings were removed after them). Session 11: "Session 11" (s11a-s11f as run;
 # s11d's multi:* settings were removed after it). Before it: benchmarks/RESULTS.md
@@ -16,6 +17,20 @@
 set -u
 S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r.get("alpha"),r.get("tree_width"),r.get("draft_vocab"),round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows"),r.get("tag"),r.get("policy")) for r in map(json.loads,sys.stdin)]'
 case "${1:-}" in
+  s16a)  # next session, call 1 (carry .whl): the skinny GEMM after session 15's review (PDL only for kernels whose PTX is
+        # sm_90+, Python checks for devices / overlapping outputs; not yet run on a GPU): its tests and the fused / runtime
+        # GPU tests, then e2e batch 1 with and without it (K = 2 / 4 / 6, alpha 0.8) and --auto at batch 1 / 16
+      export MAX_JOBS=16
+      timeout 240 python -c "from vllm_specla.ops import _cpp; print('skinny built', _cpp.load_cuda_gemm())" 2>&1 | tail -3
+      timeout 240 python -X faulthandler -m pytest -q tests/test_skinny_gemm_gpu.py tests/test_fused_gpu.py \
+          tests/test_decode_runtime_gpu.py > "$OUT/pytest_s16a.txt" 2>&1
+      echo "pytest rc $?"; grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_s16a.txt" | head -12
+      for G in off on; do
+        timeout 150 python benchmarks/bench_e2e.py --shapes flame,map --batches 1,16 --ks 2,4,6 --alphas 0.8 --auto \
+            --snapshot-ks "" --skinny-gemm $G --tag "s16a_skinny_$G" --out "$OUT/e2e_s16a.jsonl" 2>&1 | grep "^{" | \
+            python -c "$S"
+      done
+      ;;
   s15e)  # session 15, call 5 (carry .whl): the final kernel (variant 2 removed, at most 8 rows): its tests and the fused-op
         # GPU tests in one process (later tests run with the skinny GEMM loaded), e2e batch 1 cuBLAS vs skinny (K = 4 / 6,
         # and K = 6 with a 4000-token draft vocabulary), the eager profile of the K = 6 step with it
@@ -1012,5 +1027,5 @@ print(min((r['cuda_utv%d_us' % v], v) for v in (3, 4, 5))[1])")
           --cuda-csrc --tag s5-fix --out "$OUT/e2e_s5_map64.jsonl" 2>&1 | grep "^{" | \
           python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       ;;
-  *) echo "usage: $0 1|2|s4a|s4b|s4c|s4d|s4e|s4f|s4g|s5a|s5b|s5c|s5d|s5e|s5f|s5g (one device call each)"; exit 2 ;;
+  *) echo "usage: $0 s16a | s15a..s15e | s14a..s14e | ... | 1 | 2 (one device call each; see the cases above)"; exit 2 ;;
 esac
