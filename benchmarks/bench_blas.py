@@ -160,14 +160,25 @@ def main() -> None:
     if args.skinny_sweep:
         settings += [f"skinny:{w}:{u}" for w, u in SKINNY_SWEEP if f"skinny:{w}:{u}" not in settings]
     dev = "cpu" if args.dry_cpu else "cuda"
+    from vllm_specla.ops import _cpp as _cpp_mod  # noqa: PLC0415
+
+    for n in settings:  # checked before the ~1 minute build
+        kind, _, cfg = n.partition(":")
+        if kind in ("skinny", "skinny-nopdl"):
+            try:
+                wu = tuple(int(v) for v in cfg.split(":"))
+            except ValueError:
+                wu = ()
+            if wu not in _cpp_mod._SKINNY_CONFIGS:
+                raise SystemExit(f"setting {n!r}: skinny settings are skinny:W:U / skinny-nopdl:W:U with W in 4 / 8 / 16 "
+                                 f"and U in 4 / 8 (or 0:0, automatic)")
     if any(n.startswith("skinny") for n in settings):
         if args.dry_cpu:
             settings = [n for n in settings if not n.startswith("skinny")]
             print("skinny settings skipped (a CUDA kernel)")
         else:
-            from vllm_specla.ops import _cpp  # noqa: PLC0415
-
-            assert _cpp.load_cuda_gemm(), "the CUDA skinny GEMM did not build"
+            if not _cpp_mod.load_cuda_gemm():
+                raise SystemExit("the CUDA skinny GEMM did not build (ops/_cpp.py load_cuda_gemm)")
     dtype = torch.float32 if args.dry_cpu else torch.bfloat16
     recs = []
     for shape in args.shapes.split(","):

@@ -354,6 +354,23 @@ def bench_trained(args, device: str) -> None:
             del rt
 
 
+def skinny_flag(v: str) -> str:
+    """``--skinny-gemm``: ``on``, ``off`` or ``W,U`` of ``ops/_cpp.py`` ``skinny_gemm`` (checked
+    before the ~1 minute build)."""
+    from vllm_specla.ops import _cpp  # noqa: PLC0415
+
+    if v in ("on", "off"):
+        return v
+    try:
+        cfg = tuple(int(p) for p in v.split(","))
+    except ValueError:
+        cfg = ()
+    if len(cfg) != 2 or cfg not in _cpp._SKINNY_CONFIGS:
+        raise argparse.ArgumentTypeError(f"--skinny-gemm must be 'on', 'off' or 'W,U' with W in 4 / 8 / 16 and U in "
+                                         f"4 / 8 (or 0,0: automatic), got {v!r}")
+    return v
+
+
 def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     """The decode-GEMM / launch switches shared by this script and ``step_breakdown.py``."""
     ap.add_argument("--gemv-rows", default=None,
@@ -365,7 +382,7 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
                     help="the GDN gating as the row GEMV's epilogue (fused.GEMV_ROWS_GATING)")
     ap.add_argument("--pdl", default=None, choices=["on", "off"],
                     help="programmatic dependent launch of the Triton kernels (ops/pdl.py ENABLED)")
-    ap.add_argument("--skinny-gemm", default=None,
+    ap.add_argument("--skinny-gemm", default=None, type=skinny_flag,
                     help="on, or W,U (its warps, unroll: fused.SKINNY_CONFIG): JIT-build the CUDA skinny GEMM (ops/_cpp.py "
                          "load_cuda_gemm, needs nvcc) so 2-8-row GEMMs run it instead of cuBLAS (fused.USE_SKINNY_GEMM); "
                          "off / unset: cuBLAS")
@@ -385,6 +402,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
     if args.argmax:
         fused.USE_TRITON_ARGMAX = args.argmax == "triton"
     if device != "cuda":
+        if getattr(args, "skinny_gemm", None) is not None:
+            print(f"--skinny-gemm {args.skinny_gemm}: ignored on {device} (a CUDA kernel)", file=sys.stderr)
         return None
     from vllm_specla.ops import pdl, triton_fused  # noqa: PLC0415
 
@@ -399,8 +418,9 @@ def apply_kernel_flags(args, device: str) -> dict | None:
     from vllm_specla.ops import _cpp  # noqa: PLC0415
 
     sg = getattr(args, "skinny_gemm", None)
+    if sg not in (None, "off") and not _cpp.load_cuda_gemm():
+        raise SystemExit("--skinny-gemm: the CUDA skinny GEMM did not build (ops/_cpp.py load_cuda_gemm)")
     if sg not in (None, "off"):
-        assert _cpp.load_cuda_gemm(), "the CUDA skinny GEMM did not build"
         if sg != "on":
             fused.SKINNY_CONFIG = tuple(int(v) for v in sg.split(","))
     if sg is not None:  # (unset: VLLM_SPECLA_SKINNY_GEMM as it is; the kernel is not built then anyway)

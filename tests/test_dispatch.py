@@ -182,6 +182,8 @@ def test_skinny_gemm_rule_and_route(monkeypatch):
     assert take(torch.randn(5, 40).to(bf)[:, :32], w, None)  # row stride 40: a column slice read in place
     assert not take(torch.randn(5, 32).to(bf), w, torch.randn(5, 63).to(bf))  # residual shape
     assert not take(torch.randn(5, 32).to(bf), w.t().contiguous().t(), None)  # w not contiguous
+    buf = torch.randn(5, 128).to(bf)  # a residual overlapping x (the op would refuse it in place): cuBLAS
+    assert not take(buf[:, :32], w, buf[:, 64:])
     for m in range(2, fused.SKINNY_MAX_M + 1):  # accepted -> valid for the op (CPU: only "CUDA" is left)
         with pytest.raises(ValueError, match="CUDA tensors"):
             _cpp.skinny_gemm(torch.randn(m, 32).to(bf), w, torch.randn(m, 64).to(bf))
@@ -224,6 +226,15 @@ def test_skinny_gemm_input_errors():
             _cpp.skinny_gemm(*args)
     with pytest.raises(ValueError, match="warps, unroll"):
         _cpp.skinny_gemm(torch.randn(4, 32).to(bf), w, warps=2, unroll=4)
+    x4 = torch.randn(4, 32).to(bf)
+    for kw, msg in ((dict(warps="8", unroll="8"), "warps must be an int, got '8'"), (dict(warps=False), "warps must be"),
+                    (dict(residual=True), "residual must be a torch.Tensor or None"), (dict(pdl="no"), "pdl must be")):
+        with pytest.raises(ValueError, match=msg):
+            _cpp.skinny_gemm(x4, w, **kw)
+    with pytest.raises(ValueError, match="x must be a torch.Tensor"):
+        _cpp.skinny_gemm(None, w)
+    with pytest.raises(ValueError, match="not overlap w"):  # out inside w's memory
+        _cpp.skinny_gemm(x4, w, out=w.view(-1)[: 4 * 64].view(4, 64))
     buf = torch.randn(4, 128).to(bf)  # out overlapping x / part of the residual; the residual itself is fine
     with pytest.raises(ValueError, match="not overlap x"):
         _cpp.skinny_gemm(buf[:, :32], w, out=buf[:, 64:])

@@ -32,8 +32,8 @@
 // written coalesced with the residual added in fp32 (as cuBLAS addmm's beta = 1). Weight loads
 // bypass L1 (ld.global.nc.L1::no_allocate: read once per step); x (<= 16 x K elements) stays in L1.
 //
-// Measured (benchmarks/RESULTS.md, session 15): 2.75-2.83 TB/s for the flame step's GEMMs at 5-7
-// rows against cuBLAS's 2.56 (one CTA per 16 rows runs the grid in waves: flame's in-projection is
+// Measured (benchmarks/RESULTS.md, session 15): 2.76-2.83 TB/s for the flame / map steps' GEMMs at
+// 5-8 rows against cuBLAS's 2.55-2.64 (one CTA per 16 rows runs the grid in waves: flame's in-projection is
 // 577 CTAs over ~2.2 waves). A persistent stream-K form (contiguous chunk ranges per warp, a private
 // cp.async ring per thread, partial tiles summed by the last of their warps) measured 1.2-2.2 TB/s
 // over three builds and was removed. At 9-16 rows (two MMA tiles) this kernel took 1.16-1.30x

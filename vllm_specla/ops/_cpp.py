@@ -153,6 +153,13 @@ def _skinny_check(x, w, residual, out, warps, unroll) -> None:
     """``ValueError`` naming the argument for inputs outside the skinny GEMM's contract. The op's own
     checks are a backstop only: a failed ``TORCH_CHECK`` inside the JIT-built op crashed the process
     on the H200 (segmentation fault, s15b) instead of raising, so nothing reaches it unchecked."""
+    for name, t in (("x", x), ("w", w), ("residual", residual), ("out", out)):
+        if not isinstance(t, torch.Tensor) and (t is not None or name in ("x", "w")):
+            raise ValueError(f"skinny_gemm: {name} must be a torch.Tensor{'' if name in ('x', 'w') else ' or None'}, "
+                             f"got {type(t).__name__}")
+    for name, v in (("warps", warps), ("unroll", unroll)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"skinny_gemm: {name} must be an int, got {v!r}")
     if x.dim() != 2 or w.dim() != 2:
         raise ValueError(f"skinny_gemm: x [M, K] and w [N, K] must be 2-D, got {tuple(x.shape)} and {tuple(w.shape)}")
     if w.dtype not in (torch.bfloat16, torch.float16) or x.dtype != w.dtype:
@@ -175,15 +182,17 @@ def _skinny_check(x, w, residual, out, warps, unroll) -> None:
                               or (M > 1 and t.stride(0) < N)):
             raise ValueError(f"skinny_gemm: {name} must be [{M}, {N}] {w.dtype} on {w.device} with dense, "
                              f"non-overlapping rows, got {tuple(t.shape)} {t.dtype} on {t.device}, strides {t.stride()}")
-    if out is not None:  # rows are written while other CTAs still read x / the residual
+    if out is not None:  # rows are written while other CTAs still read x / w / the residual
         if _overlap(out, x):
             raise ValueError("skinny_gemm: out must not overlap x")
+        if _overlap(out, w):
+            raise ValueError("skinny_gemm: out must not overlap w")
         if residual is not None and _overlap(out, residual) and not (
                 out.data_ptr() == residual.data_ptr() and out.stride() == residual.stride()):
             raise ValueError("skinny_gemm: out must be the residual itself (in place) or not overlap it")
     if (warps, unroll) not in _SKINNY_CONFIGS:
         raise ValueError(f"skinny_gemm: (warps, unroll) must be (4|8|16, 4|8) or (0, 0) for the automatic choice, "
-                         f"got ({warps}, {unroll})")
+                         f"got ({warps!r}, {unroll!r})")
     if not (x.is_cuda and w.is_cuda):  # last, so the CPU tests reach the checks above
         raise ValueError(f"skinny_gemm: x and w must be CUDA tensors, got {x.device} and {w.device}")
 
@@ -199,11 +208,17 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None 
     rounding (``residual`` added in fp32 first, as cuBLAS ``addmm`` with beta = 1); deterministic.
     ``warps`` / ``unroll``: the CTA's warps (4 / 8 / 16, splitting K) and 32-wide k chunks per load
     batch (4 / 8); 0 / 0 = automatic (8 / 8). ``pdl``: launch with programmatic dependent launch
-    (default: ``ops/pdl.py``). Raises ``ValueError`` naming the argument on other inputs.
+    (default: ``ops/pdl.py``; with PDL the kernel reads ``w`` before the previous kernel on the
+    stream has finished, so ``w`` must be constant weights, not written by earlier kernels of the
+    step). Overlaps are judged by each tensor's first-to-last element span, so disjoint column
+    slices of one buffer count as overlapping. Raises ``ValueError`` naming the argument on other
+    inputs.
     Reference: ``ops/fused.py`` ``linear_ref``; design and measurements: ``csrc/cuda/skinny_gemm.cu``,
     benchmarks/RESULTS.md session 15."""
     from vllm_specla.ops import pdl as _pdl  # noqa: PLC0415
 
+    if pdl is not None and not isinstance(pdl, bool):
+        raise ValueError(f"skinny_gemm: pdl must be None (ops/pdl.py decides) or a bool, got {pdl!r}")
     _skinny_check(x, w, residual, out, warps, unroll)
     if out is None:
         out = torch.empty(x.shape[0], w.shape[0], dtype=w.dtype, device=w.device)

@@ -191,9 +191,11 @@ def _skinny_takes(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | Non
         return False
     if K % 8 or x.stride(-1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16 or not w.is_contiguous() or w.data_ptr() % 16:
         return False
+    # (a residual overlapping x or w goes to cuBLAS: the kernel writes it in place while others read)
     return residual is None or (residual.shape == (M, w.shape[0]) and residual.dtype == w.dtype
                                 and residual.device == w.device and residual.stride(-1) == 1
-                                and residual.stride(0) >= w.shape[0])
+                                and residual.stride(0) >= w.shape[0]
+                                and not _cpp._overlap(residual, x) and not _cpp._overlap(residual, w))
 
 
 def _on_gpu(x: torch.Tensor) -> bool:
