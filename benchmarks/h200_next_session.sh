@@ -19,14 +19,15 @@ S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r.get("alph
 case "${1:-}" in
   s16a)  # next session, call 1 (carry .whl): the skinny GEMM after session 15's review (PDL only for kernels whose PTX is
         # sm_90+, Python checks for devices / overlapping outputs; not yet run on a GPU): its tests and the fused / runtime
-        # GPU tests, then e2e batch 1 with and without it (K = 2 / 4 / 6, alpha 0.8) and --auto at batch 1 / 16
+        # GPU tests, then e2e with and without it at batch 1 / 4 / 16 (K = 2 / 4 / 6, alpha 0.8, --auto): batch 4 is where
+        # its unmeasured scope lies (AR and drafter passes of 4 rows take it once built)
       export MAX_JOBS=16
       timeout 240 python -c "from vllm_specla.ops import _cpp; print('skinny built', _cpp.load_cuda_gemm())" 2>&1 | tail -3
       timeout 240 python -X faulthandler -m pytest -q tests/test_skinny_gemm_gpu.py tests/test_fused_gpu.py \
           tests/test_decode_runtime_gpu.py > "$OUT/pytest_s16a.txt" 2>&1
       echo "pytest rc $?"; grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_s16a.txt" | head -12
       for G in off on; do
-        timeout 150 python benchmarks/bench_e2e.py --shapes flame,map --batches 1,16 --ks 2,4,6 --alphas 0.8 --auto \
+        timeout 200 python benchmarks/bench_e2e.py --shapes flame,map --batches 1,4,16 --ks 2,4,6 --alphas 0.8 --auto \
             --snapshot-ks "" --skinny-gemm $G --tag "s16a_skinny_$G" --out "$OUT/e2e_s16a.jsonl" 2>&1 | grep "^{" | \
             python -c "$S"
       done
