@@ -87,8 +87,8 @@ def test_bench_blas_dry_cpu(tmp_path):
 def test_env_switches(var, mod, attr, msg):
     """``VLLM_SPECLA_GEMV_ROWS`` (the row GEMV), ``VLLM_SPECLA_PDL`` (programmatic dependent launch) and
     ``VLLM_SPECLA_SKINNY_GEMM`` (the CUDA skinny GEMM once built):
-    unset -> on, ``0`` -> off, anything else -> a ValueError naming the variable and its allowed
-    values."""
+    unset or empty -> on, ``0`` -> off, anything else -> a ValueError naming the variable and its
+    allowed values."""
     code = f"import vllm_specla.ops.{mod} as f; print(f.{attr})"
 
     def run(val):
@@ -99,6 +99,7 @@ def test_env_switches(var, mod, attr, msg):
         return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
 
     assert run(None).stdout.strip() == "True"
+    assert run("").stdout.strip() == "True"  # set but empty: the default (the vLLM model imports ops/fused.py)
     assert run("0").stdout.strip() == "False"
     bad = run("yes")
     assert bad.returncode != 0 and msg in bad.stderr

@@ -79,7 +79,7 @@ def linear_ref(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | Non
 # partial sums 2.7-9x (s11d, removed); a Triton tensor-core skinny GEMM 1.4-2.8x at M = 5 (s12c, removed). Small
 # weights are the exception (GEMV_ROWS_SMALL_*, below). 2-8 rows take the CUDA skinny GEMM once built (SKINNY_*,
 # below), else cuBLAS
-_ROWS_ENV = os.environ.get("VLLM_SPECLA_GEMV_ROWS", "1")
+_ROWS_ENV = (os.environ.get("VLLM_SPECLA_GEMV_ROWS") or "1")  # (set but empty: the default)
 if _ROWS_ENV not in ("0", "1"):
     raise ValueError(f"VLLM_SPECLA_GEMV_ROWS must be '0' (cuBLAS for one-row GEMMs) or '1' (the row GEMV, the "
                      f"default), got {_ROWS_ENV!r}")
@@ -164,7 +164,7 @@ def linear_gating(x, w, norm_weight, eps, a0, A_log, dt_bias, allow_neg_eigval=F
 # The CUDA skinny GEMM (csrc/cuda/skinny_gemm.cu, once ops/_cpp.py load_cuda_gemm() has built it) for
 # the GEMMs of at most SKINNY_MAX_M rows that the row GEMV does not take: a batch-1 verify window
 # (K + 1 rows) instead of cuBLAS. benchmarks/RESULTS.md, session 15.
-_SKINNY_ENV = os.environ.get("VLLM_SPECLA_SKINNY_GEMM", "1")
+_SKINNY_ENV = (os.environ.get("VLLM_SPECLA_SKINNY_GEMM") or "1")  # (set but empty: the default)
 if _SKINNY_ENV not in ("0", "1"):
     raise ValueError(f"VLLM_SPECLA_SKINNY_GEMM must be '0' (cuBLAS for 2-8-row GEMMs) or '1' (the CUDA skinny GEMM "
                      f"once ops._cpp.load_cuda_gemm() has built it, the default), got {_SKINNY_ENV!r}")

@@ -33,7 +33,7 @@ import os
 
 import torch
 
-_ENV = os.environ.get("VLLM_SPECLA_PDL", "1")
+_ENV = (os.environ.get("VLLM_SPECLA_PDL") or "1")  # (set but empty: the default)
 if _ENV not in ("0", "1"):
     raise ValueError(f"VLLM_SPECLA_PDL must be '0' (plain launches) or '1' (programmatic dependent launch where "
                      f"the GPU supports it, the default), got {_ENV!r}")
