@@ -16,16 +16,26 @@
 # TB = 8 chunks at 1024-channel tiles, replaced after s9b: bench_conv.py still times that config).
 set -u
 S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r.get("alpha"),r.get("tree_width"),r.get("draft_vocab"),round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows"),r.get("tag"),r.get("policy")) for r in map(json.loads,sys.stdin)]'
+# the session-15+ skinny GEMM calls: its JIT build, and a GPU test run kept whole under $OUT (s15a's pytest crash was
+# cut from the tail of the output)
+skinny_build() {
+  export MAX_JOBS=16
+  timeout 240 python -c "from vllm_specla.ops import _cpp; print('skinny built', _cpp.load_cuda_gemm())" 2>&1 | tail -3
+}
+pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
+  local name=$1 t=$2
+  shift 2
+  timeout "$t" python -X faulthandler -m pytest -q "$@" > "$OUT/pytest_$name.txt" 2>&1
+  echo "pytest rc $?"
+  grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
+}
 case "${1:-}" in
   s16a)  # next session, call 1 (carry .whl): the skinny GEMM after session 15's review (PDL only for kernels whose PTX is
         # sm_90+, Python checks for devices / overlapping outputs; not yet run on a GPU): its tests and the fused / runtime
         # GPU tests, then e2e with and without it at batch 1 / 4 / 16 (K = 2 / 4 / 6, alpha 0.8, --auto): batch 4 is where
         # its unmeasured scope lies (AR and drafter passes of 4 rows take it once built)
-      export MAX_JOBS=16
-      timeout 240 python -c "from vllm_specla.ops import _cpp; print('skinny built', _cpp.load_cuda_gemm())" 2>&1 | tail -3
-      timeout 240 python -X faulthandler -m pytest -q tests/test_skinny_gemm_gpu.py tests/test_fused_gpu.py \
-          tests/test_decode_runtime_gpu.py > "$OUT/pytest_s16a.txt" 2>&1
-      echo "pytest rc $?"; grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_s16a.txt" | head -12
+      skinny_build
+      pytest_log s16a 240 tests/test_skinny_gemm_gpu.py tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py
       for G in off on; do
         timeout 200 python benchmarks/bench_e2e.py --shapes flame,map --batches 1,4,16 --ks 2,4,6 --alphas 0.8 --auto \
             --snapshot-ks "" --skinny-gemm $G --tag "s16a_skinny_$G" --out "$OUT/e2e_s16a.jsonl" 2>&1 | grep "^{" | \
@@ -35,11 +45,8 @@ case "${1:-}" in
   s15e)  # session 15, call 5 (carry .whl): the final kernel (variant 2 removed, at most 8 rows): its tests and the fused-op
         # GPU tests in one process (later tests run with the skinny GEMM loaded), e2e batch 1 cuBLAS vs skinny (K = 4 / 6,
         # and K = 6 with a 4000-token draft vocabulary), the eager profile of the K = 6 step with it
-      export MAX_JOBS=16
-      timeout 240 python -c "from vllm_specla.ops import _cpp; print('skinny built', _cpp.load_cuda_gemm())" 2>&1 | tail -3
-      timeout 150 python -X faulthandler -m pytest -q tests/test_skinny_gemm_gpu.py tests/test_fused_gpu.py \
-          > "$OUT/pytest_s15e.txt" 2>&1
-      echo "pytest rc $?"; grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_s15e.txt" | head -12
+      skinny_build
+      pytest_log s15e 150 tests/test_skinny_gemm_gpu.py tests/test_fused_gpu.py
       for G in off on; do
         timeout 100 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 4,6 --alphas 0.8 --snapshot-ks "" \
             --draft-vocabs 0,4000 --skinny-gemm $G --tag "s15e_skinny_$G" --out "$OUT/e2e_s15e.jsonl" 2>&1 | grep "^{" | \
@@ -51,10 +58,8 @@ case "${1:-}" in
   s15d)  # session 15, call 4 (carry .whl): variant 2 with x copied through the ring (s15c: a plain x load per chunk on the
         # critical path) and the largest shared-memory carveout; tests, the sweep, e2e batch 1 (cuBLAS / automatic = variant 1
         # 8 x 8 / the best at flame M = 7), K = 4 / 6 / 8, then the best with a 4000-token draft vocabulary at K = 6 / 8
-      export MAX_JOBS=16
-      timeout 240 python -c "from vllm_specla.ops import _cpp; print('skinny built', _cpp.load_cuda_gemm())" 2>&1 | tail -3
-      timeout 150 python -X faulthandler -m pytest -q -x tests/test_skinny_gemm_gpu.py > "$OUT/pytest_s15d.txt" 2>&1
-      echo "pytest rc $?"; grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_s15d.txt" | head -12
+      skinny_build
+      pytest_log s15d 150 -x tests/test_skinny_gemm_gpu.py
       timeout 80 python benchmarks/bench_blas.py --shapes flame --ms 1,5,7 --settings default --skinny-sweep \
           --out "$OUT/blas_s15d.json" 2>&1 | grep -v -i warn
       timeout 40 python benchmarks/bench_blas.py --shapes map --ms 7 --settings default --skinny-sweep \
@@ -74,10 +79,8 @@ print(",".join(min(r,key=lambda x:x["ms"])["setting"].split(":")[1:]) if r else 
       ;;
   s15c)  # session 15, call 3 (carry .whl): variant 2 without the per-chunk int64 divisions (s15b: 1.5-1.7 TB/s); the tests
         # (errors now raised in Python: s15b's crash was a failed TORCH_CHECK inside the op), the sweep, e2e at the best
-      export MAX_JOBS=16
-      timeout 240 python -c "from vllm_specla.ops import _cpp; print('skinny built', _cpp.load_cuda_gemm())" 2>&1 | tail -3
-      timeout 150 python -X faulthandler -m pytest -q -x tests/test_skinny_gemm_gpu.py > "$OUT/pytest_s15c.txt" 2>&1
-      echo "pytest rc $?"; grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_s15c.txt" | head -12
+      skinny_build
+      pytest_log s15c 150 -x tests/test_skinny_gemm_gpu.py
       timeout 90 python benchmarks/bench_blas.py --shapes flame --ms 1,5,7,9 --settings default --skinny-sweep \
           --out "$OUT/blas_s15c.json" 2>&1 | grep -v -i warn
       timeout 40 python benchmarks/bench_blas.py --shapes map --ms 7 --settings default --skinny-sweep \
@@ -95,10 +98,8 @@ print(",".join(min(r,key=lambda x:x["ms"])["setting"].split(":")[1:]) if r else 
         # session 15, call 2 (carry .whl): variant 2 of the skinny GEMM (persistent stream-K warps, a private cp.async ring
         # per thread): its GPU tests (log kept: s15a's pytest crashed), the GEMM chain sweep (flame M = 1 / 5 / 7 / 9, map
         # M = 7), then e2e batch 1, K = 4 / 6, alpha 0.8: cuBLAS / the automatic config / the sweep's best at flame M = 7
-      export MAX_JOBS=16
-      timeout 240 python -c "from vllm_specla.ops import _cpp; print('skinny built', _cpp.load_cuda_gemm())" 2>&1 | tail -3
-      timeout 150 python -X faulthandler -m pytest -q -x tests/test_skinny_gemm_gpu.py > "$OUT/pytest_s15b.txt" 2>&1
-      echo "pytest rc $?"; grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_s15b.txt" | head -12
+      skinny_build
+      pytest_log s15b 150 -x tests/test_skinny_gemm_gpu.py
       timeout 110 python benchmarks/bench_blas.py --shapes flame --ms 1,5,7,9 --settings default --skinny-sweep \
           --out "$OUT/blas_s15b.json" 2>&1 | grep -v -i warn
       timeout 40 python benchmarks/bench_blas.py --shapes map --ms 7 --settings default --skinny-sweep \
@@ -115,8 +116,7 @@ print(",".join(min(r,key=lambda x:x["ms"])["setting"].split(":")[1:]) if r else 
   s15a)  # session 15, call 1 (carry .whl): the CUDA skinny GEMM (csrc/cuda/skinny_gemm.cu, tensor-core MMAs with the weight
         # as the A operand loaded straight into fragment registers): build, its GPU tests, the step's GEMMs at M = 1 / 5 / 7 /
         # 8 / 16 against cuBLAS for its configs, then e2e batch 1, K = 4 / 6 / 8, alpha 0.8, cuBLAS vs the skinny GEMM
-      export MAX_JOBS=16
-      timeout 240 python -c "from vllm_specla.ops import _cpp; print('skinny built', _cpp.load_cuda_gemm())" 2>&1 | tail -3
+      skinny_build
       timeout 120 python -m pytest -q -x tests/test_skinny_gemm_gpu.py 2>&1 | tail -3
       timeout 150 python benchmarks/bench_blas.py --shapes flame,map --ms 1,5,7,8,16 --settings default --skinny-sweep \
           --out "$OUT/blas_s15a.json" 2>&1 | grep -v -i warn

@@ -91,18 +91,20 @@ def load_cuda(verbose: bool = False) -> bool:
         raise RuntimeError(f"the C++ CPU extension (op schemas) is not loaded: {LOAD_ERROR}")
     if not torch.cuda.is_available():
         return False
-    from torch.utils.cpp_extension import load  # noqa: PLC0415
-
-    src = os.path.join(_csrc_dir(), "cuda")
-    load(name="vllm_specla_cuda_jit", sources=[os.path.join(src, "chain_verify.cu"),
-                                               os.path.join(src, "chain_verify_ut.cu"),
-                                               os.path.join(src, "torch_binding_cuda.cpp")],
-         extra_cflags=["-O3"], extra_cuda_cflags=["-O3"] + (["-lineinfo"] if os.environ.get(
-             "VLLM_SPECLA_CUDA_LINEINFO", "0") not in ("", "0") else []),
-         is_python_module=False, verbose=verbose)
+    _jit_cuda("vllm_specla_cuda_jit", ["chain_verify.cu", "chain_verify_ut.cu", "torch_binding_cuda.cpp"], verbose)
     global CUDA_LOADED
     CUDA_LOADED = True
     return True
+
+
+def _jit_cuda(name: str, files: list[str], verbose: bool) -> None:
+    """``torch.utils.cpp_extension.load`` of ``csrc/cuda/<files>`` as extension ``name`` (-O3;
+    ``VLLM_SPECLA_CUDA_LINEINFO=1`` adds ``-lineinfo``), registering its ops."""
+    from torch.utils.cpp_extension import load  # noqa: PLC0415
+
+    lineinfo = os.environ.get("VLLM_SPECLA_CUDA_LINEINFO", "0") not in ("", "0")
+    load(name=name, sources=[os.path.join(_csrc_dir(), "cuda", f) for f in files], extra_cflags=["-O3"],
+         extra_cuda_cflags=["-O3"] + (["-lineinfo"] if lineinfo else []), is_python_module=False, verbose=verbose)
 
 
 GEMM_LOADED = False  # set by load_cuda_gemm(): torch.ops.vllm_specla.skinny_gemm is registered for CUDA tensors
@@ -122,12 +124,7 @@ def load_cuda_gemm(verbose: bool = False) -> bool:
     """
     if not torch.cuda.is_available():
         return False
-    from torch.utils.cpp_extension import load  # noqa: PLC0415
-
-    load(name="vllm_specla_gemm_jit", sources=[os.path.join(_csrc_dir(), "cuda", "skinny_gemm.cu")],
-         extra_cflags=["-O3"], extra_cuda_cflags=["-O3"] + (["-lineinfo"] if os.environ.get(
-             "VLLM_SPECLA_CUDA_LINEINFO", "0") not in ("", "0") else []),
-         is_python_module=False, verbose=verbose)
+    _jit_cuda("vllm_specla_gemm_jit", ["skinny_gemm.cu"], verbose)
     global GEMM_LOADED
     GEMM_LOADED = True
     return True
@@ -149,50 +146,61 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
-def _skinny_check(x, w, residual, out, warps, unroll) -> None:
-    """``ValueError`` naming the argument for inputs outside the skinny GEMM's contract. The op's own
-    checks are a backstop only: a failed ``TORCH_CHECK`` inside the JIT-built op crashed the process
-    on the H200 (segmentation fault, s15b) instead of raising, so nothing reaches it unchecked."""
+def skinny_problem(x, w, residual=None, out=None, warps=0, unroll=0) -> str | None:
+    """Why the skinny GEMM cannot take these operands (a message naming the argument), or None when
+    it can, devices aside (the CUDA check is :func:`_skinny_check`'s). The one list of the kernel's
+    conditions: ``fused._skinny_takes`` asks it before dispatching (falling back to cuBLAS), and
+    :func:`_skinny_check` raises its answer. The op's own checks are a backstop only: a failed
+    ``TORCH_CHECK`` inside the JIT-built op crashed the process on the H200 (segmentation fault,
+    s15b) instead of raising, so nothing reaches it unchecked."""
     for name, t in (("x", x), ("w", w), ("residual", residual), ("out", out)):
         if not isinstance(t, torch.Tensor) and (t is not None or name in ("x", "w")):
-            raise ValueError(f"skinny_gemm: {name} must be a torch.Tensor{'' if name in ('x', 'w') else ' or None'}, "
-                             f"got {type(t).__name__}")
+            return (f"{name} must be a torch.Tensor{'' if name in ('x', 'w') else ' or None'}, "
+                    f"got {type(t).__name__}")
     for name, v in (("warps", warps), ("unroll", unroll)):
         if isinstance(v, bool) or not isinstance(v, int):
-            raise ValueError(f"skinny_gemm: {name} must be an int, got {v!r}")
+            return f"{name} must be an int, got {v!r}"
     if x.dim() != 2 or w.dim() != 2:
-        raise ValueError(f"skinny_gemm: x [M, K] and w [N, K] must be 2-D, got {tuple(x.shape)} and {tuple(w.shape)}")
+        return f"x [M, K] and w [N, K] must be 2-D, got {tuple(x.shape)} and {tuple(w.shape)}"
     if w.dtype not in (torch.bfloat16, torch.float16) or x.dtype != w.dtype:
-        raise ValueError(f"skinny_gemm: x and w must share one dtype, bfloat16 or float16; got {x.dtype} and {w.dtype}")
+        return f"x and w must share one dtype, bfloat16 or float16; got {x.dtype} and {w.dtype}"
     M, K = x.shape
     N = w.shape[0]
     if not 1 <= M <= 16:
-        raise ValueError(f"skinny_gemm: x must have 1..16 rows, got {M}")
+        return f"x must have 1..16 rows, got {M}"
     if w.shape[1] != K or N < 1 or N > (1 << 31) - 16:
-        raise ValueError(f"skinny_gemm: w must be [N, {K}] with 1 <= N <= 2^31 - 16, got {tuple(w.shape)}")
+        return f"w must be [N, {K}] with 1 <= N <= 2^31 - 16, got {tuple(w.shape)}"
     if K < 8 or K % 8 or K >= 1 << 30 or x.stride(-1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16:
-        raise ValueError(f"skinny_gemm: x needs K % 8 == 0 with 8 <= K < 2^30 (K = {K}) and dense, 16-byte aligned "
-                         f"rows (strides {x.stride()})")
+        return (f"x needs K % 8 == 0 with 8 <= K < 2^30 (K = {K}) and dense, 16-byte aligned rows "
+                f"(strides {x.stride()})")
     if not w.is_contiguous() or w.data_ptr() % 16:
-        raise ValueError("skinny_gemm: w must be contiguous and 16-byte aligned")
+        return "w must be contiguous and 16-byte aligned"
     if x.device != w.device:
-        raise ValueError(f"skinny_gemm: x and w must be on one device, got {x.device} and {w.device}")
+        return f"x and w must be on one device, got {x.device} and {w.device}"
     for name, t in (("residual", residual), ("out", out)):
         if t is not None and (t.shape != (M, N) or t.dtype != w.dtype or t.device != w.device or t.stride(-1) != 1
                               or (M > 1 and t.stride(0) < N)):
-            raise ValueError(f"skinny_gemm: {name} must be [{M}, {N}] {w.dtype} on {w.device} with dense, "
-                             f"non-overlapping rows, got {tuple(t.shape)} {t.dtype} on {t.device}, strides {t.stride()}")
+            return (f"{name} must be [{M}, {N}] {w.dtype} on {w.device} with dense, non-overlapping rows, "
+                    f"got {tuple(t.shape)} {t.dtype} on {t.device}, strides {t.stride()}")
     if out is not None:  # rows are written while other CTAs still read x / w / the residual
         if _overlap(out, x):
-            raise ValueError("skinny_gemm: out must not overlap x")
+            return "out must not overlap x"
         if _overlap(out, w):
-            raise ValueError("skinny_gemm: out must not overlap w")
+            return "out must not overlap w"
         if residual is not None and _overlap(out, residual) and not (
                 out.data_ptr() == residual.data_ptr() and out.stride() == residual.stride()):
-            raise ValueError("skinny_gemm: out must be the residual itself (in place) or not overlap it")
+            return "out must be the residual itself (in place) or not overlap it"
     if (warps, unroll) not in _SKINNY_CONFIGS:
-        raise ValueError(f"skinny_gemm: (warps, unroll) must be (4|8|16, 4|8) or (0, 0) for the automatic choice, "
-                         f"got ({warps!r}, {unroll!r})")
+        return f"(warps, unroll) must be (4|8|16, 4|8) or (0, 0) for the automatic choice, got ({warps!r}, {unroll!r})"
+    return None
+
+
+def _skinny_check(x, w, residual, out, warps, unroll) -> None:
+    """``ValueError`` ("skinny_gemm: " + :func:`skinny_problem`'s message) for inputs outside the
+    kernel's contract; last, tensors that are not on a CUDA device."""
+    msg = skinny_problem(x, w, residual, out, warps, unroll)
+    if msg is not None:
+        raise ValueError(f"skinny_gemm: {msg}")
     if not (x.is_cuda and w.is_cuda):  # last, so the CPU tests reach the checks above
         raise ValueError(f"skinny_gemm: x and w must be CUDA tensors, got {x.device} and {w.device}")
 

@@ -177,25 +177,13 @@ SKINNY_CONFIG = (0, 0)
 
 def _skinny_takes(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None) -> bool:
     """Whether the CUDA skinny GEMM takes ``x @ w.T [+ residual]``: built and on
-    (``_cpp.GEMM_LOADED``, :data:`USE_SKINNY_GEMM`), CUDA, bf16 / fp16 operands of one dtype on one
-    device, a 2-D ``x`` of 2..``SKINNY_MAX_M`` rows that are dense and 16-byte aligned (one-row
-    GEMMs are the row GEMV's, or cuBLAS's with ``VLLM_SPECLA_GEMV_ROWS=0``), ``K % 8 == 0``, a
-    contiguous aligned ``[N >= 1, K]`` ``w``, a ``[M, N]`` residual of that dtype with a dense last
-    dim. Everything it takes passes ``_cpp._skinny_check``."""
-    if not (USE_SKINNY_GEMM and _cpp.GEMM_LOADED and _on_gpu(x) and x.dim() == 2 and w.dim() == 2):
+    (``_cpp.GEMM_LOADED``, :data:`USE_SKINNY_GEMM`), CUDA, 2..``SKINNY_MAX_M`` rows (one-row GEMMs
+    are the row GEMV's, or cuBLAS's with ``VLLM_SPECLA_GEMV_ROWS=0``), and operands the op accepts
+    (``_cpp.skinny_problem``; the residual judged as the in-place output, so one overlapping x or w
+    goes to cuBLAS)."""
+    if not (USE_SKINNY_GEMM and _cpp.GEMM_LOADED and _on_gpu(x) and x.dim() == 2 and 2 <= x.shape[0] <= SKINNY_MAX_M):
         return False
-    M, K = x.shape
-    if not (2 <= M <= SKINNY_MAX_M and x.dtype in (torch.bfloat16, torch.float16) and w.dtype == x.dtype):
-        return False
-    if w.shape[1] != K or w.shape[0] < 1 or w.device != x.device or K < 8 or K >= 1 << 30:
-        return False
-    if K % 8 or x.stride(-1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16 or not w.is_contiguous() or w.data_ptr() % 16:
-        return False
-    # (a residual overlapping x or w goes to cuBLAS: the kernel writes it in place while others read)
-    return residual is None or (residual.shape == (M, w.shape[0]) and residual.dtype == w.dtype
-                                and residual.device == w.device and residual.stride(-1) == 1
-                                and residual.stride(0) >= w.shape[0]
-                                and not _cpp._overlap(residual, x) and not _cpp._overlap(residual, w))
+    return _cpp.skinny_problem(x, w, residual, residual) is None
 
 
 def _on_gpu(x: torch.Tensor) -> bool:
