@@ -30,15 +30,44 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
-  s16a)  # next session, call 1 (carry .whl): the skinny GEMM after session 15's review (PDL only for kernels whose PTX is
-        # sm_90+, Python checks for devices / overlapping outputs; not yet run on a GPU): its tests and the fused / runtime
-        # GPU tests, then e2e with and without it at batch 1 / 4 / 16 (K = 2 / 4 / 6, alpha 0.8, --auto): batch 4 is where
-        # its unmeasured scope lies (AR and drafter passes of 4 rows take it once built)
+  s16a)  # session 16, call 1 (carry .whl): the skinny GEMM's forms (csrc/cuda/skinny_gemm_kernels.cuh: 1 the L2 prefetch
+        # hint, 2 / 3 the persistent ring kernel without / with it) and session 15's review changes (not yet run on a
+        # GPU): the GEMM's GPU tests, then the step's GEMM chain for every config at flame M = 1 / 5 / 7 / 8, map M = 5 / 7
       skinny_build
-      pytest_log s16a 240 tests/test_skinny_gemm_gpu.py tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py
+      pytest_log s16a 200 tests/test_skinny_gemm_gpu.py
+      timeout 200 python benchmarks/bench_blas.py --shapes flame --ms 1,5,7,8 --settings default --skinny-sweep \
+          --out "$OUT/blas_s16a.json" 2>&1 | grep -v -i warn
+      timeout 100 python benchmarks/bench_blas.py --shapes map --ms 5,7 --settings default --skinny-sweep \
+          --out "$OUT/blas_s16a_map.json" 2>&1 | grep -v -i warn
+      ;;
+  s16c)  # session 16, call 2 (carry .whl): the bulk-copy forms (4 / 5: persistent CTAs streaming shared-memory stages by
+        # TMA, 1 / 2 CTAs per SM): the GEMM's GPU tests, the step's GEMM chain against the tile form (flame M = 1 / 5 / 8,
+        # map M = 5), then e2e batch 1 (K = 4 / 6, alpha 0.8): cuBLAS / the tile form / the best bulk config at flame M = 5
+      skinny_build
+      pytest_log s16c 200 tests/test_skinny_gemm_gpu.py
+      B="default,skinny:8:8:0,skinny:4:4:4,skinny:4:8:4,skinny:8:4:4,skinny:8:8:4,skinny:4:4:5,skinny:4:8:5,skinny:8:4:5,skinny:8:8:5"
+      timeout 100 python benchmarks/bench_blas.py --shapes flame --ms 1,5,8 --settings "$B" --out "$OUT/blas_s16c.json" 2>&1 | \
+          grep -v -i warn
+      timeout 60 python benchmarks/bench_blas.py --shapes map --ms 5 --settings "$B" --out "$OUT/blas_s16c_map.json" 2>&1 | \
+          grep -v -i warn
+      BEST=$(python -c 'import json,sys
+r=[x for x in json.load(open(sys.argv[1])) if x["setting"].startswith("skinny") and x["M"]==5]
+print(",".join(min(r,key=lambda x:x["ms"])["setting"].split(":")[1:]) if r else "on")' "$OUT/blas_s16c.json")
+      echo "best skinny config at flame M = 5: $BEST"
+      for G in off on "$BEST"; do
+        [ "$G" = "8,8,0" ] && continue
+        timeout 100 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 4,6 --alphas 0.8 --snapshot-ks "" \
+            --skinny-gemm "$G" --tag "s16c_skinny_$G" --out "$OUT/e2e_s16c.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
+      ;;
+  s16b)  # session 16, call 2 (carry .whl): the fused / runtime GPU tests with the skinny GEMM built, then e2e with and
+        # without it at batch 1 / 4 / 16 (K = 2 / 4 / 6, alpha 0.8, --auto): batch 4 is where its unmeasured scope lies
+        # (AR and drafter passes of 4 rows take it once built)
+      skinny_build
+      pytest_log s16b 240 tests/test_skinny_gemm_gpu.py tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py
       for G in off on; do
         timeout 200 python benchmarks/bench_e2e.py --shapes flame,map --batches 1,4,16 --ks 2,4,6 --alphas 0.8 --auto \
-            --snapshot-ks "" --skinny-gemm $G --tag "s16a_skinny_$G" --out "$OUT/e2e_s16a.jsonl" 2>&1 | grep "^{" | \
+            --snapshot-ks "" --skinny-gemm $G --tag "s16b_skinny_$G" --out "$OUT/e2e_s16b.jsonl" 2>&1 | grep "^{" | \
             python -c "$S"
       done
       ;;
@@ -1028,5 +1057,5 @@ print(min((r['cuda_utv%d_us' % v], v) for v in (3, 4, 5))[1])")
           --cuda-csrc --tag s5-fix --out "$OUT/e2e_s5_map64.jsonl" 2>&1 | grep "^{" | \
           python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       ;;
-  *) echo "usage: $0 s16a | s15a..s15e | s14a..s14e | ... | 1 | 2 (one device call each; see the cases above)"; exit 2 ;;
+  *) echo "usage: $0 s16a..s16c | s15a..s15e | s14a..s14e | ... | 1 | 2 (one device call each; see the cases above)"; exit 2 ;;
 esac

@@ -103,3 +103,25 @@ def test_env_switches(var, mod, attr, msg):
     assert run("0").stdout.strip() == "False"
     bad = run("yes")
     assert bad.returncode != 0 and msg in bad.stderr
+
+
+def test_skinny_config_flags():
+    """``bench_e2e.py --skinny-gemm`` and ``bench_blas.py skinny:...`` take exactly the op's configs
+    (``_cpp._SKINNY_CONFIGS``: form 0 at every warps / unroll, forms 1-5 at 4 / 8 warps), checked before
+    the build; a two-number value means form 0."""
+    import argparse  # noqa: PLC0415
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import bench_e2e  # noqa: PLC0415
+
+    assert bench_e2e.skinny_flag("8,8") == "8,8,0" and bench_e2e.skinny_flag("4,4,2") == "4,4,2"
+    assert bench_e2e.skinny_flag("on") == "on" and bench_e2e.skinny_flag("0,0") == "0,0,0"
+    assert bench_e2e.skinny_flag("8,4,4") == "8,4,4"
+    for bad in ("16,8,2", "8,8,6", "8", "8,8,2,1", "a,b", "0,0,2", "16,4,4"):
+        with pytest.raises(argparse.ArgumentTypeError, match="W,U\\[,F\\]"):
+            bench_e2e.skinny_flag(bad)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    for bad in ("skinny:16:4:1", "skinny:8:8:6", "skinny-nopdl:8"):
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_blas.py"), "--dry-cpu", "--shapes",
+                            "tiny", "--settings", f"default,{bad}"], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0 and f"setting {bad!r}" in r.stderr

@@ -44,161 +44,83 @@
 // linear_ref; tests: tests/test_skinny_gemm_gpu.py.
 
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 
+#include "skinny_gemm_kernels.cuh"
+
 namespace {
 
-__device__ __forceinline__ uint4 ld_stream(const void* p) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
+using namespace vllm_specla_skinny;
 
-__device__ __forceinline__ void griddep_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
+// The bulk forms' stage memory per CTA (dynamic shared memory, bytes; the H200 allows 227 KB per CTA
+// and 228 KB per SM): form 4 one CTA per SM, form 5 two (so a dependent kernel's CTA can start its
+// copies beside the last one of the previous kernel, with PDL)
+constexpr int kBulkSmem[2] = {200 * 1024, 100 * 1024};
 
-__device__ __forceinline__ void griddep_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-}
-
-template <typename T>
-struct Mma;
-
-template <>
-struct Mma<__nv_bfloat16> {
-  static __device__ __forceinline__ void run(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                             uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-  static __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-  static __device__ __forceinline__ __nv_bfloat16 from_f(float v) { return __float2bfloat16_rn(v); }
-};
-
-template <>
-struct Mma<__half> {
-  static __device__ __forceinline__ void run(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                             uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-  static __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
-  static __device__ __forceinline__ __half from_f(float v) { return __float2half_rn(v); }
-};
-
-// NT: 8-token tiles (M <= 8 NT); WARPS: warps per CTA (K split); U: chunks of 32 k per load batch.
-template <typename T, int NT, int WARPS, int U, bool RES>
-__global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* __restrict__ x, int64_t ldx,
-                                                                 const T* __restrict__ w, const T* res,
-                                                                 int64_t ldr, T* out, int64_t ldo, int M, int N,
-                                                                 int K) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int n0 = blockIdx.x * 16;
-  const int nchunks = (K + 31) >> 5;
-  const int per = (nchunks + WARPS - 1) / WARPS;
-  const int cb = min(nchunks, warp * per), ce = min(nchunks, cb + per);
-  const bool ok0 = n0 + g < N, ok1 = n0 + g + 8 < N;
-  // rows past N are clamped (never dereferenced: their loads are predicated off)
-  const T* w0 = w + static_cast<int64_t>(min(n0 + g, N - 1)) * K + t * 8;
-  const T* w1 = w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K + t * 8;
-
-  float acc[NT][4];
-#pragma unroll
-  for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-  uint4 wa[U], wb[U];
-  const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
-
-  auto load = [&](int c) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int ch = c + u, k = ch * 32 + t * 8;
-      const bool in = ch < ce && k < K;
-      wa[u] = in && ok0 ? ld_stream(w0 + ch * 32) : z4;
-      wb[u] = in && ok1 ? ld_stream(w1 + ch * 32) : z4;
-    }
-  };
-
-  load(cb);  // constant weights: before the wait (ops/pdl.py)
-  griddep_wait();
-  for (int c = cb; c < ce; c += U) {
-    if (c != cb) load(c);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int ch = c + u, k = ch * 32 + t * 8;
-      const bool in = ch < ce && k < K;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int tok = nt * 8 + g;
-        const uint4 xv =
-            in && tok < M ? *reinterpret_cast<const uint4*>(x + static_cast<int64_t>(tok) * ldx + k) : z4;
-        Mma<T>::run(acc[nt], wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
-        Mma<T>::run(acc[nt], wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
-      }
-    }
-  }
-  griddep_launch_dependents();
-
-  // C fragment: acc[nt][0..1] = (row g, tokens 8nt + 2t + 0/1), acc[nt][2..3] = (row g + 8, same)
-  __shared__ float red[WARPS][16][NT * 8 + 1];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    red[warp][g][nt * 8 + 2 * t] = acc[nt][0];
-    red[warp][g][nt * 8 + 2 * t + 1] = acc[nt][1];
-    red[warp][g + 8][nt * 8 + 2 * t] = acc[nt][2];
-    red[warp][g + 8][nt * 8 + 2 * t + 1] = acc[nt][3];
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < 16 * M; i += WARPS * 32) {
-    const int r = i & 15, tok = i >> 4, n = n0 + r;
-    if (n >= N) continue;
-    float s = 0.f;
-#pragma unroll
-    for (int q = 0; q < WARPS; ++q) s += red[q][r][tok];
-    if constexpr (RES) s += Mma<T>::to_f(res[static_cast<int64_t>(tok) * ldr + n]);
-    out[static_cast<int64_t>(tok) * ldo + n] = Mma<T>::from_f(s);
-  }
-}
-
-template <typename T, int NT, int WARPS, int U, bool RES>
+// FORM: 0 tile, 1 tile + L2 prefetch hint, 2 ring, 3 ring + L2 prefetch hint, 4 / 5 bulk (TMA stages;
+// U = its stage count; 1 / 2 CTAs per SM) (2-5: NT = 1 only).
+template <typename T, int NT, int WARPS, int U, bool RES, int FORM>
 void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr, at::Tensor& out, bool pdl,
             cudaStream_t stream) {
+  static_assert(FORM < 2 || NT == 1, "the ring form takes at most 8 token rows");
   const int M = static_cast<int>(x.size(0)), K = static_cast<int>(x.size(1)), N = static_cast<int>(w.size(0));
+  const auto kernel = [] {
+    if constexpr (FORM < 2)
+      return skinny_gemm_kernel<T, NT, WARPS, U, RES, FORM == 1>;
+    else if constexpr (FORM < 4)
+      return skinny_gemm_ring_kernel<T, WARPS, U, RES, FORM == 3>;
+    else
+      return skinny_gemm_bulk_kernel<T, WARPS, U, RES>;  // forms 4 / 5; U: its stage count
+  }();
   // griddepcontrol.wait exists only in code built for sm_90+ (the __CUDA_ARCH__ guard above); code
   // JIT-compiled from older PTX (e.g. TORCH_CUDA_ARCH_LIST="8.0+PTX" on an H200) has no wait, and
   // launching it with PDL would let it read x / the residual before their producer finished. So
   // PDL only where the kernel's PTX is sm_90+ (asked once per instantiation).
-  static int ptx_version = -1;
+  static int ptx_version = -1, per_sm = 0;
   if (ptx_version < 0) {
     cudaFuncAttributes fa;
-    C10_CUDA_CHECK(cudaFuncGetAttributes(&fa, skinny_gemm_kernel<T, NT, WARPS, U, RES>));
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+    if constexpr (FORM == 2 || FORM == 3)
+      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, WARPS * 32, 0));
+    if constexpr (FORM >= 4) {
+      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBulkSmem[0]));
+      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, WARPS * 32, kBulkSmem[FORM - 4]));
+    }
     ptx_version = fa.ptxVersion;
   }
+  TORCH_CHECK(FORM < 4 || ptx_version >= 90, "vllm_specla.skinny_gemm: forms 4 / 5 need code built for sm_90+");
   pdl = pdl && ptx_version >= 90;
+  const int ntiles = (N + 15) / 16, nchunks = (K + 31) / 32;
+  int per = (nchunks + WARPS - 1) / WARPS, grid = ntiles;
+  size_t smem = 0;
+  if constexpr (FORM >= 4) {
+    // K slices as large as U stages of the form's budget allow (rows of 2 ks + 64 bytes), as even as
+    // multiples of 32 make them; as many CTAs as fit at once (1 / 2 per SM)
+    const int ksmax = ((kBulkSmem[FORM - 4] / U / 16 - 64) / 2) / 32 * 32;
+    const int nslices = (K + ksmax - 1) / ksmax;
+    per = ((K + nslices - 1) / nslices + 31) / 32 * 32;  // ks
+    smem = static_cast<size_t>(U) * 16 * (2 * per + 64);
+    grid = std::min(ntiles, std::max(1, per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
+  } else if constexpr (FORM >= 2) {
+    per = (per + U - 1) / U * U;
+    // as many CTAs as fit at once, then as few as give every CTA the same number of tiles (+-1)
+    const int fit = std::max(1, per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+    const int rounds = (ntiles + fit - 1) / fit;
+    grid = (ntiles + rounds - 1) / rounds;
+  }
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>((N + 15) / 16));
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
   cfg.blockDim = dim3(WARPS * 32);
-  cfg.dynamicSmemBytes = 0;
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -208,45 +130,60 @@ void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr,
   const T* xp = reinterpret_cast<const T*>(x.data_ptr());
   const T* wp = reinterpret_cast<const T*>(w.data_ptr());
   T* op = reinterpret_cast<T*>(out.data_ptr());
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, skinny_gemm_kernel<T, NT, WARPS, U, RES>, xp, x.stride(0), wp, res, ldr,
-                                    op, out.stride(0), M, N, K));
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, xp, x.stride(0), wp, res, ldr, op, out.stride(0), M, N, K, per));
 }
 
-template <typename T, int NT, int WARPS, int U>
+template <typename T, int NT, int WARPS, int U, int FORM>
 void dispatch_res(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
                   at::Tensor& out, bool pdl, cudaStream_t s) {
   if (residual.has_value())
-    launch<T, NT, WARPS, U, true>(x, w, reinterpret_cast<const T*>(residual->data_ptr()), residual->stride(0), out,
-                                  pdl, s);
+    launch<T, NT, WARPS, U, true, FORM>(x, w, reinterpret_cast<const T*>(residual->data_ptr()), residual->stride(0),
+                                        out, pdl, s);
   else
-    launch<T, NT, WARPS, U, false>(x, w, nullptr, 0, out, pdl, s);
+    launch<T, NT, WARPS, U, false, FORM>(x, w, nullptr, 0, out, pdl, s);
+}
+
+template <typename T, int NT, int WARPS, int U>
+void dispatch_form(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
+                   at::Tensor& out, int64_t form, bool pdl, cudaStream_t s) {
+  if (form == 0) return dispatch_res<T, NT, WARPS, U, 0>(x, w, residual, out, pdl, s);
+  if constexpr (NT == 1 && WARPS <= 8) {  // the forms compiled for the dispatcher's scope only
+    if (form == 1) return dispatch_res<T, NT, WARPS, U, 1>(x, w, residual, out, pdl, s);
+    if (form == 2) return dispatch_res<T, NT, WARPS, U, 2>(x, w, residual, out, pdl, s);
+    if (form == 3) return dispatch_res<T, NT, WARPS, U, 3>(x, w, residual, out, pdl, s);
+    if (form == 4) return dispatch_res<T, NT, WARPS, U, 4>(x, w, residual, out, pdl, s);
+    if (form == 5) return dispatch_res<T, NT, WARPS, U, 5>(x, w, residual, out, pdl, s);
+  }
+  TORCH_CHECK(false, "vllm_specla.skinny_gemm: form 1-5 need M <= 8 and warps 4 | 8");
 }
 
 template <typename T, int NT>
 void dispatch_cfg(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
-                  at::Tensor& out, int64_t warps, int64_t unroll, bool pdl, cudaStream_t s) {
-#define SG_CASE(W_, U_)                                           \
-  if (warps == W_ && unroll == U_) {                              \
-    dispatch_res<T, NT, W_, U_>(x, w, residual, out, pdl, s);     \
-    return;                                                       \
+                  at::Tensor& out, int64_t warps, int64_t unroll, int64_t form, bool pdl, cudaStream_t s) {
+#define SG_CASE(W_, U_)                                                \
+  if (warps == W_ && unroll == U_) {                                   \
+    dispatch_form<T, NT, W_, U_>(x, w, residual, out, form, pdl, s);   \
+    return;                                                            \
   }
   SG_CASE(4, 4) SG_CASE(4, 8) SG_CASE(8, 4) SG_CASE(8, 8) SG_CASE(16, 4) SG_CASE(16, 8)
 #undef SG_CASE
   TORCH_CHECK(false, "vllm_specla.skinny_gemm: (warps, unroll) must be one of (4|8|16, 4|8) or (0, 0)");
 }
 
-// The automatic config: 8 warps x 8 chunks (each warp's K range in one load batch for K <= 2048),
-// the fastest of s15a's sweep (one config for a whole step's GEMM chain, flame / map, 1-8 rows).
-void auto_cfg(int64_t& warps, int64_t& unroll) {
+// The automatic config: the tile form, 8 warps x 8 chunks (each warp's K range in one load batch for
+// K <= 2048), the fastest of s15a's sweep (one config for a whole step's GEMM chain, flame / map, 1-8 rows).
+void auto_cfg(int64_t& warps, int64_t& unroll, int64_t& form) {
   warps = 8;
   unroll = 8;
+  form = 0;
 }
 
-// warps (4 | 8 | 16) and unroll (4 | 8), or 0 / 0 for the automatic config. The Python wrapper
-// (ops/_cpp.py skinny_gemm) checks every input before this runs: a failed TORCH_CHECK inside this
-// JIT-built op crashed the process on the H200 (s15b) instead of raising.
+// warps (4 | 8 | 16), unroll (4 | 8), form (0-5; 1-5 with warps 4 | 8 and M <= 8), or 0 / 0 / 0 for
+// the automatic config. The Python wrapper (ops/_cpp.py skinny_gemm) checks every input before this
+// runs: a failed TORCH_CHECK inside this JIT-built op crashed the process on the H200 (s15b) instead of
+// raising.
 void skinny_gemm(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
-                 at::Tensor& out, int64_t warps, int64_t unroll, bool pdl) {
+                 at::Tensor& out, int64_t warps, int64_t unroll, int64_t form, bool pdl) {
   const char* f = "vllm_specla.skinny_gemm";
   TORCH_CHECK(x.is_cuda() && w.is_cuda() && out.is_cuda(), f, ": x, w and out must be CUDA tensors");
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && out.dim() == 2, f, ": x [M, K], w [N, K] and out [M, N] must be 2-D");
@@ -267,26 +204,29 @@ void skinny_gemm(const at::Tensor& x, const at::Tensor& w, const std::optional<a
                     residual->size(0) == M && residual->size(1) == N && residual->stride(1) == 1,
                 f, ": residual must be [M, N] with out's dtype and a dense last dim");
   }
-  if (warps == 0 && unroll == 0) auto_cfg(warps, unroll);
+  if (warps == 0 && unroll == 0 && form == 0) auto_cfg(warps, unroll, form);
+  TORCH_CHECK(form == 0 || M <= 8, f, ": form 1-5 take at most 8 rows");
   const c10::cuda::CUDAGuard guard(x.device());
   cudaStream_t s = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
   if (w.scalar_type() == at::kBFloat16) {
     if (M <= 8)
-      dispatch_cfg<__nv_bfloat16, 1>(x, w, residual, out, warps, unroll, pdl, s);
+      dispatch_cfg<__nv_bfloat16, 1>(x, w, residual, out, warps, unroll, form, pdl, s);
     else
-      dispatch_cfg<__nv_bfloat16, 2>(x, w, residual, out, warps, unroll, pdl, s);
+      dispatch_cfg<__nv_bfloat16, 2>(x, w, residual, out, warps, unroll, form, pdl, s);
   } else {
     if (M <= 8)
-      dispatch_cfg<__half, 1>(x, w, residual, out, warps, unroll, pdl, s);
+      dispatch_cfg<__half, 1>(x, w, residual, out, warps, unroll, form, pdl, s);
     else
-      dispatch_cfg<__half, 2>(x, w, residual, out, warps, unroll, pdl, s);
+      dispatch_cfg<__half, 2>(x, w, residual, out, warps, unroll, form, pdl, s);
   }
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(vllm_specla, m) {
-  m.def("skinny_gemm(Tensor x, Tensor w, Tensor? residual, Tensor(a!) out, int warps, int unroll, bool pdl) -> ()");
+  m.def(
+      "skinny_gemm(Tensor x, Tensor w, Tensor? residual, Tensor(a!) out, int warps, int unroll, int form, bool pdl) -> "
+      "()");
 }
 
 TORCH_LIBRARY_IMPL(vllm_specla, CUDA, m) { m.impl("skinny_gemm", &skinny_gemm); }
