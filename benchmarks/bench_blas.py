@@ -24,13 +24,12 @@ The settings:
                num_warps); ``--rows-sweep`` adds a grid of them (M <= 2), ``--multi-sweep``
                another (M >= 2)
   rows-nopdl:...  the same without programmatic dependent launch
-  skinny:W:U[:F]  not cuBLAS: the CUDA skinny GEMM (``csrc/cuda/skinny_gemm.cu``, ``ops/_cpp.py``
+  skinny:W:U   not cuBLAS: the CUDA skinny GEMM (``csrc/cuda/skinny_gemm.cu``, ``ops/_cpp.py``
                ``skinny_gemm``; tensor-core MMAs with the weight as the A operand, M <= 16) at W
-               warps per CTA, U k-chunks per load batch and form F (0 tile, 1 tile + L2 prefetch
-               hint, 2 / 3 persistent ring without / with it, 4 / 5 TMA stages (U of them) at 1 / 2 CTAs
-               per SM; M <= 8 for 1-5; 0:0 = automatic),
-               with programmatic dependent launch; ``--skinny-sweep`` adds a grid of them
-  skinny-nopdl:W:U[:F]  the same without programmatic dependent launch
+               warps per CTA and U k-chunks per load batch (0:0 = automatic), with programmatic
+               dependent launch; ``--skinny-sweep`` adds a grid of them
+               (``skinny:W:U:S``: S = 1 / 2 / 4 CTAs per tile, the K split; ``--ksplit-sweep``)
+  skinny-nopdl:W:U  the same without programmatic dependent launch
 
 Prints ms per step of GEMMs, weight TB/s and the ratio to ``default`` per setting and M (token
 rows: 1 = AR at batch 1, 5 = a K = 4 verify window at batch 1, 9 = K = 8), and writes JSON to
@@ -57,9 +56,9 @@ SETTINGS = ["default", "cublas", "cublaslt", "no_reduced", "w_x"]
 ROWS_SWEEP = [(bn, bk, nw) for bn in (2, 4, 8, 16) for bk in (0, 1024) for nw in (4, 8)] + [(1, 0, 2), (1, 0, 4),
                                                                                            (2, 0, 2), (4, 512, 4)]
 # (BN, BK, num_warps) for M >= 2 token rows (the verify windows at batch 1)
-SKINNY_SWEEP = [(0, 0, 0), (4, 4, 0), (4, 8, 0), (8, 4, 0), (8, 8, 0), (16, 4, 0), (16, 8, 0),
-                (4, 8, 1), (8, 8, 1), (4, 4, 2), (4, 8, 2), (8, 4, 2), (8, 8, 2), (4, 8, 3), (8, 4, 3), (8, 8, 3),
-                (4, 4, 4), (4, 8, 4), (8, 4, 4), (8, 8, 4), (4, 4, 5), (4, 8, 5), (8, 4, 5), (8, 8, 5)]
+SKINNY_SWEEP = [(0, 0), (4, 4), (4, 8), (8, 4), (8, 8), (16, 4), (16, 8)]
+# ksplit A/B (skinny:W:U:S): 1 / 2 / 4 CTAs per tile for every GEMM of the chain (0 = automatic)
+KSPLIT_SWEEP = [(8, 8, 1), (8, 8, 2), (8, 8, 4), (4, 8, 2), (16, 8, 2), (8, 4, 2), (8, 4, 4)]
 MULTI_SWEEP = [(2, 1024, 4), (4, 512, 4), (4, 1024, 4), (4, 1024, 8), (8, 512, 8), (8, 1024, 8), (8, 1024, 4),
                (16, 512, 8), (16, 1024, 8)]
 
@@ -108,9 +107,9 @@ def make_step(weights, head, M: int, D: int, form: str, device, dtype):
 
         from vllm_specla.ops import _cpp  # noqa: PLC0415
 
-        kind, *wuf = form.split(":")
-        wv, uv, fv = (wuf + ["0"])[:3]
-        sg = functools.partial(_cpp.skinny_gemm, warps=int(wv), unroll=int(uv), form=int(fv), pdl=kind == "skinny")
+        kind, wv, uv, *kv = form.split(":")
+        sg = functools.partial(_cpp.skinny_gemm, warps=int(wv), unroll=int(uv), ksplit=int(kv[0]) if kv else 0,
+                               pdl=kind == "skinny")
 
     def fn():
         res.copy_(h0)
@@ -153,6 +152,7 @@ def main() -> None:
     ap.add_argument("--rows-sweep", action="store_true", help="add the ROWS_SWEEP row-GEMV configs (M <= 2)")
     ap.add_argument("--multi-sweep", action="store_true", help="add the MULTI_SWEEP row-GEMV configs (M >= 2)")
     ap.add_argument("--skinny-sweep", action="store_true", help="add the SKINNY_SWEEP skinny-GEMM configs (M <= 16)")
+    ap.add_argument("--ksplit-sweep", action="store_true", help="add the KSPLIT_SWEEP skinny-GEMM configs")
     ap.add_argument("--layers", type=int, default=None, help="use only the first N layers (default: all)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--dry-cpu", action="store_true", help="every setting's code path once on tiny CPU tensors")
@@ -163,7 +163,9 @@ def main() -> None:
     if args.multi_sweep:
         settings += [f"rows:{bn}:{bk}:{nw}" for bn, bk, nw in MULTI_SWEEP if f"rows:{bn}:{bk}:{nw}" not in settings]
     if args.skinny_sweep:
-        settings += [f"skinny:{w}:{u}:{f}" for w, u, f in SKINNY_SWEEP if f"skinny:{w}:{u}:{f}" not in settings]
+        settings += [f"skinny:{w}:{u}" for w, u in SKINNY_SWEEP if f"skinny:{w}:{u}" not in settings]
+    if args.ksplit_sweep:
+        settings += [f"skinny:{w}:{u}:{k}" for w, u, k in KSPLIT_SWEEP if f"skinny:{w}:{u}:{k}" not in settings]
     dev = "cpu" if args.dry_cpu else "cuda"
     from vllm_specla.ops import _cpp as _cpp_mod  # noqa: PLC0415
 
@@ -174,9 +176,10 @@ def main() -> None:
                 wu = tuple(int(v) for v in cfg.split(":"))
             except ValueError:
                 wu = ()
-            if (wu + (0,) if len(wu) == 2 else wu) not in _cpp_mod._SKINNY_CONFIGS:
-                raise SystemExit(f"setting {n!r}: skinny settings are skinny:W:U[:F] / skinny-nopdl:W:U[:F] with W in "
-                                 f"4 / 8 / 16, U in 4 / 8, F 0 (or F in 1-5 with W in 4 / 8; 0:0, automatic)")
+            if wu[:2] not in _cpp_mod._SKINNY_CONFIGS or len(wu) > 3 or (len(wu) == 3 and wu[2] not in (0, 1, 2, 4)):
+                raise SystemExit(f"setting {n!r}: skinny settings are skinny:W:U[:S] / skinny-nopdl:W:U[:S] with W in "
+                                 f"4 / 8 / 16, U in 4 / 8 (or 0:0, automatic) and S (CTAs per tile) 1 / 2 / 4 (0 or "
+                                 f"left out: automatic)")
     if any(n.startswith("skinny") for n in settings):
         if args.dry_cpu:
             settings = [n for n in settings if not n.startswith("skinny")]
@@ -213,8 +216,8 @@ def main() -> None:
                     kmax = max(w.shape[1] for w in weights[0])
                     if M > 16 or (bk == 0 and bn * (1 << (kmax - 1).bit_length()) > 32768):
                         continue
-                if name.startswith("skinny") and (M > 16 or (M > 8 and name.count(":") == 3 and name[-2:] != ":0")):
-                    continue  # (forms 1-3: at most 8 rows)
+                if name.startswith("skinny") and M > 16:
+                    continue
                 with setting(name if not args.dry_cpu or name not in ("cublas", "cublaslt") else "default"):
                     form = name if name == "w_x" or name.startswith(("rows", "skinny")) else "std"
                     fn, outs, res = make_step(weights, head, M, D, form, dev, dtype)

@@ -355,8 +355,8 @@ def bench_trained(args, device: str) -> None:
 
 
 def skinny_flag(v: str) -> str:
-    """``--skinny-gemm``: ``on``, ``off`` or ``W,U[,F]`` (warps, unroll, form; form 0 if left out) of
-    ``ops/_cpp.py`` ``skinny_gemm`` (checked before the ~1 minute build)."""
+    """``--skinny-gemm``: ``on``, ``off`` or ``W,U`` of ``ops/_cpp.py`` ``skinny_gemm`` (checked
+    before the ~1 minute build)."""
     from vllm_specla.ops import _cpp  # noqa: PLC0415
 
     if v in ("on", "off"):
@@ -365,12 +365,10 @@ def skinny_flag(v: str) -> str:
         cfg = tuple(int(p) for p in v.split(","))
     except ValueError:
         cfg = ()
-    if len(cfg) == 2:
-        cfg += (0,)
-    if cfg not in _cpp._SKINNY_CONFIGS:
-        raise argparse.ArgumentTypeError(f"--skinny-gemm must be 'on', 'off' or 'W,U[,F]' with W in 4 / 8 / 16, U in "
-                                         f"4 / 8 and F 0 (or F in 1-5 with W in 4 / 8; 0,0: automatic), got {v!r}")
-    return ",".join(map(str, cfg))
+    if len(cfg) != 2 or cfg not in _cpp._SKINNY_CONFIGS:
+        raise argparse.ArgumentTypeError(f"--skinny-gemm must be 'on', 'off' or 'W,U' with W in 4 / 8 / 16 and U in "
+                                         f"4 / 8 (or 0,0: automatic), got {v!r}")
+    return v
 
 
 def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
@@ -385,7 +383,7 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--pdl", default=None, choices=["on", "off"],
                     help="programmatic dependent launch of the Triton kernels (ops/pdl.py ENABLED)")
     ap.add_argument("--skinny-gemm", default=None, type=skinny_flag,
-                    help="on, or W,U[,F] (its warps, unroll, form: fused.SKINNY_CONFIG): JIT-build the CUDA skinny GEMM (ops/_cpp.py "
+                    help="on, or W,U (its warps, unroll: fused.SKINNY_CONFIG): JIT-build the CUDA skinny GEMM (ops/_cpp.py "
                          "load_cuda_gemm, needs nvcc) so 2-8-row GEMMs run it instead of cuBLAS (fused.USE_SKINNY_GEMM); "
                          "off / unset: cuBLAS")
     ap.add_argument("--argmax", default=None, choices=["triton", "torch"],

@@ -30,7 +30,7 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
-  s16a)  # session 16, call 1 (carry .whl): the skinny GEMM's forms (csrc/cuda/skinny_gemm_kernels.cuh: 1 the L2 prefetch
+  s16a)  # (as run; see s16c) session 16, call 1 (carry .whl): the skinny GEMM's forms (csrc/cuda/skinny_gemm_kernels.cuh: 1 the L2 prefetch
         # hint, 2 / 3 the persistent ring kernel without / with it) and session 15's review changes (not yet run on a
         # GPU): the GEMM's GPU tests, then the step's GEMM chain for every config at flame M = 1 / 5 / 7 / 8, map M = 5 / 7
       skinny_build
@@ -40,7 +40,8 @@ case "${1:-}" in
       timeout 100 python benchmarks/bench_blas.py --shapes map --ms 5,7 --settings default --skinny-sweep \
           --out "$OUT/blas_s16a_map.json" 2>&1 | grep -v -i warn
       ;;
-  s16c)  # session 16, call 2 (carry .whl): the bulk-copy forms (4 / 5: persistent CTAs streaming shared-memory stages by
+  s16c)  # (as run; forms 1-5 were removed after it, at commit 732bc08, so s16a / s16c cannot be rerun) session 16, call 2
+        # (carry .whl): the bulk-copy forms (4 / 5: persistent CTAs streaming shared-memory stages by
         # TMA, 1 / 2 CTAs per SM): the GEMM's GPU tests, the step's GEMM chain against the tile form (flame M = 1 / 5 / 8,
         # map M = 5), then e2e batch 1 (K = 4 / 6, alpha 0.8): cuBLAS / the tile form / the best bulk config at flame M = 5
       skinny_build
@@ -60,13 +61,53 @@ print(",".join(min(r,key=lambda x:x["ms"])["setting"].split(":")[1:]) if r else 
             --skinny-gemm "$G" --tag "s16c_skinny_$G" --out "$OUT/e2e_s16c.jsonl" 2>&1 | grep "^{" | python -c "$S"
       done
       ;;
-  s16b)  # session 16, call 2 (carry .whl): the fused / runtime GPU tests with the skinny GEMM built, then e2e with and
-        # without it at batch 1 / 4 / 16 (K = 2 / 4 / 6, alpha 0.8, --auto): batch 4 is where its unmeasured scope lies
-        # (AR and drafter passes of 4 rows take it once built)
+  s16e)  # session 16, call 5 (carry .whl): the K split (ksplit: a thread-block cluster of 1 / 2 / 4 CTAs per tile, the
+        # automatic 2 where N <= 16 x SMs; s16d: the N = 2048 GEMMs ran 128 CTAs at 12% occupancy): the GEMM's GPU tests,
+        # the step's GEMM chain (flame M = 1 / 5 / 8, map M = 5: the tile form without / with the automatic split and the
+        # KSPLIT_SWEEP), then e2e batch 1 / 4 (K = 4 / 6, alpha 0.8) cuBLAS vs the skinny GEMM (automatic split)
       skinny_build
-      pytest_log s16b 240 tests/test_skinny_gemm_gpu.py tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py
+      pytest_log s16e 200 tests/test_skinny_gemm_gpu.py
+      timeout 100 python benchmarks/bench_blas.py --shapes flame --ms 1,5,8 --settings default,skinny:0:0 --ksplit-sweep \
+          --out "$OUT/blas_s16e.json" 2>&1 | grep -v -i warn
+      timeout 60 python benchmarks/bench_blas.py --shapes map --ms 5 --settings default,skinny:0:0 --ksplit-sweep \
+          --out "$OUT/blas_s16e_map.json" 2>&1 | grep -v -i warn
       for G in off on; do
-        timeout 200 python benchmarks/bench_e2e.py --shapes flame,map --batches 1,4,16 --ks 2,4,6 --alphas 0.8 --auto \
+        timeout 120 python benchmarks/bench_e2e.py --shapes flame,map --batches 1,4 --ks 4,6 --alphas 0.8 --snapshot-ks "" \
+            --skinny-gemm $G --tag "s16e_skinny_$G" --out "$OUT/e2e_s16e.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
+      ;;
+  s16d)  # session 16, call 4 (carry .whl): Nsight Compute on the skinny GEMM (tile form, 8 x 8) and cuBLAS at flame's
+        # in-projection (M = 5, N = 9232, K = 2048) and down-projection (N = 2048, K = 5632): where the ~2.8 TB/s goes
+        # (DRAM throughput, occupancy, warp stall reasons); the report text under $OUT
+      skinny_build
+      cat > /tmp/ncu_gemm.py <<'PY'
+import torch
+from vllm_specla.ops import _cpp
+_cpp.load_cuda_gemm()
+for n, k in ((9232, 2048), (2048, 5632)):
+    x = torch.randn(5, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        _cpp.skinny_gemm(x, w, pdl=False)
+        x @ w.t()
+torch.cuda.synchronize()
+PY
+      timeout 300 ncu --kernel-name regex:"skinny|gemm|Gemm|nvjet|splitK|cutlass|xmma" --launch-skip 2 --launch-count 10 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+          --section Occupancy --section WarpStateStats --section LaunchStats --section SchedulerStats \
+          python /tmp/ncu_gemm.py > "$OUT/ncu_s16d.txt" 2>&1
+      echo "ncu rc $?"
+      grep -E "^  [a-zA-Z_].*\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Warp Cycles Per Issued|Grid Size|Waves Per SM|L2 Hit|Stall|ERR" \
+          "$OUT/ncu_s16d.txt" | head -120
+      ;;
+  s16b)  # session 16, call 3 (carry .whl): the final code (the tile form only, its device code in skinny_gemm_kernels.cuh):
+        # the skinny GEMM / fused / runtime GPU tests in one process with it built, then e2e with and without it at
+        # batch 4 / 16 (K = 2 / 4, alpha 0.8, --auto): batch 4 is where its unmeasured scope lies (AR and drafter passes
+        # of 4 rows take it once built); batch 1 is s16c's
+      command -v ncu nsys || echo "no ncu / nsys on PATH"
+      skinny_build
+      pytest_log s16b 200 tests/test_skinny_gemm_gpu.py tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py
+      for G in off on; do
+        timeout 150 python benchmarks/bench_e2e.py --shapes flame,map --batches 4,16 --ks 2,4 --alphas 0.8 --auto \
             --snapshot-ks "" --skinny-gemm $G --tag "s16b_skinny_$G" --out "$OUT/e2e_s16b.jsonl" 2>&1 | grep "^{" | \
             python -c "$S"
       done
@@ -1057,5 +1098,5 @@ print(min((r['cuda_utv%d_us' % v], v) for v in (3, 4, 5))[1])")
           --cuda-csrc --tag s5-fix --out "$OUT/e2e_s5_map64.jsonl" 2>&1 | grep "^{" | \
           python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       ;;
-  *) echo "usage: $0 s16a..s16c | s15a..s15e | s14a..s14e | ... | 1 | 2 (one device call each; see the cases above)"; exit 2 ;;
+  *) echo "usage: $0 s16a..s16e | s15a..s15e | s14a..s14e | ... | 1 | 2 (one device call each; see the cases above)"; exit 2 ;;
 esac

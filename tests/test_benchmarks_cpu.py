@@ -106,22 +106,20 @@ def test_env_switches(var, mod, attr, msg):
 
 
 def test_skinny_config_flags():
-    """``bench_e2e.py --skinny-gemm`` and ``bench_blas.py skinny:...`` take exactly the op's configs
-    (``_cpp._SKINNY_CONFIGS``: form 0 at every warps / unroll, forms 1-5 at 4 / 8 warps), checked before
-    the build; a two-number value means form 0."""
+    """``bench_e2e.py --skinny-gemm`` and ``bench_blas.py skinny:W:U[:S]`` take exactly the op's configs
+    (``_cpp._SKINNY_CONFIGS``; S, the K split, 0 / 1 / 2 / 4), checked before the build."""
     import argparse  # noqa: PLC0415
 
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import bench_e2e  # noqa: PLC0415
 
-    assert bench_e2e.skinny_flag("8,8") == "8,8,0" and bench_e2e.skinny_flag("4,4,2") == "4,4,2"
-    assert bench_e2e.skinny_flag("on") == "on" and bench_e2e.skinny_flag("0,0") == "0,0,0"
-    assert bench_e2e.skinny_flag("8,4,4") == "8,4,4"
-    for bad in ("16,8,2", "8,8,6", "8", "8,8,2,1", "a,b", "0,0,2", "16,4,4"):
-        with pytest.raises(argparse.ArgumentTypeError, match="W,U\\[,F\\]"):
+    for ok in ("on", "off", "8,8", "16,4", "0,0"):
+        assert bench_e2e.skinny_flag(ok) == ok
+    for bad in ("16,2", "8,8,0", "8", "a,b", "0,4", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="'W,U'"):
             bench_e2e.skinny_flag(bad)
     env = dict(os.environ, PYTHONPATH=ROOT)
-    for bad in ("skinny:16:4:1", "skinny:8:8:6", "skinny-nopdl:8"):
+    for bad in ("skinny:16:2", "skinny:8:8:3", "skinny-nopdl:8", "skinny:8:8:2:1"):
         r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_blas.py"), "--dry-cpu", "--shapes",
                             "tiny", "--settings", f"default,{bad}"], env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode != 0 and f"setting {bad!r}" in r.stderr

@@ -189,7 +189,7 @@ def test_skinny_gemm_rule_and_route(monkeypatch):
             _cpp.skinny_gemm(torch.randn(m, 32).to(bf), w, torch.randn(m, 64).to(bf))
     calls = []
 
-    def fake(x, w_, residual=None, out=None, warps=0, unroll=0, form=0, pdl=None):
+    def fake(x, w_, residual=None, out=None, warps=0, unroll=0, pdl=None):
         calls.append((x.shape[0], residual is not None, out is not None and out is residual))
         y = fused.linear_ref(x, w_, residual=residual)
         return out.copy_(y) if out is not None else y
@@ -226,16 +226,14 @@ def test_skinny_gemm_input_errors():
             _cpp.skinny_gemm(*args)
     with pytest.raises(ValueError, match="warps, unroll"):
         _cpp.skinny_gemm(torch.randn(4, 32).to(bf), w, warps=2, unroll=4)
-    for kw, msg in ((dict(warps=16, unroll=4, form=1), r"\(warps, unroll, form\) must be .* got \(16, 4, 1\)"),
-                    (dict(warps=8, unroll=8, form=6), "got \\(8, 8, 6\\)"), (dict(form=2), "got \\(0, 0, 2\\)"),
-                    (dict(form=1.0), "form must be an int")):
-        with pytest.raises(ValueError, match=msg):
-            _cpp.skinny_gemm(torch.randn(4, 32).to(bf), w, **kw)
-    with pytest.raises(ValueError, match="form 2 takes at most 8 rows of x, got 9"):
-        _cpp.skinny_gemm(torch.randn(9, 32).to(bf), w, warps=8, unroll=4, form=2)
-    for cfg in ((8, 8, 2), (4, 4, 3), (8, 8, 1), (8, 4, 4), (4, 8, 5)):  # valid forms reach the device check
+    for bad in (3, 8, -1):
+        with pytest.raises(ValueError, match=f"ksplit must be 1, 2 or 4 .* got {bad}"):
+            _cpp.skinny_gemm(torch.randn(4, 32).to(bf), w, ksplit=bad)
+    with pytest.raises(ValueError, match="ksplit must be an int"):
+        _cpp.skinny_gemm(torch.randn(4, 32).to(bf), w, ksplit=2.0)
+    for k in (0, 1, 2, 4):  # valid splits reach the device check
         with pytest.raises(ValueError, match="CUDA tensors"):
-            _cpp.skinny_gemm(torch.randn(8, 32).to(bf), w, warps=cfg[0], unroll=cfg[1], form=cfg[2])
+            _cpp.skinny_gemm(torch.randn(4, 32).to(bf), w, ksplit=k)
     x4 = torch.randn(4, 32).to(bf)
     for kw, msg in ((dict(warps="8", unroll="8"), "warps must be an int, got '8'"), (dict(warps=False), "warps must be"),
                     (dict(residual=True), "residual must be a torch.Tensor or None"), (dict(pdl="no"), "pdl must be")):

@@ -74,52 +74,43 @@ def test_configs_dtypes(gemm, warps, unroll, dtype, M):
         assert torch.equal(y, gemm(x, w, warps=warps, unroll=unroll))
 
 
-_FORMS = [(w, u, f) for f in (1, 2, 3, 4, 5) for w in (4, 8) for u in (4, 8)]
-
-
-@pytest.mark.parametrize("warps,unroll,form", _FORMS)
+@pytest.mark.parametrize("ksplit", [1, 2, 4])
+@pytest.mark.parametrize("warps,unroll", [(8, 8), (4, 4), (16, 8)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_forms(gemm, warps, unroll, form, dtype):
-    """Forms 1-5 (the L2 prefetch hint; the persistent ring kernel; the bulk-copy stage kernel) at
-    1 / 3 / 4 / 8 rows, both dtypes: N = 9232 / 4100 / 2100 give more tiles than CTAs fit at once, so
-    persistent CTAs take several tiles (both epilogue buffers; the next tile's weights loaded during
-    a tile's last batch; stages reused over several mbarrier phases); K = 5632 several load batches
-    or K slices per tile (for the ring, a per-warp range rounded up to the unroll: an idle tail; for
-    the bulk form, slices of unequal length), K = 72 idle warps; N = 50 / 300 a partial last tile
-    (fewer row copies). The residual (in place and not) on the multi-tile shapes. The hint
-    changes no bits (form 1 == form 0, form 3 == form 2 at the same warps / unroll); two calls
-    give the same bits."""
-    for M, (N, K) in [(1, (300, 5632)), (4, (9232, 2048)), (8, (4100, 72)), (8, (50, 72)), (3, (2100, 5632))]:
+def test_ksplit(gemm, ksplit, warps, unroll, dtype):
+    """The K split (a cluster of ``ksplit`` CTAs per tile, the partial tiles summed by the first CTA
+    through distributed shared memory): both tile counts, N not a multiple of 16, K ranges that do
+    not divide evenly between the CTAs (5632 / 32 = 176 chunks; 72: some CTAs / warps without a
+    chunk), the residual in place; deterministic; the automatic choice (0) equals 2 where the tiles fit
+    in one CTA per SM (N = 2048) and 1 where they do not (N = 9232)."""
+    for M, (N, K) in [(5, (2048, 5632)), (1, (2048, 2048)), (13, (37, 5632)), (8, (100, 72)), (3, (9232, 2048))]:
         x, w = _rand(M, K, dtype=dtype, seed=K + M), _rand(N, K, dtype=dtype, seed=N)
-        y = gemm(x, w, warps=warps, unroll=unroll, form=form)
+        y = gemm(x, w, warps=warps, unroll=unroll, ksplit=ksplit)
         _check(y, x, w)
-        assert torch.equal(y, gemm(x, w, warps=warps, unroll=unroll, form=form))
-        if form in (1, 3):
-            assert torch.equal(y, gemm(x, w, warps=warps, unroll=unroll, form=form - 1))
-        if N >= 2100:
-            r = _rand(M, N, dtype=dtype, seed=N + 1)
-            r0 = r.clone()
-            z = gemm(x, w, r, warps=warps, unroll=unroll, form=form)
-            _check(z, x, w, r0)
-            assert torch.equal(r, r0)
-            assert torch.equal(gemm(x, w, r, out=r, warps=warps, unroll=unroll, form=form), z)
+        assert torch.equal(y, gemm(x, w, warps=warps, unroll=unroll, ksplit=ksplit))
+        r = _rand(M, N, dtype=dtype, seed=N + 1)
+        r0 = r.clone()
+        z = gemm(x, w, r, out=r, warps=warps, unroll=unroll, ksplit=ksplit)
+        assert z.data_ptr() == r.data_ptr()
+        _check(z, x, w, r0)
+    for N, auto in ((2048, 2), (9232, 1)):
+        x, w = _rand(5, 5632, dtype=dtype, seed=40), _rand(N, 5632, dtype=dtype, seed=41)
+        assert torch.equal(gemm(x, w, warps=8, unroll=8), gemm(x, w, warps=8, unroll=8, ksplit=auto))
 
 
-@pytest.mark.parametrize("form", [0, 2, 4, 5])
-def test_forms_in_graph_with_pdl(gemm, form):
-    """A GEMM chain of one form with programmatic dependent launch inside a CUDA graph (the
-    persistent forms' CTAs signal their dependents only at their last tile; the bulk form's copies
-    of the next GEMM's weights start before the previous GEMM ends), replayed on new input, equals
-    the chain launched without PDL."""
-    M, D, N = 6, 2048, 9232
-    x = _rand(M, D, dtype=torch.bfloat16, seed=31)
-    w1, w2 = _rand(N, D, dtype=torch.bfloat16, seed=32), _rand(D, N, dtype=torch.bfloat16, seed=33)
-    r = _rand(M, D, dtype=torch.bfloat16, seed=34)
+def test_ksplit_in_graph_with_pdl(gemm):
+    """Cluster launches (ksplit 2 / 4) with programmatic dependent launch in a CUDA graph: a chain
+    over an N = 2048 output (the automatic split 2), replayed on new input, equals the chain
+    launched without PDL."""
+    M, D, F = 6, 2048, 5632
+    x = _rand(M, D, dtype=torch.bfloat16, seed=51)
+    w1, w2 = _rand(F, D, dtype=torch.bfloat16, seed=52), _rand(D, F, dtype=torch.bfloat16, seed=53)
+    r = _rand(M, D, dtype=torch.bfloat16, seed=54)
 
     def step(pdl):
-        a = gemm(x, w1, warps=8, unroll=8, form=form, pdl=pdl)
-        b = gemm(a, w2, r, out=r.clone(), warps=8, unroll=4, form=form, pdl=pdl)
-        return gemm(b, w1, warps=8, unroll=8, form=form, pdl=pdl)
+        a = gemm(x, w1, pdl=pdl)
+        b = gemm(a, w2, r, out=r.clone(), pdl=pdl)  # N = 2048: ksplit 2
+        return gemm(a, w2, b, out=b, ksplit=4, pdl=pdl)
 
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -129,7 +120,7 @@ def test_forms_in_graph_with_pdl(gemm, form):
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         out = step(True)
-    x.copy_(_rand(M, D, dtype=torch.bfloat16, seed=35))
+    x.copy_(_rand(M, D, dtype=torch.bfloat16, seed=55))
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, step(False))
@@ -256,9 +247,5 @@ def test_bad_input_errors(gemm):
         gemm(x, w, _rand(4, 63, dtype=torch.bfloat16, seed=20))
     with pytest.raises(ValueError, match="warps, unroll"):
         gemm(x, w, warps=2, unroll=4)
-    with pytest.raises(ValueError, match="warps, unroll, form"):
-        gemm(x, w, warps=16, unroll=8, form=2)
-    with pytest.raises(ValueError, match="at most 8 rows"):
-        gemm(_rand(9, 32, dtype=torch.bfloat16, seed=24), w, warps=8, unroll=8, form=2)
     with pytest.raises(ValueError, match="CUDA"):
         gemm(x.cpu(), w.cpu())

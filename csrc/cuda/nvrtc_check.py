@@ -29,18 +29,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def kernels() -> list[str]:
-    """The instantiations ``skinny_gemm.cu`` launches (its dispatch_form / dispatch_cfg)."""
-    names = []
-    for t, (w, u), res in itertools.product(("__nv_bfloat16", "__half"),
-                                            [(w, u) for w in (4, 8, 16) for u in (4, 8)], ("false", "true")):
-        for nt in (1, 2):
-            names.append(f"vllm_specla_skinny::skinny_gemm_kernel<{t}, {nt}, {w}, {u}, {res}, false>")
-        if w <= 8:
-            names.append(f"vllm_specla_skinny::skinny_gemm_kernel<{t}, 1, {w}, {u}, {res}, true>")
-            for l2 in ("false", "true"):
-                names.append(f"vllm_specla_skinny::skinny_gemm_ring_kernel<{t}, {w}, {u}, {res}, {l2}>")
-            names.append(f"vllm_specla_skinny::skinny_gemm_bulk_kernel<{t}, {w}, {u}, {res}>")
-    return names
+    """The instantiations ``skinny_gemm.cu`` launches (its dispatch_cfg / dispatch_res)."""
+    return [f"vllm_specla_skinny::skinny_gemm_kernel<{t}, {nt}, {w}, {u}, {res}, {ks}>"
+            for t, nt, (w, u), res, ks in itertools.product(("__nv_bfloat16", "__half"), (1, 2),
+                                                            [(w, u) for w in (4, 8, 16) for u in (4, 8)],
+                                                            ("false", "true"), (1, 2, 4))]
 
 
 def _roots(root: str | None) -> list[str]:

@@ -51,7 +51,6 @@
 #include <cuda_runtime.h>
 #include <torch/library.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <optional>
 
@@ -61,129 +60,97 @@ namespace {
 
 using namespace vllm_specla_skinny;
 
-// The bulk forms' stage memory per CTA (dynamic shared memory, bytes; the H200 allows 227 KB per CTA
-// and 228 KB per SM): form 4 one CTA per SM, form 5 two (so a dependent kernel's CTA can start its
-// copies beside the last one of the previous kernel, with PDL)
-constexpr int kBulkSmem[2] = {200 * 1024, 100 * 1024};
-
-// FORM: 0 tile, 1 tile + L2 prefetch hint, 2 ring, 3 ring + L2 prefetch hint, 4 / 5 bulk (TMA stages;
-// U = its stage count; 1 / 2 CTAs per SM) (2-5: NT = 1 only).
-template <typename T, int NT, int WARPS, int U, bool RES, int FORM>
+// KS: CTAs per tile (a cluster along K; 1, 2 or 4).
+template <typename T, int NT, int WARPS, int U, bool RES, int KS>
 void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr, at::Tensor& out, bool pdl,
             cudaStream_t stream) {
-  static_assert(FORM < 2 || NT == 1, "the ring form takes at most 8 token rows");
   const int M = static_cast<int>(x.size(0)), K = static_cast<int>(x.size(1)), N = static_cast<int>(w.size(0));
-  const auto kernel = [] {
-    if constexpr (FORM < 2)
-      return skinny_gemm_kernel<T, NT, WARPS, U, RES, FORM == 1>;
-    else if constexpr (FORM < 4)
-      return skinny_gemm_ring_kernel<T, WARPS, U, RES, FORM == 3>;
-    else
-      return skinny_gemm_bulk_kernel<T, WARPS, U, RES>;  // forms 4 / 5; U: its stage count
-  }();
   // griddepcontrol.wait exists only in code built for sm_90+ (the __CUDA_ARCH__ guard above); code
   // JIT-compiled from older PTX (e.g. TORCH_CUDA_ARCH_LIST="8.0+PTX" on an H200) has no wait, and
   // launching it with PDL would let it read x / the residual before their producer finished. So
   // PDL only where the kernel's PTX is sm_90+ (asked once per instantiation).
-  static int ptx_version = -1, per_sm = 0;
+  static int ptx_version = -1;
   if (ptx_version < 0) {
     cudaFuncAttributes fa;
-    C10_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
-    if constexpr (FORM == 2 || FORM == 3)
-      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, WARPS * 32, 0));
-    if constexpr (FORM >= 4) {
-      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBulkSmem[0]));
-      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, WARPS * 32, kBulkSmem[FORM - 4]));
-    }
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&fa, skinny_gemm_kernel<T, NT, WARPS, U, RES, KS>));
     ptx_version = fa.ptxVersion;
   }
-  TORCH_CHECK(FORM < 4 || ptx_version >= 90, "vllm_specla.skinny_gemm: forms 4 / 5 need code built for sm_90+");
-  pdl = pdl && ptx_version >= 90;
-  const int ntiles = (N + 15) / 16, nchunks = (K + 31) / 32;
-  int per = (nchunks + WARPS - 1) / WARPS, grid = ntiles;
-  size_t smem = 0;
-  if constexpr (FORM >= 4) {
-    // K slices as large as U stages of the form's budget allow (rows of 2 ks + 64 bytes), as even as
-    // multiples of 32 make them; as many CTAs as fit at once (1 / 2 per SM)
-    const int ksmax = ((kBulkSmem[FORM - 4] / U / 16 - 64) / 2) / 32 * 32;
-    const int nslices = (K + ksmax - 1) / ksmax;
-    per = ((K + nslices - 1) / nslices + 31) / 32 * 32;  // ks
-    smem = static_cast<size_t>(U) * 16 * (2 * per + 64);
-    grid = std::min(ntiles, std::max(1, per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
-  } else if constexpr (FORM >= 2) {
-    per = (per + U - 1) / U * U;
-    // as many CTAs as fit at once, then as few as give every CTA the same number of tiles (+-1)
-    const int fit = std::max(1, per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-    const int rounds = (ntiles + fit - 1) / fit;
-    grid = (ntiles + rounds - 1) / rounds;
+  if constexpr (KS > 1) {
+    if (ptx_version < 90) return launch<T, NT, WARPS, U, RES, 1>(x, w, res, ldr, out, pdl, stream);  // no clusters
   }
+  pdl = pdl && ptx_version >= 90;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.gridDim = dim3(static_cast<unsigned>((N + 15) / 16 * KS));
   cfg.blockDim = dim3(WARPS * 32);
-  cfg.dynamicSmemBytes = smem;
+  cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = KS;
+  attr[1].val.clusterDim.y = 1;
+  attr[1].val.clusterDim.z = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = KS > 1 ? 2 : 1;
   const T* xp = reinterpret_cast<const T*>(x.data_ptr());
   const T* wp = reinterpret_cast<const T*>(w.data_ptr());
   T* op = reinterpret_cast<T*>(out.data_ptr());
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, xp, x.stride(0), wp, res, ldr, op, out.stride(0), M, N, K, per));
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, skinny_gemm_kernel<T, NT, WARPS, U, RES, KS>, xp, x.stride(0), wp, res,
+                                    ldr, op, out.stride(0), M, N, K));
 }
 
-template <typename T, int NT, int WARPS, int U, int FORM>
+template <typename T, int NT, int WARPS, int U, int KS>
 void dispatch_res(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
                   at::Tensor& out, bool pdl, cudaStream_t s) {
   if (residual.has_value())
-    launch<T, NT, WARPS, U, true, FORM>(x, w, reinterpret_cast<const T*>(residual->data_ptr()), residual->stride(0),
-                                        out, pdl, s);
+    launch<T, NT, WARPS, U, true, KS>(x, w, reinterpret_cast<const T*>(residual->data_ptr()), residual->stride(0),
+                                      out, pdl, s);
   else
-    launch<T, NT, WARPS, U, false, FORM>(x, w, nullptr, 0, out, pdl, s);
+    launch<T, NT, WARPS, U, false, KS>(x, w, nullptr, 0, out, pdl, s);
 }
 
 template <typename T, int NT, int WARPS, int U>
-void dispatch_form(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
-                   at::Tensor& out, int64_t form, bool pdl, cudaStream_t s) {
-  if (form == 0) return dispatch_res<T, NT, WARPS, U, 0>(x, w, residual, out, pdl, s);
-  if constexpr (NT == 1 && WARPS <= 8) {  // the forms compiled for the dispatcher's scope only
-    if (form == 1) return dispatch_res<T, NT, WARPS, U, 1>(x, w, residual, out, pdl, s);
-    if (form == 2) return dispatch_res<T, NT, WARPS, U, 2>(x, w, residual, out, pdl, s);
-    if (form == 3) return dispatch_res<T, NT, WARPS, U, 3>(x, w, residual, out, pdl, s);
-    if (form == 4) return dispatch_res<T, NT, WARPS, U, 4>(x, w, residual, out, pdl, s);
-    if (form == 5) return dispatch_res<T, NT, WARPS, U, 5>(x, w, residual, out, pdl, s);
-  }
-  TORCH_CHECK(false, "vllm_specla.skinny_gemm: form 1-5 need M <= 8 and warps 4 | 8");
+void dispatch_ks(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
+                 at::Tensor& out, int64_t ksplit, bool pdl, cudaStream_t s) {
+  if (ksplit == 4) return dispatch_res<T, NT, WARPS, U, 4>(x, w, residual, out, pdl, s);
+  if (ksplit == 2) return dispatch_res<T, NT, WARPS, U, 2>(x, w, residual, out, pdl, s);
+  dispatch_res<T, NT, WARPS, U, 1>(x, w, residual, out, pdl, s);
 }
 
 template <typename T, int NT>
 void dispatch_cfg(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
-                  at::Tensor& out, int64_t warps, int64_t unroll, int64_t form, bool pdl, cudaStream_t s) {
-#define SG_CASE(W_, U_)                                                \
-  if (warps == W_ && unroll == U_) {                                   \
-    dispatch_form<T, NT, W_, U_>(x, w, residual, out, form, pdl, s);   \
-    return;                                                            \
+                  at::Tensor& out, int64_t warps, int64_t unroll, int64_t ksplit, bool pdl, cudaStream_t s) {
+#define SG_CASE(W_, U_)                                                  \
+  if (warps == W_ && unroll == U_) {                                     \
+    dispatch_ks<T, NT, W_, U_>(x, w, residual, out, ksplit, pdl, s);     \
+    return;                                                              \
   }
   SG_CASE(4, 4) SG_CASE(4, 8) SG_CASE(8, 4) SG_CASE(8, 8) SG_CASE(16, 4) SG_CASE(16, 8)
 #undef SG_CASE
   TORCH_CHECK(false, "vllm_specla.skinny_gemm: (warps, unroll) must be one of (4|8|16, 4|8) or (0, 0)");
 }
 
-// The automatic config: the tile form, 8 warps x 8 chunks (each warp's K range in one load batch for
-// K <= 2048), the fastest of s15a's sweep (one config for a whole step's GEMM chain, flame / map, 1-8 rows).
-void auto_cfg(int64_t& warps, int64_t& unroll, int64_t& form) {
+// The automatic config: 8 warps x 8 chunks (each warp's K range in one load batch for K <= 2048),
+// the fastest of s15a's sweep (one config for a whole step's GEMM chain, flame / map, 1-8 rows).
+void auto_cfg(int64_t& warps, int64_t& unroll) {
   warps = 8;
   unroll = 8;
-  form = 0;
 }
 
-// warps (4 | 8 | 16), unroll (4 | 8), form (0-5; 1-5 with warps 4 | 8 and M <= 8), or 0 / 0 / 0 for
-// the automatic config. The Python wrapper (ops/_cpp.py skinny_gemm) checks every input before this
-// runs: a failed TORCH_CHECK inside this JIT-built op crashed the process on the H200 (s15b) instead of
-// raising.
+// The automatic K split: a cluster of 2 CTAs per tile where the tiles fit in one CTA per SM (N <= 16 x
+// SMs: flame's o- / down-projections, N = 2048) and every warp keeps >= 2 chunks, on sm_90+ (clusters).
+int64_t auto_ksplit(int64_t N, int64_t K, int64_t warps, const cudaDeviceProp& p) {
+  const int64_t ntiles = (N + 15) / 16, nchunks = (K + 31) / 32;
+  return p.major >= 9 && ntiles <= p.multiProcessorCount && nchunks >= 4 * warps ? 2 : 1;
+}
+
+// warps (4 | 8 | 16) and unroll (4 | 8), or 0 / 0 for the automatic config; ksplit 1 / 2 / 4 CTAs per
+// tile (2 / 4: sm_90+), 0 for the automatic choice. The Python wrapper
+// (ops/_cpp.py skinny_gemm) checks every input before this runs: a failed TORCH_CHECK inside this
+// JIT-built op crashed the process on the H200 (s15b) instead of raising.
 void skinny_gemm(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
-                 at::Tensor& out, int64_t warps, int64_t unroll, int64_t form, bool pdl) {
+                 at::Tensor& out, int64_t warps, int64_t unroll, int64_t ksplit, bool pdl) {
   const char* f = "vllm_specla.skinny_gemm";
   TORCH_CHECK(x.is_cuda() && w.is_cuda() && out.is_cuda(), f, ": x, w and out must be CUDA tensors");
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && out.dim() == 2, f, ": x [M, K], w [N, K] and out [M, N] must be 2-D");
@@ -204,20 +171,21 @@ void skinny_gemm(const at::Tensor& x, const at::Tensor& w, const std::optional<a
                     residual->size(0) == M && residual->size(1) == N && residual->stride(1) == 1,
                 f, ": residual must be [M, N] with out's dtype and a dense last dim");
   }
-  if (warps == 0 && unroll == 0 && form == 0) auto_cfg(warps, unroll, form);
-  TORCH_CHECK(form == 0 || M <= 8, f, ": form 1-5 take at most 8 rows");
+  TORCH_CHECK(ksplit == 0 || ksplit == 1 || ksplit == 2 || ksplit == 4, f, ": ksplit must be 0, 1, 2 or 4");
+  if (warps == 0 && unroll == 0) auto_cfg(warps, unroll);
   const c10::cuda::CUDAGuard guard(x.device());
+  if (ksplit == 0) ksplit = auto_ksplit(N, K, warps, *at::cuda::getCurrentDeviceProperties());
   cudaStream_t s = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
   if (w.scalar_type() == at::kBFloat16) {
     if (M <= 8)
-      dispatch_cfg<__nv_bfloat16, 1>(x, w, residual, out, warps, unroll, form, pdl, s);
+      dispatch_cfg<__nv_bfloat16, 1>(x, w, residual, out, warps, unroll, ksplit, pdl, s);
     else
-      dispatch_cfg<__nv_bfloat16, 2>(x, w, residual, out, warps, unroll, form, pdl, s);
+      dispatch_cfg<__nv_bfloat16, 2>(x, w, residual, out, warps, unroll, ksplit, pdl, s);
   } else {
     if (M <= 8)
-      dispatch_cfg<__half, 1>(x, w, residual, out, warps, unroll, form, pdl, s);
+      dispatch_cfg<__half, 1>(x, w, residual, out, warps, unroll, ksplit, pdl, s);
     else
-      dispatch_cfg<__half, 2>(x, w, residual, out, warps, unroll, form, pdl, s);
+      dispatch_cfg<__half, 2>(x, w, residual, out, warps, unroll, ksplit, pdl, s);
   }
 }
 
@@ -225,8 +193,8 @@ void skinny_gemm(const at::Tensor& x, const at::Tensor& w, const std::optional<a
 
 TORCH_LIBRARY_FRAGMENT(vllm_specla, m) {
   m.def(
-      "skinny_gemm(Tensor x, Tensor w, Tensor? residual, Tensor(a!) out, int warps, int unroll, int form, bool pdl) -> "
-      "()");
+      "skinny_gemm(Tensor x, Tensor w, Tensor? residual, Tensor(a!) out, int warps, int unroll, int ksplit, bool pdl) "
+      "-> ()");
 }
 
 TORCH_LIBRARY_IMPL(vllm_specla, CUDA, m) { m.impl("skinny_gemm", &skinny_gemm); }

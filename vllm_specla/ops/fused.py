@@ -125,7 +125,7 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
     x = x.to(w.dtype)
     if _skinny_takes(x, w, residual):
         return _cpp.skinny_gemm(x, w, residual, out=residual if residual is not None and residual_inplace else None,
-                                warps=SKINNY_CONFIG[0], unroll=SKINNY_CONFIG[1], form=SKINNY_CONFIG[2])
+                                warps=SKINNY_CONFIG[0], unroll=SKINNY_CONFIG[1])
     if residual is None:
         return x @ w.t()
     return residual.addmm_(x, w.t()) if residual_inplace else torch.addmm(residual, x, w.t())
@@ -171,8 +171,8 @@ if _SKINNY_ENV not in ("0", "1"):
 USE_SKINNY_GEMM = _SKINNY_ENV == "1"
 # up to 8 rows (one 8-token MMA tile): at 9 rows (two tiles) the kernel took 1.16x cuBLAS's time (s15c)
 SKINNY_MAX_M = 8
-# (warps, unroll, form) of ops/_cpp.py skinny_gemm; (0, 0, 0): its automatic choice
-SKINNY_CONFIG = (0, 0, 0)
+# (warps, unroll) of ops/_cpp.py skinny_gemm; (0, 0): its automatic choice
+SKINNY_CONFIG = (0, 0)
 
 
 def _skinny_takes(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None) -> bool:
@@ -183,7 +183,7 @@ def _skinny_takes(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | Non
     goes to cuBLAS)."""
     if not (USE_SKINNY_GEMM and _cpp.GEMM_LOADED and _on_gpu(x) and x.dim() == 2 and 2 <= x.shape[0] <= SKINNY_MAX_M):
         return False
-    return _cpp.skinny_problem(x, w, residual, residual, *SKINNY_CONFIG) is None
+    return _cpp.skinny_problem(x, w, residual, residual) is None
 
 
 def _on_gpu(x: torch.Tensor) -> bool:
