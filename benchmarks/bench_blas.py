@@ -28,7 +28,6 @@ The settings:
                ``skinny_gemm``; tensor-core MMAs with the weight as the A operand, M <= 16) at W
                warps per CTA and U k-chunks per load batch (0:0 = automatic), with programmatic
                dependent launch; ``--skinny-sweep`` adds a grid of them
-               (``skinny:W:U:S``: S = 1 / 2 / 4 CTAs per tile, the K split; ``--ksplit-sweep``)
   skinny-nopdl:W:U  the same without programmatic dependent launch
 
 Prints ms per step of GEMMs, weight TB/s and the ratio to ``default`` per setting and M (token
@@ -57,8 +56,6 @@ ROWS_SWEEP = [(bn, bk, nw) for bn in (2, 4, 8, 16) for bk in (0, 1024) for nw in
                                                                                            (2, 0, 2), (4, 512, 4)]
 # (BN, BK, num_warps) for M >= 2 token rows (the verify windows at batch 1)
 SKINNY_SWEEP = [(0, 0), (4, 4), (4, 8), (8, 4), (8, 8), (16, 4), (16, 8)]
-# ksplit A/B (skinny:W:U:S): 1 / 2 / 4 CTAs per tile for every GEMM of the chain (0 = automatic)
-KSPLIT_SWEEP = [(8, 8, 1), (8, 8, 2), (8, 8, 4), (4, 8, 2), (16, 8, 2), (8, 4, 2), (8, 4, 4)]
 MULTI_SWEEP = [(2, 1024, 4), (4, 512, 4), (4, 1024, 4), (4, 1024, 8), (8, 512, 8), (8, 1024, 8), (8, 1024, 4),
                (16, 512, 8), (16, 1024, 8)]
 
@@ -107,9 +104,8 @@ def make_step(weights, head, M: int, D: int, form: str, device, dtype):
 
         from vllm_specla.ops import _cpp  # noqa: PLC0415
 
-        kind, wv, uv, *kv = form.split(":")
-        sg = functools.partial(_cpp.skinny_gemm, warps=int(wv), unroll=int(uv), ksplit=int(kv[0]) if kv else 0,
-                               pdl=kind == "skinny")
+        kind, wv, uv = form.split(":")
+        sg = functools.partial(_cpp.skinny_gemm, warps=int(wv), unroll=int(uv), pdl=kind == "skinny")
 
     def fn():
         res.copy_(h0)
@@ -152,7 +148,6 @@ def main() -> None:
     ap.add_argument("--rows-sweep", action="store_true", help="add the ROWS_SWEEP row-GEMV configs (M <= 2)")
     ap.add_argument("--multi-sweep", action="store_true", help="add the MULTI_SWEEP row-GEMV configs (M >= 2)")
     ap.add_argument("--skinny-sweep", action="store_true", help="add the SKINNY_SWEEP skinny-GEMM configs (M <= 16)")
-    ap.add_argument("--ksplit-sweep", action="store_true", help="add the KSPLIT_SWEEP skinny-GEMM configs")
     ap.add_argument("--layers", type=int, default=None, help="use only the first N layers (default: all)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--dry-cpu", action="store_true", help="every setting's code path once on tiny CPU tensors")
@@ -164,8 +159,6 @@ def main() -> None:
         settings += [f"rows:{bn}:{bk}:{nw}" for bn, bk, nw in MULTI_SWEEP if f"rows:{bn}:{bk}:{nw}" not in settings]
     if args.skinny_sweep:
         settings += [f"skinny:{w}:{u}" for w, u in SKINNY_SWEEP if f"skinny:{w}:{u}" not in settings]
-    if args.ksplit_sweep:
-        settings += [f"skinny:{w}:{u}:{k}" for w, u, k in KSPLIT_SWEEP if f"skinny:{w}:{u}:{k}" not in settings]
     dev = "cpu" if args.dry_cpu else "cuda"
     from vllm_specla.ops import _cpp as _cpp_mod  # noqa: PLC0415
 
@@ -176,10 +169,9 @@ def main() -> None:
                 wu = tuple(int(v) for v in cfg.split(":"))
             except ValueError:
                 wu = ()
-            if wu[:2] not in _cpp_mod._SKINNY_CONFIGS or len(wu) > 3 or (len(wu) == 3 and wu[2] not in (0, 1, 2, 4)):
-                raise SystemExit(f"setting {n!r}: skinny settings are skinny:W:U[:S] / skinny-nopdl:W:U[:S] with W in "
-                                 f"4 / 8 / 16, U in 4 / 8 (or 0:0, automatic) and S (CTAs per tile) 1 / 2 / 4 (0 or "
-                                 f"left out: automatic)")
+            if wu not in _cpp_mod._SKINNY_CONFIGS:
+                raise SystemExit(f"setting {n!r}: skinny settings are skinny:W:U / skinny-nopdl:W:U with W in 4 / 8 / 16 "
+                                 f"and U in 4 / 8 (or 0:0, automatic)")
     if any(n.startswith("skinny") for n in settings):
         if args.dry_cpu:
             settings = [n for n in settings if not n.startswith("skinny")]

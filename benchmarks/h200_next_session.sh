@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Next: s16a. Session 15: benchmarks/RESULTS.md
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Next: a new case (s16b reruns the final code). Session 15: benchmarks/RESULTS.md
 # "Session 15" (s15a-s15e as run; s15b-s15d ran a kernel variant removed after them). State after session 13: benchmarks/RESULTS.md "Session 13" (s13a, s13c-s13g as
 # run; session 14: "Session 14" (s14a-s14e as run); s13a's win: settings and --gemm-window were removed after it, s13e's grid ran the first version of the cost split). Session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
 # s12b's rows-s11 and s12c's mma: settings were removed after them). Session 11: "Session 11" (s11a-s11f as run;
@@ -61,7 +61,17 @@ print(",".join(min(r,key=lambda x:x["ms"])["setting"].split(":")[1:]) if r else 
             --skinny-gemm "$G" --tag "s16c_skinny_$G" --out "$OUT/e2e_s16c.jsonl" 2>&1 | grep "^{" | python -c "$S"
       done
       ;;
-  s16e)  # session 16, call 5 (carry .whl): the K split (ksplit: a thread-block cluster of 1 / 2 / 4 CTAs per tile, the
+  s16f)  # (as run; the 16-warp rule was reverted after it) session 16, call 6 (carry .whl): a rule whose automatic config gives 16 warps to GEMMs whose tiles fit
+        # in one CTA per SM with K >= 4096 (flame's down-projection): the GEMM's GPU tests, the step's GEMM chain (flame
+        # M = 5 / 8, map M = 5: automatic vs fixed 8 x 8), e2e batch 1, K = 6 with the skinny GEMM
+      skinny_build
+      pytest_log s16f 120 tests/test_skinny_gemm_gpu.py
+      timeout 60 python benchmarks/bench_blas.py --shapes flame,map --ms 5,8 --settings default,skinny:0:0,skinny:8:8 \
+          --out "$OUT/blas_s16f.json" 2>&1 | grep -v -i warn
+      timeout 90 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
+          --skinny-gemm on --tag "s16f_skinny_on" --out "$OUT/e2e_s16f.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      ;;
+  s16e)  # (as run; the K split was removed after it, at commit ed28b5e) session 16, call 5 (carry .whl): the K split (ksplit: a thread-block cluster of 1 / 2 / 4 CTAs per tile, the
         # automatic 2 where N <= 16 x SMs; s16d: the N = 2048 GEMMs ran 128 CTAs at 12% occupancy): the GEMM's GPU tests,
         # the step's GEMM chain (flame M = 1 / 5 / 8, map M = 5: the tile form without / with the automatic split and the
         # KSPLIT_SWEEP), then e2e batch 1 / 4 (K = 4 / 6, alpha 0.8) cuBLAS vs the skinny GEMM (automatic split)
@@ -99,7 +109,7 @@ PY
       grep -E "^  [a-zA-Z_].*\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Warp Cycles Per Issued|Grid Size|Waves Per SM|L2 Hit|Stall|ERR" \
           "$OUT/ncu_s16d.txt" | head -120
       ;;
-  s16b)  # session 16, call 3 (carry .whl): the final code (the tile form only, its device code in skinny_gemm_kernels.cuh):
+  s16b)  # session 16, call 3 (carry .whl): the final code, as shipped (the tile form only, its device code in skinny_gemm_kernels.cuh):
         # the skinny GEMM / fused / runtime GPU tests in one process with it built, then e2e with and without it at
         # batch 4 / 16 (K = 2 / 4, alpha 0.8, --auto): batch 4 is where its unmeasured scope lies (AR and drafter passes
         # of 4 rows take it once built); batch 1 is s16c's
@@ -1098,5 +1108,5 @@ print(min((r['cuda_utv%d_us' % v], v) for v in (3, 4, 5))[1])")
           --cuda-csrc --tag s5-fix --out "$OUT/e2e_s5_map64.jsonl" 2>&1 | grep "^{" | \
           python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       ;;
-  *) echo "usage: $0 s16a..s16e | s15a..s15e | s14a..s14e | ... | 1 | 2 (one device call each; see the cases above)"; exit 2 ;;
+  *) echo "usage: $0 s16a..s16f | s15a..s15e | s14a..s14e | ... | 1 | 2 (one device call each; see the cases above)"; exit 2 ;;
 esac

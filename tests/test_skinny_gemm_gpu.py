@@ -74,58 +74,6 @@ def test_configs_dtypes(gemm, warps, unroll, dtype, M):
         assert torch.equal(y, gemm(x, w, warps=warps, unroll=unroll))
 
 
-@pytest.mark.parametrize("ksplit", [1, 2, 4])
-@pytest.mark.parametrize("warps,unroll", [(8, 8), (4, 4), (16, 8)])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_ksplit(gemm, ksplit, warps, unroll, dtype):
-    """The K split (a cluster of ``ksplit`` CTAs per tile, the partial tiles summed by the first CTA
-    through distributed shared memory): both tile counts, N not a multiple of 16, K ranges that do
-    not divide evenly between the CTAs (5632 / 32 = 176 chunks; 72: some CTAs / warps without a
-    chunk), the residual in place; deterministic; the automatic choice (0) equals 2 where the tiles fit
-    in one CTA per SM (N = 2048) and 1 where they do not (N = 9232)."""
-    for M, (N, K) in [(5, (2048, 5632)), (1, (2048, 2048)), (13, (37, 5632)), (8, (100, 72)), (3, (9232, 2048))]:
-        x, w = _rand(M, K, dtype=dtype, seed=K + M), _rand(N, K, dtype=dtype, seed=N)
-        y = gemm(x, w, warps=warps, unroll=unroll, ksplit=ksplit)
-        _check(y, x, w)
-        assert torch.equal(y, gemm(x, w, warps=warps, unroll=unroll, ksplit=ksplit))
-        r = _rand(M, N, dtype=dtype, seed=N + 1)
-        r0 = r.clone()
-        z = gemm(x, w, r, out=r, warps=warps, unroll=unroll, ksplit=ksplit)
-        assert z.data_ptr() == r.data_ptr()
-        _check(z, x, w, r0)
-    for N, auto in ((2048, 2), (9232, 1)):
-        x, w = _rand(5, 5632, dtype=dtype, seed=40), _rand(N, 5632, dtype=dtype, seed=41)
-        assert torch.equal(gemm(x, w, warps=8, unroll=8), gemm(x, w, warps=8, unroll=8, ksplit=auto))
-
-
-def test_ksplit_in_graph_with_pdl(gemm):
-    """Cluster launches (ksplit 2 / 4) with programmatic dependent launch in a CUDA graph: a chain
-    over an N = 2048 output (the automatic split 2), replayed on new input, equals the chain
-    launched without PDL."""
-    M, D, F = 6, 2048, 5632
-    x = _rand(M, D, dtype=torch.bfloat16, seed=51)
-    w1, w2 = _rand(F, D, dtype=torch.bfloat16, seed=52), _rand(D, F, dtype=torch.bfloat16, seed=53)
-    r = _rand(M, D, dtype=torch.bfloat16, seed=54)
-
-    def step(pdl):
-        a = gemm(x, w1, pdl=pdl)
-        b = gemm(a, w2, r, out=r.clone(), pdl=pdl)  # N = 2048: ksplit 2
-        return gemm(a, w2, b, out=b, ksplit=4, pdl=pdl)
-
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        step(True)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = step(True)
-    x.copy_(_rand(M, D, dtype=torch.bfloat16, seed=55))
-    g.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(out, step(False))
-
-
 @pytest.mark.parametrize("pdl", [False, True])
 def test_residual_in_place_and_strided_x(gemm, pdl):
     """``out=residual`` adds in place (the decode step's o_proj / down); a separate residual is

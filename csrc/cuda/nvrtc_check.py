@@ -30,10 +30,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def kernels() -> list[str]:
     """The instantiations ``skinny_gemm.cu`` launches (its dispatch_cfg / dispatch_res)."""
-    return [f"vllm_specla_skinny::skinny_gemm_kernel<{t}, {nt}, {w}, {u}, {res}, {ks}>"
-            for t, nt, (w, u), res, ks in itertools.product(("__nv_bfloat16", "__half"), (1, 2),
-                                                            [(w, u) for w in (4, 8, 16) for u in (4, 8)],
-                                                            ("false", "true"), (1, 2, 4))]
+    return [f"vllm_specla_skinny::skinny_gemm_kernel<{t}, {nt}, {w}, {u}, {res}>"
+            for t, nt, (w, u), res in itertools.product(("__nv_bfloat16", "__half"), (1, 2),
+                                                        [(w, u) for w in (4, 8, 16) for u in (4, 8)], ("false", "true"))]
 
 
 def _roots(root: str | None) -> list[str]:

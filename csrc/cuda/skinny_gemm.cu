@@ -37,14 +37,18 @@
 // 577 CTAs over ~2.2 waves). A persistent stream-K form (contiguous chunk ranges per warp, a private
 // cp.async ring per thread, partial tiles summed by the last of their warps) measured 1.2-2.2 TB/s
 // over three builds and was removed. At 9-16 rows (two MMA tiles) this kernel took 1.16-1.30x
-// cuBLAS's time, so ops/fused.py gives it 2-8 rows.
+// cuBLAS's time, so ops/fused.py gives it 2-8 rows. Session 16 measured and removed five more forms
+// (an L2 prefetch hint, a persistent register ring, TMA shared-memory stages, a K split over
+// thread-block clusters, 16 warps for the few-tile GEMMs): none beat this one (RESULTS.md "Session
+// 16", docs/KERNELS.md; the code is in commits 732bc08 and ed28b5e).
+//
+// The device code is in skinny_gemm_kernels.cuh (csrc/cuda/nvrtc_check.py compiles it without nvcc).
 //
 // JIT-built on a machine with CUDA torch by vllm_specla.ops._cpp.load_cuda_gemm() (the H200); its
 // own TORCH_LIBRARY_FRAGMENT (it does not need the CPU extension). Torch reference: ops/fused.py
 // linear_ref; tests: tests/test_skinny_gemm_gpu.py.
 
 #include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -60,71 +64,55 @@ namespace {
 
 using namespace vllm_specla_skinny;
 
-// KS: CTAs per tile (a cluster along K; 1, 2 or 4).
-template <typename T, int NT, int WARPS, int U, bool RES, int KS>
+template <typename T, int NT, int WARPS, int U, bool RES>
 void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr, at::Tensor& out, bool pdl,
             cudaStream_t stream) {
   const int M = static_cast<int>(x.size(0)), K = static_cast<int>(x.size(1)), N = static_cast<int>(w.size(0));
-  // griddepcontrol.wait exists only in code built for sm_90+ (the __CUDA_ARCH__ guard above); code
+  // griddepcontrol.wait exists only in code built for sm_90+ (the __CUDA_ARCH__ guard in skinny_gemm_kernels.cuh); code
   // JIT-compiled from older PTX (e.g. TORCH_CUDA_ARCH_LIST="8.0+PTX" on an H200) has no wait, and
   // launching it with PDL would let it read x / the residual before their producer finished. So
   // PDL only where the kernel's PTX is sm_90+ (asked once per instantiation).
   static int ptx_version = -1;
   if (ptx_version < 0) {
     cudaFuncAttributes fa;
-    C10_CUDA_CHECK(cudaFuncGetAttributes(&fa, skinny_gemm_kernel<T, NT, WARPS, U, RES, KS>));
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&fa, skinny_gemm_kernel<T, NT, WARPS, U, RES>));
     ptx_version = fa.ptxVersion;
-  }
-  if constexpr (KS > 1) {
-    if (ptx_version < 90) return launch<T, NT, WARPS, U, RES, 1>(x, w, res, ldr, out, pdl, stream);  // no clusters
   }
   pdl = pdl && ptx_version >= 90;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>((N + 15) / 16 * KS));
+  cfg.gridDim = dim3(static_cast<unsigned>((N + 15) / 16));
   cfg.blockDim = dim3(WARPS * 32);
   cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
+  cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = KS;
-  attr[1].val.clusterDim.y = 1;
-  attr[1].val.clusterDim.z = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = KS > 1 ? 2 : 1;
+  cfg.numAttrs = 1;
   const T* xp = reinterpret_cast<const T*>(x.data_ptr());
   const T* wp = reinterpret_cast<const T*>(w.data_ptr());
   T* op = reinterpret_cast<T*>(out.data_ptr());
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, skinny_gemm_kernel<T, NT, WARPS, U, RES, KS>, xp, x.stride(0), wp, res,
-                                    ldr, op, out.stride(0), M, N, K));
-}
-
-template <typename T, int NT, int WARPS, int U, int KS>
-void dispatch_res(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
-                  at::Tensor& out, bool pdl, cudaStream_t s) {
-  if (residual.has_value())
-    launch<T, NT, WARPS, U, true, KS>(x, w, reinterpret_cast<const T*>(residual->data_ptr()), residual->stride(0),
-                                      out, pdl, s);
-  else
-    launch<T, NT, WARPS, U, false, KS>(x, w, nullptr, 0, out, pdl, s);
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, skinny_gemm_kernel<T, NT, WARPS, U, RES>, xp, x.stride(0), wp, res, ldr,
+                                    op, out.stride(0), M, N, K));
 }
 
 template <typename T, int NT, int WARPS, int U>
-void dispatch_ks(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
-                 at::Tensor& out, int64_t ksplit, bool pdl, cudaStream_t s) {
-  if (ksplit == 4) return dispatch_res<T, NT, WARPS, U, 4>(x, w, residual, out, pdl, s);
-  if (ksplit == 2) return dispatch_res<T, NT, WARPS, U, 2>(x, w, residual, out, pdl, s);
-  dispatch_res<T, NT, WARPS, U, 1>(x, w, residual, out, pdl, s);
+void dispatch_res(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
+                  at::Tensor& out, bool pdl, cudaStream_t s) {
+  if (residual.has_value())
+    launch<T, NT, WARPS, U, true>(x, w, reinterpret_cast<const T*>(residual->data_ptr()), residual->stride(0), out,
+                                  pdl, s);
+  else
+    launch<T, NT, WARPS, U, false>(x, w, nullptr, 0, out, pdl, s);
 }
 
 template <typename T, int NT>
 void dispatch_cfg(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
-                  at::Tensor& out, int64_t warps, int64_t unroll, int64_t ksplit, bool pdl, cudaStream_t s) {
-#define SG_CASE(W_, U_)                                                  \
-  if (warps == W_ && unroll == U_) {                                     \
-    dispatch_ks<T, NT, W_, U_>(x, w, residual, out, ksplit, pdl, s);     \
-    return;                                                              \
+                  at::Tensor& out, int64_t warps, int64_t unroll, bool pdl, cudaStream_t s) {
+#define SG_CASE(W_, U_)                                           \
+  if (warps == W_ && unroll == U_) {                              \
+    dispatch_res<T, NT, W_, U_>(x, w, residual, out, pdl, s);     \
+    return;                                                       \
   }
   SG_CASE(4, 4) SG_CASE(4, 8) SG_CASE(8, 4) SG_CASE(8, 8) SG_CASE(16, 4) SG_CASE(16, 8)
 #undef SG_CASE
@@ -132,25 +120,19 @@ void dispatch_cfg(const at::Tensor& x, const at::Tensor& w, const std::optional<
 }
 
 // The automatic config: 8 warps x 8 chunks (each warp's K range in one load batch for K <= 2048),
-// the fastest of s15a's sweep (one config for a whole step's GEMM chain, flame / map, 1-8 rows).
+// the fastest of s15a's sweep (one config for a whole step's GEMM chain, flame / map, 1-8 rows). 16
+// warps for the GEMMs whose tiles fit in one CTA per SM with K >= 4096 (flame's down-projection) lost
+// (s16f), as did a K split over clusters of CTAs (s16e).
 void auto_cfg(int64_t& warps, int64_t& unroll) {
   warps = 8;
   unroll = 8;
 }
 
-// The automatic K split: a cluster of 2 CTAs per tile where the tiles fit in one CTA per SM (N <= 16 x
-// SMs: flame's o- / down-projections, N = 2048) and every warp keeps >= 2 chunks, on sm_90+ (clusters).
-int64_t auto_ksplit(int64_t N, int64_t K, int64_t warps, const cudaDeviceProp& p) {
-  const int64_t ntiles = (N + 15) / 16, nchunks = (K + 31) / 32;
-  return p.major >= 9 && ntiles <= p.multiProcessorCount && nchunks >= 4 * warps ? 2 : 1;
-}
-
-// warps (4 | 8 | 16) and unroll (4 | 8), or 0 / 0 for the automatic config; ksplit 1 / 2 / 4 CTAs per
-// tile (2 / 4: sm_90+), 0 for the automatic choice. The Python wrapper
+// warps (4 | 8 | 16) and unroll (4 | 8), or 0 / 0 for the automatic config. The Python wrapper
 // (ops/_cpp.py skinny_gemm) checks every input before this runs: a failed TORCH_CHECK inside this
 // JIT-built op crashed the process on the H200 (s15b) instead of raising.
 void skinny_gemm(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
-                 at::Tensor& out, int64_t warps, int64_t unroll, int64_t ksplit, bool pdl) {
+                 at::Tensor& out, int64_t warps, int64_t unroll, bool pdl) {
   const char* f = "vllm_specla.skinny_gemm";
   TORCH_CHECK(x.is_cuda() && w.is_cuda() && out.is_cuda(), f, ": x, w and out must be CUDA tensors");
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && out.dim() == 2, f, ": x [M, K], w [N, K] and out [M, N] must be 2-D");
@@ -171,30 +153,26 @@ void skinny_gemm(const at::Tensor& x, const at::Tensor& w, const std::optional<a
                     residual->size(0) == M && residual->size(1) == N && residual->stride(1) == 1,
                 f, ": residual must be [M, N] with out's dtype and a dense last dim");
   }
-  TORCH_CHECK(ksplit == 0 || ksplit == 1 || ksplit == 2 || ksplit == 4, f, ": ksplit must be 0, 1, 2 or 4");
   if (warps == 0 && unroll == 0) auto_cfg(warps, unroll);
   const c10::cuda::CUDAGuard guard(x.device());
-  if (ksplit == 0) ksplit = auto_ksplit(N, K, warps, *at::cuda::getCurrentDeviceProperties());
   cudaStream_t s = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
   if (w.scalar_type() == at::kBFloat16) {
     if (M <= 8)
-      dispatch_cfg<__nv_bfloat16, 1>(x, w, residual, out, warps, unroll, ksplit, pdl, s);
+      dispatch_cfg<__nv_bfloat16, 1>(x, w, residual, out, warps, unroll, pdl, s);
     else
-      dispatch_cfg<__nv_bfloat16, 2>(x, w, residual, out, warps, unroll, ksplit, pdl, s);
+      dispatch_cfg<__nv_bfloat16, 2>(x, w, residual, out, warps, unroll, pdl, s);
   } else {
     if (M <= 8)
-      dispatch_cfg<__half, 1>(x, w, residual, out, warps, unroll, ksplit, pdl, s);
+      dispatch_cfg<__half, 1>(x, w, residual, out, warps, unroll, pdl, s);
     else
-      dispatch_cfg<__half, 2>(x, w, residual, out, warps, unroll, ksplit, pdl, s);
+      dispatch_cfg<__half, 2>(x, w, residual, out, warps, unroll, pdl, s);
   }
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(vllm_specla, m) {
-  m.def(
-      "skinny_gemm(Tensor x, Tensor w, Tensor? residual, Tensor(a!) out, int warps, int unroll, int ksplit, bool pdl) "
-      "-> ()");
+  m.def("skinny_gemm(Tensor x, Tensor w, Tensor? residual, Tensor(a!) out, int warps, int unroll, bool pdl) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(vllm_specla, CUDA, m) { m.impl("skinny_gemm", &skinny_gemm); }

@@ -63,46 +63,18 @@ struct Mma<__half> {
   static __device__ __forceinline__ __half from_f(float v) { return __float2half_rn(v); }
 };
 
-// Thread-block clusters (sm_90): the CTA's rank, a barrier over the cluster's CTAs (release / acquire:
-// shared-memory writes before it are visible to the other CTAs after it), and a load from the shared
-// memory of CTA `rank` at the address of `p` in this CTA's (distributed shared memory).
-__device__ __forceinline__ void cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#else
-  __trap();  // (the op launches clusters only for sm_90+ code)
-#endif
-}
-__device__ __forceinline__ float ld_cluster(const float* p, unsigned rank) {
-  float v = 0.f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p)), r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(r) : "memory");
-#endif
-  return v;
-}
-
-// NT: 8-token tiles (M <= 8 NT); WARPS: warps per CTA (K split); U: chunks of 32 k per load batch;
-// KS: CTAs per 16-row tile (a cluster of KS CTAs along K, launched as one; 1 = no cluster). With
-// KS > 1 the cluster's CTA r takes the r-th of KS contiguous chunk ranges, its warps split that,
-// and CTA 0 sums the KS x WARPS partial tiles from the CTAs' shared memory in (rank, warp) order
-// (deterministic). For GEMMs of few tiles (N = 2048: 128 tiles, under one CTA per SM; s16d's Nsight
-// Compute: 12% achieved occupancy, ~2 TB/s) it doubles the CTAs and the bytes in flight.
-template <typename T, int NT, int WARPS, int U, bool RES, int KS>
+// NT: 8-token tiles (M <= 8 NT); WARPS: warps per CTA (K split); U: chunks of 32 k per load batch.
+template <typename T, int NT, int WARPS, int U, bool RES>
 __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* __restrict__ x, int64_t ldx,
                                                                  const T* __restrict__ w, const T* res,
                                                                  int64_t ldr, T* out, int64_t ldo, int M, int N,
                                                                  int K) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int rank = static_cast<int>(blockIdx.x) % KS;  // (the CTA's rank in its 1-D cluster)
-  const int n0 = static_cast<int>(blockIdx.x) / KS * 16;
+  const int n0 = blockIdx.x * 16;
   const int nchunks = (K + 31) >> 5;
-  const int cpr = (nchunks + KS - 1) / KS;  // chunks per CTA of the cluster
-  const int rb = min(nchunks, rank * cpr), re = min(nchunks, rb + cpr);
-  const int per = (cpr + WARPS - 1) / WARPS;
-  const int cb = min(re, rb + warp * per), ce = min(re, cb + per);
+  const int per = (nchunks + WARPS - 1) / WARPS;
+  const int cb = min(nchunks, warp * per), ce = min(nchunks, cb + per);
   const bool ok0 = n0 + g < N, ok1 = n0 + g + 8 < N;
   // rows past N are clamped (never dereferenced: their loads are predicated off)
   const T* w0 = w + static_cast<int64_t>(min(n0 + g, N - 1)) * K + t * 8;
@@ -153,27 +125,16 @@ __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* __rest
     red[warp][g + 8][nt * 8 + 2 * t] = acc[nt][2];
     red[warp][g + 8][nt * 8 + 2 * t + 1] = acc[nt][3];
   }
-  if constexpr (KS == 1)
-    __syncthreads();
-  else
-    cluster_sync();  // every CTA's partial tile written
-  if (KS == 1 || rank == 0) {
-    for (int i = threadIdx.x; i < 16 * M; i += WARPS * 32) {
-      const int r = i & 15, tok = i >> 4, n = n0 + r;
-      if (n >= N) continue;
-      float s = 0.f;
+  __syncthreads();
+  for (int i = threadIdx.x; i < 16 * M; i += WARPS * 32) {
+    const int r = i & 15, tok = i >> 4, n = n0 + r;
+    if (n >= N) continue;
+    float s = 0.f;
 #pragma unroll
-      for (int q = 0; q < WARPS; ++q) s += red[q][r][tok];
-#pragma unroll
-      for (int c = 1; c < KS; ++c) {
-#pragma unroll
-        for (int q = 0; q < WARPS; ++q) s += ld_cluster(&red[q][r][tok], static_cast<unsigned>(c));
-      }
-      if constexpr (RES) s += Mma<T>::to_f(res[static_cast<int64_t>(tok) * ldr + n]);
-      out[static_cast<int64_t>(tok) * ldo + n] = Mma<T>::from_f(s);
-    }
+    for (int q = 0; q < WARPS; ++q) s += red[q][r][tok];
+    if constexpr (RES) s += Mma<T>::to_f(res[static_cast<int64_t>(tok) * ldr + n]);
+    out[static_cast<int64_t>(tok) * ldo + n] = Mma<T>::from_f(s);
   }
-  if constexpr (KS > 1) cluster_sync();  // the other CTAs' shared memory stays until CTA 0 has read it
 }
 
 }  // namespace vllm_specla_skinny

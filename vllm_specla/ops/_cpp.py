@@ -146,7 +146,7 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
-def skinny_problem(x, w, residual=None, out=None, warps=0, unroll=0, ksplit=0) -> str | None:
+def skinny_problem(x, w, residual=None, out=None, warps=0, unroll=0) -> str | None:
     """Why the skinny GEMM cannot take these operands (a message naming the argument), or None when
     it can, devices aside (the CUDA check is :func:`_skinny_check`'s). The one list of the kernel's
     conditions: ``fused._skinny_takes`` asks it before dispatching (falling back to cuBLAS), and
@@ -157,7 +157,7 @@ def skinny_problem(x, w, residual=None, out=None, warps=0, unroll=0, ksplit=0) -
         if not isinstance(t, torch.Tensor) and (t is not None or name in ("x", "w")):
             return (f"{name} must be a torch.Tensor{'' if name in ('x', 'w') else ' or None'}, "
                     f"got {type(t).__name__}")
-    for name, v in (("warps", warps), ("unroll", unroll), ("ksplit", ksplit)):
+    for name, v in (("warps", warps), ("unroll", unroll)):
         if isinstance(v, bool) or not isinstance(v, int):
             return f"{name} must be an int, got {v!r}"
     if x.dim() != 2 or w.dim() != 2:
@@ -192,27 +192,22 @@ def skinny_problem(x, w, residual=None, out=None, warps=0, unroll=0, ksplit=0) -
             return "out must be the residual itself (in place) or not overlap it"
     if (warps, unroll) not in _SKINNY_CONFIGS:
         return f"(warps, unroll) must be (4|8|16, 4|8) or (0, 0) for the automatic choice, got ({warps!r}, {unroll!r})"
-    if ksplit not in (0, 1, 2, 4):
-        return f"ksplit must be 1, 2 or 4 (CTAs per 16-row tile) or 0 for the automatic choice, got {ksplit!r}"
     return None
 
 
-def _skinny_check(x, w, residual, out, warps, unroll, ksplit) -> None:
+def _skinny_check(x, w, residual, out, warps, unroll) -> None:
     """``ValueError`` ("skinny_gemm: " + :func:`skinny_problem`'s message) for inputs outside the
     kernel's contract; last, tensors that are not on a CUDA device."""
-    msg = skinny_problem(x, w, residual, out, warps, unroll, ksplit)
+    msg = skinny_problem(x, w, residual, out, warps, unroll)
     if msg is not None:
         raise ValueError(f"skinny_gemm: {msg}")
     if not (x.is_cuda and w.is_cuda):  # last, so the CPU tests reach the checks above
         raise ValueError(f"skinny_gemm: x and w must be CUDA tensors, got {x.device} and {w.device}")
-    if ksplit > 1 and torch.cuda.get_device_capability(x.device) < (9, 0):
-        raise ValueError(f"skinny_gemm: ksplit {ksplit} launches thread-block clusters: it needs an sm_90+ GPU, got "
-                         f"sm_{''.join(map(str, torch.cuda.get_device_capability(x.device)))} (0 chooses 1 there)")
 
 
 def skinny_gemm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = None,
-                out: torch.Tensor | None = None, warps: int = 0, unroll: int = 0, ksplit: int = 0,
-                pdl: bool | None = None) -> torch.Tensor:
+                out: torch.Tensor | None = None, warps: int = 0, unroll: int = 0, pdl: bool | None = None
+                ) -> torch.Tensor:
     """``x [M, K] @ w[N, K].T (+ residual [M, N])`` -> ``out [M, N]`` (new, or the given one: pass
     ``out=residual`` to add in place) on the CUDA skinny GEMM of :func:`load_cuda_gemm`.
 
@@ -220,10 +215,7 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None 
     ``K % 8 == 0``; ``w`` contiguous; ``x`` rows dense and 16-byte aligned. fp32 accumulation, one
     rounding (``residual`` added in fp32 first, as cuBLAS ``addmm`` with beta = 1); deterministic.
     ``warps`` / ``unroll``: the CTA's warps (4 / 8 / 16, splitting K) and 32-wide k chunks per load
-    batch (4 / 8); 0 / 0 = automatic (8 / 8). ``ksplit``: CTAs per 16-row tile (1, 2 or 4; 2 / 4: a
-    thread-block cluster along K whose first CTA sums the partial tiles from the others' shared
-    memory, sm_90+); 0 = automatic (2 where the tiles fit in one CTA per SM, N <= 16 x SMs, on sm_90+,
-    else 1). Every choice is deterministic; different ones add in different orders. ``pdl``: launch with programmatic dependent launch
+    batch (4 / 8); 0 / 0 = automatic (8 / 8). ``pdl``: launch with programmatic dependent launch
     (default: ``ops/pdl.py``; with PDL the kernel reads ``w`` before the previous kernel on the
     stream has finished, so ``w`` must be constant weights, not written by earlier kernels of the
     step). Overlaps are judged by each tensor's first-to-last element span, so disjoint column
@@ -235,10 +227,10 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None 
 
     if pdl is not None and not isinstance(pdl, bool):
         raise ValueError(f"skinny_gemm: pdl must be None (ops/pdl.py decides) or a bool, got {pdl!r}")
-    _skinny_check(x, w, residual, out, warps, unroll, ksplit)
+    _skinny_check(x, w, residual, out, warps, unroll)
     if out is None:
         out = torch.empty(x.shape[0], w.shape[0], dtype=w.dtype, device=w.device)
-    torch.ops.vllm_specla.skinny_gemm(x, w, residual, out, int(warps), int(unroll), int(ksplit),
+    torch.ops.vllm_specla.skinny_gemm(x, w, residual, out, int(warps), int(unroll),
                                       _pdl.enabled(x) if pdl is None else bool(pdl))
     return out
 
