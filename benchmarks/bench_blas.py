@@ -164,6 +164,20 @@ def main() -> None:
 
     for n in settings:  # checked before the ~1 minute build
         kind, _, cfg = n.partition(":")
+        if n in SETTINGS:
+            continue
+        if kind in ("rows", "rows-nopdl"):
+            try:
+                rc = tuple(int(v) for v in cfg.split(":"))
+            except ValueError:
+                rc = ()
+            if len(rc) != 3 or rc[0] < 1 or rc[1] < 0 or rc[2] < 1:
+                raise SystemExit(f"setting {n!r}: row-GEMV settings are rows:BN:BK:W / rows-nopdl:BN:BK:W with "
+                                 f"integers BN >= 1, BK >= 0 (0: one tile), W >= 1 warps")
+            continue
+        if kind not in ("skinny", "skinny-nopdl"):
+            raise SystemExit(f"setting {n!r}: not one of {', '.join(SETTINGS)}, rows:BN:BK:W, rows-nopdl:BN:BK:W, "
+                             f"skinny:W:U, skinny-nopdl:W:U")
         if kind in ("skinny", "skinny-nopdl"):
             try:
                 wu = tuple(int(v) for v in cfg.split(":"))

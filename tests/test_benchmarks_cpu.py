@@ -107,7 +107,8 @@ def test_env_switches(var, mod, attr, msg):
 
 def test_skinny_config_flags():
     """``bench_e2e.py --skinny-gemm`` and ``bench_blas.py skinny:W:U`` take exactly the op's configs
-    (``_cpp._SKINNY_CONFIGS``), checked before the build."""
+    (``_cpp._SKINNY_CONFIGS``), checked before the build; ``bench_blas.py`` refuses unknown setting
+    names and malformed row-GEMV configs too (they used to be timed as cuBLAS under the bogus name)."""
     import argparse  # noqa: PLC0415
 
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -119,7 +120,7 @@ def test_skinny_config_flags():
         with pytest.raises(argparse.ArgumentTypeError, match="'W,U'"):
             bench_e2e.skinny_flag(bad)
     env = dict(os.environ, PYTHONPATH=ROOT)
-    for bad in ("skinny:16:2", "skinny:8:8:0", "skinny-nopdl:8"):
+    for bad in ("skinny:16:2", "skinny:8:8:0", "skinny-nopdl:8", "bogus", "", "rows:4:x:4", "rows:4:512"):
         r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_blas.py"), "--dry-cpu", "--shapes",
                             "tiny", "--settings", f"default,{bad}"], env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode != 0 and f"setting {bad!r}" in r.stderr

@@ -10,7 +10,8 @@ headers and ptxas, e.g.::
     python csrc/cuda/nvrtc_check.py
 
 (``--root DIR``: a folder with those wheels unzipped instead of the installed ``nvidia`` package).
-Exit status 1 on a compile error or a spill.
+Exit status 1 on a compile error, a spill or a stack frame (register arrays in local memory), or
+when ptxas does not report every kernel.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ def kernels() -> list[str]:
 
 
 def _roots(root: str | None) -> list[str]:
-    if root:
-        return [os.path.join(root, "nvidia")]
+    if root:  # the folder holding nvidia/, or nvidia/ itself
+        return [os.path.join(root, "nvidia"), root]
     spec = importlib.util.find_spec("nvidia")
     return list(spec.submodule_search_locations) if spec and spec.submodule_search_locations else []
 
@@ -47,18 +48,23 @@ def _find(roots: list[str], *rel: str) -> str:
         p = os.path.join(r, *rel)
         if os.path.exists(p):
             return p
-    raise SystemExit(f"not found: nvidia/{'/'.join(rel)} (pip install nvidia-cuda-nvrtc-cu12 "
-                     f"nvidia-cuda-runtime-cu12 nvidia-cuda-nvcc-cu12, or --root)")
+    raise SystemExit(f"not found: nvidia/{'/'.join(rel)} (searched: {', '.join(roots) or 'no nvidia package'}; "
+                     f"pip install nvidia-cuda-nvrtc-cu12 nvidia-cuda-runtime-cu12 nvidia-cuda-nvcc-cu12, or --root)")
+
+
+def _nvrtc(rc: int, what: str) -> None:
+    if rc != 0:  # (not an assert: python -O would skip it and check nothing)
+        raise SystemExit(f"NVRTC {what} failed with status {rc}")
 
 
 def compile_ptx(lib: ctypes.CDLL, src: str, include: str, names: list[str], arch: str) -> str:
     """NVRTC: ``src`` with every kernel of ``names`` instantiated -> PTX (raises SystemExit with the
     log on an error)."""
     prog = ctypes.c_void_p()
-    chk = lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"skinny_gemm_check.cu", 0, None, None)
-    assert chk == 0, chk
+    _nvrtc(lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"skinny_gemm_check.cu", 0, None, None),
+           "nvrtcCreateProgram")
     for n in names:
-        assert lib.nvrtcAddNameExpression(prog, f"&{n}".encode()) == 0, n
+        _nvrtc(lib.nvrtcAddNameExpression(prog, f"&{n}".encode()), f"nvrtcAddNameExpression({n})")
     opts = [f"--gpu-architecture={arch}", f"-I{include}", f"-I{HERE}", "-std=c++17", "-default-device"]
     arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
     rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
@@ -70,18 +76,47 @@ def compile_ptx(lib: ctypes.CDLL, src: str, include: str, names: list[str], arch
         raise SystemExit(f"NVRTC failed ({rc}):\n{log.value.decode()}")
     if log.value.strip():
         print(log.value.decode())
-    lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
+    _nvrtc(lib.nvrtcGetPTXSize(prog, ctypes.byref(size)), "nvrtcGetPTXSize")
     ptx = ctypes.create_string_buffer(size.value)
-    lib.nvrtcGetPTX(prog, ptx)
+    _nvrtc(lib.nvrtcGetPTX(prog, ptx), "nvrtcGetPTX")
     return ptx.value.decode()
+
+
+def check(ptxas_log: str) -> tuple[list[dict], list[str]]:
+    """Parse ``ptxas -v`` output: one record per entry function (name, registers, shared memory,
+    stack frame, spill bytes) and the problems (spills or a stack frame: register arrays in local
+    memory)."""
+    recs, problems = [], []
+    for line in ptxas_log.splitlines():
+        m = re.search(r"Compiling entry function '(\w+)'", line)
+        if m:
+            recs.append(dict(name=m.group(1), regs=None, smem=0, stack=0, spill=0))
+            continue
+        if not recs:
+            continue
+        r = recs[-1]
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            r["stack"], r["spill"] = int(m.group(1)), int(m.group(2)) + int(m.group(3))
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            r["regs"] = int(m.group(1))
+            m = re.search(r"(\d+) bytes smem", line)
+            r["smem"] = int(m.group(1)) if m else 0
+    for r in recs:
+        if r["spill"] or r["stack"]:
+            problems.append(f"{_demangle(r['name'])}: {r['spill']} bytes spilled, {r['stack']} bytes stack frame")
+    return recs, problems
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", default=None, help="a folder with the nvidia wheels unzipped (default: installed)")
-    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--arch", default="sm_90", help="a real GPU architecture, sm_XY (default sm_90)")
     ap.add_argument("--ptx-out", default=None, help="also write the PTX here")
     args = ap.parse_args()
+    if not re.fullmatch(r"sm_\d+a?", args.arch):
+        raise SystemExit(f"--arch must be a real architecture such as sm_90 or sm_80, got {args.arch!r}")
     roots = _roots(args.root)
     lib = ctypes.CDLL(_find(roots, "cuda_nvrtc", "lib", "libnvrtc.so.12"))
     include = os.path.dirname(_find(roots, "cuda_runtime", "include", "cuda_bf16.h"))
@@ -90,39 +125,40 @@ def main() -> int:
     src = '#include "skinny_gemm_kernels.cuh"\n'
     ptx = compile_ptx(lib, src, include, names, args.arch.replace("sm_", "compute_"))
     if args.ptx_out:
-        with open(args.ptx_out, "w") as f:
-            f.write(ptx)
+        try:
+            with open(args.ptx_out, "w") as f:
+                f.write(ptx)
+        except OSError as e:
+            print(f"--ptx-out: could not write {args.ptx_out!r}: {e}", file=sys.stderr)
     with tempfile.TemporaryDirectory() as d:
         p = os.path.join(d, "k.ptx")
         with open(p, "w") as f:
             f.write(ptx)
-        r = subprocess.run([ptxas, f"-arch={args.arch}", "-v", p, "-o", os.path.join(d, "k.cubin")],
-                           capture_output=True, text=True)
+        try:
+            r = subprocess.run([ptxas, f"-arch={args.arch}", "-v", p, "-o", os.path.join(d, "k.cubin")],
+                               capture_output=True, text=True)
+        except OSError as e:
+            raise SystemExit(f"could not run ptxas at {ptxas} ({e}; unzipped wheels lose the exec bit: chmod +x)")
     if r.returncode:
-        print(r.stderr)
+        print(r.stdout + r.stderr)
         return 1
-    bad = 0
-    fn = None
-    for line in r.stderr.splitlines():
-        m = re.search(r"Compiling entry function '(\w+)'", line)
-        if m:
-            fn = m.group(1)
-        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
-        if m and (int(m.group(1)) or int(m.group(2))):
-            bad += 1
-            print(f"SPILL {fn}: {line.strip()}")
-        m = re.search(r"Used (\d+) registers.*?(\d+) bytes smem", line)
-        if m:
-            print(f"{int(m.group(1)):4d} regs {int(m.group(2)):6d} B smem  {_demangle(fn)}")
-    print(f"{len(names)} kernels compiled for {args.arch}; {bad} with spills")
-    return 1 if bad else 0
+    recs, problems = check(r.stdout + r.stderr)
+    for rec in recs:
+        print(f"{rec['regs'] or 0:4d} regs {rec['smem']:6d} B smem  {_demangle(rec['name'])}")
+    for prob in problems:
+        print(f"SPILL {prob}")
+    if len(recs) != len(names) or any(rec["regs"] is None for rec in recs):
+        print(f"ptxas reported {len(recs)} entry functions with register counts for {len(names)} kernels")
+        return 1
+    print(f"{len(recs)} kernels compiled for {args.arch}; {len(problems)} with spills or a stack frame")
+    return 1 if problems else 0
 
 
-def _demangle(name: str | None) -> str:
+def _demangle(name: str) -> str:
     try:
-        return subprocess.run(["c++filt", name], capture_output=True, text=True).stdout.strip()
-    except (OSError, TypeError):
-        return str(name)
+        return subprocess.run(["c++filt", name], capture_output=True, text=True).stdout.strip() or name
+    except OSError:
+        return name
 
 
 if __name__ == "__main__":

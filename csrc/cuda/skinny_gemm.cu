@@ -39,7 +39,7 @@
 // over three builds and was removed. At 9-16 rows (two MMA tiles) this kernel took 1.16-1.30x
 // cuBLAS's time, so ops/fused.py gives it 2-8 rows. Session 16 measured and removed five more forms
 // (an L2 prefetch hint, a persistent register ring, TMA shared-memory stages, a K split over
-// thread-block clusters, 16 warps for the few-tile GEMMs): none beat this one (RESULTS.md "Session
+// thread-block clusters, 16 warps for the few-tile GEMMs): none beat this one at 2-8 rows (RESULTS.md "Session
 // 16", docs/KERNELS.md; the code is in commits 732bc08 and ed28b5e).
 //
 // The device code is in skinny_gemm_kernels.cuh (csrc/cuda/nvrtc_check.py compiles it without nvcc).
@@ -68,10 +68,11 @@ template <typename T, int NT, int WARPS, int U, bool RES>
 void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr, at::Tensor& out, bool pdl,
             cudaStream_t stream) {
   const int M = static_cast<int>(x.size(0)), K = static_cast<int>(x.size(1)), N = static_cast<int>(w.size(0));
-  // griddepcontrol.wait exists only in code built for sm_90+ (the __CUDA_ARCH__ guard in skinny_gemm_kernels.cuh); code
-  // JIT-compiled from older PTX (e.g. TORCH_CUDA_ARCH_LIST="8.0+PTX" on an H200) has no wait, and
-  // launching it with PDL would let it read x / the residual before their producer finished. So
-  // PDL only where the kernel's PTX is sm_90+ (asked once per instantiation).
+  // griddepcontrol.wait exists only in code built for sm_90+ (the __CUDA_ARCH__ guard in
+  // skinny_gemm_kernels.cuh); code JIT-compiled from older PTX (e.g. TORCH_CUDA_ARCH_LIST="8.0+PTX"
+  // on an H200) has no wait, and launching it with PDL would let it read x / the residual before
+  // their producer finished. So PDL only where the kernel's PTX is sm_90+ (asked once per
+  // instantiation).
   static int ptx_version = -1;
   if (ptx_version < 0) {
     cudaFuncAttributes fa;
