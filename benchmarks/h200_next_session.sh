@@ -61,6 +61,33 @@ print(",".join(min(r,key=lambda x:x["ms"])["setting"].split(":")[1:]) if r else 
             --skinny-gemm "$G" --tag "s16c_skinny_$G" --out "$OUT/e2e_s16c.jsonl" 2>&1 | grep "^{" | python -c "$S"
       done
       ;;
+  s16g)  # session 16, call 7 (carry .whl): the tile kernel's time against N at M = 5, K = 2048 (20 GEMMs per graph, no
+        # PDL): steps at multiples of 264 tiles (one wave: 2 CTAs x 132 SMs) would say its waves cost a fixed time each
+        # (latency-bound; s16d's profile: a partial third wave for the 577-tile in-projection); cuBLAS beside it
+      skinny_build
+      cat > /tmp/nsweep.py <<'PY'
+import json, os, sys, torch
+sys.path.insert(0, "benchmarks")
+from graph_timing import graph_ms
+from vllm_specla.ops import _cpp
+_cpp.load_cuda_gemm()
+K, M, recs = 2048, 5, []
+x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+for tiles in (132, 200, 264, 265, 330, 396, 450, 528, 529, 577, 660, 792, 793):
+    N = 16 * tiles
+    ws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) for _ in range(20)]
+    sk = graph_ms(lambda: [_cpp.skinny_gemm(x, w, pdl=False) for w in ws]) / 20
+    cb = graph_ms(lambda: [x @ w.t() for w in ws]) / 20
+    r = dict(tiles=tiles, N=N, K=K, M=M, skinny_us=1e3 * sk, cublas_us=1e3 * cb, skinny_TBps=N * K * 2 / sk / 1e9,
+             cublas_TBps=N * K * 2 / cb / 1e9)
+    recs.append(r)
+    print(f"tiles {tiles:4d} N {N:6d}  skinny {r['skinny_us']:7.2f} us {r['skinny_TBps']:.2f} TB/s  "
+          f"cuBLAS {r['cublas_us']:7.2f} us {r['cublas_TBps']:.2f} TB/s", flush=True)
+    del ws
+json.dump(recs, open(os.path.join(os.environ["OUT"], "nsweep_s16g.json"), "w"), indent=1)
+PY
+      timeout 150 python /tmp/nsweep.py 2>&1 | grep -v -i warn
+      ;;
   s16f)  # (as run; the 16-warp rule was reverted after it) session 16, call 6 (carry .whl): a rule whose automatic config gives 16 warps to GEMMs whose tiles fit
         # in one CTA per SM with K >= 4096 (flame's down-projection): the GEMM's GPU tests, the step's GEMM chain (flame
         # M = 5 / 8, map M = 5: automatic vs fixed 8 x 8), e2e batch 1, K = 6 with the skinny GEMM
@@ -1108,5 +1135,5 @@ print(min((r['cuda_utv%d_us' % v], v) for v in (3, 4, 5))[1])")
           --cuda-csrc --tag s5-fix --out "$OUT/e2e_s5_map64.jsonl" 2>&1 | grep "^{" | \
           python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       ;;
-  *) echo "usage: $0 s16a..s16f | s15a..s15e | s14a..s14e | ... | 1 | 2 (one device call each; see the cases above)"; exit 2 ;;
+  *) echo "usage: $0 s16a..s16g | s15a..s15e | s14a..s14e | ... | 1 | 2 (one device call each; see the cases above)"; exit 2 ;;
 esac
