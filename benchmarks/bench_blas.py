@@ -29,6 +29,8 @@ The settings:
                warps per CTA and U k-chunks per load batch (0:0 = automatic), with programmatic
                dependent launch; ``--skinny-sweep`` adds a grid of them
   skinny-nopdl:W:U  the same without programmatic dependent launch
+  skinny-pf:W:U:MB  skinny:W:U, each GEMM prefetching the first MB MiB of the next GEMM's weight
+               into L2 (``skinny_gemm(prefetch=...)``; not yet measured)
 
 Prints ms per step of GEMMs, weight TB/s and the ratio to ``default`` per setting and M (token
 rows: 1 = AR at batch 1, 5 = a K = 4 verify window at batch 1, 9 = K = 8), and writes JSON to
@@ -104,17 +106,27 @@ def make_step(weights, head, M: int, D: int, form: str, device, dtype):
 
         from vllm_specla.ops import _cpp  # noqa: PLC0415
 
-        kind, wv, uv = form.split(":")
-        sg = functools.partial(_cpp.skinny_gemm, warps=int(wv), unroll=int(uv), pdl=kind == "skinny")
+        kind, wv, uv, *mb = form.split(":")
+        sg = functools.partial(_cpp.skinny_gemm, warps=int(wv), unroll=int(uv), pdl=kind != "skinny-nopdl")
+        pf_bytes = int(mb[0]) << 20 if mb else 0
+        # the chain's weights in launch order: each GEMM prefetches the next one's (skinny-pf)
+        order = [w for ws in weights for w in ws] + [head]
+        nxt = {id(a): b for a, b in zip(order, order[1:])}
+
+        def pf(w):
+            if not pf_bytes or id(w) not in nxt:
+                return {}
+            n = nxt[id(w)]
+            return dict(prefetch=n, prefetch_bytes=min(pf_bytes, n.numel() * n.element_size()) // 16 * 16)
 
     def fn():
         res.copy_(h0)
         for w_in, w_o, w_gu, w_down in weights:
             if skinny:
-                outs["p"] = sg(xs[0], w_in)
-                sg(xs[1], w_o, res, out=res)
-                outs["gu"] = sg(xs[2], w_gu)
-                sg(xs[3], w_down, res, out=res)
+                outs["p"] = sg(xs[0], w_in, **pf(w_in))
+                sg(xs[1], w_o, res, out=res, **pf(w_o))
+                outs["gu"] = sg(xs[2], w_gu, **pf(w_gu))
+                sg(xs[3], w_down, res, out=res, **pf(w_down))
             elif rows:
                 outs["p"] = gemv(xs[0], w_in, config=cfg)
                 gemv(xs[1], w_o, residual=res, out=res, config=cfg)
@@ -175,14 +187,19 @@ def main() -> None:
                 raise SystemExit(f"setting {n!r}: row-GEMV settings are rows:BN:BK:W / rows-nopdl:BN:BK:W with "
                                  f"integers BN >= 1, BK >= 0 (0: one tile), W >= 1 warps")
             continue
-        if kind not in ("skinny", "skinny-nopdl"):
+        if kind not in ("skinny", "skinny-nopdl", "skinny-pf"):
             raise SystemExit(f"setting {n!r}: not one of {', '.join(SETTINGS)}, rows:BN:BK:W, rows-nopdl:BN:BK:W, "
-                             f"skinny:W:U, skinny-nopdl:W:U")
-        if kind in ("skinny", "skinny-nopdl"):
+                             f"skinny:W:U, skinny-nopdl:W:U, skinny-pf:W:U:MB")
+        if kind in ("skinny", "skinny-nopdl", "skinny-pf"):
             try:
                 wu = tuple(int(v) for v in cfg.split(":"))
             except ValueError:
                 wu = ()
+            if kind == "skinny-pf" and (len(wu) != 3 or wu[2] < 1):
+                raise SystemExit(f"setting {n!r}: skinny-pf settings are skinny-pf:W:U:MB (MB >= 1: MiB of the next "
+                                 f"GEMM's weight prefetched into L2)")
+            if kind == "skinny-pf":
+                wu = wu[:2]
             if wu not in _cpp_mod._SKINNY_CONFIGS:
                 raise SystemExit(f"setting {n!r}: skinny settings are skinny:W:U / skinny-nopdl:W:U with W in 4 / 8 / 16 "
                                  f"and U in 4 / 8 (or 0:0, automatic)")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Next: a new case (s16b reruns the final code). Session 15: benchmarks/RESULTS.md
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Next: s17a (s16b reruns session 16's final code). Session 15: benchmarks/RESULTS.md
 # "Session 15" (s15a-s15e as run; s15b-s15d ran a kernel variant removed after them). State after session 13: benchmarks/RESULTS.md "Session 13" (s13a, s13c-s13g as
 # run; session 14: "Session 14" (s14a-s14e as run); s13a's win: settings and --gemm-window were removed after it, s13e's grid ran the first version of the cost split). Session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
 # s12b's rows-s11 and s12c's mma: settings were removed after them). Session 11: "Session 11" (s11a-s11f as run;
@@ -60,6 +60,15 @@ print(",".join(min(r,key=lambda x:x["ms"])["setting"].split(":")[1:]) if r else 
         timeout 100 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 4,6 --alphas 0.8 --snapshot-ks "" \
             --skinny-gemm "$G" --tag "s16c_skinny_$G" --out "$OUT/e2e_s16c.jsonl" 2>&1 | grep "^{" | python -c "$S"
       done
+      ;;
+  s17a)  # next session, call 1 (carry .whl): the skinny GEMM's L2 prefetch of the next GEMM's weight (prefetch=, written in
+        # session 16 after its last call, never built on a GPU): build, its GPU tests, then the step's GEMM chain with each
+        # GEMM prefetching the first 4 / 8 / 16 / 32 MiB of the next one's weight (s16g: a fixed ~3.6 us per GEMM)
+      skinny_build
+      pytest_log s17a 200 tests/test_skinny_gemm_gpu.py
+      timeout 120 python benchmarks/bench_blas.py --shapes flame,map --ms 5,8 \
+          --settings default,skinny:8:8,skinny-pf:8:8:4,skinny-pf:8:8:8,skinny-pf:8:8:16,skinny-pf:8:8:32 \
+          --out "$OUT/blas_s17a.json" 2>&1 | grep -v -i warn
       ;;
   s16g)  # session 16, call 7 (carry .whl): the tile kernel's time against N at M = 5, K = 2048 (20 GEMMs per graph, no
         # PDL): steps at multiples of 264 tiles (one wave: 2 CTAs x 132 SMs) would say its waves cost a fixed time each
@@ -1135,5 +1144,5 @@ print(min((r['cuda_utv%d_us' % v], v) for v in (3, 4, 5))[1])")
           --cuda-csrc --tag s5-fix --out "$OUT/e2e_s5_map64.jsonl" 2>&1 | grep "^{" | \
           python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       ;;
-  *) echo "usage: $0 s16a..s16g | s15a..s15e | s14a..s14e | ... | 1 | 2 (one device call each; see the cases above)"; exit 2 ;;
+  *) echo "usage: $0 s17a | s16a..s16g | s15a..s15e | s14a..s14e | ... | 1 | 2 (one device call each; see the cases above)"; exit 2 ;;
 esac

@@ -120,7 +120,8 @@ def test_skinny_config_flags():
         with pytest.raises(argparse.ArgumentTypeError, match="'W,U'"):
             bench_e2e.skinny_flag(bad)
     env = dict(os.environ, PYTHONPATH=ROOT)
-    for bad in ("skinny:16:2", "skinny:8:8:0", "skinny-nopdl:8", "bogus", "", "rows:4:x:4", "rows:4:512"):
+    for bad in ("skinny:16:2", "skinny:8:8:0", "skinny-nopdl:8", "bogus", "", "rows:4:x:4", "rows:4:512",
+                "skinny-pf:8:8", "skinny-pf:8:8:0", "skinny-pf:16:2:4"):
         r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_blas.py"), "--dry-cpu", "--shapes",
                             "tiny", "--settings", f"default,{bad}"], env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode != 0 and f"setting {bad!r}" in r.stderr

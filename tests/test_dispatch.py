@@ -227,6 +227,18 @@ def test_skinny_gemm_input_errors():
     with pytest.raises(ValueError, match="warps, unroll"):
         _cpp.skinny_gemm(torch.randn(4, 32).to(bf), w, warps=2, unroll=4)
     x4 = torch.randn(4, 32).to(bf)
+    nxt = torch.randn(64, 32).to(bf)  # 4096 bytes
+    for kw, msg in ((dict(prefetch=nxt, prefetch_bytes=4112), "prefetch_bytes must be a multiple of 16 in 0..4096"),
+                    (dict(prefetch=nxt, prefetch_bytes=8), "multiple of 16"),
+                    (dict(prefetch=nxt, prefetch_bytes=16.0), "prefetch_bytes must be"),
+                    (dict(prefetch=nxt.t()), "prefetch must be a contiguous"),
+                    (dict(prefetch=nxt.to("meta")), "prefetch must be a contiguous"),
+                    (dict(prefetch=[1]), "prefetch must be a torch.Tensor or None, got list")):
+        with pytest.raises(ValueError, match=msg):
+            _cpp.skinny_gemm(x4, w, **kw)
+    for kw in (dict(prefetch=nxt), dict(prefetch=nxt, prefetch_bytes=4096), dict(prefetch=nxt, prefetch_bytes=0)):
+        with pytest.raises(ValueError, match="CUDA tensors"):  # valid: only the device check is left
+            _cpp.skinny_gemm(x4, w, **kw)
     for kw, msg in ((dict(warps="8", unroll="8"), "warps must be an int, got '8'"), (dict(warps=False), "warps must be"),
                     (dict(residual=True), "residual must be a torch.Tensor or None"), (dict(pdl="no"), "pdl must be")):
         with pytest.raises(ValueError, match=msg):

@@ -1,13 +1,14 @@
 """``csrc/cuda/nvrtc_check.py``: the skinny GEMM's device code compiles for sm_90 with NVRTC + ptxas,
-with no register spills, for every instantiation ``skinny_gemm.cu`` launches. Skipped unless the
-CUDA 12 NVRTC / runtime-header / nvcc wheels are installed (``pip install nvidia-cuda-nvrtc-cu12
-nvidia-cuda-runtime-cu12 nvidia-cuda-nvcc-cu12``); CI does not install them."""
+with no register spills, for every instantiation ``skinny_gemm.cu`` launches, and its host code passes
+``g++ -fsyntax-only``. The compile tests skip unless the CUDA 12 NVRTC / runtime-header / nvcc / CCCL
+wheels are installed (``make setup`` installs them, so CI runs them)."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -56,7 +57,7 @@ def _have_wheels() -> bool:
     if not spec or not spec.submodule_search_locations:
         return False
     need = (("cuda_nvrtc", "lib", "libnvrtc.so.12"), ("cuda_runtime", "include", "cuda_bf16.h"),
-            ("cuda_nvcc", "bin", "ptxas"))
+            ("cuda_nvcc", "bin", "ptxas"), ("cuda_cccl", "include", "nv", "target"))
     return all(any(os.path.exists(os.path.join(p, *n)) for p in spec.submodule_search_locations) for n in need)
 
 
@@ -70,3 +71,17 @@ def test_device_code_compiles_without_spills():
     n = len(nvrtc_check.kernels())
     assert sum(" regs " in line for line in r.stdout.splitlines()) == n
     assert f"{n} kernels compiled for sm_90; 0 with spills" in r.stdout
+
+
+@pytest.mark.skipif(not _have_wheels() or shutil.which("g++") is None, reason="needs the CUDA 12 wheels and g++")
+def test_host_code_syntax_and_a_mutation(tmp_path):
+    """``--host``: ``skinny_gemm.cu`` passes ``g++ -fsyntax-only``; a copy whose launch drops a kernel
+    argument fails it (the check sees the launcher's argument types)."""
+    roots = nvrtc_check._roots(None)
+    assert nvrtc_check.host_check(roots) == 0
+    src = open(os.path.join(ROOT, "csrc", "cuda", "skinny_gemm.cu")).read()
+    bad = src.replace("static_cast<long long>(pf_bytes), pf_first));", "static_cast<long long>(pf_bytes)));")
+    assert bad != src
+    (tmp_path / "skinny_gemm.cu").write_text(bad)
+    shutil.copy(os.path.join(ROOT, "csrc", "cuda", "skinny_gemm_kernels.cuh"), tmp_path)
+    assert nvrtc_check.host_check(roots, str(tmp_path / "skinny_gemm.cu")) != 0

@@ -74,6 +74,39 @@ def test_configs_dtypes(gemm, warps, unroll, dtype, M):
         assert torch.equal(y, gemm(x, w, warps=warps, unroll=unroll))
 
 
+def test_prefetch_changes_no_bits(gemm):
+    """``prefetch=`` (an L2 prefetch of the next GEMM's weight by the last CTAs) leaves the result
+    bit-identical, eager and inside a CUDA graph with PDL, for a grid larger than one wave (577
+    tiles: only the last ~264 CTAs prefetch) and a small one, a prefetch size not dividing evenly
+    between the CTAs, the whole tensor and the default size."""
+    x = _rand(5, 2048, dtype=torch.bfloat16, seed=61)
+    w, nxt = _rand(9232, 2048, dtype=torch.bfloat16, seed=62), _rand(2048, 5632, dtype=torch.bfloat16, seed=63)
+    ref = gemm(x, w)
+    for kw in (dict(prefetch=nxt), dict(prefetch=nxt, prefetch_bytes=16 * 1000003),
+               dict(prefetch=nxt, prefetch_bytes=nxt.numel() * 2), dict(prefetch=nxt, prefetch_bytes=0)):
+        assert torch.equal(gemm(x, w, **kw), ref)
+    small = _rand(37, 2048, dtype=torch.bfloat16, seed=64)
+    assert torch.equal(gemm(x, small, prefetch=nxt), gemm(x, small))
+    r = _rand(5, 2048, dtype=torch.bfloat16, seed=65)
+    xd = _rand(5, 5632, dtype=torch.bfloat16, seed=66)
+
+    def step():
+        a = gemm(x, w, prefetch=nxt)
+        return a, gemm(xd, nxt, r, out=r.clone(), prefetch=w)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        a, b = step()
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(a, ref) and torch.equal(b, gemm(xd, nxt, r))
+
+
 @pytest.mark.parametrize("pdl", [False, True])
 def test_residual_in_place_and_strided_x(gemm, pdl):
     """``out=residual`` adds in place (the decode step's o_proj / down); a separate residual is

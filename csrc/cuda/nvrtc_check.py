@@ -1,13 +1,15 @@
 """Compile the skinny GEMM's device code (``csrc/cuda/skinny_gemm_kernels.cuh``) for sm_90 without
-nvcc: NVRTC -> PTX -> ptxas, and print each kernel's registers, spills and shared memory.
+nvcc: NVRTC -> PTX -> ptxas, and print each kernel's registers, spills and shared memory; with
+``--host``, also check its host code (``skinny_gemm.cu``: launchers, dispatch, op schema) with
+``g++ -fsyntax-only`` against torch's and the CUDA wheels' headers.
 
 For the CPU machine, where the JIT build (``ops/_cpp.py`` ``load_cuda_gemm``) cannot run: it catches
 template / PTX errors and register spills before a device call is spent on them. It does not check
-the host code (``skinny_gemm.cu``'s launchers). Needs the CUDA 12 wheels of NVRTC, the runtime
-headers and ptxas, e.g.::
+the host code unless ``--host`` is given. Needs the CUDA 12 wheels of NVRTC, the runtime headers
+and ptxas (``--host``: also CCCL, g++ and torch's headers), e.g.::
 
-    pip install nvidia-cuda-nvrtc-cu12 nvidia-cuda-runtime-cu12 nvidia-cuda-nvcc-cu12
-    python csrc/cuda/nvrtc_check.py
+    pip install nvidia-cuda-nvrtc-cu12 nvidia-cuda-runtime-cu12 nvidia-cuda-nvcc-cu12 nvidia-cuda-cccl-cu12
+    python csrc/cuda/nvrtc_check.py --host
 
 (``--root DIR``: a folder with those wheels unzipped instead of the installed ``nvidia`` package).
 Exit status 1 on a compile error, a spill or a stack frame (register arrays in local memory), or
@@ -109,11 +111,65 @@ def check(ptxas_log: str) -> tuple[list[dict], list[str]]:
     return recs, problems
 
 
+# --host: what nvcc provides to a .cu beyond the CUDA headers, for a syntax-only g++ pass, and stand-ins
+# for the cuBLAS / cuSPARSE / cuSOLVER headers that torch's CUDA headers include (only their handle
+# types are named there)
+_PRELUDE = """#include <cuda_runtime.h>
+#include <device_launch_parameters.h>
+#include <algorithm>
+#define __launch_bounds__(...)
+using std::max;
+using std::min;
+inline void __syncthreads() {}
+template <class T>
+inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes*, T*) { return cudaSuccess; }
+"""
+_STUBS = {"cusparse.h": "typedef struct cusparseContext* cusparseHandle_t;\n",
+          "cublas_v2.h": "typedef struct cublasContext* cublasHandle_t;\ntypedef int cublasStatus_t;\n",
+          "cublasLt.h": "typedef struct cublasLtContext* cublasLtHandle_t;\n",
+          "cusolverDn.h": "typedef struct cusolverDnContext* cusolverDnHandle_t;\n",
+          "cusolver_common.h": "typedef int cusolverStatus_t;\n",
+          "c10/cuda/impl/cuda_cmake_macros.h": ""}
+
+
+def host_check(roots: list[str], src: str | None = None) -> int:
+    """``g++ -std=c++17 -fsyntax-only`` of ``skinny_gemm.cu`` (its templates instantiated by the op's
+    dispatch), with torch's include paths, the CUDA runtime / nvcc / CCCL wheel headers and
+    :data:`_STUBS`. ``src``: another copy of the file (its folder must hold the .cuh too). Returns
+    g++'s exit status (its errors printed)."""
+    src = src or os.path.join(HERE, "skinny_gemm.cu")
+    from torch.utils.cpp_extension import include_paths  # noqa: PLC0415
+
+    inc = [os.path.dirname(_find(roots, "cuda_runtime", "include", "cuda_runtime.h")),
+           os.path.dirname(os.path.dirname(_find(roots, "cuda_nvcc", "include", "crt", "host_config.h"))),
+           os.path.dirname(os.path.dirname(_find(roots, "cuda_cccl", "include", "nv", "target")))]
+    with tempfile.TemporaryDirectory() as d:
+        for name, text in _STUBS.items():
+            os.makedirs(os.path.dirname(os.path.join(d, name)), exist_ok=True)
+            with open(os.path.join(d, name), "w") as f:
+                f.write(text)
+        with open(os.path.join(d, "prelude.h"), "w") as f:
+            f.write(_PRELUDE)
+        cmd = (["g++", "-std=c++17", "-fsyntax-only", "-x", "c++", "-include", os.path.join(d, "prelude.h")]
+               + [f"-I{p}" for p in include_paths()] + [f"-I{d}"] + [f"-I{p}" for p in inc]
+               + [f"-I{os.path.dirname(os.path.abspath(src))}", src])
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True)
+        except OSError as e:
+            raise SystemExit(f"could not run g++ ({e})")
+    if r.returncode:
+        print(r.stdout + r.stderr)
+    else:
+        print("host code (skinny_gemm.cu): g++ -fsyntax-only passed")
+    return r.returncode
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", default=None, help="a folder with the nvidia wheels unzipped (default: installed)")
     ap.add_argument("--arch", default="sm_90", help="a real GPU architecture, sm_XY (default sm_90)")
     ap.add_argument("--ptx-out", default=None, help="also write the PTX here")
+    ap.add_argument("--host", action="store_true", help="also check skinny_gemm.cu's host code with g++ -fsyntax-only")
     args = ap.parse_args()
     if not re.fullmatch(r"sm_\d+a?", args.arch):
         raise SystemExit(f"--arch must be a real architecture such as sm_90 or sm_80, got {args.arch!r}")
@@ -151,7 +207,8 @@ def main() -> int:
         print(f"ptxas reported {len(recs)} entry functions with register counts for {len(names)} kernels")
         return 1
     print(f"{len(recs)} kernels compiled for {args.arch}; {len(problems)} with spills or a stack frame")
-    return 1 if problems else 0
+    host = host_check(roots) if args.host else 0
+    return 1 if problems or host else 0
 
 
 def _demangle(name: str) -> str:

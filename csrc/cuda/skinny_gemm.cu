@@ -49,12 +49,14 @@
 // linear_ref; tests: tests/test_skinny_gemm_gpu.py.
 
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 
@@ -66,7 +68,7 @@ using namespace vllm_specla_skinny;
 
 template <typename T, int NT, int WARPS, int U, bool RES>
 void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr, at::Tensor& out, bool pdl,
-            cudaStream_t stream) {
+            const unsigned char* pf, int64_t pf_bytes, cudaStream_t stream) {
   const int M = static_cast<int>(x.size(0)), K = static_cast<int>(x.size(1)), N = static_cast<int>(w.size(0));
   // griddepcontrol.wait exists only in code built for sm_90+ (the __CUDA_ARCH__ guard in
   // skinny_gemm_kernels.cuh); code JIT-compiled from older PTX (e.g. TORCH_CUDA_ARCH_LIST="8.0+PTX"
@@ -93,27 +95,32 @@ void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr,
   const T* xp = reinterpret_cast<const T*>(x.data_ptr());
   const T* wp = reinterpret_cast<const T*>(w.data_ptr());
   T* op = reinterpret_cast<T*>(out.data_ptr());
+  // the L2 prefetch of the next GEMM's weights by the CTAs of about the last wave (2 CTAs per SM), sm_90+ code
+  const int grid = (N + 15) / 16;
+  if (ptx_version < 90) pf = nullptr;
+  const int pf_first = pf ? std::max(0, grid - 2 * at::cuda::getCurrentDeviceProperties()->multiProcessorCount) : 0;
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, skinny_gemm_kernel<T, NT, WARPS, U, RES>, xp, x.stride(0), wp, res, ldr,
-                                    op, out.stride(0), M, N, K));
+                                    op, out.stride(0), M, N, K, pf, static_cast<long long>(pf_bytes), pf_first));
 }
 
 template <typename T, int NT, int WARPS, int U>
 void dispatch_res(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
-                  at::Tensor& out, bool pdl, cudaStream_t s) {
+                  at::Tensor& out, bool pdl, const unsigned char* pf, int64_t pf_bytes, cudaStream_t s) {
   if (residual.has_value())
     launch<T, NT, WARPS, U, true>(x, w, reinterpret_cast<const T*>(residual->data_ptr()), residual->stride(0), out,
-                                  pdl, s);
+                                  pdl, pf, pf_bytes, s);
   else
-    launch<T, NT, WARPS, U, false>(x, w, nullptr, 0, out, pdl, s);
+    launch<T, NT, WARPS, U, false>(x, w, nullptr, 0, out, pdl, pf, pf_bytes, s);
 }
 
 template <typename T, int NT>
 void dispatch_cfg(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
-                  at::Tensor& out, int64_t warps, int64_t unroll, bool pdl, cudaStream_t s) {
-#define SG_CASE(W_, U_)                                           \
-  if (warps == W_ && unroll == U_) {                              \
-    dispatch_res<T, NT, W_, U_>(x, w, residual, out, pdl, s);     \
-    return;                                                       \
+                  at::Tensor& out, int64_t warps, int64_t unroll, bool pdl, const unsigned char* pf,
+                  int64_t pf_bytes, cudaStream_t s) {
+#define SG_CASE(W_, U_)                                                     \
+  if (warps == W_ && unroll == U_) {                                        \
+    dispatch_res<T, NT, W_, U_>(x, w, residual, out, pdl, pf, pf_bytes, s); \
+    return;                                                                 \
   }
   SG_CASE(4, 4) SG_CASE(4, 8) SG_CASE(8, 4) SG_CASE(8, 8) SG_CASE(16, 4) SG_CASE(16, 8)
 #undef SG_CASE
@@ -133,7 +140,8 @@ void auto_cfg(int64_t& warps, int64_t& unroll) {
 // (ops/_cpp.py skinny_gemm) checks every input before this runs: a failed TORCH_CHECK inside this
 // JIT-built op crashed the process on the H200 (s15b) instead of raising.
 void skinny_gemm(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
-                 at::Tensor& out, int64_t warps, int64_t unroll, bool pdl) {
+                 at::Tensor& out, int64_t warps, int64_t unroll, bool pdl,
+                 const std::optional<at::Tensor>& prefetch, int64_t prefetch_bytes) {
   const char* f = "vllm_specla.skinny_gemm";
   TORCH_CHECK(x.is_cuda() && w.is_cuda() && out.is_cuda(), f, ": x, w and out must be CUDA tensors");
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && out.dim() == 2, f, ": x [M, K], w [N, K] and out [M, N] must be 2-D");
@@ -155,25 +163,37 @@ void skinny_gemm(const at::Tensor& x, const at::Tensor& w, const std::optional<a
                 f, ": residual must be [M, N] with out's dtype and a dense last dim");
   }
   if (warps == 0 && unroll == 0) auto_cfg(warps, unroll);
+  // prefetch: the next GEMM's weight (its first prefetch_bytes, a multiple of 16 within it, go to L2)
+  const unsigned char* pf = nullptr;
+  if (prefetch.has_value() && prefetch_bytes > 0) {
+    TORCH_CHECK(prefetch->is_cuda() && prefetch->device() == x.device() && prefetch->is_contiguous() &&
+                    reinterpret_cast<uintptr_t>(prefetch->data_ptr()) % 16 == 0 && prefetch_bytes % 16 == 0 &&
+                    prefetch_bytes <= prefetch->numel() * prefetch->element_size(),
+                f, ": prefetch must be a contiguous, 16-byte aligned tensor on x's device, prefetch_bytes a multiple of 16 "
+                   "within it");
+    pf = reinterpret_cast<const unsigned char*>(prefetch->data_ptr());
+  }
   const c10::cuda::CUDAGuard guard(x.device());
   cudaStream_t s = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
   if (w.scalar_type() == at::kBFloat16) {
     if (M <= 8)
-      dispatch_cfg<__nv_bfloat16, 1>(x, w, residual, out, warps, unroll, pdl, s);
+      dispatch_cfg<__nv_bfloat16, 1>(x, w, residual, out, warps, unroll, pdl, pf, prefetch_bytes, s);
     else
-      dispatch_cfg<__nv_bfloat16, 2>(x, w, residual, out, warps, unroll, pdl, s);
+      dispatch_cfg<__nv_bfloat16, 2>(x, w, residual, out, warps, unroll, pdl, pf, prefetch_bytes, s);
   } else {
     if (M <= 8)
-      dispatch_cfg<__half, 1>(x, w, residual, out, warps, unroll, pdl, s);
+      dispatch_cfg<__half, 1>(x, w, residual, out, warps, unroll, pdl, pf, prefetch_bytes, s);
     else
-      dispatch_cfg<__half, 2>(x, w, residual, out, warps, unroll, pdl, s);
+      dispatch_cfg<__half, 2>(x, w, residual, out, warps, unroll, pdl, pf, prefetch_bytes, s);
   }
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(vllm_specla, m) {
-  m.def("skinny_gemm(Tensor x, Tensor w, Tensor? residual, Tensor(a!) out, int warps, int unroll, bool pdl) -> ()");
+  m.def(
+      "skinny_gemm(Tensor x, Tensor w, Tensor? residual, Tensor(a!) out, int warps, int unroll, bool pdl, "
+      "Tensor? prefetch, int prefetch_bytes) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(vllm_specla, CUDA, m) { m.impl("skinny_gemm", &skinny_gemm); }

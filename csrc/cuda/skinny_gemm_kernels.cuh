@@ -34,6 +34,14 @@ __device__ __forceinline__ void griddep_launch_dependents() {
 #endif
 }
 
+// An L2 prefetch of [p, p + bytes) (bytes a multiple of 16, p 16-byte aligned; sm_90 bulk prefetch, no
+// completion to wait for).
+__device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+
 template <typename T>
 struct Mma;
 
@@ -68,7 +76,8 @@ template <typename T, int NT, int WARPS, int U, bool RES>
 __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* __restrict__ x, int64_t ldx,
                                                                  const T* __restrict__ w, const T* res,
                                                                  int64_t ldr, T* out, int64_t ldo, int M, int N,
-                                                                 int K) {
+                                                                 int K, const unsigned char* pf, long long pf_bytes,
+                                                                 int pf_first) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int n0 = blockIdx.x * 16;
@@ -115,6 +124,16 @@ __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* __rest
     }
   }
   griddep_launch_dependents();
+  // The next GEMM's first weights into L2 (pf: its weight, pf_bytes a multiple of 16, split over the CTAs
+  // from pf_first on, the last to run), so its stream starts from L2 while this kernel drains
+  // (RESULTS.md session 16: ~3.6 us per GEMM of ramp and drain). Opt-in: pf = nullptr by default.
+  if (pf != nullptr && threadIdx.x == 0 && static_cast<int>(blockIdx.x) >= pf_first) {
+    const long long n = static_cast<long long>(gridDim.x) - pf_first, b = static_cast<long long>(blockIdx.x) - pf_first;
+    const long long share = ((pf_bytes + n - 1) / n + 15) / 16 * 16, lo = b * share;
+    const long long hi = lo + share < pf_bytes ? lo + share : pf_bytes;
+    for (long long o = lo; o < hi; o += 1 << 20)  // pieces of at most 1 MiB
+      prefetch_l2(pf + o, static_cast<unsigned>(hi - o < (1 << 20) ? hi - o : (1 << 20)));
+  }
 
   // C fragment: acc[nt][0..1] = (row g, tokens 8nt + 2t + 0/1), acc[nt][2..3] = (row g + 8, same)
   __shared__ float red[WARPS][16][NT * 8 + 1];

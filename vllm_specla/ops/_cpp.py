@@ -146,7 +146,7 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
-def skinny_problem(x, w, residual=None, out=None, warps=0, unroll=0) -> str | None:
+def skinny_problem(x, w, residual=None, out=None, warps=0, unroll=0, prefetch=None, prefetch_bytes=0) -> str | None:
     """Why the skinny GEMM cannot take these operands (a message naming the argument), or None when
     it can, devices aside (the CUDA check is :func:`_skinny_check`'s). The one list of the kernel's
     conditions: ``fused._skinny_takes`` asks it before dispatching (falling back to cuBLAS), and
@@ -190,15 +190,24 @@ def skinny_problem(x, w, residual=None, out=None, warps=0, unroll=0) -> str | No
         if residual is not None and _overlap(out, residual) and not (
                 out.data_ptr() == residual.data_ptr() and out.stride() == residual.stride()):
             return "out must be the residual itself (in place) or not overlap it"
+    if prefetch is not None:
+        if not isinstance(prefetch, torch.Tensor):
+            return f"prefetch must be a torch.Tensor or None, got {type(prefetch).__name__}"
+        nb = prefetch.numel() * prefetch.element_size()
+        if prefetch.device != w.device or not prefetch.is_contiguous() or prefetch.data_ptr() % 16:
+            return f"prefetch must be a contiguous, 16-byte aligned tensor on {w.device}"
+        if isinstance(prefetch_bytes, bool) or not isinstance(prefetch_bytes, int) or not (
+                0 <= prefetch_bytes <= nb and prefetch_bytes % 16 == 0):
+            return f"prefetch_bytes must be a multiple of 16 in 0..{nb} (the prefetch tensor's bytes), got {prefetch_bytes!r}"
     if (warps, unroll) not in _SKINNY_CONFIGS:
         return f"(warps, unroll) must be (4|8|16, 4|8) or (0, 0) for the automatic choice, got ({warps!r}, {unroll!r})"
     return None
 
 
-def _skinny_check(x, w, residual, out, warps, unroll) -> None:
+def _skinny_check(x, w, residual, out, warps, unroll, prefetch=None, prefetch_bytes=0) -> None:
     """``ValueError`` ("skinny_gemm: " + :func:`skinny_problem`'s message) for inputs outside the
     kernel's contract; last, tensors that are not on a CUDA device."""
-    msg = skinny_problem(x, w, residual, out, warps, unroll)
+    msg = skinny_problem(x, w, residual, out, warps, unroll, prefetch, prefetch_bytes)
     if msg is not None:
         raise ValueError(f"skinny_gemm: {msg}")
     if not (x.is_cuda and w.is_cuda):  # last, so the CPU tests reach the checks above
@@ -206,8 +215,8 @@ def _skinny_check(x, w, residual, out, warps, unroll) -> None:
 
 
 def skinny_gemm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = None,
-                out: torch.Tensor | None = None, warps: int = 0, unroll: int = 0, pdl: bool | None = None
-                ) -> torch.Tensor:
+                out: torch.Tensor | None = None, warps: int = 0, unroll: int = 0, pdl: bool | None = None,
+                prefetch: torch.Tensor | None = None, prefetch_bytes: int | None = None) -> torch.Tensor:
     """``x [M, K] @ w[N, K].T (+ residual [M, N])`` -> ``out [M, N]`` (new, or the given one: pass
     ``out=residual`` to add in place) on the CUDA skinny GEMM of :func:`load_cuda_gemm`.
 
@@ -219,19 +228,26 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None 
     (default: ``ops/pdl.py``; with PDL the kernel reads ``w`` before the previous kernel on the
     stream has finished, so ``w`` must be constant weights, not written by earlier kernels of the
     step). Overlaps are judged by each tensor's first-to-last element span, so disjoint column
-    slices of one buffer count as overlapping. Raises ``ValueError`` naming the argument on other
-    inputs.
+    slices of one buffer count as overlapping. ``prefetch``: the next GEMM's weight (any contiguous,
+    16-byte aligned tensor on the device); the CTAs of about the last wave issue an L2 prefetch of its
+    first ``prefetch_bytes`` (default: min(its bytes, 16 MiB), rounded down to 16) as they finish, so
+    the next stream starts from L2 (sm_90+; ignored below). Opt-in and not yet measured (RESULTS.md
+    session 16: a fixed ~3.6 us per GEMM is the loss it targets). Raises ``ValueError`` naming the
+    argument on other inputs.
     Reference: ``ops/fused.py`` ``linear_ref``; design and measurements: ``csrc/cuda/skinny_gemm.cu``,
     benchmarks/RESULTS.md session 15."""
     from vllm_specla.ops import pdl as _pdl  # noqa: PLC0415
 
     if pdl is not None and not isinstance(pdl, bool):
         raise ValueError(f"skinny_gemm: pdl must be None (ops/pdl.py decides) or a bool, got {pdl!r}")
-    _skinny_check(x, w, residual, out, warps, unroll)
+    if prefetch is not None and prefetch_bytes is None and isinstance(prefetch, torch.Tensor):
+        prefetch_bytes = min(prefetch.numel() * prefetch.element_size(), 16 << 20) // 16 * 16
+    prefetch_bytes = 0 if prefetch_bytes is None else prefetch_bytes
+    _skinny_check(x, w, residual, out, warps, unroll, prefetch, prefetch_bytes)
     if out is None:
         out = torch.empty(x.shape[0], w.shape[0], dtype=w.dtype, device=w.device)
     torch.ops.vllm_specla.skinny_gemm(x, w, residual, out, int(warps), int(unroll),
-                                      _pdl.enabled(x) if pdl is None else bool(pdl))
+                                      _pdl.enabled(x) if pdl is None else bool(pdl), prefetch, int(prefetch_bytes))
     return out
 
 
