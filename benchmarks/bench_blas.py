@@ -111,10 +111,10 @@ def make_step(weights, head, M: int, D: int, form: str, device, dtype):
         pf_bytes = int(mb[0]) << 20 if mb else 0
         # the chain's weights in launch order: each GEMM prefetches the next one's (skinny-pf)
         order = [w for ws in weights for w in ws] + [head]
-        nxt = {id(a): b for a, b in zip(order, order[1:])}
+        nxt = {id(a): b for a, b in zip(order, order[1:] + order[:1])}  # (the head: the next replay's first)
 
         def pf(w):
-            if not pf_bytes or id(w) not in nxt:
+            if not pf_bytes:
                 return {}
             n = nxt[id(w)]
             return dict(prefetch=n, prefetch_bytes=min(pf_bytes, n.numel() * n.element_size()) // 16 * 16)
@@ -143,7 +143,7 @@ def make_step(weights, head, M: int, D: int, form: str, device, dtype):
                 outs["gu"] = xs[2] @ w_gu.t()
                 res.addmm_(xs[3], w_down.t())
         if skinny:
-            outs["logits"] = sg(res, head)
+            outs["logits"] = sg(res, head, **pf(head))
         elif rows:
             outs["logits"] = gemv(res, head, config=cfg)
         else:
@@ -201,8 +201,8 @@ def main() -> None:
             if kind == "skinny-pf":
                 wu = wu[:2]
             if wu not in _cpp_mod._SKINNY_CONFIGS:
-                raise SystemExit(f"setting {n!r}: skinny settings are skinny:W:U / skinny-nopdl:W:U with W in 4 / 8 / 16 "
-                                 f"and U in 4 / 8 (or 0:0, automatic)")
+                raise SystemExit(f"setting {n!r}: skinny settings are skinny:W:U / skinny-nopdl:W:U / skinny-pf:W:U:MB "
+                                 f"with W in 4 / 8 / 16 and U in 4 / 8 (or 0:0, automatic)")
     if any(n.startswith("skinny") for n in settings):
         if args.dry_cpu:
             settings = [n for n in settings if not n.startswith("skinny")]

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -125,3 +126,37 @@ def test_skinny_config_flags():
         r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_blas.py"), "--dry-cpu", "--shapes",
                             "tiny", "--settings", f"default,{bad}"], env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode != 0 and f"setting {bad!r}" in r.stderr
+
+
+def test_bench_blas_prefetch_chain(monkeypatch):
+    """``bench_blas.py skinny-pf:W:U:MB``: every GEMM of the step prefetches the next launched weight
+    (layer by layer, the LM head the first layer's, for the next replay), at most MB MiB of it,
+    rounded down to 16 bytes; plain ``skinny:W:U`` passes no prefetch. (A stand-in records the calls:
+    the op itself is CUDA-only.)"""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import bench_blas  # noqa: PLC0415
+
+    from vllm_specla.ops import _cpp  # noqa: PLC0415
+
+    calls = []
+
+    def fake(x, w, residual=None, out=None, warps=0, unroll=0, pdl=None, prefetch=None, prefetch_bytes=None):
+        calls.append((w, prefetch, prefetch_bytes, warps, unroll, pdl))
+        y = x @ w.t() + (residual if residual is not None else 0)
+        return out.copy_(y) if out is not None else y
+
+    monkeypatch.setattr(_cpp, "skinny_gemm", fake)
+    D, F = 32, 48
+    layers = [(torch.randn(3 * D, D), torch.randn(D, D), torch.randn(2 * F, D), torch.randn(D, F)) for _ in range(2)]
+    head = torch.randn(100, D)
+    order = [w for ws in layers for w in ws] + [head]
+    for form, mib in (("skinny-pf:8:4:1", 1), ("skinny:8:4", 0)):
+        calls.clear()
+        fn, _, _ = bench_blas.make_step(layers, head, 5, D, form, "cpu", torch.float32)
+        fn()
+        assert [c[0] for c in calls] == order and all(c[3:] == (8, 4, True) for c in calls)
+        if mib:
+            assert [c[1] for c in calls] == order[1:] + order[:1]
+            assert [c[2] for c in calls] == [min(mib << 20, n.numel() * 4) // 16 * 16 for n in order[1:] + order[:1]]
+        else:
+            assert all(c[1] is None and c[2] is None for c in calls)

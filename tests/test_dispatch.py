@@ -233,7 +233,11 @@ def test_skinny_gemm_input_errors():
                     (dict(prefetch=nxt, prefetch_bytes=16.0), "prefetch_bytes must be"),
                     (dict(prefetch=nxt.t()), "prefetch must be a contiguous"),
                     (dict(prefetch=nxt.to("meta")), "prefetch must be a contiguous"),
-                    (dict(prefetch=[1]), "prefetch must be a torch.Tensor or None, got list")):
+                    (dict(prefetch=[1]), "prefetch must be a torch.Tensor or None, got list"),
+                    (dict(prefetch=nxt, prefetch_bytes=True), "prefetch_bytes must be"),
+                    (dict(prefetch=nxt, prefetch_bytes=-16), "prefetch_bytes must be"),
+                    (dict(prefetch=nxt.view(-1)[1:]), "16-byte aligned"),
+                    (dict(prefetch_bytes=16), "prefetch_bytes needs a prefetch tensor")):
         with pytest.raises(ValueError, match=msg):
             _cpp.skinny_gemm(x4, w, **kw)
     for kw in (dict(prefetch=nxt), dict(prefetch=nxt, prefetch_bytes=4096), dict(prefetch=nxt, prefetch_bytes=0)):

@@ -83,7 +83,8 @@ def test_prefetch_changes_no_bits(gemm):
     w, nxt = _rand(9232, 2048, dtype=torch.bfloat16, seed=62), _rand(2048, 5632, dtype=torch.bfloat16, seed=63)
     ref = gemm(x, w)
     for kw in (dict(prefetch=nxt), dict(prefetch=nxt, prefetch_bytes=16 * 1000003),
-               dict(prefetch=nxt, prefetch_bytes=nxt.numel() * 2), dict(prefetch=nxt, prefetch_bytes=0)):
+               dict(prefetch=nxt, prefetch_bytes=nxt.numel() * 2), dict(prefetch=nxt, prefetch_bytes=0),
+               dict(prefetch=nxt, prefetch_bytes=16), dict(prefetch=nxt, prefetch_bytes=48)):  # < 16 B per CTA
         assert torch.equal(gemm(x, w, **kw), ref)
     small = _rand(37, 2048, dtype=torch.bfloat16, seed=64)
     assert torch.equal(gemm(x, small, prefetch=nxt), gemm(x, small))

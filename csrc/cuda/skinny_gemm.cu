@@ -75,10 +75,12 @@ void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr,
   // on an H200) has no wait, and launching it with PDL would let it read x / the residual before
   // their producer finished. So PDL only where the kernel's PTX is sm_90+ (asked once per
   // instantiation).
-  static int ptx_version = -1;
+  static int ptx_version = -1, per_sm = 1;
   if (ptx_version < 0) {
     cudaFuncAttributes fa;
     C10_CUDA_CHECK(cudaFuncGetAttributes(&fa, skinny_gemm_kernel<T, NT, WARPS, U, RES>));
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, skinny_gemm_kernel<T, NT, WARPS, U, RES>,
+                                                                 WARPS * 32, 0));
     ptx_version = fa.ptxVersion;
   }
   pdl = pdl && ptx_version >= 90;
@@ -95,10 +97,12 @@ void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr,
   const T* xp = reinterpret_cast<const T*>(x.data_ptr());
   const T* wp = reinterpret_cast<const T*>(w.data_ptr());
   T* op = reinterpret_cast<T*>(out.data_ptr());
-  // the L2 prefetch of the next GEMM's weights by the CTAs of about the last wave (2 CTAs per SM), sm_90+ code
+  // the L2 prefetch of the next GEMM's weights by the CTAs of the last wave (as many as are resident at
+  // once), sm_90+ code
   const int grid = (N + 15) / 16;
   if (ptx_version < 90) pf = nullptr;
-  const int pf_first = pf ? std::max(0, grid - 2 * at::cuda::getCurrentDeviceProperties()->multiProcessorCount) : 0;
+  const int pf_first =
+      pf ? std::max(0, grid - std::max(1, per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount) : 0;
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, skinny_gemm_kernel<T, NT, WARPS, U, RES>, xp, x.stride(0), wp, res, ldr,
                                     op, out.stride(0), M, N, K, pf, static_cast<long long>(pf_bytes), pf_first));
 }

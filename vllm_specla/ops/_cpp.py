@@ -190,6 +190,8 @@ def skinny_problem(x, w, residual=None, out=None, warps=0, unroll=0, prefetch=No
         if residual is not None and _overlap(out, residual) and not (
                 out.data_ptr() == residual.data_ptr() and out.stride() == residual.stride()):
             return "out must be the residual itself (in place) or not overlap it"
+    if prefetch is None and prefetch_bytes not in (None, 0):
+        return f"prefetch_bytes needs a prefetch tensor, got prefetch_bytes={prefetch_bytes!r} without one"
     if prefetch is not None:
         if not isinstance(prefetch, torch.Tensor):
             return f"prefetch must be a torch.Tensor or None, got {type(prefetch).__name__}"
