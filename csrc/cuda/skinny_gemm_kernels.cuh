@@ -42,6 +42,13 @@ __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
 #endif
 }
 
+// mma.sync m16n8k16 with fp32 accumulation for operand type TY ("bf16" / "f16"): c += A x B.
+#define SG_MMA_SYNC(TY)                                                                                  \
+  asm("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, " \
+      "{%0, %1, %2, %3};"                                                                                \
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                                   \
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+
 template <typename T>
 struct Mma;
 
@@ -49,10 +56,7 @@ template <>
 struct Mma<__nv_bfloat16> {
   static __device__ __forceinline__ void run(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                              uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    SG_MMA_SYNC("bf16");
   }
   static __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
   static __device__ __forceinline__ __nv_bfloat16 from_f(float v) { return __float2bfloat16_rn(v); }
@@ -62,14 +66,12 @@ template <>
 struct Mma<__half> {
   static __device__ __forceinline__ void run(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                              uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    SG_MMA_SYNC("f16");
   }
   static __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
   static __device__ __forceinline__ __half from_f(float v) { return __float2half_rn(v); }
 };
+#undef SG_MMA_SYNC
 
 // NT: 8-token tiles (M <= 8 NT); WARPS: warps per CTA (K split); U: chunks of 32 k per load batch.
 template <typename T, int NT, int WARPS, int U, bool RES>
