@@ -11,8 +11,14 @@ the output (the unit roundoff) plus an empirical allowance for fp32 summation-or
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+from graph_timing import capture  # noqa: E402  (the benchmarks' warm-up + capture)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -95,14 +101,7 @@ def test_prefetch_changes_no_bits(gemm):
         a = gemm(x, w, prefetch=nxt)
         return a, gemm(xd, nxt, r, out=r.clone(), prefetch=w)
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        step()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        a, b = step()
+    g, (a, b) = capture(step)
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(a, ref) and torch.equal(b, gemm(xd, nxt, r))
@@ -162,14 +161,7 @@ def test_graph_with_pdl_chain(gemm):
         b = gemm(a, w1)
         return gemm(b, w2, h, out=h.clone())
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        step()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = step()
+    g, out = capture(step)
     h.copy_(_rand(M, D, dtype=torch.bfloat16, seed=7))
     g.replay()
     torch.cuda.synchronize()
