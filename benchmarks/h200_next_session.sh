@@ -74,28 +74,7 @@ print(",".join(min(r,key=lambda x:x["ms"])["setting"].split(":")[1:]) if r else 
         # PDL): steps at multiples of 264 tiles (one wave: 2 CTAs x 132 SMs) would say its waves cost a fixed time each
         # (latency-bound; s16d's profile: a partial third wave for the 577-tile in-projection); cuBLAS beside it
       skinny_build
-      cat > /tmp/nsweep.py <<'PY'
-import json, os, sys, torch
-sys.path.insert(0, "benchmarks")
-from graph_timing import graph_ms
-from vllm_specla.ops import _cpp
-_cpp.load_cuda_gemm()
-K, M, recs = 2048, 5, []
-x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-for tiles in (132, 200, 264, 265, 330, 396, 450, 528, 529, 577, 660, 792, 793):
-    N = 16 * tiles
-    ws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) for _ in range(20)]
-    sk = graph_ms(lambda: [_cpp.skinny_gemm(x, w, pdl=False) for w in ws]) / 20
-    cb = graph_ms(lambda: [x @ w.t() for w in ws]) / 20
-    r = dict(tiles=tiles, N=N, K=K, M=M, skinny_us=1e3 * sk, cublas_us=1e3 * cb, skinny_TBps=N * K * 2 / sk / 1e9,
-             cublas_TBps=N * K * 2 / cb / 1e9)
-    recs.append(r)
-    print(f"tiles {tiles:4d} N {N:6d}  skinny {r['skinny_us']:7.2f} us {r['skinny_TBps']:.2f} TB/s  "
-          f"cuBLAS {r['cublas_us']:7.2f} us {r['cublas_TBps']:.2f} TB/s", flush=True)
-    del ws
-json.dump(recs, open(os.path.join(os.environ["OUT"], "nsweep_s16g.json"), "w"), indent=1)
-PY
-      timeout 150 python /tmp/nsweep.py 2>&1 | grep -v -i warn
+      timeout 150 python benchmarks/gemm_nsweep.py --out "$OUT/nsweep_s16g.json" 2>&1 | grep -v -i warn
       ;;
   s16f)  # (as run; the 16-warp rule was reverted after it) session 16, call 6 (carry .whl): a rule whose automatic config gives 16 warps to GEMMs whose tiles fit
         # in one CTA per SM with K >= 4096 (flame's down-projection): the GEMM's GPU tests, the step's GEMM chain (flame
@@ -126,21 +105,9 @@ PY
         # in-projection (M = 5, N = 9232, K = 2048) and down-projection (N = 2048, K = 5632): where the ~2.8 TB/s goes
         # (DRAM throughput, occupancy, warp stall reasons); the report text under $OUT
       skinny_build
-      cat > /tmp/ncu_gemm.py <<'PY'
-import torch
-from vllm_specla.ops import _cpp
-_cpp.load_cuda_gemm()
-for n, k in ((9232, 2048), (2048, 5632)):
-    x = torch.randn(5, k, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-    for _ in range(3):
-        _cpp.skinny_gemm(x, w, pdl=False)
-        x @ w.t()
-torch.cuda.synchronize()
-PY
       timeout 300 ncu --kernel-name regex:"skinny|gemm|Gemm|nvjet|splitK|cutlass|xmma" --launch-skip 2 --launch-count 10 --section SpeedOfLight --section MemoryWorkloadAnalysis \
           --section Occupancy --section WarpStateStats --section LaunchStats --section SchedulerStats \
-          python /tmp/ncu_gemm.py > "$OUT/ncu_s16d.txt" 2>&1
+          python benchmarks/ncu_gemm.py > "$OUT/ncu_s16d.txt" 2>&1
       echo "ncu rc $?"
       grep -E "^  [a-zA-Z_].*\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Warp Cycles Per Issued|Grid Size|Waves Per SM|L2 Hit|Stall|ERR" \
           "$OUT/ncu_s16d.txt" | head -120
