@@ -354,6 +354,13 @@ def bench_trained(args, device: str) -> None:
             del rt
 
 
+def prefetch_flag(v: str) -> int:
+    """``--skinny-prefetch``: whole MiB, 0..64, as bytes."""
+    if not v.isdigit() or int(v) > 64:
+        raise argparse.ArgumentTypeError(f"--skinny-prefetch must be whole MiB in 0..64 (0: off), got {v!r}")
+    return int(v) << 20
+
+
 def skinny_flag(v: str) -> str:
     """``--skinny-gemm``: ``on``, ``off`` or ``W,U`` of ``ops/_cpp.py`` ``skinny_gemm`` (checked
     before the ~1 minute build)."""
@@ -386,6 +393,9 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
                     help="on, or W,U (its warps, unroll: fused.SKINNY_CONFIG): JIT-build the CUDA skinny GEMM (ops/_cpp.py "
                          "load_cuda_gemm, needs nvcc) so 2-8-row GEMMs run it instead of cuBLAS (fused.USE_SKINNY_GEMM); "
                          "off / unset: cuBLAS")
+    ap.add_argument("--skinny-prefetch", default=None, type=prefetch_flag,
+                    help="MiB of the next GEMM's weight the skinny GEMM prefetches into L2 (fused.SKINNY_PREFETCH_BYTES; "
+                         "0: off)")
     ap.add_argument("--argmax", default=None, choices=["triton", "torch"],
                     help="greedy tokens by our Triton argmax or torch's (fused.USE_TRITON_ARGMAX)")
 
@@ -402,8 +412,10 @@ def apply_kernel_flags(args, device: str) -> dict | None:
     if args.argmax:
         fused.USE_TRITON_ARGMAX = args.argmax == "triton"
     if device != "cuda":
-        if getattr(args, "skinny_gemm", None) is not None:
-            print(f"--skinny-gemm {args.skinny_gemm}: ignored on {device} (a CUDA kernel)", file=sys.stderr)
+        for flag in ("skinny_gemm", "skinny_prefetch"):
+            if getattr(args, flag, None) is not None:
+                print(f"--{flag.replace('_', '-')} {getattr(args, flag)}: ignored on {device} (a CUDA kernel)",
+                      file=sys.stderr)
         return None
     from vllm_specla.ops import pdl, triton_fused  # noqa: PLC0415
 
@@ -425,12 +437,15 @@ def apply_kernel_flags(args, device: str) -> dict | None:
             fused.SKINNY_CONFIG = tuple(int(v) for v in sg.split(","))
     if sg is not None:  # (unset: VLLM_SPECLA_SKINNY_GEMM as it is; the kernel is not built then anyway)
         fused.USE_SKINNY_GEMM = sg != "off"
+    if getattr(args, "skinny_prefetch", None) is not None:
+        fused.SKINNY_PREFETCH_BYTES = args.skinny_prefetch
     # (s11e's records had None for both the default and "off": the state is read back here)
     return dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG),
                 max_m=triton_fused.GEMV_ROWS_MAX_M, pdl=pdl.enabled(torch.empty(0, device="cuda")),
                 gating=fused.GEMV_ROWS_GATING, triton_argmax=fused.USE_TRITON_ARGMAX,
                 small=[fused.GEMV_ROWS_SMALL_MAX_M, fused.GEMV_ROWS_SMALL_BYTES],
-                skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None)
+                skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
+                skinny_prefetch=fused.SKINNY_PREFETCH_BYTES if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None)
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Next: s17a (s16b reruns session 16's final code). Session 15: benchmarks/RESULTS.md
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Next: s17c (the runtime with the L2 prefetch; s16b reruns session 16's final code). Session 15: benchmarks/RESULTS.md
 # "Session 15" (s15a-s15e as run; s15b-s15d ran a kernel variant removed after them). State after session 13: benchmarks/RESULTS.md "Session 13" (s13a, s13c-s13g as
 # run; session 14: "Session 14" (s14a-s14e as run); s13a's win: settings and --gemm-window were removed after it, s13e's grid ran the first version of the cost split). Session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
 # s12b's rows-s11 and s12c's mma: settings were removed after them). Session 11: "Session 11" (s11a-s11f as run;
@@ -61,7 +61,26 @@ print(",".join(min(r,key=lambda x:x["ms"])["setting"].split(":")[1:]) if r else 
             --skinny-gemm "$G" --tag "s16c_skinny_$G" --out "$OUT/e2e_s16c.jsonl" 2>&1 | grep "^{" | python -c "$S"
       done
       ;;
-  s17a)  # next session, call 1 (carry .whl): the skinny GEMM's L2 prefetch of the next GEMM's weight (prefetch=, written in
+  s17c)  # session 17, call 3 (carry .whl): the L2 prefetch in the decode runtime (every GEMM names the next one's
+        # weight, fused.linear(prefetch=); 4 MiB, s17a / s17b's best): the GPU tests of the GEMM and the runtime, then
+        # e2e with --skinny-prefetch 0 / 4, twice in alternation (batch 1, K = 4 / 6; batch 4, K = 4; alpha 0.8)
+      skinny_build
+      pytest_log s17c 240 -rs tests/test_skinny_gemm_gpu.py tests/test_decode_runtime_gpu.py
+      for R in 1 2; do
+        for P in 0 4; do
+          timeout 100 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 4,6 --alphas 0.8 --snapshot-ks "" \
+              --skinny-gemm on --skinny-prefetch $P --tag "s17c_pf${P}_r$R" --out "$OUT/e2e_s17c.jsonl" 2>&1 | grep "^{" | \
+              python -c "$S"
+        done
+      done
+      for P in 0 4; do
+        timeout 60 python benchmarks/bench_e2e.py --shapes flame --batches 4 --ks 4 --alphas 0.8 --snapshot-ks "" \
+            --skinny-gemm on --skinny-prefetch $P --tag "s17c_b4_pf$P" --out "$OUT/e2e_s17c.jsonl" 2>&1 | grep "^{" | \
+            python -c "$S"
+      done
+      ;;
+  s17a)  # (as run) session 17, call 1; s17b (as run, a bare command): skinny:8:8 / skinny-pf:8:8:1 / 2 / 4 / 6, twice.
+        # next session, call 1 (carry .whl): the skinny GEMM's L2 prefetch of the next GEMM's weight (prefetch=, written in
         # session 16 after its last call, never built on a GPU): build, its GPU tests, then the step's GEMM chain with each
         # GEMM prefetching the first 4 / 8 / 16 / 32 MiB of the next one's weight (s16g: a fixed ~3.6 us per GEMM)
       skinny_build

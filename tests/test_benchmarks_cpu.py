@@ -120,6 +120,10 @@ def test_skinny_config_flags():
     for bad in ("16,2", "8,8,0", "8", "a,b", "0,4", ""):
         with pytest.raises(argparse.ArgumentTypeError, match="'W,U'"):
             bench_e2e.skinny_flag(bad)
+    assert [bench_e2e.prefetch_flag(v) for v in ("0", "4", "64")] == [0, 4 << 20, 64 << 20]
+    for bad in ("-1", "65", "1.5", "4M", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="--skinny-prefetch must be whole MiB"):
+            bench_e2e.prefetch_flag(bad)
     env = dict(os.environ, PYTHONPATH=ROOT)
     for bad in ("skinny:16:2", "skinny:8:8:0", "skinny-nopdl:8", "bogus", "", "rows:4:x:4", "rows:4:512",
                 "skinny-pf:8:8", "skinny-pf:8:8:0", "skinny-pf:16:2:4"):

@@ -187,6 +187,44 @@ def test_fused_eagle_equals_reference_drafter(models, pair):
     assert float((got - ref).norm() / ref.norm()) < 1e-5
 
 
+def test_each_gemm_names_the_next_gemms_weight(models, pair, monkeypatch):
+    """``fused.linear(prefetch=)`` (the skinny GEMM's L2 prefetch) gets the weight of the GEMM that runs
+    next: in-projection -> o -> gate/up -> down -> the next layer's in-projection, the last block's
+    down-projection the LM head (the draft head with a draft vocabulary), the drafter's fc its first
+    in-projection. Recorded on the CPU through ``fused.linear`` (every GEMM of the step calls it)."""
+    from vllm_specla.ops import fused
+    from vllm_specla.runtime.decode import drafter_config
+
+    tm, _ = models
+    _, tgt, dr = pair
+    seen = []
+    real = fused.linear
+
+    def rec(x, w, *a, prefetch=None, **kw):
+        seen.append((w, prefetch))
+        return real(x, w, *a, prefetch=prefetch, **kw)
+
+    monkeypatch.setattr(fused, "linear", rec)
+
+    def chain(stack):
+        return [w for L in stack.layers for w in (L.w_in, L.w_o, L.w_gu, L.w_down)]
+
+    toks = _prompts(2, 3, 9)
+    tgt.hidden(toks, allocate_layer_states(tm.config, 2, 0), "ar", StepCtrl.uniform(2, 3, "cpu"))
+    ws = chain(tgt.stack)
+    assert len(seen) == len(ws) and len(ws) >= 8
+    assert all(a is w and p is n for (a, p), w, n in zip(seen, ws, ws[1:] + [tgt.lm_head]))
+    vocab = torch.arange(0, 4000, 2)
+    for d, head in ((dr, tgt.lm_head), (dr.with_draft_vocab(vocab), None)):
+        seen.clear()
+        f = torch.randn(6, tm.config.hidden_size)
+        d.hidden(toks, f, allocate_layer_states(drafter_config(d), 2, 0), "ar", StepCtrl.uniform(2, 3, "cpu"))
+        ws = [d.fc] + chain(d.stack)
+        tail = head if head is not None else d.head.weight
+        assert all(a is w and p is n for (a, p), w, n in zip(seen, ws, ws[1:] + [tail]))
+        assert len(seen) == len(ws)
+
+
 def test_snapshot_mode_ragged_prompts_and_set_alpha(pair):
     _, tgt, dr = pair
     prompts = [list(range(9, 9 + n)) for n in (2, 7)]

@@ -187,10 +187,11 @@ def test_skinny_gemm_rule_and_route(monkeypatch):
     for m in range(2, fused.SKINNY_MAX_M + 1):  # accepted -> valid for the op (CPU: only "CUDA" is left)
         with pytest.raises(ValueError, match="CUDA tensors"):
             _cpp.skinny_gemm(torch.randn(m, 32).to(bf), w, torch.randn(m, 64).to(bf))
-    calls = []
+    calls, pfs = [], []
 
-    def fake(x, w_, residual=None, out=None, warps=0, unroll=0, pdl=None):
+    def fake(x, w_, residual=None, out=None, warps=0, unroll=0, pdl=None, prefetch=None, prefetch_bytes=None):
         calls.append((x.shape[0], residual is not None, out is not None and out is residual))
+        pfs.append((prefetch, prefetch_bytes))
         y = fused.linear_ref(x, w_, residual=residual)
         return out.copy_(y) if out is not None else y
 
@@ -203,6 +204,19 @@ def test_skinny_gemm_rule_and_route(monkeypatch):
     z = fused.linear(y, torch.randn(32, 64).to(bf), residual=r, residual_inplace=True)
     assert z is r and not torch.equal(r, r0)
     assert calls == [(5, False, False), (5, True, True)]
+    assert pfs == [(None, 0), (None, 0)]
+    # the next GEMM's weight as an L2 prefetch: its first SKINNY_PREFETCH_BYTES (or all of it), in 16s
+    big, small = torch.randn(4096, 1024).to(bf), torch.randn(9, 3).to(bf)  # 8 MiB; 54 bytes
+    fused.linear(x, w, prefetch=big)
+    fused.linear(x, w, prefetch=small)
+    assert pfs[2][0] is big and pfs[2][1] == fused.SKINNY_PREFETCH_BYTES == 4 << 20
+    assert pfs[3][0] is small and pfs[3][1] == 48
+    for bad in (big.t(), torch.randn(9).to(bf)[1:], torch.randn(1).to(bf)):  # not contiguous / unaligned / < 16 bytes
+        fused.linear(x, w, prefetch=bad)
+        assert pfs[-1] == (None, 0)
+    monkeypatch.setattr(fused, "SKINNY_PREFETCH_BYTES", 0)  # off
+    fused.linear(x, w, prefetch=big)
+    assert pfs[-1] == (None, 0)
     monkeypatch.setattr(fused, "USE_SKINNY_GEMM", False)
     assert not take(x, w, None)
 

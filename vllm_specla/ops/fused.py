@@ -102,7 +102,7 @@ GEMV_ROWS_SMALL_MAX_M = 8
 GEMV_ROWS_SMALL_BYTES = 4 << 20
 
 
-def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=False):
+def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=False, prefetch=None):
     """``[RMSNorm(x)] @ w.T [+ residual]``: on CUDA the row GEMV when :func:`_rows_impl` takes the
     GEMM (one row, or up to ``GEMV_ROWS_SMALL_MAX_M`` rows on a small weight; ``USE_GEMV_ROWS``,
     :func:`vllm_specla.ops.triton_fused.gemv_rows`), else the RMSNorm kernel + the CUDA skinny GEMM
@@ -113,7 +113,12 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
     accumulates onto it with beta = 1). ``torch.addmm(residual, ...)`` first copies ``residual`` into
     a new output: one device-to-device copy of the residual stream per call, two per block and
     step in the decode runtime (the "Memcpy DtoD" rows of ``benchmarks/step_breakdown.py``). The
-    same GEMM with the same operands, so the values are the same."""
+    same GEMM with the same operands, so the values are the same.
+
+    ``prefetch``: the weight of the GEMM that runs next in the stream (``[N', K']``, any dtype), or
+    None. Where the skinny GEMM runs this one, it prefetches the first
+    :data:`SKINNY_PREFETCH_BYTES` of it into L2 as it finishes (:func:`_prefetch_args`); the other
+    paths ignore it. A hint: it changes no value."""
     impl = _rows_impl(x, w, residual, False, norm_weight)
     if impl is not None:  # the row GEMV (see _rows_impl), the norm its prologue or its own kernel
         if norm_weight is not None and not GEMV_ROWS_PROLOGUE:
@@ -124,8 +129,9 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
         x = rms_norm(x, norm_weight, eps, w.dtype)
     x = x.to(w.dtype)
     if _skinny_takes(x, w, residual):
+        pf, pf_bytes = _prefetch_args(prefetch, w)
         return _cpp.skinny_gemm(x, w, residual, out=residual if residual is not None and residual_inplace else None,
-                                warps=SKINNY_CONFIG[0], unroll=SKINNY_CONFIG[1])
+                                warps=SKINNY_CONFIG[0], unroll=SKINNY_CONFIG[1], prefetch=pf, prefetch_bytes=pf_bytes)
     if residual is None:
         return x @ w.t()
     return residual.addmm_(x, w.t()) if residual_inplace else torch.addmm(residual, x, w.t())
@@ -137,7 +143,7 @@ GEMV_ROWS_GATING = True
 
 
 def linear_gating(x, w, norm_weight, eps, a0, A_log, dt_bias, allow_neg_eigval=False, valid_len=None,
-                  tokens_per_row=1):
+                  tokens_per_row=1, prefetch=None):
     """The in-projection and the GDN gating of its ``a | b`` columns: ``p = linear(x, w,
     norm_weight, eps)`` and ``(g, beta) = gdn_gating(p[:, a0 : a0 + HV], p[:, a0 + HV : a0 + 2 HV],
     A_log, dt_bias, allow_neg_eigval, valid_len, tokens_per_row)`` with ``HV = A_log.numel()``.
@@ -146,7 +152,7 @@ def linear_gating(x, w, norm_weight, eps, a0, A_log, dt_bias, allow_neg_eigval=F
     are column views of one ``[N, 2 HV]`` buffer, as :func:`gdn_gating` returns them. With
     :data:`GEMV_ROWS_GATING` on, a GEMM the row GEMV takes (:func:`_rows_impl`) without
     ``valid_len`` runs it with the gating as its epilogue (the same math on the same rounded
-    outputs); otherwise the two ops run as above."""
+    outputs); otherwise the two ops run as above. ``prefetch``: as in :func:`linear`."""
     impl = _rows_impl(x, w, None, False, norm_weight) if GEMV_ROWS_GATING and valid_len is None else None
     HV = A_log.numel()
     if impl is not None and a0 + 2 * HV <= w.shape[0] and A_log.is_contiguous() and dt_bias.is_contiguous():
@@ -155,7 +161,7 @@ def linear_gating(x, w, norm_weight, eps, a0, A_log, dt_bias, allow_neg_eigval=F
         gb = torch.empty(x.shape[0], 2 * HV, dtype=torch.float32, device=x.device)
         p = impl.gemv_rows(x, w, norm_weight, eps, gating=(gb, a0, A_log, dt_bias, allow_neg_eigval))
         return p, gb[:, :HV], gb[:, HV:]
-    p = linear(x, w, norm_weight, eps)
+    p = linear(x, w, norm_weight, eps, prefetch=prefetch)
     g, beta = gdn_gating(p[:, a0 : a0 + HV], p[:, a0 + HV : a0 + 2 * HV], A_log, dt_bias, allow_neg_eigval,
                          valid_len, tokens_per_row)
     return p, g, beta
@@ -173,6 +179,25 @@ USE_SKINNY_GEMM = _SKINNY_ENV == "1"
 SKINNY_MAX_M = 8
 # (warps, unroll) of ops/_cpp.py skinny_gemm; (0, 0): its automatic choice
 SKINNY_CONFIG = (0, 0)
+
+
+# The skinny GEMM's L2 prefetch of the next GEMM's weight (``linear(prefetch=)``, ops/_cpp.py skinny_gemm):
+# bytes from its start, 0 = off. The step's GEMM chain (bench_blas.py skinny-pf, RESULTS.md session 17):
+# 4 MiB was the best size in both calls (flame M = 5 / 8 0.6-2.7 % / 2.7 % faster, map 0.3-1.1 %); 16 and
+# 32 MiB were 1-7 % slower than none, 1 MiB 1-2.5 % slower.
+SKINNY_PREFETCH_BYTES = 4 << 20
+
+
+def _prefetch_args(prefetch: torch.Tensor | None, w: torch.Tensor) -> tuple[torch.Tensor | None, int]:
+    """``(tensor, bytes)`` for ``_cpp.skinny_gemm(prefetch=, prefetch_bytes=)``: the first
+    ``min(SKINNY_PREFETCH_BYTES, its bytes)`` (rounded down to 16) of ``prefetch``, or ``(None, 0)``
+    when it is None, off (``SKINNY_PREFETCH_BYTES = 0``) or a tensor the op would refuse (not
+    contiguous, not 16-byte aligned, on another device than ``w``): a hint is never an error."""
+    if (prefetch is None or SKINNY_PREFETCH_BYTES <= 0 or prefetch.device != w.device
+            or not prefetch.is_contiguous() or prefetch.data_ptr() % 16):
+        return None, 0
+    n = min(SKINNY_PREFETCH_BYTES, prefetch.numel() * prefetch.element_size()) // 16 * 16
+    return (prefetch, n) if n else (None, 0)
 
 
 def _skinny_takes(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None) -> bool:
@@ -215,7 +240,7 @@ def _rows_impl(x, w, residual=None, prologue: bool = False, norm_weight=None):
     return impl
 
 
-def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual_inplace=False):
+def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual_inplace=False, prefetch=None):
     """``linear(gated_rms_norm(o, gate, norm_weight, eps, act, w.dtype), w, residual=...)``.
 
     ``o [N, HV, V]`` (any float dtype), ``gate [N, HV*V]`` or None, ``norm_weight [V]`` float32,
@@ -224,7 +249,7 @@ def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual
     is fla ``FusedRMSNormGated`` (:func:`gated_rms_norm_ref`). With ``GEMV_ROWS_PROLOGUE`` on row-GEMV
     CUDA input it is the row GEMV's prologue (one launch instead of two) when ``o`` is dense
     (``[N, HV*V]`` viewable), ``V`` a power of two dividing the config's BK, and ``gate`` 2-D with a
-    dense feature dim; otherwise the two kernels run.
+    dense feature dim; otherwise the two kernels run. ``prefetch``: as in :func:`linear`.
     """
     N, HV, V = o.shape
     on = o.reshape(N, HV * V) if o.stride(-1) == 1 and o.stride(1) == V else None
@@ -237,19 +262,19 @@ def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual
                               prologue="gated_rms_norm", gate=gate, head_dim=V,
                               gate_act="sigmoid" if act == "sigmoid" else "silu")
     y = gated_rms_norm(o, gate, norm_weight, eps, act, w.dtype)
-    return linear(y, w, residual=residual, residual_inplace=residual_inplace)
+    return linear(y, w, residual=residual, residual_inplace=residual_inplace, prefetch=prefetch)
 
 
-def silu_mul_linear(x, w, residual=None, residual_inplace=False):
+def silu_mul_linear(x, w, residual=None, residual_inplace=False, prefetch=None):
     """``linear(silu_mul(x), w, residual=...)``: ``x [N, 2I]``, ``w [out, I]``, ``residual [N, out]``
     (added; in place with ``residual_inplace``); returns ``[N, out]`` in ``w.dtype``. The SwiGLU is
     fla ``GatedMLP``'s (:func:`silu_mul_ref`); with ``GEMV_ROWS_PROLOGUE`` on row-GEMV CUDA input
-    it is the row GEMV's prologue (one launch instead of two)."""
+    it is the row GEMV's prologue (one launch instead of two). ``prefetch``: as in :func:`linear`."""
     impl = _rows_impl(x, w, residual, True) if x.dim() == 2 and x.shape[-1] == 2 * w.shape[-1] else None
     if impl is not None:
         return impl.gemv_rows(x, w, residual=residual, prologue="silu_mul",
                               out=residual if residual is not None and residual_inplace else None)
-    return linear(silu_mul(x), w, residual=residual, residual_inplace=residual_inplace)
+    return linear(silu_mul(x), w, residual=residual, residual_inplace=residual_inplace, prefetch=prefetch)
 
 
 def rms_norm(x, weight, eps, out_dtype=None):

@@ -147,17 +147,19 @@ class FusedGDN:
         self.config = self.layers[0].config
 
     def layer_forward(self, h: torch.Tensor, L: _Layer, st: LayerState, mode: str, ctrl: StepCtrl, T: int,
-                      snap: torch.Tensor | None = None) -> torch.Tensor:
+                      snap: torch.Tensor | None = None, next_w: torch.Tensor | None = None) -> torch.Tensor:
         """One block on ``h [B*T, D]`` (the residual stream, ``dtype``); returns the new stream.
         It is ``h`` itself: the two residual adds accumulate into it in place (cuBLAS ``addmm_`` or
         the row GEMV's in-place residual; no copy of the stream per add), so callers pass a tensor
-        they no longer need."""
+        they no longer need. Each GEMM names the next one's weight (``fused.linear(prefetch=)``, an L2
+        hint of the skinny GEMM); ``next_w``: the weight of the GEMM after the block's last."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         d, c = L.dims, L.config
         C, G = d.conv_dim, L.G
         p, g, beta = fused.linear_gating(h, L.w_in, L.attn_norm_w, L.eps, C + G, L.A_log, L.dt_bias,
-                                         c.allow_neg_eigval, ctrl.valid_len if mode == "commit" else None, T)
+                                         c.allow_neg_eigval, ctrl.valid_len if mode == "commit" else None, T,
+                                         prefetch=L.w_o)
         xc = p[:, :C]
         gate = p[:, C : C + G] if G else None
         # ---- short conv (+ SiLU) ----
@@ -201,16 +203,19 @@ class FusedGDN:
         else:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         h = fused.gated_norm_linear(o, gate, L.o_norm_w, L.eps, c.output_gate_activation, L.w_o, residual=h,
-                                    residual_inplace=True)
-        gu = fused.linear(h, L.w_gu, L.mlp_norm_w, L.eps)
-        return fused.silu_mul_linear(gu, L.w_down, residual=h, residual_inplace=True)
+                                    residual_inplace=True, prefetch=L.w_gu)
+        gu = fused.linear(h, L.w_gu, L.mlp_norm_w, L.eps, prefetch=L.w_down)
+        return fused.silu_mul_linear(gu, L.w_down, residual=h, residual_inplace=True, prefetch=next_w)
 
     def forward(self, h: torch.Tensor, states: list[LayerState], mode: str, ctrl: StepCtrl, T: int,
-                snaps: list[torch.Tensor] | None = None) -> torch.Tensor:
+                snaps: list[torch.Tensor] | None = None, tail_w: torch.Tensor | None = None) -> torch.Tensor:
         """All blocks on ``h [B*T, D]`` (``snaps``: per-layer ``[B, Tmax, HV, V, K]`` for ``"snapshot"``);
-        ``h`` is consumed (the residual adds run in place, :meth:`layer_forward`)."""
+        ``h`` is consumed (the residual adds run in place, :meth:`layer_forward`). ``tail_w``: the
+        weight of the GEMM after the stack (an LM head), the last block's prefetch."""
+        n = len(self.layers)
         for i, (L, st) in enumerate(zip(self.layers, states)):
-            h = self.layer_forward(h, L, st, mode, ctrl, T, snaps[i] if snaps is not None else None)
+            h = self.layer_forward(h, L, st, mode, ctrl, T, snaps[i] if snaps is not None else None,
+                                   next_w=self.layers[i + 1].w_in if i + 1 < n else tail_w)
         return h
 
 
@@ -233,7 +238,7 @@ class FusedTarget:
     def hidden(self, tokens: torch.Tensor, states, mode: str, ctrl: StepCtrl, snaps=None) -> torch.Tensor:
         B, T = tokens.shape
         h = self.embed[tokens.reshape(-1)]
-        h = self.stack.forward(h, states, mode, ctrl, T, snaps)
+        h = self.stack.forward(h, states, mode, ctrl, T, snaps, tail_w=self.lm_head)
         return fused.rms_norm(h, self.norm_w, self.eps, self.dtype)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -278,6 +283,7 @@ class FusedEagle:
         """``tokens [B, T]``, ``feats [B*T, D]`` -> predicted next features ``[B*T, D]``."""
         B, T = tokens.shape
         e = self.target.embed[tokens.reshape(-1)]
-        h = fused.linear(torch.cat([e, feats.to(self.dtype)], -1), self.fc)
-        h = self.stack.forward(h, states, mode, ctrl, T)
+        h = fused.linear(torch.cat([e, feats.to(self.dtype)], -1), self.fc, prefetch=self.stack.layers[0].w_in)
+        h = self.stack.forward(h, states, mode, ctrl, T,
+                               tail_w=self.target.lm_head if self.head is None else self.head.weight)
         return fused.rms_norm(h, self.norm_w, self.eps, self.dtype)
