@@ -61,7 +61,24 @@ print(",".join(min(r,key=lambda x:x["ms"])["setting"].split(":")[1:]) if r else 
             --skinny-gemm "$G" --tag "s16c_skinny_$G" --out "$OUT/e2e_s16c.jsonl" 2>&1 | grep "^{" | python -c "$S"
       done
       ;;
-  s17c)  # session 17, call 3 (carry .whl): the L2 prefetch in the decode runtime (every GEMM names the next one's
+  s17d)  # session 17, call 4 (carry .whl): the row GEMV's L2 prefetch of the next weight (gemv_rows(prefetch=), the
+        # one-row GEMMs of the AR step and the drafter): its GPU tests, the step's one-row GEMM chain with 0 / 2 / 4 / 8
+        # MiB prefetched (twice), then e2e batch 1 (K = 6, alpha 0.8, the skinny GEMM and its prefetch on) with
+        # --rows-prefetch 0 / 4
+      skinny_build
+      pytest_log s17d 200 -rs tests/test_fused_gpu.py -k "prefetch or pdl_chain or gemv_rows"
+      for R in 1 2; do
+        timeout 80 python benchmarks/bench_blas.py --shapes flame,map --ms 1 \
+            --settings rows:8:1024:8,rows-pf:8:1024:8:2,rows-pf:8:1024:8:4,rows-pf:8:1024:8:8 \
+            --out "$OUT/blas_s17d_$R.json" 2>&1 | grep -v -i warn
+      done
+      for P in 0 4; do
+        timeout 90 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
+            --skinny-gemm on --rows-prefetch $P --tag "s17d_rpf$P" --out "$OUT/e2e_s17d.jsonl" 2>&1 | grep "^{" | \
+            python -c "$S"
+      done
+      ;;
+  s17c)  # (as run) session 17, call 3 (carry .whl): the L2 prefetch in the decode runtime (every GEMM names the next one's
         # weight, fused.linear(prefetch=); 4 MiB, s17a / s17b's best): the GPU tests of the GEMM and the runtime, then
         # e2e with --skinny-prefetch 0 / 4, twice in alternation (batch 1, K = 4 / 6; batch 4, K = 4; alpha 0.8)
       skinny_build
