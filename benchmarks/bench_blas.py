@@ -24,8 +24,6 @@ The settings:
                num_warps); ``--rows-sweep`` adds a grid of them (M <= 2), ``--multi-sweep``
                another (M >= 2)
   rows-nopdl:...  the same without programmatic dependent launch
-  rows-pf:BN:BK:W:MB  rows:BN:BK:W, each GEMM prefetching the first MB MiB of the next GEMM's weight
-               into L2 (``gemv_rows(prefetch=...)``)
   skinny:W:U   not cuBLAS: the CUDA skinny GEMM (``csrc/cuda/skinny_gemm.cu``, ``ops/_cpp.py``
                ``skinny_gemm``; tensor-core MMAs with the weight as the A operand, M <= 16) at W
                warps per CTA and U k-chunks per load batch (0:0 = automatic), with programmatic
@@ -100,8 +98,6 @@ def make_step(weights, head, M: int, D: int, form: str, device, dtype):
 
         kind, *cfg = form.split(":")
         cfg = tuple(int(v) for v in cfg)
-        pf_bytes = cfg[3] << 20 if kind == "rows-pf" else 0
-        cfg = cfg[:3]
         gemv = functools.partial(tf.gemv_rows, pdl=False) if kind == "rows-nopdl" else tf.gemv_rows
 
     skinny = form.startswith("skinny")
@@ -113,15 +109,15 @@ def make_step(weights, head, M: int, D: int, form: str, device, dtype):
         kind, wv, uv, *mb = form.split(":")
         sg = functools.partial(_cpp.skinny_gemm, warps=int(wv), unroll=int(uv), pdl=kind != "skinny-nopdl")
         pf_bytes = int(mb[0]) << 20 if mb else 0
-    # the chain's weights in launch order: each GEMM prefetches the next one's (skinny-pf / rows-pf)
-    order = [w for ws in weights for w in ws] + [head]
-    nxt = {id(a): b for a, b in zip(order, order[1:] + order[:1])}  # (the head: the next replay's first)
+        # the chain's weights in launch order: each GEMM prefetches the next one's (skinny-pf)
+        order = [w for ws in weights for w in ws] + [head]
+        nxt = {id(a): b for a, b in zip(order, order[1:] + order[:1])}  # (the head: the next replay's first)
 
-    def pf(w):
-        if not (rows or skinny) or not pf_bytes:
-            return {}
-        n = nxt[id(w)]
-        return dict(prefetch=n, prefetch_bytes=min(pf_bytes, n.numel() * n.element_size()) // 16 * 16)
+        def pf(w):
+            if not pf_bytes:
+                return {}
+            n = nxt[id(w)]
+            return dict(prefetch=n, prefetch_bytes=min(pf_bytes, n.numel() * n.element_size()) // 16 * 16)
 
     def fn():
         res.copy_(h0)
@@ -132,10 +128,10 @@ def make_step(weights, head, M: int, D: int, form: str, device, dtype):
                 outs["gu"] = sg(xs[2], w_gu, **pf(w_gu))
                 sg(xs[3], w_down, res, out=res, **pf(w_down))
             elif rows:
-                outs["p"] = gemv(xs[0], w_in, config=cfg, **pf(w_in))
-                gemv(xs[1], w_o, residual=res, out=res, config=cfg, **pf(w_o))
-                outs["gu"] = gemv(xs[2], w_gu, config=cfg, **pf(w_gu))
-                gemv(xs[3], w_down, residual=res, out=res, config=cfg, **pf(w_down))
+                outs["p"] = gemv(xs[0], w_in, config=cfg)
+                gemv(xs[1], w_o, residual=res, out=res, config=cfg)
+                outs["gu"] = gemv(xs[2], w_gu, config=cfg)
+                gemv(xs[3], w_down, residual=res, out=res, config=cfg)
             elif form == "w_x":  # [N, 1] results (M = 1): the same memory as [1, N]
                 outs["p"] = w_in @ xs[0].t()
                 res.view(D, 1).addmm_(w_o, xs[1].t())
@@ -149,7 +145,7 @@ def make_step(weights, head, M: int, D: int, form: str, device, dtype):
         if skinny:
             outs["logits"] = sg(res, head, **pf(head))
         elif rows:
-            outs["logits"] = gemv(res, head, config=cfg, **pf(head))
+            outs["logits"] = gemv(res, head, config=cfg)
         else:
             outs["logits"] = (head @ res.t()).t() if form == "w_x" else res @ head.t()
 
@@ -182,21 +178,17 @@ def main() -> None:
         kind, _, cfg = n.partition(":")
         if n in SETTINGS:
             continue
-        if kind in ("rows", "rows-nopdl", "rows-pf"):
+        if kind in ("rows", "rows-nopdl"):
             try:
                 rc = tuple(int(v) for v in cfg.split(":"))
             except ValueError:
                 rc = ()
-            if kind == "rows-pf" and (len(rc) != 4 or rc[3] < 1):
-                rc = ()
-            if len(rc) != (4 if kind == "rows-pf" else 3) or rc[0] < 1 or rc[1] < 0 or rc[2] < 1:
-                raise SystemExit(f"setting {n!r}: row-GEMV settings are rows:BN:BK:W / rows-nopdl:BN:BK:W / "
-                                 f"rows-pf:BN:BK:W:MB with integers BN >= 1, BK >= 0 (0: one tile), W >= 1 warps, "
-                                 f"MB >= 1 (MiB of the next GEMM's weight prefetched into L2)")
+            if len(rc) != 3 or rc[0] < 1 or rc[1] < 0 or rc[2] < 1:
+                raise SystemExit(f"setting {n!r}: row-GEMV settings are rows:BN:BK:W / rows-nopdl:BN:BK:W with "
+                                 f"integers BN >= 1, BK >= 0 (0: one tile), W >= 1 warps")
             continue
         if kind not in ("skinny", "skinny-nopdl", "skinny-pf"):
             raise SystemExit(f"setting {n!r}: not one of {', '.join(SETTINGS)}, rows:BN:BK:W, rows-nopdl:BN:BK:W, "
-                             f"rows-pf:BN:BK:W:MB, "
                              f"skinny:W:U, skinny-nopdl:W:U, skinny-pf:W:U:MB")
         if kind in ("skinny", "skinny-nopdl", "skinny-pf"):
             try:

@@ -355,10 +355,9 @@ def bench_trained(args, device: str) -> None:
 
 
 def prefetch_flag(v: str) -> int:
-    """``--skinny-prefetch`` / ``--rows-prefetch``: whole MiB, 0..64, as bytes."""
+    """``--skinny-prefetch``: whole MiB, 0..64, as bytes."""
     if not v.isdigit() or int(v) > 64:
-        raise argparse.ArgumentTypeError(f"--skinny-prefetch / --rows-prefetch must be whole MiB in 0..64 (0: off), "
-                                         f"got {v!r}")
+        raise argparse.ArgumentTypeError(f"--skinny-prefetch must be whole MiB in 0..64 (0: off), got {v!r}")
     return int(v) << 20
 
 
@@ -397,9 +396,6 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--skinny-prefetch", default=None, type=prefetch_flag,
                     help="MiB of the next GEMM's weight the skinny GEMM prefetches into L2 (fused.SKINNY_PREFETCH_BYTES; "
                          "0: off)")
-    ap.add_argument("--rows-prefetch", default=None, type=prefetch_flag,
-                    help="MiB of the next GEMM's weight the row GEMV prefetches into L2 (fused.GEMV_ROWS_PREFETCH_BYTES; "
-                         "0: off)")
     ap.add_argument("--argmax", default=None, choices=["triton", "torch"],
                     help="greedy tokens by our Triton argmax or torch's (fused.USE_TRITON_ARGMAX)")
 
@@ -416,7 +412,7 @@ def apply_kernel_flags(args, device: str) -> dict | None:
     if args.argmax:
         fused.USE_TRITON_ARGMAX = args.argmax == "triton"
     if device != "cuda":
-        for flag in ("skinny_gemm", "skinny_prefetch", "rows_prefetch"):
+        for flag in ("skinny_gemm", "skinny_prefetch"):
             if getattr(args, flag, None) is not None:
                 print(f"--{flag.replace('_', '-')} {getattr(args, flag)}: ignored on {device} (a CUDA kernel)",
                       file=sys.stderr)
@@ -429,8 +425,6 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         triton_fused.GEMV_ROWS_CONFIG = tuple(int(v) for v in cfg[:3])
     if args.rows_max_m is not None:
         triton_fused.GEMV_ROWS_MAX_M = args.rows_max_m
-    if getattr(args, "rows_prefetch", None) is not None:
-        fused.GEMV_ROWS_PREFETCH_BYTES = args.rows_prefetch
     if args.pdl:
         pdl.ENABLED = args.pdl == "on"
     from vllm_specla.ops import _cpp  # noqa: PLC0415
@@ -450,7 +444,6 @@ def apply_kernel_flags(args, device: str) -> dict | None:
                 max_m=triton_fused.GEMV_ROWS_MAX_M, pdl=pdl.enabled(torch.empty(0, device="cuda")),
                 gating=fused.GEMV_ROWS_GATING, triton_argmax=fused.USE_TRITON_ARGMAX,
                 small=[fused.GEMV_ROWS_SMALL_MAX_M, fused.GEMV_ROWS_SMALL_BYTES],
-                rows_prefetch=fused.GEMV_ROWS_PREFETCH_BYTES if fused.USE_GEMV_ROWS else None,
                 skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_prefetch=fused.SKINNY_PREFETCH_BYTES if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None)
 

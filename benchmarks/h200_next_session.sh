@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Next: s17c (the runtime with the L2 prefetch; s16b reruns session 16's final code). Session 15: benchmarks/RESULTS.md
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Next: s17c reruns session 17's final code (the runtime with the skinny GEMM's L2 prefetch); session 17: benchmarks/RESULTS.md "Session 17" (s17a-s17d as run). Session 15: benchmarks/RESULTS.md
 # "Session 15" (s15a-s15e as run; s15b-s15d ran a kernel variant removed after them). State after session 13: benchmarks/RESULTS.md "Session 13" (s13a, s13c-s13g as
 # run; session 14: "Session 14" (s14a-s14e as run); s13a's win: settings and --gemm-window were removed after it, s13e's grid ran the first version of the cost split). Session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
 # s12b's rows-s11 and s12c's mma: settings were removed after them). Session 11: "Session 11" (s11a-s11f as run;
@@ -61,7 +61,8 @@ print(",".join(min(r,key=lambda x:x["ms"])["setting"].split(":")[1:]) if r else 
             --skinny-gemm "$G" --tag "s16c_skinny_$G" --out "$OUT/e2e_s16c.jsonl" 2>&1 | grep "^{" | python -c "$S"
       done
       ;;
-  s17d)  # session 17, call 4 (carry .whl): the row GEMV's L2 prefetch of the next weight (gemv_rows(prefetch=), the
+  s17d)  # (as run; the row GEMV's prefetch was removed after it: its code is in commit 39d6a88, so s17d cannot be rerun)
+        # session 17, call 4 (carry .whl): the row GEMV's L2 prefetch of the next weight (gemv_rows(prefetch=), the
         # one-row GEMMs of the AR step and the drafter): its GPU tests, the step's one-row GEMM chain with 0 / 2 / 4 / 8
         # MiB prefetched (twice), then e2e batch 1 (K = 6, alpha 0.8, the skinny GEMM and its prefetch on) with
         # --rows-prefetch 0 / 4

@@ -122,19 +122,18 @@ def test_skinny_config_flags():
             bench_e2e.skinny_flag(bad)
     assert [bench_e2e.prefetch_flag(v) for v in ("0", "4", "64")] == [0, 4 << 20, 64 << 20]
     for bad in ("-1", "65", "1.5", "4M", ""):
-        with pytest.raises(argparse.ArgumentTypeError, match="--skinny-prefetch / --rows-prefetch must be whole MiB"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--skinny-prefetch must be whole MiB"):
             bench_e2e.prefetch_flag(bad)
     env = dict(os.environ, PYTHONPATH=ROOT)
     for bad in ("skinny:16:2", "skinny:8:8:0", "skinny-nopdl:8", "bogus", "", "rows:4:x:4", "rows:4:512",
-                "skinny-pf:8:8", "skinny-pf:8:8:0", "skinny-pf:16:2:4", "rows-pf:8:1024:8", "rows-pf:8:1024:8:0",
-                "rows:8:1024:8:4"):
+                "skinny-pf:8:8", "skinny-pf:8:8:0", "skinny-pf:16:2:4"):
         r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_blas.py"), "--dry-cpu", "--shapes",
                             "tiny", "--settings", f"default,{bad}"], env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode != 0 and f"setting {bad!r}" in r.stderr
 
 
 def test_bench_blas_prefetch_chain(monkeypatch):
-    """``bench_blas.py skinny-pf:W:U:MB`` (and ``rows-pf:BN:BK:W:MB``): every GEMM of the step prefetches the next launched weight
+    """``bench_blas.py skinny-pf:W:U:MB``: every GEMM of the step prefetches the next launched weight
     (layer by layer, the LM head the first layer's, for the next replay), at most MB MiB of it,
     rounded down to 16 bytes; plain ``skinny:W:U`` passes no prefetch. (A stand-in records the calls:
     the op itself is CUDA-only.)"""
@@ -165,25 +164,3 @@ def test_bench_blas_prefetch_chain(monkeypatch):
             assert [c[2] for c in calls] == [min(mib << 20, n.numel() * 4) // 16 * 16 for n in order[1:] + order[:1]]
         else:
             assert all(c[1] is None and c[2] is None for c in calls)
-    # rows-pf:BN:BK:W:MB: the row GEMV's chain, the same order and sizes; plain rows:BN:BK:W none
-    from vllm_specla.ops import triton_fused  # noqa: PLC0415
-
-    rcalls = []
-
-    def fake_rows(x, w, norm_weight=None, eps=1e-6, residual=None, out=None, config=None, prefetch=None,
-                  prefetch_bytes=0, **kw):
-        rcalls.append((w, prefetch, prefetch_bytes, config))
-        y = x @ w.t() + (residual if residual is not None else 0)
-        return out.copy_(y) if out is not None else y
-
-    monkeypatch.setattr(triton_fused, "gemv_rows", fake_rows)
-    for form, mib in (("rows-pf:8:1024:8:2", 2), ("rows:8:1024:8", 0)):
-        rcalls.clear()
-        fn, _, _ = bench_blas.make_step(layers, head, 1, D, form, "cpu", torch.float32)
-        fn()
-        assert [c[0] for c in rcalls] == order and all(c[3] == (8, 1024, 8) for c in rcalls)
-        if mib:
-            assert [c[1] for c in rcalls] == order[1:] + order[:1]
-            assert [c[2] for c in rcalls] == [min(mib << 20, n.numel() * 4) // 16 * 16 for n in order[1:] + order[:1]]
-        else:
-            assert all(c[1] is None and c[2] == 0 for c in rcalls)

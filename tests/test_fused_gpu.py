@@ -287,60 +287,6 @@ def test_pdl_chain_in_graph_matches_plain_launches(monkeypatch):
     assert torch.equal(results[True], results[False])
 
 
-@pytest.mark.skipif(not HAVE_CUDA, reason="the L2 prefetch is a CUDA (sm90+) instruction")
-@pytest.mark.parametrize("pro", [None, "rms_norm", "silu_mul", "gated_rms_norm", "gating"])
-def test_gemv_rows_prefetch_changes_no_bits(pro):
-    """``gemv_rows(prefetch=)`` (the last programs' L2 prefetch of the next weight) gives the same
-    bits as without it, for each prologue and the gating epilogue, eager and in a CUDA graph, over
-    grids smaller and larger than the prefetching wave and prefetch sizes from 16 bytes to 8 MiB
-    (``GEMV_ROWS_PF_PROGRAMS_PER_SM`` x SMs programs prefetch); bad prefetch arguments are refused."""
-    import sys  # noqa: PLC0415
-
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-    from graph_timing import capture  # noqa: PLC0415  (the benchmarks' warm-up + capture)
-
-    g = torch.Generator().manual_seed(21)
-    dt = torch.bfloat16
-    nxt = (torch.randn(4096, 1024, generator=g) * 0.1).to(DEV, dt)  # 8 MiB: the "next weight"
-    for N, K in ((40, 256), (20000, 512)):  # 5 programs; 2500 programs (> 4 x 132)
-        w = (torch.randn(N, K, generator=g) * 0.05).to(DEV, dt)
-        r = torch.randn(1, N, generator=g).to(DEV, dt)
-        nw = (torch.rand(K, generator=g) + 0.5).to(DEV)
-        HV = 4
-        A_log, dt_bias = torch.randn(HV, generator=g).to(DEV), torch.randn(HV, generator=g).to(DEV)
-        if pro == "silu_mul":
-            x = torch.randn(1, 2 * K, generator=g).to(DEV, dt)
-        elif pro == "gated_rms_norm":
-            x, gate = torch.randn(1, K, generator=g).to(DEV, dt), torch.randn(1, K, generator=g).to(DEV, dt)
-            nw = nw[:128].contiguous()
-        else:
-            x = torch.randn(1, K, generator=g).to(DEV, dt)
-
-        def run(**pf):
-            if pro == "gating":
-                gb = torch.empty(1, 2 * HV, device=DEV)
-                p = tf.gemv_rows(x, w, nw, 1e-6, gating=(gb, 8, A_log, dt_bias, False), **pf)
-                return torch.cat([p.float().reshape(-1), gb.reshape(-1)])
-            if pro == "gated_rms_norm":
-                return tf.gemv_rows(x, w, nw, 1e-6, r, prologue=pro, gate=gate, head_dim=128, **pf)
-            if pro == "silu_mul":
-                return tf.gemv_rows(x, w, residual=r, prologue=pro, **pf)
-            return tf.gemv_rows(x, w, nw if pro else None, 1e-6, r, **pf)
-
-        ref = run()
-        for nb in (16, 4096, 4 << 20, 8 << 20):
-            assert torch.equal(run(prefetch=nxt, prefetch_bytes=nb), ref), (N, nb)
-        graph, out = capture(lambda: run(prefetch=nxt, prefetch_bytes=4 << 20), 1)
-        for _ in range(3):
-            graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, ref)
-    for bad in (dict(prefetch=nxt, prefetch_bytes=8), dict(prefetch=nxt, prefetch_bytes=(8 << 20) + 16),
-                dict(prefetch=nxt.t(), prefetch_bytes=16), dict(prefetch=nxt.cpu(), prefetch_bytes=16)):
-        with pytest.raises(ValueError, match="gemv_rows: prefetch must be"):
-            tf.gemv_rows(torch.randn(1, 1024, device=DEV).to(dt), nxt, **bad)
-
-
 def test_gemv_rows_rejects_bad_prologue_args():
     w = torch.randn(8, 64, device=DEV)
     x = torch.randn(1, 64, device=DEV)

@@ -232,10 +232,11 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None 
     step). Overlaps are judged by each tensor's first-to-last element span, so disjoint column
     slices of one buffer count as overlapping. ``prefetch``: the next GEMM's weight (any contiguous,
     16-byte aligned tensor on the device); the CTAs of about the last wave issue an L2 prefetch of its
-    first ``prefetch_bytes`` (default: min(its bytes, 16 MiB), rounded down to 16) as they finish, so
-    the next stream starts from L2 (sm_90+; ignored below). Opt-in and not yet measured (RESULTS.md
-    session 16: a fixed ~3.6 us per GEMM is the loss it targets). Raises ``ValueError`` naming the
-    argument on other inputs.
+    first ``prefetch_bytes`` (default: min(its bytes, 4 MiB), rounded down to 16) as they finish, so
+    the next stream starts from L2 (sm_90+; ignored below). It targets a fixed ~3.6 us per GEMM
+    (RESULTS.md session 16). 4 MiB measured best on the step's GEMMs: 1-3 % faster; 16 MiB and more were
+    slower than none (session 17). The decode runtime passes it (``fused.linear(prefetch=)``).
+    Raises ``ValueError`` naming the argument on other inputs.
     Reference: ``ops/fused.py`` ``linear_ref``; design and measurements: ``csrc/cuda/skinny_gemm.cu``,
     benchmarks/RESULTS.md session 15."""
     from vllm_specla.ops import pdl as _pdl  # noqa: PLC0415
@@ -243,7 +244,7 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None 
     if pdl is not None and not isinstance(pdl, bool):
         raise ValueError(f"skinny_gemm: pdl must be None (ops/pdl.py decides) or a bool, got {pdl!r}")
     if prefetch is not None and prefetch_bytes is None and isinstance(prefetch, torch.Tensor):
-        prefetch_bytes = min(prefetch.numel() * prefetch.element_size(), 16 << 20) // 16 * 16
+        prefetch_bytes = min(prefetch.numel() * prefetch.element_size(), 4 << 20) // 16 * 16
     prefetch_bytes = 0 if prefetch_bytes is None else prefetch_bytes
     _skinny_check(x, w, residual, out, warps, unroll, prefetch, prefetch_bytes)
     if out is None:

@@ -116,16 +116,15 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
     same GEMM with the same operands, so the values are the same.
 
     ``prefetch``: the weight of the GEMM that runs next in the stream (``[N', K']``, any dtype), or
-    None. Where the skinny GEMM (the row GEMV) runs this one, it prefetches the first
-    :data:`SKINNY_PREFETCH_BYTES` (:data:`GEMV_ROWS_PREFETCH_BYTES`) of it into L2 as it finishes
-    (:func:`_prefetch_args`); cuBLAS ignores it. A hint: it changes no value."""
+    None. Where the skinny GEMM runs this one, it prefetches the first
+    :data:`SKINNY_PREFETCH_BYTES` of it into L2 as it finishes (:func:`_prefetch_args`); the other
+    paths ignore it. A hint: it changes no value."""
     impl = _rows_impl(x, w, residual, False, norm_weight)
     if impl is not None:  # the row GEMV (see _rows_impl), the norm its prologue or its own kernel
         if norm_weight is not None and not GEMV_ROWS_PROLOGUE:
             x, norm_weight = rms_norm(x, norm_weight, eps, w.dtype), None
         return impl.gemv_rows(x, w, norm_weight, eps, residual,
-                              out=residual if residual is not None and residual_inplace else None,
-                              **_rows_prefetch(prefetch, w))
+                              out=residual if residual is not None and residual_inplace else None)
     if norm_weight is not None:
         x = rms_norm(x, norm_weight, eps, w.dtype)
     x = x.to(w.dtype)
@@ -160,8 +159,7 @@ def linear_gating(x, w, norm_weight, eps, a0, A_log, dt_bias, allow_neg_eigval=F
         if norm_weight is not None and not GEMV_ROWS_PROLOGUE:
             x, norm_weight = rms_norm(x, norm_weight, eps, w.dtype), None
         gb = torch.empty(x.shape[0], 2 * HV, dtype=torch.float32, device=x.device)
-        p = impl.gemv_rows(x, w, norm_weight, eps, gating=(gb, a0, A_log, dt_bias, allow_neg_eigval),
-                           **_rows_prefetch(prefetch, w))
+        p = impl.gemv_rows(x, w, norm_weight, eps, gating=(gb, a0, A_log, dt_bias, allow_neg_eigval))
         return p, gb[:, :HV], gb[:, HV:]
     p = linear(x, w, norm_weight, eps, prefetch=prefetch)
     g, beta = gdn_gating(p[:, a0 : a0 + HV], p[:, a0 + HV : a0 + 2 * HV], A_log, dt_bias, allow_neg_eigval,
@@ -186,34 +184,21 @@ SKINNY_CONFIG = (0, 0)
 # The skinny GEMM's L2 prefetch of the next GEMM's weight (``linear(prefetch=)``, ops/_cpp.py skinny_gemm):
 # bytes from its start, 0 = off. The step's GEMM chain (bench_blas.py skinny-pf, RESULTS.md session 17):
 # 4 MiB was the best size in both calls (flame M = 5 / 8 0.6-2.7 % / 2.7 % faster, map 0.3-1.1 %); 16 and
-# 32 MiB were 1-7 % slower than none, 1 MiB 1-2.5 % slower.
+# 32 MiB were 1-7 % slower than none, 1 MiB 1-2.5 % slower. End to end at batch 1 (s17c, K = 6, alpha 0.8):
+# flame's SpecLA step 2.166 -> 2.127 ms, map's 2.213 -> 2.182; the 4-row AR step at batch 4 1.405 -> 1.358.
 SKINNY_PREFETCH_BYTES = 4 << 20
 
 
-# The row GEMV's L2 prefetch of the next GEMM's weight (one-row GEMMs: the AR step and the drafter's passes at
-# batch 1; triton_fused.gemv_rows(prefetch=)): bytes from its start, 0 = off. Not yet measured (session 17).
-GEMV_ROWS_PREFETCH_BYTES = 0
-
-
-def _prefetch_args(prefetch: torch.Tensor | None, w: torch.Tensor,
-                   budget: int | None = None) -> tuple[torch.Tensor | None, int]:
-    """``(tensor, bytes)`` for ``prefetch=, prefetch_bytes=`` of ``_cpp.skinny_gemm`` /
-    ``triton_fused.gemv_rows``: the first ``min(budget, its bytes)`` (rounded down to 16) of
-    ``prefetch`` (``budget``: :data:`SKINNY_PREFETCH_BYTES` by default), or ``(None, 0)`` when it is
-    None, the budget is 0 (off) or the tensor is one the ops would refuse (not contiguous, not 16-byte
-    aligned, on another device than ``w``): a hint is never an error."""
-    budget = SKINNY_PREFETCH_BYTES if budget is None else budget
-    if (prefetch is None or budget <= 0 or prefetch.device != w.device
+def _prefetch_args(prefetch: torch.Tensor | None, w: torch.Tensor) -> tuple[torch.Tensor | None, int]:
+    """``(tensor, bytes)`` for ``_cpp.skinny_gemm(prefetch=, prefetch_bytes=)``: the first
+    ``min(SKINNY_PREFETCH_BYTES, its bytes)`` (rounded down to 16) of ``prefetch``, or ``(None, 0)``
+    when it is None, off (``SKINNY_PREFETCH_BYTES = 0``) or a tensor the op would refuse (not
+    contiguous, not 16-byte aligned, on another device than ``w``): a hint is never an error."""
+    if (prefetch is None or SKINNY_PREFETCH_BYTES <= 0 or prefetch.device != w.device
             or not prefetch.is_contiguous() or prefetch.data_ptr() % 16):
         return None, 0
-    n = min(budget, prefetch.numel() * prefetch.element_size()) // 16 * 16
+    n = min(SKINNY_PREFETCH_BYTES, prefetch.numel() * prefetch.element_size()) // 16 * 16
     return (prefetch, n) if n else (None, 0)
-
-
-def _rows_prefetch(prefetch: torch.Tensor | None, w: torch.Tensor) -> dict:
-    """``gemv_rows``'s prefetch keywords (:data:`GEMV_ROWS_PREFETCH_BYTES`, :func:`_prefetch_args`)."""
-    pf, n = _prefetch_args(prefetch, w, GEMV_ROWS_PREFETCH_BYTES)
-    return dict(prefetch=pf, prefetch_bytes=n)
 
 
 def _skinny_takes(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None) -> bool:
@@ -276,8 +261,7 @@ def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual
         return impl.gemv_rows(on, w, norm_weight, eps, residual,
                               out=residual if residual is not None and residual_inplace else None,
                               prologue="gated_rms_norm", gate=gate, head_dim=V,
-                              gate_act="sigmoid" if act == "sigmoid" else "silu",
-                              **_rows_prefetch(prefetch, w))
+                              gate_act="sigmoid" if act == "sigmoid" else "silu")
     y = gated_rms_norm(o, gate, norm_weight, eps, act, w.dtype)
     return linear(y, w, residual=residual, residual_inplace=residual_inplace, prefetch=prefetch)
 
@@ -290,8 +274,7 @@ def silu_mul_linear(x, w, residual=None, residual_inplace=False, prefetch=None):
     impl = _rows_impl(x, w, residual, True) if x.dim() == 2 and x.shape[-1] == 2 * w.shape[-1] else None
     if impl is not None:
         return impl.gemv_rows(x, w, residual=residual, prologue="silu_mul",
-                              out=residual if residual is not None and residual_inplace else None,
-                              **_rows_prefetch(prefetch, w))
+                              out=residual if residual is not None and residual_inplace else None)
     return linear(silu_mul(x), w, residual=residual, residual_inplace=residual_inplace, prefetch=prefetch)
 
 

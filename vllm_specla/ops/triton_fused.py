@@ -215,23 +215,10 @@ def _gemv_x(x, gate, nw, k0, rk, K, rstd_or_eps, PRO: tl.constexpr, HD: tl.const
 
 
 @triton.jit
-def _prefetch_l2(p, nbytes):
-    # [p, p + nbytes) into L2 (sm_90 cp.async.bulk.prefetch.L2: no data returned, no completion to wait
-    # for; p 16-byte aligned, nbytes a multiple of 16), issued once per program (by thread 0), as
-    # csrc/cuda/skinny_gemm_kernels.cuh prefetch_l2 does
-    tl.inline_asm_elementwise(
-        "{ .reg .pred %pf0; .reg .b32 %pft; mov.u32 %pft, %tid.x; setp.eq.u32 %pf0, %pft, 0; "
-        "@%pf0 cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-        "=r,l,r", [p.to(tl.int64), nbytes.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
 def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A_log, dt_bias, A0, HV,
-                      pf, pf_bytes, pf_first,
                       MR: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NK: tl.constexpr,
                       PRO: tl.constexpr, HD: tl.constexpr, HAS_GATE: tl.constexpr, GSIG: tl.constexpr,
-                      RES: tl.constexpr, PDL: tl.constexpr, GATING: tl.constexpr, NEG: tl.constexpr,
-                      PF: tl.constexpr):
+                      RES: tl.constexpr, PDL: tl.constexpr, GATING: tl.constexpr, NEG: tl.constexpr):
     # One program per BN weight rows, MR token rows (MP = next power of two >= MR). The K loop is
     # unrolled (NK = cdiv(K, BK) chunks, BK a power of two) and each weight chunk is loaded once and
     # multiplied into every token row in turn (a reduction over the chunk per row, across warps at
@@ -276,15 +263,6 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
             # the activation rounded to the weight dtype, as the unfused prologue kernel -> GEMM path has it
             xk = xk.to(w.dtype.element_ty).to(tl.float32)
             acc += tl.where(rm[None, :] == m, tl.sum(wf * xk[None, :], 1)[:, None], 0.0)
-    if PF:  # the next GEMM's first pf_bytes into L2, split over the programs from pf_first on (the last to
-        # run): its stream then starts from L2 (gemv_rows(prefetch=); the skinny GEMM's form)
-        if pid >= pf_first:
-            nprog = tl.num_programs(0) - pf_first
-            share = ((pf_bytes + nprog - 1) // nprog + 15) // 16 * 16
-            lo = (pid - pf_first).to(tl.int64) * share
-            nb = tl.minimum(tl.minimum(share, pf_bytes - lo), 1 << 20)
-            if nb > 0:
-                _prefetch_l2(pf + lo, nb)
     if RES:
         acc += r0
     y = acc.to(out.dtype.element_ty)
@@ -313,17 +291,13 @@ GEMV_ROWS_MAX_M = 1  # token rows the dispatch gives the row GEMV (2+ rows: 1.15
 # prologues fused (s11c); (1, 0, 4) was the best bare GEMM set (s11a / s11b)
 GEMV_ROWS_CONFIG = (8, 1024, 8)
 _PROLOGUES = {None: 0, "rms_norm": 1, "silu_mul": 2, "gated_rms_norm": 3}
-# gemv_rows(prefetch=): the programs of about the last wave issue it, taken as this many per SM (at
-# the default config, 8 warps and a [8, 1024] weight chunk per program)
-GEMV_ROWS_PF_PROGRAMS_PER_SM = 4
 
 
 def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
               residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
               config: tuple[int, int, int] | None = None, prologue: str | None = None,
               gate: torch.Tensor | None = None, head_dim: int = 0, gate_act: str = "silu",
-              pdl: bool | None = None, gating: tuple | None = None, prefetch: torch.Tensor | None = None,
-              prefetch_bytes: int = 0) -> torch.Tensor:
+              pdl: bool | None = None, gating: tuple | None = None) -> torch.Tensor:
     """Decode GEMV on CUDA cores: ``prologue(x) @ w.T [+ residual]`` for ``x [M, *]``, ``M`` small.
 
     Args:
@@ -352,10 +326,6 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
             next ``HV`` are ``b`` (``HV = A_log.numel()``); ``gb [M, 2 HV]`` float32 (contiguous)
             receives ``g | beta`` from the rounded outputs, as :func:`gdn_gating` computes them
             from the stored output (one launch fewer per layer).
-        prefetch / prefetch_bytes: the next GEMM's weight (contiguous, 16-byte aligned, on ``x``'s
-            device) and how many of its first bytes (a multiple of 16, at most its size) the programs
-            of about the last wave prefetch into L2 as they finish (sm_90+; ignored below). A hint: it
-            changes no value. ``prefetch_bytes`` 0 (or ``prefetch`` None): none.
         norm_weight / gate must be as stated (contiguous ``norm_weight``); ``gate`` and ``head_dim``
         only with ``"gated_rms_norm"``.
     Returns:
@@ -429,32 +399,14 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
     else:
         gb, a0, A_log, dt_bias, neg, HV = w, 0, w, w, False, 1
     on = _pdl.enabled(x) if pdl is None else bool(pdl)
-    pf_on = prefetch is not None and prefetch_bytes > 0
-    if pf_on:
-        nb = prefetch.numel() * prefetch.element_size()
-        if (prefetch.device != x.device or not prefetch.is_contiguous() or prefetch.data_ptr() % 16
-                or isinstance(prefetch_bytes, bool) or prefetch_bytes % 16 or prefetch_bytes > nb):
-            raise ValueError(f"gemv_rows: prefetch must be a contiguous, 16-byte aligned tensor on {x.device} and "
-                             f"prefetch_bytes a multiple of 16 in 0..{nb} (its bytes), got prefetch_bytes="
-                             f"{prefetch_bytes!r}")
-        pf_on = x.is_cuda and torch.cuda.get_device_capability(x.device)[0] >= 9
-    grid = triton.cdiv(N, BN)
-    if pf_on:
-        pf = prefetch.reshape(-1).view(torch.uint8)
-        pf_first = max(0, grid - GEMV_ROWS_PF_PROGRAMS_PER_SM * torch.cuda.get_device_properties(
-            x.device).multi_processor_count)
-    else:
-        pf, prefetch_bytes, pf_first = w, 0, 0
     for m0 in range(0, M, GEMV_ROWS_BLOCK):
         mr = min(GEMV_ROWS_BLOCK, M - m0)
         xs, os_ = x[m0:], out[m0:]
-        last = m0 + GEMV_ROWS_BLOCK >= M  # (the prefetch after the last block only)
-        _gemv_rows_kernel[(grid,)](
+        _gemv_rows_kernel[(triton.cdiv(N, BN),)](
             xs, w, os_, residual[m0:] if residual is not None else os_,
             norm_weight if norm_weight is not None else w, gate[m0:] if has_gate else xs, N, K, x.stride(0),
             gate.stride(0) if has_gate else 0, out.stride(0), residual.stride(0) if residual is not None else 0, eps,
-            gb[m0:] if gating is not None else gb, A_log, dt_bias, a0, HV, pf, int(prefetch_bytes), pf_first,
-            GATING=gating is not None, NEG=bool(neg), PF=bool(pf_on and last),
+            gb[m0:] if gating is not None else gb, A_log, dt_bias, a0, HV, GATING=gating is not None, NEG=bool(neg),
             MR=mr, MP=triton.next_power_of_2(mr), BN=BN, BK=BK, NK=NK, PRO=pro, HD=max(head_dim, 1),
             HAS_GATE=has_gate, GSIG=gate_act == "sigmoid", RES=residual is not None, PDL=on, num_warps=nw,
             **_pdl.launch_kw(on))
