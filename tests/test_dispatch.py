@@ -211,7 +211,10 @@ def test_skinny_gemm_rule_and_route(monkeypatch):
     fused.linear(x, w, prefetch=small)
     assert pfs[2][0] is big and pfs[2][1] == fused.SKINNY_PREFETCH_BYTES == 4 << 20
     assert pfs[3][0] is small and pfs[3][1] == 48
-    for bad in (big.t(), torch.randn(9).to(bf)[1:], torch.randn(1).to(bf)):  # not contiguous / unaligned / < 16 bytes
+    for pf in pfs[2:4]:  # what the route passes, the op's own checks accept
+        assert _cpp.skinny_problem(x, w, None, None, 0, 0, *pf) is None
+    # not contiguous / unaligned / < 16 bytes / another device / not a tensor: no prefetch, no error
+    for bad in (big.t(), torch.randn(9).to(bf)[1:], torch.randn(1).to(bf), big.to("meta"), [big]):
         fused.linear(x, w, prefetch=bad)
         assert pfs[-1] == (None, 0)
     monkeypatch.setattr(fused, "SKINNY_PREFETCH_BYTES", 0)  # off

@@ -234,7 +234,7 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None 
     16-byte aligned tensor on the device); the CTAs of about the last wave issue an L2 prefetch of its
     first ``prefetch_bytes`` (default: min(its bytes, 4 MiB), rounded down to 16) as they finish, so
     the next stream starts from L2 (sm_90+; ignored below). It targets a fixed ~3.6 us per GEMM
-    (RESULTS.md session 16). 4 MiB measured best on the step's GEMMs: 1-3 % faster; 16 MiB and more were
+    (RESULTS.md session 16). 4 MiB measured best on the step's GEMMs: 0.3-3 % faster; 16 MiB and more were
     slower than none (session 17). The decode runtime passes it (``fused.linear(prefetch=)``).
     Raises ``ValueError`` naming the argument on other inputs.
     Reference: ``ops/fused.py`` ``linear_ref``; design and measurements: ``csrc/cuda/skinny_gemm.cu``,

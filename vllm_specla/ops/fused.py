@@ -183,8 +183,8 @@ SKINNY_CONFIG = (0, 0)
 
 # The skinny GEMM's L2 prefetch of the next GEMM's weight (``linear(prefetch=)``, ops/_cpp.py skinny_gemm):
 # bytes from its start, 0 = off. The step's GEMM chain (bench_blas.py skinny-pf, RESULTS.md session 17):
-# 4 MiB was the best size in both calls (flame M = 5 / 8 0.6-2.7 % / 2.7 % faster, map 0.3-1.1 %); 16 and
-# 32 MiB were 1-7 % slower than none, 1 MiB 1-2.5 % slower. End to end at batch 1 (s17c, K = 6, alpha 0.8):
+# 4 MiB was the best size or within 0.006 ms of it in every row (flame M = 5 / 8 0.6-2.7 % / 2.1-2.8 % faster
+# than none, map 0.3-1.1 %); 16 and 32 MiB were 7-10 % slower than none, 1 MiB -0.5..+2.5 %. End to end at batch 1 (s17c, K = 6, alpha 0.8):
 # flame's SpecLA step 2.166 -> 2.127 ms, map's 2.213 -> 2.182; the 4-row AR step at batch 4 1.405 -> 1.358.
 SKINNY_PREFETCH_BYTES = 4 << 20
 
@@ -194,10 +194,10 @@ def _prefetch_args(prefetch: torch.Tensor | None, w: torch.Tensor) -> tuple[torc
     ``min(SKINNY_PREFETCH_BYTES, its bytes)`` (rounded down to 16) of ``prefetch``, or ``(None, 0)``
     when it is None, off (``SKINNY_PREFETCH_BYTES = 0``) or a tensor the op would refuse (not
     contiguous, not 16-byte aligned, on another device than ``w``): a hint is never an error."""
-    if (prefetch is None or SKINNY_PREFETCH_BYTES <= 0 or prefetch.device != w.device
+    if (not isinstance(prefetch, torch.Tensor) or SKINNY_PREFETCH_BYTES <= 0 or prefetch.device != w.device
             or not prefetch.is_contiguous() or prefetch.data_ptr() % 16):
         return None, 0
-    n = min(SKINNY_PREFETCH_BYTES, prefetch.numel() * prefetch.element_size()) // 16 * 16
+    n = int(min(SKINNY_PREFETCH_BYTES, prefetch.numel() * prefetch.element_size())) // 16 * 16
     return (prefetch, n) if n else (None, 0)
 
 
