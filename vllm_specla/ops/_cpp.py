@@ -107,6 +107,9 @@ def _jit_cuda(name: str, files: list[str], verbose: bool) -> None:
          extra_cuda_cflags=["-O3"] + (["-lineinfo"] if lineinfo else []), is_python_module=False, verbose=verbose)
 
 
+# skinny_gemm's default prefetch size: the best on the step's GEMMs (RESULTS.md session 17; ops/fused.py
+# SKINNY_PREFETCH_BYTES starts from it)
+SKINNY_PREFETCH_DEFAULT_BYTES = 4 << 20
 GEMM_LOADED = False  # set by load_cuda_gemm(): torch.ops.vllm_specla.skinny_gemm is registered for CUDA tensors
 
 
@@ -244,7 +247,7 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None 
     if pdl is not None and not isinstance(pdl, bool):
         raise ValueError(f"skinny_gemm: pdl must be None (ops/pdl.py decides) or a bool, got {pdl!r}")
     if prefetch is not None and prefetch_bytes is None and isinstance(prefetch, torch.Tensor):
-        prefetch_bytes = min(prefetch.numel() * prefetch.element_size(), 4 << 20) // 16 * 16
+        prefetch_bytes = min(prefetch.numel() * prefetch.element_size(), SKINNY_PREFETCH_DEFAULT_BYTES) // 16 * 16
     prefetch_bytes = 0 if prefetch_bytes is None else prefetch_bytes
     _skinny_check(x, w, residual, out, warps, unroll, prefetch, prefetch_bytes)
     if out is None:

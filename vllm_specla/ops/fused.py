@@ -184,9 +184,10 @@ SKINNY_CONFIG = (0, 0)
 # The skinny GEMM's L2 prefetch of the next GEMM's weight (``linear(prefetch=)``, ops/_cpp.py skinny_gemm):
 # bytes from its start, 0 = off. The step's GEMM chain (bench_blas.py skinny-pf, RESULTS.md session 17):
 # 4 MiB was the best size or within 0.006 ms of it in every row (flame M = 5 / 8 0.6-2.7 % / 2.1-2.8 % faster
-# than none, map 0.3-1.1 %); 16 and 32 MiB were 7-10 % slower than none, 1 MiB -0.5..+2.5 %. End to end at batch 1 (s17c, K = 6, alpha 0.8):
-# flame's SpecLA step 2.166 -> 2.127 ms, map's 2.213 -> 2.182; the 4-row AR step at batch 4 1.405 -> 1.358.
-SKINNY_PREFETCH_BYTES = 4 << 20
+# than none, map 0.3-1.1 %); 16 and 32 MiB were 7-10 % slower than none, 1 MiB -0.5..+2.5 %. End to end at
+# batch 1 (s17c, K = 6, alpha 0.8): flame's SpecLA step 2.166 -> 2.127 ms, map's 2.213 -> 2.182; the 4-row AR
+# step at batch 4 1.405 -> 1.358. (The op's own default, one constant: _cpp.SKINNY_PREFETCH_DEFAULT_BYTES.)
+SKINNY_PREFETCH_BYTES = _cpp.SKINNY_PREFETCH_DEFAULT_BYTES
 
 
 def _prefetch_args(prefetch: torch.Tensor | None, w: torch.Tensor) -> tuple[torch.Tensor | None, int]:
