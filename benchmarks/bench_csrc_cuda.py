@@ -17,8 +17,10 @@ kernel of ``chain_verify_ut.cu`` (``ut1``: 1 warp per CTA forced; ``utv1`` .. ``
 its build variant forced, ``VLLM_SPECLA_CUDA_UT_VAR``; ``utp0`` / ``utp1`` / ``utp2``: its phase 4 / 5
 form forced, ``VLLM_SPECLA_CUDA_UT_P5=0`` the previous phase 5, ``1`` v~ in registers, ``2`` plus the
 batched products reduce (``ut``: 1 or 2 by the shuffle count);
-``utrow``: one TMA copy per state row, ``VLLM_SPECLA_CUDA_UT_ROWCOPY=1``); key
-suffix ``_<layout>``, none for ``auto``).
+``utrow``: one TMA copy per state row, ``VLLM_SPECLA_CUDA_UT_ROWCOPY=1``; ``sb`` the small-batch lean kernel,
+``sb0`` / ``sb1`` with its plain / scaled tile forced, ``VLLM_SPECLA_CUDA_SB_SCALED``); key
+suffix ``_<layout>``, none for ``auto``). ``--pdl 1,0`` also times the CUDA launches without programmatic
+dependent launch (``VLLM_SPECLA_PDL=0``, suffix ``_nopdl``; the Triton kernels keep theirs).
 Prints a table, writes JSON to ``--out``.
 Run with ``VLLM_SPECLA_CPP_JIT=1`` (JIT-builds the CPU op schemas, then the CUDA kernel).
 """
@@ -48,13 +50,16 @@ def graph_us(fn, reps=10):
     return 1e3 * graph_ms(fn, replays=reps) / LAYERS
 
 
-def _with_env(bv, cap, layout="auto"):
+def _with_env(bv, cap, layout="auto", pdl=True):
     """``_cpp.chain_verify`` with ``bv`` value rows per warp forced (0: automatic), the register
     caps on (``cap``) or off and the warp layout forced (``layout``: auto, rowgroup, rowgroup8, rs).
     The binding reads VLLM_SPECLA_CUDA_BV / VLLM_SPECLA_CUDA_REGCAP / VLLM_SPECLA_CUDA_LAYOUT at
     each call, i.e. at graph capture for the timed graphs."""
     env = {"VLLM_SPECLA_CUDA_BV": str(bv) if bv else None, "VLLM_SPECLA_CUDA_REGCAP": None if cap else "0",
-           "VLLM_SPECLA_CUDA_LAYOUT": None if layout == "auto" else "ut" if layout.startswith("ut") else layout,
+           "VLLM_SPECLA_CUDA_LAYOUT": None if layout == "auto" else "ut" if layout.startswith("ut") else
+           "sb" if layout.startswith("sb") else layout,
+           "VLLM_SPECLA_CUDA_SB_SCALED": layout[2:] if layout in ("sb0", "sb1") else None,
+           "VLLM_SPECLA_PDL": None if pdl else "0",
            "VLLM_SPECLA_CUDA_UT_NW": "1" if layout == "ut1" else None,
            "VLLM_SPECLA_CUDA_UT_VAR": layout[3:] if layout.startswith("utv") else None,
            "VLLM_SPECLA_CUDA_UT_P5": layout[3:] if layout in ("utp0", "utp1", "utp2") else None,
@@ -86,16 +91,22 @@ def main() -> None:
                          "ut (the UT-form kernel; ut1: 1 warp per CTA; utv1 .. utv3: its build variant; utp0 / utp1 / utp2: its phase 4 / 5 form; utrow: TMA copies per row) "
                          "(VLLM_SPECLA_CUDA_LAYOUT, VLLM_SPECLA_CUDA_UT_NW, VLLM_SPECLA_CUDA_UT_VAR, "
                          "VLLM_SPECLA_CUDA_UT_P5, VLLM_SPECLA_CUDA_UT_ROWCOPY)")
+    ap.add_argument("--pdl", default="1", help="CUDA launches to time: 1 (programmatic dependent launch where "
+                    "built for sm_90+, the default), 0 (plain launches, VLLM_SPECLA_PDL=0: key suffix _nopdl)")
     ap.add_argument("--bank-t", type=int, default=-1,
                     help="factor-bank window length Tmax: 0 = each configuration's own T (as the runtime sizes "
                          "its banks, K + 1; the CUDA UT kernel's window bound follows it), default: max(8, largest T)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     layouts = args.layout.split(",")
-    allowed = ("auto", "rowgroup", "rowgroup8", "rowgroup16", "rowgroup32", "rs", "ut", "ut1", "utv1", "utv2", "utv3", "utp0", "utp1", "utp2", "utrow")
+    allowed = ("auto", "rowgroup", "rowgroup8", "rowgroup16", "rowgroup32", "rs", "sb", "sb0", "sb1", "ut", "ut1", "utv1",
+               "utv2", "utv3", "utp0", "utp1", "utp2", "utrow")
     if not all(lay in allowed for lay in layouts):
         raise SystemExit(f"--layout: each of {layouts} must be one of {', '.join(allowed)}")
-    variants = [(int(b), int(c), lay) for b in args.bv.split(",") for c in args.regcap.split(",") for lay in layouts]
+    if any(x not in ("0", "1") for x in args.pdl.split(",")):
+        raise SystemExit(f"--pdl: each of {args.pdl.split(',')} must be 0 or 1")
+    variants = [(int(b), int(c), lay, x == "1") for b in args.bv.split(",") for c in args.regcap.split(",")
+                for lay in layouts for x in args.pdl.split(",")]
     assert _cpp.load_cuda(), "CUDA build unavailable"
     try:
         from vllm_specla.ops import triton_chain_ut as ut  # noqa: PLC0415
@@ -135,8 +146,8 @@ def main() -> None:
                             kw.update(pending_len=torch.full((B,), T, device=dev, dtype=torch.long),
                                       read_bank=torch.zeros(B, dtype=torch.long, device=dev))
                     impls = {"cuda" + ("" if lay == "auto" else f"_{lay}") + (f"_bv{bv}" if bv else "") +
-                             ("" if cap else "_nocap"): _with_env(bv, cap, lay)
-                             for bv, cap, lay in variants}
+                             ("" if cap else "_nocap") + ("" if pdl else "_nopdl"): _with_env(bv, cap, lay, pdl)
+                             for bv, cap, lay, pdl in variants}
                     impls["triton"] = tc.chain_verify
                     if ut is not None and kind != "ar":
                         impls["triton_ut"] = ut.chain_verify_ut

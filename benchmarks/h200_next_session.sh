@@ -30,6 +30,15 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
+  s18a)  # session 18, call 1: programmatic dependent launch for the CUDA chain kernels and the small-batch lean
+        # kernel (VLLM_SPECLA_CUDA_LAYOUT=sb): the JIT build, the small-batch / PDL GPU tests, then CUDA vs Triton
+        # at batch 1 / 2 (issue 9's miss): the automatic layout and sb (plain / scaled tile, BV 4 / 8), PDL on / off
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s18a 200 -x tests/test_csrc.py -k "small_batch or pdl_chain"
+      timeout 150 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --layout auto,sb0,sb1 --bv 0,4,8 \
+          --pdl 1,0 --out "$OUT/csrc_s18a.json" 2>&1 | grep -v "^{" | grep -v -i warn
+      ;;
   s16a)  # (as run; see s16c) session 16, call 1 (carry .whl): the skinny GEMM's forms (csrc/cuda/skinny_gemm_kernels.cuh: 1 the L2 prefetch
         # hint, 2 / 3 the persistent ring kernel without / with it) and session 15's review changes (not yet run on a
         # GPU): the GEMM's GPU tests, then the step's GEMM chain for every config at flame M = 1 / 5 / 7 / 8, map M = 5 / 7

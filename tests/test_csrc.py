@@ -692,3 +692,114 @@ def test_cuda_ut_no_l2norm_and_over_long_window(monkeypatch):
     kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t) for a, t in c.kwargs(m_gpu, pending=False).items()}
     with pytest.raises(ValueError, match="exceeds the factor bank"):
         _cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw)
+
+
+# Small-batch CUDA kernels (at most 16 (row, head) pairs: batch 1-2 of the GDN-1.3B head shapes): each
+# layout forced (VLLM_SPECLA_CUDA_LAYOUT; sb0 / sb1: the lean kernel with its plain / scaled tile,
+# VLLM_SPECLA_CUDA_SB_SCALED), BV 4 and 8 (VLLM_SPECLA_CUDA_BV), with and without programmatic dependent
+# launch (VLLM_SPECLA_PDL); sb takes bf16 q / k / v (fp32 inputs run the automatic layout under it).
+SMALL_CASES = {  # mode: (lens, pending, record, write_final_state)
+    "verify": ([8, 5], None, True, False),
+    "step": ([5, 8], [5, 2], True, False),
+    "step_empty_row": ([0, 3], [4, 0], True, False),
+    "ar": ([1, 1], None, False, True),
+    "ar_pending": ([1, 1], [3, 1], True, True),
+    "commit": ([6, 1], None, False, True),
+}
+
+
+# (layout, dtype, decay, pdl): every layout on bf16 inputs (what the runtime gives it); fp32 inputs and plain
+# launches through the automatic layout; strong decay where a scaled tile could go wrong
+SMALL_VARIANTS = ([(lay, torch.bfloat16, 1.0, "1") for lay in ("auto", "sb0", "sb1", "rowgroup8", "rowgroup16")]
+                  + [("auto", torch.float32, 1.0, "1"), ("sb1", torch.float32, 1.0, "1"), ("auto", torch.bfloat16, 1.0, "0"),
+                     ("sb1", torch.bfloat16, 1.0, "0"), ("sb1", torch.bfloat16, 60.0, "1"), ("sb0", torch.bfloat16, 60.0, "1"),
+                     ("auto", torch.bfloat16, 60.0, "1")])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
+@pytest.mark.parametrize("layout,dtype,decay,pdl", SMALL_VARIANTS)
+@pytest.mark.parametrize("bv", ["4", "8"])
+@pytest.mark.parametrize("mode", list(SMALL_CASES))
+@pytest.mark.parametrize("rows", [1, 2])
+@pytest.mark.parametrize("shape", [(6, 6, 256, 512), (8, 8, 256, 256), (2, 4, 128, 20)])
+def test_cuda_small_batch_layouts_match_reference(monkeypatch, shape, rows, mode, bv, layout, dtype, decay, pdl):
+    """Outputs, the state and all three factor banks equal chain_verify_ref for batch 1 / 2 windows,
+    pending folds, AR steps and commits, at both GDN-1.3B head shapes and a GVA K = 128 shape whose V
+    is not a multiple of the value tile. ``decay = 60``: log decays down to -42 per token and -30 per
+    pending factor, so the scaled tile (sb1) must rescale (its scale falls below 1e-12) and e^g
+    underflows on some heads."""
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", layout[:2] if layout.startswith("sb") else layout)
+    if layout.startswith("sb"):
+        monkeypatch.setenv("VLLM_SPECLA_CUDA_SB_SCALED", layout[2])
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_BV", bv)
+    monkeypatch.setenv("VLLM_SPECLA_PDL", pdl)
+    if layout == "auto":
+        monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT")
+    assert _cpp.load_cuda()
+    lens, pend, record, wfs = SMALL_CASES[mode]
+    lens, pend = lens[:rows], (None if pend is None else pend[:rows])
+    H, HV, K, V = shape
+    c = Case(lens, H, HV, K, V, S=5, Tmax=9, dtype=dtype, pending=pend,
+             seed=zlib.crc32(repr((shape, rows, mode, layout, bv)).encode()) % 997)
+    c.g, c.bank_g = c.g * decay, c.bank_g * decay
+    assert_matches_reference(c, record, pend is not None, wfs)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
+@pytest.mark.parametrize("layout", ["auto", "sb", "ut"])
+def test_cuda_pdl_chain_of_steps_in_a_graph(monkeypatch, layout):
+    """Programmatic dependent launch keeps stream order where it matters: a CUDA graph of 6 SpecLA steps
+    on one state slot (each step folds the previous step's factors, written by the kernel just before it,
+    into the state that kernel left) plus an AR step gives bit-identical outputs, state and banks with
+    PDL on (VLLM_SPECLA_PDL=1: every kernel starts while the previous one runs) and off."""
+    if layout != "auto":
+        monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", layout)
+    assert _cpp.load_cuda()
+    dev = torch.device("cuda")
+    H, HV, K, V = (6, 6, 256, 512)
+    B = 1 if layout != "ut" else 32  # the UT form takes >= 192 (row, head) pairs
+    T, S, Tm = 5, B + 1, 8
+    gen = torch.Generator().manual_seed(7)
+    q, k = (torch.randn(7, B * T, H, K, generator=gen).to(torch.bfloat16).to(dev) for _ in range(2))
+    v = torch.randn(7, B * T, HV, V, generator=gen).to(torch.bfloat16).to(dev)
+    g, beta = (-torch.rand(7, B * T, HV, generator=gen) * 0.5).to(dev), torch.rand(7, B * T, HV, generator=gen).to(dev)
+    cu, cu1 = torch.arange(B + 1, device=dev) * T, torch.arange(B + 1, device=dev)
+    slots = torch.arange(B, device=dev)
+    lens = torch.full((B,), T, dtype=torch.long, device=dev)
+    banks = [torch.randn(S, 2, Tm, H, K, generator=gen), torch.randn(S, 2, Tm, HV, V, generator=gen),
+             -torch.rand(S, 2, Tm, HV, generator=gen)]
+    state0 = torch.randn(S, HV, V, K, generator=gen) * 0.1
+
+    def run(pdl: str, graph: bool):
+        monkeypatch.setenv("VLLM_SPECLA_PDL", pdl)
+        st, bk, bv, bg = state0.to(dev), *(b.to(dev) for b in banks)
+        outs = []
+
+        def steps():
+            outs.clear()
+            for i in range(6):
+                wb = torch.full((B,), i % 2, dtype=torch.long, device=dev)
+                outs.append(_cpp.chain_verify(q[i], k[i], v[i], g[i], beta[i], scale=K ** -0.5, state=st, slots=slots,
+                                              cu_seqlens=cu, bank_k=bk, bank_v=bv, bank_g=bg, write_bank=wb,
+                                              pending_len=lens if i else None, read_bank=1 - wb if i else None))
+            outs.append(_cpp.chain_verify(q[6][:B], k[6][:B], v[6][:B], g[6][:B], beta[6][:B], scale=K ** -0.5,
+                                          state=st, slots=slots, cu_seqlens=cu1, write_final_state=True))
+        if graph:
+            gr = torch.cuda.CUDAGraph()
+            st0 = st.clone()
+            steps()  # warm-up outside the graph, then restore the state
+            st.copy_(st0)
+            with torch.cuda.graph(gr):
+                steps()
+            st.copy_(st0)
+            gr.replay()
+        else:
+            steps()
+        torch.cuda.synchronize()
+        return [o.cpu() for o in outs] + [st.cpu(), bk.cpu(), bv.cpu(), bg.cpu()]
+
+    plain = run("0", graph=False)
+    for got, exp in zip(run("1", graph=True), plain):
+        assert torch.equal(got, exp)

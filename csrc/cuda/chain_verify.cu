@@ -112,6 +112,8 @@
 
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
 namespace vllm_specla {
 namespace cuda {
 namespace {
@@ -516,11 +518,13 @@ __device__ __forceinline__ void chain_verify_body(const ChainVerifyParams& p) {
 
 template <typename TIn, int KPL, bool VEC, int BV>
 __global__ void __launch_bounds__(32) chain_verify_kernel(const ChainVerifyParams p) {
+  pdl_enter();
   chain_verify_body<TIn, KPL, VEC, BV>(p);
 }
 
 template <typename TIn, int KPL, bool VEC, int BV, int MINB>
 __global__ void __launch_bounds__(32, MINB) chain_verify_kernel_capped(const ChainVerifyParams p) {
+  pdl_enter();
   chain_verify_body<TIn, KPL, VEC, BV>(p);
 }
 
@@ -529,13 +533,10 @@ cudaError_t launch(const ChainVerifyParams& p, cudaStream_t stream) {
   const dim3 grid((p.V + BV - 1) / BV, p.HV, p.R);
   constexpr int kMinB = min_blocks<KPL, VEC, BV>();
   if constexpr (kMinB > 0) {
-    if (p.reg_cap) {
-      chain_verify_kernel_capped<TIn, KPL, VEC, BV, kMinB><<<grid, 32, 0, stream>>>(p);
-      return cudaGetLastError();
-    }
+    if (p.reg_cap)
+      return launch_pdl(chain_verify_kernel_capped<TIn, KPL, VEC, BV, kMinB>, grid, dim3(32), 0, stream, p.pdl, p);
   }
-  chain_verify_kernel<TIn, KPL, VEC, BV><<<grid, 32, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_pdl(chain_verify_kernel<TIn, KPL, VEC, BV>, grid, dim3(32), 0, stream, p.pdl, p);
 }
 
 // ---- small-batch variant: row-group layout ----------------------------------------------------------
@@ -1068,6 +1069,7 @@ __device__ __forceinline__ void chain_verify_rg_body_pf(const ChainVerifyParams&
 
 template <typename TIn, int LPR, int RPL, int KPL, bool PF>
 __global__ void __launch_bounds__(32) chain_verify_rg_kernel(const ChainVerifyParams p) {
+  pdl_enter();
   if constexpr (PF)
     chain_verify_rg_body_pf<TIn, LPR, RPL, KPL>(p);
   else
@@ -1078,8 +1080,350 @@ template <typename TIn, int LPR, int RPL, int K, bool PF>
 cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
   constexpr int BV = (32 / LPR) * RPL;
   const dim3 grid((p.V + BV - 1) / BV, p.HV, p.R);
-  chain_verify_rg_kernel<TIn, LPR, RPL, K / LPR, PF><<<grid, 32, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_pdl(chain_verify_rg_kernel<TIn, LPR, RPL, K / LPR, PF>, grid, dim3(32), 0, stream, p.pdl, p);
+}
+
+// ---- small-batch lean kernel (kLayoutSB) --------------------------------------------------------------
+// Triton's small configs ([BV, K/32, 32] tile, 1 warp; RESULTS.md) in CUDA: lane = (row group rg =
+// lane / 8, sub-lane s = lane % 8), BV = 4 RPL rows per warp, the row's 8 lanes split its K keys in
+// pieces of 8 (rg_key<8>), so M k / M q / norms / k.q are in-thread sums plus one 3-level butterfly
+// (as the row-group kernels). What differs from chain_verify_rg_body, whose per-token chain was
+// 1.16-1.25x Triton's at batch 1 (RESULTS.md session 4):
+//   * the next token's raw q / k (16-byte ld.global.nc of bf16 pieces), v, g and beta go straight into
+//     registers one token ahead, in two register sets used in turn (the window loop is unrolled by two,
+//     so no copies): no shared memory, no cp.async wait or __syncwarp per token;
+//   * no normalised k^ array: the update is M = e^g M + (v~ rk) k and the bank_k writers form k rk at
+//     the store; o / bank pointers are per-warp bases advanced per token (no 64-bit stride products);
+//   * SC (ChainVerifyParams::sb_scaled): the tile kept scaled, M = sc * m with a warp-uniform sc
+//     (the decay is one scalar per head and token): sc <- e^g sc, m += (v~ rk / sc) k, one FMA per
+//     element and token instead of a multiply and an FMA; m *= sc, sc = 1 when sc < kRescaleMin
+//     (triton_chain's RESCALE_MIN) or at a store.
+// bf16 q / k / v only (fp32 inputs would need twice the prefetch registers: the automatic layout).
+constexpr float kRescaleMin = 1e-12f;
+
+template <int KPL>
+struct SbIn {  // one window token's raw inputs for one lane (bf16)
+  static constexpr int NC = KPL / 8;  // 16-byte pieces (8 keys) of the lane's q and of its k
+  uint4 q[NC], k[NC];
+  float v[2];  // the lane's RPL <= 2 value rows
+  float g, b;
+};
+
+template <int KPL>
+__device__ __forceinline__ void sb_widen(const uint4 (&c)[KPL / 8], float (&out)[KPL]) {
+#pragma unroll
+  for (int i = 0; i < KPL / 8; ++i) {  // bf16 -> fp32 is exact: the 16 bits become the high half
+    const unsigned w[4] = {c[i].x, c[i].y, c[i].z, c[i].w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      out[8 * i + 2 * e] = __uint_as_float(w[e] << 16);
+      out[8 * i + 2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u);
+    }
+  }
+}
+
+// Element e (0..7) of an 8-key bf16 piece held as 4 words, widened to fp32.
+__device__ __forceinline__ float sb_bf16(const unsigned (&w)[4], int e) {
+  return __uint_as_float((e & 1) ? (w[e >> 1] & 0xffff0000u) : (w[e >> 1] << 16));
+}
+
+// The lane's key c (its c-th element, rg_key<8> order) of a raw bf16 row held as KPL / 8 pieces.
+template <int N>
+__device__ __forceinline__ float sb_key(const uint4 (&r)[N], int c) {
+  const uint4 pc = r[c >> 3];
+  const unsigned w[4] = {pc.x, pc.y, pc.z, pc.w};
+  return sb_bf16(w, c & 7);
+}
+
+// Per-warp pointers and constants of the sb kernel.
+struct SbPtr {
+  const __nv_bfloat16 *q, *k, *v;  // token 0 of the window: this head's q / k row, the value head's v row
+  const float *g, *b;
+  float* o;                   // o row of token 0, value head hv
+  float *bv, *bk, *bg;        // bank write_bank of the slot, t = 0, this head (null without record)
+};  // per-token advances: p.tok_stride, HV V for o, the banks' dim-2 strides (kernel parameters, no registers)
+
+template <int RPL, int KPL>
+__device__ __forceinline__ void sb_load(const ChainVerifyParams& p, const SbPtr& w, int64_t t, int s,
+                                        const int (&vcol)[RPL], SbIn<KPL>& x) {
+  const __nv_bfloat16* qr = w.q + t * p.tok_stride[0];
+  const __nv_bfloat16* kr = w.k + t * p.tok_stride[1];
+#pragma unroll
+  for (int i = 0; i < KPL / 8; ++i) {
+    x.q[i] = __ldg(reinterpret_cast<const uint4*>(qr + (i * 8 + s) * 8));
+    x.k[i] = __ldg(reinterpret_cast<const uint4*>(kr + (i * 8 + s) * 8));
+  }
+  const __nv_bfloat16* vr = w.v + t * p.tok_stride[2];
+#pragma unroll
+  for (int j = 0; j < RPL; ++j) x.v[j] = vcol[j] >= 0 ? __bfloat162float(__ldg(vr + vcol[j])) : 0.f;
+  x.g = __ldg(w.g + t * p.tok_stride[3]);
+  x.b = __ldg(w.b + t * p.tok_stride[4]);
+}
+
+// The lane's RPL tile rows times `mul`, stored (state slot rows; rows past V skipped).
+template <int RPL, int KPL>
+__device__ __forceinline__ void sb_store_tile(float* st, const ChainVerifyParams& p, const RgCtx<RPL>& cx,
+                                              const float (&m)[RPL][KPL], float mul) {
+#pragma unroll
+  for (int j = 0; j < RPL; ++j) {
+    if (cx.vcol[j] >= 0) {
+      float r[KPL];
+#pragma unroll
+      for (int c = 0; c < KPL; ++c) r[c] = m[j][c] * mul;
+      rg_store_row<8, KPL>(st + cx.vcol[j] * p.st_stride[2], cx.s, r);
+    }
+  }
+}
+
+// One pending factor for one lane: k^ (the lane's keys, fp32), v~ of its rows, g.
+template <int RPL, int KPL>
+struct SbFac {
+  float k[KPL];
+  float v[RPL];
+  float g;
+};
+
+// M = e^g M + v~ k^T (DeltaConstruct, ALGORITHMS.md §6) on the tile m (scale sc when SC).
+template <int RPL, int KPL, bool SC>
+__device__ __forceinline__ void sb_fold(float (&m)[RPL][KPL], float& sc, const SbFac<RPL, KPL>& f) {
+  const float eg = __expf(f.g);
+  if constexpr (SC) {
+    float scn = sc * eg;
+    if (scn < kRescaleMin) {  // warp-uniform
+#pragma unroll
+      for (int j = 0; j < RPL; ++j) {
+#pragma unroll
+        for (int c = 0; c < KPL; ++c) m[j][c] *= scn;
+      }
+      scn = 1.f;
+    }
+    const float inv = 1.f / scn;
+#pragma unroll
+    for (int j = 0; j < RPL; ++j) {
+      const float u = f.v[j] * inv;
+#pragma unroll
+      for (int c = 0; c < KPL; ++c) m[j][c] = fmaf(u, f.k[c], m[j][c]);
+    }
+    sc = scn;
+  } else {
+    rg_fold<RPL, KPL>(m, f.k, f.v, eg);
+  }
+}
+
+// One window token t (inputs x) on the tile m (scale sc when SC).
+template <int RPL, int KPL, bool SC>
+__device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx<RPL>& cx, const SbPtr& w, int64_t t,
+                                         const SbIn<KPL>& x, float (&m)[RPL][KPL], float& sc) {
+  constexpr int NA = RPL == 2 && KPL >= 32 ? 2 : 4;  // independent accumulators per partial sum (registers)
+  // q and k stay raw bf16 in x (half the registers of fp32); each 8-key piece is widened where used
+  float a[2 * RPL + 3][NA];
+#pragma unroll
+  for (int i = 0; i < 2 * RPL + 3; ++i) {
+#pragma unroll
+    for (int y = 0; y < NA; ++y) a[i][y] = 0.f;
+  }
+#pragma unroll
+  for (int i = 0; i < KPL / 8; ++i) {
+    const unsigned wq[4] = {x.q[i].x, x.q[i].y, x.q[i].z, x.q[i].w};
+    const unsigned wk[4] = {x.k[i].x, x.k[i].y, x.k[i].z, x.k[i].w};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int c = 8 * i + e, y = c % NA;
+      const float qc = sb_bf16(wq, e), kc = sb_bf16(wk, e);
+#pragma unroll
+      for (int j = 0; j < RPL; ++j) {
+        a[2 * j][y] = fmaf(m[j][c], kc, a[2 * j][y]);
+        a[2 * j + 1][y] = fmaf(m[j][c], qc, a[2 * j + 1][y]);
+      }
+      a[2 * RPL][y] = fmaf(kc, kc, a[2 * RPL][y]);
+      a[2 * RPL + 1][y] = fmaf(qc, qc, a[2 * RPL + 1][y]);
+      a[2 * RPL + 2][y] = fmaf(kc, qc, a[2 * RPL + 2][y]);
+    }
+  }
+  float sum[2 * RPL + 3];
+#pragma unroll
+  for (int i = 0; i < 2 * RPL + 3; ++i) {
+    if constexpr (NA == 4)
+      sum[i] = (a[i][0] + a[i][1]) + (a[i][2] + a[i][3]);
+    else
+      sum[i] = a[i][0] + a[i][1];
+  }
+#pragma unroll
+  for (int off = 4; off > 0; off >>= 1) {  // the row's 8 lanes: bit-identical sums in each
+#pragma unroll
+    for (int i = 0; i < 2 * RPL + 3; ++i) sum[i] += __shfl_xor_sync(kFull, sum[i], off);
+  }
+  float rk = 1.f, rq = 1.f;
+  if (p.use_qk_l2norm) {
+    rk = rsqrtf(sum[2 * RPL] + kEps);
+    rq = rsqrtf(sum[2 * RPL + 1] + kEps);
+  }
+  rq *= p.scale;
+  const float e = __expf(x.g);
+  // f: the factor from the tile's sums to M' = e^g M (SC: the new scale)
+  const float f = SC ? sc * e : e;
+  const float dot = sum[2 * RPL + 2] * rk * rq;
+  float vt[RPL], ov[RPL];
+#pragma unroll
+  for (int j = 0; j < RPL; ++j) {
+    vt[j] = x.b * (x.v[j] - f * (sum[2 * j] * rk));
+    ov[j] = fmaf(vt[j], dot, f * (sum[2 * j + 1] * rq));
+  }
+  if constexpr (SC) {
+    float scn = f;
+    if (scn < kRescaleMin) {  // warp-uniform (one g per value head)
+#pragma unroll
+      for (int j = 0; j < RPL; ++j) {
+#pragma unroll
+        for (int c = 0; c < KPL; ++c) m[j][c] *= scn;
+      }
+      scn = 1.f;
+    }
+    const float inv = rk / scn;
+    float u[RPL];
+#pragma unroll
+    for (int j = 0; j < RPL; ++j) u[j] = vt[j] * inv;
+#pragma unroll
+    for (int c = 0; c < KPL; ++c) {
+      const float kc = sb_key(x.k, c);
+#pragma unroll
+      for (int j = 0; j < RPL; ++j) m[j][c] = fmaf(u[j], kc, m[j][c]);
+    }
+    sc = scn;
+  } else {
+    float u[RPL];
+#pragma unroll
+    for (int j = 0; j < RPL; ++j) u[j] = vt[j] * rk;
+#pragma unroll
+    for (int c = 0; c < KPL; ++c) {
+      const float kc = sb_key(x.k, c);
+#pragma unroll
+      for (int j = 0; j < RPL; ++j) m[j][c] = fmaf(u[j], kc, e * m[j][c]);
+    }
+  }
+  if (cx.s == 0) {  // one lane per row: o and v~
+#pragma unroll
+    for (int j = 0; j < RPL; ++j) {
+      if (cx.vcol[j] >= 0) {
+        w.o[t * p.HV * p.V + cx.vcol[j]] = ov[j];
+        if (cx.record && t < p.Tmax) w.bv[t * p.bv_stride[2] + cx.vcol[j] * p.bv_stride[4]] = vt[j];
+      }
+    }
+  }
+  if (cx.record && t < p.Tmax) {
+    if (cx.g_writer) w.bg[t * p.bg_stride[2]] = x.g;
+    if (cx.k_writer) {
+      float kh[KPL];
+#pragma unroll
+      for (int c = 0; c < KPL; ++c) kh[c] = sb_key(x.k, c) * rk;
+      rg_store_row<8, KPL>(w.bk + t * p.bk_stride[2], cx.s, kh);
+    }
+  }
+}
+
+// One warp per (value tile of BV = 4 RPL rows, value head hv, request row r); K = 8 KPL, bf16 q / k / v
+// on the 16-byte path. Same contract and writers as chain_verify_rg_body.
+template <int RPL, int KPL, bool SC>
+__device__ __forceinline__ void chain_verify_sb_body(const ChainVerifyParams& p) {
+  RgCtx<RPL> cx;
+  int64_t bos, eos, np, rb;
+  rg_setup<8, RPL>(p, cx, bos, eos, np, rb);
+  const int s = cx.s, hv = cx.hv, h = cx.h;
+  constexpr int K = 8 * KPL;
+  const int HV = p.HV, V = p.V;
+  SbPtr w;
+  w.q = static_cast<const __nv_bfloat16*>(p.q) + bos * p.tok_stride[0] + h * K;
+  w.k = static_cast<const __nv_bfloat16*>(p.k) + bos * p.tok_stride[1] + h * K;
+  w.v = static_cast<const __nv_bfloat16*>(p.v) + bos * p.tok_stride[2] + hv * V;
+  w.g = p.g + bos * p.tok_stride[3] + hv;
+  w.b = p.beta + bos * p.tok_stride[4] + hv;
+  w.o = p.o + (bos * HV + hv) * V;
+  w.bv = w.bk = w.bg = nullptr;
+  if (cx.record) {
+    w.bv = p.bank_v + cx.slot * p.bv_stride[0] + cx.wb * p.bv_stride[1] + hv * p.bv_stride[3];
+    w.bk = p.bank_k + cx.slot * p.bk_stride[0] + cx.wb * p.bk_stride[1] + h * p.bk_stride[3];
+    w.bg = p.bank_g + cx.slot * p.bg_stride[0] + cx.wb * p.bg_stride[1] + hv * p.bg_stride[3];
+  }
+  const int64_t T = eos - bos;
+
+  // issue order: the first pending factor (else the first window token), then the state tile
+  const float* bkp = nullptr;
+  const float* bvp = nullptr;
+  const float* bgp = nullptr;
+  if (np > 0) {
+    bkp = p.bank_k + cx.slot * p.bk_stride[0] + rb * p.bk_stride[1] + h * p.bk_stride[3];
+    bvp = p.bank_v + cx.slot * p.bv_stride[0] + rb * p.bv_stride[1] + hv * p.bv_stride[3];
+    bgp = p.bank_g + cx.slot * p.bg_stride[0] + rb * p.bg_stride[1] + hv * p.bg_stride[3];
+  }
+  auto load_fac = [&](int64_t u, SbFac<RPL, KPL>& f) {  // pending factor u: k^ row, v~ of the rows, g
+    rg_load_row<8, KPL>(bkp + u * p.bk_stride[2], s, f.k);
+#pragma unroll
+    for (int j = 0; j < RPL; ++j)
+      f.v[j] = cx.vcol[j] >= 0 ? bvp[u * p.bv_stride[2] + cx.vcol[j] * p.bv_stride[4]] : 0.f;
+    f.g = bgp[u * p.bg_stride[2]];
+  };
+  SbIn<KPL> xa, xb;
+  SbFac<RPL, KPL> fa, fb;
+  if (np > 0)
+    load_fac(0, fa);
+  else if (T > 0)
+    sb_load<RPL, KPL>(p, w, 0, s, cx.vcol, xa);
+  float* const st = p.state + cx.slot * p.st_stride[0] + hv * p.st_stride[1];
+  float m[RPL][KPL];
+  rg_load_tile<8, RPL, KPL>(st, p, cx, m);
+  float sc = 1.f;
+
+  // fused deferred commit: M = e^{g_u} M + v~_u k_u^T per pending factor, in fa (even u) / fb (odd u),
+  // the next factor (after the last one, the first window token) loaded into the other set first
+  if (np > 0) {
+    for (int64_t u = 0; u < np; u += 2) {
+      if (u + 1 < np)
+        load_fac(u + 1, fb);
+      else if (T > 0)
+        sb_load<RPL, KPL>(p, w, 0, s, cx.vcol, xa);
+      sb_fold<RPL, KPL, SC>(m, sc, fa);
+      if (u + 1 < np) {
+        if (u + 2 < np)
+          load_fac(u + 2, fa);
+        else if (T > 0)
+          sb_load<RPL, KPL>(p, w, 0, s, cx.vcol, xa);
+        sb_fold<RPL, KPL, SC>(m, sc, fb);
+      }
+    }
+    if (!p.write_final_state) sb_store_tile<RPL, KPL>(st, p, cx, m, sc);
+  }
+
+  // the window: token t in xa (even t) / xb (odd t), token t + 1 loaded into the other set first
+  for (int64_t t = 0; t < T; t += 2) {
+    if (t + 1 < T) sb_load<RPL, KPL>(p, w, t + 1, s, cx.vcol, xb);
+    sb_token<RPL, KPL, SC>(p, cx, w, t, xa, m, sc);
+    if (t + 1 < T) {
+      if (t + 2 < T) sb_load<RPL, KPL>(p, w, t + 2, s, cx.vcol, xa);
+      sb_token<RPL, KPL, SC>(p, cx, w, t + 1, xb, m, sc);
+    }
+  }
+  if (p.write_final_state) sb_store_tile<RPL, KPL>(st, p, cx, m, sc);
+}
+
+template <int RPL, int KPL, bool SC>
+__global__ void __launch_bounds__(32) chain_verify_sb_kernel(const ChainVerifyParams p) {
+  pdl_enter();
+  chain_verify_sb_body<RPL, KPL, SC>(p);
+}
+
+// BV = p.bv (4 or 8), else 4 for AR (one token per row) and 8 otherwise (Triton's ar_small /
+// verify_small); SC = p.sb_scaled (0 / 1), else scaled (Triton's small configs keep the tile scaled).
+template <int K>
+cudaError_t dispatch_sb(const ChainVerifyParams& p, cudaStream_t stream) {
+  int bv = p.bv;
+  if (bv != 4 && bv != 8) bv = p.N <= p.R ? 4 : 8;
+  const bool sc = p.sb_scaled != 0;
+  const dim3 grid((p.V + bv - 1) / bv, p.HV, p.R);
+  if (bv == 4)
+    return sc ? launch_pdl(chain_verify_sb_kernel<1, K / 8, true>, grid, dim3(32), 0, stream, p.pdl, p)
+              : launch_pdl(chain_verify_sb_kernel<1, K / 8, false>, grid, dim3(32), 0, stream, p.pdl, p);
+  return sc ? launch_pdl(chain_verify_sb_kernel<2, K / 8, true>, grid, dim3(32), 0, stream, p.pdl, p)
+            : launch_pdl(chain_verify_sb_kernel<2, K / 8, false>, grid, dim3(32), 0, stream, p.pdl, p);
 }
 
 // Row-group layout (vec path, K = 128 or 256), by lpr: 0 (kLayoutRowGroup): BV = p.bv (4 or 8),
@@ -1134,6 +1478,15 @@ cudaError_t dispatch_k(const ChainVerifyParams& p, cudaStream_t stream) {
   // faster than Triton; slower at batch 2; H200, RESULTS.md session 4, csrc_cuda_h200_s4_b1_lpr_*).
   // Forced by p.layout (rowgroup32 is forced only: slower everywhere measured; with K = 128 it runs
   // rowgroup16). Row group needs the 16-byte path with K = 128 / 256, else v3.
+  if constexpr (std::is_same<TIn, __nv_bfloat16>::value) {  // the sb kernel: bf16 inputs only
+    if (p.layout == kLayoutSB && p.vec_ok && p.K == 128) return dispatch_sb<128>(p, stream);
+    if (p.layout == kLayoutSB && p.vec_ok && p.K == 256) return dispatch_sb<256>(p, stream);
+  }
+  if (p.layout == kLayoutSB) {  // fp32 inputs, or off the 16-byte path / K = 128, 256: the automatic layout
+    ChainVerifyParams a = p;
+    a.layout = kLayoutAuto;
+    return dispatch_k<TIn>(a, stream);
+  }
   const bool small = p.layout == kLayoutAuto && static_cast<int64_t>(p.R) * p.HV <= 16;
   const bool step_pf = small && !p.write_final_state && p.pending_len != nullptr && p.rg_prefetch;
   const bool rg16 = p.layout == kLayoutRowGroup16 || (step_pf && static_cast<int64_t>(p.R) * p.HV <= 8);

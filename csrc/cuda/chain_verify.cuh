@@ -8,6 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
 
 #include <cuda_runtime.h>
 
@@ -61,6 +64,10 @@ struct ChainVerifyParams {
   float scale;
   bool write_final_state;
   bool use_qk_l2norm;
+  bool pdl;      // launch with programmatic dependent launch where the kernel's PTX is sm_90+ (launch_pdl
+                 // below); the binding reads VLLM_SPECLA_PDL (ops/pdl.py: '0' off, else on)
+  int sb_scaled; // small-batch lean kernel (kLayoutSB): 1 keeps the tile scaled (state = sc * m, one FMA per
+                 // element per token), 0 plain; the binding reads VLLM_SPECLA_CUDA_SB_SCALED (else automatic)
   bool in_bf16;  // q, k, v are bfloat16 (read and widened in the kernel, no conversion kernels)
   bool vec_ok;   // K % 128 == 0, unit key strides, 16-byte aligned rows: 16-byte loads/stores
 };
@@ -73,8 +80,55 @@ struct ChainVerifyParams {
 // row-group kernels exist for the 16-byte path with K = 128 / 256; other shapes always run v3.
 // rowgroup16 is picked automatically for steps at <= 8 (row, head) pairs (chain_verify.cu,
 // dispatch_k); rowgroup32 is forced only.
+// kLayoutSB (VLLM_SPECLA_CUDA_LAYOUT=sb): the small-batch lean kernel (chain_verify.cu, chain_verify_sb_body):
+// Triton's small-config lane split (8 lanes per value row, BV / 4 rows per lane), the next token's raw
+// bf16 q / k / v loaded straight into registers one token ahead, per-warp pointers, optionally the scaled
+// tile; bf16 inputs on the 16-byte path with K = 128 / 256, else the automatic layout.
 constexpr int kLayoutAuto = 0, kLayoutRowGroup = 1, kLayoutRowGroup8 = 2, kLayoutRS = 3, kLayoutRowGroup16 = 4,
-              kLayoutRowGroup32 = 5, kLayoutUT = 6;
+              kLayoutRowGroup32 = 5, kLayoutUT = 6, kLayoutSB = 7;
+
+// ---- programmatic dependent launch (PDL; ops/pdl.py states the contract) ----------------------------
+// Every kernel of csrc/cuda/chain_verify*.cu starts with pdl_enter(): griddepcontrol.wait before any
+// memory access (the previous kernel in the stream has completed and its writes are visible), then
+// griddepcontrol.launch_dependents (the next PDL-launched kernel may start its own launch while this one
+// runs). Code for older architectures has neither; launch_pdl then launches plainly.
+__device__ __forceinline__ void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// Whether kernel `kern` was compiled from sm_90+ PTX (so its pdl_enter() waits): asked once per kernel.
+inline bool pdl_capable(const void* kern) {
+  static std::mutex mu;
+  static std::unordered_map<const void*, bool> known;
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find(kern);
+  if (it != known.end()) return it->second;
+  cudaFuncAttributes fa;
+  const bool ok = cudaFuncGetAttributes(&fa, kern) == cudaSuccess && fa.ptxVersion >= 90;
+  (void)cudaGetLastError();
+  known.emplace(kern, ok);
+  return ok;
+}
+
+// kern<<<grid, block, smem, stream>>>(args...), with PDL when `pdl` and the kernel waits (pdl_capable).
+template <typename... KArgs, typename... Args>
+cudaError_t launch_pdl(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                       Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl && pdl_capable(reinterpret_cast<const void*>(kern)) ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kern, std::forward<Args>(args)...);
+}
 
 // UT-form kernel (chain_verify_ut.cu; kLayoutUT, VLLM_SPECLA_CUDA_LAYOUT=ut): the window as one
 // chunk, 2T independent products per state tile, exact fp32. chain_verify_ut_bounds: whether it

@@ -383,6 +383,7 @@ template <typename TIn, int K, int TM, int NW, bool ONE, int VAR, int P5 = 0>
 __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
     chain_verify_ut_kernel(const ChainVerifyParams p, const int tb, const int pb, const int tpc) {
   static_assert(VAR >= 1 && VAR <= 3, "build variants 1 .. 3");
+  pdl_enter();
   constexpr bool kTMA = VAR >= 2 && !ONE;
   constexpr int kLPR = ut_lpr<VAR>(), kRPL = ut_rpl<VAR>();
   constexpr int kRowsPerWarp = rows_per_warp<kLPR, kRPL>();
@@ -975,8 +976,7 @@ cudaError_t launch_ut(const ChainVerifyParams& p, const int tb, const int pb, co
   auto* kern = plan.tpc == 1 ? chain_verify_ut_kernel<TIn, K, TM, NW, true, VAR, P5>
                              : chain_verify_ut_kernel<TIn, K, TM, NW, false, VAR, P5>;
   const size_t dyn = ut_dyn_bytes<K, TM, NW, VAR>(tb, pb, plan.tpc == 1);
-  kern<<<grid, NW * 32, dyn, stream>>>(p, tb, pb, plan.tpc);
-  return cudaGetLastError();
+  return launch_pdl(kern, grid, dim3(NW * 32), dyn, stream, p.pdl, p, tb, pb, plan.tpc);
 }
 
 template <typename TIn, int K, int TM, int NW, int VAR, int P5 = 0>

@@ -51,7 +51,7 @@ int bv_override() {
   return bv == 4 || bv == 8 ? bv : 0;
 }
 
-// Warp layout override VLLM_SPECLA_CUDA_LAYOUT: rowgroup | rowgroup8 | rs | rowgroup16 | rowgroup32
+// Warp layout override VLLM_SPECLA_CUDA_LAYOUT: rowgroup | rowgroup8 | rs | rowgroup16 | rowgroup32 | sb
 // (16 / 32 lanes per value row; rowgroup32 needs K = 256 and runs rowgroup16 for K = 128; any
 // row group runs v3 off the 16-byte path or for other K) | ut (the UT-form kernel,
 // chain_verify_ut.cu; strict: an error where it does not apply), else automatic.
@@ -65,7 +65,23 @@ int layout_override() {
   if (v == "rowgroup16") return vllm_specla::cuda::kLayoutRowGroup16;
   if (v == "rowgroup32") return vllm_specla::cuda::kLayoutRowGroup32;
   if (v == "ut") return vllm_specla::cuda::kLayoutUT;
+  if (v == "sb") return vllm_specla::cuda::kLayoutSB;
   return vllm_specla::cuda::kLayoutAuto;
+}
+
+// Programmatic dependent launch, VLLM_SPECLA_PDL (the Triton kernels' switch, ops/pdl.py): '0' plain
+// launches, else PDL where the kernel's PTX is sm_90+ (chain_verify.cuh, launch_pdl).
+bool pdl_on() {
+  const char* s = std::getenv("VLLM_SPECLA_PDL");
+  return s == nullptr || std::string(s) != "0";
+}
+
+// The small-batch lean kernel's scaled tile, VLLM_SPECLA_CUDA_SB_SCALED=0|1 (A/B runs); unset or
+// empty: automatic (-1, chain_verify.cu).
+int sb_scaled_override() {
+  const char* s = std::getenv("VLLM_SPECLA_CUDA_SB_SCALED");
+  if (s == nullptr || *s == '\0') return -1;
+  return std::atoi(s) != 0 ? 1 : 0;
 }
 
 // Warps per CTA of the UT-form kernel, VLLM_SPECLA_CUDA_UT_NW (1; else 4).
@@ -213,6 +229,8 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   p.ut_p5 = ut_p5_override();
   p.ut_row_copies = ut_row_copies_override();
   p.ut_auto = ut_auto_override();
+  p.pdl = pdl_on();
+  p.sb_scaled = sb_scaled_override();
   p.H = static_cast<int>(q.size(1));
   p.K = static_cast<int>(q.size(2));
   p.HV = static_cast<int>(v.size(1));
