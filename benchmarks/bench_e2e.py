@@ -467,6 +467,9 @@ def main() -> None:
     ap.add_argument("--cuda-csrc", action="store_true",
                     help="JIT-build the CUDA csrc chain verify (needs VLLM_SPECLA_CPP_JIT=1 and nvcc) so the "
                          "dispatcher uses it where faster (ops/chain_verify.py)")
+    ap.add_argument("--cuda-pdl", default="1", choices=["0", "1"],
+                    help="with --cuda-csrc: launch its kernels with programmatic dependent launch (1, the default) or "
+                         "plainly (0; the Triton kernels keep VLLM_SPECLA_PDL's setting, read at import)")
     add_kernel_flags(ap)
     ap.add_argument("--tag", default="", help="label stored in every record (A/B runs)")
     ap.add_argument("--auto", action="store_true", help="also run the automatic draft-length policy per batch/alpha")
@@ -496,9 +499,12 @@ def main() -> None:
         from vllm_specla.ops import _cpp  # noqa: PLC0415
 
         _cpp.load_cuda()
+        if args.cuda_pdl == "0":  # the CUDA binding reads VLLM_SPECLA_PDL per call; ops/pdl.py read it at import
+            os.environ["VLLM_SPECLA_PDL"] = "0"
     gemv_rows = apply_kernel_flags(args, device)
     global SETTINGS
-    SETTINGS = dict(gemv_rows=gemv_rows, verify_kernel=cv_mod.VERIFY_KERNEL, cuda_csrc=bool(args.cuda_csrc and device == "cuda"), tag=args.tag)
+    SETTINGS = dict(gemv_rows=gemv_rows, verify_kernel=cv_mod.VERIFY_KERNEL, cuda_csrc=bool(args.cuda_csrc and device == "cuda"),
+                    cuda_pdl=args.cuda_csrc and device == "cuda" and args.cuda_pdl == "1", tag=args.tag)
     if args.dry_cpu:
         global DRY
         DRY = True

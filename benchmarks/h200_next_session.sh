@@ -30,6 +30,20 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
+  s18b)  # session 18, call 2: the sb kernel in the automatic small-batch layout (one-wave rule, plain tile, BV 4):
+        # every CUDA chain test (incl. the UT kernel under PDL) and the dispatch tests; CUDA (PDL on / off) vs Triton
+        # at batch 1 / 2 / 32 / 128; map / flame batch 64 end to end with the CUDA csrc, its PDL off / on
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s18b 230 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
+      timeout 120 python benchmarks/bench_csrc_cuda.py --batches 1,2,32,128 --Ts 1,5,8 --pdl 1,0 \
+          --out "$OUT/csrc_s18b.json" 2>&1 | grep -v "^{" | grep -v -i warn
+      for P in 0 1; do
+        timeout 100 python benchmarks/bench_e2e.py --shapes map,flame --batches 64 --ks 4 --alphas 0.8 \
+            --snapshot-ks 4 --cuda-csrc --cuda-pdl $P --tag "s18b_cudapdl$P" --out "$OUT/e2e_s18b.jsonl" 2>&1 | \
+            grep "^{" | python -c "$S"
+      done
+      ;;
   s18a)  # session 18, call 1: programmatic dependent launch for the CUDA chain kernels and the small-batch lean
         # kernel (VLLM_SPECLA_CUDA_LAYOUT=sb): the JIT build, the small-batch / PDL GPU tests, then CUDA vs Triton
         # at batch 1 / 2 (issue 9's miss): the automatic layout and sb (plain / scaled tile, BV 4 / 8), PDL on / off

@@ -750,12 +750,11 @@ def test_cuda_small_batch_layouts_match_reference(monkeypatch, shape, rows, mode
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
 @pytest.mark.parametrize("layout", ["auto", "sb", "ut"])
 def test_cuda_pdl_chain_of_steps_in_a_graph(monkeypatch, layout):
-    """Programmatic dependent launch keeps stream order where it matters: a CUDA graph of 6 SpecLA steps
+    """Programmatic dependent launch keeps stream order where it matters: a CUDA graph of 6 SpecLA windows
     on one state slot (each step folds the previous step's factors, written by the kernel just before it,
     into the state that kernel left) plus an AR step gives bit-identical outputs, state and banks with
     PDL on (VLLM_SPECLA_PDL=1: every kernel starts while the previous one runs) and off."""
-    if layout != "auto":
-        monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", layout)
+    monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT", raising=False)
     assert _cpp.load_cuda()
     dev = torch.device("cuda")
     H, HV, K, V = (6, 6, 256, 512)
@@ -779,11 +778,14 @@ def test_cuda_pdl_chain_of_steps_in_a_graph(monkeypatch, layout):
 
         def steps():
             outs.clear()
+            if layout != "auto":  # the verify windows (the AR step below: the automatic layout, which UT does not take)
+                os.environ["VLLM_SPECLA_CUDA_LAYOUT"] = layout
             for i in range(6):
                 wb = torch.full((B,), i % 2, dtype=torch.long, device=dev)
                 outs.append(_cpp.chain_verify(q[i], k[i], v[i], g[i], beta[i], scale=K ** -0.5, state=st, slots=slots,
                                               cu_seqlens=cu, bank_k=bk, bank_v=bv, bank_g=bg, write_bank=wb,
                                               pending_len=lens if i else None, read_bank=1 - wb if i else None))
+            os.environ.pop("VLLM_SPECLA_CUDA_LAYOUT", None)
             outs.append(_cpp.chain_verify(q[6][:B], k[6][:B], v[6][:B], g[6][:B], beta[6][:B], scale=K ** -0.5,
                                           state=st, slots=slots, cu_seqlens=cu1, write_final_state=True))
         if graph:

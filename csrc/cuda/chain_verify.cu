@@ -112,6 +112,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <type_traits>
 
 namespace vllm_specla {
@@ -1411,19 +1412,44 @@ __global__ void __launch_bounds__(32) chain_verify_sb_kernel(const ChainVerifyPa
   chain_verify_sb_body<RPL, KPL, SC>(p);
 }
 
-// BV = p.bv (4 or 8), else 4 for AR (one token per row) and 8 otherwise (Triton's ar_small /
-// verify_small); SC = p.sb_scaled (0 / 1), else scaled (Triton's small configs keep the tile scaled).
+// BV = p.bv (4 or 8), else 4: BV 8 (2 rows per lane) spills at K = 256 (ptxas, sm_90: 40-48 bytes of stack)
+// and measured 1.3-1.45x BV 4's time at batch 1 (H200, RESULTS.md session 18); SC = p.sb_scaled == 1 (the
+// scaled tile measured 2-7 % slower than the plain one at batch 1-2, same run).
 template <int K>
 cudaError_t dispatch_sb(const ChainVerifyParams& p, cudaStream_t stream) {
-  int bv = p.bv;
-  if (bv != 4 && bv != 8) bv = p.N <= p.R ? 4 : 8;
-  const bool sc = p.sb_scaled != 0;
+  const int bv = p.bv == 8 ? 8 : 4;
+  const bool sc = p.sb_scaled == 1;
   const dim3 grid((p.V + bv - 1) / bv, p.HV, p.R);
   if (bv == 4)
     return sc ? launch_pdl(chain_verify_sb_kernel<1, K / 8, true>, grid, dim3(32), 0, stream, p.pdl, p)
               : launch_pdl(chain_verify_sb_kernel<1, K / 8, false>, grid, dim3(32), 0, stream, p.pdl, p);
   return sc ? launch_pdl(chain_verify_sb_kernel<2, K / 8, true>, grid, dim3(32), 0, stream, p.pdl, p)
             : launch_pdl(chain_verify_sb_kernel<2, K / 8, false>, grid, dim3(32), 0, stream, p.pdl, p);
+}
+
+// The automatic layout's use of the sb kernel (BV 4, plain tile): bf16 windows of several tokens (verify /
+// SpecLA step, not AR) on the 16-byte path with K = 128 / 256 at small batch (R * HV <= 16 pairs) whose
+// warps fit on the GPU at once. At batch 1 it took 0.80-0.97x the row-group kernels' time for verify and
+// steps (both GDN-1.3B head shapes); at 6x256x512 batch 2 (1536 warps, two waves at its ~9 warps per SM)
+// 1.06-1.26x, hence the one-wave bound (H200, RESULTS.md session 18).
+bool sb_auto(const ChainVerifyParams& p) {
+  if (p.layout != kLayoutAuto || !p.in_bf16 || !p.vec_ok || (p.K != 128 && p.K != 256) || p.N <= p.R ||
+      static_cast<int64_t>(p.R) * p.HV > 16)
+    return false;
+  static int wave[2] = {0, 0};  // resident warps of the K = 128 / 256 kernel on the current GPU
+  int& w = wave[p.K == 256];
+  if (w == 0) {
+    int dev = 0, sms = 0, per_sm = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (p.K == 256)
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_verify_sb_kernel<1, 32, false>, 32, 0);
+    else
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_verify_sb_kernel<1, 16, false>, 32, 0);
+    (void)cudaGetLastError();
+    w = std::max(1, sms * per_sm);
+  }
+  return static_cast<int64_t>(p.R) * p.HV * ((p.V + 3) / 4) <= w;
 }
 
 // Row-group layout (vec path, K = 128 or 256), by lpr: 0 (kLayoutRowGroup): BV = p.bv (4 or 8),
@@ -1479,8 +1505,9 @@ cudaError_t dispatch_k(const ChainVerifyParams& p, cudaStream_t stream) {
   // Forced by p.layout (rowgroup32 is forced only: slower everywhere measured; with K = 128 it runs
   // rowgroup16). Row group needs the 16-byte path with K = 128 / 256, else v3.
   if constexpr (std::is_same<TIn, __nv_bfloat16>::value) {  // the sb kernel: bf16 inputs only
-    if (p.layout == kLayoutSB && p.vec_ok && p.K == 128) return dispatch_sb<128>(p, stream);
-    if (p.layout == kLayoutSB && p.vec_ok && p.K == 256) return dispatch_sb<256>(p, stream);
+    const bool sb = p.layout == kLayoutSB || sb_auto(p);
+    if (sb && p.vec_ok && p.K == 128) return dispatch_sb<128>(p, stream);
+    if (sb && p.vec_ok && p.K == 256) return dispatch_sb<256>(p, stream);
   }
   if (p.layout == kLayoutSB) {  // fp32 inputs, or off the 16-byte path / K = 128, 256: the automatic layout
     ChainVerifyParams a = p;

@@ -67,7 +67,7 @@ struct ChainVerifyParams {
   bool pdl;      // launch with programmatic dependent launch where the kernel's PTX is sm_90+ (launch_pdl
                  // below); the binding reads VLLM_SPECLA_PDL (ops/pdl.py: '0' off, else on)
   int sb_scaled; // small-batch lean kernel (kLayoutSB): 1 keeps the tile scaled (state = sc * m, one FMA per
-                 // element per token), 0 plain; the binding reads VLLM_SPECLA_CUDA_SB_SCALED (else automatic)
+                 // element per token), else plain; the binding reads VLLM_SPECLA_CUDA_SB_SCALED
   bool in_bf16;  // q, k, v are bfloat16 (read and widened in the kernel, no conversion kernels)
   bool vec_ok;   // K % 128 == 0, unit key strides, 16-byte aligned rows: 16-byte loads/stores
 };
@@ -83,7 +83,8 @@ struct ChainVerifyParams {
 // kLayoutSB (VLLM_SPECLA_CUDA_LAYOUT=sb): the small-batch lean kernel (chain_verify.cu, chain_verify_sb_body):
 // Triton's small-config lane split (8 lanes per value row, BV / 4 rows per lane), the next token's raw
 // bf16 q / k / v loaded straight into registers one token ahead, per-warp pointers, optionally the scaled
-// tile; bf16 inputs on the 16-byte path with K = 128 / 256, else the automatic layout.
+// tile; bf16 inputs on the 16-byte path with K = 128 / 256, else the automatic layout. The automatic layout
+// takes it for small-batch verify / step windows whose warps fit on the GPU at once (chain_verify.cu, sb_auto).
 constexpr int kLayoutAuto = 0, kLayoutRowGroup = 1, kLayoutRowGroup8 = 2, kLayoutRS = 3, kLayoutRowGroup16 = 4,
               kLayoutRowGroup32 = 5, kLayoutUT = 6, kLayoutSB = 7;
 

@@ -76,8 +76,8 @@ bool pdl_on() {
   return s == nullptr || std::string(s) != "0";
 }
 
-// The small-batch lean kernel's scaled tile, VLLM_SPECLA_CUDA_SB_SCALED=0|1 (A/B runs); unset or
-// empty: automatic (-1, chain_verify.cu).
+// The small-batch lean kernel's scaled tile, VLLM_SPECLA_CUDA_SB_SCALED=1 (A/B runs); unset, empty or 0:
+// the plain tile (chain_verify.cu, dispatch_sb).
 int sb_scaled_override() {
   const char* s = std::getenv("VLLM_SPECLA_CUDA_SB_SCALED");
   if (s == nullptr || *s == '\0') return -1;
