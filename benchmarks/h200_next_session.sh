@@ -30,6 +30,15 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
+  s18c)  # session 18, call 3: the sb kernel's one-register-set form (SB_LATE=1: the next token loaded after the
+        # current token's partial sums; BV 8 fits in 220-224 registers without spills): its GPU tests, then every sb
+        # form (plain / scaled tile x two sets / one set late, BV 4 / 8) against the automatic layout and Triton at batch 1 / 2
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s18c 200 -x tests/test_csrc.py -k "small_batch or pdl_chain"
+      timeout 150 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --layout auto,sb00,sb01,sb10,sb11 \
+          --bv 4,8 --out "$OUT/csrc_s18c.json" 2>&1 | grep -v "^{" | grep -v -i warn
+      ;;
   s18b)  # session 18, call 2: the sb kernel in the automatic small-batch layout (one-wave rule, plain tile, BV 4):
         # every CUDA chain test (incl. the UT kernel under PDL) and the dispatch tests; CUDA (PDL on / off) vs Triton
         # at batch 1 / 2 / 32 / 128; map / flame batch 64 end to end with the CUDA csrc, its PDL off / on

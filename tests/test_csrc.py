@@ -695,8 +695,8 @@ def test_cuda_ut_no_l2norm_and_over_long_window(monkeypatch):
 
 
 # Small-batch CUDA kernels (at most 16 (row, head) pairs: batch 1-2 of the GDN-1.3B head shapes): each
-# layout forced (VLLM_SPECLA_CUDA_LAYOUT; sb0 / sb1: the lean kernel with its plain / scaled tile,
-# VLLM_SPECLA_CUDA_SB_SCALED), BV 4 and 8 (VLLM_SPECLA_CUDA_BV), with and without programmatic dependent
+# layout forced (VLLM_SPECLA_CUDA_LAYOUT; sbXY: the lean kernel with its plain / scaled tile,
+# VLLM_SPECLA_CUDA_SB_SCALED, and its next-token register set, VLLM_SPECLA_CUDA_SB_LATE), BV 4 and 8 (VLLM_SPECLA_CUDA_BV), with and without programmatic dependent
 # launch (VLLM_SPECLA_PDL); sb takes bf16 q / k / v (fp32 inputs run the automatic layout under it).
 SMALL_CASES = {  # mode: (lens, pending, record, write_final_state)
     "verify": ([8, 5], None, True, False),
@@ -710,10 +710,13 @@ SMALL_CASES = {  # mode: (lens, pending, record, write_final_state)
 
 # (layout, dtype, decay, pdl): every layout on bf16 inputs (what the runtime gives it); fp32 inputs and plain
 # launches through the automatic layout; strong decay where a scaled tile could go wrong
-SMALL_VARIANTS = ([(lay, torch.bfloat16, 1.0, "1") for lay in ("auto", "sb0", "sb1", "rowgroup8", "rowgroup16")]
-                  + [("auto", torch.float32, 1.0, "1"), ("sb1", torch.float32, 1.0, "1"), ("auto", torch.bfloat16, 1.0, "0"),
-                     ("sb1", torch.bfloat16, 1.0, "0"), ("sb1", torch.bfloat16, 60.0, "1"), ("sb0", torch.bfloat16, 60.0, "1"),
-                     ("auto", torch.bfloat16, 60.0, "1")])
+# sbXY: the sb kernel with its scaled tile (X = 1) or plain, its next token loaded late into one register set (Y = 1)
+# or early into a second one
+SMALL_VARIANTS = ([(lay, torch.bfloat16, 1.0, "1") for lay in ("auto", "sb00", "sb01", "sb10", "sb11", "rowgroup8",
+                                                              "rowgroup16")]
+                  + [("auto", torch.float32, 1.0, "1"), ("sb11", torch.float32, 1.0, "1"), ("auto", torch.bfloat16, 1.0, "0"),
+                     ("sb01", torch.bfloat16, 1.0, "0"), ("sb11", torch.bfloat16, 60.0, "1"), ("sb01", torch.bfloat16, 60.0, "1"),
+                     ("sb10", torch.bfloat16, 60.0, "1"), ("auto", torch.bfloat16, 60.0, "1")])
 
 
 @pytest.mark.gpu
@@ -732,6 +735,7 @@ def test_cuda_small_batch_layouts_match_reference(monkeypatch, shape, rows, mode
     monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", layout[:2] if layout.startswith("sb") else layout)
     if layout.startswith("sb"):
         monkeypatch.setenv("VLLM_SPECLA_CUDA_SB_SCALED", layout[2])
+        monkeypatch.setenv("VLLM_SPECLA_CUDA_SB_LATE", layout[3])
     monkeypatch.setenv("VLLM_SPECLA_CUDA_BV", bv)
     monkeypatch.setenv("VLLM_SPECLA_PDL", pdl)
     if layout == "auto":

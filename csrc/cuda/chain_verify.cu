@@ -1211,12 +1211,15 @@ __device__ __forceinline__ void sb_fold(float (&m)[RPL][KPL], float& sc, const S
   }
 }
 
-// One window token t (inputs x) on the tile m (scale sc when SC).
-template <int RPL, int KPL, bool SC>
+// One window token t (inputs x) on the tile m (scale sc when SC). mid() runs once x is no longer read (after
+// the partial sums; k is kept widened, the scalars copied): the LATE body loads the next token into x there.
+template <int RPL, int KPL, bool SC, typename Mid>
 __device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx<RPL>& cx, const SbPtr& w, int64_t t,
-                                         const SbIn<KPL>& x, float (&m)[RPL][KPL], float& sc) {
+                                         SbIn<KPL>& x, float (&m)[RPL][KPL], float& sc, Mid&& mid) {
   constexpr int NA = RPL == 2 && KPL >= 32 ? 2 : 4;  // independent accumulators per partial sum (registers)
-  // q and k stay raw bf16 in x (half the registers of fp32); each 8-key piece is widened where used
+  // k widened once (the update reads it after x is released); q one 8-key piece at a time
+  float k[KPL];
+  sb_widen<KPL>(x.k, k);
   float a[2 * RPL + 3][NA];
 #pragma unroll
   for (int i = 0; i < 2 * RPL + 3; ++i) {
@@ -1226,11 +1229,10 @@ __device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx
 #pragma unroll
   for (int i = 0; i < KPL / 8; ++i) {
     const unsigned wq[4] = {x.q[i].x, x.q[i].y, x.q[i].z, x.q[i].w};
-    const unsigned wk[4] = {x.k[i].x, x.k[i].y, x.k[i].z, x.k[i].w};
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       const int c = 8 * i + e, y = c % NA;
-      const float qc = sb_bf16(wq, e), kc = sb_bf16(wk, e);
+      const float qc = sb_bf16(wq, e), kc = k[c];
 #pragma unroll
       for (int j = 0; j < RPL; ++j) {
         a[2 * j][y] = fmaf(m[j][c], kc, a[2 * j][y]);
@@ -1241,6 +1243,11 @@ __device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx
       a[2 * RPL + 2][y] = fmaf(kc, qc, a[2 * RPL + 2][y]);
     }
   }
+  float xv[RPL];
+#pragma unroll
+  for (int j = 0; j < RPL; ++j) xv[j] = x.v[j];
+  const float xg = x.g, xb = x.b;
+  mid();
   float sum[2 * RPL + 3];
 #pragma unroll
   for (int i = 0; i < 2 * RPL + 3; ++i) {
@@ -1260,14 +1267,14 @@ __device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx
     rq = rsqrtf(sum[2 * RPL + 1] + kEps);
   }
   rq *= p.scale;
-  const float e = __expf(x.g);
+  const float e = __expf(xg);
   // f: the factor from the tile's sums to M' = e^g M (SC: the new scale)
   const float f = SC ? sc * e : e;
   const float dot = sum[2 * RPL + 2] * rk * rq;
   float vt[RPL], ov[RPL];
 #pragma unroll
   for (int j = 0; j < RPL; ++j) {
-    vt[j] = x.b * (x.v[j] - f * (sum[2 * j] * rk));
+    vt[j] = xb * (xv[j] - f * (sum[2 * j] * rk));
     ov[j] = fmaf(vt[j], dot, f * (sum[2 * j + 1] * rq));
   }
   if constexpr (SC) {
@@ -1286,7 +1293,7 @@ __device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx
     for (int j = 0; j < RPL; ++j) u[j] = vt[j] * inv;
 #pragma unroll
     for (int c = 0; c < KPL; ++c) {
-      const float kc = sb_key(x.k, c);
+      const float kc = k[c];
 #pragma unroll
       for (int j = 0; j < RPL; ++j) m[j][c] = fmaf(u[j], kc, m[j][c]);
     }
@@ -1297,7 +1304,7 @@ __device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx
     for (int j = 0; j < RPL; ++j) u[j] = vt[j] * rk;
 #pragma unroll
     for (int c = 0; c < KPL; ++c) {
-      const float kc = sb_key(x.k, c);
+      const float kc = k[c];
 #pragma unroll
       for (int j = 0; j < RPL; ++j) m[j][c] = fmaf(u[j], kc, e * m[j][c]);
     }
@@ -1312,11 +1319,11 @@ __device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx
     }
   }
   if (cx.record && t < p.Tmax) {
-    if (cx.g_writer) w.bg[t * p.bg_stride[2]] = x.g;
+    if (cx.g_writer) w.bg[t * p.bg_stride[2]] = xg;
     if (cx.k_writer) {
       float kh[KPL];
 #pragma unroll
-      for (int c = 0; c < KPL; ++c) kh[c] = sb_key(x.k, c) * rk;
+      for (int c = 0; c < KPL; ++c) kh[c] = k[c] * rk;
       rg_store_row<8, KPL>(w.bk + t * p.bk_stride[2], cx.s, kh);
     }
   }
@@ -1324,7 +1331,7 @@ __device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx
 
 // One warp per (value tile of BV = 4 RPL rows, value head hv, request row r); K = 8 KPL, bf16 q / k / v
 // on the 16-byte path. Same contract and writers as chain_verify_rg_body.
-template <int RPL, int KPL, bool SC>
+template <int RPL, int KPL, bool SC, bool LATE>
 __device__ __forceinline__ void chain_verify_sb_body(const ChainVerifyParams& p) {
   RgCtx<RPL> cx;
   int64_t bos, eos, np, rb;
@@ -1394,44 +1401,59 @@ __device__ __forceinline__ void chain_verify_sb_body(const ChainVerifyParams& p)
     if (!p.write_final_state) sb_store_tile<RPL, KPL>(st, p, cx, m, sc);
   }
 
-  // the window: token t in xa (even t) / xb (odd t), token t + 1 loaded into the other set first
-  for (int64_t t = 0; t < T; t += 2) {
-    if (t + 1 < T) sb_load<RPL, KPL>(p, w, t + 1, s, cx.vcol, xb);
-    sb_token<RPL, KPL, SC>(p, cx, w, t, xa, m, sc);
-    if (t + 1 < T) {
-      if (t + 2 < T) sb_load<RPL, KPL>(p, w, t + 2, s, cx.vcol, xa);
-      sb_token<RPL, KPL, SC>(p, cx, w, t + 1, xb, m, sc);
+  auto none = [] {};
+  if constexpr (LATE) {
+    // one register set: token t + 1 is loaded into it once token t's partial sums are done
+    for (int64_t t = 0; t < T; ++t)
+      sb_token<RPL, KPL, SC>(p, cx, w, t, xa, m, sc, [&] {
+        if (t + 1 < T) sb_load<RPL, KPL>(p, w, t + 1, s, cx.vcol, xa);
+      });
+  } else {
+    // token t in xa (even t) / xb (odd t), token t + 1 loaded into the other set first
+    for (int64_t t = 0; t < T; t += 2) {
+      if (t + 1 < T) sb_load<RPL, KPL>(p, w, t + 1, s, cx.vcol, xb);
+      sb_token<RPL, KPL, SC>(p, cx, w, t, xa, m, sc, none);
+      if (t + 1 < T) {
+        if (t + 2 < T) sb_load<RPL, KPL>(p, w, t + 2, s, cx.vcol, xa);
+        sb_token<RPL, KPL, SC>(p, cx, w, t + 1, xb, m, sc, none);
+      }
     }
   }
   if (p.write_final_state) sb_store_tile<RPL, KPL>(st, p, cx, m, sc);
 }
 
-template <int RPL, int KPL, bool SC>
+template <int RPL, int KPL, bool SC, bool LATE = false>
 __global__ void __launch_bounds__(32) chain_verify_sb_kernel(const ChainVerifyParams p) {
   pdl_enter();
-  chain_verify_sb_body<RPL, KPL, SC>(p);
+  chain_verify_sb_body<RPL, KPL, SC, LATE>(p);
 }
 
 // BV = p.bv (4 or 8), else 4: BV 8 (2 rows per lane) spills at K = 256 (ptxas, sm_90: 40-48 bytes of stack)
-// and measured 1.3-1.45x BV 4's time at batch 1 (H200, RESULTS.md session 18); SC = p.sb_scaled == 1 (the
-// scaled tile measured 2-7 % slower than the plain one at batch 1-2, same run).
+// and measured 1.01-1.59x BV 4's time at batch 1 (H200, RESULTS.md session 18); SC = p.sb_scaled == 1 (the
+// scaled tile measured 0-7 % slower than the plain one for windows at batch 1-2, same run).
+template <int K, int RPL, bool SC>
+cudaError_t launch_sb(const ChainVerifyParams& p, bool late, cudaStream_t stream) {
+  const dim3 grid((p.V + 4 * RPL - 1) / (4 * RPL), p.HV, p.R);
+  return late ? launch_pdl(chain_verify_sb_kernel<RPL, K / 8, SC, true>, grid, dim3(32), 0, stream, p.pdl, p)
+              : launch_pdl(chain_verify_sb_kernel<RPL, K / 8, SC, false>, grid, dim3(32), 0, stream, p.pdl, p);
+}
+
 template <int K>
 cudaError_t dispatch_sb(const ChainVerifyParams& p, cudaStream_t stream) {
   const int bv = p.bv == 8 ? 8 : 4;
   const bool sc = p.sb_scaled == 1;
-  const dim3 grid((p.V + bv - 1) / bv, p.HV, p.R);
-  if (bv == 4)
-    return sc ? launch_pdl(chain_verify_sb_kernel<1, K / 8, true>, grid, dim3(32), 0, stream, p.pdl, p)
-              : launch_pdl(chain_verify_sb_kernel<1, K / 8, false>, grid, dim3(32), 0, stream, p.pdl, p);
-  return sc ? launch_pdl(chain_verify_sb_kernel<2, K / 8, true>, grid, dim3(32), 0, stream, p.pdl, p)
-            : launch_pdl(chain_verify_sb_kernel<2, K / 8, false>, grid, dim3(32), 0, stream, p.pdl, p);
+  // LATE (p.sb_late): one register set for the next token, loaded after the current token's partial sums; BV 8
+  // needs it (the two sets spill there)
+  const bool late = p.sb_late == 1 || (p.sb_late != 0 && bv == 8);
+  if (bv == 4) return sc ? launch_sb<K, 1, true>(p, late, stream) : launch_sb<K, 1, false>(p, late, stream);
+  return sc ? launch_sb<K, 2, true>(p, late, stream) : launch_sb<K, 2, false>(p, late, stream);
 }
 
 // The automatic layout's use of the sb kernel (BV 4, plain tile): bf16 windows of several tokens (verify /
 // SpecLA step, not AR) on the 16-byte path with K = 128 / 256 at small batch (R * HV <= 16 pairs) whose
-// warps fit on the GPU at once. At batch 1 it took 0.80-0.97x the row-group kernels' time for verify and
+// warps fit on the GPU at once. At batch 1 it took 0.81-0.99x the row-group kernels' time for verify and
 // steps (both GDN-1.3B head shapes); at 6x256x512 batch 2 (1536 warps, two waves at its ~9 warps per SM)
-// 1.06-1.26x, hence the one-wave bound (H200, RESULTS.md session 18).
+// 1.22-1.26x, hence the one-wave bound (H200, RESULTS.md session 18).
 bool sb_auto(const ChainVerifyParams& p) {
   if (p.layout != kLayoutAuto || !p.in_bf16 || !p.vec_ok || (p.K != 128 && p.K != 256) || p.N <= p.R ||
       static_cast<int64_t>(p.R) * p.HV > 16)
@@ -1443,9 +1465,9 @@ bool sb_auto(const ChainVerifyParams& p) {
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (p.K == 256)
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_verify_sb_kernel<1, 32, false>, 32, 0);
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_verify_sb_kernel<1, 32, false, false>, 32, 0);
     else
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_verify_sb_kernel<1, 16, false>, 32, 0);
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_verify_sb_kernel<1, 16, false, false>, 32, 0);
     (void)cudaGetLastError();
     w = std::max(1, sms * per_sm);
   }

@@ -78,6 +78,14 @@ bool pdl_on() {
 
 // The small-batch lean kernel's scaled tile, VLLM_SPECLA_CUDA_SB_SCALED=1 (A/B runs); unset, empty or 0:
 // the plain tile (chain_verify.cu, dispatch_sb).
+// The sb kernel's next-token register set, VLLM_SPECLA_CUDA_SB_LATE=0|1 (A/B runs; chain_verify.cuh, sb_late);
+// unset or empty: automatic (-1).
+int sb_late_override() {
+  const char* s = std::getenv("VLLM_SPECLA_CUDA_SB_LATE");
+  if (s == nullptr || *s == '\0') return -1;
+  return std::atoi(s) != 0 ? 1 : 0;
+}
+
 int sb_scaled_override() {
   const char* s = std::getenv("VLLM_SPECLA_CUDA_SB_SCALED");
   if (s == nullptr || *s == '\0') return -1;
@@ -231,6 +239,7 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   p.ut_auto = ut_auto_override();
   p.pdl = pdl_on();
   p.sb_scaled = sb_scaled_override();
+  p.sb_late = sb_late_override();
   p.H = static_cast<int>(q.size(1));
   p.K = static_cast<int>(q.size(2));
   p.HV = static_cast<int>(v.size(1));
