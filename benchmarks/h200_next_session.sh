@@ -30,6 +30,29 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
+  s18e)  # session 18, call 5: the final automatic small-batch rule (sb BV 4 where its warps fit on the GPU at once,
+        # else sb BV 8 with one register set where those do): every CUDA chain test and the dispatch tests, then the
+        # automatic layout against Triton at batch 1 / 2
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s18e 230 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
+      timeout 60 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --out "$OUT/csrc_s18e.json" 2>&1 | \
+          grep -v "^{" | grep -v -i warn
+      ;;
+  s18d)  # (as run it failed: ncu_chain.py could not import the package, fixed after it; not rerun) session 18, call 4:
+        # where a batch-1 verify window's time goes, the sb kernel (BV 4 and BV 8 one-set)
+        # and Triton side by side under Nsight Compute: issue-stall reasons per issued instruction, cycles, instructions
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      M="regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,smsp__cycles_active.avg,gpc__cycles_elapsed.max,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active"
+      for BV in 4 8; do
+        VLLM_SPECLA_CUDA_BV=$BV timeout 120 ncu --clock-control none --kernel-name regex:chain_verify --launch-skip 2 \
+            --launch-count 4 --metrics "$M" python benchmarks/ncu_chain.py > "$OUT/ncu_s18d_bv$BV.txt" 2>&1
+        echo "ncu bv$BV rc $?"
+      done
+      grep -E "chain_verify|stalled_(long|short|wait|math|lg|mio|no_inst|not_sel|selected|barrier|branch|dispatch|drain|membar|imc)|inst_executed|cycles|issue_active|warps_active" \
+          "$OUT/ncu_s18d_bv8.txt" | sed 's/  */ /g' | head -80
+      ;;
   s18c)  # session 18, call 3: the sb kernel's one-register-set form (SB_LATE=1: the next token loaded after the
         # current token's partial sums; BV 8 fits in 220-224 registers without spills): its GPU tests, then every sb
         # form (plain / scaled tile x two sets / one set late, BV 4 / 8) against the automatic layout and Triton at batch 1 / 2

@@ -1438,49 +1438,50 @@ cudaError_t launch_sb(const ChainVerifyParams& p, bool late, cudaStream_t stream
               : launch_pdl(chain_verify_sb_kernel<RPL, K / 8, SC, false>, grid, dim3(32), 0, stream, p.pdl, p);
 }
 
+// bv: value rows per warp, 4 or 8 (the caller's choice: p.bv when forced, else sb_auto's); SC = p.sb_scaled == 1
+// (the scaled tile measured 0-7 % slower than the plain one for windows at batch 1-2: RESULTS.md session 18).
 template <int K>
-cudaError_t dispatch_sb(const ChainVerifyParams& p, cudaStream_t stream) {
-  const int bv = p.bv == 8 ? 8 : 4;
+cudaError_t dispatch_sb(const ChainVerifyParams& p, int bv, cudaStream_t stream) {
   const bool sc = p.sb_scaled == 1;
   // LATE (p.sb_late): one register set for the next token, loaded after the current token's partial sums; BV 8
-  // needs it (the two sets spill there)
+  // needs it (two sets spill there: 40-48 bytes of stack, ptxas sm_90)
   const bool late = p.sb_late == 1 || (p.sb_late != 0 && bv == 8);
   if (bv == 4) return sc ? launch_sb<K, 1, true>(p, late, stream) : launch_sb<K, 1, false>(p, late, stream);
   return sc ? launch_sb<K, 2, true>(p, late, stream) : launch_sb<K, 2, false>(p, late, stream);
 }
 
-// The automatic layout's use of the sb kernel (BV 4, plain tile): bf16 windows of several tokens (verify /
-// SpecLA step, not AR) on the 16-byte path with K = 128 / 256 at small batch (R * HV <= 16 pairs) whose
-// warps fit on the GPU at once. At batch 1 it took 0.81-0.99x the row-group kernels' time for verify and
-// steps (both GDN-1.3B head shapes); at 6x256x512 batch 2 (1536 warps, two waves at its ~9 warps per SM)
-// 1.22-1.26x, hence the one-wave bound (H200, RESULTS.md session 18).
-bool sb_auto(const ChainVerifyParams& p) {
-  if (p.layout != kLayoutAuto || !p.in_bf16 || !p.vec_ok || (p.K != 128 && p.K != 256) || p.N <= p.R ||
-      static_cast<int64_t>(p.R) * p.HV > 16)
-    return false;
-  static int wave[2] = {0, 0};  // resident warps of the K = 128 / 256 kernel on the current GPU
-  int& w = wave[p.K == 256];
+// Resident single-warp CTAs of the sb kernel <RPL, KPL, false, LATE> on the current GPU (occupancy x SMs), once.
+template <int RPL, int KPL, bool LATE>
+int sb_wave() {
+  static int w = 0;
   if (w == 0) {
     int dev = 0, sms = 0, per_sm = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (p.K == 256)
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_verify_sb_kernel<1, 32, false, false>, 32, 0);
-    else
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_verify_sb_kernel<1, 16, false, false>, 32, 0);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_verify_sb_kernel<RPL, KPL, false, LATE>, 32, 0);
     (void)cudaGetLastError();
     w = std::max(1, sms * per_sm);
   }
-  return static_cast<int64_t>(p.R) * p.HV * ((p.V + 3) / 4) <= w;
+  return w;
 }
 
-// Row-group layout (vec path, K = 128 or 256), by lpr: 0 (kLayoutRowGroup): BV = p.bv (4 or 8),
-// else 4 for AR (one token per row) and 8 otherwise (triton_chain's ar_small / verify_small), LPR
-// = 32 / BV lanes per row, one row per lane; 8 (kLayoutRowGroup8): LPR = 8, BV / 4 rows per lane
-// (the lane split of Triton's [BV, K/32, 32] tile; BV 4 is the same kernel as lpr 0); 16
-// (kLayoutRowGroup16): LPR = 16, BV = 2, one row per lane; 32 (kLayoutRowGroup32): LPR = 32, BV
-// = 1, K = 256 only (KPL = K / 32 must be a multiple of 8), K = 128 runs lpr 16. 16 / 32 ignore
-// p.bv. PF: the prefetch ring (p.rg_prefetch) or the one-ahead double buffer.
+// The automatic layout's use of the sb kernel: bf16 windows of several tokens (verify / SpecLA step, not AR) on
+// the 16-byte path with K = 128 / 256 at small batch (R * HV <= 16 pairs): BV 4 (two register sets) where its
+// warps fit on the GPU at once, else BV 8 (one set, loaded late) where those do; returns that BV, or 0 (the
+// row-group / v3 layouts). H200, RESULTS.md session 18: at batch 1 BV 4 took 0.81-0.99x the row-group kernels'
+// time for verify and steps; at 6x256x512 batch 2 (1536 BV-4 warps, two waves at ~9 warps per SM) BV 4 took
+// 1.22-1.26x their time and BV 8 one-set 0.90-0.97x.
+int sb_auto(const ChainVerifyParams& p) {
+  if (p.layout != kLayoutAuto || !p.in_bf16 || !p.vec_ok || (p.K != 128 && p.K != 256) || p.N <= p.R ||
+      static_cast<int64_t>(p.R) * p.HV > 16)
+    return 0;
+  const int64_t pairs = static_cast<int64_t>(p.R) * p.HV;
+  const int w4 = p.K == 256 ? sb_wave<1, 32, false>() : sb_wave<1, 16, false>();
+  if (pairs * ((p.V + 3) / 4) <= w4) return 4;
+  const int w8 = p.K == 256 ? sb_wave<2, 32, true>() : sb_wave<2, 16, true>();
+  return pairs * ((p.V + 7) / 8) <= w8 ? 8 : 0;
+}
+
 template <typename TIn, int K, bool PF>
 cudaError_t dispatch_rg_pf(const ChainVerifyParams& p, int lpr, cudaStream_t stream) {
   if constexpr (K >= 256) {
@@ -1527,9 +1528,9 @@ cudaError_t dispatch_k(const ChainVerifyParams& p, cudaStream_t stream) {
   // Forced by p.layout (rowgroup32 is forced only: slower everywhere measured; with K = 128 it runs
   // rowgroup16). Row group needs the 16-byte path with K = 128 / 256, else v3.
   if constexpr (std::is_same<TIn, __nv_bfloat16>::value) {  // the sb kernel: bf16 inputs only
-    const bool sb = p.layout == kLayoutSB || sb_auto(p);
-    if (sb && p.vec_ok && p.K == 128) return dispatch_sb<128>(p, stream);
-    if (sb && p.vec_ok && p.K == 256) return dispatch_sb<256>(p, stream);
+    const int bv = p.layout == kLayoutSB ? (p.bv == 8 ? 8 : 4) : sb_auto(p);
+    if (bv && p.vec_ok && p.K == 128) return dispatch_sb<128>(p, bv, stream);
+    if (bv && p.vec_ok && p.K == 256) return dispatch_sb<256>(p, bv, stream);
   }
   if (p.layout == kLayoutSB) {  // fp32 inputs, or off the 16-byte path / K = 128, 256: the automatic layout
     ChainVerifyParams a = p;
