@@ -48,6 +48,10 @@
 // no spills. q/k/v/g/beta may be token-strided (read in place; the 16-byte path needs 16-byte
 // aligned rows, else the lane-strided path).
 //
+// Small-batch lean kernel (chain_verify_sb_body, session 18): its own section below; the automatic layout
+// prefers it to the row-group kernels for bf16 small-batch windows (sb_auto). Every kernel here starts with
+// pdl_enter() and is launched by launch_pdl (chain_verify.cuh: programmatic dependent launch on sm_90+).
+//
 // Small-batch variant (row-group layout, chain_verify_rg_body / _pf). At batch 1-2 the GPU holds a few
 // warps per SM and the time is each warp's per-token dependent chain (q/k load -> partial sums ->
 // reduction -> v~ -> update); v3's reduce-scatter (5 dependent shuffle levels, then broadcasts of
@@ -1099,7 +1103,12 @@ cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
 //     (the decay is one scalar per head and token): sc <- e^g sc, m += (v~ rk / sc) k, one FMA per
 //     element and token instead of a multiply and an FMA; m *= sc, sc = 1 when sc < kRescaleMin
 //     (triton_chain's RESCALE_MIN) or at a store.
+//   * LATE (ChainVerifyParams::sb_late): one register set, the next token loaded into it once the current
+//     token's partial sums are done, instead of two sets used in turn: BV 8 fits in registers only so.
 // bf16 q / k / v only (fp32 inputs would need twice the prefetch registers: the automatic layout).
+// Measured (H200, RESULTS.md session 18): 0.81-0.99x the row-group kernels' time at batch 1, steps at parity with
+// Triton or faster, verify windows 1.07-1.21x Triton's; ~0.7 us per window token at BV 4 and BV 8 alike, though
+// BV 8 issues 0.68x the instructions per value row: the per-token time is a latency, not the issue rate.
 constexpr float kRescaleMin = 1e-12f;
 
 template <int KPL>
