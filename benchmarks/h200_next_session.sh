@@ -39,8 +39,9 @@ case "${1:-}" in
       timeout 60 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --out "$OUT/csrc_s18e.json" 2>&1 | \
           grep -v "^{" | grep -v -i warn
       ;;
-  s18d)  # (as run it failed: ncu_chain.py could not import the package, fixed after it; not rerun) session 18, call 4:
-        # where a batch-1 verify window's time goes, the sb kernel (BV 4 and BV 8 one-set)
+  s18d)  # (as run twice: the first failed on ncu_chain.py's import, fixed; in the second, VLLM_SPECLA_CUDA_BV=8 ran
+        # BV 4 again, since the automatic layout picks the sb kernel's BV itself: benchmarks/ncu_chain_h200_s18d.txt)
+        # session 18, call 4: where a batch-1 verify window's time goes, the sb kernel (BV 4 and BV 8 one-set)
         # and Triton side by side under Nsight Compute: issue-stall reasons per issued instruction, cycles, instructions
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
       timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2

@@ -44,7 +44,8 @@ struct ChainVerifyParams {
   const int64_t* pending_len;  // [R] or null: no pending factors
   const int64_t* read_bank;    // [R] or null
   int R, N, H, HV, K, V, Tmax;  // N: tokens (q.size(0))
-  int bv;       // value rows per warp: 4 or 8; anything else = automatic (chain_verify.cu, dispatch_bv)
+  int bv;       // value rows per warp: 4 or 8; anything else = automatic (chain_verify.cu, dispatch_bv); the
+                // automatic layout's choice of the sb kernel picks its own (sb_auto), kLayoutSB takes this one
   int ut_nw;    // UT kernel (chain_verify_ut.cu): 1 warp per CTA when 1, else 4
   int ut_tpc;   // UT kernel: value tiles per CTA when > 0 (tests, sweeps), else automatic
   int ut_p5;    // UT kernel (chain_verify_ut.cu, P5) where built: 0 the previous phase 5, 1 phase 5 with
