@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Next: s17c reruns session 17's final code (the runtime with the skinny GEMM's L2 prefetch); session 17: benchmarks/RESULTS.md "Session 17" (s17a-s17d as run). Session 15: benchmarks/RESULTS.md
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Next: s19a (session 18's prepared PF 2 form of the sb kernel). Before: s17c reruns session 17's final code (the runtime with the skinny GEMM's L2 prefetch); session 17: benchmarks/RESULTS.md "Session 17" (s17a-s17d as run). Session 15: benchmarks/RESULTS.md
 # "Session 15" (s15a-s15e as run; s15b-s15d ran a kernel variant removed after them). State after session 13: benchmarks/RESULTS.md "Session 13" (s13a, s13c-s13g as
 # run; session 14: "Session 14" (s14a-s14e as run); s13a's win: settings and --gemm-window were removed after it, s13e's grid ran the first version of the cost split). Session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
 # s12b's rows-s11 and s12c's mma: settings were removed after them). Session 11: "Session 11" (s11a-s11f as run;
@@ -30,6 +30,22 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
+  s19a)  # next session, call 1 (prepared in session 18, not yet run): the sb kernel's PF 2 form (two register sets,
+        # each token loaded two ahead once the token before its set's last one has done its partial sums:
+        # VLLM_SPECLA_CUDA_SB_LATE=2), after s18d showed the batch-1 window waiting on its per-token loads (long
+        # scoreboard 1.32-1.42 stall cycles per instruction vs Triton's 0.41-0.52): its GPU tests, then sb00 / sb02 /
+        # sb12 against the automatic layout and Triton at batch 1 / 2, and the stall reasons of PF 2 under ncu
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s19a 200 -x tests/test_csrc.py -k "small_batch or pdl_chain or sb_late"
+      timeout 100 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --layout auto,sb00,sb02,sb12 --bv 4 \
+          --out "$OUT/csrc_s19a.json" 2>&1 | grep -v "^{" | grep -v -i warn
+      M="regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,smsp__cycles_active.avg,gpc__cycles_elapsed.max"
+      VLLM_SPECLA_CUDA_LAYOUT=sb VLLM_SPECLA_CUDA_SB_LATE=2 timeout 100 ncu --clock-control none \
+          --kernel-name regex:chain_verify_sb --launch-skip 1 --launch-count 1 --metrics "$M" \
+          python benchmarks/ncu_chain.py > "$OUT/ncu_s19a.txt" 2>&1
+      grep -E "long_scoreboard|inst_executed|gpc__cycles" "$OUT/ncu_s19a.txt"
+      ;;
   s18e)  # session 18, call 5: the final automatic small-batch rule (sb BV 4 where its warps fit on the GPU at once,
         # else sb BV 8 with one register set where those do): every CUDA chain test and the dispatch tests, then the
         # automatic layout against Triton at batch 1 / 2

@@ -710,13 +710,14 @@ SMALL_CASES = {  # mode: (lens, pending, record, write_final_state)
 
 # (layout, dtype, decay, pdl): every layout on bf16 inputs (what the runtime gives it); fp32 inputs and plain
 # launches through the automatic layout; strong decay where a scaled tile could go wrong
-# sbXY: the sb kernel with its scaled tile (X = 1) or plain, its next token loaded late into one register set (Y = 1)
-# or early into a second one
-SMALL_VARIANTS = ([(lay, torch.bfloat16, 1.0, "1") for lay in ("auto", "sb00", "sb01", "sb10", "sb11", "rowgroup8",
-                                                              "rowgroup16")]
+# sbXY: the sb kernel with its scaled tile (X = 1) or plain, its prefetch form Y (VLLM_SPECLA_CUDA_SB_LATE: 0 two
+# register sets, the next token loaded as a token starts; 1 one set, loaded after the partial sums; 2 two sets,
+# two tokens ahead)
+SMALL_VARIANTS = ([(lay, torch.bfloat16, 1.0, "1") for lay in ("auto", "sb00", "sb01", "sb02", "sb10", "sb11", "sb12",
+                                                              "rowgroup8", "rowgroup16")]
                   + [("auto", torch.float32, 1.0, "1"), ("sb11", torch.float32, 1.0, "1"), ("auto", torch.bfloat16, 1.0, "0"),
                      ("sb01", torch.bfloat16, 1.0, "0"), ("sb11", torch.bfloat16, 60.0, "1"), ("sb01", torch.bfloat16, 60.0, "1"),
-                     ("sb10", torch.bfloat16, 60.0, "1"), ("auto", torch.bfloat16, 60.0, "1")])
+                     ("sb10", torch.bfloat16, 60.0, "1"), ("sb12", torch.bfloat16, 60.0, "1"), ("auto", torch.bfloat16, 60.0, "1")])
 
 
 @pytest.mark.gpu
@@ -748,6 +749,22 @@ def test_cuda_small_batch_layouts_match_reference(monkeypatch, shape, rows, mode
              seed=zlib.crc32(repr((shape, rows, mode, layout, bv)).encode()) % 997)
     c.g, c.bank_g = c.g * decay, c.bank_g * decay
     assert_matches_reference(c, record, pend is not None, wfs)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
+@pytest.mark.parametrize("value", ["3", "x"])
+def test_cuda_sb_late_outside_0_to_2_is_an_error(monkeypatch, value):
+    """VLLM_SPECLA_CUDA_SB_LATE=3 (a form that spills, never built) or junk is an error naming the variable and
+    its values, not a silent run of another prefetch form."""
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "sb")
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_SB_LATE", value)
+    assert _cpp.load_cuda()
+    c = Case([5], 6, 6, 256, 512, S=2, Tmax=5, dtype=torch.bfloat16, seed=5)
+    dev = torch.device("cuda")
+    kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t) for a, t in c.kwargs(c.mutables()).items()}
+    with pytest.raises(RuntimeError, match="VLLM_SPECLA_CUDA_SB_LATE must be 0, 1 or 2"):
+        _cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw)
 
 
 @pytest.mark.gpu

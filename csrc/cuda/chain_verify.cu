@@ -1103,8 +1103,9 @@ cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
 //     (the decay is one scalar per head and token): sc <- e^g sc, m += (v~ rk / sc) k, one FMA per
 //     element and token instead of a multiply and an FMA; m *= sc, sc = 1 when sc < kRescaleMin
 //     (triton_chain's RESCALE_MIN) or at a store.
-//   * LATE (ChainVerifyParams::sb_late): one register set, the next token loaded into it once the current
-//     token's partial sums are done, instead of two sets used in turn: BV 8 fits in registers only so.
+//   * ChainVerifyParams::sb_late (PF): one register set, the next token loaded into it once the current
+//     token's partial sums are done, instead of two sets used in turn: BV 8 fits in registers only so; or
+//     two sets, loaded two tokens ahead at that point (PF 2: prepared, not yet measured).
 // bf16 q / k / v only (fp32 inputs would need twice the prefetch registers: the automatic layout).
 // Measured (H200, RESULTS.md session 18): 0.81-0.99x the row-group kernels' time at batch 1, steps at parity with
 // Triton or faster, verify windows 1.07-1.21x Triton's; ~0.7 us per window token at BV 4 and BV 8 alike, though
@@ -1340,8 +1341,15 @@ __device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx
 
 // One warp per (value tile of BV = 4 RPL rows, value head hv, request row r); K = 8 KPL, bf16 q / k / v
 // on the 16-byte path. Same contract and writers as chain_verify_rg_body.
-template <int RPL, int KPL, bool SC, bool LATE>
+// PF: how the window's tokens reach registers (ChainVerifyParams::sb_late): 0 two sets, token t + 1 loaded
+// into the other one as token t starts; 1 one set, token t + 1 loaded into it once token t's partial sums are
+// done (mid()); 2 two sets, token t + 2 loaded into token t's set at its mid() (2.5 tokens of lead instead of 1:
+// the per-token loads are what the window waits for at batch 1, RESULTS.md session 18's Nsight Compute run;
+// prepared after that run, not yet measured). ptxas (sm_90): PF 2 fits BV 4 (230-237 registers, no spills) and
+// spills at BV 8 (164 bytes); three sets spill at BV 4 too (372 bytes), so there is no PF 3.
+template <int RPL, int KPL, bool SC, int PF>
 __device__ __forceinline__ void chain_verify_sb_body(const ChainVerifyParams& p) {
+  static_assert(PF >= 0 && PF <= 2, "sb prefetch forms 0 .. 2");
   RgCtx<RPL> cx;
   int64_t bos, eos, np, rb;
   rg_setup<8, RPL>(p, cx, bos, eos, np, rb);
@@ -1380,11 +1388,17 @@ __device__ __forceinline__ void chain_verify_sb_body(const ChainVerifyParams& p)
     f.g = bgp[u * p.bg_stride[2]];
   };
   SbIn<KPL> xa, xb;
+  SbIn<KPL> xs[PF >= 2 ? PF : 1];  // PF >= 2: token t in xs[t % PF]
   SbFac<RPL, KPL> fa, fb;
   if (np > 0)
     load_fac(0, fa);
-  else if (T > 0)
+  else if (PF < 2 && T > 0)
     sb_load<RPL, KPL>(p, w, 0, s, cx.vcol, xa);
+  if constexpr (PF >= 2) {  // the first PF tokens, all in flight before the tile (and the fold)
+#pragma unroll
+    for (int j = 0; j < PF; ++j)
+      if (j < T) sb_load<RPL, KPL>(p, w, j, s, cx.vcol, xs[j]);
+  }
   float* const st = p.state + cx.slot * p.st_stride[0] + hv * p.st_stride[1];
   float m[RPL][KPL];
   rg_load_tile<8, RPL, KPL>(st, p, cx, m);
@@ -1396,13 +1410,13 @@ __device__ __forceinline__ void chain_verify_sb_body(const ChainVerifyParams& p)
     for (int64_t u = 0; u < np; u += 2) {
       if (u + 1 < np)
         load_fac(u + 1, fb);
-      else if (T > 0)
+      else if (PF < 2 && T > 0)
         sb_load<RPL, KPL>(p, w, 0, s, cx.vcol, xa);
       sb_fold<RPL, KPL, SC>(m, sc, fa);
       if (u + 1 < np) {
         if (u + 2 < np)
           load_fac(u + 2, fa);
-        else if (T > 0)
+        else if (PF < 2 && T > 0)
           sb_load<RPL, KPL>(p, w, 0, s, cx.vcol, xa);
         sb_fold<RPL, KPL, SC>(m, sc, fb);
       }
@@ -1411,7 +1425,18 @@ __device__ __forceinline__ void chain_verify_sb_body(const ChainVerifyParams& p)
   }
 
   auto none = [] {};
-  if constexpr (LATE) {
+  if constexpr (PF >= 2) {
+    for (int64_t t0 = 0; t0 < T; t0 += PF) {
+#pragma unroll
+      for (int j = 0; j < PF; ++j) {
+        const int64_t t = t0 + j;
+        if (t < T)
+          sb_token<RPL, KPL, SC>(p, cx, w, t, xs[j], m, sc, [&] {
+            if (t + PF < T) sb_load<RPL, KPL>(p, w, t + PF, s, cx.vcol, xs[j]);
+          });
+      }
+    }
+  } else if constexpr (PF == 1) {
     // one register set: token t + 1 is loaded into it once token t's partial sums are done
     for (int64_t t = 0; t < T; ++t)
       sb_token<RPL, KPL, SC>(p, cx, w, t, xa, m, sc, [&] {
@@ -1431,20 +1456,20 @@ __device__ __forceinline__ void chain_verify_sb_body(const ChainVerifyParams& p)
   if (p.write_final_state) sb_store_tile<RPL, KPL>(st, p, cx, m, sc);
 }
 
-template <int RPL, int KPL, bool SC, bool LATE = false>
+template <int RPL, int KPL, bool SC, int PF = 0>
 __global__ void __launch_bounds__(32) chain_verify_sb_kernel(const ChainVerifyParams p) {
   pdl_enter();
-  chain_verify_sb_body<RPL, KPL, SC, LATE>(p);
+  chain_verify_sb_body<RPL, KPL, SC, PF>(p);
 }
 
-// BV = p.bv (4 or 8), else 4: BV 8 (2 rows per lane) spills at K = 256 (ptxas, sm_90: 40-48 bytes of stack)
-// and measured 1.01-1.59x BV 4's time at batch 1 (H200, RESULTS.md session 18); SC = p.sb_scaled == 1 (the
-// scaled tile measured 0-7 % slower than the plain one for windows at batch 1-2, same run).
 template <int K, int RPL, bool SC>
-cudaError_t launch_sb(const ChainVerifyParams& p, bool late, cudaStream_t stream) {
+cudaError_t launch_sb(const ChainVerifyParams& p, int pf, cudaStream_t stream) {
   const dim3 grid((p.V + 4 * RPL - 1) / (4 * RPL), p.HV, p.R);
-  return late ? launch_pdl(chain_verify_sb_kernel<RPL, K / 8, SC, true>, grid, dim3(32), 0, stream, p.pdl, p)
-              : launch_pdl(chain_verify_sb_kernel<RPL, K / 8, SC, false>, grid, dim3(32), 0, stream, p.pdl, p);
+  switch (pf) {
+    case 1: return launch_pdl(chain_verify_sb_kernel<RPL, K / 8, SC, 1>, grid, dim3(32), 0, stream, p.pdl, p);
+    case 2: return launch_pdl(chain_verify_sb_kernel<RPL, K / 8, SC, 2>, grid, dim3(32), 0, stream, p.pdl, p);
+    default: return launch_pdl(chain_verify_sb_kernel<RPL, K / 8, SC, 0>, grid, dim3(32), 0, stream, p.pdl, p);
+  }
 }
 
 // bv: value rows per warp, 4 or 8 (the caller's choice: p.bv when forced, else sb_auto's); SC = p.sb_scaled == 1
@@ -1452,22 +1477,22 @@ cudaError_t launch_sb(const ChainVerifyParams& p, bool late, cudaStream_t stream
 template <int K>
 cudaError_t dispatch_sb(const ChainVerifyParams& p, int bv, cudaStream_t stream) {
   const bool sc = p.sb_scaled == 1;
-  // LATE (p.sb_late): one register set for the next token, loaded after the current token's partial sums; BV 8
-  // needs it (two sets spill there: 40-48 bytes of stack, ptxas sm_90)
-  const bool late = p.sb_late == 1 || (p.sb_late != 0 && bv == 8);
-  if (bv == 4) return sc ? launch_sb<K, 1, true>(p, late, stream) : launch_sb<K, 1, false>(p, late, stream);
-  return sc ? launch_sb<K, 2, true>(p, late, stream) : launch_sb<K, 2, false>(p, late, stream);
+  // the prefetch form (p.sb_late 0 .. 2, chain_verify_sb_body's PF), else two sets at BV 4 and one set at BV 8
+  // (two sets spill there: 40-48 bytes of stack, ptxas sm_90)
+  const int pf = p.sb_late >= 0 && p.sb_late <= 2 ? p.sb_late : bv == 8 ? 1 : 0;
+  if (bv == 4) return sc ? launch_sb<K, 1, true>(p, pf, stream) : launch_sb<K, 1, false>(p, pf, stream);
+  return sc ? launch_sb<K, 2, true>(p, pf, stream) : launch_sb<K, 2, false>(p, pf, stream);
 }
 
-// Resident single-warp CTAs of the sb kernel <RPL, KPL, false, LATE> on the current GPU (occupancy x SMs), once.
-template <int RPL, int KPL, bool LATE>
+// Resident single-warp CTAs of the sb kernel <RPL, KPL, false, PF> on the current GPU (occupancy x SMs), once.
+template <int RPL, int KPL, int PF>
 int sb_wave() {
   static int w = 0;
   if (w == 0) {
     int dev = 0, sms = 0, per_sm = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_verify_sb_kernel<RPL, KPL, false, LATE>, 32, 0);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_verify_sb_kernel<RPL, KPL, false, PF>, 32, 0);
     (void)cudaGetLastError();
     w = std::max(1, sms * per_sm);
   }
@@ -1485,9 +1510,9 @@ int sb_auto(const ChainVerifyParams& p) {
       static_cast<int64_t>(p.R) * p.HV > 16)
     return 0;
   const int64_t pairs = static_cast<int64_t>(p.R) * p.HV;
-  const int w4 = p.K == 256 ? sb_wave<1, 32, false>() : sb_wave<1, 16, false>();
+  const int w4 = p.K == 256 ? sb_wave<1, 32, 0>() : sb_wave<1, 16, 0>();
   if (pairs * ((p.V + 3) / 4) <= w4) return 4;
-  const int w8 = p.K == 256 ? sb_wave<2, 32, true>() : sb_wave<2, 16, true>();
+  const int w8 = p.K == 256 ? sb_wave<2, 32, 1>() : sb_wave<2, 16, 1>();
   return pairs * ((p.V + 7) / 8) <= w8 ? 8 : 0;
 }
 

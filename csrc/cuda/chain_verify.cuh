@@ -69,9 +69,10 @@ struct ChainVerifyParams {
                  // below); the binding reads VLLM_SPECLA_PDL (ops/pdl.py: '0' off, else on)
   int sb_scaled; // small-batch lean kernel (kLayoutSB): 1 keeps the tile scaled (state = sc * m, one FMA per
                  // element per token), else plain; the binding reads VLLM_SPECLA_CUDA_SB_SCALED
-  int sb_late;   // sb kernel: 1 loads the next token into the one register set once the current token's partial
-                 // sums are done, 0 into a second set before it starts, else automatic (chain_verify.cu, dispatch_sb);
-                 // the binding reads VLLM_SPECLA_CUDA_SB_LATE
+  int sb_late;   // sb kernel's prefetch form (chain_verify.cu, chain_verify_sb_body's PF): 0 the next token into a
+                 // second register set as the current one starts, 1 into the one set once the current token's
+                 // partial sums are done, 2 two sets, loaded two tokens ahead there; else automatic
+                 // (dispatch_sb); the binding reads VLLM_SPECLA_CUDA_SB_LATE
   bool in_bf16;  // q, k, v are bfloat16 (read and widened in the kernel, no conversion kernels)
   bool vec_ok;   // K % 128 == 0, unit key strides, 16-byte aligned rows: 16-byte loads/stores
 };

@@ -78,12 +78,15 @@ bool pdl_on() {
 
 // The small-batch lean kernel's scaled tile, VLLM_SPECLA_CUDA_SB_SCALED=1 (A/B runs); unset, empty or 0:
 // the plain tile (chain_verify.cu, dispatch_sb).
-// The sb kernel's next-token register set, VLLM_SPECLA_CUDA_SB_LATE=0|1 (A/B runs; chain_verify.cuh, sb_late);
-// unset or empty: automatic (-1).
+// The sb kernel's prefetch form, VLLM_SPECLA_CUDA_SB_LATE=0|1|2 (A/B runs; chain_verify.cuh, sb_late); unset
+// or empty: automatic (-1); anything else is an error (a stale setting must not run another form under its name).
 int sb_late_override() {
   const char* s = std::getenv("VLLM_SPECLA_CUDA_SB_LATE");
   if (s == nullptr || *s == '\0') return -1;
-  return std::atoi(s) != 0 ? 1 : 0;
+  const std::string v(s);
+  TORCH_CHECK(v == "0" || v == "1" || v == "2",
+              "VLLM_SPECLA_CUDA_SB_LATE must be 0, 1 or 2 (or unset: automatic), got '", v, "'");
+  return std::atoi(s);
 }
 
 int sb_scaled_override() {
