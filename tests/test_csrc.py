@@ -731,8 +731,8 @@ def test_cuda_small_batch_layouts_match_reference(monkeypatch, shape, rows, mode
     """Outputs, the state and all three factor banks equal chain_verify_ref for batch 1 / 2 windows,
     pending folds, AR steps and commits, at both GDN-1.3B head shapes and a GVA K = 128 shape whose V
     is not a multiple of the value tile. ``decay = 60``: log decays down to -42 per token and -30 per
-    pending factor, so the scaled tile (sb1) must rescale (its scale falls below 1e-12) and e^g
-    underflows on some heads."""
+    pending factor, so the scaled tile (sb1X) must rescale (its scale falls below 1e-12 within a few
+    tokens)."""
     monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", layout[:2] if layout.startswith("sb") else layout)
     if layout.startswith("sb"):
         monkeypatch.setenv("VLLM_SPECLA_CUDA_SB_SCALED", layout[2])
@@ -763,7 +763,7 @@ def test_cuda_sb_late_outside_0_to_2_is_an_error(monkeypatch, value):
     c = Case([5], 6, 6, 256, 512, S=2, Tmax=5, dtype=torch.bfloat16, seed=5)
     dev = torch.device("cuda")
     kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t) for a, t in c.kwargs(c.mutables()).items()}
-    with pytest.raises(RuntimeError, match="VLLM_SPECLA_CUDA_SB_LATE must be 0, 1 or 2"):
+    with pytest.raises(RuntimeError, match="VLLM_SPECLA_CUDA_SB_LATE must be one of 0, 1, 2"):
         _cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw)
 
 
@@ -772,9 +772,10 @@ def test_cuda_sb_late_outside_0_to_2_is_an_error(monkeypatch, value):
 @pytest.mark.parametrize("layout", ["auto", "sb", "ut"])
 def test_cuda_pdl_chain_of_steps_in_a_graph(monkeypatch, layout):
     """Programmatic dependent launch keeps stream order where it matters: a CUDA graph of 6 SpecLA windows
-    on one state slot (each step folds the previous step's factors, written by the kernel just before it,
-    into the state that kernel left) plus an AR step gives bit-identical outputs, state and banks with
-    PDL on (VLLM_SPECLA_PDL=1: every kernel starts while the previous one runs) and off."""
+    on one state slot (each folds the factors the kernel just before it wrote, into the state that kernel
+    left), then an AR step, gives bit-identical outputs, state and banks with PDL on (VLLM_SPECLA_PDL=1)
+    and off. The seven kernels run back to back (every index tensor is made before), so with PDL each one
+    starts while its predecessor runs and only its griddepcontrol.wait orders them."""
     monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT", raising=False)
     assert _cpp.load_cuda()
     dev = torch.device("cuda")
@@ -788,6 +789,8 @@ def test_cuda_pdl_chain_of_steps_in_a_graph(monkeypatch, layout):
     cu, cu1 = torch.arange(B + 1, device=dev) * T, torch.arange(B + 1, device=dev)
     slots = torch.arange(B, device=dev)
     lens = torch.full((B,), T, dtype=torch.long, device=dev)
+    wbs = [torch.full((B,), i % 2, dtype=torch.long, device=dev) for i in range(6)]
+    rbs = [1 - wb for wb in wbs]
     banks = [torch.randn(S, 2, Tm, H, K, generator=gen), torch.randn(S, 2, Tm, HV, V, generator=gen),
              -torch.rand(S, 2, Tm, HV, generator=gen)]
     state0 = torch.randn(S, HV, V, K, generator=gen) * 0.1
@@ -799,14 +802,16 @@ def test_cuda_pdl_chain_of_steps_in_a_graph(monkeypatch, layout):
 
         def steps():
             outs.clear()
-            if layout != "auto":  # the verify windows (the AR step below: the automatic layout, which UT does not take)
-                os.environ["VLLM_SPECLA_CUDA_LAYOUT"] = layout
-            for i in range(6):
-                wb = torch.full((B,), i % 2, dtype=torch.long, device=dev)
-                outs.append(_cpp.chain_verify(q[i], k[i], v[i], g[i], beta[i], scale=K ** -0.5, state=st, slots=slots,
-                                              cu_seqlens=cu, bank_k=bk, bank_v=bv, bank_g=bg, write_bank=wb,
-                                              pending_len=lens if i else None, read_bank=1 - wb if i else None))
-            os.environ.pop("VLLM_SPECLA_CUDA_LAYOUT", None)
+            try:
+                if layout != "auto":  # the windows (the AR step: the automatic layout, which UT does not take)
+                    monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", layout)
+                for i in range(6):
+                    outs.append(_cpp.chain_verify(q[i], k[i], v[i], g[i], beta[i], scale=K ** -0.5, state=st,
+                                                  slots=slots, cu_seqlens=cu, bank_k=bk, bank_v=bv, bank_g=bg,
+                                                  write_bank=wbs[i], pending_len=lens if i else None,
+                                                  read_bank=rbs[i] if i else None))
+            finally:
+                monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT", raising=False)
             outs.append(_cpp.chain_verify(q[6][:B], k[6][:B], v[6][:B], g[6][:B], beta[6][:B], scale=K ** -0.5,
                                           state=st, slots=slots, cu_seqlens=cu1, write_final_state=True))
         if graph:

@@ -1098,11 +1098,12 @@ cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
 //     registers one token ahead, in two register sets used in turn (the window loop is unrolled by two,
 //     so no copies): no shared memory, no cp.async wait or __syncwarp per token;
 //   * no normalised k^ array: the update is M = e^g M + (v~ rk) k and the bank_k writers form k rk at
-//     the store; o / bank pointers are per-warp bases advanced per token (no 64-bit stride products);
+//     the store; o / bank pointers are per-warp bases (the per-token advances multiply the token index by
+//     kernel-parameter strides: no per-row stride products, no stride registers);
 //   * SC (ChainVerifyParams::sb_scaled): the tile kept scaled, M = sc * m with a warp-uniform sc
 //     (the decay is one scalar per head and token): sc <- e^g sc, m += (v~ rk / sc) k, one FMA per
 //     element and token instead of a multiply and an FMA; m *= sc, sc = 1 when sc < kRescaleMin
-//     (triton_chain's RESCALE_MIN) or at a store.
+//     (triton_chain's RESCALE_MIN); stores write m sc.
 //   * ChainVerifyParams::sb_late (PF): one register set, the next token loaded into it once the current
 //     token's partial sums are done, instead of two sets used in turn: BV 8 fits in registers only so; or
 //     two sets, loaded two tokens ahead at that point (PF 2: prepared, not yet measured).
@@ -1120,30 +1121,19 @@ struct SbIn {  // one window token's raw inputs for one lane (bf16)
   float g, b;
 };
 
-template <int KPL>
-__device__ __forceinline__ void sb_widen(const uint4 (&c)[KPL / 8], float (&out)[KPL]) {
-#pragma unroll
-  for (int i = 0; i < KPL / 8; ++i) {  // bf16 -> fp32 is exact: the 16 bits become the high half
-    const unsigned w[4] = {c[i].x, c[i].y, c[i].z, c[i].w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      out[8 * i + 2 * e] = __uint_as_float(w[e] << 16);
-      out[8 * i + 2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u);
-    }
-  }
-}
-
 // Element e (0..7) of an 8-key bf16 piece held as 4 words, widened to fp32.
 __device__ __forceinline__ float sb_bf16(const unsigned (&w)[4], int e) {
   return __uint_as_float((e & 1) ? (w[e >> 1] & 0xffff0000u) : (w[e >> 1] << 16));
 }
 
-// The lane's key c (its c-th element, rg_key<8> order) of a raw bf16 row held as KPL / 8 pieces.
-template <int N>
-__device__ __forceinline__ float sb_key(const uint4 (&r)[N], int c) {
-  const uint4 pc = r[c >> 3];
-  const unsigned w[4] = {pc.x, pc.y, pc.z, pc.w};
-  return sb_bf16(w, c & 7);
+template <int KPL>
+__device__ __forceinline__ void sb_widen(const uint4 (&c)[KPL / 8], float (&out)[KPL]) {
+#pragma unroll
+  for (int i = 0; i < KPL / 8; ++i) {
+    const unsigned w[4] = {c[i].x, c[i].y, c[i].z, c[i].w};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) out[8 * i + e] = sb_bf16(w, e);
+  }
 }
 
 // Per-warp pointers and constants of the sb kernel.
@@ -1186,6 +1176,29 @@ __device__ __forceinline__ void sb_store_tile(float* st, const ChainVerifyParams
   }
 }
 
+// The scaled tile's update (SC): with scn the new scale (sc e^g), m *= scn and scn = 1 when scn < kRescaleMin
+// (warp-uniform: one g per value head), then m += (c_j num / scn) k per row j; returns the scale kept.
+template <int RPL, int KPL>
+__device__ __forceinline__ float sb_scaled_update(float (&m)[RPL][KPL], float scn, const float (&c)[RPL], float num,
+                                                  const float (&k)[KPL]) {
+  if (scn < kRescaleMin) {
+#pragma unroll
+    for (int j = 0; j < RPL; ++j) {
+#pragma unroll
+      for (int x = 0; x < KPL; ++x) m[j][x] *= scn;
+    }
+    scn = 1.f;
+  }
+  const float inv = num / scn;
+#pragma unroll
+  for (int j = 0; j < RPL; ++j) {
+    const float u = c[j] * inv;
+#pragma unroll
+    for (int x = 0; x < KPL; ++x) m[j][x] = fmaf(u, k[x], m[j][x]);
+  }
+  return scn;
+}
+
 // One pending factor for one lane: k^ (the lane's keys, fp32), v~ of its rows, g.
 template <int RPL, int KPL>
 struct SbFac {
@@ -1199,23 +1212,7 @@ template <int RPL, int KPL, bool SC>
 __device__ __forceinline__ void sb_fold(float (&m)[RPL][KPL], float& sc, const SbFac<RPL, KPL>& f) {
   const float eg = __expf(f.g);
   if constexpr (SC) {
-    float scn = sc * eg;
-    if (scn < kRescaleMin) {  // warp-uniform
-#pragma unroll
-      for (int j = 0; j < RPL; ++j) {
-#pragma unroll
-        for (int c = 0; c < KPL; ++c) m[j][c] *= scn;
-      }
-      scn = 1.f;
-    }
-    const float inv = 1.f / scn;
-#pragma unroll
-    for (int j = 0; j < RPL; ++j) {
-      const float u = f.v[j] * inv;
-#pragma unroll
-      for (int c = 0; c < KPL; ++c) m[j][c] = fmaf(u, f.k[c], m[j][c]);
-    }
-    sc = scn;
+    sc = sb_scaled_update<RPL, KPL>(m, sc * eg, f.v, 1.f, f.k);
   } else {
     rg_fold<RPL, KPL>(m, f.k, f.v, eg);
   }
@@ -1288,26 +1285,7 @@ __device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx
     ov[j] = fmaf(vt[j], dot, f * (sum[2 * j + 1] * rq));
   }
   if constexpr (SC) {
-    float scn = f;
-    if (scn < kRescaleMin) {  // warp-uniform (one g per value head)
-#pragma unroll
-      for (int j = 0; j < RPL; ++j) {
-#pragma unroll
-        for (int c = 0; c < KPL; ++c) m[j][c] *= scn;
-      }
-      scn = 1.f;
-    }
-    const float inv = rk / scn;
-    float u[RPL];
-#pragma unroll
-    for (int j = 0; j < RPL; ++j) u[j] = vt[j] * inv;
-#pragma unroll
-    for (int c = 0; c < KPL; ++c) {
-      const float kc = k[c];
-#pragma unroll
-      for (int j = 0; j < RPL; ++j) m[j][c] = fmaf(u[j], kc, m[j][c]);
-    }
-    sc = scn;
+    sc = sb_scaled_update<RPL, KPL>(m, f, vt, rk, k);
   } else {
     float u[RPL];
 #pragma unroll
@@ -1484,18 +1462,24 @@ cudaError_t dispatch_sb(const ChainVerifyParams& p, int bv, cudaStream_t stream)
   return sc ? launch_sb<K, 2, true>(p, pf, stream) : launch_sb<K, 2, false>(p, pf, stream);
 }
 
-// Resident single-warp CTAs of the sb kernel <RPL, KPL, false, PF> on the current GPU (occupancy x SMs), once.
+// Resident single-warp CTAs of the sb kernel <RPL, KPL, false, PF> on the current GPU (occupancy x SMs), asked
+// once per device (a mutex-guarded cache: host threads may launch concurrently).
 template <int RPL, int KPL, int PF>
 int sb_wave() {
-  static int w = 0;
-  if (w == 0) {
-    int dev = 0, sms = 0, per_sm = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_verify_sb_kernel<RPL, KPL, false, PF>, 32, 0);
-    (void)cudaGetLastError();
-    w = std::max(1, sms * per_sm);
-  }
+  static std::mutex mu;
+  static std::unordered_map<int, int> known;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find(dev);
+  if (it != known.end()) return it->second;
+  int sms = 0, per_sm = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_verify_sb_kernel<RPL, KPL, false, PF>, 32, 0) !=
+          cudaSuccess)
+    (void)cudaGetLastError();  // (only this query's error; the wave then counts as 1 warp: the sb rule declines)
+  const int w = std::max(1, sms * per_sm);
+  known.emplace(dev, w);
   return w;
 }
 
@@ -1504,7 +1488,9 @@ int sb_wave() {
 // warps fit on the GPU at once, else BV 8 (one set, loaded late) where those do; returns that BV, or 0 (the
 // row-group / v3 layouts). H200, RESULTS.md session 18: at batch 1 BV 4 took 0.81-0.99x the row-group kernels'
 // time for verify and steps; at 6x256x512 batch 2 (1536 BV-4 warps, two waves at ~9 warps per SM) BV 4 took
-// 1.22-1.26x their time and BV 8 one-set 0.90-0.97x.
+// 1.22-1.26x their time and BV 8 one-set 0.90-0.97x. (Occupancy is that of the plain-tile kernel, also when
+// VLLM_SPECLA_CUDA_SB_SCALED / _SB_LATE pick another form; AR is told by N <= R, so a padded q sends AR rows
+// here too, which is correct, only not measured.)
 int sb_auto(const ChainVerifyParams& p) {
   if (p.layout != kLayoutAuto || !p.in_bf16 || !p.vec_ok || (p.K != 128 && p.K != 256) || p.N <= p.R ||
       static_cast<int64_t>(p.R) * p.HV > 16)
@@ -1516,6 +1502,13 @@ int sb_auto(const ChainVerifyParams& p) {
   return pairs * ((p.V + 7) / 8) <= w8 ? 8 : 0;
 }
 
+// Row-group layout (vec path, K = 128 or 256), by lpr: 0 (kLayoutRowGroup): BV = p.bv (4 or 8),
+// else 4 for AR (one token per row) and 8 otherwise (triton_chain's ar_small / verify_small), LPR
+// = 32 / BV lanes per row, one row per lane; 8 (kLayoutRowGroup8): LPR = 8, BV / 4 rows per lane
+// (the lane split of Triton's [BV, K/32, 32] tile; BV 4 is the same kernel as lpr 0); 16
+// (kLayoutRowGroup16): LPR = 16, BV = 2, one row per lane; 32 (kLayoutRowGroup32): LPR = 32, BV
+// = 1, K = 256 only (KPL = K / 32 must be a multiple of 8), K = 128 runs lpr 16. 16 / 32 ignore
+// p.bv. PF: the prefetch ring (p.rg_prefetch) or the one-ahead double buffer.
 template <typename TIn, int K, bool PF>
 cudaError_t dispatch_rg_pf(const ChainVerifyParams& p, int lpr, cudaStream_t stream) {
   if constexpr (K >= 256) {
@@ -1569,7 +1562,7 @@ cudaError_t dispatch_k(const ChainVerifyParams& p, cudaStream_t stream) {
   if (p.layout == kLayoutSB) {  // fp32 inputs, or off the 16-byte path / K = 128, 256: the automatic layout
     ChainVerifyParams a = p;
     a.layout = kLayoutAuto;
-    return dispatch_k<TIn>(a, stream);
+    return chain_verify(a, stream);  // (its UT rule included)
   }
   const bool small = p.layout == kLayoutAuto && static_cast<int64_t>(p.R) * p.HV <= 16;
   const bool step_pf = small && !p.write_final_state && p.pending_len != nullptr && p.rg_prefetch;

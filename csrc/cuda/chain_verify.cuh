@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
@@ -66,7 +67,7 @@ struct ChainVerifyParams {
   bool write_final_state;
   bool use_qk_l2norm;
   bool pdl;      // launch with programmatic dependent launch where the kernel's PTX is sm_90+ (launch_pdl
-                 // below); the binding reads VLLM_SPECLA_PDL (ops/pdl.py: '0' off, else on)
+                 // below); the binding reads VLLM_SPECLA_PDL (as ops/pdl.py: '0' off, '1' / unset / empty on)
   int sb_scaled; // small-batch lean kernel (kLayoutSB): 1 keeps the tile scaled (state = sc * m, one FMA per
                  // element per token), else plain; the binding reads VLLM_SPECLA_CUDA_SB_SCALED
   int sb_late;   // sb kernel's prefetch form (chain_verify.cu, chain_verify_sb_body's PF): 0 the next token into a
@@ -105,17 +106,24 @@ __device__ __forceinline__ void pdl_enter() {
 #endif
 }
 
-// Whether kernel `kern` was compiled from sm_90+ PTX (so its pdl_enter() waits): asked once per kernel.
+// Whether kernel `kern`, as loaded for the current device, was compiled from sm_90+ PTX (so its pdl_enter()
+// waits): asked once per (device, kernel), in a mutex-guarded cache (host threads may launch concurrently).
 inline bool pdl_capable(const void* kern) {
   static std::mutex mu;
-  static std::unordered_map<const void*, bool> known;
+  static std::map<std::pair<int, const void*>, bool> known;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
   const std::lock_guard<std::mutex> lock(mu);
-  const auto it = known.find(kern);
+  const auto key = std::make_pair(dev, kern);
+  const auto it = known.find(key);
   if (it != known.end()) return it->second;
   cudaFuncAttributes fa;
-  const bool ok = cudaFuncGetAttributes(&fa, kern) == cudaSuccess && fa.ptxVersion >= 90;
-  (void)cudaGetLastError();
-  known.emplace(kern, ok);
+  bool ok = false;
+  if (cudaFuncGetAttributes(&fa, kern) == cudaSuccess)
+    ok = fa.ptxVersion >= 90;
+  else
+    (void)cudaGetLastError();  // (only this query's error: the kernel then launches without PDL)
+  known.emplace(key, ok);
   return ok;
 }
 

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 #include <optional>
 #include <string>
 
@@ -69,31 +70,32 @@ int layout_override() {
   return vllm_specla::cuda::kLayoutAuto;
 }
 
-// Programmatic dependent launch, VLLM_SPECLA_PDL (the Triton kernels' switch, ops/pdl.py): '0' plain
-// launches, else PDL where the kernel's PTX is sm_90+ (chain_verify.cuh, launch_pdl).
-bool pdl_on() {
-  const char* s = std::getenv("VLLM_SPECLA_PDL");
-  return s == nullptr || std::string(s) != "0";
-}
-
-// The small-batch lean kernel's scaled tile, VLLM_SPECLA_CUDA_SB_SCALED=1 (A/B runs); unset, empty or 0:
-// the plain tile (chain_verify.cu, dispatch_sb).
-// The sb kernel's prefetch form, VLLM_SPECLA_CUDA_SB_LATE=0|1|2 (A/B runs; chain_verify.cuh, sb_late); unset
-// or empty: automatic (-1); anything else is an error (a stale setting must not run another form under its name).
-int sb_late_override() {
-  const char* s = std::getenv("VLLM_SPECLA_CUDA_SB_LATE");
-  if (s == nullptr || *s == '\0') return -1;
+// The value of environment variable `name` among `allowed`; unset or empty: `unset`; anything else is an
+// error naming the variable and its values (a stale or mistyped setting must not run another kernel form).
+int env_choice(const char* name, std::initializer_list<int> allowed, int unset) {
+  const char* s = std::getenv(name);
+  if (s == nullptr || *s == '\0') return unset;
   const std::string v(s);
-  TORCH_CHECK(v == "0" || v == "1" || v == "2",
-              "VLLM_SPECLA_CUDA_SB_LATE must be 0, 1 or 2 (or unset: automatic), got '", v, "'");
-  return std::atoi(s);
+  std::string list;
+  for (const int a : allowed) {
+    if (v == std::to_string(a)) return a;
+    list += (list.empty() ? "" : ", ") + std::to_string(a);
+  }
+  TORCH_CHECK(false, name, " must be one of ", list, " (or unset), got '", v, "'");
+  return unset;
 }
 
-int sb_scaled_override() {
-  const char* s = std::getenv("VLLM_SPECLA_CUDA_SB_SCALED");
-  if (s == nullptr || *s == '\0') return -1;
-  return std::atoi(s) != 0 ? 1 : 0;
-}
+// Programmatic dependent launch, VLLM_SPECLA_PDL (the Triton kernels' switch, ops/pdl.py): 0 plain launches,
+// 1 (or unset) PDL where the kernel's PTX is sm_90+ (chain_verify.cuh, launch_pdl).
+bool pdl_on() { return env_choice("VLLM_SPECLA_PDL", {0, 1}, 1) == 1; }
+
+// The small-batch lean kernel's scaled tile, VLLM_SPECLA_CUDA_SB_SCALED=1 (A/B runs); unset or 0: the plain
+// tile (chain_verify.cu, dispatch_sb).
+int sb_scaled_override() { return env_choice("VLLM_SPECLA_CUDA_SB_SCALED", {0, 1}, 0); }
+
+// The sb kernel's prefetch form, VLLM_SPECLA_CUDA_SB_LATE=0|1|2 (A/B runs; chain_verify.cuh, sb_late); unset:
+// automatic (-1).
+int sb_late_override() { return env_choice("VLLM_SPECLA_CUDA_SB_LATE", {0, 1, 2}, -1); }
 
 // Warps per CTA of the UT-form kernel, VLLM_SPECLA_CUDA_UT_NW (1; else 4).
 int ut_nw_override() {
