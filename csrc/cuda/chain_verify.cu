@@ -698,6 +698,33 @@ __device__ __forceinline__ void rg_fold(float (&m)[RPL][KPL], const float (&kc)[
   }
 }
 
+// A token's partial sums a[n][NA] (per row: M k, M q; then |k|^2, |q|^2, k.q) -> sum[n], all-reduced over the
+// row's LPR lanes by an xor butterfly (every lane of the row ends with bit-identical sums); rk = 1 / |k| and
+// rq = scale / |q| (fla's l2norm, eps kEps) when the op normalises q / k, else 1 and scale.
+template <int LPR, int N, int NA>
+__device__ __forceinline__ void rg_reduce(const ChainVerifyParams& p, const float (&a)[N][NA], float (&sum)[N], float& rk,
+                                          float& rq) {
+  static_assert(NA == 2 || NA == 4, "accumulator tree");
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    if constexpr (NA == 4)
+      sum[i] = (a[i][0] + a[i][1]) + (a[i][2] + a[i][3]);
+    else
+      sum[i] = a[i][0] + a[i][1];
+  }
+#pragma unroll
+  for (int off = LPR / 2; off > 0; off >>= 1) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) sum[i] += __shfl_xor_sync(kFull, sum[i], off);
+  }
+  rk = 1.f, rq = 1.f;
+  if (p.use_qk_l2norm) {
+    rk = rsqrtf(sum[N - 3] + kEps);
+    rq = rsqrtf(sum[N - 2] + kEps);
+  }
+  rq *= p.scale;
+}
+
 // One window token n (t = n - bos) on the tile m, its inputs in registers (q / k: the lane's KPL
 // keys; v: the lane's RPL rows): partial sums, butterfly, v~ and o, the tile update, the stores.
 template <int LPR, int RPL, int KPL>
@@ -726,25 +753,8 @@ __device__ __forceinline__ void rg_token(const ChainVerifyParams& p, const RgCtx
     a[2 * RPL + 1][x] = fmaf(q[c], q[c], a[2 * RPL + 1][x]);
     a[2 * RPL + 2][x] = fmaf(k[c], q[c], a[2 * RPL + 2][x]);
   }
-  float sum[2 * RPL + 3];
-#pragma unroll
-  for (int i = 0; i < 2 * RPL + 3; ++i) {
-    static_assert(NA == 4, "accumulator tree");
-    sum[i] = (a[i][0] + a[i][1]) + (a[i][2] + a[i][3]);
-  }
-  // butterfly all-reduce over the row's LPR lanes: every lane of the row ends with the same sums
-#pragma unroll
-  for (int off = LPR / 2; off > 0; off >>= 1) {
-#pragma unroll
-    for (int i = 0; i < 2 * RPL + 3; ++i) sum[i] += __shfl_xor_sync(kFull, sum[i], off);
-  }
-
-  float rk = 1.f, rq = 1.f;
-  if (p.use_qk_l2norm) {
-    rk = rsqrtf(sum[2 * RPL] + kEps);
-    rq = rsqrtf(sum[2 * RPL + 1] + kEps);
-  }
-  rq *= p.scale;
+  float sum[2 * RPL + 3], rk, rq;
+  rg_reduce<LPR>(p, a, sum, rk, rq);
   const float e = __expf(g);
   const float dot = sum[2 * RPL + 2] * rk * rq;
   float vt[RPL], ov[RPL];
@@ -1255,25 +1265,8 @@ __device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx
   for (int j = 0; j < RPL; ++j) xv[j] = x.v[j];
   const float xg = x.g, xb = x.b;
   mid();
-  float sum[2 * RPL + 3];
-#pragma unroll
-  for (int i = 0; i < 2 * RPL + 3; ++i) {
-    if constexpr (NA == 4)
-      sum[i] = (a[i][0] + a[i][1]) + (a[i][2] + a[i][3]);
-    else
-      sum[i] = a[i][0] + a[i][1];
-  }
-#pragma unroll
-  for (int off = 4; off > 0; off >>= 1) {  // the row's 8 lanes: bit-identical sums in each
-#pragma unroll
-    for (int i = 0; i < 2 * RPL + 3; ++i) sum[i] += __shfl_xor_sync(kFull, sum[i], off);
-  }
-  float rk = 1.f, rq = 1.f;
-  if (p.use_qk_l2norm) {
-    rk = rsqrtf(sum[2 * RPL] + kEps);
-    rq = rsqrtf(sum[2 * RPL + 1] + kEps);
-  }
-  rq *= p.scale;
+  float sum[2 * RPL + 3], rk, rq;
+  rg_reduce<8>(p, a, sum, rk, rq);
   const float e = __expf(xg);
   // f: the factor from the tile's sums to M' = e^g M (SC: the new scale)
   const float f = SC ? sc * e : e;
