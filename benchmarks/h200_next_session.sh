@@ -35,9 +35,10 @@ case "${1:-}" in
         # VLLM_SPECLA_CUDA_SB_LATE=2), after s18d showed the batch-1 window waiting on its per-token loads (long
         # scoreboard 1.32-1.42 stall cycles per instruction vs Triton's 0.41-0.52): its GPU tests, then sb00 / sb02 /
         # sb12 against the automatic layout and Triton at batch 1 / 2, and the stall reasons of PF 2 under ncu
+        # (the GPU tests: every CUDA chain test and the dispatch tests, which also check session 18's review fixes)
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
       timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
-      pytest_log s19a 200 -x tests/test_csrc.py -k "small_batch or pdl_chain or sb_late"
+      pytest_log s19a 260 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
       timeout 100 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --layout auto,sb00,sb02,sb12 --bv 4 \
           --out "$OUT/csrc_s19a.json" 2>&1 | grep -v "^{" | grep -v -i warn
       M="regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,smsp__cycles_active.avg,gpc__cycles_elapsed.max"
