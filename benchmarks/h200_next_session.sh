@@ -30,7 +30,25 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
-  s19a)  # next session, call 1 (prepared in session 18, not yet run): the sb kernel's PF 2 form (two register sets,
+  s19b)  # session 19, call 2: the sb kernel's staged-window form (VLLM_SPECLA_CUDA_SB_LATE=3: each 16-token chunk of
+        # the window copied to shared memory in one cp.async burst, issued before the state tile and the fold, waited
+        # for once; one register set loaded from shared memory), after s19a measured PF 2 at 0.97-1.00x PF 0: its GPU
+        # tests (every small-batch layout, windows of 37 / 18 tokens), then sb01 / sb03 / sb13 at BV 4 and 8 against
+        # the automatic layout and Triton at batch 1 / 2, and PF 3's stall reasons under ncu (BV 4, BV 8)
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s19b 200 -x tests/test_csrc.py -k "small_batch or sb_long or sb_late or pdl_chain"
+      timeout 150 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --layout auto,sb01,sb03,sb13 --bv 4,8 \
+          --out "$OUT/csrc_s19b.json" 2>&1 | grep -v "^{" | grep -v -i warn
+      M="regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,smsp__cycles_active.avg,gpc__cycles_elapsed.max"
+      for BV in 4 8; do
+        VLLM_SPECLA_CUDA_LAYOUT=sb VLLM_SPECLA_CUDA_SB_LATE=3 VLLM_SPECLA_CUDA_BV=$BV timeout 60 ncu --clock-control none \
+            --kernel-name regex:chain_verify_sb --launch-skip 1 --launch-count 1 --metrics "$M" \
+            python benchmarks/ncu_chain.py > "$OUT/ncu_s19b_bv$BV.txt" 2>&1
+        grep -E "long_scoreboard|short_scoreboard|inst_executed|gpc__cycles" "$OUT/ncu_s19b_bv$BV.txt"
+      done
+      ;;
+  s19a)  # session 19, call 1 (as run; prepared in session 18): the sb kernel's PF 2 form (two register sets,
         # each token loaded two ahead once the token before its set's last one has done its partial sums:
         # VLLM_SPECLA_CUDA_SB_LATE=2), after s18d showed the batch-1 window waiting on its per-token loads (long
         # scoreboard 1.32-1.42 stall cycles per instruction vs Triton's 0.41-0.52): its GPU tests, then sb00 / sb02 /
