@@ -19,8 +19,8 @@ form forced, ``VLLM_SPECLA_CUDA_UT_P5=0`` the previous phase 5, ``1`` v~ in regi
 batched products reduce (``ut``: 1 or 2 by the shuffle count);
 ``utrow``: one TMA copy per state row, ``VLLM_SPECLA_CUDA_UT_ROWCOPY=1``; ``sb`` the small-batch lean kernel,
 ``sb0`` / ``sb1`` with its plain / scaled tile forced, ``VLLM_SPECLA_CUDA_SB_SCALED``, ``sbXY`` also its
-prefetch form (Y: 0 two register sets, 1 one set loaded late, 2 two sets loaded two tokens ahead, 3 the
-window staged in shared memory, ``VLLM_SPECLA_CUDA_SB_LATE``)); key
+prefetch form (Y: 0 two register sets, 1 one set loaded late, 2 two sets loaded two tokens ahead,
+``VLLM_SPECLA_CUDA_SB_LATE``)); key
 suffix ``_<layout>``, none for ``auto``). ``--pdl 1,0`` also times the CUDA launches without programmatic
 dependent launch (``VLLM_SPECLA_PDL=0``, suffix ``_nopdl``; the Triton kernels keep theirs).
 Prints a table, writes JSON to ``--out``.
@@ -103,7 +103,7 @@ def main() -> None:
     args = ap.parse_args()
     layouts = args.layout.split(",")
     allowed = ("auto", "rowgroup", "rowgroup8", "rowgroup16", "rowgroup32", "rs", "sb", "sb0", "sb1", "sb00", "sb01", "sb02",
-               "sb03", "sb10", "sb11", "sb12", "sb13", "ut", "ut1", "utv1",
+               "sb10", "sb11", "sb12", "ut", "ut1", "utv1",
                "utv2", "utv3", "utp0", "utp1", "utp2", "utrow")
     if not all(lay in allowed for lay in layouts):
         raise SystemExit(f"--layout: each of {layouts} must be one of {', '.join(allowed)}")

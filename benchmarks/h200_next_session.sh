@@ -30,7 +30,16 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
-  s19b)  # session 19, call 2: the sb kernel's staged-window form (VLLM_SPECLA_CUDA_SB_LATE=3: each 16-token chunk of
+  s19c)  # session 19, call 3: the automatic sb form after s19a / s19b (BV 4 windows without pending factors load two
+        # tokens ahead, PF 2; the staged form of s19b removed): every CUDA chain test (among them the long windows of
+        # 37 / 18 tokens) and the dispatch tests, then the automatic layout against sb00 / sb02 and Triton at batch 1 / 2
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s19c 260 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
+      timeout 100 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --layout auto,sb00,sb02 --bv 4 \
+          --out "$OUT/csrc_s19c.json" 2>&1 | grep -v "^{" | grep -v -i warn
+      ;;
+  s19b)  # (as run; the staged form was removed after it) session 19, call 2: the sb kernel's staged-window form (VLLM_SPECLA_CUDA_SB_LATE=3: each 16-token chunk of
         # the window copied to shared memory in one cp.async burst, issued before the state tile and the fold, waited
         # for once; one register set loaded from shared memory), after s19a measured PF 2 at 0.97-1.00x PF 0: its GPU
         # tests (every small-batch layout, windows of 37 / 18 tokens), then sb01 / sb03 / sb13 at BV 4 and 8 against

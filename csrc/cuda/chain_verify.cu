@@ -1116,11 +1116,14 @@ cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
 //     (triton_chain's RESCALE_MIN); stores write m sc.
 //   * ChainVerifyParams::sb_late (PF): one register set, the next token loaded into it once the current
 //     token's partial sums are done, instead of two sets used in turn: BV 8 fits in registers only so; or
-//     two sets, loaded two tokens ahead at that point (PF 2: prepared, not yet measured).
+//     two sets, loaded two tokens ahead at that point (PF 2; the automatic form for BV-4 windows without
+//     pending factors, sb_pf).
 // bf16 q / k / v only (fp32 inputs would need twice the prefetch registers: the automatic layout).
-// Measured (H200, RESULTS.md session 18): 0.81-0.99x the row-group kernels' time at batch 1, steps at parity with
-// Triton or faster, verify windows 1.07-1.21x Triton's; ~0.7 us per window token at BV 4 and BV 8 alike, though
-// BV 8 issues 0.68x the instructions per value row: the per-token time is a latency, not the issue rate.
+// Measured (H200, RESULTS.md sessions 18-19): 0.81-0.99x the row-group kernels' time at batch 1, steps at parity
+// with Triton or faster, verify windows 1.03-1.21x Triton's; ~0.7 us per window token at BV 4 and BV 8 alike.
+// Loading the tokens further ahead does not shorten that: PF 2 took 0.96-1.00x PF 0's time, and a form that staged
+// the window in shared memory (one cp.async burst per 16 tokens, waited for once; session 19, removed) cut the
+// global-load stalls per instruction from 1.14-1.42 to 0.43-0.52 (Triton's: 0.41-0.52) and was 1.05-1.18x slower.
 constexpr float kRescaleMin = 1e-12f;
 
 template <int KPL>
@@ -1310,96 +1313,17 @@ __device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx
   }
 }
 
-// PF 3 (staged window): up to kSbChunk window tokens at a time copied to shared memory with one cp.async burst
-// (q / k rows raw bf16, 16 bytes per copy; g / beta 4 bytes; the warp's BV value rows loaded plainly and stored
-// widened), waited for once; each token's set then comes from shared memory (one token ahead, at mid() as PF 1),
-// so a window pays one global round trip per chunk instead of one per token. Dynamic shared memory per warp
-// (one-warp CTAs): sb_stage_bytes().
-constexpr int kSbChunk = 16;
-
-template <int RPL, int KPL>
-__host__ __device__ constexpr int sb_stage_bytes() {
-  return kSbChunk * (2 * 8 * KPL * 2 + (4 * RPL + 2) * 4);
-}
-
-template <int RPL, int KPL>
-struct SbStage {  // the chunk buffer in dynamic shared memory: q, k [kSbChunk][K] bf16; v [kSbChunk][BV], g, b
-  __nv_bfloat16 *q, *k;
-  float *v, *g, *b;
-  __device__ __forceinline__ explicit SbStage(unsigned char* base) {
-    constexpr int K = 8 * KPL;
-    q = reinterpret_cast<__nv_bfloat16*>(base);
-    k = q + kSbChunk * K;
-    v = reinterpret_cast<float*>(k + kSbChunk * K);
-    g = v + kSbChunk * 4 * RPL;
-    b = g + kSbChunk;
-  }
-};
-
-// Issue the copies of window tokens t0 .. t0 + n - 1 (n <= kSbChunk) into sm: q / k / g / beta by cp.async (one
-// group), the value rows plainly into vr (stored by sb_stage_finish, so their latency overlaps what comes between).
-template <int RPL, int KPL>
-__device__ __forceinline__ void sb_stage_issue(const ChainVerifyParams& p, const SbPtr& w, int64_t t0, int n,
-                                               const SbStage<RPL, KPL>& sm, float (&vr)[kSbChunk * RPL / 8]) {
-  constexpr int K = 8 * KPL, NCH = K / 8, BV = 4 * RPL;  // NCH: 16-byte copies per q / k row
-  static_assert(kSbChunk <= 16 && (kSbChunk * BV) % 32 == 0, "lanes 0-15 copy g, 16-31 beta");
-  const int lane = threadIdx.x;
-  for (int i = lane; i < n * 2 * NCH; i += 32) {
-    const int t = i / (2 * NCH), r = i % (2 * NCH), c = r % NCH;
-    const int64_t tt = t0 + t;
-    if (r < NCH)
-      cp_async16(sm.q + t * K + c * 8, w.q + tt * p.tok_stride[0] + c * 8);
-    else
-      cp_async16(sm.k + t * K + c * 8, w.k + tt * p.tok_stride[1] + c * 8);
-  }
-  if (lane < n) cp_async4(sm.g + lane, w.g + (t0 + lane) * p.tok_stride[3]);
-  if (lane >= 16 && lane - 16 < n) cp_async4(sm.b + lane - 16, w.b + (t0 + lane - 16) * p.tok_stride[4]);
-  cp_async_commit();
-  const int vt0 = blockIdx.x * BV;
-#pragma unroll
-  for (int u = 0; u < kSbChunk * BV / 32; ++u) {
-    const int i = lane + 32 * u, t = i / BV, col = vt0 + i % BV;
-    vr[u] = t < n && col < p.V ? __bfloat162float(__ldg(w.v + (t0 + t) * p.tok_stride[2] + col)) : 0.f;
-  }
-}
-
-// Store the value rows, wait for this lane's copies, then for the warp's (each lane reads what others copied).
-template <int RPL, int KPL>
-__device__ __forceinline__ void sb_stage_finish(const SbStage<RPL, KPL>& sm, const float (&vr)[kSbChunk * RPL / 8]) {
-#pragma unroll
-  for (int u = 0; u < kSbChunk * RPL / 8; ++u) sm.v[threadIdx.x + 32 * u] = vr[u];
-  cp_async_wait<0>();
-  __syncwarp();
-}
-
-// Chunk token t's set for lane (rg, s) from shared memory (rows past V read the zeros stored there).
-template <int RPL, int KPL>
-__device__ __forceinline__ void sb_stage_load(const SbStage<RPL, KPL>& sm, int t, int s, int rg, SbIn<KPL>& x) {
-  constexpr int K = 8 * KPL;
-#pragma unroll
-  for (int i = 0; i < KPL / 8; ++i) {
-    x.q[i] = *reinterpret_cast<const uint4*>(sm.q + t * K + (i * 8 + s) * 8);
-    x.k[i] = *reinterpret_cast<const uint4*>(sm.k + t * K + (i * 8 + s) * 8);
-  }
-#pragma unroll
-  for (int j = 0; j < RPL; ++j) x.v[j] = sm.v[t * 4 * RPL + rg * RPL + j];
-  x.g = sm.g[t];
-  x.b = sm.b[t];
-}
-
 // One warp per (value tile of BV = 4 RPL rows, value head hv, request row r); K = 8 KPL, bf16 q / k / v
 // on the 16-byte path. Same contract and writers as chain_verify_rg_body.
 // PF: how the window's tokens reach registers (ChainVerifyParams::sb_late): 0 two sets, token t + 1 loaded
 // into the other one as token t starts; 1 one set, token t + 1 loaded into it once token t's partial sums are
 // done (mid()); 2 two sets, token t + 2 loaded into token t's set at its mid() (2.5 tokens of lead instead of 1:
-// the per-token loads are what the window waits for at batch 1, RESULTS.md session 18's Nsight Compute run;
-// prepared after that run, not yet measured). ptxas (sm_90): PF 2 fits BV 4 (230-237 registers, no spills) and
-// spills at BV 8 (164 bytes); three register sets spill at BV 4 too (372 bytes). 3: the staged window (above
-// sb_stage_bytes; one register set, loaded from shared memory at mid()): the chunk's copies are issued before
-// the state tile and the fold, and waited for once (session 19, after s19a measured PF 2 at 0.97-1.00x PF 0).
+// tried after RESULTS.md session 18's Nsight Compute run showed the batch-1 window stalled on its per-token loads;
+// session 19: verify windows 0.96-1.00x PF 0's time, steps 1.01-1.08x). ptxas (sm_90): PF 2 fits BV 4 (230-237
+// registers, no spills) and spills at BV 8 (164 bytes); three sets spill at BV 4 too (372 bytes), so there is no PF 3.
 template <int RPL, int KPL, bool SC, int PF>
 __device__ __forceinline__ void chain_verify_sb_body(const ChainVerifyParams& p) {
-  static_assert(PF >= 0 && PF <= 3, "sb prefetch forms 0 .. 3");
+  static_assert(PF >= 0 && PF <= 2, "sb prefetch forms 0 .. 2");
   RgCtx<RPL> cx;
   int64_t bos, eos, np, rb;
   rg_setup<8, RPL>(p, cx, bos, eos, np, rb);
@@ -1438,22 +1362,16 @@ __device__ __forceinline__ void chain_verify_sb_body(const ChainVerifyParams& p)
     f.g = bgp[u * p.bg_stride[2]];
   };
   SbIn<KPL> xa, xb;
-  SbIn<KPL> xs[PF == 2 ? 2 : 1];  // PF 2: token t in xs[t % 2]
+  SbIn<KPL> xs[PF >= 2 ? PF : 1];  // PF >= 2: token t in xs[t % PF]
   SbFac<RPL, KPL> fa, fb;
   if (np > 0)
     load_fac(0, fa);
   else if (PF < 2 && T > 0)
     sb_load<RPL, KPL>(p, w, 0, s, cx.vcol, xa);
-  if constexpr (PF == 2) {  // the first PF tokens, all in flight before the tile (and the fold)
+  if constexpr (PF >= 2) {  // the first PF tokens, all in flight before the tile (and the fold)
 #pragma unroll
     for (int j = 0; j < PF; ++j)
       if (j < T) sb_load<RPL, KPL>(p, w, j, s, cx.vcol, xs[j]);
-  }
-  extern __shared__ __align__(16) unsigned char sb_smem[];
-  float vr[PF == 3 ? kSbChunk * RPL / 8 : 1];
-  [[maybe_unused]] const SbStage<RPL, KPL> sm(sb_smem);
-  if constexpr (PF == 3) {  // the first chunk in flight before the tile (and the fold)
-    if (T > 0) sb_stage_issue<RPL, KPL>(p, w, 0, static_cast<int>(min(T, static_cast<int64_t>(kSbChunk))), sm, vr);
   }
   float* const st = p.state + cx.slot * p.st_stride[0] + hv * p.st_stride[1];
   float m[RPL][KPL];
@@ -1481,21 +1399,7 @@ __device__ __forceinline__ void chain_verify_sb_body(const ChainVerifyParams& p)
   }
 
   auto none = [] {};
-  if constexpr (PF == 3) {
-    for (int64_t c0 = 0; c0 < T; c0 += kSbChunk) {
-      const int n = static_cast<int>(min(T - c0, static_cast<int64_t>(kSbChunk)));
-      if (c0 > 0) {
-        __syncwarp();  // every lane is done reading the previous chunk
-        sb_stage_issue<RPL, KPL>(p, w, c0, n, sm, vr);
-      }
-      sb_stage_finish<RPL, KPL>(sm, vr);
-      sb_stage_load<RPL, KPL>(sm, 0, s, cx.rg, xa);
-      for (int t = 0; t < n; ++t)
-        sb_token<RPL, KPL, SC>(p, cx, w, c0 + t, xa, m, sc, [&] {
-          if (t + 1 < n) sb_stage_load<RPL, KPL>(sm, t + 1, s, cx.rg, xa);
-        });
-    }
-  } else if constexpr (PF == 2) {
+  if constexpr (PF >= 2) {
     for (int64_t t0 = 0; t0 < T; t0 += PF) {
 #pragma unroll
       for (int j = 0; j < PF; ++j) {
@@ -1538,21 +1442,23 @@ cudaError_t launch_sb(const ChainVerifyParams& p, int pf, cudaStream_t stream) {
   switch (pf) {
     case 1: return launch_pdl(chain_verify_sb_kernel<RPL, K / 8, SC, 1>, grid, dim3(32), 0, stream, p.pdl, p);
     case 2: return launch_pdl(chain_verify_sb_kernel<RPL, K / 8, SC, 2>, grid, dim3(32), 0, stream, p.pdl, p);
-    case 3:
-      return launch_pdl(chain_verify_sb_kernel<RPL, K / 8, SC, 3>, grid, dim3(32), sb_stage_bytes<RPL, K / 8>(), stream,
-                        p.pdl, p);
     default: return launch_pdl(chain_verify_sb_kernel<RPL, K / 8, SC, 0>, grid, dim3(32), 0, stream, p.pdl, p);
   }
 }
+
+// The sb kernel's prefetch form unless forced: one register set at BV 8 (two sets spill there: 40-48 bytes of
+// stack, ptxas sm_90); at BV 4 two sets, loaded two tokens ahead for windows without pending factors (H200,
+// RESULTS.md session 19: verify windows 0.96-1.00x the one-ahead form's time at batch 1 / 2, AR equal) and one
+// ahead for steps (the two-ahead form took 1.01-1.08x their time).
+inline int sb_pf(const ChainVerifyParams& p, int bv) { return bv == 8 ? 1 : p.pending_len == nullptr ? 2 : 0; }
 
 // bv: value rows per warp, 4 or 8 (the caller's choice: p.bv when forced, else sb_auto's); SC = p.sb_scaled == 1
 // (the scaled tile measured 0-7 % slower than the plain one for windows at batch 1-2: RESULTS.md session 18).
 template <int K>
 cudaError_t dispatch_sb(const ChainVerifyParams& p, int bv, cudaStream_t stream) {
   const bool sc = p.sb_scaled == 1;
-  // the prefetch form (p.sb_late 0 .. 3, chain_verify_sb_body's PF), else two sets at BV 4 and one set at BV 8
-  // (two sets spill there: 40-48 bytes of stack, ptxas sm_90)
-  const int pf = p.sb_late >= 0 && p.sb_late <= 3 ? p.sb_late : bv == 8 ? 1 : 0;
+  // the prefetch form (p.sb_late 0 .. 2, chain_verify_sb_body's PF), else sb_pf's
+  const int pf = p.sb_late >= 0 && p.sb_late <= 2 ? p.sb_late : sb_pf(p, bv);
   if (bv == 4) return sc ? launch_sb<K, 1, true>(p, pf, stream) : launch_sb<K, 1, false>(p, pf, stream);
   return sc ? launch_sb<K, 2, true>(p, pf, stream) : launch_sb<K, 2, false>(p, pf, stream);
 }
@@ -1581,17 +1487,20 @@ int sb_wave() {
 // The automatic layout's use of the sb kernel: bf16 windows of several tokens (verify / SpecLA step, not AR) on
 // the 16-byte path with K = 128 / 256 at small batch (R * HV <= 16 pairs): BV 4 (two register sets) where its
 // warps fit on the GPU at once, else BV 8 (one set, loaded late) where those do; returns that BV, or 0 (the
-// row-group / v3 layouts). H200, RESULTS.md session 18: at batch 1 BV 4 took 0.81-0.99x the row-group kernels'
+// row-group / v3 layouts); dispatch_sb then picks the prefetch form (sb_pf). H200, RESULTS.md session 18: at batch 1 BV 4 took 0.81-0.99x the row-group kernels'
 // time for verify and steps; at 6x256x512 batch 2 (1536 BV-4 warps, two waves at ~9 warps per SM) BV 4 took
-// 1.22-1.26x their time and BV 8 one-set 0.90-0.97x. (Occupancy is that of the plain-tile kernel, also when
-// VLLM_SPECLA_CUDA_SB_SCALED / _SB_LATE pick another form; AR is told by N <= R, so a padded q sends AR rows
+// 1.22-1.26x their time and BV 8 one-set 0.90-0.97x. (Occupancy is that of the plain-tile kernel in sb_pf's form, also
+// when VLLM_SPECLA_CUDA_SB_SCALED / _SB_LATE pick another form; AR is told by N <= R, so a padded q sends AR rows
 // here too, which is correct, only not measured.)
 int sb_auto(const ChainVerifyParams& p) {
   if (p.layout != kLayoutAuto || !p.in_bf16 || !p.vec_ok || (p.K != 128 && p.K != 256) || p.N <= p.R ||
       static_cast<int64_t>(p.R) * p.HV > 16)
     return 0;
   const int64_t pairs = static_cast<int64_t>(p.R) * p.HV;
-  const int w4 = p.K == 256 ? sb_wave<1, 32, 0>() : sb_wave<1, 16, 0>();
+  const bool pf2 = sb_pf(p, 4) == 2;  // the occupancy of the BV-4 form dispatch_sb will launch (PF 2: 230-237
+                                      // registers, PF 0: 224 at K = 256)
+  const int w4 = p.K == 256 ? (pf2 ? sb_wave<1, 32, 2>() : sb_wave<1, 32, 0>())
+                            : (pf2 ? sb_wave<1, 16, 2>() : sb_wave<1, 16, 0>());
   if (pairs * ((p.V + 3) / 4) <= w4) return 4;
   const int w8 = p.K == 256 ? sb_wave<2, 32, 1>() : sb_wave<2, 16, 1>();
   return pairs * ((p.V + 7) / 8) <= w8 ? 8 : 0;

@@ -72,9 +72,8 @@ struct ChainVerifyParams {
                  // element per token), else plain; the binding reads VLLM_SPECLA_CUDA_SB_SCALED
   int sb_late;   // sb kernel's prefetch form (chain_verify.cu, chain_verify_sb_body's PF): 0 the next token into a
                  // second register set as the current one starts, 1 into the one set once the current token's
-                 // partial sums are done, 2 two sets, loaded two tokens ahead there, 3 the window staged in
-                 // shared memory (16-token chunks, one cp.async burst each) and one set loaded from there;
-                 // else automatic (dispatch_sb); the binding reads VLLM_SPECLA_CUDA_SB_LATE
+                 // partial sums are done, 2 two sets, loaded two tokens ahead there; else automatic
+                 // (dispatch_sb); the binding reads VLLM_SPECLA_CUDA_SB_LATE
   bool in_bf16;  // q, k, v are bfloat16 (read and widened in the kernel, no conversion kernels)
   bool vec_ok;   // K % 128 == 0, unit key strides, 16-byte aligned rows: 16-byte loads/stores
 };

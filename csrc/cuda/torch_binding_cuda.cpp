@@ -93,9 +93,9 @@ bool pdl_on() { return env_choice("VLLM_SPECLA_PDL", {0, 1}, 1) == 1; }
 // tile (chain_verify.cu, dispatch_sb).
 int sb_scaled_override() { return env_choice("VLLM_SPECLA_CUDA_SB_SCALED", {0, 1}, 0); }
 
-// The sb kernel's prefetch form, VLLM_SPECLA_CUDA_SB_LATE=0|1|2|3 (A/B runs; chain_verify.cuh, sb_late); unset:
+// The sb kernel's prefetch form, VLLM_SPECLA_CUDA_SB_LATE=0|1|2 (A/B runs; chain_verify.cuh, sb_late); unset:
 // automatic (-1).
-int sb_late_override() { return env_choice("VLLM_SPECLA_CUDA_SB_LATE", {0, 1, 2, 3}, -1); }
+int sb_late_override() { return env_choice("VLLM_SPECLA_CUDA_SB_LATE", {0, 1, 2}, -1); }
 
 // Warps per CTA of the UT-form kernel, VLLM_SPECLA_CUDA_UT_NW (1; else 4).
 int ut_nw_override() {
