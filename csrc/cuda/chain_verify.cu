@@ -1123,7 +1123,8 @@ cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
 // with Triton or faster, verify windows 1.03-1.21x Triton's; ~0.7 us per window token at BV 4 and BV 8 alike.
 // Loading the tokens further ahead does not shorten that: PF 2 took 0.96-1.00x PF 0's time, and a form that staged
 // the window in shared memory (one cp.async burst per 16 tokens, waited for once; session 19, removed) cut the
-// global-load stalls per instruction from 1.14-1.42 to 0.43-0.52 (Triton's: 0.41-0.52) and was 1.05-1.18x slower.
+// global-load stalls per instruction from 1.14-1.42 to 0.43-0.52 (Triton's: 0.41-0.52) and took 1.04-1.20x the one-set
+// form's time (verify windows 1.04-1.11x).
 constexpr float kRescaleMin = 1e-12f;
 
 template <int KPL>
