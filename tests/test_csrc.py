@@ -660,6 +660,30 @@ def test_cuda_ut_var_outside_1_to_3_is_an_error(monkeypatch, value):
         _cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
+@pytest.mark.parametrize("name,value", [("VLLM_SPECLA_CUDA_BV", "16"), ("VLLM_SPECLA_CUDA_LAYOUT", "rowgroup4"),
+                                        ("VLLM_SPECLA_CUDA_UT_NW", "2"), ("VLLM_SPECLA_CUDA_UT_P5", "4"),
+                                        ("VLLM_SPECLA_CUDA_UT_ROWCOPY", "yes"), ("VLLM_SPECLA_CUDA_UT_TPC", "-1"),
+                                        ("VLLM_SPECLA_CUDA_UT", "2"), ("VLLM_SPECLA_CUDA_REGCAP", "off"),
+                                        ("VLLM_SPECLA_CUDA_RG_PREFETCH", "true")])
+def test_cuda_tuning_variable_out_of_range_is_an_error(monkeypatch, name, value):
+    """Every tuning variable of the CUDA binding rejects a value outside its list (a RuntimeError naming the
+    variable and the values it takes) before any launch: the state and the banks are left as they were, and the
+    next call with the variable unset runs."""
+    monkeypatch.setenv(name, value)
+    assert _cpp.load_cuda()
+    c = Case([5, 3], 6, 6, 256, 512, S=3, Tmax=6, dtype=torch.bfloat16, seed=6, pending=[2, 1])
+    dev = torch.device("cuda")
+    m_dev = [t.to(dev, copy=True) for t in c.mutables()]
+    kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t) for a, t in c.kwargs(m_dev).items()}
+    with pytest.raises(RuntimeError, match=f"{name} must be"):
+        _cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw)
+    assert_all_close([t.cpu() for t in m_dev], c.mutables(), rtol=0, atol=0)
+    monkeypatch.delenv(name)
+    assert_matches_reference(c)
+
+
 def test_check_windows_host_side():
     """The host-side window check of the CUDA wrapper (the CUDA kernels cannot raise): a window longer
     than the factor bank raises the reference's ValueError; windows that fit, and empty rows, pass."""

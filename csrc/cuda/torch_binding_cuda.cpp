@@ -41,37 +41,12 @@ at::Tensor rows_dense(const at::Tensor& x) {
   return x;
 }
 
-// Tuning overrides, read at each call (benchmarks/bench_csrc_cuda.py --bv / --regcap / --layout):
-// value rows per warp VLLM_SPECLA_CUDA_BV (4 or 8, else 0: automatic), VLLM_SPECLA_CUDA_REGCAP=0
-// (the kernel variants without the register caps of chain_verify.cu's min_blocks),
-// VLLM_SPECLA_CUDA_LAYOUT and VLLM_SPECLA_CUDA_RG_PREFETCH (below).
-int bv_override() {
-  const char* s = std::getenv("VLLM_SPECLA_CUDA_BV");
-  if (s == nullptr) return 0;
-  const int bv = std::atoi(s);
-  return bv == 4 || bv == 8 ? bv : 0;
-}
+// Tuning overrides, read at each call (benchmarks/bench_csrc_cuda.py --bv / --regcap / --layout, the GPU tests). Each
+// variable takes the values listed at its reader; unset or empty is the default; anything else is an error naming
+// the variable and its values (env_choice / env_word / env_count): a stale or mistyped setting must not run another
+// kernel form under its name.
 
-// Warp layout override VLLM_SPECLA_CUDA_LAYOUT: rowgroup | rowgroup8 | rs | rowgroup16 | rowgroup32 | sb
-// (16 / 32 lanes per value row; rowgroup32 needs K = 256 and runs rowgroup16 for K = 128; any
-// row group runs v3 off the 16-byte path or for other K) | ut (the UT-form kernel,
-// chain_verify_ut.cu; strict: an error where it does not apply), else automatic.
-int layout_override() {
-  const char* s = std::getenv("VLLM_SPECLA_CUDA_LAYOUT");
-  if (s == nullptr) return vllm_specla::cuda::kLayoutAuto;
-  const std::string v(s);
-  if (v == "rowgroup") return vllm_specla::cuda::kLayoutRowGroup;
-  if (v == "rowgroup8") return vllm_specla::cuda::kLayoutRowGroup8;
-  if (v == "rs") return vllm_specla::cuda::kLayoutRS;
-  if (v == "rowgroup16") return vllm_specla::cuda::kLayoutRowGroup16;
-  if (v == "rowgroup32") return vllm_specla::cuda::kLayoutRowGroup32;
-  if (v == "ut") return vllm_specla::cuda::kLayoutUT;
-  if (v == "sb") return vllm_specla::cuda::kLayoutSB;
-  return vllm_specla::cuda::kLayoutAuto;
-}
-
-// The value of environment variable `name` among `allowed`; unset or empty: `unset`; anything else is an
-// error naming the variable and its values (a stale or mistyped setting must not run another kernel form).
+// The value of environment variable `name` among `allowed`; unset or empty: `unset`; anything else is an error.
 int env_choice(const char* name, std::initializer_list<int> allowed, int unset) {
   const char* s = std::getenv(name);
   if (s == nullptr || *s == '\0') return unset;
@@ -83,6 +58,47 @@ int env_choice(const char* name, std::initializer_list<int> allowed, int unset) 
   }
   TORCH_CHECK(false, name, " must be one of ", list, " (or unset), got '", v, "'");
   return unset;
+}
+
+// The index in `words` of environment variable `name`'s value; unset or empty: `unset`; anything else is an error.
+int env_word(const char* name, std::initializer_list<const char*> words, int unset) {
+  const char* s = std::getenv(name);
+  if (s == nullptr || *s == '\0') return unset;
+  const std::string v(s);
+  std::string list;
+  int i = 0;
+  for (const char* w : words) {
+    if (v == w) return i;
+    list += (list.empty() ? "" : ", ") + std::string(w);
+    ++i;
+  }
+  TORCH_CHECK(false, name, " must be one of ", list, " (or unset), got '", v, "'");
+  return unset;
+}
+
+// A count >= 0 in environment variable `name` (decimal digits only, at most 6); unset or empty: `unset`.
+int env_count(const char* name, int unset) {
+  const char* s = std::getenv(name);
+  if (s == nullptr || *s == '\0') return unset;
+  const std::string v(s);
+  TORCH_CHECK(v.size() <= 6 && v.find_first_not_of("0123456789") == std::string::npos, name,
+              " must be a count (0, 1, 2, ...) (or unset), got '", v, "'");
+  return std::stoi(v);
+}
+
+// Value rows per warp, VLLM_SPECLA_CUDA_BV=4|8; 0 or unset: automatic.
+int bv_override() { return env_choice("VLLM_SPECLA_CUDA_BV", {0, 4, 8}, 0); }
+
+// Warp layout override VLLM_SPECLA_CUDA_LAYOUT: rowgroup | rowgroup8 | rs | rowgroup16 | rowgroup32 | sb
+// (16 / 32 lanes per value row; rowgroup32 needs K = 256 and runs rowgroup16 for K = 128; any
+// row group runs v3 off the 16-byte path or for other K) | ut (the UT-form kernel,
+// chain_verify_ut.cu; strict: an error where it does not apply); auto or unset: automatic.
+int layout_override() {
+  namespace c = vllm_specla::cuda;
+  static constexpr int kCodes[] = {c::kLayoutAuto,       c::kLayoutRowGroup,   c::kLayoutRowGroup8, c::kLayoutRS,
+                                   c::kLayoutRowGroup16, c::kLayoutRowGroup32, c::kLayoutUT,        c::kLayoutSB};
+  return kCodes[env_word("VLLM_SPECLA_CUDA_LAYOUT",
+                         {"auto", "rowgroup", "rowgroup8", "rs", "rowgroup16", "rowgroup32", "ut", "sb"}, 0)];
 }
 
 // Programmatic dependent launch, VLLM_SPECLA_PDL (the Triton kernels' switch, ops/pdl.py): 0 plain launches,
@@ -97,11 +113,8 @@ int sb_scaled_override() { return env_choice("VLLM_SPECLA_CUDA_SB_SCALED", {0, 1
 // automatic (-1).
 int sb_late_override() { return env_choice("VLLM_SPECLA_CUDA_SB_LATE", {0, 1, 2}, -1); }
 
-// Warps per CTA of the UT-form kernel, VLLM_SPECLA_CUDA_UT_NW (1; else 4).
-int ut_nw_override() {
-  const char* s = std::getenv("VLLM_SPECLA_CUDA_UT_NW");
-  return s != nullptr && std::atoi(s) == 1 ? 1 : 4;
-}
+// Warps per CTA of the UT-form kernel, VLLM_SPECLA_CUDA_UT_NW=1|4 (unset: 4).
+int ut_nw_override() { return env_choice("VLLM_SPECLA_CUDA_UT_NW", {1, 4}, 4); }
 
 // Build variant of the UT-form kernel, VLLM_SPECLA_CUDA_UT_VAR=1..3 (A/B runs: 1 = per-thread
 // cp.async stage refills, 2 = TMA refills, 3 = 2 with 16 lanes per value row); unset or empty:
@@ -120,38 +133,22 @@ int ut_var_override() {
 // Phase 5 / 4 forms of the UT-form kernel (chain_verify_ut.cu, P5), VLLM_SPECLA_CUDA_UT_P5=0|1|2
 // forces one (A/B runs; all bit-identical): 0 the previous phase 5, 1 phase 5 with v~ in registers
 // (0.76-0.99x the time of 0 on the H200, RESULTS.md session 7), 2 that plus one batched
-// reduce-scatter of the window products; unset (3): 1 or 2 by the shuffle count (launch_form).
-int ut_p5_override() {
-  const char* s = std::getenv("VLLM_SPECLA_CUDA_UT_P5");
-  if (s == nullptr || *s == '\0') return 3;
-  const int v = std::atoi(s);
-  return v >= 0 && v <= 2 ? v : 3;
-}
+// reduce-scatter of the window products; 3 or unset: 1 or 2 by the shuffle count (launch_form).
+int ut_p5_override() { return env_choice("VLLM_SPECLA_CUDA_UT_P5", {0, 1, 2, 3}, 3); }
 
 // One TMA bulk copy per state row in the UT kernel's stage refills, VLLM_SPECLA_CUDA_UT_ROWCOPY=1
-// (A/B runs; default: one copy per warp tile where its rows are contiguous).
-bool ut_row_copies_override() {
-  const char* s = std::getenv("VLLM_SPECLA_CUDA_UT_ROWCOPY");
-  return s != nullptr && std::atoi(s) == 1;
-}
+// (A/B runs; 0 or unset: one copy per warp tile where its rows are contiguous).
+bool ut_row_copies_override() { return env_choice("VLLM_SPECLA_CUDA_UT_ROWCOPY", {0, 1}, 0) == 1; }
 
-// Value tiles per CTA of the UT-form kernel, VLLM_SPECLA_CUDA_UT_TPC (> 0; else automatic).
-int ut_tpc_override() {
-  const char* s = std::getenv("VLLM_SPECLA_CUDA_UT_TPC");
-  return s == nullptr ? 0 : std::max(0, std::atoi(s));
-}
+// Value tiles per CTA of the UT-form kernel, VLLM_SPECLA_CUDA_UT_TPC (a count; 0 or unset: automatic).
+int ut_tpc_override() { return env_count("VLLM_SPECLA_CUDA_UT_TPC", 0); }
 
 // The UT kernel in the automatic layout, VLLM_SPECLA_CUDA_UT: 0 never, 1 for every verify / step
 // window it takes, unset: the shape rule (chain_verify_ut.cu, chain_verify_ut_auto).
-int ut_auto_override() {
-  const char* s = std::getenv("VLLM_SPECLA_CUDA_UT");
-  return s == nullptr || *s == '\0' ? -1 : std::atoi(s) != 0;
-}
+int ut_auto_override() { return env_choice("VLLM_SPECLA_CUDA_UT", {0, 1}, -1); }
 
-bool reg_cap() {
-  const char* s = std::getenv("VLLM_SPECLA_CUDA_REGCAP");
-  return s == nullptr || std::atoi(s) != 0;
-}
+// The register-capped kernel variants (chain_verify.cu, min_blocks): VLLM_SPECLA_CUDA_REGCAP=0 off; 1 or unset on.
+bool reg_cap() { return env_choice("VLLM_SPECLA_CUDA_REGCAP", {0, 1}, 1) == 1; }
 
 // Row-group prefetch ring (chain_verify.cu, chain_verify_rg_body_pf). Default (unset): the ring for
 // SpecLA steps (pending factors), which it makes 1-7 % faster at batch 1-2, and the one-ahead
@@ -159,9 +156,8 @@ bool reg_cap() {
 // VLLM_SPECLA_CUDA_RG_PREFETCH=0: never (and the old automatic rule: steps with pending factors
 // on v3 at small batch); =1: always.
 bool rg_prefetch(bool has_pending) {
-  const char* s = std::getenv("VLLM_SPECLA_CUDA_RG_PREFETCH");
-  if (s == nullptr || *s == '\0') return has_pending;
-  return std::atoi(s) != 0;
+  const int v = env_choice("VLLM_SPECLA_CUDA_RG_PREFETCH", {0, 1}, -1);
+  return v < 0 ? has_pending : v == 1;
 }
 
 template <int D>

@@ -70,16 +70,17 @@ def load_cuda(verbose: bool = False) -> bool:
     redundantly by the row's lanes (no broadcasts); the next token's q / k are copied to shared
     memory (cp.async) while one computes. At batch 1 the per-token dependent chain is the time,
     and v3's 5-level reduce-scatter plus broadcasts is longer (chain_verify.cu header).
-    Tuning overrides read at each call: ``VLLM_SPECLA_CUDA_BV=4|8`` (value rows per warp, else
-    automatic), ``VLLM_SPECLA_CUDA_REGCAP=0`` (no register caps) and
-    ``VLLM_SPECLA_CUDA_LAYOUT=rowgroup|rowgroup8|rs|ut`` (warp layout: row group with 32 / BV or 8
-    lanes per row, v3's reduce-scatter, or the UT form (strict: an error where it does not apply);
-    else automatic), ``VLLM_SPECLA_CUDA_UT=0|1`` (the UT form never / for every verify or step window
+    Tuning overrides read at each call: ``VLLM_SPECLA_CUDA_BV=4|8`` (value rows per warp; 0 or unset:
+    automatic), ``VLLM_SPECLA_CUDA_REGCAP=0`` (no register caps), ``VLLM_SPECLA_CUDA_RG_PREFETCH=0|1`` (the
+    row-group prefetch ring never / always) and
+    ``VLLM_SPECLA_CUDA_LAYOUT=rowgroup|rowgroup8|rowgroup16|rowgroup32|rs|ut|sb`` (warp layout: row group with
+    32 / BV, 8, 16 or 32 lanes per row, v3's reduce-scatter, the UT form (strict: an error where it does not
+    apply) or the small-batch lean kernel; ``auto`` or unset: automatic), ``VLLM_SPECLA_CUDA_UT=0|1`` (the UT form never / for every verify or step window
     it takes, in the automatic layout), ``VLLM_SPECLA_CUDA_UT_NW=1`` (1 warp per CTA instead of 4),
     ``VLLM_SPECLA_CUDA_UT_TPC=n`` (value tiles per CTA; else the wave cost model) and
     ``VLLM_SPECLA_CUDA_UT_VAR=1..3`` (its build variant: per-thread cp.async refills, TMA refills,
     TMA with 16 lanes per value row; unset or empty: 2 or 3 by the cost model where the sm_90 code
-    runs; any other value raises ``RuntimeError`` at the call);
+    runs);
     ``VLLM_SPECLA_CUDA_UT_P5=0|1|2`` its phase 4 / 5 form for A/B runs (0: the previous phase 5, 1: v~
     in registers, 2: plus one batched reduce-scatter of the products; unset: 1 or 2 by the shuffle
     count, where built: K = 256, windows <= 8; all bit-identical) and
@@ -88,7 +89,9 @@ def load_cuda(verbose: bool = False) -> bool:
     ``VLLM_SPECLA_CUDA_LAYOUT=sb`` forces the small-batch lean kernel (bf16 inputs; ``VLLM_SPECLA_CUDA_SB_SCALED=1``
     its scaled tile, ``VLLM_SPECLA_CUDA_SB_LATE=0|1|2`` its prefetch form), which the automatic layout
     uses for small-batch verify / step windows (``csrc/cuda/chain_verify.cu``, ``sb_auto``); every kernel launches
-    with programmatic dependent launch on sm_90+ unless ``VLLM_SPECLA_PDL=0`` (read per call).
+    with programmatic dependent launch on sm_90+ unless ``VLLM_SPECLA_PDL=0`` (read per call). Each of these
+    variables takes only the values listed (empty = unset); any other value raises ``RuntimeError`` naming the
+    variable and its values at the call, before any launch (``csrc/cuda/torch_binding_cuda.cpp``, env_choice).
     ``VLLM_SPECLA_CUDA_LINEINFO=1`` at build time adds ``-lineinfo`` (source lines in Nsight Compute).
     """
     if not AVAILABLE:

@@ -60,7 +60,7 @@ def _cuda_ut_applies(q: torch.Tensor, k: torch.Tensor, kw: dict) -> bool:
     ``chain_verify_ut_bounds`` / ``chain_verify_ut_auto`` in ``csrc/cuda/chain_verify_ut.cu`` that the
     host can make without a sync): automatic layout and ``VLLM_SPECLA_CUDA_UT`` not 0, K = 128 or 256,
     a factor bank of <= 16 positions, 16-byte aligned q / k rows and state."""
-    if os.environ.get("VLLM_SPECLA_CUDA_UT", "") == "0" or os.environ.get("VLLM_SPECLA_CUDA_LAYOUT", "") not in ("", "ut"):
+    if os.environ.get("VLLM_SPECLA_CUDA_UT", "") == "0" or os.environ.get("VLLM_SPECLA_CUDA_LAYOUT", "") not in ("", "auto", "ut"):
         return False
     st, bank_k = kw["state"], kw.get("bank_k")
     if st.shape[-1] not in (128, 256) or bank_k is None or bank_k.shape[2] > UT_MAX_TOKENS:
