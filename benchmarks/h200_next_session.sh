@@ -30,7 +30,22 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
-  s19c)  # session 19, call 3: the automatic sb form after s19a / s19b (BV 4 windows without pending factors load two
+  s19d)  # session 19, call 4: every tuning variable of the CUDA binding strict (a value outside its list is an error):
+        # every CUDA chain test and the dispatch tests; then the SASS of the Triton chain kernel as the JIT built it
+        # for the batch-1 verify window (ncu_chain.py's config), for reading its per-token instruction count
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s19d 260 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
+      export TRITON_CACHE_DIR=/tmp/tc_s19d
+      timeout 60 python benchmarks/ncu_chain.py 2>&1 | tail -2
+      CUOBJ=$(python -c "import triton,os;print(os.path.join(os.path.dirname(triton.__file__),'backends/nvidia/bin/cuobjdump'))")
+      i=0
+      for f in $(find /tmp/tc_s19d -name "_chain_verify_kernel*.cubin"); do
+        i=$((i+1)); "$CUOBJ" -sass "$f" > "$OUT/triton_chain_sass_$i.txt" 2>&1; cp "${f%.cubin}.json" "$OUT/triton_chain_meta_$i.json" 2>/dev/null
+      done
+      ls -la "$OUT"
+      ;;
+  s19c)  # (as run) session 19, call 3: the automatic sb form after s19a / s19b (BV 4 windows without pending factors load two
         # tokens ahead, PF 2; the staged form of s19b removed): every CUDA chain test (among them the long windows of
         # 37 / 18 tokens) and the dispatch tests, then the automatic layout against sb00 / sb02 and Triton at batch 1 / 2
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
