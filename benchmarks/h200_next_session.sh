@@ -30,7 +30,16 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
-  s19d)  # session 19, call 4: every tuning variable of the CUDA binding strict (a value outside its list is an error):
+  s19e)  # session 19, call 5: the sb kernel's norms of q / k split over the warp's four row groups (NS, the default
+        # now; VLLM_SPECLA_CUDA_SB_NORMS=0 the replicated form): every CUDA chain test and the dispatch tests, then the
+        # automatic layout with and without it against Triton at batch 1 / 2
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s19e 230 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
+      timeout 80 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --layout auto,auto_n0 \
+          --out "$OUT/csrc_s19e.json" 2>&1 | grep -v "^{" | grep -v -i warn
+      ;;
+  s19d)  # (as run) session 19, call 4: every tuning variable of the CUDA binding strict (a value outside its list is an error):
         # every CUDA chain test and the dispatch tests; then the SASS of the Triton chain kernel as the JIT built it
         # for the batch-1 verify window (ncu_chain.py's config), for reading its per-token instruction count
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
