@@ -20,8 +20,7 @@ batched products reduce (``ut``: 1 or 2 by the shuffle count);
 ``utrow``: one TMA copy per state row, ``VLLM_SPECLA_CUDA_UT_ROWCOPY=1``; ``sb`` the small-batch lean kernel,
 ``sb0`` / ``sb1`` with its plain / scaled tile forced, ``VLLM_SPECLA_CUDA_SB_SCALED``, ``sbXY`` also its
 prefetch form (Y: 0 two register sets, 1 one set loaded late, 2 two sets loaded two tokens ahead,
-``VLLM_SPECLA_CUDA_SB_LATE``); any layout with the suffix ``_n0``: the sb kernel's norms of q / k summed by every
-row group over all its keys, ``VLLM_SPECLA_CUDA_SB_NORMS=0``); key
+``VLLM_SPECLA_CUDA_SB_LATE``)); key
 suffix ``_<layout>``, none for ``auto``). ``--pdl 1,0`` also times the CUDA launches without programmatic
 dependent launch (``VLLM_SPECLA_PDL=0``, suffix ``_nopdl``; the Triton kernels keep theirs).
 Prints a table, writes JSON to ``--out``.
@@ -55,13 +54,10 @@ def graph_us(fn, reps=10):
 
 def _with_env(bv, cap, layout="auto", pdl=True):
     """``_cpp.chain_verify`` with ``bv`` value rows per warp forced (0: automatic), the register
-    caps on (``cap``) or off and the warp layout forced (``layout``: auto, rowgroup, rowgroup8, rs, ...;
-    a ``_n0`` suffix also sets VLLM_SPECLA_CUDA_SB_NORMS=0, the sb kernel's replicated norms).
+    caps on (``cap``) or off and the warp layout forced (``layout``: auto, rowgroup, rowgroup8, rs).
     The binding reads VLLM_SPECLA_CUDA_BV / VLLM_SPECLA_CUDA_REGCAP / VLLM_SPECLA_CUDA_LAYOUT at
     each call, i.e. at graph capture for the timed graphs."""
-    norms0 = layout.endswith("_n0")
-    layout = layout.removesuffix("_n0")
-    env = {"VLLM_SPECLA_CUDA_SB_NORMS": "0" if norms0 else None,"VLLM_SPECLA_CUDA_BV": str(bv) if bv else None, "VLLM_SPECLA_CUDA_REGCAP": None if cap else "0",
+    env = {"VLLM_SPECLA_CUDA_BV": str(bv) if bv else None, "VLLM_SPECLA_CUDA_REGCAP": None if cap else "0",
            "VLLM_SPECLA_CUDA_LAYOUT": None if layout == "auto" else "ut" if layout.startswith("ut") else
            "sb" if layout.startswith("sb") else layout,
            "VLLM_SPECLA_CUDA_SB_SCALED": layout[2] if layout.startswith("sb") and len(layout) > 2 else None,
@@ -109,7 +105,7 @@ def main() -> None:
     allowed = ("auto", "rowgroup", "rowgroup8", "rowgroup16", "rowgroup32", "rs", "sb", "sb0", "sb1", "sb00", "sb01", "sb02",
                "sb10", "sb11", "sb12", "ut", "ut1", "utv1",
                "utv2", "utv3", "utp0", "utp1", "utp2", "utrow")
-    if not all(lay.removesuffix("_n0") in allowed for lay in layouts):
+    if not all(lay in allowed for lay in layouts):
         raise SystemExit(f"--layout: each of {layouts} must be one of {', '.join(allowed)}")
     if any(x not in ("0", "1") for x in args.pdl.split(",")):
         raise SystemExit(f"--pdl: each of {args.pdl.split(',')} must be 0 or 1")

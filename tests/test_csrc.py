@@ -666,7 +666,7 @@ def test_cuda_ut_var_outside_1_to_3_is_an_error(monkeypatch, value):
                                         ("VLLM_SPECLA_CUDA_UT_NW", "2"), ("VLLM_SPECLA_CUDA_UT_P5", "4"),
                                         ("VLLM_SPECLA_CUDA_UT_ROWCOPY", "yes"), ("VLLM_SPECLA_CUDA_UT_TPC", "-1"),
                                         ("VLLM_SPECLA_CUDA_UT", "2"), ("VLLM_SPECLA_CUDA_REGCAP", "off"),
-                                        ("VLLM_SPECLA_CUDA_RG_PREFETCH", "true"), ("VLLM_SPECLA_CUDA_SB_NORMS", "2")])
+                                        ("VLLM_SPECLA_CUDA_RG_PREFETCH", "true")])
 def test_cuda_tuning_variable_out_of_range_is_an_error(monkeypatch, name, value):
     """Every tuning variable of the CUDA binding rejects a value outside its list (a RuntimeError naming the
     variable and the values it takes) before any launch: the state and the banks are left as they were, and the
@@ -798,32 +798,6 @@ def test_cuda_sb_long_windows_match_reference(monkeypatch, shape, pending, bv, l
     c = Case([37, 18], H, HV, K, V, S=4, Tmax=38, dtype=torch.bfloat16, pending=pending,
              seed=zlib.crc32(repr((shape, pending, bv, layout)).encode()) % 997)
     assert_matches_reference(c, True, pending is not None, False)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
-@pytest.mark.parametrize("layout", ["auto", "sb00", "sb01", "sb02", "sb11"])
-@pytest.mark.parametrize("bv", ["4", "8"])
-@pytest.mark.parametrize("mode", ["verify", "step", "ar_pending"])
-@pytest.mark.parametrize("shape", [(6, 6, 256, 512), (2, 4, 128, 20)])
-def test_cuda_sb_replicated_norms_match_reference(monkeypatch, shape, mode, bv, layout):
-    """The sb kernel's session-18 norms (VLLM_SPECLA_CUDA_SB_NORMS=0: every row group sums |k|^2, |q|^2 and k.q
-    over all its keys; the default splits the keys over the row groups, which every other small-batch test runs)
-    equal chain_verify_ref too."""
-    monkeypatch.setenv("VLLM_SPECLA_CUDA_SB_NORMS", "0")
-    if layout == "auto":
-        monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT", raising=False)
-    else:
-        monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "sb")
-        monkeypatch.setenv("VLLM_SPECLA_CUDA_SB_SCALED", layout[2])
-        monkeypatch.setenv("VLLM_SPECLA_CUDA_SB_LATE", layout[3])
-    monkeypatch.setenv("VLLM_SPECLA_CUDA_BV", bv)
-    assert _cpp.load_cuda()
-    lens, pend, record, wfs = SMALL_CASES[mode]
-    H, HV, K, V = shape
-    c = Case(lens, H, HV, K, V, S=5, Tmax=9, dtype=torch.bfloat16, pending=pend,
-             seed=zlib.crc32(repr((shape, mode, layout, bv, "n0")).encode()) % 997)
-    assert_matches_reference(c, record, pend is not None, wfs)
 
 
 @pytest.mark.gpu

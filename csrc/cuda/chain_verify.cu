@@ -700,10 +700,8 @@ __device__ __forceinline__ void rg_fold(float (&m)[RPL][KPL], const float (&kc)[
 
 // A token's partial sums a[n][NA] (per row: M k, M q; then |k|^2, |q|^2, k.q) -> sum[n], all-reduced over the
 // row's LPR lanes by an xor butterfly (every lane of the row ends with bit-identical sums); rk = 1 / |k| and
-// rq = scale / |q| (fla's l2norm, eps kEps) when the op normalises q / k, else 1 and scale. NX > 1: the last
-// three (the norms) were summed over a 1 / NX share of the keys by each of NX adjacent row groups, and are
-// all-reduced over those too (log2 NX more levels).
-template <int LPR, int N, int NA, int NX = 1>
+// rq = scale / |q| (fla's l2norm, eps kEps) when the op normalises q / k, else 1 and scale.
+template <int LPR, int N, int NA>
 __device__ __forceinline__ void rg_reduce(const ChainVerifyParams& p, const float (&a)[N][NA], float (&sum)[N], float& rk,
                                           float& rq) {
   static_assert(NA == 2 || NA == 4, "accumulator tree");
@@ -718,11 +716,6 @@ __device__ __forceinline__ void rg_reduce(const ChainVerifyParams& p, const floa
   for (int off = LPR / 2; off > 0; off >>= 1) {
 #pragma unroll
     for (int i = 0; i < N; ++i) sum[i] += __shfl_xor_sync(kFull, sum[i], off);
-  }
-#pragma unroll
-  for (int off = LPR; off < LPR * NX; off <<= 1) {
-#pragma unroll
-    for (int i = N - 3; i < N; ++i) sum[i] += __shfl_xor_sync(kFull, sum[i], off);
   }
   rk = 1.f, rq = 1.f;
   if (p.use_qk_l2norm) {
@@ -1125,24 +1118,21 @@ cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
 //     token's partial sums are done, instead of two sets used in turn: BV 8 fits in registers only so; or
 //     two sets, loaded two tokens ahead at that point (PF 2; the automatic form for BV-4 windows without
 //     pending factors, sb_pf).
-//   * NS (ChainVerifyParams::sb_norms, default): |k|^2, |q|^2 and k.q summed by each row group over a quarter of
-//     the keys (its norm piece, loaded a second time from L1 so that no register array is indexed at run time)
-//     and all-reduced over the warp: 24 FMAs per token instead of 96 at K = 256 (session 19, after the Triton
-//     kernel's SASS showed it computes them on its unreplicated q / k layout).
 // bf16 q / k / v only (fp32 inputs would need twice the prefetch registers: the automatic layout).
 // Measured (H200, RESULTS.md sessions 18-19): 0.81-0.99x the row-group kernels' time at batch 1, steps at parity
 // with Triton or faster, verify windows 1.03-1.21x Triton's; ~0.7 us per window token at BV 4 and BV 8 alike.
 // Loading the tokens further ahead does not shorten that: PF 2 took 0.96-1.00x PF 0's time, and a form that staged
 // the window in shared memory (one cp.async burst per 16 tokens, waited for once; session 19, removed) cut the
 // global-load stalls per instruction from 1.14-1.42 to 0.43-0.52 (Triton's: 0.41-0.52) and took 1.04-1.20x the one-set
-// form's time (verify windows 1.04-1.11x).
+// form's time (verify windows 1.04-1.11x). Splitting |k|^2, |q|^2, k.q over the four row groups (each sums 8 of a
+// lane's keys from a second 16-byte load, two more butterfly levels; session 19, removed) took 1.03-1.08x the time
+// of batch-1 BV-4 verify windows (251-255 registers) and 0.975-0.98x at BV 8 (6x256x512 batch 2).
 constexpr float kRescaleMin = 1e-12f;
 
 template <int KPL>
 struct SbIn {  // one window token's raw inputs for one lane (bf16)
   static constexpr int NC = KPL / 8;  // 16-byte pieces (8 keys) of the lane's q and of its k
   uint4 q[NC], k[NC];
-  uint4 qn, kn;  // NS: the lane's norm piece of q and of k (SbPtr::pn)
   float v[2];  // the lane's RPL <= 2 value rows
   float g, b;
 };
@@ -1168,10 +1158,9 @@ struct SbPtr {
   const float *g, *b;
   float* o;                   // o row of token 0, value head hv
   float *bv, *bk, *bg;        // bank write_bank of the slot, t = 0, this head (null without record)
-  int pn;                     // NS: first key of the lane's norm piece, ((rg % (KPL / 8)) * 8 + s) * 8
 };  // per-token advances: p.tok_stride, HV V for o, the banks' dim-2 strides (kernel parameters, no registers)
 
-template <int RPL, int KPL, bool NS>
+template <int RPL, int KPL>
 __device__ __forceinline__ void sb_load(const ChainVerifyParams& p, const SbPtr& w, int64_t t, int s,
                                         const int (&vcol)[RPL], SbIn<KPL>& x) {
   const __nv_bfloat16* qr = w.q + t * p.tok_stride[0];
@@ -1180,10 +1169,6 @@ __device__ __forceinline__ void sb_load(const ChainVerifyParams& p, const SbPtr&
   for (int i = 0; i < KPL / 8; ++i) {
     x.q[i] = __ldg(reinterpret_cast<const uint4*>(qr + (i * 8 + s) * 8));
     x.k[i] = __ldg(reinterpret_cast<const uint4*>(kr + (i * 8 + s) * 8));
-  }
-  if constexpr (NS) {  // one of the pieces above, loaded again (L1) so that no register array is indexed at run time
-    x.qn = __ldg(reinterpret_cast<const uint4*>(qr + w.pn));
-    x.kn = __ldg(reinterpret_cast<const uint4*>(kr + w.pn));
   }
   const __nv_bfloat16* vr = w.v + t * p.tok_stride[2];
 #pragma unroll
@@ -1251,10 +1236,7 @@ __device__ __forceinline__ void sb_fold(float (&m)[RPL][KPL], float& sc, const S
 
 // One window token t (inputs x) on the tile m (scale sc when SC). mid() runs once x is no longer read (after
 // the partial sums; k is kept widened, the scalars copied): the LATE body loads the next token into x there.
-// NS: |k|^2, |q|^2 and k.q over the lane's norm piece only (8 keys; the warp's four row groups split the keys, as
-// Triton's kernel computes them on its unreplicated q / k layout), all-reduced over the row groups too; else over
-// all the lane's KPL keys, as every row group holds them.
-template <int RPL, int KPL, bool SC, bool NS, typename Mid>
+template <int RPL, int KPL, bool SC, typename Mid>
 __device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx<RPL>& cx, const SbPtr& w, int64_t t,
                                          SbIn<KPL>& x, float (&m)[RPL][KPL], float& sc, Mid&& mid) {
   constexpr int NA = RPL == 2 && KPL >= 32 ? 2 : 4;  // independent accumulators per partial sum (registers)
@@ -1279,19 +1261,6 @@ __device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx
         a[2 * j][y] = fmaf(m[j][c], kc, a[2 * j][y]);
         a[2 * j + 1][y] = fmaf(m[j][c], qc, a[2 * j + 1][y]);
       }
-      if constexpr (!NS) {
-        a[2 * RPL][y] = fmaf(kc, kc, a[2 * RPL][y]);
-        a[2 * RPL + 1][y] = fmaf(qc, qc, a[2 * RPL + 1][y]);
-        a[2 * RPL + 2][y] = fmaf(kc, qc, a[2 * RPL + 2][y]);
-      }
-    }
-  }
-  if constexpr (NS) {
-    const unsigned wk[4] = {x.kn.x, x.kn.y, x.kn.z, x.kn.w}, wq[4] = {x.qn.x, x.qn.y, x.qn.z, x.qn.w};
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const int y = e % NA;
-      const float kc = sb_bf16(wk, e), qc = sb_bf16(wq, e);
       a[2 * RPL][y] = fmaf(kc, kc, a[2 * RPL][y]);
       a[2 * RPL + 1][y] = fmaf(qc, qc, a[2 * RPL + 1][y]);
       a[2 * RPL + 2][y] = fmaf(kc, qc, a[2 * RPL + 2][y]);
@@ -1303,7 +1272,7 @@ __device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx
   const float xg = x.g, xb = x.b;
   mid();
   float sum[2 * RPL + 3], rk, rq;
-  rg_reduce<8, 2 * RPL + 3, NA, NS ? KPL / 8 : 1>(p, a, sum, rk, rq);
+  rg_reduce<8>(p, a, sum, rk, rq);
   const float e = __expf(xg);
   // f: the factor from the tile's sums to M' = e^g M (SC: the new scale)
   const float f = SC ? sc * e : e;
@@ -1355,7 +1324,7 @@ __device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx
 // tried after RESULTS.md session 18's Nsight Compute run showed the batch-1 window stalled on its per-token loads;
 // session 19: verify windows 0.96-1.00x PF 0's time, steps 1.01-1.08x). ptxas (sm_90): PF 2 fits BV 4 (230-237
 // registers, no spills) and spills at BV 8 (164 bytes); three sets spill at BV 4 too (372 bytes), so there is no PF 3.
-template <int RPL, int KPL, bool SC, int PF, bool NS>
+template <int RPL, int KPL, bool SC, int PF>
 __device__ __forceinline__ void chain_verify_sb_body(const ChainVerifyParams& p) {
   static_assert(PF >= 0 && PF <= 2, "sb prefetch forms 0 .. 2");
   RgCtx<RPL> cx;
@@ -1372,7 +1341,6 @@ __device__ __forceinline__ void chain_verify_sb_body(const ChainVerifyParams& p)
   w.b = p.beta + bos * p.tok_stride[4] + hv;
   w.o = p.o + (bos * HV + hv) * V;
   w.bv = w.bk = w.bg = nullptr;
-  w.pn = ((cx.rg % (KPL / 8)) * 8 + s) * 8;
   if (cx.record) {
     w.bv = p.bank_v + cx.slot * p.bv_stride[0] + cx.wb * p.bv_stride[1] + hv * p.bv_stride[3];
     w.bk = p.bank_k + cx.slot * p.bk_stride[0] + cx.wb * p.bk_stride[1] + h * p.bk_stride[3];
@@ -1402,11 +1370,11 @@ __device__ __forceinline__ void chain_verify_sb_body(const ChainVerifyParams& p)
   if (np > 0)
     load_fac(0, fa);
   else if (PF < 2 && T > 0)
-    sb_load<RPL, KPL, NS>(p, w, 0, s, cx.vcol, xa);
+    sb_load<RPL, KPL>(p, w, 0, s, cx.vcol, xa);
   if constexpr (PF >= 2) {  // the first PF tokens, all in flight before the tile (and the fold)
 #pragma unroll
     for (int j = 0; j < PF; ++j)
-      if (j < T) sb_load<RPL, KPL, NS>(p, w, j, s, cx.vcol, xs[j]);
+      if (j < T) sb_load<RPL, KPL>(p, w, j, s, cx.vcol, xs[j]);
   }
   float* const st = p.state + cx.slot * p.st_stride[0] + hv * p.st_stride[1];
   float m[RPL][KPL];
@@ -1420,13 +1388,13 @@ __device__ __forceinline__ void chain_verify_sb_body(const ChainVerifyParams& p)
       if (u + 1 < np)
         load_fac(u + 1, fb);
       else if (PF < 2 && T > 0)
-        sb_load<RPL, KPL, NS>(p, w, 0, s, cx.vcol, xa);
+        sb_load<RPL, KPL>(p, w, 0, s, cx.vcol, xa);
       sb_fold<RPL, KPL, SC>(m, sc, fa);
       if (u + 1 < np) {
         if (u + 2 < np)
           load_fac(u + 2, fa);
         else if (PF < 2 && T > 0)
-          sb_load<RPL, KPL, NS>(p, w, 0, s, cx.vcol, xa);
+          sb_load<RPL, KPL>(p, w, 0, s, cx.vcol, xa);
         sb_fold<RPL, KPL, SC>(m, sc, fb);
       }
     }
@@ -1440,51 +1408,45 @@ __device__ __forceinline__ void chain_verify_sb_body(const ChainVerifyParams& p)
       for (int j = 0; j < PF; ++j) {
         const int64_t t = t0 + j;
         if (t < T)
-          sb_token<RPL, KPL, SC, NS>(p, cx, w, t, xs[j], m, sc, [&] {
-            if (t + PF < T) sb_load<RPL, KPL, NS>(p, w, t + PF, s, cx.vcol, xs[j]);
+          sb_token<RPL, KPL, SC>(p, cx, w, t, xs[j], m, sc, [&] {
+            if (t + PF < T) sb_load<RPL, KPL>(p, w, t + PF, s, cx.vcol, xs[j]);
           });
       }
     }
   } else if constexpr (PF == 1) {
     // one register set: token t + 1 is loaded into it once token t's partial sums are done
     for (int64_t t = 0; t < T; ++t)
-      sb_token<RPL, KPL, SC, NS>(p, cx, w, t, xa, m, sc, [&] {
-        if (t + 1 < T) sb_load<RPL, KPL, NS>(p, w, t + 1, s, cx.vcol, xa);
+      sb_token<RPL, KPL, SC>(p, cx, w, t, xa, m, sc, [&] {
+        if (t + 1 < T) sb_load<RPL, KPL>(p, w, t + 1, s, cx.vcol, xa);
       });
   } else {
     // token t in xa (even t) / xb (odd t), token t + 1 loaded into the other set first
     for (int64_t t = 0; t < T; t += 2) {
-      if (t + 1 < T) sb_load<RPL, KPL, NS>(p, w, t + 1, s, cx.vcol, xb);
-      sb_token<RPL, KPL, SC, NS>(p, cx, w, t, xa, m, sc, none);
+      if (t + 1 < T) sb_load<RPL, KPL>(p, w, t + 1, s, cx.vcol, xb);
+      sb_token<RPL, KPL, SC>(p, cx, w, t, xa, m, sc, none);
       if (t + 1 < T) {
-        if (t + 2 < T) sb_load<RPL, KPL, NS>(p, w, t + 2, s, cx.vcol, xa);
-        sb_token<RPL, KPL, SC, NS>(p, cx, w, t + 1, xb, m, sc, none);
+        if (t + 2 < T) sb_load<RPL, KPL>(p, w, t + 2, s, cx.vcol, xa);
+        sb_token<RPL, KPL, SC>(p, cx, w, t + 1, xb, m, sc, none);
       }
     }
   }
   if (p.write_final_state) sb_store_tile<RPL, KPL>(st, p, cx, m, sc);
 }
 
-template <int RPL, int KPL, bool SC, int PF = 0, bool NS = true>
+template <int RPL, int KPL, bool SC, int PF = 0>
 __global__ void __launch_bounds__(32) chain_verify_sb_kernel(const ChainVerifyParams p) {
   pdl_enter();
-  chain_verify_sb_body<RPL, KPL, SC, PF, NS>(p);
+  chain_verify_sb_body<RPL, KPL, SC, PF>(p);
 }
 
-template <int K, int RPL, bool SC, bool NS>
-cudaError_t launch_sb_ns(const ChainVerifyParams& p, int pf, cudaStream_t stream) {
-  const dim3 grid((p.V + 4 * RPL - 1) / (4 * RPL), p.HV, p.R);
-  switch (pf) {
-    case 1: return launch_pdl(chain_verify_sb_kernel<RPL, K / 8, SC, 1, NS>, grid, dim3(32), 0, stream, p.pdl, p);
-    case 2: return launch_pdl(chain_verify_sb_kernel<RPL, K / 8, SC, 2, NS>, grid, dim3(32), 0, stream, p.pdl, p);
-    default: return launch_pdl(chain_verify_sb_kernel<RPL, K / 8, SC, 0, NS>, grid, dim3(32), 0, stream, p.pdl, p);
-  }
-}
-
-// NS (the norms split over the row groups) unless p.sb_norms == 0
 template <int K, int RPL, bool SC>
 cudaError_t launch_sb(const ChainVerifyParams& p, int pf, cudaStream_t stream) {
-  return p.sb_norms == 0 ? launch_sb_ns<K, RPL, SC, false>(p, pf, stream) : launch_sb_ns<K, RPL, SC, true>(p, pf, stream);
+  const dim3 grid((p.V + 4 * RPL - 1) / (4 * RPL), p.HV, p.R);
+  switch (pf) {
+    case 1: return launch_pdl(chain_verify_sb_kernel<RPL, K / 8, SC, 1>, grid, dim3(32), 0, stream, p.pdl, p);
+    case 2: return launch_pdl(chain_verify_sb_kernel<RPL, K / 8, SC, 2>, grid, dim3(32), 0, stream, p.pdl, p);
+    default: return launch_pdl(chain_verify_sb_kernel<RPL, K / 8, SC, 0>, grid, dim3(32), 0, stream, p.pdl, p);
+  }
 }
 
 // The sb kernel's prefetch form unless forced: one register set at BV 8 (two sets spill there: 40-48 bytes of

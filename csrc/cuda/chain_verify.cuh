@@ -74,9 +74,6 @@ struct ChainVerifyParams {
                  // second register set as the current one starts, 1 into the one set once the current token's
                  // partial sums are done, 2 two sets, loaded two tokens ahead there; else automatic
                  // (dispatch_sb); the binding reads VLLM_SPECLA_CUDA_SB_LATE
-  int sb_norms;  // sb kernel: 0 every row group sums |k|^2, |q|^2, k.q over all its keys (the form of session 18), else
-                 // the four row groups split the keys (chain_verify.cu, sb_token's NS); the binding reads
-                 // VLLM_SPECLA_CUDA_SB_NORMS
   bool in_bf16;  // q, k, v are bfloat16 (read and widened in the kernel, no conversion kernels)
   bool vec_ok;   // K % 128 == 0, unit key strides, 16-byte aligned rows: 16-byte loads/stores
 };

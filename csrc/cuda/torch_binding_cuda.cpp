@@ -113,10 +113,6 @@ int sb_scaled_override() { return env_choice("VLLM_SPECLA_CUDA_SB_SCALED", {0, 1
 // automatic (-1).
 int sb_late_override() { return env_choice("VLLM_SPECLA_CUDA_SB_LATE", {0, 1, 2}, -1); }
 
-// The sb kernel's norms of q / k, VLLM_SPECLA_CUDA_SB_NORMS=0 (A/B runs: every row group over all its keys); 1 or
-// unset: split over the row groups (chain_verify.cuh, sb_norms).
-int sb_norms_override() { return env_choice("VLLM_SPECLA_CUDA_SB_NORMS", {0, 1}, 1); }
-
 // Warps per CTA of the UT-form kernel, VLLM_SPECLA_CUDA_UT_NW=1|4 (unset: 4).
 int ut_nw_override() { return env_choice("VLLM_SPECLA_CUDA_UT_NW", {1, 4}, 4); }
 
@@ -245,7 +241,6 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   p.pdl = pdl_on();
   p.sb_scaled = sb_scaled_override();
   p.sb_late = sb_late_override();
-  p.sb_norms = sb_norms_override();
   p.H = static_cast<int>(q.size(1));
   p.K = static_cast<int>(q.size(2));
   p.HV = static_cast<int>(v.size(1));

@@ -87,8 +87,7 @@ def load_cuda(verbose: bool = False) -> bool:
     ``VLLM_SPECLA_CUDA_UT_ROWCOPY=1`` one TMA copy per state row in its stage refills (default: one
     per warp tile).
     ``VLLM_SPECLA_CUDA_LAYOUT=sb`` forces the small-batch lean kernel (bf16 inputs; ``VLLM_SPECLA_CUDA_SB_SCALED=1``
-    its scaled tile, ``VLLM_SPECLA_CUDA_SB_LATE=0|1|2`` its prefetch form, ``VLLM_SPECLA_CUDA_SB_NORMS=0`` its
-    norms of q / k summed by every row group over all keys instead of split over them), which the automatic layout
+    its scaled tile, ``VLLM_SPECLA_CUDA_SB_LATE=0|1|2`` its prefetch form), which the automatic layout
     uses for small-batch verify / step windows (``csrc/cuda/chain_verify.cu``, ``sb_auto``); every kernel launches
     with programmatic dependent launch on sm_90+ unless ``VLLM_SPECLA_PDL=0`` (read per call). Each of these
     variables takes only the values listed (empty = unset); any other value raises ``RuntimeError`` naming the
