@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Next: s19a (session 18's prepared PF 2 form of the sb kernel). Before: s17c reruns session 17's final code (the runtime with the skinny GEMM's L2 prefetch); session 17: benchmarks/RESULTS.md "Session 17" (s17a-s17d as run). Session 15: benchmarks/RESULTS.md
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Next: s20a (session 19's prepared per-instruction stall sampling); session 19: benchmarks/RESULTS.md "Session 19" (s19a-s19e as run). Before: s17c reruns session 17's final code (the runtime with the skinny GEMM's L2 prefetch); session 17: benchmarks/RESULTS.md "Session 17" (s17a-s17d as run). Session 15: benchmarks/RESULTS.md
 # "Session 15" (s15a-s15e as run; s15b-s15d ran a kernel variant removed after them). State after session 13: benchmarks/RESULTS.md "Session 13" (s13a, s13c-s13g as
 # run; session 14: "Session 14" (s14a-s14e as run); s13a's win: settings and --gemm-window were removed after it, s13e's grid ran the first version of the cost split). Session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
 # s12b's rows-s11 and s12c's mma: settings were removed after them). Session 11: "Session 11" (s11a-s11f as run;
@@ -30,7 +30,21 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
-  s19e)  # session 19, call 5: the sb kernel's norms of q / k split over the warp's four row groups (NS, the default
+  s20a)  # next session, call 1 (prepared in session 19, not yet run): where a batch-1 window's instructions wait, per SASS
+        # instruction: Nsight Compute's warp-state sampling (SourceCounters) of the sb kernel's BV-8 one-set form and of
+        # Triton's kernel on the same 8-token window (6x256x512 batch 1), both built with line info; session 19 found
+        # equal instruction counts per token (681 / 679) and a ~15 % shorter Triton window. Reports under $OUT, then the
+        # per-instruction stall samples as CSV (--page source --print-source sass)
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16 VLLM_SPECLA_CUDA_LINEINFO=1 TRITON_CACHE_DIR=/tmp/tc_s20a
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      VLLM_SPECLA_CUDA_LAYOUT=sb VLLM_SPECLA_CUDA_BV=8 VLLM_SPECLA_CUDA_SB_LATE=1 timeout 200 ncu --clock-control none \
+          --kernel-name regex:chain_verify --launch-skip 2 --launch-count 2 --section SourceCounters \
+          --section WarpStateStats --import-source yes -o "$OUT/ncu_s20a" -f python benchmarks/ncu_chain.py 2>&1 | tail -3
+      ncu -i "$OUT/ncu_s20a.ncu-rep" --page details --csv > "$OUT/ncu_s20a_details.csv" 2>&1
+      ncu -i "$OUT/ncu_s20a.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_s20a_sass.csv" 2>&1
+      ls -la "$OUT"; head -c 1500 "$OUT/ncu_s20a_sass.csv"
+      ;;
+  s19e)  # (as run; the split norms were removed after it) session 19, call 5: the sb kernel's norms of q / k split over the warp's four row groups (NS, the default
         # now; VLLM_SPECLA_CUDA_SB_NORMS=0 the replicated form): every CUDA chain test and the dispatch tests, then the
         # automatic layout with and without it against Triton at batch 1 / 2
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
