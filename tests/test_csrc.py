@@ -666,10 +666,11 @@ def test_cuda_ut_var_outside_1_to_3_is_an_error(monkeypatch, value):
                                         ("VLLM_SPECLA_CUDA_UT_NW", "2"), ("VLLM_SPECLA_CUDA_UT_P5", "4"),
                                         ("VLLM_SPECLA_CUDA_UT_ROWCOPY", "yes"), ("VLLM_SPECLA_CUDA_UT_TPC", "-1"),
                                         ("VLLM_SPECLA_CUDA_UT", "2"), ("VLLM_SPECLA_CUDA_REGCAP", "off"),
-                                        ("VLLM_SPECLA_CUDA_RG_PREFETCH", "true")])
+                                        ("VLLM_SPECLA_CUDA_RG_PREFETCH", "true"), ("VLLM_SPECLA_PDL", "2"),
+                                        ("VLLM_SPECLA_CUDA_SB_SCALED", "yes")])
 def test_cuda_tuning_variable_out_of_range_is_an_error(monkeypatch, name, value):
     """Every tuning variable of the CUDA binding rejects a value outside its list (a RuntimeError naming the
-    variable and the values it takes) before any launch: the state and the banks are left as they were, and the
+    variable and the values it takes) before the kernel launches: the state and the banks are left as they were, and the
     next call with the variable unset runs."""
     monkeypatch.setenv(name, value)
     assert _cpp.load_cuda()
@@ -777,22 +778,23 @@ def test_cuda_small_batch_layouts_match_reference(monkeypatch, shape, rows, mode
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
-@pytest.mark.parametrize("layout", ["auto", "sb00", "sb01", "sb11"])
-@pytest.mark.parametrize("bv", ["4", "8"])
+@pytest.mark.parametrize("layout,bv", [("auto", "")] + [(lay, bv) for lay in ("sb00", "sb01", "sb02", "sb11", "sb12")
+                                                         for bv in ("4", "8")])
 @pytest.mark.parametrize("pending", [None, [7, 2]])
 @pytest.mark.parametrize("shape", [(6, 6, 256, 512), (2, 4, 128, 20)])
 def test_cuda_sb_long_windows_match_reference(monkeypatch, shape, pending, bv, layout):
-    """Long windows (37 and 18 tokens, a bank of 38) through the sb kernel's register forms (each token's set
-    loaded one ahead, its window loop unrolled by two) and the automatic layout (which takes the sb kernel at
-    these 2 x 6 / 2 x 4 (row, head) pairs) equal chain_verify_ref: outputs, state and factor banks, with and
-    without pending factors folded first."""
+    """Long windows (37 and 18 tokens, a bank of 38) through the sb kernel's prefetch forms (sbXY: X = 1 the
+    scaled tile; Y: 0 two register sets, one token ahead; 1 one set; 2 two sets, two tokens ahead) at BV 4 / 8 and
+    the automatic layout (which takes the sb kernel at these 2 x 6 / 2 x 4 (row, head) pairs and picks its own BV
+    and form) equal chain_verify_ref: outputs, state and factor banks, with and without pending factors folded
+    first."""
     if layout == "auto":
         monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT", raising=False)
     else:
         monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "sb")
         monkeypatch.setenv("VLLM_SPECLA_CUDA_SB_SCALED", layout[2])
         monkeypatch.setenv("VLLM_SPECLA_CUDA_SB_LATE", layout[3])
-    monkeypatch.setenv("VLLM_SPECLA_CUDA_BV", bv)
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_BV", bv)  # ("": automatic)
     assert _cpp.load_cuda()
     H, HV, K, V = shape
     c = Case([37, 18], H, HV, K, V, S=4, Tmax=38, dtype=torch.bfloat16, pending=pending,

@@ -1120,13 +1120,13 @@ cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
 //     pending factors, sb_pf).
 // bf16 q / k / v only (fp32 inputs would need twice the prefetch registers: the automatic layout).
 // Measured (H200, RESULTS.md sessions 18-19): 0.81-0.99x the row-group kernels' time at batch 1, steps at parity
-// with Triton or faster, verify windows 1.03-1.21x Triton's; ~0.7 us per window token at BV 4 and BV 8 alike.
-// Loading the tokens further ahead does not shorten that: PF 2 took 0.96-1.00x PF 0's time, and a form that staged
+// with Triton or faster, verify windows 1.02-1.21x Triton's; ~0.7 us per window token at BV 4 and BV 8 alike.
+// Loading the tokens further ahead does not shorten that: PF 2 took 0.95-1.00x PF 0's time, and a form that staged
 // the window in shared memory (one cp.async burst per 16 tokens, waited for once; session 19, removed) cut the
 // global-load stalls per instruction from 1.14-1.42 to 0.43-0.52 (Triton's: 0.41-0.52) and took 1.04-1.20x the one-set
 // form's time (verify windows 1.04-1.11x). Splitting |k|^2, |q|^2, k.q over the four row groups (each sums 8 of a
 // lane's keys from a second 16-byte load, two more butterfly levels; session 19, removed) took 1.03-1.08x the time
-// of batch-1 BV-4 verify windows (251-255 registers) and 0.975-0.98x at BV 8 (6x256x512 batch 2).
+// of BV-4 verify windows (batch 1, 8x256x256 batch 2; 251-255 registers) and 0.975-0.98x at BV 8 (6x256x512 batch 2).
 constexpr float kRescaleMin = 1e-12f;
 
 template <int KPL>
@@ -1322,7 +1322,7 @@ __device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx
 // into the other one as token t starts; 1 one set, token t + 1 loaded into it once token t's partial sums are
 // done (mid()); 2 two sets, token t + 2 loaded into token t's set at its mid() (2.5 tokens of lead instead of 1:
 // tried after RESULTS.md session 18's Nsight Compute run showed the batch-1 window stalled on its per-token loads;
-// session 19: verify windows 0.96-1.00x PF 0's time, steps 1.01-1.08x). ptxas (sm_90): PF 2 fits BV 4 (230-237
+// session 19: verify windows 0.95-1.00x PF 0's time, steps 1.01-1.08x). ptxas (sm_90): PF 2 fits BV 4 (230-237
 // registers, no spills) and spills at BV 8 (164 bytes); three sets spill at BV 4 too (372 bytes), so there is no PF 3.
 template <int RPL, int KPL, bool SC, int PF>
 __device__ __forceinline__ void chain_verify_sb_body(const ChainVerifyParams& p) {
@@ -1450,9 +1450,12 @@ cudaError_t launch_sb(const ChainVerifyParams& p, int pf, cudaStream_t stream) {
 }
 
 // The sb kernel's prefetch form unless forced: one register set at BV 8 (two sets spill there: 40-48 bytes of
-// stack, ptxas sm_90); at BV 4 two sets, loaded two tokens ahead for windows without pending factors (H200,
-// RESULTS.md session 19: verify windows 0.96-1.00x the one-ahead form's time at batch 1 / 2, AR equal) and one
-// ahead for steps (the two-ahead form took 1.01-1.08x their time).
+// stack, ptxas sm_90); at BV 4 two sets, loaded two tokens ahead for calls without a pending_len tensor (H200,
+// RESULTS.md session 19: verify windows 0.95-1.00x the one-ahead form's time at batch 1 / 2, AR 0.93-1.00x; commit
+// windows, write_final_state without pending factors, take it too, unmeasured) and one ahead for steps (the
+// two-ahead form took 1.01-1.08x their time). The choice is host-side, so it keys on the tensor, not its counts:
+// the runtime passes an all-zero pending_len on every speculative verify (core/state.py), which gets PF 0 (it does
+// not reach this kernel today: the dispatcher keeps Triton at <= 16 (row, head) pairs).
 inline int sb_pf(const ChainVerifyParams& p, int bv) { return bv == 8 ? 1 : p.pending_len == nullptr ? 2 : 0; }
 
 // bv: value rows per warp, 4 or 8 (the caller's choice: p.bv when forced, else sb_auto's); SC = p.sb_scaled == 1

@@ -90,8 +90,10 @@ def load_cuda(verbose: bool = False) -> bool:
     its scaled tile, ``VLLM_SPECLA_CUDA_SB_LATE=0|1|2`` its prefetch form), which the automatic layout
     uses for small-batch verify / step windows (``csrc/cuda/chain_verify.cu``, ``sb_auto``); every kernel launches
     with programmatic dependent launch on sm_90+ unless ``VLLM_SPECLA_PDL=0`` (read per call). Each of these
-    variables takes only the values listed (empty = unset); any other value raises ``RuntimeError`` naming the
-    variable and its values at the call, before any launch (``csrc/cuda/torch_binding_cuda.cpp``, env_choice).
+    variables takes only the values listed or its default spelled out (e.g. ``VLLM_SPECLA_CUDA_REGCAP=1``,
+    ``VLLM_SPECLA_CUDA_LAYOUT=auto``; empty = unset); any other value raises ``RuntimeError`` naming the variable
+    and its values at the call, before the kernel launches (the input conversions may run first; they write no
+    user tensor; ``csrc/cuda/torch_binding_cuda.cpp``, env_choice / env_word / env_count).
     ``VLLM_SPECLA_CUDA_LINEINFO=1`` at build time adds ``-lineinfo`` (source lines in Nsight Compute).
     """
     if not AVAILABLE:
