@@ -35,7 +35,7 @@ case "${1:-}" in
         # Triton's kernel on the same 8-token window (6x256x512 batch 1), both built with line info; session 19 found
         # equal instruction counts per token (681 / 679) and a ~15 % shorter Triton window. Reports under $OUT, then the
         # per-instruction stall samples as CSV (--page source --print-source sass)
-      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16 VLLM_SPECLA_CUDA_LINEINFO=1 TRITON_CACHE_DIR=/tmp/tc_s20a
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16 VLLM_SPECLA_CUDA_LINEINFO=1 TRITON_CACHE_DIR="$(mktemp -d)"
       timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
       # (first: the GPU tests session 19 added after its last call: long windows through every sb prefetch form,
       # bad values of VLLM_SPECLA_PDL / _SB_SCALED)
@@ -62,11 +62,11 @@ case "${1:-}" in
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
       timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
       pytest_log s19d 260 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
-      export TRITON_CACHE_DIR=/tmp/tc_s19d
+      export TRITON_CACHE_DIR="$(mktemp -d)"  # (as run: /tmp/tc_s19d)
       timeout 60 python benchmarks/ncu_chain.py 2>&1 | tail -2
       CUOBJ=$(python -c "import triton,os;print(os.path.join(os.path.dirname(triton.__file__),'backends/nvidia/bin/cuobjdump'))")
       i=0
-      for f in $(find /tmp/tc_s19d -name "_chain_verify_kernel*.cubin"); do
+      for f in $(find "$TRITON_CACHE_DIR" -name "_chain_verify_kernel*.cubin"); do
         i=$((i+1)); "$CUOBJ" -sass "$f" > "$OUT/triton_chain_sass_$i.txt" 2>&1; cp "${f%.cubin}.json" "$OUT/triton_chain_meta_$i.json" 2>/dev/null
       done
       ls -la "$OUT"
