@@ -62,7 +62,7 @@ case "${1:-}" in
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
       timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
       pytest_log s19d 260 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
-      export TRITON_CACHE_DIR="$(mktemp -d)"  # (as run: /tmp/tc_s19d)
+      export TRITON_CACHE_DIR="$(mktemp -d)"  # (as run: a fixed folder)
       timeout 60 python benchmarks/ncu_chain.py 2>&1 | tail -2
       CUOBJ=$(python -c "import triton,os;print(os.path.join(os.path.dirname(triton.__file__),'backends/nvidia/bin/cuobjdump'))")
       i=0
