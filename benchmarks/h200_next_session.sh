@@ -38,8 +38,8 @@ case "${1:-}" in
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16 VLLM_SPECLA_CUDA_LINEINFO=1 TRITON_CACHE_DIR="$(mktemp -d)"
       timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
       # (first: the GPU tests session 19 added after its last call: long windows through every sb prefetch form,
-      # bad values of VLLM_SPECLA_PDL / _SB_SCALED)
-      pytest_log s20a 150 -x tests/test_csrc.py -k "long_windows or tuning_variable or sb_late"
+      # bad values of VLLM_SPECLA_PDL / _SB_SCALED; the SB_LATE / UT_VAR error tests folded into the tuning test)
+      pytest_log s20a 150 -x tests/test_csrc.py -k "long_windows or tuning_variable"
       VLLM_SPECLA_CUDA_LAYOUT=sb VLLM_SPECLA_CUDA_BV=8 VLLM_SPECLA_CUDA_SB_LATE=1 timeout 200 ncu --clock-control none \
           --kernel-name regex:chain_verify --launch-skip 2 --launch-count 2 --section SourceCounters \
           --section WarpStateStats --import-source yes -o "$OUT/ncu_s20a" -f python benchmarks/ncu_chain.py 2>&1 | tail -3
