@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Next: s20a (session 19's prepared per-instruction stall sampling); session 19: benchmarks/RESULTS.md "Session 19" (s19a-s19e as run). Before: s17c reruns session 17's final code (the runtime with the skinny GEMM's L2 prefetch); session 17: benchmarks/RESULTS.md "Session 17" (s17a-s17d as run). Session 15: benchmarks/RESULTS.md
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 20: s20a (per-instruction stall sampling), s20b (the raw-v prefetch), s20c (tests, kernel table, e2e batch 1), s20d (predicated tile loads; AR layouts); session 19: benchmarks/RESULTS.md "Session 19" (s19a-s19e as run). Before: s17c reruns session 17's final code (the runtime with the skinny GEMM's L2 prefetch); session 17: benchmarks/RESULTS.md "Session 17" (s17a-s17d as run). Session 15: benchmarks/RESULTS.md
 # "Session 15" (s15a-s15e as run; s15b-s15d ran a kernel variant removed after them). State after session 13: benchmarks/RESULTS.md "Session 13" (s13a, s13c-s13g as
 # run; session 14: "Session 14" (s14a-s14e as run); s13a's win: settings and --gemm-window were removed after it, s13e's grid ran the first version of the cost split). Session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
 # s12b's rows-s11 and s12c's mma: settings were removed after them). Session 11: "Session 11" (s11a-s11f as run;
@@ -30,7 +30,53 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
-  s20a)  # next session, call 1 (prepared in session 19, not yet run): where a batch-1 window's instructions wait, per SASS
+  s20d)  # session 20, call 4: the state tile's loads predicated for rows past V (no select waiting on the tile before
+        # the first token's work; s20b's sampling: 151 of 985 samples on those selects): every CUDA chain test and the
+        # dispatch tests, the automatic layout against Triton at batch 1 / 2, then AR (one token per row) in every
+        # small-batch layout at BV 4 / 8 (AR at 6x256x512 batch 2 took 1.18x Triton's time in s20c)
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s20d 200 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
+      timeout 60 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --layout auto \
+          --out "$OUT/csrc_s20d.json" 2>&1 | grep -v "^{" | grep -v -i warn
+      timeout 90 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1 --bv 0,8 \
+          --layout auto,rowgroup,rowgroup8,rowgroup16,rs --out "$OUT/csrc_s20d_ar.json" 2>&1 | grep -v "^{" | grep -v -i warn
+      ;;
+  s20c)  # session 20, call 3: the final code (sb kernel: PF 1 everywhere, BV 4 only while its warps are at most one per
+        # scheduler; the dispatcher sends bf16 SpecLA steps at <= 16 (row, head) pairs to the CUDA kernel): every CUDA
+        # chain test and the dispatch tests, the automatic layout against Triton at batch 1 / 2, then e2e at batch 1
+        # (K = 4 / 6, alpha 0.8) with and without the CUDA csrc op, twice in alternation
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s20c 200 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
+      timeout 60 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --layout auto \
+          --out "$OUT/csrc_s20c.json" 2>&1 | grep -v "^{" | grep -v -i warn
+      for R in 1 2; do
+        for C in "" "--cuda-csrc"; do
+          timeout 90 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 4,6 --alphas 0.8 --snapshot-ks "" \
+              $C --tag "s20c${C:+_csrc}_r$R" --out "$OUT/e2e_s20c.jsonl" 2>&1 | grep "^{" | python -c "$S"
+        done
+      done
+      ;;
+  s20b)  # session 20, call 2: the prefetched bf16 v kept raw until its token (ldg_bits / widen_bits in the sb and row-group
+        # kernels; s20a's warp sampling found the sb kernel's BV-8 window stalled 292 of 1275 samples on one
+        # instruction, the widening of the next token's v right after its load): every CUDA chain test and the
+        # dispatch tests, the automatic layout and every sb prefetch form at BV 4 / 8 against Triton at batch 1 / 2,
+        # then the same warp sampling of the sb BV-8 one-set window again
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16 VLLM_SPECLA_CUDA_LINEINFO=1
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s20b 250 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
+      timeout 60 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --layout auto \
+          --out "$OUT/csrc_s20b_auto.json" 2>&1 | grep -v "^{" | grep -v -i warn
+      timeout 110 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --layout sb00,sb01,sb02 --bv 4,8 \
+          --out "$OUT/csrc_s20b_sb.json" 2>&1 | grep -v "^{" | grep -v -i warn
+      VLLM_SPECLA_CUDA_LAYOUT=sb VLLM_SPECLA_CUDA_BV=8 VLLM_SPECLA_CUDA_SB_LATE=1 timeout 60 ncu --clock-control none \
+          --kernel-name regex:chain_verify --launch-skip 2 --launch-count 2 --section SourceCounters \
+          --section WarpStateStats -o "$OUT/ncu_s20b" -f python benchmarks/ncu_chain.py 2>&1 | tail -1
+      ncu -i "$OUT/ncu_s20b.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_s20b_sass.csv" 2>&1
+      ncu -i "$OUT/ncu_s20b.ncu-rep" --page details --csv 2>&1 | grep -E "Cycles Per Issued|Elapsed Cycles|Duration" | cut -c1-60,200-400
+      ;;
+  s20a)  # (as run) session 20, call 1 (prepared in session 19): where a batch-1 window's instructions wait, per SASS
         # instruction: Nsight Compute's warp-state sampling (SourceCounters) of the sb kernel's BV-8 one-set form and of
         # Triton's kernel on the same 8-token window (6x256x512 batch 1), both built with line info; session 19 found
         # equal instruction counts per token (681 / 679) and a ~15 % shorter Triton window. Reports under $OUT, then the

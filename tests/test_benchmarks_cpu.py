@@ -164,3 +164,32 @@ def test_bench_blas_prefetch_chain(monkeypatch):
             assert [c[2] for c in calls] == [min(mib << 20, n.numel() * 4) // 16 * 16 for n in order[1:] + order[:1]]
         else:
             assert all(c[1] is None and c[2] is None for c in calls)
+
+
+def test_ncu_sass_stalls_summary(tmp_path):
+    """``benchmarks/ncu_sass_stalls.py`` on a small export in Nsight Compute's source-page CSV form: samples
+    summed per reason and kernel, the instruction with the most samples of the ranked reason first, a
+    reason that is not a column named in the error with the allowed ones, a file without a kernel block
+    refused."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import ncu_sass_stalls as ns  # noqa: PLC0415
+
+    hdr = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed", "stall_long_sb",
+           "stall_selected", "stall_long_sb (Not Issued)"]
+    rows = [["Kernel Name", "kern_a"], hdr, ["0x10", "LDG.E R1, [R2]", "3", "8", "0", "3", "0"],
+            ["0x20", "SHF.L.U32 R3, R1, 0x10, RZ", "9", "1,024", "7", "2", "7"],
+            ["0x30", "FSEL R4, R4, RZ, P1", "4", "8", "4", "0", "4"],
+            ["Kernel Name", "kern_b"], hdr, ["0x10", "MOV R1, R2", "5", "16", "1", "4", "1"]]
+    path = tmp_path / "src.csv"
+    path.write_text("\n".join(",".join(f'"{c}"' for c in r) for r in rows) + "\n")
+    a, b = [ns.summarise(k, "stall_long_sb", 2) for k in ns.read_kernels(str(path))]
+    assert (a["kernel"], a["samples"], a["instructions_executed"]) == ("kern_a", 16, 1040)
+    assert a["by_reason"] == {"stall_long_sb": 11, "stall_selected": 5}  # the "(Not Issued)" column not summed
+    assert [t["address"] for t in a["top"]] == ["0x20", "0x30"]
+    assert a["top"][0]["executed"] == 1024
+    assert b["by_reason"] == {"stall_selected": 4, "stall_long_sb": 1}
+    with pytest.raises(ValueError, match="stall_bogus.*stall_long_sb, stall_selected"):
+        ns.summarise(ns.read_kernels(str(path))[0], "stall_bogus", 2)
+    (tmp_path / "empty.csv").write_text('"Address","Source"\n')
+    with pytest.raises(ValueError, match="no kernel block"):
+        ns.read_kernels(str(tmp_path / "empty.csv"))

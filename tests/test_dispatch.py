@@ -3,7 +3,8 @@ decode runtime's GEMMs between cuBLAS and the CUDA skinny GEMM (``ops/fused.py``
 
 The rules are shape-only (no host sync, CUDA-graph safe), so they are checked here on CPU tensors
 standing in for CUDA ones: the UT kernel for long verify windows at large batch, the CUDA csrc
-kernel (when loaded) for other verify windows at > 16 (row, head) pairs, never either for
+kernel (when loaded) for other verify windows at > 16 (row, head) pairs and bf16 SpecLA steps at fewer, never
+either for
 ``write_final_state`` (AR / commit), and the environment switches.
 """
 
@@ -58,6 +59,39 @@ def test_cuda_csrc_rule(monkeypatch):
     assert not cv._use_cuda_csrc(kw)
     monkeypatch.setattr(cv, "USE_CUDA_CSRC", False)
     assert not cv._use_cuda_csrc(_kw(64, 5)[1])
+
+
+def test_cuda_small_step_rule(monkeypatch):
+    """At <= 16 (row, head) pairs the CUDA kernel takes bf16 SpecLA steps (pending factors given, more
+    tokens than rows) on its 16-byte path with K = 128 / 256 (the binding's small-batch lean kernel);
+    verify windows without pending factors, AR, fp32 inputs, other K, unaligned rows, larger batches
+    (the > 16-pair rule's) and an unbuilt or switched-off CUDA op keep the other rules."""
+    monkeypatch.setattr(_cpp, "CUDA_LOADED", True)
+
+    def case(rows=1, T=5, HV=6, pending=True, K=256, dtype=torch.bfloat16, final=False):
+        q, kw = _kw(rows, T, HV=HV, pending=pending, K=K, final=final)
+        q = q.to(dtype)
+        return q, q.clone(), torch.zeros(rows * T, HV, 8, dtype=dtype), kw
+
+    def takes(q, k, v, kw):
+        return cv._cuda_small_step(q, k, v, kw)
+
+    assert takes(*case())  # batch 1, 6 heads, a 5-token step
+    assert takes(*case(rows=2, HV=8, T=8, K=128))  # 16 pairs
+    assert not takes(*case(rows=3, HV=6))  # 18 pairs: _use_cuda_csrc's rule
+    assert not takes(*case(pending=False))  # verify without pending factors: Triton
+    assert not takes(*case(T=1))  # AR-sized (one token per row): Triton
+    assert not takes(*case(final=True))  # write_final_state: Triton
+    assert not takes(*case(dtype=torch.float32))  # fp32 inputs: the binding's row-group kernels, Triton
+    assert not takes(*case(K=64))  # off the 16-byte path with K = 128 / 256
+    q, k, v, kw = case()
+    assert not takes(q[:, :, 1:], k[:, :, 1:], v, kw)  # q / k rows not 16-byte aligned
+    assert not takes(q, k, v.float(), kw)  # v not bf16
+    monkeypatch.setattr(cv, "USE_CUDA_CSRC", False)
+    assert not takes(*case())
+    monkeypatch.setattr(cv, "USE_CUDA_CSRC", True)
+    monkeypatch.setattr(_cpp, "CUDA_LOADED", False)
+    assert not takes(*case())
 
 
 def test_cuda_takes_long_steps_when_built(monkeypatch):

@@ -248,6 +248,24 @@ __device__ __forceinline__ float ldg1<__nv_bfloat16>(const __nv_bfloat16* p) {
   return __bfloat162float(__ldg(p));
 }
 
+// One element's raw bits (fp32 as is, bf16 in the low half) and their widening: a prefetched scalar stays raw
+// until the token that reads it, so no widening instruction waits on the load where it is issued (session 20:
+// the sb kernel's bf16 v, widened in sb_load, stalled each batch-1 window token on its own prefetch).
+template <typename T>
+__device__ __forceinline__ unsigned ldg_bits(const T* p);
+template <>
+__device__ __forceinline__ unsigned ldg_bits<float>(const float* p) {
+  return __float_as_uint(__ldg(p));
+}
+template <>
+__device__ __forceinline__ unsigned ldg_bits<__nv_bfloat16>(const __nv_bfloat16* p) {
+  return __ldg(reinterpret_cast<const unsigned short*>(p));
+}
+template <typename T>
+__device__ __forceinline__ float widen_bits(unsigned b) {
+  return __uint_as_float(std::is_same<T, float>::value ? b : b << 16);
+}
+
 template <typename T>
 __device__ __forceinline__ void ldg4(const T* p, float* out);
 template <>
@@ -661,10 +679,10 @@ __device__ __forceinline__ void rg_issue_qk(const ChainVerifyParams& p, int64_t 
   }
 }
 
-// One token's per-row scalars (v of the lane's RPL rows; g, beta of the head).
+// One token's per-row scalars (v of the lane's RPL rows as raw bits, ldg_bits; g, beta of the head).
 template <int RPL>
 struct RgScal {
-  float v[RPL];
+  unsigned v[RPL];
   float g, b;
 };
 
@@ -673,7 +691,7 @@ __device__ __forceinline__ void rg_load_scal(const ChainVerifyParams& p, int64_t
                                              RgScal<RPL>& t) {
   const TIn* v = static_cast<const TIn*>(p.v) + n * p.tok_stride[2] + hv * p.V;
 #pragma unroll
-  for (int j = 0; j < RPL; ++j) t.v[j] = vcol[j] >= 0 ? ldg1<TIn>(v + vcol[j]) : 0.f;
+  for (int j = 0; j < RPL; ++j) t.v[j] = ldg_bits<TIn>(v + (vcol[j] >= 0 ? vcol[j] : 0));  // rows past V: row 0
   t.g = __ldg(p.g + n * p.tok_stride[3] + hv);
   t.b = __ldg(p.beta + n * p.tok_stride[4] + hv);
 }
@@ -912,7 +930,10 @@ __device__ __forceinline__ void chain_verify_rg_body(const ChainVerifyParams& p)
     float q[KPL], k[KPL];
     rg_smem_row<TIn, LPR, KPL>(qk[cb][0], s, q);
     rg_smem_row<TIn, LPR, KPL>(qk[cb][1], s, k);
-    rg_token<LPR, RPL, KPL>(p, cx, n, t, q, k, cur.v, cur.g, cur.b, m);
+    float v[RPL];  // widened here, a token after its load (rows past V: 0)
+#pragma unroll
+    for (int j = 0; j < RPL; ++j) v[j] = cx.vcol[j] >= 0 ? widen_bits<TIn>(cur.v[j]) : 0.f;
+    rg_token<LPR, RPL, KPL>(p, cx, n, t, q, k, v, cur.g, cur.b, m);
   }
   if (p.write_final_state) {
 #pragma unroll
@@ -1115,9 +1136,9 @@ cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
 //     element and token instead of a multiply and an FMA; m *= sc, sc = 1 when sc < kRescaleMin
 //     (triton_chain's RESCALE_MIN); stores write m sc.
 //   * ChainVerifyParams::sb_late (PF): one register set, the next token loaded into it once the current
-//     token's partial sums are done, instead of two sets used in turn: BV 8 fits in registers only so; or
-//     two sets, loaded two tokens ahead at that point (PF 2; the automatic form for BV-4 windows without
-//     pending factors, sb_pf).
+//     token's partial sums are done (PF 1, the automatic form: sb_pf), instead of two sets used in turn (PF 0;
+//     BV 8 fits in registers only with one set); or two sets, loaded two tokens ahead at that point (PF 2);
+//   * the prefetched v stays raw bf16 bits until its token reads it (ldg_bits / widen_bits).
 // bf16 q / k / v only (fp32 inputs would need twice the prefetch registers: the automatic layout).
 // Measured (H200, RESULTS.md sessions 18-19): 0.81-0.99x the row-group kernels' time at batch 1, steps at parity
 // with Triton or faster, verify windows 1.02-1.21x Triton's; ~0.7 us per window token at BV 4 and BV 8 alike.
@@ -1133,7 +1154,7 @@ template <int KPL>
 struct SbIn {  // one window token's raw inputs for one lane (bf16)
   static constexpr int NC = KPL / 8;  // 16-byte pieces (8 keys) of the lane's q and of its k
   uint4 q[NC], k[NC];
-  float v[2];  // the lane's RPL <= 2 value rows
+  unsigned v[2];  // the lane's RPL <= 2 value rows, raw bf16 bits (widened where sb_token reads them)
   float g, b;
 };
 
@@ -1172,7 +1193,8 @@ __device__ __forceinline__ void sb_load(const ChainVerifyParams& p, const SbPtr&
   }
   const __nv_bfloat16* vr = w.v + t * p.tok_stride[2];
 #pragma unroll
-  for (int j = 0; j < RPL; ++j) x.v[j] = vcol[j] >= 0 ? __bfloat162float(__ldg(vr + vcol[j])) : 0.f;
+  for (int j = 0; j < RPL; ++j)  // unpredicated (row 0 for rows past V; sb_token zeroes those)
+    x.v[j] = ldg_bits<__nv_bfloat16>(vr + (vcol[j] >= 0 ? vcol[j] : 0));
   x.g = __ldg(w.g + t * p.tok_stride[3]);
   x.b = __ldg(w.b + t * p.tok_stride[4]);
 }
@@ -1268,7 +1290,7 @@ __device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx
   }
   float xv[RPL];
 #pragma unroll
-  for (int j = 0; j < RPL; ++j) xv[j] = x.v[j];
+  for (int j = 0; j < RPL; ++j) xv[j] = cx.vcol[j] >= 0 ? widen_bits<__nv_bfloat16>(x.v[j]) : 0.f;
   const float xg = x.g, xb = x.b;
   mid();
   float sum[2 * RPL + 3], rk, rq;
@@ -1449,14 +1471,12 @@ cudaError_t launch_sb(const ChainVerifyParams& p, int pf, cudaStream_t stream) {
   }
 }
 
-// The sb kernel's prefetch form unless forced: one register set at BV 8 (two sets spill there: 40-48 bytes of
-// stack, ptxas sm_90); at BV 4 two sets, loaded two tokens ahead for calls without a pending_len tensor (H200,
-// RESULTS.md session 19: verify windows 0.95-1.00x the one-ahead form's time at batch 1 / 2, AR 0.93-1.00x; commit
-// windows, write_final_state without pending factors, take it too, unmeasured) and one ahead for steps (the
-// two-ahead form took 1.01-1.08x their time). The choice is host-side, so it keys on the tensor, not its counts:
-// the runtime passes an all-zero pending_len on every speculative verify (core/state.py), which gets PF 0 (it does
-// not reach this kernel today: the dispatcher keeps Triton at <= 16 (row, head) pairs).
-inline int sb_pf(const ChainVerifyParams& p, int bv) { return bv == 8 ? 1 : p.pending_len == nullptr ? 2 : 0; }
+// The sb kernel's prefetch form unless forced: one register set, the next token loaded once the current one's
+// partial sums are done (PF 1), at BV 4 and BV 8, windows and steps. Session 20 (H100, RESULTS.md "Session 20",
+// after the prefetched v was kept raw: ldg_bits): PF 1 took 0.95-1.01x PF 0's and 0.91-1.00x PF 2's time at BV 4
+// (verify, step and AR windows at batch 1 / 2) and 0.73-0.97x PF 0's, 0.72-0.88x PF 2's at BV 8. (Session 19 picked PF 2 / PF 0 at
+// BV 4 when PF 1 still stalled on the widening of its v.)
+inline int sb_pf(const ChainVerifyParams&, int) { return 1; }
 
 // bv: value rows per warp, 4 or 8 (the caller's choice: p.bv when forced, else sb_auto's); SC = p.sb_scaled == 1
 // (the scaled tile measured 0-7 % slower than the plain one for windows at batch 1-2: RESULTS.md session 18).
@@ -1490,24 +1510,37 @@ int sb_wave() {
   return w;
 }
 
+// Streaming multiprocessors of the current GPU, asked once per device (mutex-guarded cache, as sb_wave).
+inline int sb_sms() {
+  static std::mutex mu;
+  static std::unordered_map<int, int> known;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find(dev);
+  if (it != known.end()) return it->second;
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) (void)cudaGetLastError();
+  known.emplace(dev, sms);  // (0 when the query failed: BV 4 is then never picked)
+  return sms;
+}
+
 // The automatic layout's use of the sb kernel: bf16 windows of several tokens (verify / SpecLA step, not AR) on
-// the 16-byte path with K = 128 / 256 at small batch (R * HV <= 16 pairs): BV 4 (two register sets) where its
-// warps fit on the GPU at once, else BV 8 (one set, loaded late) where those do; returns that BV, or 0 (the
-// row-group / v3 layouts); dispatch_sb then picks the prefetch form (sb_pf). H200, RESULTS.md session 18: at batch 1 BV 4 took 0.81-0.99x the row-group kernels'
-// time for verify and steps; at 6x256x512 batch 2 (1536 BV-4 warps, two waves at ~9 warps per SM) BV 4 took
-// 1.22-1.26x their time and BV 8 one-set 0.90-0.97x. (Occupancy is that of the plain-tile kernel in sb_pf's form, also
-// when VLLM_SPECLA_CUDA_SB_SCALED / _SB_LATE pick another form; AR is told by N <= R, so a padded q sends AR rows
-// here too, which is correct, only not measured.)
+// the 16-byte path with K = 128 / 256 at small batch (R * HV <= 16 pairs): BV 4 where its warps are at most one per
+// warp scheduler (4 per SM), else BV 8 where those warps fit on the GPU at once; returns that BV, or 0 (the
+// row-group / v3 layouts); dispatch_sb then picks the prefetch form (sb_pf). A batch-1 window's time is one warp's
+// dependent chain per token, so BV 4 (half the rows per warp) wins while no scheduler holds two of its warps and
+// BV 8 once one would. Session 20 (H100, RESULTS.md "Session 20", PF 1): 8x256x256 batch 1 (512 BV-4 warps, 528
+// schedulers) BV 4 0.86-0.88x BV 8's time; 6x256x512 batch 1 (768), 8x256x256 batch 2 (1024) and 6x256x512
+// batch 2 (1536) BV 8 0.94-0.96x, 0.95-0.98x and 0.75-0.79x BV 4's. (Occupancy is that of the plain-tile PF-1
+// kernel, also when VLLM_SPECLA_CUDA_SB_SCALED / _SB_LATE pick another form; AR is told by N <= R, so a padded q
+// sends AR rows here too, which is correct, only not measured.)
 int sb_auto(const ChainVerifyParams& p) {
   if (p.layout != kLayoutAuto || !p.in_bf16 || !p.vec_ok || (p.K != 128 && p.K != 256) || p.N <= p.R ||
       static_cast<int64_t>(p.R) * p.HV > 16)
     return 0;
   const int64_t pairs = static_cast<int64_t>(p.R) * p.HV;
-  const bool pf2 = sb_pf(p, 4) == 2;  // the occupancy of the BV-4 form dispatch_sb will launch (PF 2: 230-237
-                                      // registers, PF 0: 224 at K = 256)
-  const int w4 = p.K == 256 ? (pf2 ? sb_wave<1, 32, 2>() : sb_wave<1, 32, 0>())
-                            : (pf2 ? sb_wave<1, 16, 2>() : sb_wave<1, 16, 0>());
-  if (pairs * ((p.V + 3) / 4) <= w4) return 4;
+  if (pairs * ((p.V + 3) / 4) <= 4 * sb_sms()) return 4;
   const int w8 = p.K == 256 ? sb_wave<2, 32, 1>() : sb_wave<2, 16, 1>();
   return pairs * ((p.V + 7) / 8) <= w8 ? 8 : 0;
 }

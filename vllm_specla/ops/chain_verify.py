@@ -3,8 +3,8 @@
 Dispatch on CUDA tensors: the UT (tensor-core) Triton kernel for long verify windows at large batch
 (SpecLA steps at >= 192 (row, head) pairs go to the CUDA csrc kernel instead when it is built), the
 CUDA csrc kernel when JIT-built (:func:`vllm_specla.ops._cpp.load_cuda`) for other verify windows
-at more than 16 (row, head) pairs (its binding picks the v3 serial or the UT-form kernel by shape),
-else the serial Triton kernel (``vllm_specla.ops.triton_chain``);
+at more than 16 (row, head) pairs (its binding picks the v3 serial or the UT-form kernel by shape) and
+for bf16 SpecLA steps at fewer (its small-batch lean kernel), else the serial Triton kernel (``vllm_specla.ops.triton_chain``);
 the C++ CPU op (``csrc/``, :mod:`vllm_specla.ops._cpp`) on CPU tensors when built, else the
 plain-torch :func:`vllm_specla.ops.reference.chain_verify_ref` (fallback, oracle).
 Arguments, shapes and semantics: see :func:`~vllm_specla.ops.reference.chain_verify_ref`
@@ -62,13 +62,21 @@ def _cuda_ut_applies(q: torch.Tensor, k: torch.Tensor, kw: dict) -> bool:
     a factor bank of <= 16 positions, 16-byte aligned q / k rows and state."""
     if os.environ.get("VLLM_SPECLA_CUDA_UT", "") == "0" or os.environ.get("VLLM_SPECLA_CUDA_LAYOUT", "") not in ("", "auto", "ut"):
         return False
+    bank_k = kw.get("bank_k")
+    return bank_k is not None and bank_k.shape[2] <= UT_MAX_TOKENS and _cuda_vec_ok(q, k, kw)
+
+
+def _cuda_vec_ok(q: torch.Tensor, k: torch.Tensor, kw: dict) -> bool:
+    """The CUDA binding's 16-byte path (``vec_ok`` in ``csrc/cuda/torch_binding_cuda.cpp``) with K = 128 or 256:
+    16-byte aligned q / k rows with unit key strides, fp32 state and k^ bank (if given) 16-byte aligned with
+    unit key strides and outer strides in whole 16-byte units."""
     st, bank_k = kw["state"], kw.get("bank_k")
-    if st.shape[-1] not in (128, 256) or bank_k is None or bank_k.shape[2] > UT_MAX_TOKENS:
+    if st.shape[-1] not in (128, 256):
         return False
-    rows_ok = all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0 for t in (q, k))
-    # fp32 state and k^ bank: 16-byte aligned, unit key stride, outer strides in whole 16-byte units
+    rows_ok = all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0 and t.stride(-1) == 1
+                  for t in (q, k))
     return rows_ok and all(t.data_ptr() % 16 == 0 and t.stride(-1) == 1 and all(d % 4 == 0 for d in t.stride()[:-1])
-                           for t in (st, bank_k))
+                           for t in (st,) + ((bank_k,) if bank_k is not None else ()))
 
 
 def _cuda_takes_window(q: torch.Tensor, k: torch.Tensor, kw: dict) -> bool:
@@ -103,8 +111,12 @@ def _use_ut(q: torch.Tensor, kw: dict, k: torch.Tensor | None = None) -> bool:
 # SpecLA-step windows (no write_final_state) at more than CUDA_MIN_PAIRS (row, value head) pairs,
 # where it measured 0.78-0.90x the Triton serial kernel's time on the H200 (v3, RESULTS.md,
 # csrc_cuda_v3.json) and, from 192 pairs, its UT-form kernel 0.59-0.84x for steps (session 5); the
-# binding picks v3 or the UT form by shape. Triton keeps AR (equal at large batch) and batch 1-2
-# (Triton 1.07-1.26x faster). VLLM_SPECLA_CUDA_CSRC=0 turns it off.
+# binding picks v3 or the UT form by shape. At <= CUDA_MIN_PAIRS pairs it takes SpecLA steps (pending
+# factors given) with bf16 q / k / v on its 16-byte path with K = 128 / 256 (_cuda_small_step): its
+# small-batch lean kernel took 0.82-1.02x Triton's time for steps of 5 / 8 tokens at batch 1 / 2, both
+# GDN-1.3B head shapes (H100, RESULTS.md session 20, csrc_h100_s20b_*.json). Triton keeps AR (equal at
+# large batch; 1.01-1.09x faster at batch 1-2) and, at batch 1-2, verify windows without pending factors
+# (0.91-1.06x) and everything else. VLLM_SPECLA_CUDA_CSRC=0 turns it off.
 USE_CUDA_CSRC = os.environ.get("VLLM_SPECLA_CUDA_CSRC", "1") not in ("", "0")
 CUDA_MIN_PAIRS = 16
 CUDA_MAX_K = 512
@@ -116,6 +128,18 @@ def _use_cuda_csrc(kw: dict) -> bool:
     if kw["state"].shape[-1] > CUDA_MAX_K:  # the CUDA kernel's register tile (K <= 512)
         return False
     return (kw["cu_seqlens"].numel() - 1) * kw["state"].shape[1] > CUDA_MIN_PAIRS
+
+
+def _cuda_small_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kw: dict) -> bool:
+    """Whether a window at <= CUDA_MIN_PAIRS (row, value head) pairs goes to the CUDA csrc kernel: a SpecLA
+    step (``pending_len`` given, no ``write_final_state``) of more tokens than rows, bf16 q / k / v on the
+    binding's 16-byte path with K = 128 / 256 (where its automatic layout runs the small-batch lean kernel,
+    ``sb_auto`` in ``csrc/cuda/chain_verify.cu``)."""
+    if not (USE_CUDA_CSRC and _cpp.CUDA_LOADED) or kw.get("write_final_state", False) or kw.get("pending_len") is None:
+        return False
+    rows = kw["cu_seqlens"].numel() - 1
+    return (rows * kw["state"].shape[1] <= CUDA_MIN_PAIRS and q.shape[0] > rows
+            and q.dtype == k.dtype == v.dtype == torch.bfloat16 and _cuda_vec_ok(q, k, kw))
 
 
 def _ut_impl():
@@ -159,7 +183,7 @@ def chain_verify(q, k, v, g, beta, **kw) -> torch.Tensor:
             ut = _ut_impl()
             if ut is not None:
                 return ut.chain_verify_ut(q, k, v, g, beta, **kw)
-        if _use_cuda_csrc(kw):
+        if _use_cuda_csrc(kw) or _cuda_small_step(q, k, v, kw):
             return _cpp.chain_verify(q, k, v, g, beta, **kw)
         impl = _triton_impl()
         if impl is not None and hasattr(impl, "chain_verify"):
