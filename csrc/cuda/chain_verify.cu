@@ -840,18 +840,17 @@ __device__ __forceinline__ void rg_setup(const ChainVerifyParams& p, RgCtx<RPL>&
   cx.k_writer = cx.record && blockIdx.x == 0 && cx.hv % (p.HV / p.H) == 0 && cx.rg == 0;
 }
 
-// The lane's RPL rows of the state tile (rows past V re-read row V - 1, then zeroed).
+// The lane's RPL rows of the state tile (rows past V: zero).
 template <int LPR, int RPL, int KPL>
 __device__ __forceinline__ void rg_load_tile(const float* st, const ChainVerifyParams& p, const RgCtx<RPL>& cx,
                                              float (&m)[RPL][KPL]) {
-  constexpr int BV = (32 / LPR) * RPL;
-  const int vt0 = blockIdx.x * BV;
-#pragma unroll
-  for (int j = 0; j < RPL; ++j)
-    rg_load_row<LPR, KPL>(st + min(vt0 + cx.rg * RPL + j, p.V - 1) * p.st_stride[2], cx.s, m[j]);
+  // rows past V are zero: the loads themselves predicated (a select after them would wait for the tile there,
+  // before any of the first token's work that does not read it; session 20)
 #pragma unroll
   for (int j = 0; j < RPL; ++j) {
-    if (cx.vcol[j] < 0) {
+    if (cx.vcol[j] >= 0) {
+      rg_load_row<LPR, KPL>(st + cx.vcol[j] * p.st_stride[2], cx.s, m[j]);
+    } else {
 #pragma unroll
       for (int c = 0; c < KPL; ++c) m[j][c] = 0.f;
     }
@@ -1142,7 +1141,10 @@ cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
 // bf16 q / k / v only (fp32 inputs would need twice the prefetch registers: the automatic layout).
 // Measured (H200, RESULTS.md sessions 18-19): 0.81-0.99x the row-group kernels' time at batch 1, steps at parity
 // with Triton or faster, verify windows 1.02-1.21x Triton's; ~0.7 us per window token at BV 4 and BV 8 alike.
-// Loading the tokens further ahead does not shorten that: PF 2 took 0.95-1.00x PF 0's time, and a form that staged
+// Session 20 (H200, RESULTS.md "Session 20", the raw v, PF 1, the scheduler rule of sb_auto and predicated tile
+// loads): verify windows 0.89-1.03x Triton's time, steps 0.79-1.00x, at batch 1 / 2 of both GDN-1.3B head shapes.
+// Nsight Compute had found the window's per-token wait in the widening of the prefetched v (s20a), not in the
+// distance of the prefetch. In session 19: PF 2 took 0.95-1.00x PF 0's time, and a form that staged
 // the window in shared memory (one cp.async burst per 16 tokens, waited for once; session 19, removed) cut the
 // global-load stalls per instruction from 1.14-1.42 to 0.43-0.52 (Triton's: 0.41-0.52) and took 1.04-1.20x the one-set
 // form's time (verify windows 1.04-1.11x). Splitting |k|^2, |q|^2, k.q over the four row groups (each sums 8 of a
