@@ -840,19 +840,36 @@ __device__ __forceinline__ void rg_setup(const ChainVerifyParams& p, RgCtx<RPL>&
   cx.k_writer = cx.record && blockIdx.x == 0 && cx.hv % (p.HV / p.H) == 0 && cx.rg == 0;
 }
 
-// The lane's RPL rows of the state tile (rows past V: zero).
-template <int LPR, int RPL, int KPL>
+// The lane's RPL rows of the state tile (rows past V: zero). PRED (the sb kernel): each row's loads predicated on
+// the row being valid, so no select waits on the tile before the first token's work that does not read it (session
+// 20, s20b's sampling: 151 of 985 samples on those selects; steps 0.3-0.5 us faster, s20d); else (the row-group
+// kernels) rows past V re-read row V - 1 unconditionally and are zeroed after (s20d measured one-token AR on the
+// predicated form 0.3 us slower in 3 of 4 small-batch shapes than s20c on this one).
+template <int LPR, int RPL, int KPL, bool PRED = false>
 __device__ __forceinline__ void rg_load_tile(const float* st, const ChainVerifyParams& p, const RgCtx<RPL>& cx,
                                              float (&m)[RPL][KPL]) {
-  // rows past V are zero: the loads themselves predicated (a select after them would wait for the tile there,
-  // before any of the first token's work that does not read it; session 20)
+  if constexpr (PRED) {
 #pragma unroll
-  for (int j = 0; j < RPL; ++j) {
-    if (cx.vcol[j] >= 0) {
-      rg_load_row<LPR, KPL>(st + cx.vcol[j] * p.st_stride[2], cx.s, m[j]);
-    } else {
+    for (int j = 0; j < RPL; ++j) {
+      if (cx.vcol[j] >= 0) {
+        rg_load_row<LPR, KPL>(st + cx.vcol[j] * p.st_stride[2], cx.s, m[j]);
+      } else {
 #pragma unroll
-      for (int c = 0; c < KPL; ++c) m[j][c] = 0.f;
+        for (int c = 0; c < KPL; ++c) m[j][c] = 0.f;
+      }
+    }
+  } else {
+    constexpr int BV = (32 / LPR) * RPL;
+    const int vt0 = blockIdx.x * BV;
+#pragma unroll
+    for (int j = 0; j < RPL; ++j)
+      rg_load_row<LPR, KPL>(st + min(vt0 + cx.rg * RPL + j, p.V - 1) * p.st_stride[2], cx.s, m[j]);
+#pragma unroll
+    for (int j = 0; j < RPL; ++j) {
+      if (cx.vcol[j] < 0) {
+#pragma unroll
+        for (int c = 0; c < KPL; ++c) m[j][c] = 0.f;
+      }
     }
   }
 }
@@ -1402,7 +1419,7 @@ __device__ __forceinline__ void chain_verify_sb_body(const ChainVerifyParams& p)
   }
   float* const st = p.state + cx.slot * p.st_stride[0] + hv * p.st_stride[1];
   float m[RPL][KPL];
-  rg_load_tile<8, RPL, KPL>(st, p, cx, m);
+  rg_load_tile<8, RPL, KPL, true>(st, p, cx, m);
   float sc = 1.f;
 
   // fused deferred commit: M = e^{g_u} M + v~_u k_u^T per pending factor, in fa (even u) / fb (odd u),

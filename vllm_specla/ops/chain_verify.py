@@ -115,7 +115,7 @@ def _use_ut(q: torch.Tensor, kw: dict, k: torch.Tensor | None = None) -> bool:
 # factors given) with bf16 q / k / v on its 16-byte path with K = 128 / 256 (_cuda_small_step): its
 # small-batch lean kernel took 0.79-1.00x Triton's time for steps of 5 / 8 tokens at batch 1 / 2, both
 # GDN-1.3B head shapes (H200, RESULTS.md session 20, csrc_h200_s20d.json). Triton keeps AR (equal at
-# large batch; 1.02-1.25x faster at batch 1-2) and, at batch 1-2, verify windows without pending factors
+# large batch; 1.01-1.19x faster at batch 1-2) and, at batch 1-2, verify windows without pending factors
 # (0.89-1.03x) and everything else. (The decode runtime's q / k / v are fp32, its conv output, so its
 # batch-1 steps stay on Triton: e2e_h200_s20c.jsonl.) VLLM_SPECLA_CUDA_CSRC=0 turns it off.
 USE_CUDA_CSRC = os.environ.get("VLLM_SPECLA_CUDA_CSRC", "1") not in ("", "0")
