@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 20: s20a (per-instruction stall sampling), s20b (the raw-v prefetch), s20c (tests, kernel table, e2e batch 1), s20d (predicated tile loads; AR layouts); session 19: benchmarks/RESULTS.md "Session 19" (s19a-s19e as run). Before: s17c reruns session 17's final code (the runtime with the skinny GEMM's L2 prefetch); session 17: benchmarks/RESULTS.md "Session 17" (s17a-s17d as run). Session 15: benchmarks/RESULTS.md
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 20: s20a (per-instruction stall sampling), s20b (the raw-v prefetch), s20c (tests, kernel table, e2e batch 1), s20d (predicated tile loads; AR layouts); next: s21a (the final code's tests and table, then the AR step's profile); session 19: benchmarks/RESULTS.md "Session 19" (s19a-s19e as run). Before: s17c reruns session 17's final code (the runtime with the skinny GEMM's L2 prefetch); session 17: benchmarks/RESULTS.md "Session 17" (s17a-s17d as run). Session 15: benchmarks/RESULTS.md
 # "Session 15" (s15a-s15e as run; s15b-s15d ran a kernel variant removed after them). State after session 13: benchmarks/RESULTS.md "Session 13" (s13a, s13c-s13g as
 # run; session 14: "Session 14" (s14a-s14e as run); s13a's win: settings and --gemm-window were removed after it, s13e's grid ran the first version of the cost split). Session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
 # s12b's rows-s11 and s12c's mma: settings were removed after them). Session 11: "Session 11" (s11a-s11f as run;
@@ -30,6 +30,40 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
+  s20e)  # session 20, call 5 (the last ~5 minutes of its device time): s21a without its GPU tests: build, the final code's
+        # kernel table (its relative errors against Triton), then the AR step's profile
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16 VLLM_SPECLA_CUDA_LINEINFO=1
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 60 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --layout auto \
+          --out "$OUT/csrc_s20e.json" 2>&1 | grep -v "^{" | grep -v -i warn
+      timeout 120 ncu --kernel-name regex:chain_verify --launch-skip 2 --launch-count 2 --section SpeedOfLight \
+          --section MemoryWorkloadAnalysis --section Occupancy --section SourceCounters --section WarpStateStats \
+          --import-source yes -o "$OUT/ncu_s20e" -f python benchmarks/ncu_chain.py --ar --batch 2 2>&1 | tail -2
+      ncu -i "$OUT/ncu_s20e.ncu-rep" --page details --csv > "$OUT/ncu_s20e_details.csv" 2>&1
+      ncu -i "$OUT/ncu_s20e.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_s20e_sass.csv" 2>&1
+      python benchmarks/ncu_sass_stalls.py "$OUT/ncu_s20e_sass.csv" --top 10 --out "$OUT/ncu_stalls_s20e.json"
+      rm -f "$OUT/ncu_s20e.ncu-rep"
+      ;;
+  s21a)  # next session, call 1 (prepared in session 20, not yet run): first the final code's GPU tests and kernel table
+        # (session 20's last edit, the tile-load predicate for the sb kernel only, was checked offline: SASS equal to
+        # s20d's sb and s20c's row-group builds); then where the one-token AR step at 6x256x512 batch 2 loses to
+        # Triton (the row-group BV-4 kernel 5.80 us, Triton 4.89, s20c; same grid of 1,536 single-warp CTAs, ~2.2
+        # against ~2.6 TB/s of state traffic): Nsight Compute's speed of light, memory workload, occupancy and
+        # per-instruction warp sampling of both kernels (ncu_chain.py --ar --batch 2), the source page summarised
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16 VLLM_SPECLA_CUDA_LINEINFO=1
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s21a 200 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
+      timeout 60 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --layout auto \
+          --out "$OUT/csrc_s21a.json" 2>&1 | grep -v "^{" | grep -v -i warn
+      timeout 120 ncu --kernel-name regex:chain_verify --launch-skip 2 --launch-count 2 --section SpeedOfLight \
+          --section MemoryWorkloadAnalysis --section Occupancy --section SourceCounters --section WarpStateStats \
+          --import-source yes -o "$OUT/ncu_s21a" -f python benchmarks/ncu_chain.py --ar --batch 2 2>&1 | tail -2
+      ncu -i "$OUT/ncu_s21a.ncu-rep" --page details --csv > "$OUT/ncu_s21a_details.csv" 2>&1
+      ncu -i "$OUT/ncu_s21a.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_s21a_sass.csv" 2>&1
+      python benchmarks/ncu_sass_stalls.py "$OUT/ncu_s21a_sass.csv" --top 10 --out "$OUT/ncu_stalls_s21a.json"
+      grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Cycles Per Issued" \
+          "$OUT/ncu_s21a_details.csv" | cut -d, -f5,13-15
+      ;;
   s20d)  # session 20, call 4: the state tile's loads predicated for rows past V (no select waiting on the tile before
         # the first token's work; s20b's sampling: 151 of 985 samples on those selects): every CUDA chain test and the
         # dispatch tests, the automatic layout against Triton at batch 1 / 2, then AR (one token per row) in every
