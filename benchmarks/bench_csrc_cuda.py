@@ -17,10 +17,8 @@ kernel of ``chain_verify_ut.cu`` (``ut1``: 1 warp per CTA forced; ``utv1`` .. ``
 its build variant forced, ``VLLM_SPECLA_CUDA_UT_VAR``; ``utp0`` / ``utp1`` / ``utp2``: its phase 4 / 5
 form forced, ``VLLM_SPECLA_CUDA_UT_P5=0`` the previous phase 5, ``1`` v~ in registers, ``2`` plus the
 batched products reduce (``ut``: 1 or 2 by the shuffle count);
-``utrow``: one TMA copy per state row, ``VLLM_SPECLA_CUDA_UT_ROWCOPY=1``; ``sb`` the small-batch lean kernel,
-``sb0`` / ``sb1`` with its plain / scaled tile forced, ``VLLM_SPECLA_CUDA_SB_SCALED``, ``sbXY`` also its
-prefetch form (Y: 0 two register sets, 1 one set loaded late, 2 two sets loaded two tokens ahead,
-``VLLM_SPECLA_CUDA_SB_LATE``)); key
+``utrow``: one TMA copy per state row, ``VLLM_SPECLA_CUDA_UT_ROWCOPY=1``; ``sb`` the small-batch lean
+kernel; its ``sb0`` / ``sb1`` / ``sbXY`` forms of sessions 18-20 were removed after session 20); key
 suffix ``_<layout>``, none for ``auto``). ``--pdl 1,0`` also times the CUDA launches without programmatic
 dependent launch (``VLLM_SPECLA_PDL=0``, suffix ``_nopdl``; the Triton kernels keep theirs).
 Prints a table, writes JSON to ``--out``.
@@ -60,8 +58,6 @@ def _with_env(bv, cap, layout="auto", pdl=True):
     env = {"VLLM_SPECLA_CUDA_BV": str(bv) if bv else None, "VLLM_SPECLA_CUDA_REGCAP": None if cap else "0",
            "VLLM_SPECLA_CUDA_LAYOUT": None if layout == "auto" else "ut" if layout.startswith("ut") else
            "sb" if layout.startswith("sb") else layout,
-           "VLLM_SPECLA_CUDA_SB_SCALED": layout[2] if layout.startswith("sb") and len(layout) > 2 else None,
-           "VLLM_SPECLA_CUDA_SB_LATE": layout[3] if layout.startswith("sb") and len(layout) > 3 else None,
            "VLLM_SPECLA_PDL": None if pdl else "0",
            "VLLM_SPECLA_CUDA_UT_NW": "1" if layout == "ut1" else None,
            "VLLM_SPECLA_CUDA_UT_VAR": layout[3:] if layout.startswith("utv") else None,
@@ -102,8 +98,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     layouts = args.layout.split(",")
-    allowed = ("auto", "rowgroup", "rowgroup8", "rowgroup16", "rowgroup32", "rs", "sb", "sb0", "sb1", "sb00", "sb01", "sb02",
-               "sb10", "sb11", "sb12", "ut", "ut1", "utv1",
+    allowed = ("auto", "rowgroup", "rowgroup8", "rowgroup16", "rowgroup32", "rs", "sb", "ut", "ut1", "utv1",
                "utv2", "utv3", "utp0", "utp1", "utp2", "utrow")
     if not all(lay in allowed for lay in layouts):
         raise SystemExit(f"--layout: each of {layouts} must be one of {', '.join(allowed)}")

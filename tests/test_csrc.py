@@ -651,13 +651,12 @@ def test_cuda_ut_forced_is_strict(monkeypatch):
                                         ("VLLM_SPECLA_CUDA_UT_ROWCOPY", "yes"), ("VLLM_SPECLA_CUDA_UT_TPC", "-1"),
                                         ("VLLM_SPECLA_CUDA_UT", "2"), ("VLLM_SPECLA_CUDA_REGCAP", "off"),
                                         ("VLLM_SPECLA_CUDA_RG_PREFETCH", "true"), ("VLLM_SPECLA_PDL", "2"),
-                                        ("VLLM_SPECLA_CUDA_SB_SCALED", "yes"), ("VLLM_SPECLA_CUDA_SB_LATE", "3"),
-                                        ("VLLM_SPECLA_CUDA_SB_LATE", "x"), ("VLLM_SPECLA_CUDA_UT_VAR", "4"),
+                                        ("VLLM_SPECLA_PDL", "x"), ("VLLM_SPECLA_CUDA_UT_VAR", "4"),
                                         ("VLLM_SPECLA_CUDA_UT_VAR", "5"), ("VLLM_SPECLA_CUDA_UT_VAR", "x")])
 def test_cuda_tuning_variable_out_of_range_is_an_error(monkeypatch, name, value):
     """Every tuning variable of the CUDA binding rejects a value outside its list (a RuntimeError naming the
-    variable and the values it takes; e.g. VLLM_SPECLA_CUDA_SB_LATE=3, three register sets, which spill and were
-    never built, or VLLM_SPECLA_CUDA_UT_VAR=4 / 5, variants removed in session 8) before the kernel launches: the
+    variable and the values it takes; e.g. VLLM_SPECLA_CUDA_UT_VAR=4 / 5, variants removed in session 8) before
+    the kernel launches: the
     state and the banks are left as they were, and the next call with the variable unset runs. A stale or mistyped
     setting must not run another kernel form under its name."""
     monkeypatch.setenv(name, value)
@@ -708,9 +707,9 @@ def test_cuda_ut_no_l2norm_and_over_long_window(monkeypatch):
 
 
 # Small-batch CUDA kernels (at most 16 (row, head) pairs: batch 1-2 of the GDN-1.3B head shapes): each
-# layout forced (VLLM_SPECLA_CUDA_LAYOUT; sbXY: the lean kernel with its plain / scaled tile,
-# VLLM_SPECLA_CUDA_SB_SCALED, and its next-token register set, VLLM_SPECLA_CUDA_SB_LATE), BV 4 and 8 (VLLM_SPECLA_CUDA_BV), with and without programmatic dependent
-# launch (VLLM_SPECLA_PDL); sb takes bf16 q / k / v (fp32 inputs run the automatic layout under it).
+# layout forced (VLLM_SPECLA_CUDA_LAYOUT; sb: the lean kernel), BV 4 and 8 (VLLM_SPECLA_CUDA_BV), with and without
+# programmatic dependent launch (VLLM_SPECLA_PDL); sb takes bf16 q / k / v (fp32 inputs run the automatic layout
+# under it).
 SMALL_CASES = {  # mode: (lens, pending, record, write_final_state)
     "verify": ([8, 5], None, True, False),
     "step": ([5, 8], [5, 2], True, False),
@@ -721,16 +720,11 @@ SMALL_CASES = {  # mode: (lens, pending, record, write_final_state)
 }
 
 
-# (layout, dtype, decay, pdl): every layout on bf16 inputs (what the runtime gives it); fp32 inputs and plain
-# launches through the automatic layout; strong decay where a scaled tile could go wrong
-# sbXY: the sb kernel with its scaled tile (X = 1) or plain, its prefetch form Y (VLLM_SPECLA_CUDA_SB_LATE: 0 two
-# register sets, the next token loaded as a token starts; 1 one set, loaded after the partial sums; 2 two sets,
-# two tokens ahead)
-SMALL_VARIANTS = ([(lay, torch.bfloat16, 1.0, "1") for lay in ("auto", "sb00", "sb01", "sb02", "sb10", "sb11", "sb12",
-                                                              "rowgroup8", "rowgroup16")]
-                  + [("auto", torch.float32, 1.0, "1"), ("sb11", torch.float32, 1.0, "1"), ("auto", torch.bfloat16, 1.0, "0"),
-                     ("sb01", torch.bfloat16, 1.0, "0"), ("sb11", torch.bfloat16, 60.0, "1"), ("sb01", torch.bfloat16, 60.0, "1"),
-                     ("sb10", torch.bfloat16, 60.0, "1"), ("sb12", torch.bfloat16, 60.0, "1"), ("auto", torch.bfloat16, 60.0, "1")])
+# (layout, dtype, decay, pdl): every layout on bf16 inputs; fp32 inputs (the decode runtime's) and plain launches
+# through the automatic layout and under sb; strong decay (states that shrink by e^-42 per token)
+SMALL_VARIANTS = ([(lay, torch.bfloat16, 1.0, "1") for lay in ("auto", "sb", "rowgroup8", "rowgroup16")]
+                  + [("auto", torch.float32, 1.0, "1"), ("sb", torch.float32, 1.0, "1"), ("auto", torch.bfloat16, 1.0, "0"),
+                     ("sb", torch.bfloat16, 1.0, "0"), ("sb", torch.bfloat16, 60.0, "1"), ("auto", torch.bfloat16, 60.0, "1")])
 
 
 @pytest.mark.gpu
@@ -744,12 +738,8 @@ def test_cuda_small_batch_layouts_match_reference(monkeypatch, shape, rows, mode
     """Outputs, the state and all three factor banks equal chain_verify_ref for batch 1 / 2 windows,
     pending folds, AR steps and commits, at both GDN-1.3B head shapes and a GVA K = 128 shape whose V
     is not a multiple of the value tile. ``decay = 60``: log decays down to -42 per token and -30 per
-    pending factor, so the scaled tile (sb1X) must rescale (its scale falls below 1e-12 within a few
-    tokens)."""
-    monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", layout[:2] if layout.startswith("sb") else layout)
-    if layout.startswith("sb"):
-        monkeypatch.setenv("VLLM_SPECLA_CUDA_SB_SCALED", layout[2])
-        monkeypatch.setenv("VLLM_SPECLA_CUDA_SB_LATE", layout[3])
+    pending factor (states that underflow towards zero within a few tokens)."""
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", layout)
     monkeypatch.setenv("VLLM_SPECLA_CUDA_BV", bv)
     monkeypatch.setenv("VLLM_SPECLA_PDL", pdl)
     if layout == "auto":
@@ -766,22 +756,17 @@ def test_cuda_small_batch_layouts_match_reference(monkeypatch, shape, rows, mode
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
-@pytest.mark.parametrize("layout,bv", [("auto", "")] + [(lay, bv) for lay in ("sb00", "sb01", "sb02", "sb11", "sb12")
-                                                         for bv in ("4", "8")])
+@pytest.mark.parametrize("layout,bv", [("auto", ""), ("sb", "4"), ("sb", "8")])
 @pytest.mark.parametrize("pending", [None, [7, 2]])
 @pytest.mark.parametrize("shape", [(6, 6, 256, 512), (2, 4, 128, 20)])
 def test_cuda_sb_long_windows_match_reference(monkeypatch, shape, pending, bv, layout):
-    """Long windows (37 and 18 tokens, a bank of 38) through the sb kernel's prefetch forms (sbXY: X = 1 the
-    scaled tile; Y: 0 two register sets, one token ahead; 1 one set; 2 two sets, two tokens ahead) at BV 4 / 8 and
-    the automatic layout (which takes the sb kernel at these 2 x 6 / 2 x 4 (row, head) pairs and picks its own BV
-    and form) equal chain_verify_ref: outputs, state and factor banks, with and without pending factors folded
-    first."""
+    """Long windows (37 and 18 tokens, a bank of 38) through the sb kernel at BV 4 / 8 and the automatic layout
+    (which takes the sb kernel at these 2 x 6 / 2 x 4 (row, head) pairs and picks its own BV) equal
+    chain_verify_ref: outputs, state and factor banks, with and without pending factors folded first."""
     if layout == "auto":
         monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT", raising=False)
     else:
         monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "sb")
-        monkeypatch.setenv("VLLM_SPECLA_CUDA_SB_SCALED", layout[2])
-        monkeypatch.setenv("VLLM_SPECLA_CUDA_SB_LATE", layout[3])
     monkeypatch.setenv("VLLM_SPECLA_CUDA_BV", bv)  # ("": automatic)
     assert _cpp.load_cuda()
     H, HV, K, V = shape

@@ -1142,32 +1142,21 @@ cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
 // (as the row-group kernels). What differs from chain_verify_rg_body, whose per-token chain was
 // 1.16-1.25x Triton's at batch 1 (RESULTS.md session 4):
 //   * the next token's raw q / k (16-byte ld.global.nc of bf16 pieces), v, g and beta go straight into
-//     registers one token ahead, in two register sets used in turn (the window loop is unrolled by two,
-//     so no copies): no shared memory, no cp.async wait or __syncwarp per token;
+//     registers, into the one register set once the current token's partial sums are done (so BV 8 fits in
+//     registers: 220-232 at K = 256, ptxas sm_90): no shared memory, no cp.async wait or __syncwarp per token;
+//     the prefetched v stays raw bf16 bits until its token reads it (ldg_bits / widen_bits);
 //   * no normalised k^ array: the update is M = e^g M + (v~ rk) k and the bank_k writers form k rk at
 //     the store; o / bank pointers are per-warp bases (the per-token advances multiply the token index by
-//     kernel-parameter strides: no per-row stride products, no stride registers);
-//   * SC (ChainVerifyParams::sb_scaled): the tile kept scaled, M = sc * m with a warp-uniform sc
-//     (the decay is one scalar per head and token): sc <- e^g sc, m += (v~ rk / sc) k, one FMA per
-//     element and token instead of a multiply and an FMA; m *= sc, sc = 1 when sc < kRescaleMin
-//     (triton_chain's RESCALE_MIN); stores write m sc.
-//   * ChainVerifyParams::sb_late (PF): one register set, the next token loaded into it once the current
-//     token's partial sums are done (PF 1, the automatic form: sb_pf), instead of two sets used in turn (PF 0;
-//     BV 8 fits in registers only with one set); or two sets, loaded two tokens ahead at that point (PF 2);
-//   * the prefetched v stays raw bf16 bits until its token reads it (ldg_bits / widen_bits).
+//     kernel-parameter strides: no per-row stride products, no stride registers).
 // bf16 q / k / v only (fp32 inputs would need twice the prefetch registers: the automatic layout).
-// Measured (H200, RESULTS.md sessions 18-19): 0.81-0.99x the row-group kernels' time at batch 1, steps at parity
-// with Triton or faster, verify windows 1.02-1.21x Triton's; ~0.7 us per window token at BV 4 and BV 8 alike.
-// Session 20 (H200, RESULTS.md "Session 20", the raw v, PF 1, the scheduler rule of sb_auto and predicated tile
-// loads): verify windows 0.89-1.03x Triton's time, steps 0.79-1.00x, at batch 1 / 2 of both GDN-1.3B head shapes.
-// Nsight Compute had found the window's per-token wait in the widening of the prefetched v (s20a), not in the
-// distance of the prefetch. In session 19: PF 2 took 0.95-1.00x PF 0's time, and a form that staged
-// the window in shared memory (one cp.async burst per 16 tokens, waited for once; session 19, removed) cut the
-// global-load stalls per instruction from 1.14-1.42 to 0.43-0.52 (Triton's: 0.41-0.52) and took 1.04-1.20x the one-set
-// form's time (verify windows 1.04-1.11x). Splitting |k|^2, |q|^2, k.q over the four row groups (each sums 8 of a
-// lane's keys from a second 16-byte load, two more butterfly levels; session 19, removed) took 1.03-1.08x the time
-// of BV-4 verify windows (batch 1, 8x256x256 batch 2; 251-255 registers) and 0.975-0.98x at BV 8 (6x256x512 batch 2).
-constexpr float kRescaleMin = 1e-12f;
+// Measured (H200, RESULTS.md "Session 20"): verify windows 0.89-1.03x Triton's time, steps 0.79-1.00x, at batch
+// 1 / 2 of both GDN-1.3B head shapes. Nsight Compute found the window's per-token wait in the widening of the
+// prefetched v right after its load (s20a), not in the distance of the prefetch. Forms measured and removed
+// (the code is in commit 4cb60a5): two register sets used in turn, the next token loaded as the current one starts
+// (PF 0) or two tokens ahead (PF 2): 0.99-1.10x this form's time at BV 4, 1.03-1.39x at BV 8 (session 20, H100,
+// csrc_h100_s20b_sb.json); the tile kept scaled (state = sc * m, one FMA per element and token): 0-7 % slower
+// (session 18); the window staged in shared memory by one cp.async burst per 16 tokens: 1.04-1.20x (session 19);
+// the norms of q / k split over the four row groups: 1.03-1.08x at BV 4 (session 19).
 
 template <int KPL>
 struct SbIn {  // one window token's raw inputs for one lane (bf16)
@@ -1218,42 +1207,13 @@ __device__ __forceinline__ void sb_load(const ChainVerifyParams& p, const SbPtr&
   x.b = __ldg(w.b + t * p.tok_stride[4]);
 }
 
-// The lane's RPL tile rows times `mul`, stored (state slot rows; rows past V skipped).
+// The lane's RPL tile rows, stored (state slot rows; rows past V skipped).
 template <int RPL, int KPL>
 __device__ __forceinline__ void sb_store_tile(float* st, const ChainVerifyParams& p, const RgCtx<RPL>& cx,
-                                              const float (&m)[RPL][KPL], float mul) {
+                                              const float (&m)[RPL][KPL]) {
 #pragma unroll
-  for (int j = 0; j < RPL; ++j) {
-    if (cx.vcol[j] >= 0) {
-      float r[KPL];
-#pragma unroll
-      for (int c = 0; c < KPL; ++c) r[c] = m[j][c] * mul;
-      rg_store_row<8, KPL>(st + cx.vcol[j] * p.st_stride[2], cx.s, r);
-    }
-  }
-}
-
-// The scaled tile's update (SC): with scn the new scale (sc e^g), m *= scn and scn = 1 when scn < kRescaleMin
-// (warp-uniform: one g per value head), then m += (c_j num / scn) k per row j; returns the scale kept.
-template <int RPL, int KPL>
-__device__ __forceinline__ float sb_scaled_update(float (&m)[RPL][KPL], float scn, const float (&c)[RPL], float num,
-                                                  const float (&k)[KPL]) {
-  if (scn < kRescaleMin) {
-#pragma unroll
-    for (int j = 0; j < RPL; ++j) {
-#pragma unroll
-      for (int x = 0; x < KPL; ++x) m[j][x] *= scn;
-    }
-    scn = 1.f;
-  }
-  const float inv = num / scn;
-#pragma unroll
-  for (int j = 0; j < RPL; ++j) {
-    const float u = c[j] * inv;
-#pragma unroll
-    for (int x = 0; x < KPL; ++x) m[j][x] = fmaf(u, k[x], m[j][x]);
-  }
-  return scn;
+  for (int j = 0; j < RPL; ++j)
+    if (cx.vcol[j] >= 0) rg_store_row<8, KPL>(st + cx.vcol[j] * p.st_stride[2], cx.s, m[j]);
 }
 
 // One pending factor for one lane: k^ (the lane's keys, fp32), v~ of its rows, g.
@@ -1264,22 +1224,17 @@ struct SbFac {
   float g;
 };
 
-// M = e^g M + v~ k^T (DeltaConstruct, ALGORITHMS.md §6) on the tile m (scale sc when SC).
-template <int RPL, int KPL, bool SC>
-__device__ __forceinline__ void sb_fold(float (&m)[RPL][KPL], float& sc, const SbFac<RPL, KPL>& f) {
-  const float eg = __expf(f.g);
-  if constexpr (SC) {
-    sc = sb_scaled_update<RPL, KPL>(m, sc * eg, f.v, 1.f, f.k);
-  } else {
-    rg_fold<RPL, KPL>(m, f.k, f.v, eg);
-  }
+// M = e^g M + v~ k^T (DeltaConstruct, ALGORITHMS.md §6) on the tile m.
+template <int RPL, int KPL>
+__device__ __forceinline__ void sb_fold(float (&m)[RPL][KPL], const SbFac<RPL, KPL>& f) {
+  rg_fold<RPL, KPL>(m, f.k, f.v, __expf(f.g));
 }
 
-// One window token t (inputs x) on the tile m (scale sc when SC). mid() runs once x is no longer read (after
-// the partial sums; k is kept widened, the scalars copied): the LATE body loads the next token into x there.
-template <int RPL, int KPL, bool SC, typename Mid>
+// One window token t (inputs x) on the tile m. mid() runs once x is no longer read (after the partial sums; k is
+// kept widened, the scalars copied): the body loads the next token into x there.
+template <int RPL, int KPL, typename Mid>
 __device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx<RPL>& cx, const SbPtr& w, int64_t t,
-                                         SbIn<KPL>& x, float (&m)[RPL][KPL], float& sc, Mid&& mid) {
+                                         SbIn<KPL>& x, float (&m)[RPL][KPL], Mid&& mid) {
   constexpr int NA = RPL == 2 && KPL >= 32 ? 2 : 4;  // independent accumulators per partial sum (registers)
   // k widened once (the update reads it after x is released); q one 8-key piece at a time
   float k[KPL];
@@ -1315,27 +1270,21 @@ __device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx
   float sum[2 * RPL + 3], rk, rq;
   rg_reduce<8>(p, a, sum, rk, rq);
   const float e = __expf(xg);
-  // f: the factor from the tile's sums to M' = e^g M (SC: the new scale)
-  const float f = SC ? sc * e : e;
   const float dot = sum[2 * RPL + 2] * rk * rq;
   float vt[RPL], ov[RPL];
 #pragma unroll
   for (int j = 0; j < RPL; ++j) {
-    vt[j] = xb * (xv[j] - f * (sum[2 * j] * rk));
-    ov[j] = fmaf(vt[j], dot, f * (sum[2 * j + 1] * rq));
+    vt[j] = xb * (xv[j] - e * (sum[2 * j] * rk));
+    ov[j] = fmaf(vt[j], dot, e * (sum[2 * j + 1] * rq));
   }
-  if constexpr (SC) {
-    sc = sb_scaled_update<RPL, KPL>(m, f, vt, rk, k);
-  } else {
-    float u[RPL];
+  float u[RPL];
 #pragma unroll
-    for (int j = 0; j < RPL; ++j) u[j] = vt[j] * rk;
+  for (int j = 0; j < RPL; ++j) u[j] = vt[j] * rk;
 #pragma unroll
-    for (int c = 0; c < KPL; ++c) {
-      const float kc = k[c];
+  for (int c = 0; c < KPL; ++c) {
+    const float kc = k[c];
 #pragma unroll
-      for (int j = 0; j < RPL; ++j) m[j][c] = fmaf(u[j], kc, e * m[j][c]);
-    }
+    for (int j = 0; j < RPL; ++j) m[j][c] = fmaf(u[j], kc, e * m[j][c]);
   }
   if (cx.s == 0) {  // one lane per row: o and v~
 #pragma unroll
@@ -1358,16 +1307,10 @@ __device__ __forceinline__ void sb_token(const ChainVerifyParams& p, const RgCtx
 }
 
 // One warp per (value tile of BV = 4 RPL rows, value head hv, request row r); K = 8 KPL, bf16 q / k / v
-// on the 16-byte path. Same contract and writers as chain_verify_rg_body.
-// PF: how the window's tokens reach registers (ChainVerifyParams::sb_late): 0 two sets, token t + 1 loaded
-// into the other one as token t starts; 1 one set, token t + 1 loaded into it once token t's partial sums are
-// done (mid()); 2 two sets, token t + 2 loaded into token t's set at its mid() (2.5 tokens of lead instead of 1:
-// tried after RESULTS.md session 18's Nsight Compute run showed the batch-1 window stalled on its per-token loads;
-// session 19: verify windows 0.95-1.00x PF 0's time, steps 1.01-1.08x). ptxas (sm_90): PF 2 fits BV 4 (230-237
-// registers, no spills) and spills at BV 8 (164 bytes); three sets spill at BV 4 too (372 bytes), so there is no PF 3.
-template <int RPL, int KPL, bool SC, int PF>
+// on the 16-byte path. Same contract and writers as chain_verify_rg_body. One register set for the window's
+// tokens: token t + 1 is loaded into it once token t's partial sums are done (sb_token's mid()).
+template <int RPL, int KPL>
 __device__ __forceinline__ void chain_verify_sb_body(const ChainVerifyParams& p) {
-  static_assert(PF >= 0 && PF <= 2, "sb prefetch forms 0 .. 2");
   RgCtx<RPL> cx;
   int64_t bos, eos, np, rb;
   rg_setup<8, RPL>(p, cx, bos, eos, np, rb);
@@ -1405,22 +1348,15 @@ __device__ __forceinline__ void chain_verify_sb_body(const ChainVerifyParams& p)
       f.v[j] = cx.vcol[j] >= 0 ? bvp[u * p.bv_stride[2] + cx.vcol[j] * p.bv_stride[4]] : 0.f;
     f.g = bgp[u * p.bg_stride[2]];
   };
-  SbIn<KPL> xa, xb;
-  SbIn<KPL> xs[PF >= 2 ? PF : 1];  // PF >= 2: token t in xs[t % PF]
+  SbIn<KPL> x;
   SbFac<RPL, KPL> fa, fb;
   if (np > 0)
     load_fac(0, fa);
-  else if (PF < 2 && T > 0)
-    sb_load<RPL, KPL>(p, w, 0, s, cx.vcol, xa);
-  if constexpr (PF >= 2) {  // the first PF tokens, all in flight before the tile (and the fold)
-#pragma unroll
-    for (int j = 0; j < PF; ++j)
-      if (j < T) sb_load<RPL, KPL>(p, w, j, s, cx.vcol, xs[j]);
-  }
+  else if (T > 0)
+    sb_load<RPL, KPL>(p, w, 0, s, cx.vcol, x);
   float* const st = p.state + cx.slot * p.st_stride[0] + hv * p.st_stride[1];
   float m[RPL][KPL];
   rg_load_tile<8, RPL, KPL, true>(st, p, cx, m);
-  float sc = 1.f;
 
   // fused deferred commit: M = e^{g_u} M + v~_u k_u^T per pending factor, in fa (even u) / fb (odd u),
   // the next factor (after the last one, the first window token) loaded into the other set first
@@ -1428,89 +1364,48 @@ __device__ __forceinline__ void chain_verify_sb_body(const ChainVerifyParams& p)
     for (int64_t u = 0; u < np; u += 2) {
       if (u + 1 < np)
         load_fac(u + 1, fb);
-      else if (PF < 2 && T > 0)
-        sb_load<RPL, KPL>(p, w, 0, s, cx.vcol, xa);
-      sb_fold<RPL, KPL, SC>(m, sc, fa);
+      else if (T > 0)
+        sb_load<RPL, KPL>(p, w, 0, s, cx.vcol, x);
+      sb_fold<RPL, KPL>(m, fa);
       if (u + 1 < np) {
         if (u + 2 < np)
           load_fac(u + 2, fa);
-        else if (PF < 2 && T > 0)
-          sb_load<RPL, KPL>(p, w, 0, s, cx.vcol, xa);
-        sb_fold<RPL, KPL, SC>(m, sc, fb);
+        else if (T > 0)
+          sb_load<RPL, KPL>(p, w, 0, s, cx.vcol, x);
+        sb_fold<RPL, KPL>(m, fb);
       }
     }
-    if (!p.write_final_state) sb_store_tile<RPL, KPL>(st, p, cx, m, sc);
+    if (!p.write_final_state) sb_store_tile<RPL, KPL>(st, p, cx, m);
   }
 
-  auto none = [] {};
-  if constexpr (PF >= 2) {
-    for (int64_t t0 = 0; t0 < T; t0 += PF) {
-#pragma unroll
-      for (int j = 0; j < PF; ++j) {
-        const int64_t t = t0 + j;
-        if (t < T)
-          sb_token<RPL, KPL, SC>(p, cx, w, t, xs[j], m, sc, [&] {
-            if (t + PF < T) sb_load<RPL, KPL>(p, w, t + PF, s, cx.vcol, xs[j]);
-          });
-      }
-    }
-  } else if constexpr (PF == 1) {
-    // one register set: token t + 1 is loaded into it once token t's partial sums are done
-    for (int64_t t = 0; t < T; ++t)
-      sb_token<RPL, KPL, SC>(p, cx, w, t, xa, m, sc, [&] {
-        if (t + 1 < T) sb_load<RPL, KPL>(p, w, t + 1, s, cx.vcol, xa);
-      });
-  } else {
-    // token t in xa (even t) / xb (odd t), token t + 1 loaded into the other set first
-    for (int64_t t = 0; t < T; t += 2) {
-      if (t + 1 < T) sb_load<RPL, KPL>(p, w, t + 1, s, cx.vcol, xb);
-      sb_token<RPL, KPL, SC>(p, cx, w, t, xa, m, sc, none);
-      if (t + 1 < T) {
-        if (t + 2 < T) sb_load<RPL, KPL>(p, w, t + 2, s, cx.vcol, xa);
-        sb_token<RPL, KPL, SC>(p, cx, w, t + 1, xb, m, sc, none);
-      }
-    }
-  }
-  if (p.write_final_state) sb_store_tile<RPL, KPL>(st, p, cx, m, sc);
+  for (int64_t t = 0; t < T; ++t)
+    sb_token<RPL, KPL>(p, cx, w, t, x, m, [&] {
+      if (t + 1 < T) sb_load<RPL, KPL>(p, w, t + 1, s, cx.vcol, x);
+    });
+  if (p.write_final_state) sb_store_tile<RPL, KPL>(st, p, cx, m);
 }
 
-template <int RPL, int KPL, bool SC, int PF = 0>
+template <int RPL, int KPL>
 __global__ void __launch_bounds__(32) chain_verify_sb_kernel(const ChainVerifyParams p) {
   pdl_enter();
-  chain_verify_sb_body<RPL, KPL, SC, PF>(p);
+  chain_verify_sb_body<RPL, KPL>(p);
 }
 
-template <int K, int RPL, bool SC>
-cudaError_t launch_sb(const ChainVerifyParams& p, int pf, cudaStream_t stream) {
+template <int K, int RPL>
+cudaError_t launch_sb(const ChainVerifyParams& p, cudaStream_t stream) {
   const dim3 grid((p.V + 4 * RPL - 1) / (4 * RPL), p.HV, p.R);
-  switch (pf) {
-    case 1: return launch_pdl(chain_verify_sb_kernel<RPL, K / 8, SC, 1>, grid, dim3(32), 0, stream, p.pdl, p);
-    case 2: return launch_pdl(chain_verify_sb_kernel<RPL, K / 8, SC, 2>, grid, dim3(32), 0, stream, p.pdl, p);
-    default: return launch_pdl(chain_verify_sb_kernel<RPL, K / 8, SC, 0>, grid, dim3(32), 0, stream, p.pdl, p);
-  }
+  return launch_pdl(chain_verify_sb_kernel<RPL, K / 8>, grid, dim3(32), 0, stream, p.pdl, p);
 }
 
-// The sb kernel's prefetch form unless forced: one register set, the next token loaded once the current one's
-// partial sums are done (PF 1), at BV 4 and BV 8, windows and steps. Session 20 (H100, RESULTS.md "Session 20",
-// after the prefetched v was kept raw: ldg_bits): PF 1 took 0.95-1.01x PF 0's and 0.91-1.00x PF 2's time at BV 4
-// (verify, step and AR windows at batch 1 / 2) and 0.73-0.97x PF 0's, 0.72-0.88x PF 2's at BV 8. (Session 19 picked PF 2 / PF 0 at
-// BV 4 when PF 1 still stalled on the widening of its v.)
-inline int sb_pf(const ChainVerifyParams&, int) { return 1; }
-
-// bv: value rows per warp, 4 or 8 (the caller's choice: p.bv when forced, else sb_auto's); SC = p.sb_scaled == 1
-// (the scaled tile measured 0-7 % slower than the plain one for windows at batch 1-2: RESULTS.md session 18).
+// bv: value rows per warp, 4 or 8 (the caller's choice: p.bv when forced, else sb_auto's).
 template <int K>
 cudaError_t dispatch_sb(const ChainVerifyParams& p, int bv, cudaStream_t stream) {
-  const bool sc = p.sb_scaled == 1;
-  // the prefetch form (p.sb_late 0 .. 2, chain_verify_sb_body's PF), else sb_pf's
-  const int pf = p.sb_late >= 0 && p.sb_late <= 2 ? p.sb_late : sb_pf(p, bv);
-  if (bv == 4) return sc ? launch_sb<K, 1, true>(p, pf, stream) : launch_sb<K, 1, false>(p, pf, stream);
-  return sc ? launch_sb<K, 2, true>(p, pf, stream) : launch_sb<K, 2, false>(p, pf, stream);
+  return bv == 4 ? launch_sb<K, 1>(p, stream) : launch_sb<K, 2>(p, stream);
 }
 
-// Resident single-warp CTAs of the sb kernel <RPL, KPL, false, PF> on the current GPU (occupancy x SMs), asked
+// Resident single-warp CTAs of the sb kernel <RPL, KPL> on the current GPU (occupancy x SMs), asked
 // once per device (a mutex-guarded cache: host threads may launch concurrently).
-template <int RPL, int KPL, int PF>
+template <int RPL, int KPL>
 int sb_wave() {
   static std::mutex mu;
   static std::unordered_map<int, int> known;
@@ -1521,7 +1416,7 @@ int sb_wave() {
   if (it != known.end()) return it->second;
   int sms = 0, per_sm = 0;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_verify_sb_kernel<RPL, KPL, false, PF>, 32, 0) !=
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_verify_sb_kernel<RPL, KPL>, 32, 0) !=
           cudaSuccess)
     (void)cudaGetLastError();  // (only this query's error; the wave then counts as 1 warp: the sb rule declines)
   const int w = std::max(1, sms * per_sm);
@@ -1547,20 +1442,19 @@ inline int sb_sms() {
 // The automatic layout's use of the sb kernel: bf16 windows of several tokens (verify / SpecLA step, not AR) on
 // the 16-byte path with K = 128 / 256 at small batch (R * HV <= 16 pairs): BV 4 where its warps are at most one per
 // warp scheduler (4 per SM), else BV 8 where those warps fit on the GPU at once; returns that BV, or 0 (the
-// row-group / v3 layouts); dispatch_sb then picks the prefetch form (sb_pf). A batch-1 window's time is one warp's
+// row-group / v3 layouts). A batch-1 window's time is one warp's
 // dependent chain per token, so BV 4 (half the rows per warp) wins while no scheduler holds two of its warps and
-// BV 8 once one would. Session 20 (H100, RESULTS.md "Session 20", PF 1): 8x256x256 batch 1 (512 BV-4 warps, 528
+// BV 8 once one would. Session 20 (H100, RESULTS.md "Session 20"): 8x256x256 batch 1 (512 BV-4 warps, 528
 // schedulers) BV 4 0.86-0.88x BV 8's time; 6x256x512 batch 1 (768), 8x256x256 batch 2 (1024) and 6x256x512
-// batch 2 (1536) BV 8 0.94-0.96x, 0.95-0.98x and 0.75-0.79x BV 4's. (Occupancy is that of the plain-tile PF-1
-// kernel, also when VLLM_SPECLA_CUDA_SB_SCALED / _SB_LATE pick another form; AR is told by N <= R, so a padded q
-// sends AR rows here too, which is correct, only not measured.)
+// batch 2 (1536) BV 8 0.94-0.96x, 0.95-0.98x and 0.75-0.79x BV 4's. (AR is told by N <= R, so a padded q sends
+// AR rows here too, which is correct, only not measured.)
 int sb_auto(const ChainVerifyParams& p) {
   if (p.layout != kLayoutAuto || !p.in_bf16 || !p.vec_ok || (p.K != 128 && p.K != 256) || p.N <= p.R ||
       static_cast<int64_t>(p.R) * p.HV > 16)
     return 0;
   const int64_t pairs = static_cast<int64_t>(p.R) * p.HV;
   if (pairs * ((p.V + 3) / 4) <= 4 * sb_sms()) return 4;
-  const int w8 = p.K == 256 ? sb_wave<2, 32, 1>() : sb_wave<2, 16, 1>();
+  const int w8 = p.K == 256 ? sb_wave<2, 32>() : sb_wave<2, 16>();
   return pairs * ((p.V + 7) / 8) <= w8 ? 8 : 0;
 }
 

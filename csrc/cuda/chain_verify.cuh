@@ -68,12 +68,6 @@ struct ChainVerifyParams {
   bool use_qk_l2norm;
   bool pdl;      // launch with programmatic dependent launch where the kernel's PTX is sm_90+ (launch_pdl
                  // below); the binding reads VLLM_SPECLA_PDL (as ops/pdl.py: '0' off, '1' / unset / empty on)
-  int sb_scaled; // small-batch lean kernel (kLayoutSB): 1 keeps the tile scaled (state = sc * m, one FMA per
-                 // element per token), else plain; the binding reads VLLM_SPECLA_CUDA_SB_SCALED
-  int sb_late;   // sb kernel's prefetch form (chain_verify.cu, chain_verify_sb_body's PF): 0 the next token into a
-                 // second register set as the current one starts, 1 into the one set once the current token's
-                 // partial sums are done, 2 two sets, loaded two tokens ahead there; else automatic
-                 // (dispatch_sb); the binding reads VLLM_SPECLA_CUDA_SB_LATE
   bool in_bf16;  // q, k, v are bfloat16 (read and widened in the kernel, no conversion kernels)
   bool vec_ok;   // K % 128 == 0, unit key strides, 16-byte aligned rows: 16-byte loads/stores
 };
@@ -88,8 +82,7 @@ struct ChainVerifyParams {
 // dispatch_k); rowgroup32 is forced only.
 // kLayoutSB (VLLM_SPECLA_CUDA_LAYOUT=sb): the small-batch lean kernel (chain_verify.cu, chain_verify_sb_body):
 // Triton's small-config lane split (8 lanes per value row, BV / 4 rows per lane), the next token's raw
-// bf16 q / k / v loaded straight into registers one token ahead, per-warp pointers, optionally the scaled
-// tile; bf16 inputs on the 16-byte path with K = 128 / 256, else the automatic layout. The automatic layout
+// bf16 q / k / v loaded straight into registers one token ahead, per-warp pointers; bf16 inputs on the 16-byte path with K = 128 / 256, else the automatic layout. The automatic layout
 // takes it for small-batch verify / step windows whose warps fit on the GPU at once (chain_verify.cu, sb_auto).
 constexpr int kLayoutAuto = 0, kLayoutRowGroup = 1, kLayoutRowGroup8 = 2, kLayoutRS = 3, kLayoutRowGroup16 = 4,
               kLayoutRowGroup32 = 5, kLayoutUT = 6, kLayoutSB = 7;

@@ -105,14 +105,6 @@ int layout_override() {
 // 1 (or unset) PDL where the kernel's PTX is sm_90+ (chain_verify.cuh, launch_pdl).
 bool pdl_on() { return env_choice("VLLM_SPECLA_PDL", {0, 1}, 1) == 1; }
 
-// The small-batch lean kernel's scaled tile, VLLM_SPECLA_CUDA_SB_SCALED=1 (A/B runs); unset or 0: the plain
-// tile (chain_verify.cu, dispatch_sb).
-int sb_scaled_override() { return env_choice("VLLM_SPECLA_CUDA_SB_SCALED", {0, 1}, 0); }
-
-// The sb kernel's prefetch form, VLLM_SPECLA_CUDA_SB_LATE=0|1|2 (A/B runs; chain_verify.cuh, sb_late); unset:
-// automatic (-1).
-int sb_late_override() { return env_choice("VLLM_SPECLA_CUDA_SB_LATE", {0, 1, 2}, -1); }
-
 // Warps per CTA of the UT-form kernel, VLLM_SPECLA_CUDA_UT_NW=1|4 (unset: 4).
 int ut_nw_override() { return env_choice("VLLM_SPECLA_CUDA_UT_NW", {1, 4}, 4); }
 
@@ -239,8 +231,6 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   p.ut_row_copies = ut_row_copies_override();
   p.ut_auto = ut_auto_override();
   p.pdl = pdl_on();
-  p.sb_scaled = sb_scaled_override();
-  p.sb_late = sb_late_override();
   p.H = static_cast<int>(q.size(1));
   p.K = static_cast<int>(q.size(2));
   p.HV = static_cast<int>(v.size(1));

@@ -86,8 +86,7 @@ def load_cuda(verbose: bool = False) -> bool:
     count, where built: K = 256, windows <= 8; all bit-identical) and
     ``VLLM_SPECLA_CUDA_UT_ROWCOPY=1`` one TMA copy per state row in its stage refills (default: one
     per warp tile).
-    ``VLLM_SPECLA_CUDA_LAYOUT=sb`` forces the small-batch lean kernel (bf16 inputs; ``VLLM_SPECLA_CUDA_SB_SCALED=1``
-    its scaled tile, ``VLLM_SPECLA_CUDA_SB_LATE=0|1|2`` its prefetch form), which the automatic layout
+    ``VLLM_SPECLA_CUDA_LAYOUT=sb`` forces the small-batch lean kernel (bf16 inputs), which the automatic layout
     uses for small-batch verify / step windows (``csrc/cuda/chain_verify.cu``, ``sb_auto``); every kernel launches
     with programmatic dependent launch on sm_90+ unless ``VLLM_SPECLA_PDL=0`` (read per call). Each of these
     variables takes only the values listed or its default spelled out (e.g. ``VLLM_SPECLA_CUDA_REGCAP=1``,
