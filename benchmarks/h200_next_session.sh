@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 20: s20a (per-instruction stall sampling), s20b (the raw-v prefetch), s20c (tests, kernel table, e2e batch 1), s20d (predicated tile loads; AR layouts); next: s21a (the final code's tests and table, then the AR step's profile); session 19: benchmarks/RESULTS.md "Session 19" (s19a-s19e as run). Before: s17c reruns session 17's final code (the runtime with the skinny GEMM's L2 prefetch); session 17: benchmarks/RESULTS.md "Session 17" (s17a-s17d as run). Session 15: benchmarks/RESULTS.md
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 20: s20a (per-instruction stall sampling), s20b (the raw-v prefetch), s20c (tests, kernel table, e2e batch 1), s20d (predicated tile loads; AR layouts); next: s21a (the final code's tests and table, then the AR step's profile). The sb kernel's forced forms (sbXY layouts, VLLM_SPECLA_CUDA_SB_LATE / _SB_SCALED) were removed after session 20: s18*-s20b cannot be rerun as written; session 19: benchmarks/RESULTS.md "Session 19" (s19a-s19e as run). Before: s17c reruns session 17's final code (the runtime with the skinny GEMM's L2 prefetch); session 17: benchmarks/RESULTS.md "Session 17" (s17a-s17d as run). Session 15: benchmarks/RESULTS.md
 # "Session 15" (s15a-s15e as run; s15b-s15d ran a kernel variant removed after them). State after session 13: benchmarks/RESULTS.md "Session 13" (s13a, s13c-s13g as
 # run; session 14: "Session 14" (s14a-s14e as run); s13a's win: settings and --gemm-window were removed after it, s13e's grid ran the first version of the cost split). Session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
 # s12b's rows-s11 and s12c's mma: settings were removed after them). Session 11: "Session 11" (s11a-s11f as run;
@@ -45,8 +45,9 @@ case "${1:-}" in
       rm -f "$OUT/ncu_s20e.ncu-rep"
       ;;
   s21a)  # next session, call 1 (prepared in session 20, not yet run): first the final code's GPU tests and kernel table
-        # (session 20's last edit, the tile-load predicate for the sb kernel only, was checked offline: SASS equal to
-        # s20d's sb and s20c's row-group builds); then where the one-token AR step at 6x256x512 batch 2 loses to
+        # (session 20's last edits were checked offline only: the tile-load predicate for the sb kernel only, SASS
+        # equal to s20d's sb and s20c's row-group builds; the sb kernel's other forms removed, SASS of the one kept
+        # unchanged); then where the one-token AR step at 6x256x512 batch 2 loses to
         # Triton (the row-group BV-4 kernel 5.80 us, Triton 4.89, s20c; same grid of 1,536 single-warp CTAs, ~2.2
         # against ~2.6 TB/s of state traffic): Nsight Compute's speed of light, memory workload, occupancy and
         # per-instruction warp sampling of both kernels (ncu_chain.py --ar --batch 2), the source page summarised
