@@ -30,7 +30,7 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
-  s20e)  # session 20, call 5 (the last ~5 minutes of its device time): s21a without its GPU tests: build, the final code's
+  s20e)  # session 20, call 5 (not run: too little device time was left to start a machine): s21a without its GPU tests: build, the final code's
         # kernel table (its relative errors against Triton), then the AR step's profile
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16 VLLM_SPECLA_CUDA_LINEINFO=1
       timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
@@ -65,7 +65,7 @@ case "${1:-}" in
       grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Cycles Per Issued" \
           "$OUT/ncu_s21a_details.csv" | cut -d, -f5,13-15
       ;;
-  s20d)  # session 20, call 4: the state tile's loads predicated for rows past V (no select waiting on the tile before
+  s20d)  # (as run) session 20, call 4: the state tile's loads predicated for rows past V (no select waiting on the tile before
         # the first token's work; s20b's sampling: 151 of 985 samples on those selects): every CUDA chain test and the
         # dispatch tests, the automatic layout against Triton at batch 1 / 2, then AR (one token per row) in every
         # small-batch layout at BV 4 / 8 (AR at 6x256x512 batch 2 took 1.18x Triton's time in s20c)
@@ -77,7 +77,7 @@ case "${1:-}" in
       timeout 90 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1 --bv 0,8 \
           --layout auto,rowgroup,rowgroup8,rowgroup16,rs --out "$OUT/csrc_s20d_ar.json" 2>&1 | grep -v "^{" | grep -v -i warn
       ;;
-  s20c)  # session 20, call 3: the final code (sb kernel: PF 1 everywhere, BV 4 only while its warps are at most one per
+  s20c)  # (as run) session 20, call 3: the final code (sb kernel: PF 1 everywhere, BV 4 only while its warps are at most one per
         # scheduler; the dispatcher sends bf16 SpecLA steps at <= 16 (row, head) pairs to the CUDA kernel): every CUDA
         # chain test and the dispatch tests, the automatic layout against Triton at batch 1 / 2, then e2e at batch 1
         # (K = 4 / 6, alpha 0.8) with and without the CUDA csrc op, twice in alternation
@@ -93,7 +93,7 @@ case "${1:-}" in
         done
       done
       ;;
-  s20b)  # session 20, call 2: the prefetched bf16 v kept raw until its token (ldg_bits / widen_bits in the sb and row-group
+  s20b)  # (as run) session 20, call 2: the prefetched bf16 v kept raw until its token (ldg_bits / widen_bits in the sb and row-group
         # kernels; s20a's warp sampling found the sb kernel's BV-8 window stalled 292 of 1275 samples on one
         # instruction, the widening of the next token's v right after its load): every CUDA chain test and the
         # dispatch tests, the automatic layout and every sb prefetch form at BV 4 / 8 against Triton at batch 1 / 2,

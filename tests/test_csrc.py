@@ -651,11 +651,13 @@ def test_cuda_ut_forced_is_strict(monkeypatch):
                                         ("VLLM_SPECLA_CUDA_UT_ROWCOPY", "yes"), ("VLLM_SPECLA_CUDA_UT_TPC", "-1"),
                                         ("VLLM_SPECLA_CUDA_UT", "2"), ("VLLM_SPECLA_CUDA_REGCAP", "off"),
                                         ("VLLM_SPECLA_CUDA_RG_PREFETCH", "true"), ("VLLM_SPECLA_PDL", "2"),
-                                        ("VLLM_SPECLA_PDL", "x"), ("VLLM_SPECLA_CUDA_UT_VAR", "4"),
+                                        ("VLLM_SPECLA_PDL", "x"), ("VLLM_SPECLA_CUDA_SB_LATE", "2"),
+                                        ("VLLM_SPECLA_CUDA_SB_SCALED", "1"), ("VLLM_SPECLA_CUDA_UT_VAR", "4"),
                                         ("VLLM_SPECLA_CUDA_UT_VAR", "5"), ("VLLM_SPECLA_CUDA_UT_VAR", "x")])
 def test_cuda_tuning_variable_out_of_range_is_an_error(monkeypatch, name, value):
     """Every tuning variable of the CUDA binding rejects a value outside its list (a RuntimeError naming the
-    variable and the values it takes; e.g. VLLM_SPECLA_CUDA_UT_VAR=4 / 5, variants removed in session 8) before
+    variable and the values it takes; e.g. VLLM_SPECLA_CUDA_UT_VAR=4 / 5, variants removed in session 8; or, for
+    VLLM_SPECLA_CUDA_SB_LATE / _SB_SCALED, whose forms were removed in session 20, any value) before
     the kernel launches: the
     state and the banks are left as they were, and the next call with the variable unset runs. A stale or mistyped
     setting must not run another kernel form under its name."""
@@ -758,11 +760,12 @@ def test_cuda_small_batch_layouts_match_reference(monkeypatch, shape, rows, mode
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
 @pytest.mark.parametrize("layout,bv", [("auto", ""), ("sb", "4"), ("sb", "8")])
 @pytest.mark.parametrize("pending", [None, [7, 2]])
-@pytest.mark.parametrize("shape", [(6, 6, 256, 512), (2, 4, 128, 20)])
+@pytest.mark.parametrize("shape", [(6, 6, 256, 512), (2, 4, 128, 20), (2, 4, 128, 19)])
 def test_cuda_sb_long_windows_match_reference(monkeypatch, shape, pending, bv, layout):
     """Long windows (37 and 18 tokens, a bank of 38) through the sb kernel at BV 4 / 8 and the automatic layout
     (which takes the sb kernel at these 2 x 6 / 2 x 4 (row, head) pairs and picks its own BV) equal
-    chain_verify_ref: outputs, state and factor banks, with and without pending factors folded first."""
+    chain_verify_ref: outputs, state and factor banks, with and without pending factors folded first. V = 19: the
+    last value tile has rows past V at BV 4 and BV 8 (zero tile rows, v read from row 0 and zeroed at use)."""
     if layout == "auto":
         monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT", raising=False)
     else:

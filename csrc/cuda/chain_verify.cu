@@ -1446,7 +1446,7 @@ inline int sb_sms() {
 // dependent chain per token, so BV 4 (half the rows per warp) wins while no scheduler holds two of its warps and
 // BV 8 once one would. Session 20 (H100, RESULTS.md "Session 20"): 8x256x256 batch 1 (512 BV-4 warps, 528
 // schedulers) BV 4 0.86-0.88x BV 8's time; 6x256x512 batch 1 (768), 8x256x256 batch 2 (1024) and 6x256x512
-// batch 2 (1536) BV 8 0.94-0.96x, 0.95-0.98x and 0.75-0.79x BV 4's. (AR is told by N <= R, so a padded q sends
+// batch 2 (1536) BV 8 0.94-0.95x, 0.95-0.98x and 0.75-0.79x BV 4's. (AR is told by N <= R, so a padded q sends
 // AR rows here too, which is correct, only not measured.)
 int sb_auto(const ChainVerifyParams& p) {
   if (p.layout != kLayoutAuto || !p.in_bf16 || !p.vec_ok || (p.K != 128 && p.K != 256) || p.N <= p.R ||

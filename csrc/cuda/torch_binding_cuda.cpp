@@ -60,6 +60,13 @@ int env_choice(const char* name, std::initializer_list<int> allowed, int unset) 
   return unset;
 }
 
+// A tuning variable whose forms were removed: set (non-empty) is an error naming why, so an old A/B setting does
+// not run the remaining form under its name.
+void env_removed(const char* name, const char* why) {
+  const char* s = std::getenv(name);
+  TORCH_CHECK(s == nullptr || *s == '\0', name, " must be unset: ", why, "; got '", s == nullptr ? "" : s, "'");
+}
+
 // The index in `words` of environment variable `name`'s value; unset or empty: `unset`; anything else is an error.
 int env_word(const char* name, std::initializer_list<const char*> words, int unset) {
   const char* s = std::getenv(name);
@@ -231,6 +238,8 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   p.ut_row_copies = ut_row_copies_override();
   p.ut_auto = ut_auto_override();
   p.pdl = pdl_on();
+  env_removed("VLLM_SPECLA_CUDA_SB_LATE", "the sb kernel has one prefetch form since session 20 (PF 0 / 2 removed)");
+  env_removed("VLLM_SPECLA_CUDA_SB_SCALED", "the sb kernel's scaled tile was removed in session 20");
   p.H = static_cast<int>(q.size(1));
   p.K = static_cast<int>(q.size(2));
   p.HV = static_cast<int>(v.size(1));

@@ -111,12 +111,15 @@ def _use_ut(q: torch.Tensor, kw: dict, k: torch.Tensor | None = None) -> bool:
 # SpecLA-step windows (no write_final_state) at more than CUDA_MIN_PAIRS (row, value head) pairs,
 # where it measured 0.78-0.90x the Triton serial kernel's time on the H200 (v3, RESULTS.md,
 # csrc_cuda_v3.json) and, from 192 pairs, its UT-form kernel 0.59-0.84x for steps (session 5); the
-# binding picks v3 or the UT form by shape. At <= CUDA_MIN_PAIRS pairs it takes SpecLA steps (pending
-# factors given) with bf16 q / k / v on its 16-byte path with K = 128 / 256 (_cuda_small_step): its
+# binding picks v3 or the UT form by shape. At <= CUDA_MIN_PAIRS pairs it takes SpecLA steps (a pending_len
+# tensor given) with bf16 q / k / v on its 16-byte path with K = 128 / 256 (_cuda_small_step): its
 # small-batch lean kernel took 0.79-1.00x Triton's time for steps of 5 / 8 tokens at batch 1 / 2, both
-# GDN-1.3B head shapes (H200, RESULTS.md session 20, csrc_h200_s20d.json). Triton keeps AR (equal at
-# large batch; 1.01-1.19x faster at batch 1-2) and, at batch 1-2, verify windows without pending factors
-# (0.89-1.03x) and everything else. (The decode runtime's q / k / v are fp32, its conv output, so its
+# GDN-1.3B head shapes, and 0.89-1.03x for windows with nothing pending, which is what a step whose
+# pending counts are zero costs (H200, RESULTS.md session 20, csrc_h200_s20d.json; the rule cannot read the
+# counts without a host sync). Where the binding's sb_auto declines (its BV-8 warps more than the GPU holds
+# at once: far beyond the GDN-1.3B shapes on an H100 / H200) it runs the row-group kernels, unmeasured against
+# Triton since session 4. Triton keeps AR (equal at large batch; 1.01-1.19x faster at batch 1-2) and, at
+# batch 1-2, windows without a pending_len tensor and everything else. (The decode runtime's q / k / v are fp32, its conv output, so its
 # batch-1 steps stay on Triton: e2e_h200_s20c.jsonl.) VLLM_SPECLA_CUDA_CSRC=0 turns it off.
 USE_CUDA_CSRC = os.environ.get("VLLM_SPECLA_CUDA_CSRC", "1") not in ("", "0")
 CUDA_MIN_PAIRS = 16
@@ -133,9 +136,10 @@ def _use_cuda_csrc(kw: dict) -> bool:
 
 def _cuda_small_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kw: dict) -> bool:
     """Whether a window at <= CUDA_MIN_PAIRS (row, value head) pairs goes to the CUDA csrc kernel: a SpecLA
-    step (``pending_len`` given, no ``write_final_state``) of more tokens than rows, bf16 q / k / v on the
-    binding's 16-byte path with K = 128 / 256 (where its automatic layout runs the small-batch lean kernel,
-    ``sb_auto`` in ``csrc/cuda/chain_verify.cu``)."""
+    step (a ``pending_len`` tensor given, whatever its counts; no ``write_final_state``) of more tokens than
+    rows, bf16 q / k / v on the binding's 16-byte path with K = 128 / 256 (where its automatic layout runs the
+    small-batch lean kernel, ``sb_auto`` in ``csrc/cuda/chain_verify.cu``). Shapes and strides only: no host
+    sync, CUDA-graph safe."""
     if not (USE_CUDA_CSRC and _cpp.CUDA_LOADED) or kw.get("write_final_state", False) or kw.get("pending_len") is None:
         return False
     rows = kw["cu_seqlens"].numel() - 1
