@@ -30,20 +30,6 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
-  s20e)  # session 20, call 5 (not run: too little device time was left to start a machine): s21a without its GPU tests: build, the final code's
-        # kernel table (its relative errors against Triton), then the AR step's profile
-      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16 VLLM_SPECLA_CUDA_LINEINFO=1
-      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
-      timeout 60 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --layout auto \
-          --out "$OUT/csrc_s20e.json" 2>&1 | grep -v "^{" | grep -v -i warn
-      timeout 120 ncu --kernel-name regex:chain_verify --launch-skip 2 --launch-count 2 --section SpeedOfLight \
-          --section MemoryWorkloadAnalysis --section Occupancy --section SourceCounters --section WarpStateStats \
-          --import-source yes -o "$OUT/ncu_s20e" -f python benchmarks/ncu_chain.py --ar --batch 2 2>&1 | tail -2
-      ncu -i "$OUT/ncu_s20e.ncu-rep" --page details --csv > "$OUT/ncu_s20e_details.csv" 2>&1
-      ncu -i "$OUT/ncu_s20e.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_s20e_sass.csv" 2>&1
-      python benchmarks/ncu_sass_stalls.py "$OUT/ncu_s20e_sass.csv" --top 10 --out "$OUT/ncu_stalls_s20e.json"
-      rm -f "$OUT/ncu_s20e.ncu-rep"
-      ;;
   s21a)  # next session, call 1 (prepared in session 20, not yet run): first the final code's GPU tests and kernel table
         # (session 20's last edits were checked offline only: the tile-load predicate for the sb kernel only, SASS
         # equal to s20d's sb and s20c's row-group builds; the sb kernel's other forms removed, SASS of the one kept

@@ -1403,10 +1403,10 @@ cudaError_t dispatch_sb(const ChainVerifyParams& p, int bv, cudaStream_t stream)
   return bv == 4 ? launch_sb<K, 1>(p, stream) : launch_sb<K, 2>(p, stream);
 }
 
-// Resident single-warp CTAs of the sb kernel <RPL, KPL> on the current GPU (occupancy x SMs), asked
-// once per device (a mutex-guarded cache: host threads may launch concurrently).
-template <int RPL, int KPL>
-int sb_wave() {
+// query(dev) for the current device, asked once per device and call site (each lambda type has its own cache; a
+// mutex guards it, since host threads may launch concurrently).
+template <typename Query>
+int per_device(Query&& query) {
   static std::mutex mu;
   static std::unordered_map<int, int> known;
   int dev = 0;
@@ -1414,29 +1414,30 @@ int sb_wave() {
   const std::lock_guard<std::mutex> lock(mu);
   const auto it = known.find(dev);
   if (it != known.end()) return it->second;
-  int sms = 0, per_sm = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_verify_sb_kernel<RPL, KPL>, 32, 0) !=
-          cudaSuccess)
-    (void)cudaGetLastError();  // (only this query's error; the wave then counts as 1 warp: the sb rule declines)
-  const int w = std::max(1, sms * per_sm);
-  known.emplace(dev, w);
-  return w;
+  const int v = query(dev);
+  known.emplace(dev, v);
+  return v;
 }
 
-// Streaming multiprocessors of the current GPU, asked once per device (mutex-guarded cache, as sb_wave).
+// Streaming multiprocessors of the current GPU (0 when the query failed: sb_auto then never picks BV 4).
 inline int sb_sms() {
-  static std::mutex mu;
-  static std::unordered_map<int, int> known;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
-  const std::lock_guard<std::mutex> lock(mu);
-  const auto it = known.find(dev);
-  if (it != known.end()) return it->second;
-  int sms = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) (void)cudaGetLastError();
-  known.emplace(dev, sms);  // (0 when the query failed: BV 4 is then never picked)
-  return sms;
+  return per_device([](int dev) {
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) (void)cudaGetLastError();
+    return sms;
+  });
+}
+
+// Resident single-warp CTAs of the sb kernel <RPL, KPL> on the current GPU (occupancy x SMs; at least 1: when a
+// query failed the wave counts as 1 warp and the sb rule declines).
+template <int RPL, int KPL>
+int sb_wave() {
+  return per_device([](int) {
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_verify_sb_kernel<RPL, KPL>, 32, 0) != cudaSuccess)
+      (void)cudaGetLastError();  // (only this query's error)
+    return std::max(1, sb_sms() * per_sm);
+  });
 }
 
 // The automatic layout's use of the sb kernel: bf16 windows of several tokens (verify / SpecLA step, not AR) on
