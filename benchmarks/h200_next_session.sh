@@ -30,7 +30,43 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
-  s21a)  # next session, call 1 (prepared in session 20, not yet run): first the final code's GPU tests and kernel table
+  s21c)  # session 21, call 3: 4-key lane pieces in the row-group kernels' one-ahead body (VLLM_SPECLA_CUDA_RG_PIECE=4,
+        # the new default: every 16-byte state / bank access of a warp covers whole 128-byte lines, as Triton's; 8 =
+        # the layout before, whose loads and stores touch half sectors; s21b: the lane-pair swap of the stores alone
+        # took AR 6x256x512 batch 2 from 5.9 to 5.7 us, Triton 4.9): the CUDA chain tests and the dispatch tests,
+        # the kernel table at batch 1 / 2 with (piece, store swap) = (4, 1) (8, 1) (4, 0) (8, 0), twice; then
+        # Nsight Compute (cold L2, as in a 24-layer decode step) of AR at batch 2, pieces 4 and 8, against Triton
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s21c 240 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
+      for rep in 1 2; do for pw in 4 8; do for sw in 1 0; do
+        echo "== rg_piece $pw store_swap $sw (rep $rep)"
+        VLLM_SPECLA_CUDA_RG_PIECE=$pw VLLM_SPECLA_CUDA_STORE_SWAP=$sw timeout 60 python benchmarks/bench_csrc_cuda.py \
+            --batches 1,2 --Ts 1,5,8 --layout auto --out "$OUT/csrc_s21c_pw${pw}_sw${sw}_r$rep.json" 2>&1 \
+            | grep -v "^{" | grep -v -i warn | grep -E "ar|step|verify" | tr -s ' ' | paste -sd';'
+      done; done; done
+      for pw in 4 8; do
+        VLLM_SPECLA_CUDA_RG_PIECE=$pw timeout 90 ncu --kernel-name regex:chain_verify --launch-skip 2 --launch-count 2 \
+            --section SpeedOfLight --section MemoryWorkloadAnalysis -o "$OUT/ncu_s21c_pw$pw" -f \
+            python benchmarks/ncu_chain.py --ar --batch 2 2>&1 | tail -1
+        ncu -i "$OUT/ncu_s21c_pw$pw.ncu-rep" --page details --csv > "$OUT/ncu_s21c_pw${pw}_details.csv" 2>&1
+        python benchmarks/ncu_details.py "$OUT/ncu_s21c_pw${pw}_details.csv"
+      done
+      ;;
+  s21b)  # (as run) session 21, call 2: full-sector state stores (rg_store_tile: lanes s, s ^ 1 swap half pieces; s21a's
+        # sampling put 110 of 523 samples of the AR kernel on draining its half-sector stores at exit, Triton 19 of
+        # 409): every CUDA chain test and the dispatch tests on the new default, then the kernel table at batch 1 / 2
+        # with VLLM_SPECLA_CUDA_STORE_SWAP=1 / 0 / 1 / 0 (A/B in alternation, one build)
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s21b 200 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
+      for rep in 1 2; do for sw in 1 0; do
+        echo "== store_swap $sw (rep $rep)"
+        VLLM_SPECLA_CUDA_STORE_SWAP=$sw timeout 60 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 \
+            --layout auto --out "$OUT/csrc_s21b_sw${sw}_r$rep.json" 2>&1 | grep -v "^{" | grep -v -i warn
+      done; done
+      ;;
+  s21a)  # (as run) session 21, call 1: first the final code's GPU tests and kernel table
         # (session 20's last edits were checked offline only: the tile-load predicate for the sb kernel only, SASS
         # equal to s20d's sb and s20c's row-group builds; the sb kernel's other forms removed, SASS of the one kept
         # unchanged); then where the one-token AR step at 6x256x512 batch 2 loses to

@@ -653,7 +653,8 @@ def test_cuda_ut_forced_is_strict(monkeypatch):
                                         ("VLLM_SPECLA_CUDA_RG_PREFETCH", "true"), ("VLLM_SPECLA_PDL", "2"),
                                         ("VLLM_SPECLA_PDL", "x"), ("VLLM_SPECLA_CUDA_SB_LATE", "2"),
                                         ("VLLM_SPECLA_CUDA_SB_SCALED", "1"), ("VLLM_SPECLA_CUDA_UT_VAR", "4"),
-                                        ("VLLM_SPECLA_CUDA_UT_VAR", "5"), ("VLLM_SPECLA_CUDA_UT_VAR", "x")])
+                                        ("VLLM_SPECLA_CUDA_UT_VAR", "5"), ("VLLM_SPECLA_CUDA_UT_VAR", "x"),
+                                        ("VLLM_SPECLA_CUDA_STORE_SWAP", "on"), ("VLLM_SPECLA_CUDA_RG_PIECE", "16")])
 def test_cuda_tuning_variable_out_of_range_is_an_error(monkeypatch, name, value):
     """Every tuning variable of the CUDA binding rejects a value outside its list (a RuntimeError naming the
     variable and the values it takes; e.g. VLLM_SPECLA_CUDA_UT_VAR=4 / 5, variants removed in session 8; or, for
@@ -754,6 +755,69 @@ def test_cuda_small_batch_layouts_match_reference(monkeypatch, shape, rows, mode
              seed=zlib.crc32(repr((shape, rows, mode, layout, bv)).encode()) % 997)
     c.g, c.bank_g = c.g * decay, c.bank_g * decay
     assert_matches_reference(c, record, pend is not None, wfs)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("layout,bv", [("auto", "4"), ("rowgroup", "8"), ("rowgroup8", "8"), ("rowgroup16", "")])
+@pytest.mark.parametrize("mode", list(SMALL_CASES))
+@pytest.mark.parametrize("shape", [(6, 6, 256, 512), (2, 4, 128, 20)])
+def test_cuda_row_group_piece_widths_match_reference(monkeypatch, shape, mode, layout, bv, dtype):
+    """The row-group kernels' one-ahead body with 8-key lane pieces (VLLM_SPECLA_CUDA_RG_PIECE=8, the layout before
+    session 21) and 4-key pieces (=4, the default; the other small-batch tests run it): outputs, state and factor
+    banks equal chain_verify_ref (the pieces change which keys a lane sums, so the two agree to the tolerance, not
+    bit for bit), in each row-group form, bf16 and fp32 inputs."""
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", layout)
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_BV", bv)
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_RG_PREFETCH", "0")  # the one-ahead body for every mode
+    if layout == "auto":
+        monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT")
+    assert _cpp.load_cuda()
+    lens, pend, record, wfs = SMALL_CASES[mode]
+    H, HV, K, V = shape
+    for piece in ("8", "4"):
+        monkeypatch.setenv("VLLM_SPECLA_CUDA_RG_PIECE", piece)
+        c = Case(lens, H, HV, K, V, S=5, Tmax=9, dtype=dtype, pending=pend,
+                 seed=zlib.crc32(repr((shape, mode, layout, bv, piece)).encode()) % 997)
+        assert_matches_reference(c, record, pend is not None, wfs)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
+@pytest.mark.parametrize("layout", ["auto", "sb", "rowgroup8", "rowgroup16"])
+@pytest.mark.parametrize("bv", ["4", "8"])
+@pytest.mark.parametrize("mode", list(SMALL_CASES))
+@pytest.mark.parametrize("shape", [(6, 6, 256, 512), (2, 4, 128, 20)])
+def test_cuda_small_batch_store_forms_are_bit_identical(monkeypatch, shape, mode, bv, layout):
+    """The row-group and sb kernels' state stores (chain_verify.cu, rg_store_tile): full sectors through a lane-pair
+    swap (VLLM_SPECLA_CUDA_STORE_SWAP=1, the default) and the half-sector form (=0) store the same values, so outputs,
+    state and banks are equal bit for bit, in every small-batch layout at BV 4 / 8, for windows, pending folds (the
+    state written back before the window), AR steps and commits; V = 20 leaves rows past V in the last tile (skipped
+    by both forms: the state rows of other slots and the padding stay as they were)."""
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_BV", bv)
+    if layout == "auto":
+        monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT", raising=False)
+    else:
+        monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", layout)
+    assert _cpp.load_cuda()
+    lens, pend, record, wfs = SMALL_CASES[mode]
+    H, HV, K, V = shape
+    c = Case(lens, H, HV, K, V, S=5, Tmax=9, dtype=torch.bfloat16, pending=pend,
+             seed=zlib.crc32(repr((shape, mode, layout, bv, "swap")).encode()) % 997)
+    dev = torch.device("cuda")
+    outs = []
+    for swap in ("1", "0"):
+        monkeypatch.setenv("VLLM_SPECLA_CUDA_STORE_SWAP", swap)
+        m_gpu = [t.to(dev) for t in c.mutables()]
+        kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t)
+              for a, t in c.kwargs(m_gpu, record, pend is not None, wfs).items()}
+        outs.append((_cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw).cpu(), [t.cpu() for t in m_gpu]))
+    (o1, m1), (o0, m0) = outs
+    assert torch.equal(o1, o0)
+    assert all(torch.equal(x, y) for x, y in zip(m1, m0))
+    if wfs or pend is not None:  # the modes that write the state (a final state, or pending factors folded)
+        assert not torch.equal(m1[0], c.mutables()[0])
 
 
 @pytest.mark.gpu

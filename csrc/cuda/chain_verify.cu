@@ -612,47 +612,64 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 // Key index of a lane's c-th element (sub-lane s of a row with LPR lanes).
-template <int LPR>
+// PW: keys per piece, 8 (every kernel before session 21; the sb kernel) or 4 (the row-group kernels' session-21 A/B).
+template <int LPR, int PW = 8>
 __device__ __forceinline__ int rg_key(int s, int c) {
-  return ((c >> 3) * LPR + s) * 8 + (c & 7);
+  static_assert(PW == 4 || PW == 8, "piece width");
+  return ((c / PW) * LPR + s) * PW + (c % PW);
 }
 
 // KPL fp32 keys of a row (unit key stride, 16-byte aligned row start; global or shared memory).
-template <int LPR, int KPL>
+template <int LPR, int KPL, int PW = 8>
 __device__ __forceinline__ void rg_load_row(const float* row, int s, float* out) {
 #pragma unroll
   for (int c = 0; c < KPL; c += 4) {
-    const float4 x = *reinterpret_cast<const float4*>(row + rg_key<LPR>(s, c));
+    const float4 x = *reinterpret_cast<const float4*>(row + rg_key<LPR, PW>(s, c));
     out[c] = x.x, out[c + 1] = x.y, out[c + 2] = x.z, out[c + 3] = x.w;
   }
 }
 
-template <int LPR, int KPL>
+template <int LPR, int KPL, int PW = 8>
 __device__ __forceinline__ void rg_store_row(float* row, int s, const float* in) {
 #pragma unroll
   for (int c = 0; c < KPL; c += 4)
-    *reinterpret_cast<float4*>(row + rg_key<LPR>(s, c)) = make_float4(in[c], in[c + 1], in[c + 2], in[c + 3]);
+    *reinterpret_cast<float4*>(row + rg_key<LPR, PW>(s, c)) = make_float4(in[c], in[c + 1], in[c + 2], in[c + 3]);
 }
 
 // KPL keys of a q / k row staged in shared memory (TIn elements), widened to fp32.
-template <typename TIn, int LPR, int KPL>
+template <typename TIn, int LPR, int KPL, int PW = 8>
 __device__ __forceinline__ void rg_smem_row(const TIn* row, int s, float* out) {
+  if constexpr (PW == 4) {  // one 16-byte (fp32) or 8-byte (bf16) load per piece
 #pragma unroll
-  for (int c = 0; c < KPL; c += 8) {
-    const TIn* pc = row + rg_key<LPR>(s, c);
-    if constexpr (sizeof(TIn) == 4) {
-      const float4 a = *reinterpret_cast<const float4*>(pc);
-      const float4 b = *reinterpret_cast<const float4*>(pc + 4);
-      out[c] = a.x, out[c + 1] = a.y, out[c + 2] = a.z, out[c + 3] = a.w;
-      out[c + 4] = b.x, out[c + 5] = b.y, out[c + 6] = b.z, out[c + 7] = b.w;
-    } else {
-      // 8 bf16 in one 16-byte load; bf16 -> fp32 is exact: the 16 bits become the high half
-      const uint4 raw = *reinterpret_cast<const uint4*>(pc);
-      const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+    for (int c = 0; c < KPL; c += 4) {
+      const TIn* pc = row + rg_key<LPR, 4>(s, c);
+      if constexpr (sizeof(TIn) == 4) {
+        const float4 a = *reinterpret_cast<const float4*>(pc);
+        out[c] = a.x, out[c + 1] = a.y, out[c + 2] = a.z, out[c + 3] = a.w;
+      } else {
+        const uint2 raw = *reinterpret_cast<const uint2*>(pc);
+        out[c] = __uint_as_float(raw.x << 16), out[c + 1] = __uint_as_float(raw.x & 0xffff0000u);
+        out[c + 2] = __uint_as_float(raw.y << 16), out[c + 3] = __uint_as_float(raw.y & 0xffff0000u);
+      }
+    }
+  } else {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        out[c + 2 * e] = __uint_as_float(w[e] << 16);
-        out[c + 2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u);
+    for (int c = 0; c < KPL; c += 8) {
+      const TIn* pc = row + rg_key<LPR>(s, c);
+      if constexpr (sizeof(TIn) == 4) {
+        const float4 a = *reinterpret_cast<const float4*>(pc);
+        const float4 b = *reinterpret_cast<const float4*>(pc + 4);
+        out[c] = a.x, out[c + 1] = a.y, out[c + 2] = a.z, out[c + 3] = a.w;
+        out[c + 4] = b.x, out[c + 5] = b.y, out[c + 6] = b.z, out[c + 7] = b.w;
+      } else {
+        // 8 bf16 in one 16-byte load; bf16 -> fp32 is exact: the 16 bits become the high half
+        const uint4 raw = *reinterpret_cast<const uint4*>(pc);
+        const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          out[c + 2 * e] = __uint_as_float(w[e] << 16);
+          out[c + 2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u);
+        }
       }
     }
   }
@@ -745,7 +762,7 @@ __device__ __forceinline__ void rg_reduce(const ChainVerifyParams& p, const floa
 
 // One window token n (t = n - bos) on the tile m, its inputs in registers (q / k: the lane's KPL
 // keys; v: the lane's RPL rows): partial sums, butterfly, v~ and o, the tile update, the stores.
-template <int LPR, int RPL, int KPL>
+template <int LPR, int RPL, int KPL, int PW = 8>
 __device__ __forceinline__ void rg_token(const ChainVerifyParams& p, const RgCtx<RPL>& cx, int64_t n, int64_t t,
                                          const float (&q)[KPL], const float (&k)[KPL], const float (&v)[RPL],
                                          float g, float b, float (&m)[RPL][KPL]) {
@@ -806,7 +823,7 @@ __device__ __forceinline__ void rg_token(const ChainVerifyParams& p, const RgCtx
     if (cx.g_writer)
       p.bank_g[cx.slot * p.bg_stride[0] + cx.wb * p.bg_stride[1] + t * p.bg_stride[2] + cx.hv * p.bg_stride[3]] = g;
     if (cx.k_writer)
-      rg_store_row<LPR, KPL>(p.bank_k + cx.slot * p.bk_stride[0] + cx.wb * p.bk_stride[1] + t * p.bk_stride[2] +
+      rg_store_row<LPR, KPL, PW>(p.bank_k + cx.slot * p.bk_stride[0] + cx.wb * p.bk_stride[1] + t * p.bk_stride[2] +
                                  cx.h * p.bk_stride[3],
                              cx.s, kh);
   }
@@ -845,14 +862,14 @@ __device__ __forceinline__ void rg_setup(const ChainVerifyParams& p, RgCtx<RPL>&
 // 20, s20b's sampling: 151 of 985 samples on those selects; steps 0.3-0.5 us faster, s20d); else (the row-group
 // kernels) rows past V re-read row V - 1 unconditionally and are zeroed after (s20d measured one-token AR on the
 // predicated form 0.3 us slower in 3 of 4 small-batch shapes than s20c on this one).
-template <int LPR, int RPL, int KPL, bool PRED = false>
+template <int LPR, int RPL, int KPL, bool PRED = false, int PW = 8>
 __device__ __forceinline__ void rg_load_tile(const float* st, const ChainVerifyParams& p, const RgCtx<RPL>& cx,
                                              float (&m)[RPL][KPL]) {
   if constexpr (PRED) {
 #pragma unroll
     for (int j = 0; j < RPL; ++j) {
       if (cx.vcol[j] >= 0) {
-        rg_load_row<LPR, KPL>(st + cx.vcol[j] * p.st_stride[2], cx.s, m[j]);
+        rg_load_row<LPR, KPL, PW>(st + cx.vcol[j] * p.st_stride[2], cx.s, m[j]);
       } else {
 #pragma unroll
         for (int c = 0; c < KPL; ++c) m[j][c] = 0.f;
@@ -863,7 +880,7 @@ __device__ __forceinline__ void rg_load_tile(const float* st, const ChainVerifyP
     const int vt0 = blockIdx.x * BV;
 #pragma unroll
     for (int j = 0; j < RPL; ++j)
-      rg_load_row<LPR, KPL>(st + min(vt0 + cx.rg * RPL + j, p.V - 1) * p.st_stride[2], cx.s, m[j]);
+      rg_load_row<LPR, KPL, PW>(st + min(vt0 + cx.rg * RPL + j, p.V - 1) * p.st_stride[2], cx.s, m[j]);
 #pragma unroll
     for (int j = 0; j < RPL; ++j) {
       if (cx.vcol[j] < 0) {
@@ -874,11 +891,51 @@ __device__ __forceinline__ void rg_load_tile(const float* st, const ChainVerifyP
   }
 }
 
+// The lane's RPL tile rows stored to the state slot (rows past V skipped). Each 8-key piece of a lane is one 32-byte
+// sector that rg_store_row writes as two half-sector stores (a warp's 16-byte store touches 32 sectors, half each:
+// twice the L2 store requests of a coalesced store; s21a's sampling of one-token AR at 6x256x512 batch 2: 110 of 523
+// samples draining the stores at exit, Triton's kernel 19 of 409). With p.store_swap (session 21) lanes s and s ^ 1
+// of a row (LPR even) swap half pieces (4 shuffles per piece), and the pair writes the even lane's sector in its
+// first 16-byte store and the odd lane's in its second: 16 full sectors per warp store. Every lane must call it
+// (the shuffles); the values stored are unchanged.
+template <int LPR, int RPL, int KPL, int PW = 8>
+__device__ __forceinline__ void rg_store_tile(float* st, const ChainVerifyParams& p, const RgCtx<RPL>& cx,
+                                              const float (&m)[RPL][KPL]) {
+  if constexpr (LPR % 2 == 0 && PW == 8) {
+    if (p.store_swap) {
+      const bool odd = (cx.s & 1) != 0;
+#pragma unroll
+      for (int j = 0; j < RPL; ++j) {
+        float* const row = st + (cx.vcol[j] >= 0 ? cx.vcol[j] : 0) * p.st_stride[2];
+#pragma unroll
+        for (int c = 0; c < KPL; c += 8) {
+          float r[4];  // even lane: the odd lane's keys 0-3; odd lane: the even lane's keys 4-7
+#pragma unroll
+          for (int i = 0; i < 4; ++i) r[i] = __shfl_xor_sync(kFull, odd ? m[j][c + i] : m[j][c + 4 + i], 1);
+          const int b = rg_key<LPR>(cx.s, c);  // the lane's piece; the pair's even piece at b - 8 * odd
+          const float4 lo = odd ? make_float4(r[0], r[1], r[2], r[3])
+                                : make_float4(m[j][c], m[j][c + 1], m[j][c + 2], m[j][c + 3]);
+          const float4 hi = odd ? make_float4(m[j][c + 4], m[j][c + 5], m[j][c + 6], m[j][c + 7])
+                                : make_float4(r[0], r[1], r[2], r[3]);
+          if (cx.vcol[j] >= 0) {
+            *reinterpret_cast<float4*>(row + (odd ? b - 4 : b)) = lo;      // even piece, keys 0-3 / 4-7
+            *reinterpret_cast<float4*>(row + (odd ? b + 4 : b + 8)) = hi;  // odd piece, keys 0-3 / 4-7
+          }
+        }
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < RPL; ++j)
+    if (cx.vcol[j] >= 0) rg_store_row<LPR, KPL, PW>(st + cx.vcol[j] * p.st_stride[2], cx.s, m[j]);
+}
+
 // One warp per (value tile of BV = (32 / LPR) * RPL rows, value head hv, request row r); K = LPR * KPL
 // (16-byte path only: vec_ok). Same steps and writer rules as chain_verify_body, in the row-group
 // layout. RG_PREFETCH = 0 variant: q / k of token t+1 are copied to shared memory (cp.async) while
 // token t computes, its v / g / beta loaded into registers; pending factors loaded one ahead.
-template <typename TIn, int LPR, int RPL, int KPL>
+template <typename TIn, int LPR, int RPL, int KPL, int PW>
 __device__ __forceinline__ void chain_verify_rg_body(const ChainVerifyParams& p) {
   constexpr int K = LPR * KPL;
   static_assert(32 % LPR == 0 && KPL % 8 == 0, "row-group layout");
@@ -897,7 +954,7 @@ __device__ __forceinline__ void chain_verify_rg_body(const ChainVerifyParams& p)
 
   float* const st = p.state + cx.slot * p.st_stride[0] + hv * p.st_stride[1];
   float m[RPL][KPL];
-  rg_load_tile<LPR, RPL, KPL>(st, p, cx, m);
+  rg_load_tile<LPR, RPL, KPL, false, PW>(st, p, cx, m);
 
   // fused deferred commit: M = e^{g_u} M + v~_u k_u^T per pending factor; the next factor's k row,
   // v~ values and g are loaded while one is folded
@@ -906,7 +963,7 @@ __device__ __forceinline__ void chain_verify_rg_body(const ChainVerifyParams& p)
     const float* bvp = p.bank_v + cx.slot * p.bv_stride[0] + rb * p.bv_stride[1] + hv * p.bv_stride[3];
     const float* bgp = p.bank_g + cx.slot * p.bg_stride[0] + rb * p.bg_stride[1] + hv * p.bg_stride[3];
     float kn[KPL], vn[RPL], gn;
-    rg_load_row<LPR, KPL>(bkp, s, kn);
+    rg_load_row<LPR, KPL, PW>(bkp, s, kn);
 #pragma unroll
     for (int j = 0; j < RPL; ++j) vn[j] = cx.vcol[j] >= 0 ? bvp[cx.vcol[j] * p.bv_stride[4]] : 0.f;
     gn = bgp[0];
@@ -918,7 +975,7 @@ __device__ __forceinline__ void chain_verify_rg_body(const ChainVerifyParams& p)
       for (int j = 0; j < RPL; ++j) vc[j] = vn[j];
       const float eg = __expf(gn);
       if (u + 1 < np) {
-        rg_load_row<LPR, KPL>(bkp + (u + 1) * p.bk_stride[2], s, kn);
+        rg_load_row<LPR, KPL, PW>(bkp + (u + 1) * p.bk_stride[2], s, kn);
 #pragma unroll
         for (int j = 0; j < RPL; ++j)
           vn[j] = cx.vcol[j] >= 0 ? bvp[(u + 1) * p.bv_stride[2] + cx.vcol[j] * p.bv_stride[4]] : 0.f;
@@ -927,9 +984,7 @@ __device__ __forceinline__ void chain_verify_rg_body(const ChainVerifyParams& p)
       rg_fold<RPL, KPL>(m, kc, vc, eg);
     }
     if (!p.write_final_state) {
-#pragma unroll
-      for (int j = 0; j < RPL; ++j)
-        if (cx.vcol[j] >= 0) rg_store_row<LPR, KPL>(st + cx.vcol[j] * p.st_stride[2], s, m[j]);
+      rg_store_tile<LPR, RPL, KPL, PW>(st, p, cx, m);
     }
   }
 
@@ -944,17 +999,15 @@ __device__ __forceinline__ void chain_verify_rg_body(const ChainVerifyParams& p)
     cp_async_wait<1>();  // token t's group has landed (this lane's copies) ...
     __syncwarp();        // ... and every lane's
     float q[KPL], k[KPL];
-    rg_smem_row<TIn, LPR, KPL>(qk[cb][0], s, q);
-    rg_smem_row<TIn, LPR, KPL>(qk[cb][1], s, k);
+    rg_smem_row<TIn, LPR, KPL, PW>(qk[cb][0], s, q);
+    rg_smem_row<TIn, LPR, KPL, PW>(qk[cb][1], s, k);
     float v[RPL];  // widened here, a token after its load (rows past V: 0)
 #pragma unroll
     for (int j = 0; j < RPL; ++j) v[j] = cx.vcol[j] >= 0 ? widen_bits<TIn>(cur.v[j]) : 0.f;
-    rg_token<LPR, RPL, KPL>(p, cx, n, t, q, k, v, cur.g, cur.b, m);
+    rg_token<LPR, RPL, KPL, PW>(p, cx, n, t, q, k, v, cur.g, cur.b, m);
   }
   if (p.write_final_state) {
-#pragma unroll
-    for (int j = 0; j < RPL; ++j)
-      if (cx.vcol[j] >= 0) rg_store_row<LPR, KPL>(st + cx.vcol[j] * p.st_stride[2], s, m[j]);
+    rg_store_tile<LPR, RPL, KPL, PW>(st, p, cx, m);
   }
 }
 
@@ -989,7 +1042,7 @@ __host__ __device__ constexpr int rg_stages() {
 // row's last item), so cp.async.wait_group NB - 2 at item i means item i has landed for this lane;
 // the __syncwarp after it makes every lane's copies visible and guarantees every lane is done with
 // item i - 1, whose stage the next issue refills.
-template <typename TIn, int LPR, int RPL, int KPL>
+template <typename TIn, int LPR, int RPL, int KPL, int PW>
 __device__ __forceinline__ void chain_verify_rg_body_pf(const ChainVerifyParams& p) {
   constexpr int BV = (32 / LPR) * RPL;
   constexpr int K = LPR * KPL;
@@ -1072,7 +1125,7 @@ __device__ __forceinline__ void chain_verify_rg_body_pf(const ChainVerifyParams&
   issue(0, RgTok<false>{});
   float* const st = p.state + cx.slot * p.st_stride[0] + hv * p.st_stride[1];
   float m[RPL][KPL];
-  rg_load_tile<LPR, RPL, KPL>(st, p, cx, m);
+  rg_load_tile<LPR, RPL, KPL, false, PW>(st, p, cx, m);
 #pragma unroll 1
   for (int i = 1; i < NB - 1; ++i) issue(i, RgTok<false>{});
 
@@ -1084,15 +1137,13 @@ __device__ __forceinline__ void chain_verify_rg_body_pf(const ChainVerifyParams&
       issue(u + NB - 1, RgTok<false>{});  // into item u - 1's stage
       const int sg = u & (NB - 1);
       float kc[KPL], vc[RPL];
-      rg_load_row<LPR, KPL>(reinterpret_cast<const float*>(rows[sg]), s, kc);
+      rg_load_row<LPR, KPL, PW>(reinterpret_cast<const float*>(rows[sg]), s, kc);
 #pragma unroll
       for (int j = 0; j < RPL; ++j) vc[j] = cx.vcol[j] >= 0 ? sc[sg][cx.rg * RPL + j] : 0.f;
       rg_fold<RPL, KPL>(m, kc, vc, __expf(sc[sg][BV]));
     }
     if (!p.write_final_state) {
-#pragma unroll
-      for (int j = 0; j < RPL; ++j)
-        if (cx.vcol[j] >= 0) rg_store_row<LPR, KPL>(st + cx.vcol[j] * p.st_stride[2], s, m[j]);
+      rg_store_tile<LPR, RPL, KPL, PW>(st, p, cx, m);
     }
   }
 
@@ -1106,33 +1157,36 @@ __device__ __forceinline__ void chain_verify_rg_body_pf(const ChainVerifyParams&
     const TIn* qs = reinterpret_cast<const TIn*>(rows[sg]);
     const TIn* vs = reinterpret_cast<const TIn*>(sc[sg]);
     float q[KPL], k[KPL], v[RPL];
-    rg_smem_row<TIn, LPR, KPL>(qs, s, q);
-    rg_smem_row<TIn, LPR, KPL>(qs + K, s, k);
+    rg_smem_row<TIn, LPR, KPL, PW>(qs, s, q);
+    rg_smem_row<TIn, LPR, KPL, PW>(qs + K, s, k);
 #pragma unroll
     for (int j = 0; j < RPL; ++j) v[j] = cx.vcol[j] >= 0 ? rg_smem1(vs + cx.rg * RPL + j) : 0.f;
-    rg_token<LPR, RPL, KPL>(p, cx, bos + t, t, q, k, v, sc[sg][BV], sc[sg][BV + 1], m);
+    rg_token<LPR, RPL, KPL, PW>(p, cx, bos + t, t, q, k, v, sc[sg][BV], sc[sg][BV + 1], m);
   }
   if (p.write_final_state) {
-#pragma unroll
-    for (int j = 0; j < RPL; ++j)
-      if (cx.vcol[j] >= 0) rg_store_row<LPR, KPL>(st + cx.vcol[j] * p.st_stride[2], s, m[j]);
+    rg_store_tile<LPR, RPL, KPL, PW>(st, p, cx, m);
   }
 }
 
-template <typename TIn, int LPR, int RPL, int KPL, bool PF>
+template <typename TIn, int LPR, int RPL, int KPL, bool PF, int PW>
 __global__ void __launch_bounds__(32) chain_verify_rg_kernel(const ChainVerifyParams p) {
   pdl_enter();
   if constexpr (PF)
-    chain_verify_rg_body_pf<TIn, LPR, RPL, KPL>(p);
+    chain_verify_rg_body_pf<TIn, LPR, RPL, KPL, PW>(p);
   else
-    chain_verify_rg_body<TIn, LPR, RPL, KPL>(p);
+    chain_verify_rg_body<TIn, LPR, RPL, KPL, PW>(p);
 }
 
+// PW (session 21 A/B, p.rg_piece): 4-key pieces only on the one-ahead body (PF false); the ring stays at 8.
 template <typename TIn, int LPR, int RPL, int K, bool PF>
 cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
   constexpr int BV = (32 / LPR) * RPL;
   const dim3 grid((p.V + BV - 1) / BV, p.HV, p.R);
-  return launch_pdl(chain_verify_rg_kernel<TIn, LPR, RPL, K / LPR, PF>, grid, dim3(32), 0, stream, p.pdl, p);
+  if constexpr (!PF) {
+    if (p.rg_piece == 4)
+      return launch_pdl(chain_verify_rg_kernel<TIn, LPR, RPL, K / LPR, PF, 4>, grid, dim3(32), 0, stream, p.pdl, p);
+  }
+  return launch_pdl(chain_verify_rg_kernel<TIn, LPR, RPL, K / LPR, PF, 8>, grid, dim3(32), 0, stream, p.pdl, p);
 }
 
 // ---- small-batch lean kernel (kLayoutSB) --------------------------------------------------------------
@@ -1207,13 +1261,11 @@ __device__ __forceinline__ void sb_load(const ChainVerifyParams& p, const SbPtr&
   x.b = __ldg(w.b + t * p.tok_stride[4]);
 }
 
-// The lane's RPL tile rows, stored (state slot rows; rows past V skipped).
+// The lane's RPL tile rows, stored (state slot rows; rows past V skipped; rg_store_tile).
 template <int RPL, int KPL>
 __device__ __forceinline__ void sb_store_tile(float* st, const ChainVerifyParams& p, const RgCtx<RPL>& cx,
                                               const float (&m)[RPL][KPL]) {
-#pragma unroll
-  for (int j = 0; j < RPL; ++j)
-    if (cx.vcol[j] >= 0) rg_store_row<8, KPL>(st + cx.vcol[j] * p.st_stride[2], cx.s, m[j]);
+  rg_store_tile<8, RPL, KPL>(st, p, cx, m);
 }
 
 // One pending factor for one lane: k^ (the lane's keys, fp32), v~ of its rows, g.

@@ -159,6 +159,14 @@ bool rg_prefetch(bool has_pending) {
   return v < 0 ? has_pending : v == 1;
 }
 
+// Full-sector state stores in the row-group and sb kernels (chain_verify.cu, rg_store_tile), VLLM_SPECLA_CUDA_STORE_SWAP:
+// 0 the half-sector form (A/B of session 21), 1 or unset on.
+bool store_swap() { return env_choice("VLLM_SPECLA_CUDA_STORE_SWAP", {0, 1}, 1) == 1; }
+
+// Keys per lane piece of the row-group kernels' one-ahead body (chain_verify.cu, rg_key), VLLM_SPECLA_CUDA_RG_PIECE:
+// 8 (every kernel before session 21), 4 or unset: 4 (A/B of session 21).
+int rg_piece() { return env_choice("VLLM_SPECLA_CUDA_RG_PIECE", {4, 8}, 4); }
+
 template <int D>
 void strides(const at::Tensor& t, int64_t* out) {
   TORCH_CHECK(t.dim() == D, "expected a ", D, "-d tensor");
@@ -230,6 +238,8 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   p.bv = bv_override();
   p.reg_cap = reg_cap();
   p.rg_prefetch = rg_prefetch(p.pending_len != nullptr);
+  p.store_swap = store_swap();
+  p.rg_piece = rg_piece();
   p.layout = layout_override();
   p.ut_nw = ut_nw_override();
   p.ut_tpc = ut_tpc_override();
