@@ -30,7 +30,32 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
-  s21c)  # session 21, call 3: 4-key lane pieces in the row-group kernels' one-ahead body (VLLM_SPECLA_CUDA_RG_PIECE=4,
+  s21d)  # session 21, call 4: the row-group AR body (chain_verify_rg_ar: the state tile and the token's q / k / v / g /
+        # beta loaded straight into registers, no cp.async / shared memory / warp syncs; 154 registers) for one-token
+        # rows without pending factors; the lane-pair swapped stores removed; every row-group / sb row access with
+        # immediate offsets from one 64-bit base (rg_off). The CUDA chain tests and the dispatch tests, the kernel
+        # table at batch 1 / 2 with (RG_AR, RG_PIECE) = (1, 4) (0, 4) (0, 8), twice; Nsight Compute (cold L2) of AR
+        # at batch 2 with the AR body and without, against Triton
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s21d 240 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
+      for rep in 1 2; do for cfg in 1,4 0,4 0,8; do
+        ar=${cfg%,*} pw=${cfg#*,}
+        echo "== rg_ar $ar rg_piece $pw (rep $rep)"
+        VLLM_SPECLA_CUDA_RG_AR=$ar VLLM_SPECLA_CUDA_RG_PIECE=$pw timeout 60 python benchmarks/bench_csrc_cuda.py \
+            --batches 1,2 --Ts 1,5,8 --layout auto --out "$OUT/csrc_s21d_ar${ar}_pw${pw}_r$rep.json" 2>&1 \
+            | grep -v "^{" | grep -v -i warn | grep -E "ar|step|verify" | tr -s ' ' | paste -sd';'
+      done; done
+      for ar in 1 0; do
+        VLLM_SPECLA_CUDA_RG_AR=$ar timeout 90 ncu --kernel-name regex:chain_verify --launch-skip 2 --launch-count 2 \
+            --section SpeedOfLight --section MemoryWorkloadAnalysis -o "$OUT/ncu_s21d_ar$ar" -f \
+            python benchmarks/ncu_chain.py --ar --batch 2 2>&1 | tail -1
+        ncu -i "$OUT/ncu_s21d_ar$ar.ncu-rep" --page details --csv > "$OUT/ncu_s21d_ar${ar}_details.csv" 2>&1
+        python benchmarks/ncu_details.py "$OUT/ncu_s21d_ar${ar}_details.csv" | tee "$OUT/ncu_s21d_ar${ar}.txt"
+        rm -f "$OUT/ncu_s21d_ar$ar.ncu-rep" "$OUT/ncu_s21d_ar${ar}_details.csv"
+      done
+      ;;
+  s21c)  # (as run) session 21, call 3: 4-key lane pieces in the row-group kernels' one-ahead body (VLLM_SPECLA_CUDA_RG_PIECE=4,
         # the new default: every 16-byte state / bank access of a warp covers whole 128-byte lines, as Triton's; 8 =
         # the layout before, whose loads and stores touch half sectors; s21b: the lane-pair swap of the stores alone
         # took AR 6x256x512 batch 2 from 5.9 to 5.7 us, Triton 4.9): the CUDA chain tests and the dispatch tests,

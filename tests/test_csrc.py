@@ -654,11 +654,12 @@ def test_cuda_ut_forced_is_strict(monkeypatch):
                                         ("VLLM_SPECLA_PDL", "x"), ("VLLM_SPECLA_CUDA_SB_LATE", "2"),
                                         ("VLLM_SPECLA_CUDA_SB_SCALED", "1"), ("VLLM_SPECLA_CUDA_UT_VAR", "4"),
                                         ("VLLM_SPECLA_CUDA_UT_VAR", "5"), ("VLLM_SPECLA_CUDA_UT_VAR", "x"),
-                                        ("VLLM_SPECLA_CUDA_STORE_SWAP", "on"), ("VLLM_SPECLA_CUDA_RG_PIECE", "16")])
+                                        ("VLLM_SPECLA_CUDA_STORE_SWAP", "1"), ("VLLM_SPECLA_CUDA_RG_PIECE", "16"),
+                                        ("VLLM_SPECLA_CUDA_RG_AR", "2")])
 def test_cuda_tuning_variable_out_of_range_is_an_error(monkeypatch, name, value):
     """Every tuning variable of the CUDA binding rejects a value outside its list (a RuntimeError naming the
     variable and the values it takes; e.g. VLLM_SPECLA_CUDA_UT_VAR=4 / 5, variants removed in session 8; or, for
-    VLLM_SPECLA_CUDA_SB_LATE / _SB_SCALED, whose forms were removed in session 20, any value) before
+    VLLM_SPECLA_CUDA_SB_LATE / _SB_SCALED / _STORE_SWAP, whose forms were removed in sessions 20 / 21, any value) before
     the kernel launches: the
     state and the banks are left as they were, and the next call with the variable unset runs. A stale or mistyped
     setting must not run another kernel form under its name."""
@@ -783,41 +784,43 @@ def test_cuda_row_group_piece_widths_match_reference(monkeypatch, shape, mode, l
         assert_matches_reference(c, record, pend is not None, wfs)
 
 
+# one-token rows without pending factors (N <= R): (lens, record, write_final_state); [2, 0] is N <= R with a
+# two-token row (the AR body's token loop), [0, 1] an empty row
+AR_CASES = {"ar": ([1, 1], False, True), "ar_record": ([1, 1], True, True), "ar_no_final": ([0, 1], True, False),
+            "two_and_empty": ([2, 0], True, True), "one_row": ([1], False, True)}
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
-@pytest.mark.parametrize("layout", ["auto", "sb", "rowgroup8", "rowgroup16"])
-@pytest.mark.parametrize("bv", ["4", "8"])
-@pytest.mark.parametrize("mode", list(SMALL_CASES))
-@pytest.mark.parametrize("shape", [(6, 6, 256, 512), (2, 4, 128, 20)])
-def test_cuda_small_batch_store_forms_are_bit_identical(monkeypatch, shape, mode, bv, layout):
-    """The row-group and sb kernels' state stores (chain_verify.cu, rg_store_tile): full sectors through a lane-pair
-    swap (VLLM_SPECLA_CUDA_STORE_SWAP=1, the default) and the half-sector form (=0) store the same values, so outputs,
-    state and banks are equal bit for bit, in every small-batch layout at BV 4 / 8, for windows, pending folds (the
-    state written back before the window), AR steps and commits; V = 20 leaves rows past V in the last tile (skipped
-    by both forms: the state rows of other slots and the padding stay as they were)."""
-    monkeypatch.setenv("VLLM_SPECLA_CUDA_BV", bv)
-    if layout == "auto":
-        monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT", raising=False)
-    else:
-        monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", layout)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("case", list(AR_CASES))
+@pytest.mark.parametrize("shape", [(6, 6, 256, 512), (8, 8, 256, 256), (2, 4, 128, 20)])
+def test_cuda_rg_ar_body_is_bit_identical_and_matches_reference(monkeypatch, shape, case, dtype):
+    """The row-group AR body (chain_verify.cu, chain_verify_rg_ar: q / k / v / g / beta and the state tile loaded
+    straight into registers; VLLM_SPECLA_CUDA_RG_AR=1, the default for one-token rows without pending factors) and
+    the one-ahead body (=0) run the same token arithmetic on the same 4-key lane pieces: outputs, state and factor
+    banks equal bit for bit, and chain_verify_ref within the CUDA tolerance; rows with two tokens or none (N <= R
+    allows them), factors recorded or not, the final state written or not; V = 20: rows past V in the last tile."""
+    monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT", raising=False)
+    monkeypatch.delenv("VLLM_SPECLA_CUDA_BV", raising=False)
     assert _cpp.load_cuda()
-    lens, pend, record, wfs = SMALL_CASES[mode]
+    lens, record, wfs = AR_CASES[case]
     H, HV, K, V = shape
-    c = Case(lens, H, HV, K, V, S=5, Tmax=9, dtype=torch.bfloat16, pending=pend,
-             seed=zlib.crc32(repr((shape, mode, layout, bv, "swap")).encode()) % 997)
+    c = Case(lens, H, HV, K, V, S=5, Tmax=4, dtype=dtype, seed=zlib.crc32(repr((shape, case, "ar")).encode()) % 997)
+    m_ref = c.clone_mutables()
+    o_ref = chain_verify_ref(*c.tensors(), **c.kwargs(m_ref, record, False, wfs))
     dev = torch.device("cuda")
     outs = []
-    for swap in ("1", "0"):
-        monkeypatch.setenv("VLLM_SPECLA_CUDA_STORE_SWAP", swap)
+    for body in ("1", "0"):
+        monkeypatch.setenv("VLLM_SPECLA_CUDA_RG_AR", body)
         m_gpu = [t.to(dev) for t in c.mutables()]
-        kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t)
-              for a, t in c.kwargs(m_gpu, record, pend is not None, wfs).items()}
+        kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t) for a, t in c.kwargs(m_gpu, record, False, wfs).items()}
         outs.append((_cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw).cpu(), [t.cpu() for t in m_gpu]))
     (o1, m1), (o0, m0) = outs
     assert torch.equal(o1, o0)
     assert all(torch.equal(x, y) for x, y in zip(m1, m0))
-    if wfs or pend is not None:  # the modes that write the state (a final state, or pending factors folded)
-        assert not torch.equal(m1[0], c.mutables()[0])
+    torch.testing.assert_close(o1, o_ref, **TOL)
+    assert_all_close(m1, m_ref, **TOL)
 
 
 @pytest.mark.gpu

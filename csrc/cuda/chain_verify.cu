@@ -618,31 +618,40 @@ __device__ __forceinline__ int rg_key(int s, int c) {
   static_assert(PW == 4 || PW == 8, "piece width");
   return ((c / PW) * LPR + s) * PW + (c % PW);
 }
+// rg_key(s, c) - rg_key(s, 0): a compile-time offset in unrolled loops, so a lane's accesses of one row share one
+// address (row + s * PW) and differ by immediate offsets
+template <int LPR, int PW = 8>
+__device__ __forceinline__ constexpr int rg_off(int c) {
+  return (c / PW) * LPR * PW + (c % PW);
+}
 
 // KPL fp32 keys of a row (unit key stride, 16-byte aligned row start; global or shared memory).
 template <int LPR, int KPL, int PW = 8>
 __device__ __forceinline__ void rg_load_row(const float* row, int s, float* out) {
+  row += static_cast<int64_t>(s) * PW;  // (64-bit: the offsets below stay immediates)
 #pragma unroll
   for (int c = 0; c < KPL; c += 4) {
-    const float4 x = *reinterpret_cast<const float4*>(row + rg_key<LPR, PW>(s, c));
+    const float4 x = *reinterpret_cast<const float4*>(row + rg_off<LPR, PW>(c));
     out[c] = x.x, out[c + 1] = x.y, out[c + 2] = x.z, out[c + 3] = x.w;
   }
 }
 
 template <int LPR, int KPL, int PW = 8>
 __device__ __forceinline__ void rg_store_row(float* row, int s, const float* in) {
+  row += static_cast<int64_t>(s) * PW;  // (64-bit: the offsets below stay immediates)
 #pragma unroll
   for (int c = 0; c < KPL; c += 4)
-    *reinterpret_cast<float4*>(row + rg_key<LPR, PW>(s, c)) = make_float4(in[c], in[c + 1], in[c + 2], in[c + 3]);
+    *reinterpret_cast<float4*>(row + rg_off<LPR, PW>(c)) = make_float4(in[c], in[c + 1], in[c + 2], in[c + 3]);
 }
 
 // KPL keys of a q / k row staged in shared memory (TIn elements), widened to fp32.
 template <typename TIn, int LPR, int KPL, int PW = 8>
 __device__ __forceinline__ void rg_smem_row(const TIn* row, int s, float* out) {
+  row += static_cast<int64_t>(s) * PW;  // (64-bit: the offsets below stay immediates)
   if constexpr (PW == 4) {  // one 16-byte (fp32) or 8-byte (bf16) load per piece
 #pragma unroll
     for (int c = 0; c < KPL; c += 4) {
-      const TIn* pc = row + rg_key<LPR, 4>(s, c);
+      const TIn* pc = row + rg_off<LPR, 4>(c);
       if constexpr (sizeof(TIn) == 4) {
         const float4 a = *reinterpret_cast<const float4*>(pc);
         out[c] = a.x, out[c + 1] = a.y, out[c + 2] = a.z, out[c + 3] = a.w;
@@ -655,7 +664,7 @@ __device__ __forceinline__ void rg_smem_row(const TIn* row, int s, float* out) {
   } else {
 #pragma unroll
     for (int c = 0; c < KPL; c += 8) {
-      const TIn* pc = row + rg_key<LPR>(s, c);
+      const TIn* pc = row + rg_off<LPR>(c);
       if constexpr (sizeof(TIn) == 4) {
         const float4 a = *reinterpret_cast<const float4*>(pc);
         const float4 b = *reinterpret_cast<const float4*>(pc + 4);
@@ -891,41 +900,16 @@ __device__ __forceinline__ void rg_load_tile(const float* st, const ChainVerifyP
   }
 }
 
-// The lane's RPL tile rows stored to the state slot (rows past V skipped). Each 8-key piece of a lane is one 32-byte
-// sector that rg_store_row writes as two half-sector stores (a warp's 16-byte store touches 32 sectors, half each:
-// twice the L2 store requests of a coalesced store; s21a's sampling of one-token AR at 6x256x512 batch 2: 110 of 523
-// samples draining the stores at exit, Triton's kernel 19 of 409). With p.store_swap (session 21) lanes s and s ^ 1
-// of a row (LPR even) swap half pieces (4 shuffles per piece), and the pair writes the even lane's sector in its
-// first 16-byte store and the odd lane's in its second: 16 full sectors per warp store. Every lane must call it
-// (the shuffles); the values stored are unchanged.
+// The lane's RPL tile rows stored to the state slot (rows past V skipped). With 8-key pieces a warp's 16-byte store
+// touches 32 sectors, half each (s21a's sampling of one-token AR at 6x256x512 batch 2 on that form: 110 of 523 samples
+// draining the stores at exit, Triton's kernel 19 of 409); with 4-key pieces (PW 4, the row-group kernels' one-ahead
+// and AR bodies since session 21) a row's LPR lanes store LPR * 16 contiguous bytes: whole 128-byte lines at LPR 8.
+// (Session 21 also measured 8-key pieces with lanes s, s ^ 1 swapping half pieces so each store wrote whole sectors:
+// AR 5.9 -> 5.7 us there, but the sb kernel's steps 0.1-0.6 us slower at batch 1 (its BV-8 form went from 214 to 254
+// registers); removed.)
 template <int LPR, int RPL, int KPL, int PW = 8>
 __device__ __forceinline__ void rg_store_tile(float* st, const ChainVerifyParams& p, const RgCtx<RPL>& cx,
                                               const float (&m)[RPL][KPL]) {
-  if constexpr (LPR % 2 == 0 && PW == 8) {
-    if (p.store_swap) {
-      const bool odd = (cx.s & 1) != 0;
-#pragma unroll
-      for (int j = 0; j < RPL; ++j) {
-        float* const row = st + (cx.vcol[j] >= 0 ? cx.vcol[j] : 0) * p.st_stride[2];
-#pragma unroll
-        for (int c = 0; c < KPL; c += 8) {
-          float r[4];  // even lane: the odd lane's keys 0-3; odd lane: the even lane's keys 4-7
-#pragma unroll
-          for (int i = 0; i < 4; ++i) r[i] = __shfl_xor_sync(kFull, odd ? m[j][c + i] : m[j][c + 4 + i], 1);
-          const int b = rg_key<LPR>(cx.s, c);  // the lane's piece; the pair's even piece at b - 8 * odd
-          const float4 lo = odd ? make_float4(r[0], r[1], r[2], r[3])
-                                : make_float4(m[j][c], m[j][c + 1], m[j][c + 2], m[j][c + 3]);
-          const float4 hi = odd ? make_float4(m[j][c + 4], m[j][c + 5], m[j][c + 6], m[j][c + 7])
-                                : make_float4(r[0], r[1], r[2], r[3]);
-          if (cx.vcol[j] >= 0) {
-            *reinterpret_cast<float4*>(row + (odd ? b - 4 : b)) = lo;      // even piece, keys 0-3 / 4-7
-            *reinterpret_cast<float4*>(row + (odd ? b + 4 : b + 8)) = hi;  // odd piece, keys 0-3 / 4-7
-          }
-        }
-      }
-      return;
-    }
-  }
 #pragma unroll
   for (int j = 0; j < RPL; ++j)
     if (cx.vcol[j] >= 0) rg_store_row<LPR, KPL, PW>(st + cx.vcol[j] * p.st_stride[2], cx.s, m[j]);
@@ -1009,6 +993,57 @@ __device__ __forceinline__ void chain_verify_rg_body(const ChainVerifyParams& p)
   if (p.write_final_state) {
     rg_store_tile<LPR, RPL, KPL, PW>(st, p, cx, m);
   }
+}
+
+// Row-group AR body (session 21; the one-ahead body's work without its pipeline): launched for one-token rows
+// without pending factors (p.N <= p.R, no pending_len; p.rg_ar), 4-key lane pieces. The state tile and the token's
+// q / k pieces, v, g, beta are loaded straight into registers, all in flight together (no shared-memory staging,
+// cp.async groups or warp syncs). Rows holding more tokens (N <= R does not forbid it) run the same loop, a token
+// at a time. Same contract and writers as chain_verify_rg_body.
+template <typename TIn, int LPR, int KPL>
+__device__ __forceinline__ void rg_gmem_row4(const TIn* row, int s, float* out) {
+  row += static_cast<int64_t>(s) * 4;
+#pragma unroll
+  for (int c = 0; c < KPL; c += 4) {
+    const TIn* pc = row + rg_off<LPR, 4>(c);
+    if constexpr (sizeof(TIn) == 4) {
+      const float4 a = __ldg(reinterpret_cast<const float4*>(pc));
+      out[c] = a.x, out[c + 1] = a.y, out[c + 2] = a.z, out[c + 3] = a.w;
+    } else {
+      const uint2 raw = __ldg(reinterpret_cast<const uint2*>(pc));
+      out[c] = __uint_as_float(raw.x << 16), out[c + 1] = __uint_as_float(raw.x & 0xffff0000u);
+      out[c + 2] = __uint_as_float(raw.y << 16), out[c + 3] = __uint_as_float(raw.y & 0xffff0000u);
+    }
+  }
+}
+
+template <typename TIn, int LPR, int RPL, int KPL>
+__device__ __forceinline__ void chain_verify_rg_ar(const ChainVerifyParams& p) {
+  constexpr int K = LPR * KPL;
+  static_assert(32 % LPR == 0 && KPL % 4 == 0, "row-group layout");
+  RgCtx<RPL> cx;
+  int64_t bos, eos, np, rb;
+  rg_setup<LPR, RPL>(p, cx, bos, eos, np, rb);
+  float* const st = p.state + cx.slot * p.st_stride[0] + cx.hv * p.st_stride[1];
+  float m[RPL][KPL];
+  rg_load_tile<LPR, RPL, KPL, false, 4>(st, p, cx, m);
+  for (int64_t n = bos; n < eos; ++n) {
+    float q[KPL], k[KPL], v[RPL];
+    rg_gmem_row4<TIn, LPR, KPL>(static_cast<const TIn*>(p.q) + n * p.tok_stride[0] + cx.h * K, cx.s, q);
+    rg_gmem_row4<TIn, LPR, KPL>(static_cast<const TIn*>(p.k) + n * p.tok_stride[1] + cx.h * K, cx.s, k);
+    RgScal<RPL> sc;
+    rg_load_scal<TIn, RPL>(p, n, cx.hv, cx.vcol, sc);
+#pragma unroll
+    for (int j = 0; j < RPL; ++j) v[j] = cx.vcol[j] >= 0 ? widen_bits<TIn>(sc.v[j]) : 0.f;
+    rg_token<LPR, RPL, KPL, 4>(p, cx, n, n - bos, q, k, v, sc.g, sc.b, m);
+  }
+  if (p.write_final_state) rg_store_tile<LPR, RPL, KPL, 4>(st, p, cx, m);
+}
+
+template <typename TIn, int LPR, int RPL, int KPL>
+__global__ void __launch_bounds__(32, 12) chain_verify_rg_ar_kernel(const ChainVerifyParams p) {
+  pdl_enter();
+  chain_verify_rg_ar<TIn, LPR, RPL, KPL>(p);
 }
 
 template <bool B>
@@ -1182,6 +1217,10 @@ template <typename TIn, int LPR, int RPL, int K, bool PF>
 cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
   constexpr int BV = (32 / LPR) * RPL;
   const dim3 grid((p.V + BV - 1) / BV, p.HV, p.R);
+  if constexpr (!PF && LPR == 8 && RPL == 1) {
+    if (p.rg_ar && p.rg_piece == 4 && p.N <= p.R && p.pending_len == nullptr)
+      return launch_pdl(chain_verify_rg_ar_kernel<TIn, LPR, RPL, K / LPR>, grid, dim3(32), 0, stream, p.pdl, p);
+  }
   if constexpr (!PF) {
     if (p.rg_piece == 4)
       return launch_pdl(chain_verify_rg_kernel<TIn, LPR, RPL, K / LPR, PF, 4>, grid, dim3(32), 0, stream, p.pdl, p);

@@ -159,13 +159,13 @@ bool rg_prefetch(bool has_pending) {
   return v < 0 ? has_pending : v == 1;
 }
 
-// Full-sector state stores in the row-group and sb kernels (chain_verify.cu, rg_store_tile), VLLM_SPECLA_CUDA_STORE_SWAP:
-// 0 the half-sector form (A/B of session 21), 1 or unset on.
-bool store_swap() { return env_choice("VLLM_SPECLA_CUDA_STORE_SWAP", {0, 1}, 1) == 1; }
-
 // Keys per lane piece of the row-group kernels' one-ahead body (chain_verify.cu, rg_key), VLLM_SPECLA_CUDA_RG_PIECE:
 // 8 (every kernel before session 21), 4 or unset: 4 (A/B of session 21).
 int rg_piece() { return env_choice("VLLM_SPECLA_CUDA_RG_PIECE", {4, 8}, 4); }
+
+// The row-group AR body (chain_verify.cu, chain_verify_rg_ar), VLLM_SPECLA_CUDA_RG_AR: 0 the one-ahead body, 1 or
+// unset: on where it applies (A/B of session 21).
+bool rg_ar() { return env_choice("VLLM_SPECLA_CUDA_RG_AR", {0, 1}, 1) == 1; }
 
 template <int D>
 void strides(const at::Tensor& t, int64_t* out) {
@@ -238,8 +238,8 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   p.bv = bv_override();
   p.reg_cap = reg_cap();
   p.rg_prefetch = rg_prefetch(p.pending_len != nullptr);
-  p.store_swap = store_swap();
   p.rg_piece = rg_piece();
+  p.rg_ar = rg_ar();
   p.layout = layout_override();
   p.ut_nw = ut_nw_override();
   p.ut_tpc = ut_tpc_override();
@@ -250,6 +250,7 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   p.pdl = pdl_on();
   env_removed("VLLM_SPECLA_CUDA_SB_LATE", "the sb kernel has one prefetch form since session 20 (PF 0 / 2 removed)");
   env_removed("VLLM_SPECLA_CUDA_SB_SCALED", "the sb kernel's scaled tile was removed in session 20");
+  env_removed("VLLM_SPECLA_CUDA_STORE_SWAP", "the lane-pair swapped state stores were removed in session 21");
   p.H = static_cast<int>(q.size(1));
   p.K = static_cast<int>(q.size(2));
   p.HV = static_cast<int>(v.size(1));
