@@ -193,3 +193,24 @@ def test_ncu_sass_stalls_summary(tmp_path):
     (tmp_path / "empty.csv").write_text('"Address","Source"\n')
     with pytest.raises(ValueError, match="no kernel block"):
         ns.read_kernels(str(tmp_path / "empty.csv"))
+
+
+def test_ncu_details_metrics(tmp_path):
+    """``benchmarks/ncu_details.py`` on a small details-page export: kernel names with commas parsed whole (labelled
+    per kernel family), only the wanted metrics, the first of a repeated (launch, metric, unit), ncu's note lines
+    before the table skipped; a file without the table refused."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import ncu_details as nd  # noqa: PLC0415
+
+    hdr = ["ID", "Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]
+    rows = [hdr, ["0", "void chain_verify_rg_ar_kernel<bf16, 8, 1, 32>(Params)", "SOL", "Duration", "us", "7.90"],
+            ["0", "void chain_verify_rg_ar_kernel<bf16, 8, 1, 32>(Params)", "SOL", "Duration", "us", "9.99"],
+            ["0", "void chain_verify_rg_ar_kernel<bf16, 8, 1, 32>(Params)", "SOL", "Registers", "reg", "154"],
+            ["1", "_chain_verify_kernel", "Mem", "L2 Hit Rate", "%", "54.7"]]
+    path = tmp_path / "d.csv"
+    path.write_text("==PROF== note\n" + "\n".join(",".join(f'"{c}"' for c in r) for r in rows) + "\n")
+    got = nd.read_metrics(str(path), {"Duration", "L2 Hit Rate"})
+    assert got == [("0", "cuda_ar", "Duration", "7.90", "us"), ("1", "triton", "L2 Hit Rate", "54.7", "%")]
+    (tmp_path / "bad.csv").write_text('"Address","Source"\n')
+    with pytest.raises(ValueError, match="Metric Name"):
+        nd.read_metrics(str(tmp_path / "bad.csv"), {"Duration"})
