@@ -34,12 +34,12 @@ case "${1:-}" in
         # beta loaded straight into registers, no cp.async / shared memory / warp syncs; 154 registers) for one-token
         # rows without pending factors; the lane-pair swapped stores removed; every row-group / sb row access with
         # immediate offsets from one 64-bit base (rg_off). The CUDA chain tests and the dispatch tests, the kernel
-        # table at batch 1 / 2 with (RG_AR, RG_PIECE) = (1, 4) (0, 4) (0, 8), twice; Nsight Compute (cold L2) of AR
-        # at batch 2 with the AR body and without, against Triton
+        # table at batch 1 / 2 with (RG_AR, RG_PIECE) = (1, 4) (0, 8) (1, 4) (0, 8) (the new default against session
+        # 20's row-group form); Nsight Compute (cold L2) of AR at batch 2 with the AR body and without, against Triton
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
       timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
-      pytest_log s21d 240 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
-      for rep in 1 2; do for cfg in 1,4 0,4 0,8; do
+      pytest_log s21d 200 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
+      for rep in 1 2; do for cfg in 1,4 0,8; do
         ar=${cfg%,*} pw=${cfg#*,}
         echo "== rg_ar $ar rg_piece $pw (rep $rep)"
         VLLM_SPECLA_CUDA_RG_AR=$ar VLLM_SPECLA_CUDA_RG_PIECE=$pw timeout 60 python benchmarks/bench_csrc_cuda.py \
