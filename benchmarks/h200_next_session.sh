@@ -30,6 +30,21 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
+  s21e)  # session 21, call 5 (with the ~5 device minutes left; next session's start if it did not run): per-instruction
+        # warp sampling of the row-group AR body (s21d's final code) against Triton, one-token AR at batch 1 and 2 of
+        # 6x256x512 (batch 1: where it lost 0.1-0.2 us to the 8-key one-ahead body with the state in L2)
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16 VLLM_SPECLA_CUDA_LINEINFO=1
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      for b in 2 1; do
+        timeout 60 ncu --kernel-name regex:chain_verify --launch-skip 2 --launch-count 2 --section SourceCounters \
+            --section WarpStateStats --import-source yes -o "$OUT/ncu_s21e_b$b" -f python benchmarks/ncu_chain.py --ar \
+            --batch $b 2>&1 | tail -1
+        ncu -i "$OUT/ncu_s21e_b$b.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_s21e_b${b}_sass.csv" 2>&1
+        python benchmarks/ncu_sass_stalls.py "$OUT/ncu_s21e_b${b}_sass.csv" --top 10 --out "$OUT/ncu_stalls_s21e_b$b.json" \
+            | tee "$OUT/ncu_stalls_s21e_b$b.txt"
+        rm -f "$OUT/ncu_s21e_b$b.ncu-rep" "$OUT/ncu_s21e_b${b}_sass.csv"
+      done
+      ;;
   s21d)  # (as run) session 21, call 4 (the final code): the row-group AR body (chain_verify_rg_ar: the state tile and the token's q / k / v / g /
         # beta loaded straight into registers, no cp.async / shared memory / warp syncs; 154 registers) for one-token
         # rows without pending factors; the lane-pair swapped stores removed; every row-group / sb row access with
