@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 21: benchmarks/RESULTS.md "Session 21" (s21a-s21e as run; s21b's VLLM_SPECLA_CUDA_STORE_SWAP was removed after it, so s21b / s21c cannot be rerun as written; s21d is the final code). Session 20: s20a (per-instruction stall sampling), s20b (the raw-v prefetch), s20c (tests, kernel table, e2e batch 1), s20d (predicated tile loads; AR layouts). The sb kernel's forced forms (sbXY layouts, VLLM_SPECLA_CUDA_SB_LATE / _SB_SCALED) were removed after session 20: s18*-s20b cannot be rerun as written; session 19: benchmarks/RESULTS.md "Session 19" (s19a-s19e as run). Before: s17c reruns session 17's final code (the runtime with the skinny GEMM's L2 prefetch); session 17: benchmarks/RESULTS.md "Session 17" (s17a-s17d as run). Session 15: benchmarks/RESULTS.md
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 21: benchmarks/RESULTS.md "Session 21" (s21a-s21e as run; s21b's VLLM_SPECLA_CUDA_STORE_SWAP was removed after it, so s21b / s21c cannot be rerun as written; s21d is the final code but the AR body without the factor-bank path; next: s22a). Session 20: s20a (per-instruction stall sampling), s20b (the raw-v prefetch), s20c (tests, kernel table, e2e batch 1), s20d (predicated tile loads; AR layouts). The sb kernel's forced forms (sbXY layouts, VLLM_SPECLA_CUDA_SB_LATE / _SB_SCALED) were removed after session 20: s18*-s20b cannot be rerun as written; session 19: benchmarks/RESULTS.md "Session 19" (s19a-s19e as run). Before: s17c reruns session 17's final code (the runtime with the skinny GEMM's L2 prefetch); session 17: benchmarks/RESULTS.md "Session 17" (s17a-s17d as run). Session 15: benchmarks/RESULTS.md
 # "Session 15" (s15a-s15e as run; s15b-s15d ran a kernel variant removed after them). State after session 13: benchmarks/RESULTS.md "Session 13" (s13a, s13c-s13g as
 # run; session 14: "Session 14" (s14a-s14e as run); s13a's win: settings and --gemm-window were removed after it, s13e's grid ran the first version of the cost split). Session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
 # s12b's rows-s11 and s12c's mma: settings were removed after them). Session 11: "Session 11" (s11a-s11f as run;
@@ -30,6 +30,32 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
+  s22a)  # next session, call 1 (prepared in session 21, not yet run): the AR body without the factor-bank path for
+        # plain AR steps (chain_verify_rg_ar<REC = false>: 672 SASS lines and 128 registers against 856 / 154; the
+        # recording build is SASS-identical to s21d's AR kernel). Every CUDA chain test and the dispatch tests, the
+        # kernel table at batch 1 / 2 with the AR body on / off (RG_AR 1 / 0) twice, then its per-instruction
+        # sampling at batch 1 / 2 against Triton (s21e: 732 instructions per warp against 632)
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16 VLLM_SPECLA_CUDA_LINEINFO=1
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s22a 200 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
+      for rep in 1 2; do for ar in 1 0; do
+        echo "== rg_ar $ar (rep $rep)"
+        VLLM_SPECLA_CUDA_RG_AR=$ar timeout 60 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 \
+            --layout auto --out "$OUT/csrc_s22a_ar${ar}_r$rep.json" 2>&1 | grep -v "^{" | grep -v -i warn \
+            | grep -E "ar|step|verify" | tr -s ' ' | paste -sd';'
+      done; done
+      for b in 2 1; do
+        timeout 60 ncu --kernel-name regex:chain_verify --launch-skip 2 --launch-count 2 --section SpeedOfLight \
+            --section SourceCounters --section WarpStateStats --import-source yes -o "$OUT/ncu_s22a_b$b" -f \
+            python benchmarks/ncu_chain.py --ar --batch $b 2>&1 | tail -1
+        ncu -i "$OUT/ncu_s22a_b$b.ncu-rep" --page details --csv > "$OUT/ncu_s22a_b${b}_details.csv" 2>&1
+        python benchmarks/ncu_details.py "$OUT/ncu_s22a_b${b}_details.csv" --metrics "Duration,SM Active Cycles"
+        ncu -i "$OUT/ncu_s22a_b$b.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_s22a_b${b}_sass.csv" 2>&1
+        python benchmarks/ncu_sass_stalls.py "$OUT/ncu_s22a_b${b}_sass.csv" --top 6 --out "$OUT/ncu_stalls_s22a_b$b.json" \
+            | tee "$OUT/ncu_stalls_s22a_b$b.txt"
+        rm -f "$OUT/ncu_s22a_b$b.ncu-rep" "$OUT/ncu_s22a_b${b}_sass.csv" "$OUT/ncu_s22a_b${b}_details.csv"
+      done
+      ;;
   s21e)  # (as run) session 21, call 5 (the last device minutes): per-instruction
         # warp sampling of the row-group AR body (s21d's final code) against Triton, one-token AR at batch 1 and 2 of
         # 6x256x512 (batch 1: where it lost 0.1-0.2 us to the 8-key one-ahead body with the state in L2)

@@ -800,7 +800,8 @@ def test_cuda_rg_ar_body_is_bit_identical_and_matches_reference(monkeypatch, sha
     straight into registers; VLLM_SPECLA_CUDA_RG_AR=1, the default for one-token rows without pending factors) and
     the one-ahead body (=0) run the same token arithmetic on the same 4-key lane pieces: outputs, state and factor
     banks equal bit for bit, and chain_verify_ref within the CUDA tolerance; rows with two tokens or none (N <= R
-    allows them), factors recorded or not, the final state written or not; V = 20: rows past V in the last tile."""
+    allows them), factors recorded (the AR kernel with the factor-bank path) or not (its build without it), the final
+    state written or not; V = 20: rows past V in the last tile."""
     monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT", raising=False)
     monkeypatch.delenv("VLLM_SPECLA_CUDA_BV", raising=False)
     assert _cpp.load_cuda()
