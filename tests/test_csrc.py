@@ -761,17 +761,21 @@ def test_cuda_small_batch_layouts_match_reference(monkeypatch, shape, rows, mode
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("layout,bv", [("auto", "4"), ("rowgroup", "8"), ("rowgroup8", "8"), ("rowgroup16", "")])
+@pytest.mark.parametrize("layout,bv", [("auto", "4"), ("rowgroup", "8"), ("rowgroup8", "4"), ("rowgroup8", "8"),
+                                       ("rowgroup16", ""), ("rowgroup32", "")])
 @pytest.mark.parametrize("mode", list(SMALL_CASES))
 @pytest.mark.parametrize("shape", [(6, 6, 256, 512), (2, 4, 128, 20)])
 def test_cuda_row_group_piece_widths_match_reference(monkeypatch, shape, mode, layout, bv, dtype):
     """The row-group kernels' one-ahead body with 8-key lane pieces (VLLM_SPECLA_CUDA_RG_PIECE=8, the layout before
     session 21) and 4-key pieces (=4, the default; the other small-batch tests run it): outputs, state and factor
     banks equal chain_verify_ref (the pieces change which keys a lane sums, so the two agree to the tolerance, not
-    bit for bit), in each row-group form, bf16 and fp32 inputs."""
+    bit for bit), in each row-group form (rowgroup32: K = 256; it runs rowgroup16 at K = 128), bf16 and fp32 inputs;
+    V = 20 leaves rows past V in the last 8-row tile. (The automatic layout sends bf16 windows to the sb kernel and
+    steps without the ring to v3, so its cell tests the one-ahead body on fp32 windows and AR only.)"""
     monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", layout)
     monkeypatch.setenv("VLLM_SPECLA_CUDA_BV", bv)
-    monkeypatch.setenv("VLLM_SPECLA_CUDA_RG_PREFETCH", "0")  # the one-ahead body for every mode
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_RG_PREFETCH", "0")  # the one-ahead body for every mode ...
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_RG_AR", "0")  # ... one-token rows included (the AR body has its own test)
     if layout == "auto":
         monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT")
     assert _cpp.load_cuda()
@@ -794,14 +798,14 @@ AR_CASES = {"ar": ([1, 1], False, True), "ar_record": ([1, 1], True, True), "ar_
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("case", list(AR_CASES))
-@pytest.mark.parametrize("shape", [(6, 6, 256, 512), (8, 8, 256, 256), (2, 4, 128, 20)])
+@pytest.mark.parametrize("shape", [(6, 6, 256, 512), (8, 8, 256, 256), (2, 4, 128, 18)])
 def test_cuda_rg_ar_body_is_bit_identical_and_matches_reference(monkeypatch, shape, case, dtype):
     """The row-group AR body (chain_verify.cu, chain_verify_rg_ar: q / k / v / g / beta and the state tile loaded
     straight into registers; VLLM_SPECLA_CUDA_RG_AR=1, the default for one-token rows without pending factors) and
     the one-ahead body (=0) run the same token arithmetic on the same 4-key lane pieces: outputs, state and factor
     banks equal bit for bit, and chain_verify_ref within the CUDA tolerance; rows with two tokens or none (N <= R
     allows them), factors recorded (the AR kernel with the factor-bank path) or not (its build without it), the final
-    state written or not; V = 20: rows past V in the last tile."""
+    state written or not; V = 18: rows past V in the last 4-row tile."""
     monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT", raising=False)
     monkeypatch.delenv("VLLM_SPECLA_CUDA_BV", raising=False)
     assert _cpp.load_cuda()

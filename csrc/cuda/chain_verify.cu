@@ -59,9 +59,11 @@
 // while Triton's small configs ([BV, K/32, 32] tile) reduce mostly in-thread. Here lane =
 // (row group lane / LPR, sub-lane lane % LPR): the warp's BV rows get 32 / LPR row groups of RPL
 // rows (LPR = 32 / BV, RPL = 1: 8 rows x 4 lanes for BV = 8, 4 x 8 for BV = 4; or LPR = 8, RPL =
-// BV / 4, Triton's lane split), and the LPR lanes of a row split its K keys into pieces of 8
-// consecutive keys (piece i of sub-lane s at key (i LPR + s) 8: the row's lanes read LPR * 32
-// contiguous bytes, two 16-byte loads per piece). Every row group holds the same keys, so each
+// BV / 4, Triton's lane split), and the LPR lanes of a row split its K keys into pieces of PW
+// consecutive keys (piece i of sub-lane s at key (i LPR + s) PW, rg_key). PW = 8 (the ring body,
+// the sb kernel): the row's lanes read LPR * 32 contiguous bytes, two 16-byte loads per piece, each
+// warp access touching half sectors; PW = 4 (the one-ahead and AR bodies since session 21): one
+// 16-byte load per piece, whole lines per warp access. Every row group holds the same keys, so each
 // lane needs q and k on its K / LPR keys only. Per token: in-thread partial sums of (M k, M q)
 // per row, |k|^2, |q|^2, k.q with 4 independent accumulators each (short FFMA chains), one xor
 // butterfly over the row's lanes (log2 LPR levels, all 2 RPL + 3 values per level; a butterfly
@@ -565,9 +567,10 @@ cudaError_t launch(const ChainVerifyParams& p, cudaStream_t stream) {
 // ---- small-batch variant: row-group layout ----------------------------------------------------------
 // lane = (row group rg = lane / LPR, sub-lane s = lane % LPR); the warp's BV = (32 / LPR) * RPL value
 // rows are rg * RPL + j (j < RPL), and lane s holds the same KPL = K / LPR key elements of each of
-// its RPL rows: key pieces of 8 consecutive keys, piece i of the lane at key (i * LPR + s) * 8, so
-// the LPR lanes of a row read LPR * 32 contiguous bytes per piece (state, banks: two 16-byte
-// loads per piece; q / k from shared memory). Every row group holds the same keys, so q and k are
+// its RPL rows: key pieces of PW consecutive keys, piece i of the lane at key (i * LPR + s) * PW
+// (rg_key), so the LPR lanes of a row read LPR * 4 * PW contiguous bytes per piece (state, banks:
+// PW / 4 16-byte loads per piece; q / k from shared memory, or global in the AR body). PW = 4 in the
+// one-ahead and AR bodies (session 21: whole lines per warp access), 8 in the ring body. Every row group holds the same keys, so q and k are
 // needed on KPL elements per lane only.
 
 // Asynchronous global -> shared copies (cp.async: no registers; the copy lands while the warp

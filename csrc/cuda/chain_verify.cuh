@@ -63,8 +63,8 @@ struct ChainVerifyParams {
                     // buffer); also lets the automatic layout pick the row group for steps with
                     // pending factors (chain_verify.cu, dispatch_k). The binding sets it from
                     // VLLM_SPECLA_CUDA_RG_PREFETCH (default: only with pending factors).
-  int rg_piece;  // row-group kernels' one-ahead body: 4 or 8 keys per lane piece (rg_key; session-21 A/B,
-                 // VLLM_SPECLA_CUDA_RG_PIECE, default 4)
+  int rg_piece;  // row-group kernels' one-ahead body: 4 or 8 keys per lane piece (rg_key); 8 also turns off the AR
+                 // body (session-21 A/B, VLLM_SPECLA_CUDA_RG_PIECE, default 4)
   bool rg_ar;  // one-token rows without pending factors at LPR 8, BV 4: the row-group AR body (chain_verify_rg_ar;
                // session-21 A/B, VLLM_SPECLA_CUDA_RG_AR, default on)
   float scale;
