@@ -789,9 +789,12 @@ def test_cuda_row_group_piece_widths_match_reference(monkeypatch, shape, mode, l
 
 
 # one-token rows without pending factors (N <= R): (lens, record, write_final_state); [2, 0] is N <= R with a
-# two-token row (the AR body's token loop), [0, 1] an empty row
+# two-token row (the AR body's token loop), [0, 1] an empty row; [1, 0, 0]: empty rows whose first token index is past
+# the batch's tokens (the AR body computes a row's first token before its bounds are known, on a clamped index, and
+# must neither store it nor touch the empty rows' state and banks)
 AR_CASES = {"ar": ([1, 1], False, True), "ar_record": ([1, 1], True, True), "ar_no_final": ([0, 1], True, False),
-            "two_and_empty": ([2, 0], True, True), "one_row": ([1], False, True)}
+            "two_and_empty": ([2, 0], True, True), "one_row": ([1], False, True),
+            "empty_last": ([1, 0, 0], True, True)}
 
 
 @pytest.mark.gpu

@@ -777,7 +777,7 @@ __device__ __forceinline__ void rg_reduce(const ChainVerifyParams& p, const floa
 template <int LPR, int RPL, int KPL, int PW = 8>
 __device__ __forceinline__ void rg_token(const ChainVerifyParams& p, const RgCtx<RPL>& cx, int64_t n, int64_t t,
                                          const float (&q)[KPL], const float (&k)[KPL], const float (&v)[RPL],
-                                         float g, float b, float (&m)[RPL][KPL]) {
+                                         float g, float b, float (&m)[RPL][KPL], bool live = true) {
   constexpr int NA = 4;  // independent accumulators per partial sum
   static_assert(KPL % NA == 0, "accumulators");
   const int V = p.V, HV = p.HV;
@@ -820,7 +820,7 @@ __device__ __forceinline__ void rg_token(const ChainVerifyParams& p, const RgCtx
     for (int c = 0; c < KPL; ++c) m[j][c] = fmaf(vt[j], kh[c], e * m[j][c]);
   }
 
-  if (cx.s == 0) {  // one lane per row: o and v~
+  if (cx.s == 0 && live) {  // one lane per row: o and v~ (live: the token is the row's; chain_verify_rg_ar)
 #pragma unroll
     for (int j = 0; j < RPL; ++j) {
       if (cx.vcol[j] >= 0) {
@@ -831,7 +831,7 @@ __device__ __forceinline__ void rg_token(const ChainVerifyParams& p, const RgCtx
       }
     }
   }
-  if (cx.record && t < p.Tmax) {
+  if (cx.record && live && t < p.Tmax) {
     if (cx.g_writer)
       p.bank_g[cx.slot * p.bg_stride[0] + cx.wb * p.bg_stride[1] + t * p.bg_stride[2] + cx.hv * p.bg_stride[3]] = g;
     if (cx.k_writer)
@@ -1032,19 +1032,36 @@ __device__ __forceinline__ void chain_verify_rg_ar(const ChainVerifyParams& p) {
   rg_setup<LPR, RPL>(p, cx, bos, eos, np, rb);
   if constexpr (!REC) cx.record = cx.g_writer = cx.k_writer = false;  // (the launcher's p.write_bank == nullptr)
   float* const st = p.state + cx.slot * p.st_stride[0] + cx.hv * p.st_stride[1];
+  // the lane's tile rows; rows past V hold row V - 1 (not zeroed: a row's values feed only its own sums, butterflied
+  // over its own LPR lanes, and its outputs are never stored; s22a's sampling: the zeroing selects were the AR body's
+  // largest waits, each blocking the warp on the tile's loads before the token's q / k work)
+  constexpr int BV = (32 / LPR) * RPL;
   float m[RPL][KPL];
-  rg_load_tile<LPR, RPL, KPL, false, 4>(st, p, cx, m);
-  for (int64_t n = bos; n < eos; ++n) {
+#pragma unroll
+  for (int j = 0; j < RPL; ++j)
+    rg_load_row<LPR, KPL, 4>(st + min(static_cast<int>(blockIdx.x) * BV + cx.rg * RPL + j, p.V - 1) * p.st_stride[2],
+                             cx.s, m[j]);
+  // The row's first token is computed before the row's bounds are known, without a branch: its index clamped to
+  // the batch's tokens (the launcher requires p.N >= 1), its o / factor stores and the tile's store predicated on
+  // the row holding it (an empty row's state is left as loaded), so its loads and address arithmetic overlap the
+  // cu_seqlens / slot / tile loads instead of waiting behind the loop test (s22a's sampling: that test was the
+  // second-largest wait, and the compiler sinks loads used only in the loop below it). Later tokens of a row
+  // (N <= R allows two-token rows) run after it, a token at a time.
+  const TIn* const qh = static_cast<const TIn*>(p.q) + cx.h * K;
+  const TIn* const kh = static_cast<const TIn*>(p.k) + cx.h * K;
+  const bool live = bos < eos;
+  for (int64_t n = bos < p.N ? bos : p.N - 1;; ++n) {
     float q[KPL], k[KPL], v[RPL];
-    rg_gmem_row4<TIn, LPR, KPL>(static_cast<const TIn*>(p.q) + n * p.tok_stride[0] + cx.h * K, cx.s, q);
-    rg_gmem_row4<TIn, LPR, KPL>(static_cast<const TIn*>(p.k) + n * p.tok_stride[1] + cx.h * K, cx.s, k);
+    rg_gmem_row4<TIn, LPR, KPL>(qh + n * p.tok_stride[0], cx.s, q);
+    rg_gmem_row4<TIn, LPR, KPL>(kh + n * p.tok_stride[1], cx.s, k);
     RgScal<RPL> sc;
     rg_load_scal<TIn, RPL>(p, n, cx.hv, cx.vcol, sc);
 #pragma unroll
-    for (int j = 0; j < RPL; ++j) v[j] = cx.vcol[j] >= 0 ? widen_bits<TIn>(sc.v[j]) : 0.f;
-    rg_token<LPR, RPL, KPL, 4>(p, cx, n, n - bos, q, k, v, sc.g, sc.b, m);
+    for (int j = 0; j < RPL; ++j) v[j] = widen_bits<TIn>(sc.v[j]);  // rows past V: row 0's (unused, as above)
+    rg_token<LPR, RPL, KPL, 4>(p, cx, n, n - bos, q, k, v, sc.g, sc.b, m, live);
+    if (n + 1 >= eos) break;
   }
-  if (p.write_final_state) rg_store_tile<LPR, RPL, KPL, 4>(st, p, cx, m);
+  if (p.write_final_state && live) rg_store_tile<LPR, RPL, KPL, 4>(st, p, cx, m);
 }
 
 template <typename TIn, int LPR, int RPL, int KPL, bool REC>
@@ -1225,7 +1242,7 @@ cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
   constexpr int BV = (32 / LPR) * RPL;
   const dim3 grid((p.V + BV - 1) / BV, p.HV, p.R);
   if constexpr (!PF && LPR == 8 && RPL == 1) {
-    if (p.rg_ar && p.rg_piece == 4 && p.N <= p.R && p.pending_len == nullptr) {
+    if (p.rg_ar && p.rg_piece == 4 && p.N >= 1 && p.N <= p.R && p.pending_len == nullptr) {
       if (p.write_bank == nullptr)
         return launch_pdl(chain_verify_rg_ar_kernel<TIn, LPR, RPL, K / LPR, false>, grid, dim3(32), 0, stream, p.pdl, p);
       return launch_pdl(chain_verify_rg_ar_kernel<TIn, LPR, RPL, K / LPR, true>, grid, dim3(32), 0, stream, p.pdl, p);
