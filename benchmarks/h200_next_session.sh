@@ -33,18 +33,18 @@ case "${1:-}" in
   s22b)  # session 22, call 2: the AR body with its first token computed before the row's bounds are known (no
         # branch before its loads; empty rows predicated) and without the zeroing selects of rows past V (s22a's two
         # largest waits); plain AR build 648 SASS lines / 124 registers offline. Every CUDA chain test and the
-        # dispatch tests, the kernel table at batch 1 / 2 with the AR body on / off twice, Nsight Compute (cold L2)
-        # durations of AR at batch 1 / 2 with the AR body on / off against Triton, then the AR body's sampling at batch 2
+        # dispatch tests, the kernel table at batch 1 / 2 with the AR body on (RG_AR 1; 2: at most 12 CTAs
+        # per SM) / off twice, Nsight Compute (cold L2) durations of AR at batch 1 / 2 in the three forms against Triton, then the AR body's sampling at batch 2
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16 VLLM_SPECLA_CUDA_LINEINFO=1
       timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
       pytest_log s22b 200 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
-      for rep in 1 2; do for ar in 1 0; do
+      for rep in 1 2; do for ar in 1 2 0; do
         echo "== rg_ar $ar (rep $rep)"
         VLLM_SPECLA_CUDA_RG_AR=$ar timeout 60 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 \
             --layout auto --out "$OUT/csrc_s22b_ar${ar}_r$rep.json" 2>&1 | grep -v "^{" | grep -v -i warn \
             | grep -E "ar|step|verify" | tr -s ' ' | paste -sd';'
       done; done
-      for ar in 1 0; do for b in 2 1; do
+      for ar in 1 2 0; do for b in 2 1; do
         echo "== cold, rg_ar $ar, batch $b"
         VLLM_SPECLA_CUDA_RG_AR=$ar timeout 60 ncu --kernel-name regex:chain_verify --launch-skip 2 --launch-count 2 \
             --section SpeedOfLight -o "$OUT/ncu_s22b" -f python benchmarks/ncu_chain.py --ar --batch $b 2>&1 | tail -1

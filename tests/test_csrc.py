@@ -655,7 +655,7 @@ def test_cuda_ut_forced_is_strict(monkeypatch):
                                         ("VLLM_SPECLA_CUDA_SB_SCALED", "1"), ("VLLM_SPECLA_CUDA_UT_VAR", "4"),
                                         ("VLLM_SPECLA_CUDA_UT_VAR", "5"), ("VLLM_SPECLA_CUDA_UT_VAR", "x"),
                                         ("VLLM_SPECLA_CUDA_STORE_SWAP", "1"), ("VLLM_SPECLA_CUDA_RG_PIECE", "16"),
-                                        ("VLLM_SPECLA_CUDA_RG_AR", "2")])
+                                        ("VLLM_SPECLA_CUDA_RG_AR", "3")])
 def test_cuda_tuning_variable_out_of_range_is_an_error(monkeypatch, name, value):
     """Every tuning variable of the CUDA binding rejects a value outside its list (a RuntimeError naming the
     variable and the values it takes; e.g. VLLM_SPECLA_CUDA_UT_VAR=4 / 5, variants removed in session 8; or, for
@@ -819,14 +819,14 @@ def test_cuda_rg_ar_body_is_bit_identical_and_matches_reference(monkeypatch, sha
     o_ref = chain_verify_ref(*c.tensors(), **c.kwargs(m_ref, record, False, wfs))
     dev = torch.device("cuda")
     outs = []
-    for body in ("1", "0"):
+    for body in ("1", "0", "2"):  # (2: the AR body at most 12 CTAs per SM)
         monkeypatch.setenv("VLLM_SPECLA_CUDA_RG_AR", body)
         m_gpu = [t.to(dev) for t in c.mutables()]
         kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t) for a, t in c.kwargs(m_gpu, record, False, wfs).items()}
         outs.append((_cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw).cpu(), [t.cpu() for t in m_gpu]))
-    (o1, m1), (o0, m0) = outs
-    assert torch.equal(o1, o0)
-    assert all(torch.equal(x, y) for x, y in zip(m1, m0))
+    (o1, m1), (o0, m0), (o2, m2) = outs
+    assert torch.equal(o1, o0) and torch.equal(o2, o0)
+    assert all(torch.equal(x, y) and torch.equal(z, y) for x, y, z in zip(m1, m0, m2))
     torch.testing.assert_close(o1, o_ref, **TOL)
     assert_all_close(m1, m_ref, **TOL)
 

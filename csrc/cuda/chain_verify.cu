@@ -999,7 +999,7 @@ __device__ __forceinline__ void chain_verify_rg_body(const ChainVerifyParams& p)
 }
 
 // Row-group AR body (session 21; the one-ahead body's work without its pipeline): launched for one-token rows
-// without pending factors (p.N <= p.R, no pending_len; p.rg_ar), 4-key lane pieces. The state tile and the token's
+// without pending factors (1 <= p.N <= p.R, no pending_len; p.rg_ar), 4-key lane pieces. The state tile and the token's
 // q / k pieces, v, g, beta are loaded straight into registers, all in flight together (no shared-memory staging,
 // cp.async groups or warp syncs). Rows holding more tokens (N <= R does not forbid it) run the same loop, a token
 // at a time. Same contract and writers as chain_verify_rg_body.
@@ -1242,10 +1242,20 @@ cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
   constexpr int BV = (32 / LPR) * RPL;
   const dim3 grid((p.V + BV - 1) / BV, p.HV, p.R);
   if constexpr (!PF && LPR == 8 && RPL == 1) {
-    if (p.rg_ar && p.rg_piece == 4 && p.N >= 1 && p.N <= p.R && p.pending_len == nullptr) {
-      if (p.write_bank == nullptr)
-        return launch_pdl(chain_verify_rg_ar_kernel<TIn, LPR, RPL, K / LPR, false>, grid, dim3(32), 0, stream, p.pdl, p);
-      return launch_pdl(chain_verify_rg_ar_kernel<TIn, LPR, RPL, K / LPR, true>, grid, dim3(32), 0, stream, p.pdl, p);
+    if (p.rg_ar != 0 && p.rg_piece == 4 && p.N >= 1 && p.N <= p.R && p.pending_len == nullptr) {
+      // rg_ar 2 (A/B): 18 KiB of unused dynamic shared memory per CTA caps residency at 12 CTAs per SM (228 KiB,
+      // 1 KiB reserved per CTA), the occupancy of the 154-register recording build; the plain build's 124 registers
+      // allow 16, so a one-wave grid may sit on fewer SMs
+      const size_t smem = p.rg_ar == 2 ? 18 * 1024 : 0;
+      auto kern = p.write_bank == nullptr ? chain_verify_rg_ar_kernel<TIn, LPR, RPL, K / LPR, false>
+                                          : chain_verify_rg_ar_kernel<TIn, LPR, RPL, K / LPR, true>;
+      if (smem != 0) {
+        const cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(kern),
+                                                   cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                   cudaSharedmemCarveoutMaxShared);
+        if (e != cudaSuccess) return e;
+      }
+      return launch_pdl(kern, grid, dim3(32), smem, stream, p.pdl, p);
     }
   }
   if constexpr (!PF) {

@@ -164,8 +164,8 @@ bool rg_prefetch(bool has_pending) {
 int rg_piece() { return env_choice("VLLM_SPECLA_CUDA_RG_PIECE", {4, 8}, 4); }
 
 // The row-group AR body (chain_verify.cu, chain_verify_rg_ar), VLLM_SPECLA_CUDA_RG_AR: 0 the one-ahead body, 1 or
-// unset: on where it applies (A/B of session 21).
-bool rg_ar() { return env_choice("VLLM_SPECLA_CUDA_RG_AR", {0, 1}, 1) == 1; }
+// unset: on where it applies, 2: on, at most 12 CTAs per SM (A/B of sessions 21-22).
+int rg_ar() { return env_choice("VLLM_SPECLA_CUDA_RG_AR", {0, 1, 2}, 1); }
 
 template <int D>
 void strides(const at::Tensor& t, int64_t* out) {
