@@ -773,7 +773,8 @@ __device__ __forceinline__ void rg_reduce(const ChainVerifyParams& p, const floa
 }
 
 // One window token n (t = n - bos) on the tile m, its inputs in registers (q / k: the lane's KPL
-// keys; v: the lane's RPL rows): partial sums, butterfly, v~ and o, the tile update, the stores.
+// keys; v: the lane's RPL rows): partial sums, butterfly, v~ and o, the tile update, the stores (o and factors only
+// when live: false for the AR body's first token of an empty row, computed on a clamped index and discarded).
 template <int LPR, int RPL, int KPL, int PW = 8>
 __device__ __forceinline__ void rg_token(const ChainVerifyParams& p, const RgCtx<RPL>& cx, int64_t n, int64_t t,
                                          const float (&q)[KPL], const float (&k)[KPL], const float (&v)[RPL],
@@ -872,8 +873,9 @@ __device__ __forceinline__ void rg_setup(const ChainVerifyParams& p, RgCtx<RPL>&
 // The lane's RPL rows of the state tile (rows past V: zero). PRED (the sb kernel): each row's loads predicated on
 // the row being valid, so no select waits on the tile before the first token's work that does not read it (session
 // 20, s20b's sampling: 151 of 985 samples on those selects; steps 0.3-0.5 us faster, s20d); else (the row-group
-// kernels) rows past V re-read row V - 1 unconditionally and are zeroed after (s20d measured one-token AR on the
-// predicated form 0.3 us slower in 3 of 4 small-batch shapes than s20c on this one).
+// kernels' one-ahead and ring bodies) rows past V re-read row V - 1 unconditionally and are zeroed after (s20d measured
+// one-token AR on the predicated form 0.3 us slower in 3 of 4 small-batch shapes than s20c on this one; the AR body,
+// chain_verify_rg_ar, does not zero them at all).
 template <int LPR, int RPL, int KPL, bool PRED = false, int PW = 8>
 __device__ __forceinline__ void rg_load_tile(const float* st, const ChainVerifyParams& p, const RgCtx<RPL>& cx,
                                              float (&m)[RPL][KPL]) {
@@ -1043,7 +1045,7 @@ __device__ __forceinline__ void chain_verify_rg_ar(const ChainVerifyParams& p) {
                              cx.s, m[j]);
   // The row's first token is computed before the row's bounds are known, without a branch: its index clamped to
   // the batch's tokens (the launcher requires p.N >= 1), its o / factor stores and the tile's store predicated on
-  // the row holding it (an empty row's state is left as loaded), so its loads and address arithmetic overlap the
+  // the row holding it (an empty row's state is not written back), so its loads and address arithmetic overlap the
   // cu_seqlens / slot / tile loads instead of waiting behind the loop test (s22a's sampling: that test was the
   // second-largest wait, and the compiler sinks loads used only in the loop below it). Later tokens of a row
   // (N <= R allows two-token rows) run after it, a token at a time.
@@ -1059,7 +1061,7 @@ __device__ __forceinline__ void chain_verify_rg_ar(const ChainVerifyParams& p) {
 #pragma unroll
     for (int j = 0; j < RPL; ++j) v[j] = widen_bits<TIn>(sc.v[j]);  // rows past V: row 0's (unused, as above)
     rg_token<LPR, RPL, KPL, 4>(p, cx, n, n - bos, q, k, v, sc.g, sc.b, m, live);
-    if (n + 1 >= eos) break;
+    if (!live || n + 1 >= eos) break;  // (!live: an empty row, also one past the batch's tokens)
   }
   if (p.write_final_state && live) rg_store_tile<LPR, RPL, KPL, 4>(st, p, cx, m);
 }
@@ -1244,8 +1246,9 @@ cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
   if constexpr (!PF && LPR == 8 && RPL == 1) {
     if (p.rg_ar != 0 && p.rg_piece == 4 && p.N >= 1 && p.N <= p.R && p.pending_len == nullptr) {
       // rg_ar 2 (A/B): 18 KiB of unused dynamic shared memory per CTA caps residency at 12 CTAs per SM (228 KiB,
-      // 1 KiB reserved per CTA), the occupancy of the 154-register recording build; the plain build's 124 registers
-      // allow 16, so a one-wave grid may sit on fewer SMs
+      // 1 KiB reserved per CTA), the occupancy of the recording build at K = 256 (150 registers, bf16, ptxas sm_90 of
+      // CUDA 12-13); the plain build's 124 allow 16, so a one-wave grid may sit on fewer SMs. (The carveout
+      // attribute stays set for the process: A/B runs use one process per setting.)
       const size_t smem = p.rg_ar == 2 ? 18 * 1024 : 0;
       auto kern = p.write_bank == nullptr ? chain_verify_rg_ar_kernel<TIn, LPR, RPL, K / LPR, false>
                                           : chain_verify_rg_ar_kernel<TIn, LPR, RPL, K / LPR, true>;

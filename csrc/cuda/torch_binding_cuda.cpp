@@ -193,6 +193,8 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   const auto in_t = in_bf16 ? at::kBFloat16 : at::kFloat;
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3 && g.dim() == 2 && beta.dim() == 2,
               "chain_verify (CUDA): q, k [N, H, K], v [N, HV, V], g, beta [N, HV]");
+  TORCH_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0) && g.size(0) == q.size(0) && beta.size(0) == q.size(0),
+              "chain_verify (CUDA): q, k, v, g, beta must have the same number of tokens N (dim 0)");
   at::Tensor qf = rows_dense(q.to(in_t)), kf = rows_dense(k.to(in_t));
   at::Tensor vf = rows_dense(v.to(in_t)), gf = rows_dense(g.to(at::kFloat));
   at::Tensor bf = rows_dense(beta.to(at::kFloat));
