@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 21: benchmarks/RESULTS.md "Session 21" (s21a-s21e as run; s21b's VLLM_SPECLA_CUDA_STORE_SWAP was removed after it, so s21b / s21c cannot be rerun as written; s21d is the final code but the AR body without the factor-bank path; next: s22a). Session 20: s20a (per-instruction stall sampling), s20b (the raw-v prefetch), s20c (tests, kernel table, e2e batch 1), s20d (predicated tile loads; AR layouts). The sb kernel's forced forms (sbXY layouts, VLLM_SPECLA_CUDA_SB_LATE / _SB_SCALED) were removed after session 20: s18*-s20b cannot be rerun as written; session 19: benchmarks/RESULTS.md "Session 19" (s19a-s19e as run). Before: s17c reruns session 17's final code (the runtime with the skinny GEMM's L2 prefetch); session 17: benchmarks/RESULTS.md "Session 17" (s17a-s17d as run). Session 15: benchmarks/RESULTS.md
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 21: benchmarks/RESULTS.md "Session 21" (s21a-s21e as run; s21b's VLLM_SPECLA_CUDA_STORE_SWAP was removed after it, so s21b / s21c cannot be rerun as written; s21d is the final code but the AR body without the factor-bank path). Session 22: benchmarks/RESULTS.md "Session 22" (s22a, s22b as run; the default VLLM_SPECLA_CUDA_RG_AR became 2 after s22b). Session 20: s20a (per-instruction stall sampling), s20b (the raw-v prefetch), s20c (tests, kernel table, e2e batch 1), s20d (predicated tile loads; AR layouts). The sb kernel's forced forms (sbXY layouts, VLLM_SPECLA_CUDA_SB_LATE / _SB_SCALED) were removed after session 20: s18*-s20b cannot be rerun as written; session 19: benchmarks/RESULTS.md "Session 19" (s19a-s19e as run). Before: s17c reruns session 17's final code (the runtime with the skinny GEMM's L2 prefetch); session 17: benchmarks/RESULTS.md "Session 17" (s17a-s17d as run). Session 15: benchmarks/RESULTS.md
 # "Session 15" (s15a-s15e as run; s15b-s15d ran a kernel variant removed after them). State after session 13: benchmarks/RESULTS.md "Session 13" (s13a, s13c-s13g as
 # run; session 14: "Session 14" (s14a-s14e as run); s13a's win: settings and --gemm-window were removed after it, s13e's grid ran the first version of the cost split). Session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
 # s12b's rows-s11 and s12c's mma: settings were removed after them). Session 11: "Session 11" (s11a-s11f as run;
@@ -30,7 +30,8 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
-  s22b)  # session 22, call 2: the AR body with its first token computed before the row's bounds are known (no
+  s22b)  # (as run) session 22, call 2 (its RG_AR unset was 1 then, 2 since: the sampling below ran the uncapped form;
+        # printed results of what did not come back as files: benchmarks/h200_s22b_printed.txt): the AR body with its first token computed before the row's bounds are known (no
         # branch before its loads; empty rows predicated) and without the zeroing selects of rows past V (s22a's two
         # largest waits); plain AR build 648 SASS lines / 124 registers offline. Every CUDA chain test and the
         # dispatch tests, the kernel table at batch 1 / 2 with the AR body on (RG_AR 1; 2: at most 12 CTAs

@@ -805,8 +805,8 @@ AR_CASES = {"ar": ([1, 1], False, True), "ar_record": ([1, 1], True, True), "ar_
 @pytest.mark.parametrize("shape", [(6, 6, 256, 512), (8, 8, 256, 256), (2, 4, 128, 18)])
 def test_cuda_rg_ar_body_is_bit_identical_and_matches_reference(monkeypatch, shape, case, dtype):
     """The row-group AR body (chain_verify.cu, chain_verify_rg_ar: q / k / v / g / beta and the state tile loaded
-    straight into registers; VLLM_SPECLA_CUDA_RG_AR=1, the default for one-token rows without pending factors) and
-    the one-ahead body (=0) run the same token arithmetic on the same 4-key lane pieces: outputs, state and factor
+    straight into registers; VLLM_SPECLA_CUDA_RG_AR=1, and =2, the default for one-token rows without pending
+    factors: the same kernel at most 12 CTAs per SM) and the one-ahead body (=0) run the same token arithmetic on the same 4-key lane pieces: outputs, state and factor
     banks equal bit for bit, and chain_verify_ref within the CUDA tolerance; rows with two tokens or none (N <= R
     allows them), factors recorded (the AR kernel with the factor-bank path) or not (its build without it), the final
     state written or not; V = 18: rows past V in the last 4-row tile."""

@@ -1245,10 +1245,12 @@ cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
   const dim3 grid((p.V + BV - 1) / BV, p.HV, p.R);
   if constexpr (!PF && LPR == 8 && RPL == 1) {
     if (p.rg_ar != 0 && p.rg_piece == 4 && p.N >= 1 && p.N <= p.R && p.pending_len == nullptr) {
-      // rg_ar 2 (A/B): 18 KiB of unused dynamic shared memory per CTA caps residency at 12 CTAs per SM (228 KiB,
-      // 1 KiB reserved per CTA), the occupancy of the recording build at K = 256 (150 registers, bf16, ptxas sm_90 of
-      // CUDA 12-13); the plain build's 124 allow 16, so a one-wave grid may sit on fewer SMs. (The carveout
-      // attribute stays set for the process: A/B runs use one process per setting.)
+      // rg_ar 2 (the default): 18 KiB of unused dynamic shared memory per CTA caps residency at 12 CTAs per SM
+      // (228 KiB, 1 KiB reserved per CTA), the occupancy of the recording build at K = 256 (150 registers, bf16,
+      // ptxas sm_90 of CUDA 12-13). The plain build's 124 registers allow 16, and a one-wave grid then sits on fewer
+      // SMs: s22b (H200, 6x256x512 batch 2, 1,536 CTAs) 5.93 us uncapped against 5.45 capped (Triton 4.92), 8.00
+      // against 7.46 with the state cold; at 512-1,024 CTAs the cap cost 0-0.14 us (RESULTS.md "Session 22"). (The
+      // carveout attribute stays set for the process: the A/B runs used one process per setting.)
       const size_t smem = p.rg_ar == 2 ? 18 * 1024 : 0;
       auto kern = p.write_bank == nullptr ? chain_verify_rg_ar_kernel<TIn, LPR, RPL, K / LPR, false>
                                           : chain_verify_rg_ar_kernel<TIn, LPR, RPL, K / LPR, true>;

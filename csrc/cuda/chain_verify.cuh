@@ -67,7 +67,7 @@ struct ChainVerifyParams {
                  // body (session-21 A/B, VLLM_SPECLA_CUDA_RG_PIECE, default 4)
   int rg_ar;  // one-token rows without pending factors at LPR 8, BV 4: the row-group AR body (chain_verify_rg_ar)
               // when non-zero; 2: at most 12 of its CTAs per SM (A/B of sessions 21-22, VLLM_SPECLA_CUDA_RG_AR,
-              // default 1)
+              // default 2)
   float scale;
   bool write_final_state;
   bool use_qk_l2norm;

@@ -163,9 +163,11 @@ bool rg_prefetch(bool has_pending) {
 // 8 (every kernel before session 21), 4 or unset: 4 (A/B of session 21).
 int rg_piece() { return env_choice("VLLM_SPECLA_CUDA_RG_PIECE", {4, 8}, 4); }
 
-// The row-group AR body (chain_verify.cu, chain_verify_rg_ar), VLLM_SPECLA_CUDA_RG_AR: 0 the one-ahead body, 1 or
-// unset: on where it applies, 2: on, at most 12 CTAs per SM (A/B of sessions 21-22).
-int rg_ar() { return env_choice("VLLM_SPECLA_CUDA_RG_AR", {0, 1, 2}, 1); }
+// The row-group AR body (chain_verify.cu, chain_verify_rg_ar), VLLM_SPECLA_CUDA_RG_AR: 0 the one-ahead body, 1 the AR
+// body where it applies, 2 or unset: the AR body at most 12 CTAs per SM (A/B of sessions 21-22; RESULTS.md "Session
+// 22": 2 was the best or within 0.04x of the best of the three at batch 1-2 of both head shapes, and the best with the
+// state cold).
+int rg_ar() { return env_choice("VLLM_SPECLA_CUDA_RG_AR", {0, 1, 2}, 2); }
 
 template <int D>
 void strides(const at::Tensor& t, int64_t* out) {
