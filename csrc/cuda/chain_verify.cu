@@ -1249,7 +1249,7 @@ cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
       // (228 KiB, 1 KiB reserved per CTA), the occupancy of the recording build at K = 256 (150 registers, bf16,
       // ptxas sm_90 of CUDA 12-13). The plain build's 124 registers allow 16, and a one-wave grid then sits on fewer
       // SMs: s22b (H200, 6x256x512 batch 2, 1,536 CTAs) 5.93 us uncapped against 5.45 capped (Triton 4.92), 8.00
-      // against 7.46 with the state cold; at 512-1,024 CTAs the cap cost 0-0.14 us (RESULTS.md "Session 22"). (The
+      // against 7.46 with the state cold; at 512-1,024 CTAs the cap cost 0-0.13 us (RESULTS.md "Session 22"). (The
       // carveout attribute stays set for the process: the A/B runs used one process per setting.)
       const size_t smem = p.rg_ar == 2 ? 18 * 1024 : 0;
       auto kern = p.write_bank == nullptr ? chain_verify_rg_ar_kernel<TIn, LPR, RPL, K / LPR, false>
