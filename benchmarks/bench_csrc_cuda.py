@@ -20,7 +20,9 @@ batched products reduce (``ut``: 1 or 2 by the shuffle count);
 ``utrow``: one TMA copy per state row, ``VLLM_SPECLA_CUDA_UT_ROWCOPY=1``; ``sb`` the small-batch lean
 kernel; its ``sb0`` / ``sb1`` / ``sbXY`` forms of sessions 18-20 were removed after session 20); key
 suffix ``_<layout>``, none for ``auto``). ``--pdl 1,0`` also times the CUDA launches without programmatic
-dependent launch (``VLLM_SPECLA_PDL=0``, suffix ``_nopdl``; the Triton kernels keep theirs).
+dependent launch (``VLLM_SPECLA_PDL=0``, suffix ``_nopdl``; Triton's serial kernel is then also timed without it,
+``triton_nopdl``). ``--rg-ar 2,3`` times the CUDA one-token AR bodies ``VLLM_SPECLA_CUDA_RG_AR`` = 2, 3 side by side
+(suffix ``_ar<X>``).
 Prints a table, writes JSON to ``--out``.
 Run with ``VLLM_SPECLA_CPP_JIT=1`` (JIT-builds the CPU op schemas, then the CUDA kernel).
 """
@@ -39,6 +41,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from graph_timing import graph_ms  # noqa: E402
 
 from vllm_specla.ops import _cpp  # noqa: E402
+from vllm_specla.ops import pdl as _pdl  # noqa: E402
 from vllm_specla.ops import triton_chain as tc  # noqa: E402
 
 SHAPES = {"6x256x512": (6, 256, 512), "8x256x256": (8, 256, 256)}
@@ -50,15 +53,16 @@ def graph_us(fn, reps=10):
     return 1e3 * graph_ms(fn, replays=reps) / LAYERS
 
 
-def _with_env(bv, cap, layout="auto", pdl=True):
+def _with_env(bv, cap, layout="auto", pdl=True, rg_ar=None):
     """``_cpp.chain_verify`` with ``bv`` value rows per warp forced (0: automatic), the register
-    caps on (``cap``) or off and the warp layout forced (``layout``: auto, rowgroup, rowgroup8, rs).
+    caps on (``cap``) or off, the warp layout forced (``layout``: auto, rowgroup, rowgroup8, rs) and the
+    one-token AR body chosen (``rg_ar``: VLLM_SPECLA_CUDA_RG_AR, None = the binding's default).
     The binding reads VLLM_SPECLA_CUDA_BV / VLLM_SPECLA_CUDA_REGCAP / VLLM_SPECLA_CUDA_LAYOUT at
     each call, i.e. at graph capture for the timed graphs."""
     env = {"VLLM_SPECLA_CUDA_BV": str(bv) if bv else None, "VLLM_SPECLA_CUDA_REGCAP": None if cap else "0",
            "VLLM_SPECLA_CUDA_LAYOUT": None if layout == "auto" else "ut" if layout.startswith("ut") else
            "sb" if layout.startswith("sb") else layout,
-           "VLLM_SPECLA_PDL": None if pdl else "0",
+           "VLLM_SPECLA_PDL": None if pdl else "0", "VLLM_SPECLA_CUDA_RG_AR": rg_ar,
            "VLLM_SPECLA_CUDA_UT_NW": "1" if layout == "ut1" else None,
            "VLLM_SPECLA_CUDA_UT_VAR": layout[3:] if layout.startswith("utv") else None,
            "VLLM_SPECLA_CUDA_UT_P5": layout[3:] if layout in ("utp0", "utp1", "utp2") else None,
@@ -79,6 +83,17 @@ def _with_env(bv, cap, layout="auto", pdl=True):
     return fn
 
 
+def _triton_nopdl(*a, **kw):
+    """The Triton chain kernel launched without programmatic dependent launch (``ops/pdl.py``'s ENABLED off for
+    the call, i.e. at graph capture): the baseline of the ``_nopdl`` CUDA columns."""
+    was = _pdl.ENABLED
+    _pdl.ENABLED = False
+    try:
+        return tc.chain_verify(*a, **kw)
+    finally:
+        _pdl.ENABLED = was
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", default="1,32,128")
@@ -92,6 +107,8 @@ def main() -> None:
                          "VLLM_SPECLA_CUDA_UT_P5, VLLM_SPECLA_CUDA_UT_ROWCOPY)")
     ap.add_argument("--pdl", default="1", help="CUDA launches to time: 1 (programmatic dependent launch where "
                     "built for sm_90+, the default), 0 (plain launches, VLLM_SPECLA_PDL=0: key suffix _nopdl)")
+    ap.add_argument("--rg-ar", default="", help="one-token AR bodies to time (VLLM_SPECLA_CUDA_RG_AR values, "
+                    "key suffix _ar<X>): empty (default) = the binding's default only")
     ap.add_argument("--bank-t", type=int, default=-1,
                     help="factor-bank window length Tmax: 0 = each configuration's own T (as the runtime sizes "
                          "its banks, K + 1; the CUDA UT kernel's window bound follows it), default: max(8, largest T)")
@@ -104,8 +121,11 @@ def main() -> None:
         raise SystemExit(f"--layout: each of {layouts} must be one of {', '.join(allowed)}")
     if any(x not in ("0", "1") for x in args.pdl.split(",")):
         raise SystemExit(f"--pdl: each of {args.pdl.split(',')} must be 0 or 1")
-    variants = [(int(b), int(c), lay, x == "1") for b in args.bv.split(",") for c in args.regcap.split(",")
-                for lay in layouts for x in args.pdl.split(",")]
+    ars = [a for a in args.rg_ar.split(",") if a] or [None]
+    if any(a not in ("0", "1", "2", "3", "4") for a in ars if a is not None):
+        raise SystemExit(f"--rg-ar: each of {ars} must be one of 0, 1, 2, 3, 4")
+    variants = [(int(b), int(c), lay, x == "1", a) for b in args.bv.split(",") for c in args.regcap.split(",")
+                for lay in layouts for x in args.pdl.split(",") for a in ars]
     assert _cpp.load_cuda(), "CUDA build unavailable"
     try:
         from vllm_specla.ops import triton_chain_ut as ut  # noqa: PLC0415
@@ -145,9 +165,11 @@ def main() -> None:
                             kw.update(pending_len=torch.full((B,), T, device=dev, dtype=torch.long),
                                       read_bank=torch.zeros(B, dtype=torch.long, device=dev))
                     impls = {"cuda" + ("" if lay == "auto" else f"_{lay}") + (f"_bv{bv}" if bv else "") +
-                             ("" if cap else "_nocap") + ("" if pdl else "_nopdl"): _with_env(bv, cap, lay, pdl)
-                             for bv, cap, lay, pdl in variants}
+                             ("" if cap else "_nocap") + ("" if pdl else "_nopdl") + (f"_ar{a}" if a else ""):
+                             _with_env(bv, cap, lay, pdl, a) for bv, cap, lay, pdl, a in variants}
                     impls["triton"] = tc.chain_verify
+                    if "0" in args.pdl.split(","):
+                        impls["triton_nopdl"] = _triton_nopdl
                     if ut is not None and kind != "ar":
                         impls["triton_ut"] = ut.chain_verify_ut
                     r = dict(shape=sname, batch=B, T=T, kind=kind, bank_T=Tm, gpu=torch.cuda.get_device_name())
@@ -170,6 +192,8 @@ def main() -> None:
                             r[f"{name}_vs_triton_rel_err"] = float((outs[name] - ref).norm() / ref.norm())
                         if f"{name}_us" in r and "triton_us" in r:
                             r[f"{name}_over_triton"] = r[f"{name}_us"] / r["triton_us"]
+                        if "_nopdl" in name and f"{name}_us" in r and "triton_nopdl_us" in r:
+                            r[f"{name}_over_triton_nopdl"] = r[f"{name}_us"] / r["triton_nopdl_us"]
                     recs.append(r)
                     print(json.dumps(r), flush=True)
                     del state, bk, bv, bg

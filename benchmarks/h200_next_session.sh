@@ -30,6 +30,108 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
 case "${1:-}" in
+  s23d)  # session 23, call 4: the public op's new rule (bf16 one-token AR at <= 16 pairs to the CUDA op where its RAW
+        # body's two launches fit: ops/chain_verify.py _cuda_small_ar): its GPU test, the AR / dispatch tests, and the
+        # decode runtime's GPU tests (fp32 q / k / v: the rule does not fire there) with the CUDA ops loaded
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s23d 300 -x -rs tests/test_csrc.py -k "routes_small or rg_ar or tuning_variable" tests/test_dispatch.py \
+          tests/test_decode_runtime_gpu.py
+      ;;
+  s23c)  # (as run) session 23, call 3 (the final kernels): the default VLLM_SPECLA_CUDA_RG_AR=4 (the RAW body where two launches'
+        # CTAs fit on the GPU at once, else the 12-per-SM body), the RPL-2 forms of s23b removed. Every CUDA chain test and
+        # the dispatch tests, the A/B of 4 / 2 / 3 / 0 twice (the second in reverse order), the full table at the
+        # defaults, Nsight Compute (cold) of the default at batch 2 / 1
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s23c 220 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
+      R='import sys,json
+for r in json.load(open(sys.argv[1])):
+  print(r["shape"], r["batch"], r["T"], r["kind"], "triton %.2f" % r["triton_us"],
+        " ".join("%s %.2f/%.3f" % (k[5:-3] or "dflt", r[k], r.get(k[:-3] + "_over_triton", 0)) for k in r if k.startswith("cuda") and k.endswith("_us")))'
+      for ars in 4,2,3,0 0,3,2,4; do
+        echo "== A/B $ars (cuda us / ratio)"
+        timeout 90 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1 --layout auto --rg-ar $ars \
+            --out "$OUT/csrc_s23c_${ars//,/}.json" > /dev/null 2>&1; echo "rc $?"
+        python -c "$R" "$OUT/csrc_s23c_${ars//,/}.json"
+      done
+      echo "== full table (defaults)"
+      timeout 90 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --layout auto --out "$OUT/csrc_s23c_full.json" \
+          > /dev/null 2>&1; echo "rc $?"
+      python -c "$R" "$OUT/csrc_s23c_full.json"
+      for b in 2 1; do
+        echo "== cold, default, batch $b" | tee -a "$OUT/ncu_s23c.txt"
+        timeout 60 ncu --kernel-name regex:chain_verify --launch-skip 2 --launch-count 2 \
+            --section SpeedOfLight --section LaunchStats -o "$OUT/ncu_s23c" -f \
+            python benchmarks/ncu_chain.py --ar --batch $b 2>&1 | tail -1
+        ncu -i "$OUT/ncu_s23c.ncu-rep" --page details --csv > "$OUT/ncu_s23c_details.csv" 2>&1
+        python benchmarks/ncu_details.py "$OUT/ncu_s23c_details.csv" \
+            --metrics "Duration,Registers Per Thread" | tee -a "$OUT/ncu_s23c.txt"
+        rm -f "$OUT/ncu_s23c.ncu-rep" "$OUT/ncu_s23c_details.csv"
+      done
+      ;;
+  s23b)  # (as run; its RG_AR 5 / 6 were removed after it) session 23, call 2: after s23a (the RAW body at 96 registers fastest where the next launch's CTAs fit
+        # beside a launch, 0.94-0.95x Triton; 1.37x at 6x256x512 batch 2 where only part of them do), plain AR at 8 rows
+        # per warp (RG_AR 5: the RAW body, 128 registers; 6: the fp32-key AR body, 157): 768 CTAs at 6x256x512
+        # batch 2. The AR tests, the A/B twice (the second in reverse order), Nsight Compute (cold) of 3 / 5 / 6.
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s23b 150 -x tests/test_csrc.py -k "rg_ar or tuning_variable"
+      R='import sys,json
+for r in json.load(open(sys.argv[1])):
+  print(r["shape"], r["batch"], r["T"], r["kind"], "triton %.2f" % r["triton_us"],
+        " ".join("%s %.2f/%.3f" % (k[5:-3] or "dflt", r[k], r.get(k[:-3] + "_over_triton", 0)) for k in r if k.startswith("cuda") and k.endswith("_us")))'
+      for ars in 2,3,5,6,0 0,6,5,3,2; do
+        echo "== A/B $ars (cuda us / ratio)"
+        timeout 90 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1 --layout auto --rg-ar $ars \
+            --out "$OUT/csrc_s23b_${ars//,/}.json" > /dev/null 2>&1; echo "rc $?"
+        python -c "$R" "$OUT/csrc_s23b_${ars//,/}.json"
+      done
+      for ar in 3 5 6; do for b in 2 1; do
+        echo "== cold, rg_ar $ar, batch $b" | tee -a "$OUT/ncu_s23b.txt"
+        VLLM_SPECLA_CUDA_RG_AR=$ar timeout 60 ncu --kernel-name regex:chain_verify --launch-skip 2 --launch-count 2 \
+            --section SpeedOfLight --section LaunchStats -o "$OUT/ncu_s23b" -f \
+            python benchmarks/ncu_chain.py --ar --batch $b 2>&1 | tail -1
+        ncu -i "$OUT/ncu_s23b.ncu-rep" --page details --csv > "$OUT/ncu_s23b_details.csv" 2>&1
+        python benchmarks/ncu_details.py "$OUT/ncu_s23b_details.csv" \
+            --metrics "Duration,Registers Per Thread" | tee -a "$OUT/ncu_s23b.txt"
+        rm -f "$OUT/ncu_s23b.ncu-rep" "$OUT/ncu_s23b_details.csv"
+      done; done
+      ;;
+  s23a)  # (as run; its RG_AR 4 (80 registers) was replaced after it, 4 is now the automatic rule) session 23, call 1: the AR body's key head without integer division when HV == H (all row-group bodies);
+        # the RAW AR body (q / k kept as loaded, widened where read: 96 / 80 registers, RG_AR 3 / 4) against the
+        # 124-register body (1 uncapped, 2 capped at 12 CTAs per SM: the default) and the one-ahead body (0), with and
+        # without PDL on both sides (Triton's 80-register AR kernel leaves room for the next launch's CTAs while one
+        # runs; the 124-register body does not). GPU tests, the A/B twice, the full table once, Nsight Compute (cold)
+        # durations and registers.
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s23a 220 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
+      R='import sys,json
+for r in json.load(open(sys.argv[1])):
+  print(r["shape"], r["batch"], r["T"], r["kind"], "triton %.2f" % r["triton_us"], "triton_nopdl %.2f" % r.get("triton_nopdl_us", 0),
+        " ".join("%s %.2f/%.3f" % (k[5:-3] or "dflt", r[k], r.get(k[:-3] + "_over_triton_nopdl", r.get(k[:-3] + "_over_triton", 0))) for k in r if k.startswith("cuda") and k.endswith("_us")))'
+      for rep in 1 2; do
+        echo "== A/B rep $rep (cuda us / ratio; _nopdl ratios against triton_nopdl)"
+        timeout 90 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1 --layout auto --rg-ar 2,3,4,1,0 --pdl 1,0 \
+            --out "$OUT/csrc_s23a_ab_r$rep.json" > /dev/null 2>&1; echo "rc $?"
+        python -c "$R" "$OUT/csrc_s23a_ab_r$rep.json"
+      done
+      echo "== full table (defaults)"
+      timeout 90 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --layout auto --out "$OUT/csrc_s23a_full.json" \
+          > /dev/null 2>&1; echo "rc $?"
+      python -c "$R" "$OUT/csrc_s23a_full.json"
+      for ar in 2 3 4; do for b in 2 1; do
+        echo "== cold, rg_ar $ar, batch $b" | tee -a "$OUT/ncu_s23a.txt"
+        VLLM_SPECLA_CUDA_RG_AR=$ar timeout 60 ncu --kernel-name regex:chain_verify --launch-skip 2 --launch-count 2 \
+            --section SpeedOfLight --section LaunchStats --section Occupancy -o "$OUT/ncu_s23a" -f \
+            python benchmarks/ncu_chain.py --ar --batch $b 2>&1 | tail -1
+        ncu -i "$OUT/ncu_s23a.ncu-rep" --page details --csv > "$OUT/ncu_s23a_details.csv" 2>&1
+        python benchmarks/ncu_details.py "$OUT/ncu_s23a_details.csv" \
+            --metrics "Duration,Registers Per Thread,Achieved Occupancy,Block Limit Registers" | tee -a "$OUT/ncu_s23a.txt"
+        rm -f "$OUT/ncu_s23a.ncu-rep" "$OUT/ncu_s23a_details.csv"
+      done; done
+      ;;
   s22b)  # (as run) session 22, call 2 (its RG_AR unset was 1 then, 2 since: the sampling below ran the uncapped form;
         # printed results of what did not come back as files: benchmarks/h200_s22b_printed.txt): the AR body with its first token computed before the row's bounds are known (no
         # branch before its loads; empty rows predicated) and without the zeroing selects of rows past V (s22a's two

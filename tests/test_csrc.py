@@ -655,7 +655,7 @@ def test_cuda_ut_forced_is_strict(monkeypatch):
                                         ("VLLM_SPECLA_CUDA_SB_SCALED", "1"), ("VLLM_SPECLA_CUDA_UT_VAR", "4"),
                                         ("VLLM_SPECLA_CUDA_UT_VAR", "5"), ("VLLM_SPECLA_CUDA_UT_VAR", "x"),
                                         ("VLLM_SPECLA_CUDA_STORE_SWAP", "1"), ("VLLM_SPECLA_CUDA_RG_PIECE", "16"),
-                                        ("VLLM_SPECLA_CUDA_RG_AR", "3")])
+                                        ("VLLM_SPECLA_CUDA_RG_AR", "5")])
 def test_cuda_tuning_variable_out_of_range_is_an_error(monkeypatch, name, value):
     """Every tuning variable of the CUDA binding rejects a value outside its list (a RuntimeError naming the
     variable and the values it takes; e.g. VLLM_SPECLA_CUDA_UT_VAR=4 / 5, variants removed in session 8; or, for
@@ -795,7 +795,8 @@ def test_cuda_row_group_piece_widths_match_reference(monkeypatch, shape, mode, l
 # so a leaked o store would race the live row's own)
 AR_CASES = {"ar": ([1, 1], False, True), "ar_record": ([1, 1], True, True), "ar_no_final": ([0, 1], True, False),
             "two_and_empty": ([2, 0], True, True), "one_row": ([1], False, True),
-            "empty_last": ([1, 0, 0], True, True), "empty_many": ([1, 0, 0, 0, 0, 0, 0, 0], True, True)}
+            "empty_last": ([1, 0, 0], True, True), "empty_many": ([1, 0, 0, 0, 0, 0, 0, 0], True, True),
+            "plain_two_and_empty": ([2, 0, 1], False, True), "plain_no_final": ([0, 1, 0], False, False)}
 
 
 @pytest.mark.gpu
@@ -820,16 +821,50 @@ def test_cuda_rg_ar_body_is_bit_identical_and_matches_reference(monkeypatch, sha
     o_ref = chain_verify_ref(*c.tensors(), **c.kwargs(m_ref, record, False, wfs))
     dev = torch.device("cuda")
     outs = []
-    for body in ("1", "0", "2"):  # (2: the AR body at most 12 CTAs per SM)
+    # (2: the AR body at most 12 CTAs per SM; 3: on q / k as loaded; 4: 3 or 2 by the grid, the default)
+    bodies = ("1", "0", "2", "3", "4")
+    for body in bodies:
         monkeypatch.setenv("VLLM_SPECLA_CUDA_RG_AR", body)
         m_gpu = [t.to(dev) for t in c.mutables()]
         kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t) for a, t in c.kwargs(m_gpu, record, False, wfs).items()}
         outs.append((_cpp.chain_verify(*(t.to(dev) for t in c.tensors()), **kw).cpu(), [t.cpu() for t in m_gpu]))
-    (o1, m1), (o0, m0), (o2, m2) = outs
-    assert torch.equal(o1, o0) and torch.equal(o2, o0)
-    assert all(torch.equal(x, y) and torch.equal(z, y) for x, y, z in zip(m1, m0, m2))
+    (o0, m0) = outs[bodies.index("0")]
+    for body, (ob, mb) in zip(bodies, outs):
+        assert torch.equal(ob, o0), body
+        assert all(torch.equal(x, y) for x, y in zip(mb, m0)), body
+    o1, m1 = outs[0]
     torch.testing.assert_close(o1, o_ref, **TOL)
     assert_all_close(m1, m_ref, **TOL)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
+@pytest.mark.parametrize("batch,shape,cuda", [(1, (6, 6, 256, 512), True), (2, (8, 8, 256, 256), True),
+                                              (2, (6, 6, 256, 512), False)])
+def test_public_op_routes_small_bf16_ar_by_the_raw_body_rule(monkeypatch, batch, shape, cuda):
+    """The public ``ops.chain_verify`` sends one-token bf16 AR at 6x256x512 batch 1 and 8x256x256 batch 2 to the CUDA
+    op (``_cuda_small_ar``: its RAW AR body's two launches fit on an H100 / H200) and 6x256x512 batch 2 to Triton;
+    either way outputs and state equal chain_verify_ref (norm-wise relative error < 1e-4)."""
+    from vllm_specla.ops import chain_verify as cv  # noqa: PLC0415
+
+    monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT", raising=False)
+    assert _cpp.load_cuda()
+    calls = []
+    real = _cpp.chain_verify
+    monkeypatch.setattr(_cpp, "chain_verify", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    H, HV, K, V = shape
+    c = Case([1] * batch, H, HV, K, V, S=4, dtype=torch.bfloat16, seed=11 * batch + V)
+    m_ref = c.clone_mutables()
+    o_ref = chain_verify_ref(*c.tensors(), **c.kwargs(m_ref, False, False, True))
+    dev = torch.device("cuda")
+    m_gpu = [t.to(dev) for t in c.mutables()]
+    kw = {a: (t.to(dev) if isinstance(t, torch.Tensor) else t) for a, t in c.kwargs(m_gpu, False, False, True).items()}
+    for name in ("bank_k", "bank_v", "bank_g"):
+        kw.pop(name)
+    o = cv.chain_verify(*(t.to(dev) for t in c.tensors()), **kw)
+    assert (calls == [1]) == cuda
+    for got, exp in ((o.cpu(), o_ref), (m_gpu[0].cpu(), m_ref[0])):  # norm-wise (tests/test_kernels_gpu.py's TOL)
+        assert float((got - exp).norm() / exp.norm()) < 1e-4
 
 
 @pytest.mark.gpu

@@ -3,9 +3,9 @@ decode runtime's GEMMs between cuBLAS and the CUDA skinny GEMM (``ops/fused.py``
 
 The rules are shape-only (no host sync, CUDA-graph safe), so they are checked here on CPU tensors
 standing in for CUDA ones: the UT kernel for long verify windows at large batch, the CUDA csrc
-kernel (when loaded) for other verify windows at > 16 (row, head) pairs and bf16 SpecLA steps at fewer, never
-either for
-``write_final_state`` (AR / commit), and the environment switches.
+kernel (when loaded) for other verify windows at > 16 (row, head) pairs and bf16 SpecLA steps at fewer, neither for
+``write_final_state`` (AR / commit) except bf16 one-token AR at <= 16 pairs where the CUDA AR body measured faster,
+and the environment switches.
 """
 
 from __future__ import annotations
@@ -87,6 +87,46 @@ def test_cuda_small_step_rule(monkeypatch):
     q, k, v, kw = case()
     assert not takes(q[:, :, 1:], k[:, :, 1:], v, kw)  # q / k rows not 16-byte aligned
     assert not takes(q, k, v.float(), kw)  # v not bf16
+    monkeypatch.setattr(cv, "USE_CUDA_CSRC", False)
+    assert not takes(*case())
+    monkeypatch.setattr(cv, "USE_CUDA_CSRC", True)
+    monkeypatch.setattr(_cpp, "CUDA_LOADED", False)
+    assert not takes(*case())
+
+
+def test_cuda_small_ar_rule(monkeypatch):
+    """At <= 16 (row, head) pairs the CUDA kernel takes one-token bf16 AR launches (write_final_state, no banks or
+    pending factors) with K = 256 where two launches of its RAW AR body fit on the GPU at once (2 x pairs x V / 4
+    CTAs <= 20 per SM x SMs; 132 SMs here): 6x256x512 batch 1 and 8x256x256 batch 1 / 2, not 6x256x512 batch 2,
+    where Triton was faster; recording, pending, fp32, other K, unaligned rows, multi-token rows, a forced layout,
+    larger batches and an unbuilt or switched-off CUDA op keep the other rules."""
+    monkeypatch.setattr(_cpp, "CUDA_LOADED", True)
+    monkeypatch.setattr(cv, "_sm_count", lambda index: 132)
+    monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT", raising=False)
+
+    def case(rows=1, HV=6, V=512, K=256, T=1, dtype=torch.bfloat16, final=True, tmax=None, pending=False):
+        q, kw = _kw(rows, T, HV=HV, final=final, tmax=tmax, pending=pending, K=K)
+        kw["state"] = torch.zeros(rows, HV, V, K)
+        q = q.to(dtype)
+        return q, q.clone(), torch.zeros(rows * T, HV, V, dtype=dtype), kw
+
+    takes = cv._cuda_small_ar
+    assert takes(*case())  # 6x256x512 batch 1: 768 CTAs
+    assert takes(*case(rows=1, HV=8, V=256)) and takes(*case(rows=2, HV=8, V=256))  # 512 / 1,024 CTAs
+    assert not takes(*case(rows=2))  # 6x256x512 batch 2: 1,536 CTAs, 3,072 > 2,640
+    assert not takes(*case(rows=3, HV=6, V=256))  # 18 pairs
+    assert not takes(*case(final=False))  # no state written: not AR
+    assert not takes(*case(tmax=8))  # factors recorded: Triton
+    assert not takes(*case(pending=True))  # pending factors: the step rules
+    assert not takes(*case(T=2))  # more tokens than rows
+    assert not takes(*case(dtype=torch.float32))  # fp32 (the decode runtime's conv output): Triton
+    assert not takes(*case(K=128))  # K = 128: not measured, Triton
+    q, k, v, kw = case()
+    assert not takes(q[:, :, 1:], k[:, :, 1:], v, dict(kw, state=kw["state"][..., 1:]))  # off the 16-byte path
+    assert not takes(q, k, v.float(), kw)
+    monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "rowgroup")
+    assert not takes(*case())  # a forced layout: the A/B's, not this rule's
+    monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT")
     monkeypatch.setattr(cv, "USE_CUDA_CSRC", False)
     assert not takes(*case())
     monkeypatch.setattr(cv, "USE_CUDA_CSRC", True)

@@ -842,6 +842,101 @@ __device__ __forceinline__ void rg_token(const ChainVerifyParams& p, const RgCtx
   }
 }
 
+// A lane's 4-key piece of a q / k row as loaded (RAW AR body): 4 bf16 (8 bytes) or 4 fp32, widened where read.
+template <typename TIn>
+struct RgRaw4 {
+  using type = uint2;
+};
+template <>
+struct RgRaw4<float> {
+  using type = float4;
+};
+
+// (OPQ: widened by an opaque instruction, so the compiler cannot reuse an earlier widening of the same key and keep
+// it live in between)
+template <typename TIn, bool OPQ = false>
+__device__ __forceinline__ float rg_raw4_at(const typename RgRaw4<TIn>::type& r, int i) {
+  if constexpr (sizeof(TIn) == 4) {
+    return i == 0 ? r.x : i == 1 ? r.y : i == 2 ? r.z : r.w;
+  } else {
+    const unsigned w = i < 2 ? r.x : r.y;
+    if constexpr (OPQ) return __uint_as_float(__byte_perm(w, 0u, i % 2 == 0 ? 0x1044 : 0x3244));
+    return __uint_as_float(i % 2 == 0 ? w << 16 : w & 0xffff0000u);
+  }
+}
+
+// rg_token on q / k pieces kept as loaded (session 23, the RAW AR body): the same operations in the same order per
+// element (bit-identical results), but q / k are widened where each sum or update reads them, k twice, instead of
+// being held as 2 * KPL fp32 registers across the token (Triton's AR kernel holds its bf16 q / k packed: 80
+// registers at K = 256, 25 one-warp programs per SM, against the fp32 AR body's 124).
+template <typename TIn, int LPR, int RPL, int KPL>
+__device__ __forceinline__ void rg_token_raw(const ChainVerifyParams& p, const RgCtx<RPL>& cx, int64_t n, int64_t t,
+                                             const typename RgRaw4<TIn>::type (&qr)[KPL / 4],
+                                             const typename RgRaw4<TIn>::type (&kr)[KPL / 4], const float (&v)[RPL],
+                                             float g, float b, float (&m)[RPL][KPL], bool live) {
+  constexpr int NA = 4;
+  static_assert(KPL % NA == 0, "accumulators");
+  const int V = p.V, HV = p.HV;
+  float a[2 * RPL + 3][NA];
+#pragma unroll
+  for (int i = 0; i < 2 * RPL + 3; ++i) {
+#pragma unroll
+    for (int x = 0; x < NA; ++x) a[i][x] = 0.f;
+  }
+#pragma unroll
+  for (int c = 0; c < KPL; ++c) {
+    const int x = c % NA;
+    const float qc = rg_raw4_at<TIn>(qr[c / 4], c % 4), kc = rg_raw4_at<TIn>(kr[c / 4], c % 4);
+#pragma unroll
+    for (int j = 0; j < RPL; ++j) {
+      a[2 * j][x] = fmaf(m[j][c], kc, a[2 * j][x]);
+      a[2 * j + 1][x] = fmaf(m[j][c], qc, a[2 * j + 1][x]);
+    }
+    a[2 * RPL][x] = fmaf(kc, kc, a[2 * RPL][x]);
+    a[2 * RPL + 1][x] = fmaf(qc, qc, a[2 * RPL + 1][x]);
+    a[2 * RPL + 2][x] = fmaf(kc, qc, a[2 * RPL + 2][x]);
+  }
+  float sum[2 * RPL + 3], rk, rq;
+  rg_reduce<LPR>(p, a, sum, rk, rq);
+  const float e = __expf(g);
+  const float dot = sum[2 * RPL + 2] * rk * rq;
+  float vt[RPL], ov[RPL];
+#pragma unroll
+  for (int j = 0; j < RPL; ++j) {
+    vt[j] = b * (v[j] - e * (sum[2 * j] * rk));
+    ov[j] = fmaf(vt[j], dot, e * (sum[2 * j + 1] * rq));
+  }
+#pragma unroll
+  for (int c = 0; c < KPL; ++c) {
+    const float kh = rg_raw4_at<TIn, true>(kr[c / 4], c % 4) * rk;
+#pragma unroll
+    for (int j = 0; j < RPL; ++j) m[j][c] = fmaf(vt[j], kh, e * m[j][c]);
+  }
+  if (cx.s == 0 && live) {
+#pragma unroll
+    for (int j = 0; j < RPL; ++j) {
+      if (cx.vcol[j] >= 0) {
+        p.o[(n * HV + cx.hv) * V + cx.vcol[j]] = ov[j];
+        if (cx.record && t < p.Tmax)
+          p.bank_v[cx.slot * p.bv_stride[0] + cx.wb * p.bv_stride[1] + t * p.bv_stride[2] + cx.hv * p.bv_stride[3] +
+                   cx.vcol[j] * p.bv_stride[4]] = vt[j];
+      }
+    }
+  }
+  if (cx.record && live && t < p.Tmax) {
+    if (cx.g_writer)
+      p.bank_g[cx.slot * p.bg_stride[0] + cx.wb * p.bg_stride[1] + t * p.bg_stride[2] + cx.hv * p.bg_stride[3]] = g;
+    if (cx.k_writer) {
+      float kh[KPL];
+#pragma unroll
+      for (int c = 0; c < KPL; ++c) kh[c] = rg_raw4_at<TIn>(kr[c / 4], c % 4) * rk;
+      rg_store_row<LPR, KPL, 4>(p.bank_k + cx.slot * p.bk_stride[0] + cx.wb * p.bk_stride[1] + t * p.bk_stride[2] +
+                                    cx.h * p.bk_stride[3],
+                                cx.s, kh);
+    }
+  }
+}
+
 // The row's per-warp constants and indices (both row-group bodies).
 template <int LPR, int RPL>
 __device__ __forceinline__ void rg_setup(const ChainVerifyParams& p, RgCtx<RPL>& cx, int64_t& bos, int64_t& eos,
@@ -851,7 +946,10 @@ __device__ __forceinline__ void rg_setup(const ChainVerifyParams& p, RgCtx<RPL>&
   cx.s = lane % LPR;
   cx.rg = lane / LPR;
   cx.hv = blockIdx.y;
-  cx.h = cx.hv / (p.HV / p.H);
+  // key head of the value head: no integer division (two, ~40 dependent instructions ahead of the q / k addresses) when
+  // HV == H, as in both GDN-1.3B head shapes (session 23)
+  const int G = p.HV == p.H ? 1 : p.HV / p.H;
+  cx.h = G == 1 ? cx.hv : cx.hv / G;
   const int vt0 = blockIdx.x * BV;
   const int r = blockIdx.z;
 #pragma unroll
@@ -867,7 +965,7 @@ __device__ __forceinline__ void rg_setup(const ChainVerifyParams& p, RgCtx<RPL>&
   if (np > p.Tmax) np = p.Tmax;
   cx.g_writer = cx.record && blockIdx.x == 0 && lane == 0;
   // k^: V-tile 0 of the first value head of each group, row group 0 (its LPR lanes hold all keys)
-  cx.k_writer = cx.record && blockIdx.x == 0 && cx.hv % (p.HV / p.H) == 0 && cx.rg == 0;
+  cx.k_writer = cx.record && blockIdx.x == 0 && (G == 1 || cx.hv % G == 0) && cx.rg == 0;
 }
 
 // The lane's RPL rows of the state tile (rows past V: zero). PRED (the sb kernel): each row's loads predicated on
@@ -1025,7 +1123,7 @@ __device__ __forceinline__ void rg_gmem_row4(const TIn* row, int s, float* out) 
 // REC: factors recorded (p.write_bank given); the plain AR step (REC false) compiles without the factor-bank path
 // (s21e: 856 SASS lines against Triton's 648, 42 instruction-fetch stall samples against 17 at batch 1; offline,
 // without it: 672 lines, 128 registers instead of 154).
-template <typename TIn, int LPR, int RPL, int KPL, bool REC>
+template <typename TIn, int LPR, int RPL, int KPL, bool REC, bool RAW>
 __device__ __forceinline__ void chain_verify_rg_ar(const ChainVerifyParams& p) {
   constexpr int K = LPR * KPL;
   static_assert(32 % LPR == 0 && KPL % 4 == 0, "row-group layout");
@@ -1053,14 +1151,28 @@ __device__ __forceinline__ void chain_verify_rg_ar(const ChainVerifyParams& p) {
   const TIn* const kh = static_cast<const TIn*>(p.k) + cx.h * K;
   const bool live = bos < eos;
   for (int64_t n = bos < p.N ? bos : p.N - 1;; ++n) {
-    float q[KPL], k[KPL], v[RPL];
-    rg_gmem_row4<TIn, LPR, KPL>(qh + n * p.tok_stride[0], cx.s, q);
-    rg_gmem_row4<TIn, LPR, KPL>(kh + n * p.tok_stride[1], cx.s, k);
+    float v[RPL];
     RgScal<RPL> sc;
-    rg_load_scal<TIn, RPL>(p, n, cx.hv, cx.vcol, sc);
+    if constexpr (RAW) {
+      using R4 = typename RgRaw4<TIn>::type;
+      R4 qr[KPL / 4], kr[KPL / 4];
+      const R4* const qp = reinterpret_cast<const R4*>(qh + n * p.tok_stride[0] + cx.s * 4);
+      const R4* const kp = reinterpret_cast<const R4*>(kh + n * p.tok_stride[1] + cx.s * 4);
 #pragma unroll
-    for (int j = 0; j < RPL; ++j) v[j] = widen_bits<TIn>(sc.v[j]);  // rows past V: row 0's (unused, as above)
-    rg_token<LPR, RPL, KPL, 4>(p, cx, n, n - bos, q, k, v, sc.g, sc.b, m, live);
+      for (int c = 0; c < KPL; c += 4) qr[c / 4] = __ldg(qp + rg_off<LPR, 4>(c) / 4), kr[c / 4] = __ldg(kp + rg_off<LPR, 4>(c) / 4);
+      rg_load_scal<TIn, RPL>(p, n, cx.hv, cx.vcol, sc);
+#pragma unroll
+      for (int j = 0; j < RPL; ++j) v[j] = widen_bits<TIn>(sc.v[j]);
+      rg_token_raw<TIn, LPR, RPL, KPL>(p, cx, n, n - bos, qr, kr, v, sc.g, sc.b, m, live);
+    } else {
+      float q[KPL], k[KPL];
+      rg_gmem_row4<TIn, LPR, KPL>(qh + n * p.tok_stride[0], cx.s, q);
+      rg_gmem_row4<TIn, LPR, KPL>(kh + n * p.tok_stride[1], cx.s, k);
+      rg_load_scal<TIn, RPL>(p, n, cx.hv, cx.vcol, sc);
+#pragma unroll
+      for (int j = 0; j < RPL; ++j) v[j] = widen_bits<TIn>(sc.v[j]);  // rows past V: row 0's (unused, as above)
+      rg_token<LPR, RPL, KPL, 4>(p, cx, n, n - bos, q, k, v, sc.g, sc.b, m, live);
+    }
     if (!live || n + 1 >= eos) break;  // (!live: an empty row, also one past the batch's tokens)
   }
   if (p.write_final_state && live) rg_store_tile<LPR, RPL, KPL, 4>(st, p, cx, m);
@@ -1069,7 +1181,14 @@ __device__ __forceinline__ void chain_verify_rg_ar(const ChainVerifyParams& p) {
 template <typename TIn, int LPR, int RPL, int KPL, bool REC>
 __global__ void __launch_bounds__(32, 12) chain_verify_rg_ar_kernel(const ChainVerifyParams p) {
   pdl_enter();
-  chain_verify_rg_ar<TIn, LPR, RPL, KPL, REC>(p);
+  chain_verify_rg_ar<TIn, LPR, RPL, KPL, REC, false>(p);
+}
+
+// (plain AR only; at most 96 registers at K = 256, 20 CTAs per SM on the H200 (Nsight Compute): 127 unbounded)
+template <typename TIn, int LPR, int RPL, int KPL>
+__global__ void __launch_bounds__(32, 20) chain_verify_rg_ar_raw_kernel(const ChainVerifyParams p) {
+  pdl_enter();
+  chain_verify_rg_ar<TIn, LPR, RPL, KPL, false, true>(p);
 }
 
 template <bool B>
@@ -1238,6 +1357,55 @@ __global__ void __launch_bounds__(32) chain_verify_rg_kernel(const ChainVerifyPa
     chain_verify_rg_body<TIn, LPR, RPL, KPL, PW>(p);
 }
 
+// query(dev) for the current device, asked once per device and call site (each lambda type has its own cache; a
+// mutex guards it, since host threads may launch concurrently).
+template <typename Query>
+int per_device(Query&& query) {
+  static std::mutex mu;
+  static std::unordered_map<int, int> known;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find(dev);
+  if (it != known.end()) return it->second;
+  const int v = query(dev);
+  known.emplace(dev, v);
+  return v;
+}
+
+// Streaming multiprocessors of the current GPU (0 when the query failed: sb_auto then never picks BV 4).
+inline int sb_sms() {
+  return per_device([](int dev) {
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) (void)cudaGetLastError();
+    return sms;
+  });
+}
+
+// cudaFuncSetAttribute(kern, PreferredSharedMemoryCarveout, MaxShared) as an int (cudaSuccess or the error).
+template <typename Kern>
+int max_shared_carveout(Kern kern) {
+  const cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(kern),
+                                             cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  return static_cast<int>(e);
+}
+
+// Whether two launches of the RAW AR body's grid fit on the GPU at once (occupancy x SMs, asked once per device):
+// then a launch's CTAs are resident, waiting on its PDL wait, while the one before it runs. Session 23 (H200,
+// RESULTS.md "Session 23"): where they fit (512-1,024 CTAs) the RAW body was 0.94-0.96x Triton's time, the 12-per-SM
+// body 0.97-1.04x; at 6x256x512 batch 2 (1,536 CTAs, 2,640 slots) 1.35-1.37x against 1.07-1.09x.
+template <typename TIn, int LPR, int RPL, int KPL>
+bool rg_ar_raw_fits(const dim3& grid) {
+  const int slots = per_device([](int) {
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_verify_rg_ar_raw_kernel<TIn, LPR, RPL, KPL>, 32,
+                                                      0) != cudaSuccess)
+      (void)cudaGetLastError();  // (only this query's error: the rule then takes the capped body)
+    return sb_sms() * per_sm;
+  });
+  return 2 * static_cast<int64_t>(grid.x) * grid.y * grid.z <= slots;
+}
+
 // PW (session 21 A/B, p.rg_piece): 4-key pieces only on the one-ahead body (PF false); the ring stays at 8.
 template <typename TIn, int LPR, int RPL, int K, bool PF>
 cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
@@ -1245,22 +1413,26 @@ cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
   const dim3 grid((p.V + BV - 1) / BV, p.HV, p.R);
   if constexpr (!PF && LPR == 8 && RPL == 1) {
     if (p.rg_ar != 0 && p.rg_piece == 4 && p.N >= 1 && p.N <= p.R && p.pending_len == nullptr) {
-      // rg_ar 2 (the default): 18 KiB of unused dynamic shared memory per CTA caps residency at 12 CTAs per SM
+      // rg_ar 2: 18 KiB of unused dynamic shared memory per CTA caps residency at 12 CTAs per SM
       // (228 KiB, 1 KiB reserved per CTA), the occupancy of the recording build at K = 256 (150 registers, bf16,
       // ptxas sm_90 of CUDA 12-13). The plain build's 124 registers allow 16, and a one-wave grid then sits on fewer
       // SMs: s22b (H200, 6x256x512 batch 2, 1,536 CTAs) 5.93 us uncapped against 5.45 capped (Triton 4.92), 8.00
-      // against 7.46 with the state cold; at 512-1,024 CTAs the cap cost 0-0.13 us (RESULTS.md "Session 22"). (The
-      // carveout attribute stays set for the process: the A/B runs used one process per setting.)
-      const size_t smem = p.rg_ar == 2 ? 18 * 1024 : 0;
-      auto kern = p.write_bank == nullptr ? chain_verify_rg_ar_kernel<TIn, LPR, RPL, K / LPR, false>
-                                          : chain_verify_rg_ar_kernel<TIn, LPR, RPL, K / LPR, true>;
+      // against 7.46 with the state cold; at 512-1,024 CTAs the cap cost 0-0.13 us (RESULTS.md "Session 22"). The
+      // carveout attribute is set once per device and kernel, and stays set for the process (rg_ar 1 launches the
+      // same kernels: an A/B of 1 against 2 needs one process per setting).
+      // rg_ar 3: the RAW body (q / k kept as loaded, rg_token_raw; plain AR only, the recording build keeps rg_ar
+      // 2's kernel); 4 (the default): the RAW body where the next launch's CTAs fit beside this launch's, else 2
+      if (p.write_bank == nullptr && (p.rg_ar == 3 || (p.rg_ar == 4 && rg_ar_raw_fits<TIn, LPR, RPL, K / LPR>(grid))))
+        return launch_pdl(chain_verify_rg_ar_raw_kernel<TIn, LPR, RPL, K / LPR>, grid, dim3(32), 0, stream, p.pdl, p);
+      const size_t smem = p.rg_ar != 1 ? 18 * 1024 : 0;
+      constexpr auto plain = chain_verify_rg_ar_kernel<TIn, LPR, RPL, K / LPR, false>;
+      constexpr auto rec = chain_verify_rg_ar_kernel<TIn, LPR, RPL, K / LPR, true>;
       if (smem != 0) {
-        const cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(kern),
-                                                   cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                   cudaSharedmemCarveoutMaxShared);
-        if (e != cudaSuccess) return e;
+        const int e = p.write_bank == nullptr ? per_device([](int) { return max_shared_carveout(plain); })
+                                              : per_device([](int) { return max_shared_carveout(rec); });
+        if (e != cudaSuccess) return static_cast<cudaError_t>(e);
       }
-      return launch_pdl(kern, grid, dim3(32), smem, stream, p.pdl, p);
+      return launch_pdl(p.write_bank == nullptr ? plain : rec, grid, dim3(32), smem, stream, p.pdl, p);
     }
   }
   if constexpr (!PF) {
@@ -1534,31 +1706,6 @@ cudaError_t launch_sb(const ChainVerifyParams& p, cudaStream_t stream) {
 template <int K>
 cudaError_t dispatch_sb(const ChainVerifyParams& p, int bv, cudaStream_t stream) {
   return bv == 4 ? launch_sb<K, 1>(p, stream) : launch_sb<K, 2>(p, stream);
-}
-
-// query(dev) for the current device, asked once per device and call site (each lambda type has its own cache; a
-// mutex guards it, since host threads may launch concurrently).
-template <typename Query>
-int per_device(Query&& query) {
-  static std::mutex mu;
-  static std::unordered_map<int, int> known;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
-  const std::lock_guard<std::mutex> lock(mu);
-  const auto it = known.find(dev);
-  if (it != known.end()) return it->second;
-  const int v = query(dev);
-  known.emplace(dev, v);
-  return v;
-}
-
-// Streaming multiprocessors of the current GPU (0 when the query failed: sb_auto then never picks BV 4).
-inline int sb_sms() {
-  return per_device([](int dev) {
-    int sms = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) (void)cudaGetLastError();
-    return sms;
-  });
 }
 
 // Resident single-warp CTAs of the sb kernel <RPL, KPL> on the current GPU (occupancy x SMs; at least 1: when a

@@ -66,8 +66,8 @@ struct ChainVerifyParams {
   int rg_piece;  // row-group kernels' one-ahead body: 4 or 8 keys per lane piece (rg_key); 8 also turns off the AR
                  // body (session-21 A/B, VLLM_SPECLA_CUDA_RG_PIECE, default 4)
   int rg_ar;  // one-token rows without pending factors at LPR 8, BV 4: the row-group AR body (chain_verify_rg_ar)
-              // when non-zero; 2: at most 12 of its CTAs per SM (A/B of sessions 21-22, VLLM_SPECLA_CUDA_RG_AR,
-              // default 2)
+              // when non-zero; 2: at most 12 of its CTAs per SM; 3: the RAW body (plain AR); 4: 3 where two launches
+              // fit on the GPU at once, else 2 (A/B of sessions 21-23, VLLM_SPECLA_CUDA_RG_AR, default 4)
   float scale;
   bool write_final_state;
   bool use_qk_l2norm;

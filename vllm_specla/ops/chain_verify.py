@@ -13,6 +13,7 @@ Arguments, shapes and semantics: see :func:`~vllm_specla.ops.reference.chain_ver
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -118,8 +119,8 @@ def _use_ut(q: torch.Tensor, kw: dict, k: torch.Tensor | None = None) -> bool:
 # pending counts are zero costs (H200, RESULTS.md session 20, csrc_h200_s20d.json; the rule cannot read the
 # counts without a host sync). Where the binding's sb_auto declines (its BV-8 warps more than the GPU holds
 # at once: far beyond the GDN-1.3B shapes on an H100 / H200) it runs the row-group kernels, unmeasured against
-# Triton since session 4. Triton keeps AR (equal at large batch; 1.01-1.19x faster at batch 1-2) and, at
-# batch 1-2, windows without a pending_len tensor and everything else. (The decode runtime's q / k / v are fp32, its conv output, so its
+# Triton since session 4. Triton keeps AR at large batch (equal there) and at batch 1-2 outside _cuda_small_ar's
+# rule, and, at batch 1-2, windows without a pending_len tensor and everything else. (The decode runtime's q / k / v are fp32, its conv output, so its
 # batch-1 steps stay on Triton: e2e_h200_s20c.jsonl.) VLLM_SPECLA_CUDA_CSRC=0 turns it off.
 USE_CUDA_CSRC = os.environ.get("VLLM_SPECLA_CUDA_CSRC", "1") not in ("", "0")
 CUDA_MIN_PAIRS = 16
@@ -145,6 +146,42 @@ def _cuda_small_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kw: dict
     rows = kw["cu_seqlens"].numel() - 1
     return (rows * kw["state"].shape[1] <= CUDA_MIN_PAIRS and q.shape[0] > rows
             and q.dtype == k.dtype == v.dtype == torch.bfloat16 and _cuda_vec_ok(q, k, kw))
+
+
+# One-token AR rows at <= CUDA_MIN_PAIRS pairs (bf16 q / k / v, K = 256, the binding's 16-byte path, automatic
+# layout) go to the CUDA op where its RAW AR body runs: two launches' CTAs (pairs x V / 4) fit on the GPU at once at
+# the body's guaranteed occupancy (``__launch_bounds__(32, 20)`` of ``chain_verify_rg_ar_raw_kernel``; the binding's
+# own rule, ``rg_ar_raw_fits``, asks the actual occupancy, >= this). There it measured 0.91-0.98x the Triton kernel's
+# time (H200: 6x256x512 batch 1, 8x256x256 batch 1 / 2; RESULTS.md "Session 23", csrc_h200_s23c_*.json); where it
+# does not (6x256x512 batch 2) the CUDA op took 1.08x and Triton keeps it.
+RAW_AR_MIN_CTAS_PER_SM = 20
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    """Streaming multiprocessors of CUDA device ``index`` (cached; host-only, no sync)."""
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _cuda_small_ar(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kw: dict) -> bool:
+    """Whether a one-token-per-row AR launch (``write_final_state``, no factor banks or pending factors, as many
+    tokens as rows) at <= CUDA_MIN_PAIRS (row, value head) pairs goes to the CUDA csrc op: bf16 q / k / v on its
+    16-byte path with K = 256, automatic layout, and 2 x pairs x ceil(V / 4) CTAs <= RAW_AR_MIN_CTAS_PER_SM x the
+    device's SMs. Shapes and strides only: no host sync, CUDA-graph safe."""
+    if not (USE_CUDA_CSRC and _cpp.CUDA_LOADED) or not kw.get("write_final_state", False):
+        return False
+    if any(kw.get(n) is not None for n in ("bank_k", "write_bank", "pending_len")):
+        return False
+    if os.environ.get("VLLM_SPECLA_CUDA_LAYOUT", "") not in ("", "auto"):
+        return False
+    rows = kw["cu_seqlens"].numel() - 1
+    _, HV, V, K = kw["state"].shape
+    if not (rows >= 1 and q.shape[0] == rows and rows * HV <= CUDA_MIN_PAIRS and K == 256):
+        return False
+    if not (q.dtype == k.dtype == v.dtype == torch.bfloat16 and _cuda_vec_ok(q, k, kw)):
+        return False
+    index = q.device.index if q.device.index is not None else torch.cuda.current_device() if q.is_cuda else 0
+    return 2 * rows * HV * -(-V // 4) <= RAW_AR_MIN_CTAS_PER_SM * _sm_count(index)
 
 
 def _ut_impl():
@@ -188,7 +225,7 @@ def chain_verify(q, k, v, g, beta, **kw) -> torch.Tensor:
             ut = _ut_impl()
             if ut is not None:
                 return ut.chain_verify_ut(q, k, v, g, beta, **kw)
-        if _use_cuda_csrc(kw) or _cuda_small_step(q, k, v, kw):
+        if _use_cuda_csrc(kw) or _cuda_small_step(q, k, v, kw) or _cuda_small_ar(q, k, v, kw):
             return _cpp.chain_verify(q, k, v, g, beta, **kw)
         impl = _triton_impl()
         if impl is not None and hasattr(impl, "chain_verify"):
