@@ -108,7 +108,9 @@ def main() -> None:
     ap.add_argument("--pdl", default="1", help="CUDA launches to time: 1 (programmatic dependent launch where "
                     "built for sm_90+, the default), 0 (plain launches, VLLM_SPECLA_PDL=0: key suffix _nopdl)")
     ap.add_argument("--rg-ar", default="", help="one-token AR bodies to time (VLLM_SPECLA_CUDA_RG_AR values, "
-                    "key suffix _ar<X>): empty (default) = the binding's default only")
+                    "key suffix _ar<X>): empty (default) = the binding's default only. 1 and 2 launch the same "
+                    "kernels, and 2 (or 4 where it takes 2) sets their shared-memory carveout for the process: "
+                    "time 1 in a run without them")
     ap.add_argument("--bank-t", type=int, default=-1,
                     help="factor-bank window length Tmax: 0 = each configuration's own T (as the runtime sizes "
                          "its banks, K + 1; the CUDA UT kernel's window bound follows it), default: max(8, largest T)")

@@ -805,10 +805,10 @@ AR_CASES = {"ar": ([1, 1], False, True), "ar_record": ([1, 1], True, True), "ar_
 @pytest.mark.parametrize("case", list(AR_CASES))
 @pytest.mark.parametrize("shape", [(6, 6, 256, 512), (8, 8, 256, 256), (2, 4, 128, 18)])
 def test_cuda_rg_ar_body_is_bit_identical_and_matches_reference(monkeypatch, shape, case, dtype):
-    """The row-group AR body (chain_verify.cu, chain_verify_rg_ar: q / k / v / g / beta and the state tile loaded
-    straight into registers; VLLM_SPECLA_CUDA_RG_AR=1, and =2, the default for one-token rows without pending
-    factors: the same kernel at most 12 CTAs per SM) and the one-ahead body (=0) run the same token arithmetic on the same 4-key lane pieces: outputs, state and factor
-    banks equal bit for bit, and chain_verify_ref within the CUDA tolerance; rows with two tokens or none (N <= R
+    """The row-group AR bodies (chain_verify.cu, chain_verify_rg_ar: q / k / v / g / beta and the state tile loaded
+    straight into registers; VLLM_SPECLA_CUDA_RG_AR=1; =2 the same kernel at most 12 CTAs per SM; =3 the RAW body,
+    q / k kept as loaded, for plain AR; =4, the default, 3 or 2 by the grid) and the one-ahead body (=0) run the same
+    token arithmetic on the same 4-key lane pieces: outputs, state and factor banks equal bit for bit, and chain_verify_ref within the CUDA tolerance; rows with two tokens or none (N <= R
     allows them), factors recorded (the AR kernel with the factor-bank path) or not (its build without it), the final
     state written or not; V = 18: rows past V in the last 4-row tile."""
     monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "rowgroup")  # (the automatic layout takes v3 past 16 row-heads)
@@ -839,16 +839,18 @@ def test_cuda_rg_ar_body_is_bit_identical_and_matches_reference(monkeypatch, sha
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (csrc/cuda is JIT-built on a GPU machine)")
-@pytest.mark.parametrize("batch,shape,cuda", [(1, (6, 6, 256, 512), True), (2, (8, 8, 256, 256), True),
-                                              (2, (6, 6, 256, 512), False)])
-def test_public_op_routes_small_bf16_ar_by_the_raw_body_rule(monkeypatch, batch, shape, cuda):
-    """The public ``ops.chain_verify`` sends one-token bf16 AR at 6x256x512 batch 1 and 8x256x256 batch 2 to the CUDA
-    op (``_cuda_small_ar``: its RAW AR body's two launches fit on an H100 / H200) and 6x256x512 batch 2 to Triton;
-    either way outputs and state equal chain_verify_ref (norm-wise relative error < 1e-4)."""
+@pytest.mark.parametrize("batch,shape", [(1, (6, 6, 256, 512)), (2, (8, 8, 256, 256)), (2, (6, 6, 256, 512))])
+def test_cuda_public_op_routes_small_bf16_ar_by_the_raw_body_rule(monkeypatch, batch, shape):
+    """The public ``ops.chain_verify`` sends one-token bf16 AR to the CUDA op where ``_cuda_small_ar`` says its RAW
+    AR body's two launches fit (on an H100 / H200: 6x256x512 batch 1 and 8x256x256 batch 2, not 6x256x512 batch 2),
+    else to Triton; either way outputs and state equal chain_verify_ref (norm-wise relative error < 1e-4)."""
     from vllm_specla.ops import chain_verify as cv  # noqa: PLC0415
 
-    monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT", raising=False)
+    for name in cv._RAW_AR_ENV:
+        monkeypatch.delenv(name, raising=False)
     assert _cpp.load_cuda()
+    sms, major = cv._gpu(torch.cuda.current_device())
+    cuda = major >= 9 and 2 * batch * shape[1] * shape[3] // 4 <= cv.RAW_AR_MIN_CTAS_PER_SM * sms
     calls = []
     real = _cpp.chain_verify
     monkeypatch.setattr(_cpp, "chain_verify", lambda *a, **kw: calls.append(1) or real(*a, **kw))

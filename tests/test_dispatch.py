@@ -97,12 +97,13 @@ def test_cuda_small_step_rule(monkeypatch):
 def test_cuda_small_ar_rule(monkeypatch):
     """At <= 16 (row, head) pairs the CUDA kernel takes one-token bf16 AR launches (write_final_state, no banks or
     pending factors) with K = 256 where two launches of its RAW AR body fit on the GPU at once (2 x pairs x V / 4
-    CTAs <= 20 per SM x SMs; 132 SMs here): 6x256x512 batch 1 and 8x256x256 batch 1 / 2, not 6x256x512 batch 2,
-    where Triton was faster; recording, pending, fp32, other K, unaligned rows, multi-token rows, a forced layout,
-    larger batches and an unbuilt or switched-off CUDA op keep the other rules."""
+    CTAs <= 20 per SM x SMs; an sm_90 GPU of 132 SMs here): 6x256x512 batch 1 and 8x256x256 batch 1 / 2, not
+    6x256x512 batch 2, where Triton was faster; recording, pending, fp32, other K, unaligned rows, multi-token rows,
+    forced kernel forms, older GPUs, larger batches and an unbuilt or switched-off CUDA op keep the other rules."""
     monkeypatch.setattr(_cpp, "CUDA_LOADED", True)
-    monkeypatch.setattr(cv, "_sm_count", lambda index: 132)
-    monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT", raising=False)
+    monkeypatch.setattr(cv, "_gpu", lambda index: (132, 9))
+    for name in cv._RAW_AR_ENV:
+        monkeypatch.delenv(name, raising=False)
 
     def case(rows=1, HV=6, V=512, K=256, T=1, dtype=torch.bfloat16, final=True, tmax=None, pending=False):
         q, kw = _kw(rows, T, HV=HV, final=final, tmax=tmax, pending=pending, K=K)
@@ -122,11 +123,25 @@ def test_cuda_small_ar_rule(monkeypatch):
     assert not takes(*case(dtype=torch.float32))  # fp32 (the decode runtime's conv output): Triton
     assert not takes(*case(K=128))  # K = 128: not measured, Triton
     q, k, v, kw = case()
-    assert not takes(q[:, :, 1:], k[:, :, 1:], v, dict(kw, state=kw["state"][..., 1:]))  # off the 16-byte path
+    odd = torch.zeros(q.numel() + 1, dtype=q.dtype)[1:].view_as(q)  # K = 256 rows 2 bytes off 16-byte alignment
+    assert takes(q, k, v, kw) and not takes(odd, k, v, kw) and not takes(q, odd, v, kw)
     assert not takes(q, k, v.float(), kw)
-    monkeypatch.setenv("VLLM_SPECLA_CUDA_LAYOUT", "rowgroup")
-    assert not takes(*case())  # a forced layout: the A/B's, not this rule's
-    monkeypatch.delenv("VLLM_SPECLA_CUDA_LAYOUT")
+    for name, value in (("VLLM_SPECLA_CUDA_LAYOUT", "rowgroup"), ("VLLM_SPECLA_CUDA_BV", "8"),
+                        ("VLLM_SPECLA_CUDA_RG_PREFETCH", "1"), ("VLLM_SPECLA_CUDA_RG_PIECE", "8"),
+                        ("VLLM_SPECLA_CUDA_RG_AR", "2")):
+        monkeypatch.setenv(name, value)
+        assert not takes(*case()), name  # a forced form: the A/B's, not this rule's
+        monkeypatch.delenv(name)
+    for name, value in (("VLLM_SPECLA_CUDA_LAYOUT", "auto"), ("VLLM_SPECLA_CUDA_BV", "4"), ("VLLM_SPECLA_CUDA_RG_AR", "4")):
+        monkeypatch.setenv(name, value)
+        assert takes(*case()), name  # the defaults spelt out
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(cv, "_gpu", lambda index: (132, 8))
+    assert not takes(*case())  # below sm_90: not measured
+    monkeypatch.setattr(cv, "_gpu", lambda index: (66, 9))
+    assert not takes(*case(rows=2, HV=8, V=256))  # 2,048 CTAs > 20 x 66 SMs
+    assert not takes(*case()) and takes(*case(rows=1, HV=8, V=256))  # 2 x 768 > 1,320 >= 2 x 512
+    monkeypatch.setattr(cv, "_gpu", lambda index: (132, 9))
     monkeypatch.setattr(cv, "USE_CUDA_CSRC", False)
     assert not takes(*case())
     monkeypatch.setattr(cv, "USE_CUDA_CSRC", True)

@@ -867,8 +867,8 @@ __device__ __forceinline__ float rg_raw4_at(const typename RgRaw4<TIn>::type& r,
 
 // rg_token on q / k pieces kept as loaded (session 23, the RAW AR body): the same operations in the same order per
 // element (bit-identical results), but q / k are widened where each sum or update reads them, k twice, instead of
-// being held as 2 * KPL fp32 registers across the token (Triton's AR kernel holds its bf16 q / k packed: 80
-// registers at K = 256, 25 one-warp programs per SM, against the fp32 AR body's 124).
+// being held as 2 * KPL fp32 registers across the token: 96 registers at K = 256 (launch bounds 32, 20) against the
+// fp32-key AR body's 124.
 template <typename TIn, int LPR, int RPL, int KPL>
 __device__ __forceinline__ void rg_token_raw(const ChainVerifyParams& p, const RgCtx<RPL>& cx, int64_t n, int64_t t,
                                              const typename RgRaw4<TIn>::type (&qr)[KPL / 4],
@@ -1382,7 +1382,8 @@ inline int sb_sms() {
   });
 }
 
-// cudaFuncSetAttribute(kern, PreferredSharedMemoryCarveout, MaxShared) as an int (cudaSuccess or the error).
+// cudaFuncSetAttribute(kern, PreferredSharedMemoryCarveout, MaxShared) as an int (cudaSuccess or the error; per_device
+// keeps a failure too, so the launches of that kernel on that device return it without asking again).
 template <typename Kern>
 int max_shared_carveout(Kern kern) {
   const cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(kern),
@@ -1400,7 +1401,7 @@ bool rg_ar_raw_fits(const dim3& grid) {
     int per_sm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_verify_rg_ar_raw_kernel<TIn, LPR, RPL, KPL>, 32,
                                                       0) != cudaSuccess)
-      (void)cudaGetLastError();  // (only this query's error: the rule then takes the capped body)
+      (void)cudaGetLastError();  // (only this query's error: the rule then takes the capped body, for the process)
     return sb_sms() * per_sm;
   });
   return 2 * static_cast<int64_t>(grid.x) * grid.y * grid.z <= slots;
@@ -1421,8 +1422,11 @@ cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
       // carveout attribute is set once per device and kernel, and stays set for the process (rg_ar 1 launches the
       // same kernels: an A/B of 1 against 2 needs one process per setting).
       // rg_ar 3: the RAW body (q / k kept as loaded, rg_token_raw; plain AR only, the recording build keeps rg_ar
-      // 2's kernel); 4 (the default): the RAW body where the next launch's CTAs fit beside this launch's, else 2
-      if (p.write_bank == nullptr && (p.rg_ar == 3 || (p.rg_ar == 4 && rg_ar_raw_fits<TIn, LPR, RPL, K / LPR>(grid))))
+      // 2's kernel); 4 (the default): the RAW body for bf16 at K = 256 where the next launch's CTAs fit beside this
+      // launch's, else 2
+      // (bf16 q / k / v at K = 256 only: measured there; fp32 keys gain nothing from being kept as loaded)
+      if (p.write_bank == nullptr &&
+          (p.rg_ar == 3 || (p.rg_ar == 4 && sizeof(TIn) == 2 && K == 256 && rg_ar_raw_fits<TIn, LPR, RPL, K / LPR>(grid))))
         return launch_pdl(chain_verify_rg_ar_raw_kernel<TIn, LPR, RPL, K / LPR>, grid, dim3(32), 0, stream, p.pdl, p);
       const size_t smem = p.rg_ar != 1 ? 18 * 1024 : 0;
       constexpr auto plain = chain_verify_rg_ar_kernel<TIn, LPR, RPL, K / LPR, false>;

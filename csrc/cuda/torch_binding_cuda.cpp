@@ -165,8 +165,8 @@ int rg_piece() { return env_choice("VLLM_SPECLA_CUDA_RG_PIECE", {4, 8}, 4); }
 
 // The row-group AR body (chain_verify.cu, chain_verify_rg_ar), VLLM_SPECLA_CUDA_RG_AR: 0 the one-ahead body, 1 the AR
 // body where it applies, 2 the AR body at most 12 CTAs per SM (the form of sessions 22-23), 3 the RAW AR body (q / k
-// kept as loaded; plain AR), 4 or unset: 3 where two launches' CTAs fit on the GPU at once, else 2 (session 23 A/B;
-// RESULTS.md "Session 23").
+// kept as loaded; plain AR), 4 or unset: 3 for bf16 at K = 256 where two launches' CTAs fit on the GPU at once, else 2
+// (session 23 A/B; RESULTS.md "Session 23").
 int rg_ar() { return env_choice("VLLM_SPECLA_CUDA_RG_AR", {0, 1, 2, 3, 4}, 4); }
 
 template <int D>

@@ -148,31 +148,38 @@ def _cuda_small_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kw: dict
             and q.dtype == k.dtype == v.dtype == torch.bfloat16 and _cuda_vec_ok(q, k, kw))
 
 
-# One-token AR rows at <= CUDA_MIN_PAIRS pairs (bf16 q / k / v, K = 256, the binding's 16-byte path, automatic
-# layout) go to the CUDA op where its RAW AR body runs: two launches' CTAs (pairs x V / 4) fit on the GPU at once at
-# the body's guaranteed occupancy (``__launch_bounds__(32, 20)`` of ``chain_verify_rg_ar_raw_kernel``; the binding's
-# own rule, ``rg_ar_raw_fits``, asks the actual occupancy, >= this). There it measured 0.91-0.98x the Triton kernel's
-# time (H200: 6x256x512 batch 1, 8x256x256 batch 1 / 2; RESULTS.md "Session 23", csrc_h200_s23c_*.json); where it
-# does not (6x256x512 batch 2) the CUDA op took 1.08x and Triton keeps it.
+# One-token AR rows at <= CUDA_MIN_PAIRS pairs (bf16 q / k / v, K = 256, the binding's 16-byte path, its tuning
+# variables at their defaults) go to the CUDA op on sm_90+ GPUs where its RAW AR body runs: two launches' CTAs (pairs x
+# V / 4) fit on the GPU at once at RAW_AR_MIN_CTAS_PER_SM per SM (the H200 holds 20 of
+# ``chain_verify_rg_ar_raw_kernel``, 96 registers: Nsight Compute, session 23; the binding's own rule,
+# ``rg_ar_raw_fits``, asks the occupancy API). There it measured 0.91-0.98x the Triton kernel's time (H200:
+# 6x256x512 batch 1, 8x256x256 batch 1 / 2; RESULTS.md "Session 23", csrc_h200_s23c_*.json); where it does not
+# (6x256x512 batch 2) the CUDA op took 1.08x and Triton keeps it. Only sm_90+ (the H100 / H200 class) was measured.
 RAW_AR_MIN_CTAS_PER_SM = 20
+# the binding's variables that would send AR off the RAW body (or the automatic layout): their default values only
+_RAW_AR_ENV = {"VLLM_SPECLA_CUDA_LAYOUT": ("", "auto"), "VLLM_SPECLA_CUDA_BV": ("", "0", "4"),
+               "VLLM_SPECLA_CUDA_RG_PREFETCH": ("", "0"), "VLLM_SPECLA_CUDA_RG_PIECE": ("", "4"),
+               "VLLM_SPECLA_CUDA_RG_AR": ("", "4")}
 
 
 @functools.lru_cache(maxsize=None)
-def _sm_count(index: int) -> int:
-    """Streaming multiprocessors of CUDA device ``index`` (cached; host-only, no sync)."""
-    return torch.cuda.get_device_properties(index).multi_processor_count
+def _gpu(index: int) -> tuple[int, int]:
+    """``(SMs, compute capability major)`` of CUDA device ``index`` (cached; host-only, no sync)."""
+    props = torch.cuda.get_device_properties(index)
+    return props.multi_processor_count, props.major
 
 
 def _cuda_small_ar(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kw: dict) -> bool:
     """Whether a one-token-per-row AR launch (``write_final_state``, no factor banks or pending factors, as many
     tokens as rows) at <= CUDA_MIN_PAIRS (row, value head) pairs goes to the CUDA csrc op: bf16 q / k / v on its
-    16-byte path with K = 256, automatic layout, and 2 x pairs x ceil(V / 4) CTAs <= RAW_AR_MIN_CTAS_PER_SM x the
-    device's SMs. Shapes and strides only: no host sync, CUDA-graph safe."""
+    16-byte path with K = 256, the binding's variables of ``_RAW_AR_ENV`` at their defaults, an sm_90+ GPU and
+    2 x pairs x ceil(V / 4) CTAs <= RAW_AR_MIN_CTAS_PER_SM x its SMs. Shapes, strides and the environment only: no
+    host sync, CUDA-graph safe."""
     if not (USE_CUDA_CSRC and _cpp.CUDA_LOADED) or not kw.get("write_final_state", False):
         return False
     if any(kw.get(n) is not None for n in ("bank_k", "write_bank", "pending_len")):
         return False
-    if os.environ.get("VLLM_SPECLA_CUDA_LAYOUT", "") not in ("", "auto"):
+    if any(os.environ.get(name, "") not in ok for name, ok in _RAW_AR_ENV.items()):
         return False
     rows = kw["cu_seqlens"].numel() - 1
     _, HV, V, K = kw["state"].shape
@@ -180,8 +187,8 @@ def _cuda_small_ar(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kw: dict) 
         return False
     if not (q.dtype == k.dtype == v.dtype == torch.bfloat16 and _cuda_vec_ok(q, k, kw)):
         return False
-    index = q.device.index if q.device.index is not None else torch.cuda.current_device() if q.is_cuda else 0
-    return 2 * rows * HV * -(-V // 4) <= RAW_AR_MIN_CTAS_PER_SM * _sm_count(index)
+    sms, major = _gpu(q.device.index if q.device.index is not None else torch.cuda.current_device() if q.is_cuda else 0)
+    return major >= 9 and 2 * rows * HV * -(-V // 4) <= RAW_AR_MIN_CTAS_PER_SM * sms
 
 
 def _ut_impl():
