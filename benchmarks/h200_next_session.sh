@@ -29,6 +29,12 @@ pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   echo "pytest rc $?"
   grep -E "passed|failed|error|Error|Fatal|File .*test_" "$OUT/pytest_$name.txt" | head -12
 }
+csrc_ratios() {  # JSON of bench_csrc_cuda.py -> per configuration: Triton us, then each CUDA column's us / ratio
+  python -c 'import sys,json
+for r in json.load(open(sys.argv[1])):
+  print(r["shape"], r["batch"], r["T"], r["kind"], "triton %.2f" % r["triton_us"],
+        " ".join("%s %.2f/%.3f" % (k[5:-3] or "dflt", r[k], r.get(k[:-3] + "_over_triton", 0)) for k in r if k.startswith("cuda") and k.endswith("_us")))' "$1"
+}
 case "${1:-}" in
   s23d)  # (as run) session 23, call 4: the public op's new rule (bf16 one-token AR at <= 16 pairs to the CUDA op where its RAW
         # body's two launches fit on an sm_90+ GPU: ops/chain_verify.py _cuda_small_ar; the binding's default takes the
@@ -44,20 +50,16 @@ case "${1:-}" in
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
       timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
       pytest_log s23c 220 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
-      R='import sys,json
-for r in json.load(open(sys.argv[1])):
-  print(r["shape"], r["batch"], r["T"], r["kind"], "triton %.2f" % r["triton_us"],
-        " ".join("%s %.2f/%.3f" % (k[5:-3] or "dflt", r[k], r.get(k[:-3] + "_over_triton", 0)) for k in r if k.startswith("cuda") and k.endswith("_us")))'
       for ars in 4,2,3,0 0,3,2,4; do
         echo "== A/B $ars (cuda us / ratio)"
         timeout 90 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1 --layout auto --rg-ar $ars \
             --out "$OUT/csrc_s23c_${ars//,/}.json" > /dev/null 2>&1; echo "rc $?"
-        python -c "$R" "$OUT/csrc_s23c_${ars//,/}.json"
+        csrc_ratios "$OUT/csrc_s23c_${ars//,/}.json"
       done
       echo "== full table (defaults)"
       timeout 90 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --layout auto --out "$OUT/csrc_s23c_full.json" \
           > /dev/null 2>&1; echo "rc $?"
-      python -c "$R" "$OUT/csrc_s23c_full.json"
+      csrc_ratios "$OUT/csrc_s23c_full.json"
       for b in 2 1; do
         echo "== cold, default, batch $b" | tee -a "$OUT/ncu_s23c.txt"
         timeout 60 ncu --kernel-name regex:chain_verify --launch-skip 2 --launch-count 2 \
@@ -76,15 +78,11 @@ for r in json.load(open(sys.argv[1])):
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
       timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
       pytest_log s23b 150 -x tests/test_csrc.py -k "rg_ar or tuning_variable"
-      R='import sys,json
-for r in json.load(open(sys.argv[1])):
-  print(r["shape"], r["batch"], r["T"], r["kind"], "triton %.2f" % r["triton_us"],
-        " ".join("%s %.2f/%.3f" % (k[5:-3] or "dflt", r[k], r.get(k[:-3] + "_over_triton", 0)) for k in r if k.startswith("cuda") and k.endswith("_us")))'
       for ars in 2,3,5,6,0 0,6,5,3,2; do
         echo "== A/B $ars (cuda us / ratio)"
         timeout 90 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1 --layout auto --rg-ar $ars \
             --out "$OUT/csrc_s23b_${ars//,/}.json" > /dev/null 2>&1; echo "rc $?"
-        python -c "$R" "$OUT/csrc_s23b_${ars//,/}.json"
+        csrc_ratios "$OUT/csrc_s23b_${ars//,/}.json"
       done
       for ar in 3 5 6; do for b in 2 1; do
         echo "== cold, rg_ar $ar, batch $b" | tee -a "$OUT/ncu_s23b.txt"

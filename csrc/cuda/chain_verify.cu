@@ -772,6 +772,39 @@ __device__ __forceinline__ void rg_reduce(const ChainVerifyParams& p, const floa
   rq *= p.scale;
 }
 
+// A token's stores, when live (the row holds the token; chain_verify_rg_ar computes an empty row's first token on a
+// clamped index and discards it): o and v~ by one lane per row, g and k^ by the factor banks' writers. kh(c): the
+// lane's normalised key c, asked only by the k^ writers (rg_token, rg_token_raw).
+template <int LPR, int RPL, int KPL, int PW, typename KH>
+__device__ __forceinline__ void rg_token_stores(const ChainVerifyParams& p, const RgCtx<RPL>& cx, int64_t n, int64_t t,
+                                                const float (&vt)[RPL], const float (&ov)[RPL], float g, bool live,
+                                                KH kh) {
+  const int V = p.V, HV = p.HV;
+  if (cx.s == 0 && live) {
+#pragma unroll
+    for (int j = 0; j < RPL; ++j) {
+      if (cx.vcol[j] >= 0) {
+        p.o[(n * HV + cx.hv) * V + cx.vcol[j]] = ov[j];
+        if (cx.record && t < p.Tmax)
+          p.bank_v[cx.slot * p.bv_stride[0] + cx.wb * p.bv_stride[1] + t * p.bv_stride[2] + cx.hv * p.bv_stride[3] +
+                   cx.vcol[j] * p.bv_stride[4]] = vt[j];
+      }
+    }
+  }
+  if (cx.record && live && t < p.Tmax) {
+    if (cx.g_writer)
+      p.bank_g[cx.slot * p.bg_stride[0] + cx.wb * p.bg_stride[1] + t * p.bg_stride[2] + cx.hv * p.bg_stride[3]] = g;
+    if (cx.k_writer) {
+      float k[KPL];
+#pragma unroll
+      for (int c = 0; c < KPL; ++c) k[c] = kh(c);
+      rg_store_row<LPR, KPL, PW>(p.bank_k + cx.slot * p.bk_stride[0] + cx.wb * p.bk_stride[1] + t * p.bk_stride[2] +
+                                     cx.h * p.bk_stride[3],
+                                 cx.s, k);
+    }
+  }
+}
+
 // One window token n (t = n - bos) on the tile m, its inputs in registers (q / k: the lane's KPL
 // keys; v: the lane's RPL rows): partial sums, butterfly, v~ and o, the tile update, the stores (o and factors only
 // when live: false for the AR body's first token of an empty row, computed on a clamped index and discarded).
@@ -781,7 +814,6 @@ __device__ __forceinline__ void rg_token(const ChainVerifyParams& p, const RgCtx
                                          float g, float b, float (&m)[RPL][KPL], bool live = true) {
   constexpr int NA = 4;  // independent accumulators per partial sum
   static_assert(KPL % NA == 0, "accumulators");
-  const int V = p.V, HV = p.HV;
   // partial sums over the lane's keys, NA accumulators each: (M k, M q) per row, |k|^2, |q|^2, k.q
   float a[2 * RPL + 3][NA];
 #pragma unroll
@@ -821,25 +853,7 @@ __device__ __forceinline__ void rg_token(const ChainVerifyParams& p, const RgCtx
     for (int c = 0; c < KPL; ++c) m[j][c] = fmaf(vt[j], kh[c], e * m[j][c]);
   }
 
-  if (cx.s == 0 && live) {  // one lane per row: o and v~ (live: the token is the row's; chain_verify_rg_ar)
-#pragma unroll
-    for (int j = 0; j < RPL; ++j) {
-      if (cx.vcol[j] >= 0) {
-        p.o[(n * HV + cx.hv) * V + cx.vcol[j]] = ov[j];
-        if (cx.record && t < p.Tmax)
-          p.bank_v[cx.slot * p.bv_stride[0] + cx.wb * p.bv_stride[1] + t * p.bv_stride[2] + cx.hv * p.bv_stride[3] +
-                   cx.vcol[j] * p.bv_stride[4]] = vt[j];
-      }
-    }
-  }
-  if (cx.record && live && t < p.Tmax) {
-    if (cx.g_writer)
-      p.bank_g[cx.slot * p.bg_stride[0] + cx.wb * p.bg_stride[1] + t * p.bg_stride[2] + cx.hv * p.bg_stride[3]] = g;
-    if (cx.k_writer)
-      rg_store_row<LPR, KPL, PW>(p.bank_k + cx.slot * p.bk_stride[0] + cx.wb * p.bk_stride[1] + t * p.bk_stride[2] +
-                                 cx.h * p.bk_stride[3],
-                             cx.s, kh);
-  }
+  rg_token_stores<LPR, RPL, KPL, PW>(p, cx, n, t, vt, ov, g, live, [&](int c) { return kh[c]; });
 }
 
 // A lane's 4-key piece of a q / k row as loaded (RAW AR body): 4 bf16 (8 bytes) or 4 fp32, widened where read.
@@ -876,7 +890,6 @@ __device__ __forceinline__ void rg_token_raw(const ChainVerifyParams& p, const R
                                              float g, float b, float (&m)[RPL][KPL], bool live) {
   constexpr int NA = 4;
   static_assert(KPL % NA == 0, "accumulators");
-  const int V = p.V, HV = p.HV;
   float a[2 * RPL + 3][NA];
 #pragma unroll
   for (int i = 0; i < 2 * RPL + 3; ++i) {
@@ -912,29 +925,8 @@ __device__ __forceinline__ void rg_token_raw(const ChainVerifyParams& p, const R
 #pragma unroll
     for (int j = 0; j < RPL; ++j) m[j][c] = fmaf(vt[j], kh, e * m[j][c]);
   }
-  if (cx.s == 0 && live) {
-#pragma unroll
-    for (int j = 0; j < RPL; ++j) {
-      if (cx.vcol[j] >= 0) {
-        p.o[(n * HV + cx.hv) * V + cx.vcol[j]] = ov[j];
-        if (cx.record && t < p.Tmax)
-          p.bank_v[cx.slot * p.bv_stride[0] + cx.wb * p.bv_stride[1] + t * p.bv_stride[2] + cx.hv * p.bv_stride[3] +
-                   cx.vcol[j] * p.bv_stride[4]] = vt[j];
-      }
-    }
-  }
-  if (cx.record && live && t < p.Tmax) {
-    if (cx.g_writer)
-      p.bank_g[cx.slot * p.bg_stride[0] + cx.wb * p.bg_stride[1] + t * p.bg_stride[2] + cx.hv * p.bg_stride[3]] = g;
-    if (cx.k_writer) {
-      float kh[KPL];
-#pragma unroll
-      for (int c = 0; c < KPL; ++c) kh[c] = rg_raw4_at<TIn>(kr[c / 4], c % 4) * rk;
-      rg_store_row<LPR, KPL, 4>(p.bank_k + cx.slot * p.bk_stride[0] + cx.wb * p.bk_stride[1] + t * p.bk_stride[2] +
-                                    cx.h * p.bk_stride[3],
-                                cx.s, kh);
-    }
-  }
+  rg_token_stores<LPR, RPL, KPL, 4>(p, cx, n, t, vt, ov, g, live,
+                                    [&](int c) { return rg_raw4_at<TIn>(kr[c / 4], c % 4) * rk; });
 }
 
 // The row's per-warp constants and indices (both row-group bodies).
