@@ -805,13 +805,14 @@ __device__ __forceinline__ void rg_token_stores(const ChainVerifyParams& p, cons
   }
 }
 
-// One window token n (t = n - bos) on the tile m, its inputs in registers (q / k: the lane's KPL
-// keys; v: the lane's RPL rows): partial sums, butterfly, v~ and o, the tile update, the stores (o and factors only
-// when live: false for the AR body's first token of an empty row, computed on a clamped index and discarded).
-template <int LPR, int RPL, int KPL, int PW = 8>
-__device__ __forceinline__ void rg_token(const ChainVerifyParams& p, const RgCtx<RPL>& cx, int64_t n, int64_t t,
-                                         const float (&q)[KPL], const float (&k)[KPL], const float (&v)[RPL],
-                                         float g, float b, float (&m)[RPL][KPL], bool live = true) {
+// One window token n (t = n - bos) on the tile m: partial sums, butterfly, v~ and o, the tile update, the stores (o
+// and factors only when live: false for the AR body's first token of an empty row, computed on a clamped index and
+// discarded). The lane's KPL keys of q / k in fp32 come from qf(c) / kf(c) where the partial sums read them, and from
+// ku(c) where the update and k^ read k; v: the lane's RPL rows.
+template <int LPR, int RPL, int KPL, int PW, typename QF, typename KF, typename KU>
+__device__ __forceinline__ void rg_token_core(const ChainVerifyParams& p, const RgCtx<RPL>& cx, int64_t n, int64_t t,
+                                              QF qf, KF kf, KU ku, const float (&v)[RPL], float g, float b,
+                                              float (&m)[RPL][KPL], bool live) {
   constexpr int NA = 4;  // independent accumulators per partial sum
   static_assert(KPL % NA == 0, "accumulators");
   // partial sums over the lane's keys, NA accumulators each: (M k, M q) per row, |k|^2, |q|^2, k.q
@@ -824,14 +825,15 @@ __device__ __forceinline__ void rg_token(const ChainVerifyParams& p, const RgCtx
 #pragma unroll
   for (int c = 0; c < KPL; ++c) {
     const int x = c % NA;
+    const float qc = qf(c), kc = kf(c);
 #pragma unroll
     for (int j = 0; j < RPL; ++j) {
-      a[2 * j][x] = fmaf(m[j][c], k[c], a[2 * j][x]);
-      a[2 * j + 1][x] = fmaf(m[j][c], q[c], a[2 * j + 1][x]);
+      a[2 * j][x] = fmaf(m[j][c], kc, a[2 * j][x]);
+      a[2 * j + 1][x] = fmaf(m[j][c], qc, a[2 * j + 1][x]);
     }
-    a[2 * RPL][x] = fmaf(k[c], k[c], a[2 * RPL][x]);
-    a[2 * RPL + 1][x] = fmaf(q[c], q[c], a[2 * RPL + 1][x]);
-    a[2 * RPL + 2][x] = fmaf(k[c], q[c], a[2 * RPL + 2][x]);
+    a[2 * RPL][x] = fmaf(kc, kc, a[2 * RPL][x]);
+    a[2 * RPL + 1][x] = fmaf(qc, qc, a[2 * RPL + 1][x]);
+    a[2 * RPL + 2][x] = fmaf(kc, qc, a[2 * RPL + 2][x]);
   }
   float sum[2 * RPL + 3], rk, rq;
   rg_reduce<LPR>(p, a, sum, rk, rq);
@@ -843,17 +845,24 @@ __device__ __forceinline__ void rg_token(const ChainVerifyParams& p, const RgCtx
     vt[j] = b * (v[j] - e * (sum[2 * j] * rk));
     ov[j] = fmaf(vt[j], dot, e * (sum[2 * j + 1] * rq));
   }
-
   float kh[KPL];  // k^ = l2norm(k)
 #pragma unroll
-  for (int c = 0; c < KPL; ++c) kh[c] = k[c] * rk;
+  for (int c = 0; c < KPL; ++c) kh[c] = ku(c) * rk;
 #pragma unroll
   for (int j = 0; j < RPL; ++j) {
 #pragma unroll
     for (int c = 0; c < KPL; ++c) m[j][c] = fmaf(vt[j], kh[c], e * m[j][c]);
   }
-
   rg_token_stores<LPR, RPL, KPL, PW>(p, cx, n, t, vt, ov, g, live, [&](int c) { return kh[c]; });
+}
+
+// rg_token_core on q / k held in fp32 registers.
+template <int LPR, int RPL, int KPL, int PW = 8>
+__device__ __forceinline__ void rg_token(const ChainVerifyParams& p, const RgCtx<RPL>& cx, int64_t n, int64_t t,
+                                         const float (&q)[KPL], const float (&k)[KPL], const float (&v)[RPL],
+                                         float g, float b, float (&m)[RPL][KPL], bool live = true) {
+  const auto kf = [&](int c) { return k[c]; };
+  rg_token_core<LPR, RPL, KPL, PW>(p, cx, n, t, [&](int c) { return q[c]; }, kf, kf, v, g, b, m, live);
 }
 
 // A lane's 4-key piece of a q / k row as loaded (RAW AR body): 4 bf16 (8 bytes) or 4 fp32, widened where read.
@@ -879,54 +888,19 @@ __device__ __forceinline__ float rg_raw4_at(const typename RgRaw4<TIn>::type& r,
   }
 }
 
-// rg_token on q / k pieces kept as loaded (session 23, the RAW AR body): the same operations in the same order per
-// element (bit-identical results), but q / k are widened where each sum or update reads them, k twice, instead of
-// being held as 2 * KPL fp32 registers across the token: 96 registers at K = 256 (launch bounds 32, 20) against the
-// fp32-key AR body's 124.
+// rg_token_core on q / k pieces kept as loaded (session 23, the RAW AR body): the same operations in the same order per
+// element (bit-identical results), but q / k are widened where each sum or update reads them, k twice (the second
+// time opaquely), instead of being held as 2 * KPL fp32 registers across the token: 96 registers at K = 256 (launch
+// bounds 32, 20) against the fp32-key AR body's 124.
 template <typename TIn, int LPR, int RPL, int KPL>
 __device__ __forceinline__ void rg_token_raw(const ChainVerifyParams& p, const RgCtx<RPL>& cx, int64_t n, int64_t t,
                                              const typename RgRaw4<TIn>::type (&qr)[KPL / 4],
                                              const typename RgRaw4<TIn>::type (&kr)[KPL / 4], const float (&v)[RPL],
                                              float g, float b, float (&m)[RPL][KPL], bool live) {
-  constexpr int NA = 4;
-  static_assert(KPL % NA == 0, "accumulators");
-  float a[2 * RPL + 3][NA];
-#pragma unroll
-  for (int i = 0; i < 2 * RPL + 3; ++i) {
-#pragma unroll
-    for (int x = 0; x < NA; ++x) a[i][x] = 0.f;
-  }
-#pragma unroll
-  for (int c = 0; c < KPL; ++c) {
-    const int x = c % NA;
-    const float qc = rg_raw4_at<TIn>(qr[c / 4], c % 4), kc = rg_raw4_at<TIn>(kr[c / 4], c % 4);
-#pragma unroll
-    for (int j = 0; j < RPL; ++j) {
-      a[2 * j][x] = fmaf(m[j][c], kc, a[2 * j][x]);
-      a[2 * j + 1][x] = fmaf(m[j][c], qc, a[2 * j + 1][x]);
-    }
-    a[2 * RPL][x] = fmaf(kc, kc, a[2 * RPL][x]);
-    a[2 * RPL + 1][x] = fmaf(qc, qc, a[2 * RPL + 1][x]);
-    a[2 * RPL + 2][x] = fmaf(kc, qc, a[2 * RPL + 2][x]);
-  }
-  float sum[2 * RPL + 3], rk, rq;
-  rg_reduce<LPR>(p, a, sum, rk, rq);
-  const float e = __expf(g);
-  const float dot = sum[2 * RPL + 2] * rk * rq;
-  float vt[RPL], ov[RPL];
-#pragma unroll
-  for (int j = 0; j < RPL; ++j) {
-    vt[j] = b * (v[j] - e * (sum[2 * j] * rk));
-    ov[j] = fmaf(vt[j], dot, e * (sum[2 * j + 1] * rq));
-  }
-#pragma unroll
-  for (int c = 0; c < KPL; ++c) {
-    const float kh = rg_raw4_at<TIn, true>(kr[c / 4], c % 4) * rk;
-#pragma unroll
-    for (int j = 0; j < RPL; ++j) m[j][c] = fmaf(vt[j], kh, e * m[j][c]);
-  }
-  rg_token_stores<LPR, RPL, KPL, 4>(p, cx, n, t, vt, ov, g, live,
-                                    [&](int c) { return rg_raw4_at<TIn>(kr[c / 4], c % 4) * rk; });
+  rg_token_core<LPR, RPL, KPL, 4>(
+      p, cx, n, t, [&](int c) { return rg_raw4_at<TIn>(qr[c / 4], c % 4); },
+      [&](int c) { return rg_raw4_at<TIn>(kr[c / 4], c % 4); },
+      [&](int c) { return rg_raw4_at<TIn, true>(kr[c / 4], c % 4); }, v, g, b, m, live);
 }
 
 // The row's per-warp constants and indices (both row-group bodies).
