@@ -36,6 +36,16 @@ for r in json.load(open(sys.argv[1])):
         " ".join("%s %.2f/%.3f" % (k[5:-3] or "dflt", r[k], r.get(k[:-3] + "_over_triton", 0)) for k in r if k.startswith("cuda") and k.endswith("_us")))' "$1"
 }
 case "${1:-}" in
+  s24a)  # for session 24, call 1: session 23's last two commits (rg_token_stores, rg_token_core: one token body with
+        # key accessors) ran no GPU test (offline sm_90 SASS unchanged for the kernels checked, the bf16 8-row ring
+        # rescheduled). Every CUDA chain test and the dispatch tests, then the kernel table at the defaults
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 400 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s24a 220 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
+      timeout 90 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --layout auto --out "$OUT/csrc_s24a.json" \
+          > /dev/null 2>&1; echo "rc $?"
+      csrc_ratios "$OUT/csrc_s24a.json"
+      ;;
   s23d)  # (as run) session 23, call 4: the public op's new rule (bf16 one-token AR at <= 16 pairs to the CUDA op where its RAW
         # body's two launches fit on an sm_90+ GPU: ops/chain_verify.py _cuda_small_ar; the binding's default takes the
         # RAW body for bf16 at K = 256 only): its GPU test and the AR / tuning / dispatch tests
