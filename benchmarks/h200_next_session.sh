@@ -35,6 +35,17 @@ for r in json.load(open(sys.argv[1])):
   print(r["shape"], r["batch"], r["T"], r["kind"], "triton %.2f" % r["triton_us"],
         " ".join("%s %.2f/%.3f" % (k[5:-3] or "dflt", r[k], r.get(k[:-3] + "_over_triton", 0)) for k in r if k.startswith("cuda") and k.endswith("_us")))' "$1"
 }
+ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) of one-token AR, CUDA against Triton,
+  # the chosen metrics appended to $OUT/ncu_NAME.txt (RG_AR unset: the binding's default)
+  local name=$1 b=$2 metrics=$3 ar=${4:-}
+  echo "== cold, rg_ar ${ar:-default}, batch $b" | tee -a "$OUT/ncu_$name.txt"
+  VLLM_SPECLA_CUDA_RG_AR=$ar timeout 60 ncu --kernel-name regex:chain_verify --launch-skip 2 --launch-count 2 \
+      --section SpeedOfLight --section LaunchStats --section Occupancy -o "$OUT/ncu_$name" -f \
+      python benchmarks/ncu_chain.py --ar --batch "$b" 2>&1 | tail -1
+  ncu -i "$OUT/ncu_$name.ncu-rep" --page details --csv > "$OUT/ncu_${name}_details.csv" 2>&1
+  python benchmarks/ncu_details.py "$OUT/ncu_${name}_details.csv" --metrics "$metrics" | tee -a "$OUT/ncu_$name.txt"
+  rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
+}
 case "${1:-}" in
   s24a)  # for session 24, call 1: session 23's last two commits (rg_token_stores, rg_token_core: one token body with
         # key accessors) ran no GPU test (offline sm_90 SASS unchanged for the kernels checked, the bf16 8-row ring
@@ -70,16 +81,7 @@ case "${1:-}" in
       timeout 90 python benchmarks/bench_csrc_cuda.py --batches 1,2 --Ts 1,5,8 --layout auto --out "$OUT/csrc_s23c_full.json" \
           > /dev/null 2>&1; echo "rc $?"
       csrc_ratios "$OUT/csrc_s23c_full.json"
-      for b in 2 1; do
-        echo "== cold, default, batch $b" | tee -a "$OUT/ncu_s23c.txt"
-        timeout 60 ncu --kernel-name regex:chain_verify --launch-skip 2 --launch-count 2 \
-            --section SpeedOfLight --section LaunchStats -o "$OUT/ncu_s23c" -f \
-            python benchmarks/ncu_chain.py --ar --batch $b 2>&1 | tail -1
-        ncu -i "$OUT/ncu_s23c.ncu-rep" --page details --csv > "$OUT/ncu_s23c_details.csv" 2>&1
-        python benchmarks/ncu_details.py "$OUT/ncu_s23c_details.csv" \
-            --metrics "Duration,Registers Per Thread" | tee -a "$OUT/ncu_s23c.txt"
-        rm -f "$OUT/ncu_s23c.ncu-rep" "$OUT/ncu_s23c_details.csv"
-      done
+      for b in 2 1; do ncu_ar_cold s23c $b "Duration,Registers Per Thread"; done
       ;;
   s23b)  # (as run; its RG_AR 5 / 6 were removed after it) session 23, call 2: after s23a (the RAW body at 96 registers fastest where the next launch's CTAs fit
         # beside a launch, 0.94-0.95x Triton; 1.37x at 6x256x512 batch 2 where only part of them do), plain AR at 8 rows
@@ -94,16 +96,7 @@ case "${1:-}" in
             --out "$OUT/csrc_s23b_${ars//,/}.json" > /dev/null 2>&1; echo "rc $?"
         csrc_ratios "$OUT/csrc_s23b_${ars//,/}.json"
       done
-      for ar in 3 5 6; do for b in 2 1; do
-        echo "== cold, rg_ar $ar, batch $b" | tee -a "$OUT/ncu_s23b.txt"
-        VLLM_SPECLA_CUDA_RG_AR=$ar timeout 60 ncu --kernel-name regex:chain_verify --launch-skip 2 --launch-count 2 \
-            --section SpeedOfLight --section LaunchStats -o "$OUT/ncu_s23b" -f \
-            python benchmarks/ncu_chain.py --ar --batch $b 2>&1 | tail -1
-        ncu -i "$OUT/ncu_s23b.ncu-rep" --page details --csv > "$OUT/ncu_s23b_details.csv" 2>&1
-        python benchmarks/ncu_details.py "$OUT/ncu_s23b_details.csv" \
-            --metrics "Duration,Registers Per Thread" | tee -a "$OUT/ncu_s23b.txt"
-        rm -f "$OUT/ncu_s23b.ncu-rep" "$OUT/ncu_s23b_details.csv"
-      done; done
+      for ar in 3 5 6; do for b in 2 1; do ncu_ar_cold s23b $b "Duration,Registers Per Thread" $ar; done; done
       ;;
   s23a)  # (as run; its RG_AR 4 (80 registers) was replaced after it, 4 is now the automatic rule) session 23, call 1: the AR body's key head without integer division when HV == H (all row-group bodies);
         # the RAW AR body (q / k kept as loaded, widened where read: 96 / 80 registers, RG_AR 3 / 4) against the
@@ -129,14 +122,7 @@ for r in json.load(open(sys.argv[1])):
           > /dev/null 2>&1; echo "rc $?"
       python -c "$R" "$OUT/csrc_s23a_full.json"
       for ar in 2 3 4; do for b in 2 1; do
-        echo "== cold, rg_ar $ar, batch $b" | tee -a "$OUT/ncu_s23a.txt"
-        VLLM_SPECLA_CUDA_RG_AR=$ar timeout 60 ncu --kernel-name regex:chain_verify --launch-skip 2 --launch-count 2 \
-            --section SpeedOfLight --section LaunchStats --section Occupancy -o "$OUT/ncu_s23a" -f \
-            python benchmarks/ncu_chain.py --ar --batch $b 2>&1 | tail -1
-        ncu -i "$OUT/ncu_s23a.ncu-rep" --page details --csv > "$OUT/ncu_s23a_details.csv" 2>&1
-        python benchmarks/ncu_details.py "$OUT/ncu_s23a_details.csv" \
-            --metrics "Duration,Registers Per Thread,Achieved Occupancy,Block Limit Registers" | tee -a "$OUT/ncu_s23a.txt"
-        rm -f "$OUT/ncu_s23a.ncu-rep" "$OUT/ncu_s23a_details.csv"
+        ncu_ar_cold s23a $b "Duration,Registers Per Thread,Achieved Occupancy,Block Limit Registers" $ar
       done; done
       ;;
   s22b)  # (as run) session 22, call 2 (its RG_AR unset was 1 then, 2 since: the sampling below ran the uncapped form;
