@@ -47,6 +47,20 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s24b)  # session 24: the skinny GEMM's fused forms (RMSNorm / SwiGLU / gated RMSNorm prologues, the GDN gating
+        # epilogue; fused.SKINNY_FUSED) and the one-launch step bookkeeping (runtime/step_kernels.py): their GPU tests
+        # with the rest of the skinny GEMM's and the decode runtime's, then end to end at batch 1 (K = 6, alpha 0.8):
+        # both new (default) / neither / the fused forms only, twice in alternation
+      skinny_build
+      pytest_log s24b 200 -x -rs tests/test_skinny_gemm_gpu.py tests/test_step_kernels.py tests/test_decode_runtime_gpu.py
+      for R in 1 2; do
+        for FA in on,triton off,torch on,torch; do
+          timeout 80 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
+              --skinny-gemm on --skinny-fused ${FA%,*} --accept-kernel ${FA#*,} --tag "s24b_${FA/,/_}_r$R" \
+              --out "$OUT/e2e_s24b.jsonl" 2>&1 | grep "^{" | python -c "$S"
+        done
+      done
+      ;;
   s24a)  # for session 24, call 1: session 23's last two commits (rg_token_stores, rg_token_core: one token body with
         # key accessors) ran no GPU test (offline sm_90 SASS unchanged for the kernels checked, the bf16 8-row ring
         # rescheduled). Every CUDA chain test and the dispatch tests, then the kernel table at the defaults

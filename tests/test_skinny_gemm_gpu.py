@@ -223,3 +223,149 @@ def test_bad_input_errors(gemm):
         gemm(x, w, warps=2, unroll=4)
     with pytest.raises(ValueError, match="CUDA"):
         gemm(x.cpu(), w.cpu())
+
+
+# ---- the fused forms (prologue= / gating=): the row GEMV's RMSNorm / SwiGLU / gated RMSNorm prologues and GDN
+# gating epilogue on the skinny GEMM (RESULTS.md session 24). The reference rounds the activation once, as the
+# kernel does, but its row statistics are summed in another order and its exponentials are exact: an activation
+# element lying within a few fp32 ulps of a rounding boundary may round the other way in the kernel (about
+# 2^-15 of them; each moves an output by at most 2^-8 |a_k w_nk|). The bound allows three such flips per output
+# on top of _check's.
+
+
+def _check_fused(out, a, w, res=None, flips=3):
+    ref = a.float() @ w.float().t()
+    mag = a.float().abs() @ w.float().abs().t()
+    if res is not None:
+        ref, mag = ref + res.float(), mag + res.float().abs()
+    ulp = 2.0**-8 if out.dtype == torch.bfloat16 else 2.0**-11
+    amax = a.float().abs().amax(1, keepdim=True)
+    wmax = w.float().abs().amax(1)[None, :]
+    bound = ulp * ref.abs() + 1e-5 * mag + flips * 2.0**-8 * amax * wmax
+    err = (out.float() - ref).abs()
+    assert torch.isfinite(out.float()).all()
+    assert bool((err <= bound).all()), f"max err {float(err.max()):.3g}, worst excess {float((err - bound).max()):.3g}"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("M", [1, 2, 5, 7, 8])
+@pytest.mark.parametrize("res", [False, True])
+def test_fused_rms_norm(gemm, dtype, M, res):
+    """RMSNorm prologue (``norm_weight [K]`` float32) on the flame in-projection shape and a small odd
+    one (N not a multiple of 16, K = 40: one chunk's tail), with and without the residual; bit-stable."""
+    from vllm_specla.ops import fused
+
+    for N, K in [(9232, 2048), (37, 40)]:
+        x, w = _rand(M, K, dtype=dtype, seed=M + K) * 3.0, _rand(N, K, dtype=dtype, seed=N)
+        nw = torch.rand(K, device="cuda") + 0.5
+        r = _rand(M, N, dtype=dtype, seed=7) if res else None
+        y = gemm(x, w, r, prologue="rms_norm", norm_weight=nw, eps=1e-6)
+        a = fused.rms_norm_ref(x, nw, 1e-6, dtype)
+        _check_fused(y, a, w, r)
+        assert torch.equal(y, gemm(x, w, r, prologue="rms_norm", norm_weight=nw, eps=1e-6))
+
+
+@pytest.mark.parametrize("M", [2, 5, 8])
+@pytest.mark.parametrize("res", [False, True])
+def test_fused_silu_mul(gemm, M, res):
+    """SwiGLU prologue: ``x [M, 2K]`` (flame's down-projection K = 5632, and K = 48), in place on the residual."""
+    from vllm_specla.ops import fused
+
+    for N, K in [(2048, 5632), (40, 48)]:
+        x, w = _rand(M, 2 * K, dtype=torch.bfloat16, seed=K) * 2.0, _rand(N, K, dtype=torch.bfloat16, seed=N)
+        r = _rand(M, N, dtype=torch.bfloat16, seed=3) if res else None
+        r0 = r.clone() if res else None
+        y = gemm(x, w, r, out=r, prologue="silu_mul")
+        if res:
+            assert y.data_ptr() == r.data_ptr()
+        _check_fused(y, fused.silu_mul_ref(x), w, r0)
+
+
+@pytest.mark.parametrize("HV,V", [(6, 512), (8, 256), (3, 128), (2, 1024)])
+@pytest.mark.parametrize("gate_act", ["sigmoid", "silu", None])
+@pytest.mark.parametrize("M", [2, 7])
+def test_fused_gated_rms_norm(gemm, HV, V, gate_act, M):
+    """Gated RMSNorm prologue on float32 ``o`` (the chain verify's output) in heads of V columns, with a
+    sigmoid / silu gate read through a column slice of a wider buffer (the in-projection's), or none;
+    the residual in place."""
+    from vllm_specla.ops import fused
+
+    K, N = HV * V, 2048
+    o = torch.randn(M, HV, V, device="cuda") * 0.3
+    nw = torch.rand(V, device="cuda") + 0.5
+    buf = _rand(M, K + 64, dtype=torch.bfloat16, seed=9)
+    gate = buf[:, 64:] if gate_act else None
+    w = _rand(N, K, dtype=torch.bfloat16, seed=10)
+    r = _rand(M, N, dtype=torch.bfloat16, seed=11)
+    r0 = r.clone()
+    y = gemm(o.reshape(M, K), w, r, out=r, prologue="gated_rms_norm", norm_weight=nw, eps=1e-5, gate=gate,
+             head_dim=V, gate_act=gate_act or "silu")
+    a = fused.gated_rms_norm_ref(o, gate, nw, 1e-5, gate_act or "silu", torch.bfloat16)
+    _check_fused(y, a, w, r0)
+
+
+@pytest.mark.parametrize("neg", [False, True])
+@pytest.mark.parametrize("M", [2, 7])
+def test_fused_gating_epilogue(gemm, neg, M):
+    """The GDN gating of the output's ``a | b`` columns (flame's in-projection: 6 heads at 9216) into
+    ``gb``: equal to the reference gating of the kernel's own rounded outputs (rtol 1e-5: exp / log
+    differ from torch's in the last bits), and the GEMM output equal to the form without gating."""
+    from vllm_specla.ops import fused
+
+    N, K, HV = 9232, 2048, 6
+    a0 = N - 16 - 2 * HV
+    x, w = _rand(M, K, dtype=torch.bfloat16, seed=M), _rand(N, K, dtype=torch.bfloat16, seed=12) * 0.05
+    nw = torch.rand(K, device="cuda") + 0.5
+    A_log, dt_bias = torch.rand(HV, device="cuda") * 2 - 1, torch.randn(HV, device="cuda")
+    gb = torch.full((M, 2 * HV), float("nan"), device="cuda")
+    y = gemm(x, w, prologue="rms_norm", norm_weight=nw, gating=(gb, a0, A_log, dt_bias, neg))
+    assert torch.equal(y, gemm(x, w, prologue="rms_norm", norm_weight=nw))
+    g, beta = fused.gdn_gating_masked_ref(y[:, a0:a0 + HV], y[:, a0 + HV:a0 + 2 * HV], A_log, dt_bias, neg)
+    torch.testing.assert_close(gb[:, :HV], g, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(gb[:, HV:], beta, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_routes_and_graph(gemm, monkeypatch):
+    """One GDN block's verify-window GEMMs through ``ops/fused.py`` at flame's shapes (7 rows): each takes
+    the fused form (counted), agrees with the unfused kernels (``SKINNY_FUSED`` off) within the fused
+    tolerance, and the chain captured in a CUDA graph (programmatic dependent launch) and replayed after
+    the input changed gives the eager chain's bits."""
+    from vllm_specla.ops import _cpp, fused
+
+    prologues = []
+    real = _cpp.skinny_gemm
+    monkeypatch.setattr(_cpp, "skinny_gemm",
+                        lambda *a, **k: prologues.append(k.get("prologue") and k["prologue"] + ("+g" if k.get("gating") else ""))
+                        or real(*a, **k))
+    M, D, HV, V, I = 7, 2048, 6, 512, 5632
+    C, G = 2 * HV * 256 + HV * V, HV * V
+    n_in = C + G + 2 * HV + 4
+    h = _rand(M, D, dtype=torch.bfloat16, seed=20)
+    w_in = _rand(n_in, D, dtype=torch.bfloat16, seed=21) * 0.05
+    w_o, w_gu = _rand(D, HV * V, dtype=torch.bfloat16, seed=22) * 0.05, _rand(2 * I, D, dtype=torch.bfloat16, seed=23) * 0.05
+    w_dn = _rand(D, I, dtype=torch.bfloat16, seed=24) * 0.05
+    nw1, nw2, onw = (torch.rand(D, device="cuda") + 0.5, torch.rand(D, device="cuda") + 0.5,
+                     torch.rand(V, device="cuda") + 0.5)
+    A_log, dt_bias = torch.rand(HV, device="cuda"), torch.randn(HV, device="cuda")
+    o = torch.randn(M, HV, V, device="cuda") * 0.3
+
+    def block(h):
+        p, g, beta = fused.linear_gating(h, w_in, nw1, 1e-6, C + G, A_log, dt_bias)
+        h2 = fused.gated_norm_linear(o, p[:, C:C + G], onw, 1e-6, "swish", w_o, residual=h.clone(), residual_inplace=True)
+        gu = fused.linear(h2, w_gu, nw2, 1e-6, prefetch=w_dn)
+        return p, g, beta, fused.silu_mul_linear(gu, w_dn, residual=h2, residual_inplace=True)
+
+    outs = block(h)
+    assert prologues == ["rms_norm+g", "gated_rms_norm", "rms_norm", "silu_mul"]
+    monkeypatch.setattr(fused, "SKINNY_FUSED", False)
+    ref = block(h)
+    monkeypatch.setattr(fused, "SKINNY_FUSED", True)
+    assert prologues[4:] == [None, None, None, None]  # the plain skinny GEMM after the separate kernels
+    for a, b in zip(outs, ref):
+        torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
+    g, out = capture(lambda: block(h))
+    h.copy_(_rand(M, D, dtype=torch.bfloat16, seed=25))
+    g.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(out, block(h)):
+        assert torch.equal(a, b)

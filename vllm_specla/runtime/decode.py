@@ -44,8 +44,12 @@ from vllm_specla.ops.tree_reference import compact_path_factors
 from vllm_specla.core.state import LayerState, allocate_layer_states, layer_state_shapes, stacked_view
 from vllm_specla.ops import fused
 from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget, StepCtrl
+from vllm_specla.runtime.step_kernels import AcceptBuffers, accept_advance, accept_advance_ref
 
 RUNTIME_MODES = ("ar", "specla", "snapshot")
+# The step's bookkeeping after the verify (acceptance, emission, counters, bank swap, absorb window) as one
+# Triton launch on CUDA (step_kernels.accept_advance) instead of ~35 torch kernels; off: the torch ops
+USE_TRITON_ACCEPT = True
 
 
 def greedy_accept_window(window: torch.Tensor, argmax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -225,6 +229,16 @@ class DecodeRuntime:
         # per-step accepted drafts per row (ring of LOG_STEPS steps) for acceptance estimators
         self.acc_log = torch.zeros(self.LOG_STEPS, B, dtype=torch.long, device=dev)
         self.step_i = torch.zeros(1, dtype=torch.long, device=dev)
+        # the step's bookkeeping after the verify (chains and AR; trees keep their torch ops)
+        if spec and self.W == 1:
+            self.acc_a = torch.zeros(B, dtype=torch.long, device=dev)
+            self.nxt = torch.zeros(B, T, dtype=torch.long, device=dev)
+            self.abuf = AcceptBuffers(self.out, self.n, self.window, self.acc_a, self.nxt, self.acc_sum, self.acc_log,
+                                      self.step_i, self.ctrl.pending_len, self.ctrl.read_bank, self.ctrl.write_bank,
+                                      self.dctrl.valid_len, self.ctrl.snap_slots if mode == "snapshot" else None)
+        else:
+            self.abuf = AcceptBuffers(self.out, self.n, self.window)
+        self._accept = accept_advance if dev.type == "cuda" and USE_TRITON_ACCEPT else accept_advance_ref
         self.graph = None
         self.steps_done = 0
         self.prefilled = False
@@ -302,24 +316,27 @@ class DecodeRuntime:
         B, T, K = self.B, self.T, self.K
         if self.mode == "ar":
             F = self.tgt.hidden(self.window, self.states, "ar", self.ctrl1)
-            tok = self._argmax(F)
-            self._emit(tok[:, None], torch.ones_like(self.n))
-            self.window.copy_(tok[:, None])
+            self._accept(self._argmax(F)[:, None], self.abuf)  # emit, n += 1, the token into the window
             return
         ctrl = self.ctrl
         mode = "tree" if self.W > 1 else ("verify" if self.mode == "specla" else "snapshot")
         F = self.tgt.hidden(self.window, self.states, mode, ctrl, self.snaps)
         am = self._argmax(F).view(B, T)
-        if self.W > 1:
-            a, path = greedy_accept_branches(self.window, am, self.W, K)
-            bonus = am.gather(1, path.gather(1, a[:, None]))[:, 0]
-            # the accepted path's factors to bank positions 0..a: then it is pending like a chain
-            compact_path_factors(self.bank_stacks, ctrl.slots, ctrl.write_bank, path, a + 1, stacked=True)
-            am_path = am.gather(1, path)
-        else:
-            a, bonus = greedy_accept_window(self.window, am)
-            path, am_path = None, am
-        self._emit(am_path, a + 1)
+        if self.W == 1:
+            # accept, emit, count, pending = a + 1, swap banks, the absorb window and the bonus token into
+            # window[:, 0] (step_kernels.accept_advance_ref); then the drafter absorbs the accepted prefix:
+            # (token i+1, feature i) for i <= a, the pair at i = a carrying the bonus token
+            self._accept(am, self.abuf)
+            a, D = self.acc_a, F.shape[-1]
+            fh = self.dr.hidden(self.nxt, F, self.dstates, "commit", self.dctrl).view(B, K + 1, D)
+            f = fh.gather(1, a[:, None, None].expand(B, 1, D))[:, 0]
+            self.window[:, 1:].copy_(self._speculate(f))
+            return
+        # a tree: the accepted path's factors to bank positions 0..a, then it is pending like a chain
+        a, path = greedy_accept_branches(self.window, am, self.W, K)
+        bonus = am.gather(1, path.gather(1, a[:, None]))[:, 0]
+        compact_path_factors(self.bank_stacks, ctrl.slots, ctrl.write_bank, path, a + 1, stacked=True)
+        self._emit(am.gather(1, path), a + 1)
         self.acc_sum += a.sum()
         self.acc_log.index_copy_(0, self.step_i % self.LOG_STEPS, a[None])
         self.step_i += 1
@@ -328,16 +345,11 @@ class DecodeRuntime:
         rb = ctrl.read_bank.clone()
         ctrl.read_bank.copy_(ctrl.write_bank)
         ctrl.write_bank.copy_(rb)
-        if self.mode == "snapshot":
-            ctrl.snap_slots.copy_(self.rows * T + a)
         # drafter: absorb (token of path node i+1, feature of path node i) for i <= a; the pair at
         # i = a carries the bonus token
         D = F.shape[-1]
-        if path is None:
-            nxt_tok, feats = self.window[:, 1:], F
-        else:
-            nxt_tok = self.window.gather(1, path[:, 1:])
-            feats = F.view(B, T, D).gather(1, path[:, :, None].expand(B, K + 1, D)).reshape(B * (K + 1), D)
+        nxt_tok = self.window.gather(1, path[:, 1:])
+        feats = F.view(B, T, D).gather(1, path[:, :, None].expand(B, K + 1, D)).reshape(B * (K + 1), D)
         nxt = torch.cat([nxt_tok, bonus[:, None]], 1).scatter(1, a[:, None], bonus[:, None])
         self.dctrl.valid_len.copy_(a + 1)
         fh = self.dr.hidden(nxt, feats, self.dstates, "commit", self.dctrl).view(B, K + 1, D)

@@ -1,0 +1,131 @@
+"""The decode runtime's one-launch step bookkeeping (``runtime/step_kernels.py``): the torch form
+(``accept_advance_ref``, the CPU path) against a per-row Python oracle of the rules it replaces, and
+the Triton kernel (``accept_advance``) against the torch form, exactly (integers; no tolerance).
+
+The Triton tests run on CUDA, or on the CPU under ``TRITON_INTERPRET=1``; skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from vllm_specla.runtime.step_kernels import AcceptBuffers, accept_advance, accept_advance_ref
+
+HAVE_CUDA = torch.cuda.is_available()
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+DEV = "cuda" if HAVE_CUDA else "cpu"
+LOG = 4
+
+
+def _case(B, T, seed, snapshot=False, spec=True, cap=12):
+    """Random buffers: a 3-token vocabulary so drafts often match; row 0 accepts everything, row 1
+    nothing; some rows near the output capacity (their tokens spill into the dump column)."""
+    g = torch.Generator().manual_seed(seed)
+    am = torch.randint(0, 3, (B, T), generator=g)
+    window = torch.cat([torch.randint(0, 3, (B, 1), generator=g), torch.randint(0, 3, (B, T - 1), generator=g)], 1)
+    if spec and T > 1:
+        window[0, 1:] = am[0, : T - 1]
+        if B > 1:
+            window[1, 1] = (am[1, 0] + 1) % 3
+    Lout = cap + T + 1
+    buf = AcceptBuffers(out=torch.randint(0, 9, (B, Lout), generator=g), n=torch.randint(0, cap + 3, (B,), generator=g),
+                        window=window)
+    if spec:
+        buf.a = torch.full((B,), -7)
+        buf.nxt = torch.full((B, T), -7)
+        buf.acc_sum = torch.tensor(11)
+        buf.acc_log = torch.randint(0, 5, (LOG, B), generator=g)
+        buf.step_i = torch.tensor([6])
+        buf.pending_len = torch.full((B,), -7)
+        buf.read_bank = torch.randint(0, 2, (B,), generator=g)
+        buf.write_bank = 1 - buf.read_bank
+        buf.valid_len = torch.full((B,), -7)
+        buf.snap_slots = torch.full((B,), -7) if snapshot else None
+    return am, buf
+
+
+def _to(buf, dev):
+    return AcceptBuffers(**{k: (v.to(dev).clone() if isinstance(v, torch.Tensor) else v) for k, v in vars(buf).items()})
+
+
+@pytest.mark.parametrize("B,T", [(1, 1), (3, 1), (1, 5), (4, 2), (5, 7), (9, 17)])
+def test_ref_matches_the_rules(B, T):
+    """Per row: a = the longest prefix with window[i + 1] == am[i]; the bonus am[a]; tokens am[0..a] at
+    n.. (clamped to the dump column); n += a + 1; counters; pending / valid = a + 1; banks swapped;
+    nxt = drafts then bonus with nxt[a] = bonus; window[0] = bonus. AR mode (T = 1): a = 0."""
+    spec = T > 1
+    am, buf = _case(B, T, seed=B * 31 + T, snapshot=spec, spec=spec)
+    before = _to(buf, "cpu")
+    accept_advance_ref(am, buf)
+    Lout = buf.out.shape[1]
+    acc = 0
+    for b in range(B):
+        a = 0
+        while spec and a < T - 1 and int(before.window[b, a + 1]) == int(am[b, a]):
+            a += 1
+        acc += a
+        bonus = int(am[b, a])
+        n0 = int(before.n[b])
+        for i in range(a + 1):
+            if n0 + i < Lout - 1:
+                assert int(buf.out[b, n0 + i]) == int(am[b, i])
+        assert torch.equal(buf.out[b, : Lout - 1][: n0], before.out[b, : Lout - 1][: n0])
+        assert torch.equal(buf.out[b, n0 + a + 1 : Lout - 1], before.out[b, n0 + a + 1 : Lout - 1])
+        assert int(buf.n[b]) == n0 + a + 1 and int(buf.window[b, 0]) == bonus
+        assert torch.equal(buf.window[b, 1:], before.window[b, 1:])
+        if spec:
+            assert int(buf.a[b]) == a and int(buf.pending_len[b]) == int(buf.valid_len[b]) == a + 1
+            assert int(buf.read_bank[b]) == int(before.write_bank[b]) and int(buf.write_bank[b]) == int(before.read_bank[b])
+            assert int(buf.acc_log[6 % LOG, b]) == a and int(buf.snap_slots[b]) == b * T + a
+            want = [int(t) for t in before.window[b, 1:]] + [bonus]
+            want[a] = bonus
+            assert buf.nxt[b].tolist() == want
+    if spec:
+        assert int(buf.acc_sum) == 11 + acc and int(buf.step_i) == 7
+        assert torch.equal(buf.acc_log[[i for i in range(LOG) if i != 6 % LOG]],
+                           before.acc_log[[i for i in range(LOG) if i != 6 % LOG]])
+        if B > 1:
+            assert int(buf.a[0]) == T - 1 and int(buf.a[1]) == 0  # both ends
+
+
+@pytest.mark.skipif(not (HAVE_CUDA or INTERPRET), reason="needs CUDA (or TRITON_INTERPRET=1)")
+@pytest.mark.parametrize("B,T", [(1, 1), (3, 1), (1, 5), (4, 2), (5, 7), (9, 17), (130, 5), (257, 1)])
+@pytest.mark.parametrize("snapshot", [False, True])
+def test_kernel_equals_ref(B, T, snapshot):
+    """Every buffer the kernel writes equals the torch form's, rows in several blocks of 128 (B = 130 /
+    257), with and without snapshot slots, AR mode at T = 1; ``out`` apart from its dump column."""
+    spec = T > 1
+    if snapshot and not spec:
+        pytest.skip("snapshot slots are a spec-mode buffer")
+    am, buf = _case(B, T, seed=B + 7 * T, snapshot=snapshot, spec=spec)
+    ref = _to(buf, "cpu")
+    accept_advance_ref(am, ref)
+    got = _to(buf, DEV)
+    accept_advance(am.to(DEV), got)
+    for k, v in vars(ref).items():
+        if isinstance(v, torch.Tensor):
+            w = getattr(got, k).cpu()
+            if k == "out":
+                v, w = v[:, :-1], w[:, :-1]
+            assert torch.equal(w, v), k
+
+
+@pytest.mark.skipif(not (HAVE_CUDA or INTERPRET), reason="needs CUDA (or TRITON_INTERPRET=1)")
+def test_kernel_rejects_bad_buffers():
+    am, buf = _case(4, 5, seed=1)
+    buf = _to(buf, DEV)
+    with pytest.raises(ValueError, match="1..64 positions"):
+        accept_advance(torch.zeros(4, 65, dtype=torch.long, device=DEV), buf)
+    with pytest.raises(ValueError, match="1 in AR mode"):
+        accept_advance(am.to(DEV), AcceptBuffers(buf.out, buf.n, buf.window))
+    bad = _to(buf, DEV)
+    bad.n = bad.n.int()
+    with pytest.raises(ValueError, match="n must be an int64 tensor"):
+        accept_advance(am.to(DEV), bad)
+    bad = _to(buf, DEV)
+    bad.nxt = bad.nxt[:, :4]
+    with pytest.raises(ValueError, match="nxt must be"):
+        accept_advance(am.to(DEV), bad)
