@@ -444,6 +444,9 @@ def test_skinny_fused_input_errors():
             _cpp.skinny_gemm(xf, w384, prologue="gated_rms_norm", norm_weight=torch.rand(hd), head_dim=hd)
     with pytest.raises(ValueError, match="1..8 rows"):
         _cpp.skinny_gemm(torch.randn(9, 32).to(bf), w, prologue="rms_norm", norm_weight=nw)
+    with pytest.raises(ValueError, match="K = 8192 is too large for 8 rows"):  # staged: 8 x 1025 x 16 B > 96 KiB
+        _cpp.skinny_gemm(torch.randn(8, 8192).to(bf), torch.randn(64, 8192).to(bf), prologue="rms_norm",
+                         norm_weight=torch.rand(8192))
     g = torch.randn(4, 32).to(bf)
     with pytest.raises(ValueError, match="gate must be"):
         _cpp.skinny_gemm(torch.randn(4, 256), w256, prologue="gated_rms_norm", norm_weight=torch.rand(128),

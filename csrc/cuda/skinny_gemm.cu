@@ -45,9 +45,9 @@
 // GEMM chain 0.3-3 % faster, 16 MiB and more slower than none; the decode runtime uses 4 MiB (ops/fused.py).
 //
 // Session 24 added the fused forms (skinny_gemm_fused; skinny_gemm_kernels.cuh SkinnyFuse): the RMSNorm, SwiGLU
-// and gated RMSNorm as the kernel's prologue (the row statistics computed per CTA from L2 after the PDL wait,
-// while the first weight batch is in flight; the activation rounded once before the MMA) and the GDN gating as
-// its epilogue, as the row GEMV has them at one row (ops/triton_fused.py gemv_rows), so that a batch-1 verify
+// and gated RMSNorm as the kernel's prologue (per CTA, after the PDL wait while the first weight batch is in
+// flight: the row statistics from L2, then every row's activations transformed, rounded once and staged in
+// shared memory, which the MMA loop reads as the plain kernel reads x) and the GDN gating as its epilogue, as the row GEMV has them at one row (ops/triton_fused.py gemv_rows), so that a batch-1 verify
 // window runs 6 launches per layer instead of 11.
 //
 // The device code is in skinny_gemm_kernels.cuh (csrc/cuda/nvrtc_check.py compiles it without nvcc).
@@ -93,10 +93,18 @@ void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr,
     ptx_version = fa.ptxVersion;
   }
   pdl = pdl && ptx_version >= 90;
+  // the fused forms stage the transformed activations in dynamic shared memory (M rows of K / 8 + 1 uint4)
+  const size_t smem = PRO != 0 ? static_cast<size_t>(M) * ((K >> 3) + 1) * 16 : 0;
+  static size_t smem_set = 48 << 10;
+  if (smem > smem_set) {
+    const void* kern = reinterpret_cast<const void*>(&skinny_gemm_kernel<T, NT, WARPS, U, RES, PRO, GATING>);
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    smem_set = smem;
+  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>((N + 15) / 16));
   cfg.blockDim = dim3(WARPS * 32);
-  cfg.dynamicSmemBytes = 0;
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -251,7 +259,8 @@ void skinny_gemm_fused(const at::Tensor& x, const at::Tensor& w, const std::opti
   TORCH_CHECK(M >= 1 && M <= 8 && out.size(0) == M && out.size(1) == N, f, ": 1..8 rows, out [M, N]");
   TORCH_CHECK(x.size(1) == (prologue == 2 ? 2 * K : K) && K % 8 == 0 && w.is_contiguous(), f,
               ": x [M, K] ([M, 2K] for prologue 2), K % 8 == 0, w contiguous");
-  TORCH_CHECK(N <= (int64_t{1} << 31) - 16 && K < (int64_t{1} << 29), f, ": N or K too large");
+  TORCH_CHECK(N <= (int64_t{1} << 31) - 16 && M * (K / 8 + 1) * 16 <= 98304, f,
+              ": N too large, or K too large for the staged activations (M x (K / 8 + 1) x 16 bytes <= 96 KiB)");
   if (residual.has_value())
     TORCH_CHECK(residual->is_cuda() && residual->scalar_type() == w.scalar_type() && residual->dim() == 2 &&
                     residual->size(0) == M && residual->size(1) == N && residual->stride(1) == 1,

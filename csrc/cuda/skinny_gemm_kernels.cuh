@@ -181,59 +181,73 @@ __device__ __forceinline__ void row_stats(const void* x, int64_t ldx, int M, int
   }
 }
 
-// Token row tok's activations at columns k .. k + 8 after the prologue, as the MMA's B words: PRO 0 x as is;
-// 1 x * rstd * nw; 2 silu(x[:, :K]) * x[:, K:] (x is [M, 2K]); 3 (x float32) per-head RMSNorm * nw * act(gate)
+__device__ __forceinline__ uint4 ld_if(bool p, const void* a) {
+  return p ? *reinterpret_cast<const uint4*>(a) : make_uint4(0u, 0u, 0u, 0u);
+}
+
+__device__ __forceinline__ float4 ldf_if(bool p, const float* a) {
+  return p ? *reinterpret_cast<const float4*>(a) : make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+// Token row tok's activations at columns k .. k + 8 after the prologue, as the MMA's B words (zeros where !v: a
+// chunk past K or a row past M): PRO 0 x as is; 1 x * rstd * nw; 2 silu(x[:, :K]) * x[:, K:] (x is [M, 2K]);
+// 3 (x float32) per-head RMSNorm * nw * act(gate). Branch-free (every load predicated on v), so the compiler
+// issues a load batch's activation loads together with its weight loads, as for PRO 0; zeros stay zeros
+// through every prologue (silu(0) * 0 = 0; the statistics read as 0 where !v).
 template <typename T, int PRO>
-__device__ __forceinline__ uint4 load_x(const void* x, int64_t ldx, int tok, int k, int K, const SkinnyFuse& f,
-                                        const float* stat) {
+__device__ __forceinline__ uint4 load_x(bool v, const void* x, int64_t ldx, int tok, int k, int K,
+                                        const SkinnyFuse& f, const float* stat) {
   const int64_t row = static_cast<int64_t>(tok) * ldx;
   if constexpr (PRO == 0) {
-    return *reinterpret_cast<const uint4*>(static_cast<const T*>(x) + row + k);
+    return ld_if(v, static_cast<const T*>(x) + row + k);
   } else {
-    float v[8];
+    float e[8];
     if constexpr (PRO == 1) {
-      unpack8<T>(*reinterpret_cast<const uint4*>(static_cast<const T*>(x) + row + k), v);
-      const float r = stat[tok];
-      const float4 n0 = *reinterpret_cast<const float4*>(f.nw + k), n1 = *reinterpret_cast<const float4*>(f.nw + k + 4);
+      unpack8<T>(ld_if(v, static_cast<const T*>(x) + row + k), e);
+      const float r = v ? stat[tok] : 0.f;
+      const float4 n0 = ldf_if(v, f.nw + k), n1 = ldf_if(v, f.nw + k + 4);
       const float n[8] = {n0.x, n0.y, n0.z, n0.w, n1.x, n1.y, n1.z, n1.w};
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = v[i] * r * n[i];
+      for (int i = 0; i < 8; ++i) e[i] = e[i] * r * n[i];
     } else if constexpr (PRO == 2) {
       float b[8];
-      unpack8<T>(*reinterpret_cast<const uint4*>(static_cast<const T*>(x) + row + k), v);
-      unpack8<T>(*reinterpret_cast<const uint4*>(static_cast<const T*>(x) + row + K + k), b);
+      unpack8<T>(ld_if(v, static_cast<const T*>(x) + row + k), e);
+      unpack8<T>(ld_if(v, static_cast<const T*>(x) + row + K + k), b);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = v[i] * (1.f / (1.f + __expf(-v[i]))) * b[i];
+      for (int i = 0; i < 8; ++i) e[i] = e[i] * (1.f / (1.f + __expf(-e[i]))) * b[i];
     } else {
       const float* xr = static_cast<const float*>(x) + row + k;
-      const float4 x0 = *reinterpret_cast<const float4*>(xr), x1 = *reinterpret_cast<const float4*>(xr + 4);
+      const float4 x0 = ldf_if(v, xr), x1 = ldf_if(v, xr + 4);
       const int kk = k & ((1 << f.hd_log2) - 1);
-      const float r = stat[tok * f.heads + (k >> f.hd_log2)];
-      const float4 n0 = *reinterpret_cast<const float4*>(f.nw + kk), n1 = *reinterpret_cast<const float4*>(f.nw + kk + 4);
+      const float r = v ? stat[tok * f.heads + (k >> f.hd_log2)] : 0.f;
+      const float4 n0 = ldf_if(v, f.nw + kk), n1 = ldf_if(v, f.nw + kk + 4);
       const float xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
       const float n[8] = {n0.x, n0.y, n0.z, n0.w, n1.x, n1.y, n1.z, n1.w};
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = xs[i] * r * n[i];
+      for (int i = 0; i < 8; ++i) e[i] = xs[i] * r * n[i];
       if (f.gate != nullptr) {
         float gv[8];
-        unpack8<T>(*reinterpret_cast<const uint4*>(static_cast<const T*>(f.gate) + static_cast<int64_t>(tok) * f.ldg + k),
-                   gv);
+        unpack8<T>(ld_if(v, static_cast<const T*>(f.gate) + static_cast<int64_t>(tok) * f.ldg + k), gv);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           const float sg = 1.f / (1.f + __expf(-gv[i]));
-          v[i] = v[i] * (f.gate_sigmoid ? sg : gv[i] * sg);
+          e[i] = e[i] * (f.gate_sigmoid ? sg : gv[i] * sg);
         }
       }
     }
-    return pack8<T>(v);
+    return pack8<T>(e);
   }
 }
+
+#ifndef SG_STAGE_ROWS
+#define SG_STAGE_ROWS 4  // rows whose activations one thread stages at once (8: spills beside the first weight batch)
+#endif
 
 // NT: 8-token tiles (M <= 8 NT); WARPS: warps per CTA (K split); U: chunks of 32 k per load batch; PRO: the
 // prologue (0 none, 1 RMSNorm, 2 SwiGLU, 3 gated RMSNorm of float32 x); GATING: the GDN gating of the a | b
 // output columns into fuse.gb. K is w's column count (x has 2K columns for PRO 2).
 template <typename T, int NT, int WARPS, int U, bool RES, int PRO = 0, bool GATING = false>
-__global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const void* __restrict__ x, int64_t ldx,
+__global__ void __launch_bounds__(WARPS * 32, PRO != 0 ? 2 : 0) skinny_gemm_kernel(const void* __restrict__ x, int64_t ldx,
                                                                  const T* __restrict__ w, const T* res,
                                                                  int64_t ldr, T* out, int64_t ldo, int M, int N,
                                                                  int K, const unsigned char* pf, long long pf_bytes,
@@ -267,10 +281,31 @@ __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const void* __r
 
   load(cb);  // constant weights: before the wait (ops/pdl.py)
   griddep_wait();
-  // the prologue's row statistics (x is a few KB to tens of KB, L2-resident; the first weight batch is in flight)
+  // The fused prologue, once per CTA: the row statistics (x is L2-resident: a few to tens of KB), then the
+  // activations of all M rows transformed and rounded into shared memory (xs: row stride K / 8 + 1 uint4, so
+  // the 8 rows of a fragment load fall in distinct banks); the main loop then reads them as PRO 0 reads x.
+  // Both passes issue their loads in batches while the first weight batch is in flight. (Transforming in the
+  // main loop instead serialized it: the extra loads and registers per chunk kept the compiler from issuing
+  // a batch's activation loads ahead; s24b measured the batch-1 SpecLA step 0.87 ms slower.)
   __shared__ float stat[PRO == 3 ? 1024 : (PRO == 1 ? 16 : 1)];
-  if constexpr (PRO == 1 || PRO == 3) {
-    row_stats<T, WARPS, PRO>(x, ldx, M, K, fuse, stat, warp, lane);
+  extern __shared__ uint4 xs[];
+  const int ks = (K >> 3) + 1;
+  if constexpr (PRO != 0) {
+    if constexpr (PRO == 1 || PRO == 3) {
+      row_stats<T, WARPS, PRO>(x, ldx, M, K, fuse, stat, warp, lane);
+      __syncthreads();
+    }
+    for (int c = threadIdx.x; c < (K >> 3); c += WARPS * 32) {
+#pragma unroll
+      for (int m0 = 0; m0 < NT * 8; m0 += SG_STAGE_ROWS) {  // rows in groups: their loads in flight together
+        uint4 v[SG_STAGE_ROWS];
+#pragma unroll
+        for (int m = 0; m < SG_STAGE_ROWS; ++m) v[m] = load_x<T, PRO>(m0 + m < M, x, ldx, m0 + m, c * 8, K, fuse, stat);
+#pragma unroll
+        for (int m = 0; m < SG_STAGE_ROWS; ++m)
+          if (m0 + m < M) xs[(m0 + m) * ks + c] = v[m];
+      }
+    }
     __syncthreads();
   }
   for (int c = cb; c < ce; c += U) {
@@ -282,7 +317,9 @@ __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const void* __r
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int tok = nt * 8 + g;
-        const uint4 xv = in && tok < M ? load_x<T, PRO>(x, ldx, tok, k, K, fuse, stat) : z4;
+        uint4 xv;
+        if constexpr (PRO == 0) xv = load_x<T, 0>(in && tok < M, x, ldx, tok, k, K, fuse, stat);
+        else xv = in && tok < M ? xs[tok * ks + ch * 4 + t] : z4;
         Mma<T>::run(acc[nt], wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
         Mma<T>::run(acc[nt], wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
       }

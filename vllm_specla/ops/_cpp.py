@@ -235,6 +235,10 @@ def skinny_problem(x, w, residual=None, out=None, warps=0, unroll=0, prefetch=No
     return None
 
 
+# the fused forms' staged activations per CTA (csrc/cuda/skinny_gemm.cu launch): 96 KiB keeps two CTAs per SM
+SKINNY_FUSED_MAX_STAGE_BYTES = 96 << 10
+
+
 def _f32_vector(t, n: int, device) -> bool:
     return (isinstance(t, torch.Tensor) and t.dim() == 1 and t.numel() == n and t.dtype == torch.float32
             and t.is_contiguous() and t.device == device and t.data_ptr() % 16 == 0)
@@ -246,6 +250,9 @@ def _skinny_fused_problem(x, w, residual, out, warps, unroll, prologue, norm_wei
     M, K, N = x.shape[0], w.shape[1], w.shape[0]
     if M > 8:
         return f"the fused forms (prologue / gating) take 1..8 rows, got {M}"
+    if M * (K // 8 + 1) * 16 > SKINNY_FUSED_MAX_STAGE_BYTES:
+        return (f"the fused forms stage M x (K / 8 + 1) x 16 bytes of activations in shared memory, at most "
+                f"{SKINNY_FUSED_MAX_STAGE_BYTES}: K = {K} is too large for {M} rows")
     if (warps, unroll) != (0, 0):
         return f"the fused forms (prologue / gating) run the automatic config: (warps, unroll) must be (0, 0), got ({warps!r}, {unroll!r})"
     if prologue in ("rms_norm", "gated_rms_norm"):
