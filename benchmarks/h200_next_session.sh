@@ -49,18 +49,19 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
 case "${1:-}" in
   s24c)  # session 24, call 2: s24b found SpecLA's batch-1 step 0.87 ms slower with the fused forms (their activation
         # loads serialized per chunk in the MMA loop); now staged in shared memory once per CTA. Each form against its
-        # unfused chain (bench_skinny_fused.py), the skinny GEMM's GPU tests, then end to end at batch 1 (K = 6, alpha
-        # 0.8) fused on / off, twice in alternation
+        # unfused chain (bench_skinny_fused.py), the skinny GEMM's GPU tests, end to end at batch 1 (K = 6, alpha 0.8)
+        # fused on / off; then session 23's chain kernels (s24a without its kernel table): the CUDA chain GPU tests
       skinny_build
-      timeout 120 python benchmarks/bench_skinny_fused.py --out "$OUT/skinny_fused_s24c.json" 2>&1 | grep -v "^{" | tail -24
-      pytest_log s24c 150 -rs tests/test_skinny_gemm_gpu.py tests/test_step_kernels.py
-      for R in 1 2; do
-        for F in on off; do
-          timeout 80 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
-              --skinny-gemm on --skinny-fused $F --tag "s24c_f${F}_r$R" --out "$OUT/e2e_s24c.jsonl" 2>&1 | grep "^{" | \
-              python -c "$S"
-        done
+      timeout 100 python benchmarks/bench_skinny_fused.py --out "$OUT/skinny_fused_s24c.json" 2>&1 | grep -v "^{" | tail -24
+      pytest_log s24c 120 -rs tests/test_skinny_gemm_gpu.py tests/test_step_kernels.py
+      for F in on off; do
+        timeout 70 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
+            --skinny-gemm on --skinny-fused $F --tag "s24c_f${F}" --out "$OUT/e2e_s24c.jsonl" 2>&1 | grep "^{" | \
+            python -c "$S"
       done
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 330 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      pytest_log s24a 150 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
       ;;
   s24b)  # session 24: the skinny GEMM's fused forms (RMSNorm / SwiGLU / gated RMSNorm prologues, the GDN gating
         # epilogue; fused.SKINNY_FUSED) and the one-launch step bookkeeping (runtime/step_kernels.py): their GPU tests
