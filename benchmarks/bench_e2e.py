@@ -396,9 +396,6 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--skinny-prefetch", default=None, type=prefetch_flag,
                     help="MiB of the next GEMM's weight the skinny GEMM prefetches into L2 (fused.SKINNY_PREFETCH_BYTES; "
                          "0: off)")
-    ap.add_argument("--skinny-fused", default=None, choices=["on", "off"],
-                    help="the norm / SwiGLU / gated norm / gating fused into the skinny GEMM (fused.SKINNY_FUSED; "
-                         "RESULTS.md session 24); off: their own kernels before it")
     ap.add_argument("--accept-kernel", default=None, choices=["triton", "torch"],
                     help="the step's bookkeeping after the verify as one Triton launch or torch ops "
                          "(runtime/decode.py USE_TRITON_ACCEPT; RESULTS.md session 24)")
@@ -422,7 +419,7 @@ def apply_kernel_flags(args, device: str) -> dict | None:
     if getattr(args, "accept_kernel", None):
         _decode.USE_TRITON_ACCEPT = args.accept_kernel == "triton"
     if device != "cuda":
-        for flag in ("skinny_gemm", "skinny_prefetch", "skinny_fused"):
+        for flag in ("skinny_gemm", "skinny_prefetch"):
             if getattr(args, flag, None) is not None:
                 print(f"--{flag.replace('_', '-')} {getattr(args, flag)}: ignored on {device} (a CUDA kernel)",
                       file=sys.stderr)
@@ -449,8 +446,6 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         fused.USE_SKINNY_GEMM = sg != "off"
     if getattr(args, "skinny_prefetch", None) is not None:
         fused.SKINNY_PREFETCH_BYTES = args.skinny_prefetch
-    if getattr(args, "skinny_fused", None) is not None:
-        fused.SKINNY_FUSED = args.skinny_fused == "on"
     # (s11e's records had None for both the default and "off": the state is read back here)
     return dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG),
                 max_m=triton_fused.GEMV_ROWS_MAX_M, pdl=pdl.enabled(torch.empty(0, device="cuda")),
@@ -458,7 +453,6 @@ def apply_kernel_flags(args, device: str) -> dict | None:
                 small=[fused.GEMV_ROWS_SMALL_MAX_M, fused.GEMV_ROWS_SMALL_BYTES],
                 skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_prefetch=fused.SKINNY_PREFETCH_BYTES if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
-                skinny_fused=fused.SKINNY_FUSED if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 triton_accept=_decode.USE_TRITON_ACCEPT)
 
 

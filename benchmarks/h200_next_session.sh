@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 21: benchmarks/RESULTS.md "Session 21" (s21a-s21e as run; s21b's VLLM_SPECLA_CUDA_STORE_SWAP was removed after it, so s21b / s21c cannot be rerun as written; s21d is the final code but the AR body without the factor-bank path). Session 22: benchmarks/RESULTS.md "Session 22" (s22a, s22b as run; the default VLLM_SPECLA_CUDA_RG_AR became 2 after s22b). Session 23: benchmarks/RESULTS.md "Session 23" (s23a-s23d as run; RG_AR 4 (80 registers) of s23a and 5 / 6 of s23b were removed after them, 4 is now the automatic rule and the default). Session 20: s20a (per-instruction stall sampling), s20b (the raw-v prefetch), s20c (tests, kernel table, e2e batch 1), s20d (predicated tile loads; AR layouts). The sb kernel's forced forms (sbXY layouts, VLLM_SPECLA_CUDA_SB_LATE / _SB_SCALED) were removed after session 20: s18*-s20b cannot be rerun as written; session 19: benchmarks/RESULTS.md "Session 19" (s19a-s19e as run). Before: s17c reruns session 17's final code (the runtime with the skinny GEMM's L2 prefetch); session 17: benchmarks/RESULTS.md "Session 17" (s17a-s17d as run). Session 15: benchmarks/RESULTS.md
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 24: benchmarks/RESULTS.md "Session 24" (s24b-s24d as
+# run; their --skinny-fused A/B and the skinny GEMM's fused forms were removed after s24d, so they cannot be rerun as
+# written; s24c also ran s24a's GPU tests). Session 21: benchmarks/RESULTS.md "Session 21" (s21a-s21e as run; s21b's VLLM_SPECLA_CUDA_STORE_SWAP was removed after it, so s21b / s21c cannot be rerun as written; s21d is the final code but the AR body without the factor-bank path). Session 22: benchmarks/RESULTS.md "Session 22" (s22a, s22b as run; the default VLLM_SPECLA_CUDA_RG_AR became 2 after s22b). Session 23: benchmarks/RESULTS.md "Session 23" (s23a-s23d as run; RG_AR 4 (80 registers) of s23a and 5 / 6 of s23b were removed after them, 4 is now the automatic rule and the default). Session 20: s20a (per-instruction stall sampling), s20b (the raw-v prefetch), s20c (tests, kernel table, e2e batch 1), s20d (predicated tile loads; AR layouts). The sb kernel's forced forms (sbXY layouts, VLLM_SPECLA_CUDA_SB_LATE / _SB_SCALED) were removed after session 20: s18*-s20b cannot be rerun as written; session 19: benchmarks/RESULTS.md "Session 19" (s19a-s19e as run). Before: s17c reruns session 17's final code (the runtime with the skinny GEMM's L2 prefetch); session 17: benchmarks/RESULTS.md "Session 17" (s17a-s17d as run). Session 15: benchmarks/RESULTS.md
 # "Session 15" (s15a-s15e as run; s15b-s15d ran a kernel variant removed after them). State after session 13: benchmarks/RESULTS.md "Session 13" (s13a, s13c-s13g as
 # run; session 14: "Session 14" (s14a-s14e as run); s13a's win: settings and --gemm-window were removed after it, s13e's grid ran the first version of the cost split). Session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
 # s12b's rows-s11 and s12c's mma: settings were removed after them). Session 11: "Session 11" (s11a-s11f as run;
@@ -47,7 +49,32 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s24c)  # session 24, call 2: s24b found SpecLA's batch-1 step 0.87 ms slower with the fused forms (their activation
+  s25a)  # for session 25: the final code of session 24 (the one-launch step bookkeeping; the skinny GEMM without the
+        # removed fused forms) end to end at batch 1 (K = 4 / 6, alpha 0.8), the bookkeeping as Triton / torch, twice in
+        # alternation (session 23's kernel table: s24a)
+      skinny_build
+      pytest_log s25a 120 -rs tests/test_step_kernels.py tests/test_decode_runtime_gpu.py
+      for R in 1 2; do
+        for A in triton torch; do
+          timeout 90 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 4,6 --alphas 0.8 --snapshot-ks "" \
+              --skinny-gemm on --accept-kernel $A --tag "s25a_${A}_r$R" --out "$OUT/e2e_s25a.jsonl" 2>&1 | grep "^{" | \
+              python -c "$S"
+        done
+      done
+      ;;
+  s24d)  # (as run; --skinny-fused and the fused forms were removed after it) session 24, call 3: s24c's gated form failed to launch at 7 rows x 3072 (43 KB staged + 8.7 KB static > the
+        # 48 KiB default; the opt-in now covers every size): the fused tests, the forms (flame, 7 rows), end to end
+      skinny_build
+      pytest_log s24d 100 -rs tests/test_skinny_gemm_gpu.py -k "fused"
+      timeout 60 python benchmarks/bench_skinny_fused.py --shapes flame --rows 7 --out "$OUT/skinny_fused_s24d.json" 2>&1 | \
+          grep -v "^{" | tail -8
+      for F in on off; do
+        timeout 70 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
+            --skinny-gemm on --skinny-fused $F --tag "s24d_f${F}" --out "$OUT/e2e_s24d.jsonl" 2>&1 | grep "^{" | \
+            python -c "$S"
+      done
+      ;;
+  s24c)  # (as run; --skinny-fused and the fused forms were removed after it) session 24, call 2: s24b found SpecLA's batch-1 step 0.87 ms slower with the fused forms (their activation
         # loads serialized per chunk in the MMA loop); now staged in shared memory once per CTA. Each form against its
         # unfused chain (bench_skinny_fused.py), the skinny GEMM's GPU tests, end to end at batch 1 (K = 6, alpha 0.8)
         # fused on / off; then session 23's chain kernels (s24a without its kernel table): the CUDA chain GPU tests
@@ -63,7 +90,7 @@ case "${1:-}" in
       timeout 330 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
       pytest_log s24a 150 -x tests/test_csrc.py -k cuda tests/test_dispatch.py
       ;;
-  s24b)  # session 24: the skinny GEMM's fused forms (RMSNorm / SwiGLU / gated RMSNorm prologues, the GDN gating
+  s24b)  # (as run; --skinny-fused and the fused forms were removed after it) session 24, call 1: the skinny GEMM's fused forms (RMSNorm / SwiGLU / gated RMSNorm prologues, the GDN gating
         # epilogue; fused.SKINNY_FUSED) and the one-launch step bookkeeping (runtime/step_kernels.py): their GPU tests
         # with the rest of the skinny GEMM's and the decode runtime's, then end to end at batch 1 (K = 6, alpha 0.8):
         # both new (default) / neither / the fused forms only, twice in alternation
@@ -77,7 +104,7 @@ case "${1:-}" in
         done
       done
       ;;
-  s24a)  # for session 24, call 1: session 23's last two commits (rg_token_stores, rg_token_core: one token body with
+  s24a)  # (its GPU tests ran in s24c: 2,067 passed; the kernel table not run) session 23's last two commits (rg_token_stores, rg_token_core: one token body with
         # key accessors) ran no GPU test (offline sm_90 SASS unchanged for the kernels checked, the bf16 8-row ring
         # rescheduled). Every CUDA chain test and the dispatch tests, then the kernel table at the defaults
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16

@@ -278,33 +278,29 @@ def test_skinny_gemm_rule_and_route(monkeypatch):
             _cpp.skinny_gemm(torch.randn(m, 32).to(bf), w, torch.randn(m, 64).to(bf))
     calls, pfs = [], []
 
-    def fake(x, w_, residual=None, out=None, warps=0, unroll=0, pdl=None, prefetch=None, prefetch_bytes=None, **fz):
-        calls.append((x.shape[0], residual is not None, out is not None and out is residual, fz.get("prologue")))
+    def fake(x, w_, residual=None, out=None, warps=0, unroll=0, pdl=None, prefetch=None, prefetch_bytes=None):
+        calls.append((x.shape[0], residual is not None, out is not None and out is residual))
         pfs.append((prefetch, prefetch_bytes))
-        y = fused.linear_fused_ref(x, w_, residual, **fz)
+        y = fused.linear_ref(x, w_, residual=residual)
         return out.copy_(y) if out is not None else y
 
     monkeypatch.setattr(_cpp, "skinny_gemm", fake)
     x, nw = torch.randn(5, 32).to(bf), torch.rand(32) + 0.5
-    y = fused.linear(x, w, nw, 1e-6)  # the RMSNorm as the skinny GEMM's prologue
+    y = fused.linear(x, w, nw, 1e-6)
     assert torch.equal(y, fused.linear_ref(x, w, nw, 1e-6))
     r = torch.randn(5, 32).to(bf)
     r0 = r.clone()
     z = fused.linear(y, torch.randn(32, 64).to(bf), residual=r, residual_inplace=True)
     assert z is r and not torch.equal(r, r0)
-    monkeypatch.setattr(fused, "SKINNY_FUSED", False)  # the RMSNorm kernel, then the plain skinny GEMM
-    assert torch.equal(fused.linear(x, w, nw, 1e-6), y)
-    monkeypatch.setattr(fused, "SKINNY_FUSED", True)
-    assert calls == [(5, False, False, "rms_norm"), (5, True, True, None), (5, False, False, None)]
-    assert pfs == [(None, 0)] * 3
-    del calls[:], pfs[:]
+    assert calls == [(5, False, False), (5, True, True)]
+    assert pfs == [(None, 0), (None, 0)]
     # the next GEMM's weight as an L2 prefetch: its first SKINNY_PREFETCH_BYTES (or all of it), in 16s
     big, small = torch.randn(4096, 1024).to(bf), torch.randn(9, 3).to(bf)  # 8 MiB; 54 bytes
     fused.linear(x, w, prefetch=big)
     fused.linear(x, w, prefetch=small)
-    assert pfs[0][0] is big and pfs[0][1] == fused.SKINNY_PREFETCH_BYTES == 4 << 20
-    assert pfs[1][0] is small and pfs[1][1] == 48
-    for pf in pfs[0:2]:  # what the route passes, the op's own checks accept
+    assert pfs[2][0] is big and pfs[2][1] == fused.SKINNY_PREFETCH_BYTES == 4 << 20
+    assert pfs[3][0] is small and pfs[3][1] == 48
+    for pf in pfs[2:4]:  # what the route passes, the op's own checks accept
         assert _cpp.skinny_problem(x, w, None, None, 0, 0, *pf) is None
     # not contiguous / unaligned / < 16 bytes / another device / not a tensor: no prefetch, no error
     for bad in (big.t(), torch.randn(9).to(bf)[1:], torch.randn(1).to(bf), big.to("meta"), [big]):
@@ -315,146 +311,6 @@ def test_skinny_gemm_rule_and_route(monkeypatch):
     assert pfs[-1] == (None, 0)
     monkeypatch.setattr(fused, "USE_SKINNY_GEMM", False)
     assert not take(x, w, None)
-
-
-def _gdn_like(M=5, H=2, V=128, G=True, bf=torch.bfloat16, seed=0):
-    """Operands of one GDN block's verify-window GEMMs at a small shape: the in-projection (q | k | v,
-    gate, a | b columns), the gated norm's o / gate and the MLP."""
-    gen = torch.Generator().manual_seed(seed)
-
-    def r(*s):
-        return torch.randn(*s, generator=gen)
-
-    D, C, HV = 32, 3 * H * V, H
-    n_in = C + (H * V if G else 0) + 2 * HV
-    return dict(x=r(M, D).to(bf), nw=torch.rand(D, generator=gen) + 0.5, w_in=r(n_in + (-n_in % 8), D).to(bf),
-                a0=C + (H * V if G else 0), A_log=r(HV), dt_bias=r(HV), o=r(M, HV, V), o_nw=torch.rand(V, generator=gen) + 0.5,
-                w_o=r(D, HV * V).to(bf), gu=r(M, 2 * 48).to(bf), w_down=r(D, 48).to(bf), C=C, G=H * V if G else 0)
-
-
-def test_skinny_fused_routes(monkeypatch):
-    """The verify window's GEMMs take the skinny GEMM's fused forms (``fused._skinny_fused_takes``; the
-    op replaced by ``fused.linear_fused_ref``, its GPU tests: tests/test_skinny_gemm_gpu.py): the
-    in-projection with the RMSNorm prologue and the gating epilogue, the out-projection with the gated
-    RMSNorm (sigmoid and silu gates, and no gate), the down-projection with the SwiGLU; each equals the
-    unfused reference chain exactly, and falls back to the separate kernels with
-    ``SKINNY_FUSED`` off, a non-float32 ``o`` or a head dim that is not a power of two (a commit
-    window's ``valid_len``: the norm stays fused, the gating runs on its own). Whatever the route passes, ``_cpp.skinny_problem`` accepts."""
-    from vllm_specla.ops import fused
-
-    monkeypatch.setattr(fused, "_on_gpu", lambda x: True)
-    monkeypatch.setattr(fused, "USE_GEMV_ROWS", False)
-    monkeypatch.setattr(_cpp, "GEMM_LOADED", True)
-    calls = []
-
-    def fake(x, w_, residual=None, out=None, warps=0, unroll=0, pdl=None, prefetch=None, prefetch_bytes=None, **fz):
-        chk = {k: v for k, v in fz.items() if k not in ("eps", "gate_act")}
-        assert _cpp.skinny_problem(x, w_, residual, out, warps, unroll, prefetch, prefetch_bytes or 0, **chk) is None
-        calls.append(fz.get("prologue") or ("gating" if fz.get("gating") else None))
-        if fz.get("gating") is not None:
-            calls[-1] = "rms_norm+gating"
-        y = fused.linear_fused_ref(x, w_, residual, **fz)
-        return out.copy_(y) if out is not None else y
-
-    monkeypatch.setattr(_cpp, "skinny_gemm", fake)
-    # stand-ins for the Triton kernels of the unfused path: their references
-    monkeypatch.setattr(fused, "rms_norm", lambda x, w, eps, dt=None: fused.rms_norm_ref(x, w, eps, dt))
-    monkeypatch.setattr(fused, "silu_mul", fused.silu_mul_ref)
-    monkeypatch.setattr(fused, "gated_rms_norm", fused.gated_rms_norm_ref)
-    monkeypatch.setattr(fused, "gdn_gating", fused.gdn_gating_masked_ref)
-    for G in (True, False):
-        d = _gdn_like(G=G)
-        M, HV = d["x"].shape[0], d["A_log"].numel()
-        p, g, beta = fused.linear_gating(d["x"], d["w_in"], d["nw"], 1e-6, d["a0"], d["A_log"], d["dt_bias"])
-        assert calls[-1] == "rms_norm+gating"
-        p_ref = fused.linear_ref(d["x"], d["w_in"], d["nw"], 1e-6)
-        g_ref, b_ref = fused.gdn_gating_masked_ref(p_ref[:, d["a0"]:d["a0"] + HV], p_ref[:, d["a0"] + HV:d["a0"] + 2 * HV],
-                                                   d["A_log"], d["dt_bias"])
-        assert torch.equal(p, p_ref) and torch.equal(g, g_ref) and torch.equal(beta, b_ref)
-        assert g.shape == beta.shape == (M, HV)
-        gate = p[:, d["C"]:d["C"] + d["G"]] if G else None
-        for act in ("sigmoid", "swish"):
-            h = torch.randn(M, 32).to(torch.bfloat16)
-            ref = fused.linear_ref(fused.gated_rms_norm_ref(d["o"], gate, d["o_nw"], 1e-6, act, torch.bfloat16), d["w_o"],
-                                   residual=h)
-            out = fused.gated_norm_linear(d["o"], gate, d["o_nw"], 1e-6, act, d["w_o"], residual=h, residual_inplace=True)
-            assert out is h and torch.equal(out, ref) and calls[-1] == "gated_rms_norm"
-        h = torch.randn(M, 32).to(torch.bfloat16)
-        ref = fused.linear_ref(fused.silu_mul_ref(d["gu"]), d["w_down"], residual=h)
-        out = fused.silu_mul_linear(d["gu"], d["w_down"], residual=h, residual_inplace=True)
-        assert out is h and torch.equal(out, ref) and calls[-1] == "silu_mul"
-    # fallbacks: the separate kernels, then the plain skinny GEMM (prologue None)
-    d = _gdn_like()
-    del calls[:]
-    fused.linear_gating(d["x"], d["w_in"], d["nw"], 1e-6, d["a0"], d["A_log"], d["dt_bias"],
-                        valid_len=torch.tensor([1]), tokens_per_row=5)
-    fused.gated_norm_linear(d["o"].to(torch.bfloat16), None, d["o_nw"], 1e-6, "swish", d["w_o"])
-    o3 = torch.randn(5, 2, 192)  # head dim 192: not a power of two
-    fused.gated_norm_linear(o3, None, torch.rand(192) + 0.5, 1e-6, "swish", torch.randn(32, 384).to(torch.bfloat16))
-    assert calls == ["rms_norm", None, None]  # a commit window: the norm fused, the gating its own kernel
-    monkeypatch.setattr(fused, "SKINNY_FUSED", False)
-    fused.linear_gating(d["x"], d["w_in"], d["nw"], 1e-6, d["a0"], d["A_log"], d["dt_bias"])
-    fused.silu_mul_linear(d["gu"], d["w_down"])
-    fused.gated_norm_linear(d["o"], None, d["o_nw"], 1e-6, "swish", d["w_o"])
-    assert calls == ["rms_norm"] + [None] * 5
-
-
-def test_skinny_fused_input_errors():
-    """The fused forms' arguments are checked before the op runs (``ValueError`` naming the argument;
-    on the CPU a valid call gets as far as "must be CUDA")."""
-    bf = torch.bfloat16
-    w = torch.randn(64, 32).to(bf)
-    x = torch.randn(4, 32).to(bf)
-    nw = torch.rand(32) + 0.5
-    gb = torch.empty(4, 4)
-    A, dtb = torch.randn(2), torch.randn(2)
-    ok = [dict(prologue="rms_norm", norm_weight=nw), dict(prologue="rms_norm", norm_weight=nw, gating=(gb, 60, A, dtb, False))]
-    for kw in ok:
-        with pytest.raises(ValueError, match="CUDA tensors"):
-            _cpp.skinny_gemm(x, w, **kw)
-    with pytest.raises(ValueError, match="CUDA tensors"):
-        _cpp.skinny_gemm(torch.randn(4, 64).to(bf), w, prologue="silu_mul")
-    w256 = torch.randn(64, 256).to(bf)
-    with pytest.raises(ValueError, match="CUDA tensors"):
-        _cpp.skinny_gemm(torch.randn(4, 256), w256, prologue="gated_rms_norm", norm_weight=torch.rand(128),
-                         head_dim=128, gate=torch.randn(4, 256).to(bf), gate_act="sigmoid")
-    cases = [(dict(prologue="layer_norm"), "prologue must be None or one of"),
-             (dict(prologue="rms_norm"), "norm_weight must be a contiguous"),
-             (dict(prologue="rms_norm", norm_weight=nw.to(bf)), "norm_weight must be"),
-             (dict(prologue="rms_norm", norm_weight=torch.rand(31)), r"float32 \[32\]"),
-             (dict(prologue="silu_mul"), r"x \[M, 2K\]"),
-             (dict(prologue="gated_rms_norm", norm_weight=torch.rand(128), head_dim=128), "x float32"),
-             (dict(prologue="rms_norm", norm_weight=nw, warps=8, unroll=4), "automatic config"),
-             (dict(norm_weight=nw), "norm_weight is for"),
-             (dict(prologue="rms_norm", norm_weight=nw, gate=x), "gate is for"),
-             (dict(gating=(gb, 60, A, dtb, False)), "needs prologue='rms_norm'"),
-             (dict(prologue="rms_norm", norm_weight=nw, gating=(gb, 61, A, dtb, False)), "a0 must be an int in 0..N - 2 HV = 60"),
-             (dict(prologue="rms_norm", norm_weight=nw, gating=(gb[:, :3], 0, A, dtb, False)), "gb must be a contiguous"),
-             (dict(prologue="rms_norm", norm_weight=nw, gating=(gb, 0, A.double(), dtb, False)), "A_log and dt_bias"),
-             (dict(prologue="rms_norm", norm_weight=nw, gating=(gb, 0)), "gating must be"),
-             (dict(prologue="rms_norm", norm_weight=nw, gate_act="relu"), "gate_act must be"),
-             (dict(prologue="rms_norm", norm_weight=nw, eps=-1.0), "eps must be")]
-    for kw, msg in cases:
-        with pytest.raises(ValueError, match=msg):
-            _cpp.skinny_gemm(x, w, **kw)
-    xf = torch.randn(4, 384)
-    w384 = torch.randn(64, 384).to(bf)
-    for hd in (96, 64, 256, 2048):  # not a power of two, below 128, not dividing K, above 1024
-        with pytest.raises(ValueError, match="head_dim must be a power of two in 128..1024 dividing K = 384"):
-            _cpp.skinny_gemm(xf, w384, prologue="gated_rms_norm", norm_weight=torch.rand(hd), head_dim=hd)
-    with pytest.raises(ValueError, match="1..8 rows"):
-        _cpp.skinny_gemm(torch.randn(9, 32).to(bf), w, prologue="rms_norm", norm_weight=nw)
-    with pytest.raises(ValueError, match="K = 8192 is too large for 8 rows"):  # staged: 8 x 1025 x 16 B > 96 KiB
-        _cpp.skinny_gemm(torch.randn(8, 8192).to(bf), torch.randn(64, 8192).to(bf), prologue="rms_norm",
-                         norm_weight=torch.rand(8192))
-    g = torch.randn(4, 32).to(bf)
-    with pytest.raises(ValueError, match="gate must be"):
-        _cpp.skinny_gemm(torch.randn(4, 256), w256, prologue="gated_rms_norm", norm_weight=torch.rand(128),
-                         head_dim=128, gate=g[:, :16])
-    o = torch.empty(4, 64).to(bf)
-    with pytest.raises(ValueError, match="gb must not overlap out"):  # gb inside out's memory
-        _cpp.skinny_gemm(x, w, out=o, prologue="rms_norm", norm_weight=nw,
-                         gating=(o.view(-1)[:32].view(torch.float32).view(4, 4), 0, A, dtb, False))
 
 
 def test_skinny_gemm_input_errors():

@@ -32,18 +32,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def kernels() -> list[str]:
-    """The instantiations ``skinny_gemm.cu`` launches (its dispatch_cfg / dispatch_res, and fused_dispatch's
-    prologue / gating forms)."""
-    types = ("__nv_bfloat16", "__half")
-    plain = [f"vllm_specla_skinny::skinny_gemm_kernel<{t}, {nt}, {w}, {u}, {res}>"
-             for t, nt, (w, u), res in itertools.product(types, (1, 2), [(w, u) for w in (4, 8, 16) for u in (4, 8)],
-                                                         ("false", "true"))]
-    fused = [f"vllm_specla_skinny::skinny_gemm_kernel<{t}, 1, 8, 8, {res}, {pro}, {gating}>"
-             for t, (res, pro, gating) in itertools.product(types, [("false", 1, "true"), ("false", 1, "false"),
-                                                                    ("true", 1, "false"), ("false", 2, "false"),
-                                                                    ("true", 2, "false"), ("false", 3, "false"),
-                                                                    ("true", 3, "false")])]
-    return plain + fused
+    """The instantiations ``skinny_gemm.cu`` launches (its dispatch_cfg / dispatch_res)."""
+    return [f"vllm_specla_skinny::skinny_gemm_kernel<{t}, {nt}, {w}, {u}, {res}>"
+            for t, nt, (w, u), res in itertools.product(("__nv_bfloat16", "__half"), (1, 2),
+                                                        [(w, u) for w in (4, 8, 16) for u in (4, 8)], ("false", "true"))]
 
 
 def _roots(root: str | None) -> list[str]:
@@ -131,9 +123,6 @@ using std::min;
 inline void __syncthreads() {}
 template <class T>
 inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes*, T*) { return cudaSuccess; }
-float rsqrtf(float);
-float __uint_as_float(unsigned);
-float __shfl_xor_sync(unsigned, float, int);
 """
 _STUBS = {"cusparse.h": "typedef struct cusparseContext* cusparseHandle_t;\n",
           "cublas_v2.h": "typedef struct cublasContext* cublasHandle_t;\ntypedef int cublasStatus_t;\n",

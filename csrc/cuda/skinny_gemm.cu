@@ -44,12 +44,6 @@
 // bulk L2 prefetch of the next GEMM's first weights by the last wave (prefetch=): 4 MiB takes the step's
 // GEMM chain 0.3-3 % faster, 16 MiB and more slower than none; the decode runtime uses 4 MiB (ops/fused.py).
 //
-// Session 24 added the fused forms (skinny_gemm_fused; skinny_gemm_kernels.cuh SkinnyFuse): the RMSNorm, SwiGLU
-// and gated RMSNorm as the kernel's prologue (per CTA, after the PDL wait while the first weight batch is in
-// flight: the row statistics from L2, then every row's activations transformed, rounded once and staged in
-// shared memory, which the MMA loop reads as the plain kernel reads x) and the GDN gating as its epilogue, as the row GEMV has them at one row (ops/triton_fused.py gemv_rows), so that a batch-1 verify
-// window runs 6 launches per layer instead of 11.
-//
 // The device code is in skinny_gemm_kernels.cuh (csrc/cuda/nvrtc_check.py compiles it without nvcc).
 //
 // JIT-built on a machine with CUDA torch by vllm_specla.ops._cpp.load_cuda_gemm() (the H200); its
@@ -74,11 +68,10 @@ namespace {
 
 using namespace vllm_specla_skinny;
 
-template <typename T, int NT, int WARPS, int U, bool RES, int PRO = 0, bool GATING = false>
+template <typename T, int NT, int WARPS, int U, bool RES>
 void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr, at::Tensor& out, bool pdl,
-            const unsigned char* pf, int64_t pf_bytes, cudaStream_t stream, const SkinnyFuse& fuse = SkinnyFuse{}) {
-  // K: w's columns (x has 2K for the SwiGLU prologue)
-  const int M = static_cast<int>(x.size(0)), K = static_cast<int>(w.size(1)), N = static_cast<int>(w.size(0));
+            const unsigned char* pf, int64_t pf_bytes, cudaStream_t stream) {
+  const int M = static_cast<int>(x.size(0)), K = static_cast<int>(x.size(1)), N = static_cast<int>(w.size(0));
   // griddepcontrol.wait exists only in code built for sm_90+ (the __CUDA_ARCH__ guard in
   // skinny_gemm_kernels.cuh); code JIT-compiled from older PTX (e.g. TORCH_CUDA_ARCH_LIST="8.0+PTX"
   // on an H200) has no wait, and launching it with PDL would let it read x / the residual before
@@ -87,31 +80,23 @@ void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr,
   static int ptx_version = -1, per_sm = 1;
   if (ptx_version < 0) {
     cudaFuncAttributes fa;
-    C10_CUDA_CHECK(cudaFuncGetAttributes(&fa, skinny_gemm_kernel<T, NT, WARPS, U, RES, PRO, GATING>));
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, skinny_gemm_kernel<T, NT, WARPS, U, RES, PRO, GATING>, WARPS * 32, 0));
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&fa, skinny_gemm_kernel<T, NT, WARPS, U, RES>));
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, skinny_gemm_kernel<T, NT, WARPS, U, RES>,
+                                                                 WARPS * 32, 0));
     ptx_version = fa.ptxVersion;
   }
   pdl = pdl && ptx_version >= 90;
-  // the fused forms stage the transformed activations in dynamic shared memory (M rows of K / 8 + 1 uint4)
-  const size_t smem = PRO != 0 ? static_cast<size_t>(M) * ((K >> 3) + 1) * 16 : 0;
-  static size_t smem_set = 48 << 10;
-  if (smem > smem_set) {
-    const void* kern = reinterpret_cast<const void*>(&skinny_gemm_kernel<T, NT, WARPS, U, RES, PRO, GATING>);
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    smem_set = smem;
-  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>((N + 15) / 16));
   cfg.blockDim = dim3(WARPS * 32);
-  cfg.dynamicSmemBytes = smem;
+  cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  const void* xp = x.data_ptr();
+  const T* xp = reinterpret_cast<const T*>(x.data_ptr());
   const T* wp = reinterpret_cast<const T*>(w.data_ptr());
   T* op = reinterpret_cast<T*>(out.data_ptr());
   // the L2 prefetch of the next GEMM's weights by the CTAs of the last wave (as many as are resident at
@@ -120,9 +105,8 @@ void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr,
   if (ptx_version < 90) pf = nullptr;
   const int pf_first =
       pf ? std::max(0, grid - std::max(1, per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount) : 0;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, skinny_gemm_kernel<T, NT, WARPS, U, RES, PRO, GATING>, xp, x.stride(0), wp,
-                                    res, ldr, op, out.stride(0), M, N, K, pf, static_cast<long long>(pf_bytes),
-                                    pf_first, fuse));
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, skinny_gemm_kernel<T, NT, WARPS, U, RES>, xp, x.stride(0), wp, res, ldr,
+                                    op, out.stride(0), M, N, K, pf, static_cast<long long>(pf_bytes), pf_first));
 }
 
 template <typename T, int NT, int WARPS, int U>
@@ -210,129 +194,12 @@ void skinny_gemm(const at::Tensor& x, const at::Tensor& w, const std::optional<a
   }
 }
 
-// The fused forms (skinny_gemm_kernels.cuh SkinnyFuse), one config: 1..8 rows, 8 warps x 8 chunks (the
-// automatic one). prologue 1: RMSNorm of x (norm_weight [K] float32); 2: SwiGLU of x [M, 2K]; 3: gated
-// RMSNorm of float32 x [M, K] in heads of head_dim (a power of two in 128..1024; norm_weight [head_dim] float32; gate
-// [M, K] of w's dtype or none); gb: the GDN gating of output columns a0 .. a0 + 2 HV into gb [M, 2 HV]
-// float32 (A_log, dt_bias [HV] float32), with prologue 1 and no residual.
-template <typename T>
-void fused_dispatch(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
-                    at::Tensor& out, int pro, bool gating, bool pdl, const unsigned char* pf, int64_t pf_bytes,
-                    cudaStream_t s, const SkinnyFuse& f) {
-  const bool r = residual.has_value();
-  const T* res = r ? reinterpret_cast<const T*>(residual->data_ptr()) : nullptr;
-  const int64_t ldr = r ? residual->stride(0) : 0;
-  if (pro == 1 && gating && !r) {
-    launch<T, 1, 8, 8, false, 1, true>(x, w, nullptr, 0, out, pdl, pf, pf_bytes, s, f);
-  } else if (gating) {
-    TORCH_CHECK(false, "vllm_specla.skinny_gemm_fused: the gating epilogue needs prologue 1 and no residual");
-  } else if (pro == 1) {
-    if (r) launch<T, 1, 8, 8, true, 1>(x, w, res, ldr, out, pdl, pf, pf_bytes, s, f);
-    else launch<T, 1, 8, 8, false, 1>(x, w, nullptr, 0, out, pdl, pf, pf_bytes, s, f);
-  } else if (pro == 2) {
-    if (r) launch<T, 1, 8, 8, true, 2>(x, w, res, ldr, out, pdl, pf, pf_bytes, s, f);
-    else launch<T, 1, 8, 8, false, 2>(x, w, nullptr, 0, out, pdl, pf, pf_bytes, s, f);
-  } else if (pro == 3) {
-    if (r) launch<T, 1, 8, 8, true, 3>(x, w, res, ldr, out, pdl, pf, pf_bytes, s, f);
-    else launch<T, 1, 8, 8, false, 3>(x, w, nullptr, 0, out, pdl, pf, pf_bytes, s, f);
-  } else {
-    TORCH_CHECK(false, "vllm_specla.skinny_gemm_fused: prologue must be 1, 2 or 3");
-  }
-}
-
-// The Python wrapper (ops/_cpp.py skinny_gemm with prologue= / gating=) checks every input first (a failed
-// TORCH_CHECK inside this JIT-built op crashed the process on the H200, s15b); these checks are a backstop.
-void skinny_gemm_fused(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
-                       at::Tensor& out, int64_t prologue, const std::optional<at::Tensor>& norm_weight,
-                       const std::optional<at::Tensor>& gate, int64_t head_dim, double eps, bool gate_sigmoid,
-                       const std::optional<at::Tensor>& gb, int64_t a0, const std::optional<at::Tensor>& A_log,
-                       const std::optional<at::Tensor>& dt_bias, bool neg, bool pdl,
-                       const std::optional<at::Tensor>& prefetch, int64_t prefetch_bytes) {
-  const char* f = "vllm_specla.skinny_gemm_fused";
-  TORCH_CHECK(x.is_cuda() && w.is_cuda() && out.is_cuda() && x.dim() == 2 && w.dim() == 2 && out.dim() == 2, f,
-              ": x, w and out must be 2-D CUDA tensors");
-  TORCH_CHECK(w.scalar_type() == at::kBFloat16 || w.scalar_type() == at::kHalf, f, ": w must be bfloat16 or float16");
-  TORCH_CHECK(out.scalar_type() == w.scalar_type() && out.stride(1) == 1, f, ": out must have w's dtype, dense rows");
-  TORCH_CHECK(x.scalar_type() == (prologue == 3 ? at::kFloat : w.scalar_type()) && x.stride(1) == 1, f,
-              ": x must be float32 (prologue 3) or w's dtype, with dense rows");
-  const int64_t M = x.size(0), K = w.size(1), N = w.size(0);
-  TORCH_CHECK(M >= 1 && M <= 8 && out.size(0) == M && out.size(1) == N, f, ": 1..8 rows, out [M, N]");
-  TORCH_CHECK(x.size(1) == (prologue == 2 ? 2 * K : K) && K % 8 == 0 && w.is_contiguous(), f,
-              ": x [M, K] ([M, 2K] for prologue 2), K % 8 == 0, w contiguous");
-  TORCH_CHECK(N <= (int64_t{1} << 31) - 16 && M * (K / 8 + 1) * 16 <= 98304, f,
-              ": N too large, or K too large for the staged activations (M x (K / 8 + 1) x 16 bytes <= 96 KiB)");
-  if (residual.has_value())
-    TORCH_CHECK(residual->is_cuda() && residual->scalar_type() == w.scalar_type() && residual->dim() == 2 &&
-                    residual->size(0) == M && residual->size(1) == N && residual->stride(1) == 1,
-                f, ": residual must be [M, N] with out's dtype and a dense last dim");
-  SkinnyFuse fz{};
-  fz.eps = static_cast<float>(eps);
-  if (prologue == 1 || prologue == 3) {
-    TORCH_CHECK(norm_weight.has_value() && norm_weight->is_cuda() && norm_weight->scalar_type() == at::kFloat &&
-                    norm_weight->is_contiguous() && norm_weight->numel() == (prologue == 1 ? K : head_dim),
-                f, ": norm_weight must be a contiguous float32 [K] (prologue 1) / [head_dim] (prologue 3)");
-    fz.nw = norm_weight->data_ptr<float>();
-  }
-  if (prologue == 3) {
-    TORCH_CHECK(head_dim >= 128 && head_dim <= 1024 && (head_dim & (head_dim - 1)) == 0 && K % head_dim == 0 &&
-                    M * (K / head_dim) <= 1024,
-                f, ": head_dim must be a power of two in 128..1024 dividing K, rows x heads <= 1024");
-    int lg = 0;
-    while ((int64_t{1} << lg) < head_dim) ++lg;
-    fz.hd_log2 = lg;
-    fz.heads = static_cast<int>(K / head_dim);
-    fz.gate_sigmoid = gate_sigmoid ? 1 : 0;
-    if (gate.has_value()) {
-      TORCH_CHECK(gate->is_cuda() && gate->scalar_type() == w.scalar_type() && gate->dim() == 2 && gate->size(0) == M &&
-                      gate->size(1) == K && gate->stride(1) == 1,
-                  f, ": gate must be [M, K] with w's dtype and dense rows");
-      fz.gate = gate->data_ptr();
-      fz.ldg = gate->stride(0);
-    }
-  }
-  const bool gating = gb.has_value();
-  if (gating) {
-    TORCH_CHECK(A_log.has_value() && dt_bias.has_value() && gb->scalar_type() == at::kFloat && gb->is_contiguous() &&
-                    A_log->scalar_type() == at::kFloat && dt_bias->scalar_type() == at::kFloat &&
-                    A_log->is_contiguous() && dt_bias->is_contiguous() && A_log->numel() == dt_bias->numel() &&
-                    gb->dim() == 2 && gb->size(0) == M && gb->size(1) == 2 * A_log->numel() && a0 >= 0 &&
-                    a0 + 2 * A_log->numel() <= N,
-                f, ": gating needs gb [M, 2 HV] float32, A_log / dt_bias [HV] float32, a0 + 2 HV <= N");
-    fz.gb = gb->data_ptr<float>();
-    fz.a0 = static_cast<int>(a0);
-    fz.hv = static_cast<int>(A_log->numel());
-    fz.A_log = A_log->data_ptr<float>();
-    fz.dt_bias = dt_bias->data_ptr<float>();
-    fz.neg = neg ? 1 : 0;
-  }
-  const unsigned char* pf = nullptr;
-  if (prefetch.has_value() && prefetch_bytes > 0) {
-    TORCH_CHECK(prefetch->is_cuda() && prefetch->is_contiguous() && prefetch_bytes % 16 == 0 &&
-                    prefetch_bytes <= prefetch->numel() * prefetch->element_size(),
-                f, ": prefetch must be contiguous, prefetch_bytes a multiple of 16 within it");
-    pf = reinterpret_cast<const unsigned char*>(prefetch->data_ptr());
-  }
-  const c10::cuda::CUDAGuard guard(x.device());
-  cudaStream_t s = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
-  if (w.scalar_type() == at::kBFloat16)
-    fused_dispatch<__nv_bfloat16>(x, w, residual, out, static_cast<int>(prologue), gating, pdl, pf, prefetch_bytes, s, fz);
-  else
-    fused_dispatch<__half>(x, w, residual, out, static_cast<int>(prologue), gating, pdl, pf, prefetch_bytes, s, fz);
-}
-
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(vllm_specla, m) {
   m.def(
       "skinny_gemm(Tensor x, Tensor w, Tensor? residual, Tensor(a!) out, int warps, int unroll, bool pdl, "
       "Tensor? prefetch, int prefetch_bytes) -> ()");
-  m.def(
-      "skinny_gemm_fused(Tensor x, Tensor w, Tensor? residual, Tensor(a!) out, int prologue, Tensor? norm_weight, "
-      "Tensor? gate, int head_dim, float eps, bool gate_sigmoid, Tensor(b!)? gb, int a0, Tensor? A_log, "
-      "Tensor? dt_bias, bool neg, bool pdl, Tensor? prefetch, int prefetch_bytes) -> ()");
 }
 
-TORCH_LIBRARY_IMPL(vllm_specla, CUDA, m) {
-  m.impl("skinny_gemm", &skinny_gemm);
-  m.impl("skinny_gemm_fused", &skinny_gemm_fused);
-}
+TORCH_LIBRARY_IMPL(vllm_specla, CUDA, m) { m.impl("skinny_gemm", &skinny_gemm); }

@@ -157,19 +157,13 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
-# skinny_gemm's fused prologues (the row GEMV's, ops/triton_fused.py gemv_rows): name -> the op's code
-SKINNY_PROLOGUES = {"rms_norm": 1, "silu_mul": 2, "gated_rms_norm": 3}
-
-
-def skinny_problem(x, w, residual=None, out=None, warps=0, unroll=0, prefetch=None, prefetch_bytes=0,
-                   prologue=None, norm_weight=None, gate=None, head_dim=0, gating=None) -> str | None:
+def skinny_problem(x, w, residual=None, out=None, warps=0, unroll=0, prefetch=None, prefetch_bytes=0) -> str | None:
     """Why the skinny GEMM cannot take these operands (a message naming the argument), or None when
     it can, devices aside (the CUDA check is :func:`_skinny_check`'s). The one list of the kernel's
     conditions: ``fused._skinny_takes`` asks it before dispatching (falling back to cuBLAS), and
     :func:`_skinny_check` raises its answer. The op's own checks are a backstop only: a failed
     ``TORCH_CHECK`` inside the JIT-built op crashed the process on the H200 (segmentation fault,
-    s15b) instead of raising, so nothing reaches it unchecked. ``prologue`` / ``norm_weight`` /
-    ``gate`` / ``head_dim`` / ``gating``: the fused forms, as in :func:`skinny_gemm`."""
+    s15b) instead of raising, so nothing reaches it unchecked."""
     for name, t in (("x", x), ("w", w), ("residual", residual), ("out", out)):
         if not isinstance(t, torch.Tensor) and (t is not None or name in ("x", "w")):
             return (f"{name} must be a torch.Tensor{'' if name in ('x', 'w') else ' or None'}, "
@@ -177,31 +171,19 @@ def skinny_problem(x, w, residual=None, out=None, warps=0, unroll=0, prefetch=No
     for name, v in (("warps", warps), ("unroll", unroll)):
         if isinstance(v, bool) or not isinstance(v, int):
             return f"{name} must be an int, got {v!r}"
-    if prologue is not None and prologue not in SKINNY_PROLOGUES:
-        return f"prologue must be None or one of {sorted(SKINNY_PROLOGUES)}, got {prologue!r}"
     if x.dim() != 2 or w.dim() != 2:
         return f"x [M, K] and w [N, K] must be 2-D, got {tuple(x.shape)} and {tuple(w.shape)}"
-    x_dtype = torch.float32 if prologue == "gated_rms_norm" else w.dtype
-    if w.dtype not in (torch.bfloat16, torch.float16) or x.dtype != x_dtype:
-        if prologue == "gated_rms_norm":
-            return f"w must be bfloat16 or float16 and x float32 (the chain verify's output); got {x.dtype} and {w.dtype}"
+    if w.dtype not in (torch.bfloat16, torch.float16) or x.dtype != w.dtype:
         return f"x and w must share one dtype, bfloat16 or float16; got {x.dtype} and {w.dtype}"
-    M = x.shape[0]
-    K = w.shape[1]
+    M, K = x.shape
     N = w.shape[0]
     if not 1 <= M <= 16:
         return f"x must have 1..16 rows, got {M}"
-    xk = 2 * K if prologue == "silu_mul" else K
-    if x.shape[1] != xk or N < 1 or N > (1 << 31) - 16:
-        return (f"w must be [N, K] with 1 <= N <= 2^31 - 16 and x [M, {'2K' if prologue == 'silu_mul' else 'K'}], "
-                f"got w {tuple(w.shape)} and x {tuple(x.shape)}")
-    if K < 8 or K % 8 or K >= 1 << 29 or x.stride(-1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16:
-        return (f"x needs K % 8 == 0 with 8 <= K < 2^29 (K = {K}) and dense, 16-byte aligned rows "
+    if w.shape[1] != K or N < 1 or N > (1 << 31) - 16:
+        return f"w must be [N, {K}] with 1 <= N <= 2^31 - 16, got {tuple(w.shape)}"
+    if K < 8 or K % 8 or K >= 1 << 30 or x.stride(-1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16:
+        return (f"x needs K % 8 == 0 with 8 <= K < 2^30 (K = {K}) and dense, 16-byte aligned rows "
                 f"(strides {x.stride()})")
-    if prologue is not None or gating is not None or norm_weight is not None or gate is not None or head_dim:
-        msg = _skinny_fused_problem(x, w, residual, out, warps, unroll, prologue, norm_weight, gate, head_dim, gating)
-        if msg is not None:
-            return msg
     if not w.is_contiguous() or w.data_ptr() % 16:
         return "w must be contiguous and 16-byte aligned"
     if x.device != w.device:
@@ -235,72 +217,10 @@ def skinny_problem(x, w, residual=None, out=None, warps=0, unroll=0, prefetch=No
     return None
 
 
-# the fused forms' staged activations per CTA (csrc/cuda/skinny_gemm.cu launch): 96 KiB keeps two CTAs per SM
-SKINNY_FUSED_MAX_STAGE_BYTES = 96 << 10
-
-
-def _f32_vector(t, n: int, device) -> bool:
-    return (isinstance(t, torch.Tensor) and t.dim() == 1 and t.numel() == n and t.dtype == torch.float32
-            and t.is_contiguous() and t.device == device and t.data_ptr() % 16 == 0)
-
-
-def _skinny_fused_problem(x, w, residual, out, warps, unroll, prologue, norm_weight, gate, head_dim,
-                          gating) -> str | None:
-    """:func:`skinny_problem`'s conditions of the fused forms (``x`` / ``w`` already checked)."""
-    M, K, N = x.shape[0], w.shape[1], w.shape[0]
-    if M > 8:
-        return f"the fused forms (prologue / gating) take 1..8 rows, got {M}"
-    if M * (K // 8 + 1) * 16 > SKINNY_FUSED_MAX_STAGE_BYTES:
-        return (f"the fused forms stage M x (K / 8 + 1) x 16 bytes of activations in shared memory, at most "
-                f"{SKINNY_FUSED_MAX_STAGE_BYTES}: K = {K} is too large for {M} rows")
-    if (warps, unroll) != (0, 0):
-        return f"the fused forms (prologue / gating) run the automatic config: (warps, unroll) must be (0, 0), got ({warps!r}, {unroll!r})"
-    if prologue in ("rms_norm", "gated_rms_norm"):
-        n = K if prologue == "rms_norm" else head_dim
-        if isinstance(head_dim, bool) or not isinstance(head_dim, int):
-            return f"head_dim must be an int, got {head_dim!r}"
-        if prologue == "gated_rms_norm" and not (128 <= head_dim <= 1024 and head_dim & (head_dim - 1) == 0
-                                                 and K % head_dim == 0 and M * (K // head_dim) <= 1024):
-            return (f"head_dim must be a power of two in 128..1024 dividing K = {K} (rows x heads <= 1024), "
-                    f"got {head_dim!r}")
-        if not _f32_vector(norm_weight, n, w.device):
-            return (f"norm_weight must be a contiguous, 16-byte aligned float32 [{n}] on {w.device} for {prologue}, "
-                    f"got {getattr(norm_weight, 'dtype', type(norm_weight).__name__)} {tuple(getattr(norm_weight, 'shape', ()))}")
-    elif norm_weight is not None:
-        return f"norm_weight is for the rms_norm / gated_rms_norm prologues, got one with prologue={prologue!r}"
-    if gate is not None:
-        if prologue != "gated_rms_norm":
-            return f"gate is for the gated_rms_norm prologue, got one with prologue={prologue!r}"
-        if not (isinstance(gate, torch.Tensor) and gate.dim() == 2 and gate.shape == (M, K) and gate.dtype == w.dtype
-                and gate.device == w.device and gate.stride(-1) == 1 and gate.stride(0) % 8 == 0
-                and gate.data_ptr() % 16 == 0):
-            return f"gate must be [{M}, {K}] {w.dtype} on {w.device} with dense, 16-byte aligned rows"
-        if out is not None and _overlap(out, gate):
-            return "out must not overlap gate"
-    if gating is not None:
-        if prologue != "rms_norm" or residual is not None:
-            return "gating (the GDN gating epilogue) needs prologue='rms_norm' and no residual"
-        if not (isinstance(gating, tuple) and len(gating) == 5):
-            return "gating must be (gb, a0, A_log, dt_bias, allow_neg_eigval)"
-        gb, a0, A_log, dt_bias, _neg = gating
-        HV = A_log.numel() if isinstance(A_log, torch.Tensor) else -1
-        if not (_f32_vector(A_log, HV, w.device) and _f32_vector(dt_bias, HV, w.device)):
-            return "gating: A_log and dt_bias must be contiguous, 16-byte aligned float32 [HV] on w's device"
-        if isinstance(a0, bool) or not isinstance(a0, int) or not 0 <= a0 <= N - 2 * HV:
-            return f"gating: a0 must be an int in 0..N - 2 HV = {N - 2 * HV}, got {a0!r}"
-        if not (isinstance(gb, torch.Tensor) and gb.shape == (M, 2 * HV) and gb.dtype == torch.float32
-                and gb.is_contiguous() and gb.device == w.device):
-            return f"gating: gb must be a contiguous float32 [{M}, {2 * HV}] on {w.device}"
-        for name, t in (("x", x), ("w", w), ("out", out)):
-            if t is not None and _overlap(gb, t):
-                return f"gating: gb must not overlap {name}"
-    return None
-
-
-def _skinny_check(x, w, residual, out, warps, unroll, prefetch=None, prefetch_bytes=0, **fused) -> None:
+def _skinny_check(x, w, residual, out, warps, unroll, prefetch=None, prefetch_bytes=0) -> None:
     """``ValueError`` ("skinny_gemm: " + :func:`skinny_problem`'s message) for inputs outside the
     kernel's contract; last, tensors that are not on a CUDA device."""
-    msg = skinny_problem(x, w, residual, out, warps, unroll, prefetch, prefetch_bytes, **fused)
+    msg = skinny_problem(x, w, residual, out, warps, unroll, prefetch, prefetch_bytes)
     if msg is not None:
         raise ValueError(f"skinny_gemm: {msg}")
     if not (x.is_cuda and w.is_cuda):  # last, so the CPU tests reach the checks above
@@ -309,10 +229,7 @@ def _skinny_check(x, w, residual, out, warps, unroll, prefetch=None, prefetch_by
 
 def skinny_gemm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = None,
                 out: torch.Tensor | None = None, warps: int = 0, unroll: int = 0, pdl: bool | None = None,
-                prefetch: torch.Tensor | None = None, prefetch_bytes: int | None = None, *,
-                prologue: str | None = None, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
-                gate: torch.Tensor | None = None, head_dim: int = 0, gate_act: str = "silu",
-                gating: tuple | None = None) -> torch.Tensor:
+                prefetch: torch.Tensor | None = None, prefetch_bytes: int | None = None) -> torch.Tensor:
     """``x [M, K] @ w[N, K].T (+ residual [M, N])`` -> ``out [M, N]`` (new, or the given one: pass
     ``out=residual`` to add in place) on the CUDA skinny GEMM of :func:`load_cuda_gemm`.
 
@@ -331,46 +248,20 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None 
     (RESULTS.md session 16). 4 MiB measured best on the step's GEMMs: 0.3-3 % faster; 16 MiB and more were
     slower than none (session 17). The decode runtime passes it (``fused.linear(prefetch=)``).
     Raises ``ValueError`` naming the argument on other inputs.
-
-    The fused forms (1..8 rows, the automatic config; the row GEMV's prologues and epilogue,
-    ``ops/triton_fused.py`` ``gemv_rows``, on this kernel): ``prologue="rms_norm"``: ``x`` is the
-    input of an RMSNorm with ``norm_weight [K]`` float32 and ``eps``; ``"silu_mul"``: ``x [M, 2K]``,
-    the SwiGLU ``silu(x[:, :K]) * x[:, K:]``; ``"gated_rms_norm"``: ``x [M, K]`` float32 (the chain
-    verify's output, heads of ``head_dim`` columns, a power of two in 128..1024), per-head RMSNorm times
-    ``norm_weight [head_dim]`` float32 times ``act(gate)`` (``gate [M, K]`` of ``w``'s dtype or None;
-    ``gate_act`` ``"sigmoid"`` or silu). Each in float32, rounded once to ``w``'s dtype before the MMA,
-    as the unfused kernel + GEMM path has it (the row statistics summed in another order: last-bit
-    differences). ``gating=(gb, a0, A_log, dt_bias, allow_neg_eigval)`` (with ``"rms_norm"``, no
-    residual): also the GDN gating of output columns ``a0 .. a0 + 2 HV`` into ``gb [M, 2 HV]``
-    float32 (``g`` then ``beta``; ``ops/fused.py`` ``gdn_gating``'s math on the rounded outputs).
-    References: ``ops/fused.py`` ``rms_norm_ref`` / ``silu_mul_ref`` / ``gated_rms_norm_ref`` /
-    ``gdn_gating_masked_ref`` then ``linear_ref``; measured in benchmarks/RESULTS.md session 24.
     Reference: ``ops/fused.py`` ``linear_ref``; design and measurements: ``csrc/cuda/skinny_gemm.cu``,
     benchmarks/RESULTS.md session 15."""
     from vllm_specla.ops import pdl as _pdl  # noqa: PLC0415
 
     if pdl is not None and not isinstance(pdl, bool):
         raise ValueError(f"skinny_gemm: pdl must be None (ops/pdl.py decides) or a bool, got {pdl!r}")
-    if gate_act not in ("sigmoid", "silu", "swish"):
-        raise ValueError(f"skinny_gemm: gate_act must be 'sigmoid', 'silu' or 'swish', got {gate_act!r}")
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps >= 0:
-        raise ValueError(f"skinny_gemm: eps must be a float >= 0, got {eps!r}")
     if prefetch is not None and prefetch_bytes is None and isinstance(prefetch, torch.Tensor):
         prefetch_bytes = min(prefetch.numel() * prefetch.element_size(), SKINNY_PREFETCH_DEFAULT_BYTES) // 16 * 16
     prefetch_bytes = 0 if prefetch_bytes is None else prefetch_bytes
-    fz = dict(prologue=prologue, norm_weight=norm_weight, gate=gate, head_dim=head_dim, gating=gating)
-    _skinny_check(x, w, residual, out, warps, unroll, prefetch, prefetch_bytes, **fz)
+    _skinny_check(x, w, residual, out, warps, unroll, prefetch, prefetch_bytes)
     if out is None:
         out = torch.empty(x.shape[0], w.shape[0], dtype=w.dtype, device=w.device)
-    on = _pdl.enabled(x) if pdl is None else bool(pdl)
-    if prologue is None and gating is None:
-        torch.ops.vllm_specla.skinny_gemm(x, w, residual, out, int(warps), int(unroll), on, prefetch,
-                                          int(prefetch_bytes))
-        return out
-    gb, a0, A_log, dt_bias, neg = gating if gating is not None else (None, 0, None, None, False)
-    torch.ops.vllm_specla.skinny_gemm_fused(x, w, residual, out, SKINNY_PROLOGUES[prologue], norm_weight, gate,
-                                            int(head_dim), float(eps), gate_act == "sigmoid", gb, int(a0), A_log,
-                                            dt_bias, bool(neg), on, prefetch, int(prefetch_bytes))
+    torch.ops.vllm_specla.skinny_gemm(x, w, residual, out, int(warps), int(unroll),
+                                      _pdl.enabled(x) if pdl is None else bool(pdl), prefetch, int(prefetch_bytes))
     return out
 
 

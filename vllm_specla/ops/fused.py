@@ -71,37 +71,6 @@ def linear_ref(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | Non
     return x @ w.t() if residual is None else torch.addmm(residual, x, w.t())
 
 
-def linear_fused_ref(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = None, *,
-                     prologue: str | None = None, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
-                     gate: torch.Tensor | None = None, head_dim: int = 0, gate_act: str = "silu",
-                     gating: tuple | None = None) -> torch.Tensor:
-    """The reference of the skinny GEMM's fused forms (``ops/_cpp.py`` ``skinny_gemm(prologue=,
-    gating=)``): the prologue's own reference rounded to ``w.dtype``, then :func:`linear_ref`.
-
-    ``prologue``: None, ``"rms_norm"`` (:func:`rms_norm_ref` with ``norm_weight [K]``),
-    ``"silu_mul"`` (:func:`silu_mul_ref` of ``x [M, 2K]``) or ``"gated_rms_norm"``
-    (:func:`gated_rms_norm_ref` of ``x [M, K]`` in heads of ``head_dim``, ``norm_weight [head_dim]``,
-    ``gate [M, K]``, ``gate_act``). ``gating=(gb, a0, A_log, dt_bias, allow_neg_eigval)``: also
-    writes :func:`gdn_gating_masked_ref` of the output's ``a | b`` columns into ``gb [M, 2 HV]``
-    (``g`` then ``beta``). Returns ``[M, N]`` in ``w.dtype``."""
-    if prologue == "rms_norm":
-        x = rms_norm_ref(x, norm_weight, eps, w.dtype)
-    elif prologue == "silu_mul":
-        x = silu_mul_ref(x)
-    elif prologue == "gated_rms_norm":
-        M, K = x.shape
-        x = gated_rms_norm_ref(x.reshape(M, K // head_dim, head_dim), gate, norm_weight, eps, gate_act, w.dtype)
-    elif prologue is not None:
-        raise ValueError(f"prologue must be None, 'rms_norm', 'silu_mul' or 'gated_rms_norm', got {prologue!r}")
-    y = linear_ref(x.to(w.dtype), w, residual=residual)
-    if gating is not None:
-        gb, a0, A_log, dt_bias, neg = gating
-        HV = A_log.numel()
-        g, beta = gdn_gating_masked_ref(y[:, a0 : a0 + HV], y[:, a0 + HV : a0 + 2 * HV], A_log, dt_bias, neg)
-        gb[:, :HV], gb[:, HV:] = g, beta
-    return y
-
-
 # Row GEMV (CUDA cores, ``triton_fused.gemv_rows``) for rows <= triton_fused.GEMV_ROWS_MAX_M on CUDA:
 # the AR step and the drafter's passes at batch 1. On: the AR step at batch 1 took 1.199 / 1.244 ms
 # (flame / map) against 1.421 / 1.490 with cuBLAS (s11c, RESULTS.md session 11); with programmatic
@@ -136,10 +105,9 @@ GEMV_ROWS_SMALL_BYTES = 4 << 20
 def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=False, prefetch=None):
     """``[RMSNorm(x)] @ w.T [+ residual]``: on CUDA the row GEMV when :func:`_rows_impl` takes the
     GEMM (one row, or up to ``GEMV_ROWS_SMALL_MAX_M`` rows on a small weight; ``USE_GEMV_ROWS``,
-    :func:`vllm_specla.ops.triton_fused.gemv_rows`), else the CUDA skinny GEMM (2..``SKINNY_MAX_M``
-    bf16 / fp16 rows once ``_cpp.load_cuda_gemm()`` has built it, :func:`_skinny_takes`) with the
-    RMSNorm as its prologue (:data:`SKINNY_FUSED`, :func:`_skinny_fused_takes`) or after the RMSNorm
-    kernel, or cuBLAS after it; the reference math on the CPU.
+    :func:`vllm_specla.ops.triton_fused.gemv_rows`), else the RMSNorm kernel + the CUDA skinny GEMM
+    (2..``SKINNY_MAX_M`` bf16 / fp16 rows once ``_cpp.load_cuda_gemm()`` has built it,
+    :func:`_skinny_takes`) or cuBLAS; the reference math on the CPU.
 
     ``residual_inplace``: add into ``residual`` itself and return it (``residual.addmm_``: cuBLAS
     accumulates onto it with beta = 1). ``torch.addmm(residual, ...)`` first copies ``residual`` into
@@ -157,11 +125,6 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
             x, norm_weight = rms_norm(x, norm_weight, eps, w.dtype), None
         return impl.gemv_rows(x, w, norm_weight, eps, residual,
                               out=residual if residual is not None and residual_inplace else None)
-    out = residual if residual is not None and residual_inplace else None
-    if norm_weight is not None and _skinny_fused_takes(x, w, residual, prologue="rms_norm", norm_weight=norm_weight):
-        pf, pf_bytes = _prefetch_args(prefetch, w)
-        return _cpp.skinny_gemm(x, w, residual, out=out, prologue="rms_norm", norm_weight=norm_weight, eps=eps,
-                                prefetch=pf, prefetch_bytes=pf_bytes)
     if norm_weight is not None:
         x = rms_norm(x, norm_weight, eps, w.dtype)
     x = x.to(w.dtype)
@@ -189,9 +152,7 @@ def linear_gating(x, w, norm_weight, eps, a0, A_log, dt_bias, allow_neg_eigval=F
     are column views of one ``[N, 2 HV]`` buffer, as :func:`gdn_gating` returns them. With
     :data:`GEMV_ROWS_GATING` on, a GEMM the row GEMV takes (:func:`_rows_impl`) without
     ``valid_len`` runs it with the gating as its epilogue (the same math on the same rounded
-    outputs); a GEMM the skinny GEMM's fused forms take (:data:`SKINNY_FUSED`, 2-8 rows, a
-    ``norm_weight``, no ``valid_len``) runs there with the norm as its prologue and the gating as its
-    epilogue; otherwise the two ops run as above. ``prefetch``: as in :func:`linear`."""
+    outputs); otherwise the two ops run as above. ``prefetch``: as in :func:`linear`."""
     impl = _rows_impl(x, w, None, False, norm_weight) if GEMV_ROWS_GATING and valid_len is None else None
     HV = A_log.numel()
     if impl is not None and a0 + 2 * HV <= w.shape[0] and A_log.is_contiguous() and dt_bias.is_contiguous():
@@ -199,17 +160,6 @@ def linear_gating(x, w, norm_weight, eps, a0, A_log, dt_bias, allow_neg_eigval=F
             x, norm_weight = rms_norm(x, norm_weight, eps, w.dtype), None
         gb = torch.empty(x.shape[0], 2 * HV, dtype=torch.float32, device=x.device)
         p = impl.gemv_rows(x, w, norm_weight, eps, gating=(gb, a0, A_log, dt_bias, allow_neg_eigval))
-        return p, gb[:, :HV], gb[:, HV:]
-    gating = None
-    if valid_len is None and norm_weight is not None and x.dim() == 2:
-        gb = torch.empty(x.shape[0], 2 * HV, dtype=torch.float32, device=x.device)
-        gating = (gb, a0, A_log, dt_bias, bool(allow_neg_eigval))
-        if not _skinny_fused_takes(x, w, None, prologue="rms_norm", norm_weight=norm_weight, gating=gating):
-            gating = None
-    if gating is not None:  # the skinny GEMM with the norm as its prologue, the gating as its epilogue
-        pf, pf_bytes = _prefetch_args(prefetch, w)
-        p = _cpp.skinny_gemm(x, w, prologue="rms_norm", norm_weight=norm_weight, eps=eps, gating=gating, prefetch=pf,
-                             prefetch_bytes=pf_bytes)
         return p, gb[:, :HV], gb[:, HV:]
     p = linear(x, w, norm_weight, eps, prefetch=prefetch)
     g, beta = gdn_gating(p[:, a0 : a0 + HV], p[:, a0 + HV : a0 + 2 * HV], A_log, dt_bias, allow_neg_eigval,
@@ -263,27 +213,6 @@ def _skinny_takes(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | Non
     return _cpp.skinny_problem(x, w, residual, residual) is None
 
 
-# The skinny GEMM's fused forms (``_cpp.skinny_gemm(prologue=, gating=)``): the RMSNorm, SwiGLU and gated
-# RMSNorm as its prologue and the GDN gating as its epilogue, as the row GEMV has them at one row, so that a
-# batch-1 verify window runs 6 launches per layer instead of 11 (benchmarks/RESULTS.md, session 24).
-# VLLM_SPECLA_SKINNY_FUSED=0: the separate kernels before the skinny GEMM, as before session 24.
-_SKINNY_FUSED_ENV = (os.environ.get("VLLM_SPECLA_SKINNY_FUSED") or "1")  # (set but empty: the default)
-if _SKINNY_FUSED_ENV not in ("0", "1"):
-    raise ValueError(f"VLLM_SPECLA_SKINNY_FUSED must be '0' (separate norm / SwiGLU / gating kernels before the skinny "
-                     f"GEMM) or '1' (fused into it, the default), got {_SKINNY_FUSED_ENV!r}")
-SKINNY_FUSED = _SKINNY_FUSED_ENV == "1"
-
-
-def _skinny_fused_takes(x, w, residual, **fused) -> bool:
-    """Whether the skinny GEMM takes this GEMM with a fused prologue / the gating epilogue (``fused``:
-    ``_cpp.skinny_problem``'s ``prologue`` / ``norm_weight`` / ``gate`` / ``head_dim`` / ``gating``):
-    :data:`SKINNY_FUSED` and :func:`_skinny_takes`'s conditions, judged on the fused operands."""
-    if not (SKINNY_FUSED and USE_SKINNY_GEMM and _cpp.GEMM_LOADED and isinstance(x, torch.Tensor) and _on_gpu(x)
-            and x.dim() == 2 and 2 <= x.shape[0] <= SKINNY_MAX_M):
-        return False
-    return _cpp.skinny_problem(x, w, residual, residual, **fused) is None
-
-
 def _on_gpu(x: torch.Tensor) -> bool:
     """Whether ``x`` is where the Triton kernels run (a seam: the tests point it at the CPU under
     Triton's interpreter to exercise the dispatch)."""
@@ -322,9 +251,7 @@ def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual
     is fla ``FusedRMSNormGated`` (:func:`gated_rms_norm_ref`). With ``GEMV_ROWS_PROLOGUE`` on row-GEMV
     CUDA input it is the row GEMV's prologue (one launch instead of two) when ``o`` is dense
     (``[N, HV*V]`` viewable), ``V`` a power of two dividing the config's BK, and ``gate`` 2-D with a
-    dense feature dim; with :data:`SKINNY_FUSED` it is the skinny GEMM's prologue where that takes the GEMM
-    (2-8 rows, float32 ``o``, ``V`` a power of two in 128..1024, :func:`_skinny_fused_takes`); otherwise the two
-    kernels run. ``prefetch``: as in :func:`linear`.
+    dense feature dim; otherwise the two kernels run. ``prefetch``: as in :func:`linear`.
     """
     N, HV, V = o.shape
     on = o.reshape(N, HV * V) if o.stride(-1) == 1 and o.stride(1) == V else None
@@ -336,12 +263,6 @@ def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual
                               out=residual if residual is not None and residual_inplace else None,
                               prologue="gated_rms_norm", gate=gate, head_dim=V,
                               gate_act="sigmoid" if act == "sigmoid" else "silu")
-    if on is not None and _skinny_fused_takes(on, w, residual, prologue="gated_rms_norm", norm_weight=norm_weight,
-                                              gate=gate, head_dim=V):
-        pf, pf_bytes = _prefetch_args(prefetch, w)
-        return _cpp.skinny_gemm(on, w, residual, out=residual if residual is not None and residual_inplace else None,
-                                prologue="gated_rms_norm", norm_weight=norm_weight, eps=eps, gate=gate, head_dim=V,
-                                gate_act="sigmoid" if act == "sigmoid" else "silu", prefetch=pf, prefetch_bytes=pf_bytes)
     y = gated_rms_norm(o, gate, norm_weight, eps, act, w.dtype)
     return linear(y, w, residual=residual, residual_inplace=residual_inplace, prefetch=prefetch)
 
@@ -350,16 +271,11 @@ def silu_mul_linear(x, w, residual=None, residual_inplace=False, prefetch=None):
     """``linear(silu_mul(x), w, residual=...)``: ``x [N, 2I]``, ``w [out, I]``, ``residual [N, out]``
     (added; in place with ``residual_inplace``); returns ``[N, out]`` in ``w.dtype``. The SwiGLU is
     fla ``GatedMLP``'s (:func:`silu_mul_ref`); with ``GEMV_ROWS_PROLOGUE`` on row-GEMV CUDA input
-    it is the row GEMV's prologue (one launch instead of two), with :data:`SKINNY_FUSED` the skinny
-    GEMM's where that takes the GEMM. ``prefetch``: as in :func:`linear`."""
+    it is the row GEMV's prologue (one launch instead of two). ``prefetch``: as in :func:`linear`."""
     impl = _rows_impl(x, w, residual, True) if x.dim() == 2 and x.shape[-1] == 2 * w.shape[-1] else None
     if impl is not None:
         return impl.gemv_rows(x, w, residual=residual, prologue="silu_mul",
                               out=residual if residual is not None and residual_inplace else None)
-    if _skinny_fused_takes(x, w, residual, prologue="silu_mul"):
-        pf, pf_bytes = _prefetch_args(prefetch, w)
-        return _cpp.skinny_gemm(x, w, residual, out=residual if residual is not None and residual_inplace else None,
-                                prologue="silu_mul", prefetch=pf, prefetch_bytes=pf_bytes)
     return linear(silu_mul(x), w, residual=residual, residual_inplace=residual_inplace, prefetch=prefetch)
 
 
