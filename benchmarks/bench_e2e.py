@@ -398,7 +398,7 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
                          "0: off)")
     ap.add_argument("--accept-kernel", default=None, choices=["triton", "torch"],
                     help="the step's bookkeeping after the verify as one Triton launch or torch ops "
-                         "(runtime/decode.py USE_TRITON_ACCEPT; RESULTS.md session 24)")
+                         "(runtime/step_kernels.py USE_TRITON_ACCEPT; RESULTS.md session 24)")
     ap.add_argument("--argmax", default=None, choices=["triton", "torch"],
                     help="greedy tokens by our Triton argmax or torch's (fused.USE_TRITON_ARGMAX)")
 
@@ -414,10 +414,10 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         fused.GEMV_ROWS_GATING = args.gating_epilogue == "on"
     if args.argmax:
         fused.USE_TRITON_ARGMAX = args.argmax == "triton"
-    from vllm_specla.runtime import decode as _decode  # noqa: PLC0415
+    from vllm_specla.runtime import step_kernels as _steps  # noqa: PLC0415
 
     if getattr(args, "accept_kernel", None):
-        _decode.USE_TRITON_ACCEPT = args.accept_kernel == "triton"
+        _steps.USE_TRITON_ACCEPT = args.accept_kernel == "triton"
     if device != "cuda":
         for flag in ("skinny_gemm", "skinny_prefetch"):
             if getattr(args, flag, None) is not None:
@@ -453,7 +453,7 @@ def apply_kernel_flags(args, device: str) -> dict | None:
                 small=[fused.GEMV_ROWS_SMALL_MAX_M, fused.GEMV_ROWS_SMALL_BYTES],
                 skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_prefetch=fused.SKINNY_PREFETCH_BYTES if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
-                triton_accept=_decode.USE_TRITON_ACCEPT)
+                triton_accept=_steps.USE_TRITON_ACCEPT)
 
 
 def main() -> None:

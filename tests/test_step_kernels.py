@@ -12,6 +12,7 @@ import os
 import pytest
 import torch
 
+from vllm_specla.runtime import step_kernels
 from vllm_specla.runtime.step_kernels import AcceptBuffers, accept_advance, accept_advance_ref
 
 HAVE_CUDA = torch.cuda.is_available()
@@ -20,7 +21,7 @@ DEV = "cuda" if HAVE_CUDA else "cpu"
 LOG = 4
 
 
-def _case(B, T, seed, snapshot=False, spec=True, cap=12):
+def _case(B, T, seed, snapshot=False, spec=True, cap=12, log=LOG, step=6, pad=0):
     """Random buffers: a 3-token vocabulary so drafts often match; row 0 accepts everything, row 1
     nothing; some rows near the output capacity (their tokens spill into the dump column)."""
     g = torch.Generator().manual_seed(seed)
@@ -31,14 +32,14 @@ def _case(B, T, seed, snapshot=False, spec=True, cap=12):
         if B > 1:
             window[1, 1] = (am[1, 0] + 1) % 3
     Lout = cap + T + 1
-    buf = AcceptBuffers(out=torch.randint(0, 9, (B, Lout), generator=g), n=torch.randint(0, cap + 3, (B,), generator=g),
-                        window=window)
+    out = torch.randint(0, 9, (B, Lout + pad), generator=g)[:, :Lout]  # pad: rows wider than Lout
+    buf = AcceptBuffers(out=out, n=torch.randint(0, cap + 3, (B,), generator=g), window=window)
     if spec:
         buf.a = torch.full((B,), -7)
         buf.nxt = torch.full((B, T), -7)
         buf.acc_sum = torch.tensor(11)
-        buf.acc_log = torch.randint(0, 5, (LOG, B), generator=g)
-        buf.step_i = torch.tensor([6])
+        buf.acc_log = torch.randint(0, 5, (log, B), generator=g)
+        buf.step_i = torch.tensor([step])
         buf.pending_len = torch.full((B,), -7)
         buf.read_bank = torch.randint(0, 2, (B,), generator=g)
         buf.write_bank = 1 - buf.read_bank
@@ -48,7 +49,17 @@ def _case(B, T, seed, snapshot=False, spec=True, cap=12):
 
 
 def _to(buf, dev):
-    return AcceptBuffers(**{k: (v.to(dev).clone() if isinstance(v, torch.Tensor) else v) for k, v in vars(buf).items()})
+    """A copy on ``dev`` (``out`` keeps its row stride: it may be a view of wider rows)."""
+    def cp(k, v):
+        if not isinstance(v, torch.Tensor):
+            return v
+        if k == "out" and v.stride(0) != v.shape[1]:
+            wide = torch.zeros(v.shape[0], v.stride(0), dtype=v.dtype, device=dev)
+            wide[:, : v.shape[1]] = v.to(dev)
+            return wide[:, : v.shape[1]]
+        return v.to(dev).clone()
+
+    return AcceptBuffers(**{k: cp(k, v) for k, v in vars(buf).items()})
 
 
 @pytest.mark.parametrize("B,T", [(1, 1), (3, 1), (1, 5), (4, 2), (5, 7), (9, 17)])
@@ -114,6 +125,41 @@ def test_kernel_equals_ref(B, T, snapshot):
 
 
 @pytest.mark.skipif(not (HAVE_CUDA or INTERPRET), reason="needs CUDA (or TRITON_INTERPRET=1)")
+@pytest.mark.parametrize("B,T,log,step,pad", [(3, 33, 4, 6, 0), (2, 64, 1, 5, 0), (6, 9, 3, 2**40 + 3, 5),
+                                               (17, 5, 2, 1, 3)])
+def test_kernel_equals_ref_edges(B, T, log, step, pad):
+    """Windows of 33-64 positions (a row's columns split across warps), a one-step ring and a
+    wrapped step counter, ``out`` rows wider than the buffer (a row-strided view)."""
+    am, buf = _case(B, T, seed=T + log, snapshot=True, log=log, step=step, pad=pad)
+    ref = _to(buf, "cpu")
+    accept_advance_ref(am, ref)
+    got = _to(buf, DEV)
+    accept_advance(am.to(DEV), got)
+    for k, v in vars(ref).items():
+        if isinstance(v, torch.Tensor):
+            w = getattr(got, k).cpu()
+            if k == "out":
+                v, w = v[:, :-1], w[:, :-1]
+            assert torch.equal(w, v), k
+
+
+def test_dispatch_falls_back_to_torch(monkeypatch):
+    """``accept`` runs the kernel on the GPU for windows of up to ``ACCEPT_MAX_T`` positions with
+    ``USE_TRITON_ACCEPT``, the torch form otherwise (longer windows, the switch off, CPU tensors)."""
+    calls = []
+    monkeypatch.setattr(step_kernels, "accept_advance", lambda am, buf: calls.append(("triton", am.shape[1])))
+    monkeypatch.setattr(step_kernels, "accept_advance_ref", lambda am, buf: calls.append(("torch", am.shape[1])))
+    am = torch.zeros(2, 5, dtype=torch.long)
+    step_kernels.accept(am, None)
+    monkeypatch.setattr(step_kernels, "_on_gpu", lambda t: True)
+    step_kernels.accept(am, None)
+    step_kernels.accept(torch.zeros(2, step_kernels.ACCEPT_MAX_T + 1, dtype=torch.long), None)
+    monkeypatch.setattr(step_kernels, "USE_TRITON_ACCEPT", False)
+    step_kernels.accept(am, None)
+    assert calls == [("torch", 5), ("triton", 5), ("torch", 65), ("torch", 5)]
+
+
+@pytest.mark.skipif(not (HAVE_CUDA or INTERPRET), reason="needs CUDA (or TRITON_INTERPRET=1)")
 def test_kernel_rejects_bad_buffers():
     am, buf = _case(4, 5, seed=1)
     buf = _to(buf, DEV)
@@ -129,3 +175,16 @@ def test_kernel_rejects_bad_buffers():
     bad.nxt = bad.nxt[:, :4]
     with pytest.raises(ValueError, match="nxt must be"):
         accept_advance(am.to(DEV), bad)
+    bad = _to(buf, DEV)
+    bad.acc_log = bad.acc_log[:0]
+    with pytest.raises(ValueError, match=r"LOG >= 1"):
+        accept_advance(am.to(DEV), bad)
+    bad = _to(buf, DEV)
+    bad.out = bad.out[:, :0]
+    with pytest.raises(ValueError, match=r"Lout >= 1"):
+        accept_advance(am.to(DEV), bad)
+    for name in ("acc_sum", "step_i"):
+        bad = _to(buf, DEV)
+        setattr(bad, name, torch.zeros(2, dtype=torch.long, device=DEV))
+        with pytest.raises(ValueError, match=f"{name} must hold one element"):
+            accept_advance(am.to(DEV), bad)

@@ -44,12 +44,10 @@ from vllm_specla.ops.tree_reference import compact_path_factors
 from vllm_specla.core.state import LayerState, allocate_layer_states, layer_state_shapes, stacked_view
 from vllm_specla.ops import fused
 from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget, StepCtrl
-from vllm_specla.runtime.step_kernels import AcceptBuffers, accept_advance, accept_advance_ref
+from vllm_specla.runtime import step_kernels
+from vllm_specla.runtime.step_kernels import AcceptBuffers
 
 RUNTIME_MODES = ("ar", "specla", "snapshot")
-# The step's bookkeeping after the verify (acceptance, emission, counters, bank swap, absorb window) as one
-# Triton launch on CUDA (step_kernels.accept_advance) instead of ~35 torch kernels; off: the torch ops
-USE_TRITON_ACCEPT = True
 
 
 def greedy_accept_window(window: torch.Tensor, argmax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -238,7 +236,8 @@ class DecodeRuntime:
                                       self.dctrl.valid_len, self.ctrl.snap_slots if mode == "snapshot" else None)
         else:
             self.abuf = AcceptBuffers(self.out, self.n, self.window)
-        self._accept = accept_advance if dev.type == "cuda" and USE_TRITON_ACCEPT else accept_advance_ref
+        # (step_kernels.accept: one Triton launch on CUDA instead of ~35 torch kernels, USE_TRITON_ACCEPT)
+        self._accept = step_kernels.accept
         self.graph = None
         self.steps_done = 0
         self.prefilled = False

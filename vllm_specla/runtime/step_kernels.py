@@ -148,13 +148,33 @@ def _kernel():
 
 
 _KERNEL = None
+ACCEPT_MAX_T = 64  # window positions the kernel holds in registers (TP <= 64)
+# The Triton kernel on CUDA (off: the torch form everywhere; benchmarks/bench_e2e.py --accept-kernel torch)
+USE_TRITON_ACCEPT = True
+
+
+def _on_gpu(t: torch.Tensor) -> bool:
+    """Whether ``t`` is where the Triton kernel runs (a seam: tests point it at CPU tensors under the
+    interpreter)."""
+    return t.is_cuda
+
+
+def accept(am: torch.Tensor, buf: AcceptBuffers) -> None:
+    """The step's bookkeeping (:func:`accept_advance_ref`'s contract): the Triton kernel
+    (:func:`accept_advance`) on CUDA with :data:`USE_TRITON_ACCEPT` and ``T <= ACCEPT_MAX_T``, the torch
+    form otherwise (longer windows too)."""
+    if USE_TRITON_ACCEPT and _on_gpu(am) and am.shape[1] <= ACCEPT_MAX_T:
+        accept_advance(am, buf)
+    else:
+        accept_advance_ref(am, buf)
 
 
 def accept_advance(am: torch.Tensor, buf: AcceptBuffers) -> None:
     """:func:`accept_advance_ref` in one Triton launch (CUDA tensors; same results, except that the
     dump column of ``out`` gets no writes for rejected positions). ``am`` ``[B, T]`` int64 with a dense
-    last dim, ``T <= 64``; every buffer contiguous int64 on ``am``'s device (``out`` / ``window`` /
-    ``nxt``: dense last dim).
+    last dim, ``T <= 64``; every buffer int64 on ``am``'s device with a dense last dim (``acc_log``
+    contiguous ``[LOG >= 1, B]``, ``acc_sum`` / ``step_i`` one element). Precondition, not checked (it
+    would need a host sync): ``0 <= n``.
 
     Raises:
         ValueError: a buffer of another dtype / shape, or ``T`` outside ``1..64``.
@@ -177,13 +197,19 @@ def accept_advance(am: torch.Tensor, buf: AcceptBuffers) -> None:
     for name, t, shape in [("out", buf.out, (B, buf.out.shape[-1])), ("n", buf.n, (B,)), ("window", buf.window, (B, T))]:
         if tuple(t.shape) != shape:
             raise ValueError(f"accept_advance: {name} must be {list(shape)}, got {list(t.shape)}")
+    if buf.out.dim() != 2 or buf.out.shape[1] < 1:
+        raise ValueError(f"accept_advance: out must be [{B}, Lout >= 1], got {list(buf.out.shape)}")
     if spec:
         for name in ("a", "pending_len", "read_bank", "write_bank", "valid_len") + (("snap_slots",) if buf.snap_slots is not None else ()):
             t = getattr(buf, name)
             if tuple(t.shape) != (B,):
                 raise ValueError(f"accept_advance: {name} must be [{B}], got {list(t.shape)}")
-        if tuple(buf.nxt.shape) != (B, T) or buf.acc_log.dim() != 2 or buf.acc_log.shape[1] != B or not buf.acc_log.is_contiguous():
-            raise ValueError(f"accept_advance: nxt must be [{B}, {T}] and acc_log a contiguous [LOG, {B}]")
+        if (tuple(buf.nxt.shape) != (B, T) or buf.acc_log.dim() != 2 or buf.acc_log.shape[0] < 1
+                or buf.acc_log.shape[1] != B or not buf.acc_log.is_contiguous()):
+            raise ValueError(f"accept_advance: nxt must be [{B}, {T}] and acc_log a contiguous [LOG >= 1, {B}]")
+        for name in ("acc_sum", "step_i"):
+            if getattr(buf, name).numel() != 1:
+                raise ValueError(f"accept_advance: {name} must hold one element, got {list(getattr(buf, name).shape)}")
     if B == 0:
         return
     if _KERNEL is None:
