@@ -62,6 +62,21 @@ def _to(buf, dev):
     return AcceptBuffers(**{k: cp(k, v) for k, v in vars(buf).items()})
 
 
+def _kernel_equals_ref(am, buf):
+    """The kernel on DEV and the torch form on the CPU, from copies of ``buf``: every buffer equal
+    (``out`` apart from its dump column)."""
+    ref = _to(buf, "cpu")
+    accept_advance_ref(am, ref)
+    got = _to(buf, DEV)
+    accept_advance(am.to(DEV), got)
+    for k, v in vars(ref).items():
+        if isinstance(v, torch.Tensor):
+            w = getattr(got, k).cpu()
+            if k == "out":
+                v, w = v[:, :-1], w[:, :-1]
+            assert torch.equal(w, v), k
+
+
 @pytest.mark.parametrize("B,T", [(1, 1), (3, 1), (1, 5), (4, 2), (5, 7), (9, 17)])
 def test_ref_matches_the_rules(B, T):
     """Per row: a = the longest prefix with window[i + 1] == am[i]; the bonus am[a]; tokens am[0..a] at
@@ -112,16 +127,7 @@ def test_kernel_equals_ref(B, T, snapshot):
     if snapshot and not spec:
         pytest.skip("snapshot slots are a spec-mode buffer")
     am, buf = _case(B, T, seed=B + 7 * T, snapshot=snapshot, spec=spec)
-    ref = _to(buf, "cpu")
-    accept_advance_ref(am, ref)
-    got = _to(buf, DEV)
-    accept_advance(am.to(DEV), got)
-    for k, v in vars(ref).items():
-        if isinstance(v, torch.Tensor):
-            w = getattr(got, k).cpu()
-            if k == "out":
-                v, w = v[:, :-1], w[:, :-1]
-            assert torch.equal(w, v), k
+    _kernel_equals_ref(am, buf)
 
 
 @pytest.mark.skipif(not (HAVE_CUDA or INTERPRET), reason="needs CUDA (or TRITON_INTERPRET=1)")
@@ -131,16 +137,7 @@ def test_kernel_equals_ref_edges(B, T, log, step, pad):
     """Windows of 33-64 positions (a row's columns split across warps), a one-step ring and a
     wrapped step counter, ``out`` rows wider than the buffer (a row-strided view)."""
     am, buf = _case(B, T, seed=T + log, snapshot=True, log=log, step=step, pad=pad)
-    ref = _to(buf, "cpu")
-    accept_advance_ref(am, ref)
-    got = _to(buf, DEV)
-    accept_advance(am.to(DEV), got)
-    for k, v in vars(ref).items():
-        if isinstance(v, torch.Tensor):
-            w = getattr(got, k).cpu()
-            if k == "out":
-                v, w = v[:, :-1], w[:, :-1]
-            assert torch.equal(w, v), k
+    _kernel_equals_ref(am, buf)
 
 
 def test_dispatch_falls_back_to_torch(monkeypatch):
