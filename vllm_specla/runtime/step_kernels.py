@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from vllm_specla.core.acceptance import greedy_accept_chain
+
 
 @dataclass
 class AcceptBuffers:
@@ -66,8 +68,8 @@ def accept_advance_ref(am: torch.Tensor, buf: AcceptBuffers) -> None:
     if not buf.spec:
         a = torch.zeros(B, dtype=torch.long, device=am.device)
     else:
-        match = window[:, 1:] == am[:, : T - 1]
-        a = torch.cumprod(match.to(torch.int64), dim=1).sum(1)
+        full = torch.full((B,), T - 1, dtype=torch.long, device=am.device)
+        a = greedy_accept_chain(window[:, 1:], full, am)[1] - 1  # the project's one acceptance rule
     bonus = am.gather(1, a[:, None])[:, 0]
     keep = col[None, :] <= a[:, None]
     pos = torch.where(keep, n[:, None] + col[None, :], Lout - 1).clamp(max=Lout - 1)
