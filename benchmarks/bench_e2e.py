@@ -399,6 +399,10 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--accept-kernel", default=None, choices=["triton", "torch"],
                     help="the step's bookkeeping after the verify as one Triton launch or torch ops "
                          "(runtime/step_kernels.py USE_TRITON_ACCEPT; RESULTS.md session 24)")
+    ap.add_argument("--glue-kernels", default=None, choices=["triton", "torch"],
+                    help="the embedding gather (fused.USE_TRITON_EMBED) and the acceptance-controlled drafts "
+                         "(runtime/step_kernels.py USE_TRITON_CONTROL) as Triton launches or torch ops (RESULTS.md "
+                         "session 25)")
     ap.add_argument("--argmax", default=None, choices=["triton", "torch"],
                     help="greedy tokens by our Triton argmax or torch's (fused.USE_TRITON_ARGMAX)")
 
@@ -418,6 +422,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
 
     if getattr(args, "accept_kernel", None):
         _steps.USE_TRITON_ACCEPT = args.accept_kernel == "triton"
+    if getattr(args, "glue_kernels", None):
+        fused.USE_TRITON_EMBED = _steps.USE_TRITON_CONTROL = args.glue_kernels == "triton"
     if device != "cuda":
         for flag in ("skinny_gemm", "skinny_prefetch"):
             if getattr(args, flag, None) is not None:
@@ -453,7 +459,7 @@ def apply_kernel_flags(args, device: str) -> dict | None:
                 small=[fused.GEMV_ROWS_SMALL_MAX_M, fused.GEMV_ROWS_SMALL_BYTES],
                 skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_prefetch=fused.SKINNY_PREFETCH_BYTES if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
-                triton_accept=_steps.USE_TRITON_ACCEPT)
+                triton_accept=_steps.USE_TRITON_ACCEPT, triton_glue=fused.USE_TRITON_EMBED and _steps.USE_TRITON_CONTROL)
 
 
 def main() -> None:

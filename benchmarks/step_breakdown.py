@@ -63,7 +63,8 @@ def family(name: str) -> str:
 
 def instrument(rt: DecodeRuntime) -> None:
     """Wrap the runtime's phase entry points in ``record_function`` ranges (this instance only).
-    The drafter's LM heads (``tgt.logits`` called inside ``_speculate``) count as drafting."""
+    The drafter's LM heads (``tgt.logits`` called inside ``_speculate`` / ``_speculate_chain``) count as
+    drafting."""
     tgt, dr = rt.tgt, rt.dr
     hidden, logits = tgt.hidden, tgt.logits
     inside = [False]  # in _speculate
@@ -81,29 +82,33 @@ def instrument(rt: DecodeRuntime) -> None:
     tgt.hidden, tgt.logits = t_hidden, t_logits
     if dr is None:
         return
-    d_hidden, spec = dr.hidden, rt._speculate
+    d_hidden = dr.hidden
 
     def d_hidden_w(*a, **k):
-        if a[3] != "commit":  # the K - 1 passes of _speculate: inside its range already
+        if a[3] != "commit":  # the K - 1 passes of the drafting: inside its range already
             return d_hidden(*a, **k)
         with record_function("drafter-absorb"):
             return d_hidden(*a, **k)
 
-    def spec_w(*a, **k):
-        inside[0] = True
-        try:
-            with record_function("drafter-speculate"):
-                return spec(*a, **k)
-        finally:
-            inside[0] = False
+    def speculate_w(spec):
+        def wrapped(*a, **k):
+            inside[0] = True
+            try:
+                with record_function("drafter-speculate"):
+                    return spec(*a, **k)
+            finally:
+                inside[0] = False
 
-    dr.hidden, rt._speculate = d_hidden_w, spec_w
+        return wrapped
+
+    dr.hidden = d_hidden_w
+    rt._speculate, rt._speculate_chain = speculate_w(rt._speculate), speculate_w(rt._speculate_chain)
 
 
 def uninstrument(rt: DecodeRuntime) -> None:
     for obj in (rt.tgt, rt.dr, rt):
         if obj is not None:
-            for attr in ("hidden", "logits", "_speculate"):
+            for attr in ("hidden", "logits", "_speculate", "_speculate_chain"):
                 obj.__dict__.pop(attr, None)
 
 

@@ -57,7 +57,7 @@ def test_argmax_dispatch(monkeypatch):
     calls, inner = [], tf.argmax
     if not HAVE_CUDA:
         monkeypatch.setattr(fused, "_on_gpu", lambda t: True)
-    monkeypatch.setattr(tf, "argmax", lambda x: (calls.append(x.shape), inner(x))[1])
+    monkeypatch.setattr(tf, "argmax", lambda x, **kw: (calls.append(x.shape), inner(x, **kw))[1])
     x = torch.randn(3, 500, generator=torch.Generator().manual_seed(1)).to(DEV)
     for on in (True, False):
         monkeypatch.setattr(fused, "USE_TRITON_ARGMAX", on)
@@ -73,3 +73,35 @@ def test_argmax_dispatch(monkeypatch):
     assert calls == [(3, 500)]
     with pytest.raises((RuntimeError, IndexError)):
         fused.argmax(torch.empty(2, 0, device=DEV))
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+def test_argmax_out_and_ids(monkeypatch, kernel):
+    """``out``: written in place through its stride (a column of a wider int64 tensor; the other
+    columns untouched), and returned; ``ids``: the index mapped through it (``ids[argmax]``), in the
+    Triton kernel and in the torch fallback (``fused.argmax`` with the kernel off)."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(4, 300, generator=g).to(torch.bfloat16).to(DEV)
+    ids = (torch.randperm(1000, generator=g)[:300].sort().values * 3 + 1).to(DEV)
+    monkeypatch.setattr(fused, "USE_TRITON_ARGMAX", kernel)
+    if not HAVE_CUDA:
+        monkeypatch.setattr(fused, "_on_gpu", lambda t: True)
+    win = torch.full((4, 3), -5, dtype=torch.long, device=DEV)
+    got = fused.argmax(x, out=win[:, 1], ids=ids)
+    assert got.data_ptr() == win[:, 1].data_ptr()
+    assert torch.equal(win[:, 1], ids[x.argmax(-1)])
+    assert (win[:, 0] == -5).all() and (win[:, 2] == -5).all()
+    assert torch.equal(fused.argmax(x, ids=ids), ids[x.argmax(-1)])
+    assert torch.equal(fused.argmax(x, out=win[:, 2]), x.argmax(-1)) and torch.equal(win[:, 2], x.argmax(-1))
+
+
+def test_argmax_rejects_bad_out_and_ids():
+    x = torch.randn(3, 50, device=DEV)
+    with pytest.raises(ValueError, match="out must be"):
+        tf.argmax(x, out=torch.zeros(4, dtype=torch.long, device=DEV))
+    with pytest.raises(ValueError, match="out must be"):
+        tf.argmax(x, out=torch.zeros(3, dtype=torch.int32, device=DEV))
+    with pytest.raises(ValueError, match="ids must be"):
+        tf.argmax(x, ids=torch.arange(49, device=DEV))
+    with pytest.raises(ValueError, match="ids must be"):
+        tf.argmax(x, ids=torch.arange(100, device=DEV)[::2])

@@ -397,3 +397,26 @@ def test_fused_target_padded_in_projection():
     tgt.hidden(prompts[:, :4], st, "ar", StepCtrl.uniform(2, 4, "cpu"))
     hv = tgt.hidden(prompts[:, 4:], st, "verify", StepCtrl.uniform(2, 3, "cpu")).view(2, 3, -1)
     assert float((hv - ref.view(2, 7, -1)[:, 4:]).norm() / ref.view(2, 7, -1)[:, 4:].norm()) < 1e-5
+
+
+@pytest.mark.parametrize("alpha", [None, 0.5])
+def test_chain_drafting_equals_the_general_form(pair, alpha):
+    """``_speculate_chain`` (each draft's argmax stored into the window, or into ``drafts`` under
+    acceptance control, then ``step_kernels.control_drafts``) drafts what the general ``_speculate``
+    drafts at W = 1, from the same committed drafter state, feature and random stream; a draft
+    vocabulary too (the argmax maps its ids)."""
+    _, tgt, dr = pair
+    B, K = 3, 4
+    prompts = _prompts(B, 5, 9)
+    trace = torch.randint(0, tgt.config.vocab_size, (B, 40), generator=torch.Generator().manual_seed(2))
+    for d in (dr, dr.with_draft_vocab(torch.arange(0, 8000, 3))):
+        kw = dict(alpha=alpha, trace=trace) if alpha is not None else {}
+        rt = DecodeRuntime(tgt, B, "specla", K, d, output_capacity=20, **kw)
+        rt.prefill(prompts)
+        f = torch.randn(B, tgt.config.hidden_size, generator=torch.Generator().manual_seed(4))
+        torch.manual_seed(1)
+        want = rt._speculate(f).clone()
+        last = rt.window[:, 0].clone()
+        torch.manual_seed(1)
+        rt._speculate_chain(f)
+        assert torch.equal(rt.window[:, 1:], want) and torch.equal(rt.window[:, 0], last)

@@ -21,7 +21,7 @@ DEV = "cuda" if HAVE_CUDA else "cpu"
 LOG = 4
 
 
-def _case(B, T, seed, snapshot=False, spec=True, cap=12, log=LOG, step=6, pad=0):
+def _case(B, T, seed, flat=False, spec=True, cap=12, log=LOG, step=6, pad=0):
     """Random buffers: a 3-token vocabulary so drafts often match; row 0 accepts everything, row 1
     nothing; some rows near the output capacity (their tokens spill into the dump column)."""
     g = torch.Generator().manual_seed(seed)
@@ -44,7 +44,7 @@ def _case(B, T, seed, snapshot=False, spec=True, cap=12, log=LOG, step=6, pad=0)
         buf.read_bank = torch.randint(0, 2, (B,), generator=g)
         buf.write_bank = 1 - buf.read_bank
         buf.valid_len = torch.full((B,), -7)
-        buf.snap_slots = torch.full((B,), -7) if snapshot else None
+        buf.flat_a = torch.full((B,), -7) if flat else None
     return am, buf
 
 
@@ -83,7 +83,7 @@ def test_ref_matches_the_rules(B, T):
     n.. (clamped to the dump column); n += a + 1; counters; pending / valid = a + 1; banks swapped;
     nxt = drafts then bonus with nxt[a] = bonus; window[0] = bonus. AR mode (T = 1): a = 0."""
     spec = T > 1
-    am, buf = _case(B, T, seed=B * 31 + T, snapshot=spec, spec=spec)
+    am, buf = _case(B, T, seed=B * 31 + T, flat=spec, spec=spec)
     before = _to(buf, "cpu")
     accept_advance_ref(am, buf)
     Lout = buf.out.shape[1]
@@ -105,7 +105,7 @@ def test_ref_matches_the_rules(B, T):
         if spec:
             assert int(buf.a[b]) == a and int(buf.pending_len[b]) == int(buf.valid_len[b]) == a + 1
             assert int(buf.read_bank[b]) == int(before.write_bank[b]) and int(buf.write_bank[b]) == int(before.read_bank[b])
-            assert int(buf.acc_log[6 % LOG, b]) == a and int(buf.snap_slots[b]) == b * T + a
+            assert int(buf.acc_log[6 % LOG, b]) == a and int(buf.flat_a[b]) == b * T + a
             want = [int(t) for t in before.window[b, 1:]] + [bonus]
             want[a] = bonus
             assert buf.nxt[b].tolist() == want
@@ -119,14 +119,14 @@ def test_ref_matches_the_rules(B, T):
 
 @pytest.mark.skipif(not (HAVE_CUDA or INTERPRET), reason="needs CUDA (or TRITON_INTERPRET=1)")
 @pytest.mark.parametrize("B,T", [(1, 1), (3, 1), (1, 5), (4, 2), (5, 7), (9, 17), (130, 5), (257, 1)])
-@pytest.mark.parametrize("snapshot", [False, True])
-def test_kernel_equals_ref(B, T, snapshot):
+@pytest.mark.parametrize("flat", [False, True])
+def test_kernel_equals_ref(B, T, flat):
     """Every buffer the kernel writes equals the torch form's, rows in several blocks of 128 (B = 130 /
-    257), with and without snapshot slots, AR mode at T = 1; ``out`` apart from its dump column."""
+    257), with and without flat_a, AR mode at T = 1; ``out`` apart from its dump column."""
     spec = T > 1
-    if snapshot and not spec:
-        pytest.skip("snapshot slots are a spec-mode buffer")
-    am, buf = _case(B, T, seed=B + 7 * T, snapshot=snapshot, spec=spec)
+    if flat and not spec:
+        pytest.skip("flat_a is a spec-mode buffer")
+    am, buf = _case(B, T, seed=B + 7 * T, flat=flat, spec=spec)
     _kernel_equals_ref(am, buf)
 
 
@@ -136,7 +136,7 @@ def test_kernel_equals_ref(B, T, snapshot):
 def test_kernel_equals_ref_edges(B, T, log, step, pad):
     """Windows of 33-64 positions (a row's columns split across warps), a one-step ring and a
     wrapped step counter, ``out`` rows wider than the buffer (a row-strided view)."""
-    am, buf = _case(B, T, seed=T + log, snapshot=True, log=log, step=step, pad=pad)
+    am, buf = _case(B, T, seed=T + log, flat=True, log=log, step=step, pad=pad)
     _kernel_equals_ref(am, buf)
 
 
@@ -185,3 +185,88 @@ def test_kernel_rejects_bad_buffers():
         setattr(bad, name, torch.zeros(2, dtype=torch.long, device=DEV))
         with pytest.raises(ValueError, match=f"{name} must hold one element"):
             accept_advance(am.to(DEV), bad)
+
+
+# ------------------------------------------------------------------ acceptance-controlled drafts
+def _control_case(B, K, L=9, V=50, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    trace = torch.randint(0, V, (B, L), generator=g)
+    n = torch.randint(1, L + 3, (B,), generator=g)  # some rows past the trace's end (clamped)
+    window = torch.randint(0, V, (B, K + 1), generator=g)
+    return trace, n, window
+
+
+def _truth(trace, n, K):
+    idx = (n[:, None] + torch.arange(K)[None, :]).clamp(max=trace.shape[1] - 1)
+    return trace.gather(1, idx)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_control_drafts_ref_at_the_ends(alpha):
+    """alpha 1: draft k of row b is the target's token trace[b, min(n + k - 1, L - 1)]; alpha 0: that
+    token + 1 (mod V), never the target's; column 0 (the last token) untouched."""
+    trace, n, window = _control_case(5, 4, V=50, seed=3)
+    before = window.clone()
+    step_kernels.control_drafts_ref(trace, n, torch.tensor(alpha), window, 50)
+    true = _truth(trace, n, 4)
+    assert torch.equal(window[:, 1:], true if alpha == 1.0 else (true + 1) % 50)
+    assert torch.equal(window[:, 0], before[:, 0])
+
+
+@pytest.mark.skipif(not (HAVE_CUDA or INTERPRET), reason="needs CUDA (or TRITON_INTERPRET=1)")
+@pytest.mark.parametrize("B,K", [(1, 1), (5, 4), (70, 6), (3, 9)])
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_control_kernel_equals_ref_at_the_ends(monkeypatch, B, K, alpha):
+    """At alpha 0 / 1 the coins do not matter: the kernel's window equals the torch form's exactly
+    (rows in several programs at B = 70, a window wider than its power-of-two K block at K = 9)."""
+    trace, n, window = _control_case(B, K, V=50, seed=B + K)
+    ref = window.clone()
+    step_kernels.control_drafts_ref(trace, n, torch.tensor(alpha), ref, 50)
+    if not HAVE_CUDA:
+        monkeypatch.setattr(step_kernels, "_on_gpu", lambda t: True)
+    got = window.to(DEV, copy=True)
+    step_kernels.control_drafts(trace.to(DEV), n.to(DEV), torch.tensor(alpha, device=DEV),
+                                torch.tensor([3], device=DEV), got, 50)
+    assert torch.equal(got.cpu(), ref)
+
+
+@pytest.mark.skipif(not (HAVE_CUDA or INTERPRET), reason="needs CUDA (or TRITON_INTERPRET=1)")
+def test_control_kernel_coins(monkeypatch):
+    """At alpha 0.3 each draft is the target's token or its +1 and nothing else; the share of target
+    tokens is 0.3 within 5 standard deviations over 4,096 draws; the same step count draws the same
+    coins, the next step count other ones (fresh coins every step inside a CUDA graph)."""
+    B, K, V = 512, 8, 50
+    trace, n, window = _control_case(B, K, L=40, V=V, seed=11)
+    if not HAVE_CUDA:
+        monkeypatch.setattr(step_kernels, "_on_gpu", lambda t: True)
+    args = (trace.to(DEV), n.to(DEV), torch.tensor(0.3, device=DEV))
+    outs = []
+    for step in (7, 7, 8):
+        w = window.to(DEV, copy=True)
+        step_kernels.control_drafts(*args, torch.tensor([step], device=DEV), w, V)
+        outs.append(w.cpu())
+    true = _truth(trace, n, K)
+    hit = outs[0][:, 1:] == true
+    assert ((outs[0][:, 1:] == (true + 1) % V) | hit).all()
+    sd = (0.3 * 0.7 / hit.numel()) ** 0.5
+    assert abs(hit.float().mean().item() - 0.3) < 5 * sd
+    assert torch.equal(outs[0], outs[1]) and not torch.equal(outs[0], outs[2])
+
+
+def test_control_dispatch_and_errors(monkeypatch):
+    """CPU tensors (or the switch off) take the torch form; bad shapes / dtypes raise naming them."""
+    calls = []
+    monkeypatch.setattr(step_kernels, "control_drafts_ref", lambda *a: calls.append("torch"))
+    trace, n, window = _control_case(2, 3)
+    a, s = torch.tensor(0.5), torch.tensor([0])
+    step_kernels.control_drafts(trace, n, a, s, window, 50)
+    monkeypatch.setattr(step_kernels, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(step_kernels, "USE_TRITON_CONTROL", False)
+    step_kernels.control_drafts(trace, n, a, s, window, 50)
+    assert calls == ["torch", "torch"]
+    with pytest.raises(ValueError, match="window"):
+        step_kernels.control_drafts(trace, n, a, s, window[:, :1], 50)
+    with pytest.raises(ValueError, match="trace"):
+        step_kernels.control_drafts(trace[:1], n, a, s, window, 50)
+    with pytest.raises(ValueError, match="n"):
+        step_kernels.control_drafts(trace, n.int(), a, s, window, 50)

@@ -128,7 +128,7 @@ class DraftHead:
     """
 
     def __init__(self, lm_head: torch.Tensor, ids: torch.Tensor, vocab_size: int):
-        self.ids = check_ids(ids, vocab_size).to(lm_head.device)
+        self.ids = check_ids(ids, vocab_size).to(lm_head.device).contiguous()
         self.weight = lm_head.detach().index_select(0, self.ids).contiguous()
 
     @property

@@ -302,13 +302,45 @@ def silu_mul(x):
 USE_TRITON_ARGMAX = True
 
 
-def argmax(logits: torch.Tensor) -> torch.Tensor:
+def argmax(logits: torch.Tensor, out: torch.Tensor | None = None, ids: torch.Tensor | None = None) -> torch.Tensor:
     """Greedy tokens ``[N]`` int64 of ``logits [N, V]``: ``torch.argmax(logits, -1)`` (first index
-    of the maximum); a one-program-per-row Triton kernel (``triton_fused.argmax``) on CUDA when
+    of the maximum), mapped through ``ids`` (``[V]`` int64: ``ids[argmax]``, a draft vocabulary's
+    token ids) when given, written into ``out`` (``[N]`` int64, any stride) when given. A
+    one-program-per-row Triton kernel (``triton_fused.argmax``) on CUDA when
     :data:`USE_TRITON_ARGMAX` and it takes the input (2-D, dense last dim, bf16 / fp16 / fp32,
     ``1 <= V <= ARGMAX_MAX_V``), torch otherwise (which also raises torch's errors)."""
     impl = _triton() if USE_TRITON_ARGMAX and _on_gpu(logits) else None
-    return impl.argmax(logits) if impl is not None and impl.argmax_takes(logits) else logits.argmax(-1)
+    if impl is not None and impl.argmax_takes(logits):
+        return impl.argmax(logits, out=out, ids=ids)
+    idx = logits.argmax(-1)
+    if ids is not None:
+        idx = ids[idx]
+    if out is None:
+        return idx
+    out.copy_(idx)
+    return out
+
+
+# The Triton embedding gather (triton_fused.embed) on CUDA (off: torch indexing and cat; bench_e2e.py
+# --glue-kernels torch)
+USE_TRITON_EMBED = True
+
+
+def embed_ref(weight: torch.Tensor, tokens: torch.Tensor, feats: torch.Tensor | None = None) -> torch.Tensor:
+    """``weight[tokens.reshape(-1)]`` (``[N, D]``), then ``feats [N, DF]`` cast to ``weight.dtype``
+    appended: ``[N, D + DF]`` (the EAGLE drafter's input ``[embed(x); f]``, ``models/drafter.py``)."""
+    e = weight[tokens.reshape(-1)]
+    return e if feats is None else torch.cat([e, feats.to(weight.dtype)], -1)
+
+
+def embed(weight: torch.Tensor, tokens: torch.Tensor, feats: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`embed_ref`: one Triton launch (``triton_fused.embed``) on CUDA with
+    :data:`USE_TRITON_EMBED` (``feats`` cast to ``weight.dtype`` first where it differs: the runtime's
+    features are already), torch indexing otherwise (which also raises torch's index errors)."""
+    impl = _triton() if USE_TRITON_EMBED and _on_gpu(weight) else None
+    if impl is None:
+        return embed_ref(weight, tokens, feats)
+    return impl.embed(weight, tokens, feats if feats is None or feats.dtype == weight.dtype else feats.to(weight.dtype))
 
 
 def gdn_gating(a, b, A_log, dt_bias, allow_neg_eigval=False, valid_len=None, tokens_per_row=1):

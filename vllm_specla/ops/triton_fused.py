@@ -415,9 +415,9 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
 
 # ---------------------------------------------------------------- greedy token: argmax over the vocabulary
 @triton.jit
-def _argmax_kernel(x, out, V, sx, BV: tl.constexpr, PDL: tl.constexpr):
+def _argmax_kernel(x, out, ids, V, sx, so, BV: tl.constexpr, PDL: tl.constexpr, IDS: tl.constexpr):
     # one program per row: the first index of the maximum (NaN counts as the maximum, first NaN
-    # wins), torch.argmax's rule
+    # wins), torch.argmax's rule; IDS: stored as ids[index] (a draft vocabulary's token ids)
     pdl_enter(PDL)
     i = tl.program_id(0).to(tl.int64)
     o = tl.arange(0, BV)
@@ -428,7 +428,10 @@ def _argmax_kernel(x, out, V, sx, BV: tl.constexpr, PDL: tl.constexpr):
     first_nan = tl.min(tl.where(nan, o, big), 0)
     mx = tl.max(tl.where(nan, float("-inf"), v), 0)
     first_max = tl.min(tl.where((v == mx) & m, o, big), 0)
-    tl.store(out + i, tl.where(first_nan < big, first_nan, first_max).to(tl.int64))
+    idx = tl.where(first_nan < big, first_nan, first_max).to(tl.int64)
+    if IDS:
+        idx = tl.load(ids + idx)
+    tl.store(out + i * so, idx)
 
 
 ARGMAX_MAX_V = 65536  # one program holds a whole row: larger vocabularies go to torch (fused.argmax)
@@ -441,24 +444,97 @@ def argmax_takes(x: torch.Tensor) -> bool:
             and 1 <= x.shape[1] <= ARGMAX_MAX_V)
 
 
-def argmax(x: torch.Tensor) -> torch.Tensor:
+def argmax(x: torch.Tensor, out: torch.Tensor | None = None, ids: torch.Tensor | None = None) -> torch.Tensor:
     """``torch.argmax(x, -1)`` for logits ``x [N, V]`` (row stride free, dense last dim, bf16 /
     fp16 / fp32, ``1 <= V <= ARGMAX_MAX_V``): ``[N]`` int64, the first index of each row's maximum
     (NaN counts as the maximum, the first NaN wins). One program per row, the row in registers
     (fp32 compares: exact for these dtypes). torch's reduction took ~12 us per call for a
     32000-token vocabulary at one row on the H200, this 5.3 us (benchmarks/RESULTS.md session 13).
 
+    Args:
+        out: optional ``[N]`` int64 output on ``x``'s device, any stride (e.g. a column of the
+            decode runtime's draft window: the drafts land where they are read, no copy).
+        ids: optional ``[V]`` int64 contiguous map applied to the index (``ids[argmax]``: a draft
+            vocabulary's target token ids, ``core/draft_vocab.py`` ``DraftHead.to_target``).
     Raises:
-        ValueError: another dtype, ``V`` outside ``1..ARGMAX_MAX_V`` or a strided last dim.
+        ValueError: another dtype, ``V`` outside ``1..ARGMAX_MAX_V`` or a strided last dim; ``out``
+            or ``ids`` not as above.
     """
     if not argmax_takes(x):
         raise ValueError(f"argmax: logits must be bf16 / fp16 / fp32 [N, V] with 1 <= V <= {ARGMAX_MAX_V} and a "
                          f"dense last dim, got {x.dtype} {tuple(x.shape)} stride {tuple(x.stride())}")
     N, V = x.shape
-    out = torch.empty(N, dtype=torch.int64, device=x.device)
+    if out is None:
+        out = torch.empty(N, dtype=torch.int64, device=x.device)
+    elif out.shape != (N,) or out.dtype != torch.int64 or out.device != x.device:
+        raise ValueError(f"argmax: out must be [N] = [{N}] int64 on {x.device}, got {tuple(out.shape)} {out.dtype} "
+                         f"on {out.device}")
+    if ids is not None and (ids.shape != (V,) or ids.dtype != torch.int64 or ids.device != x.device
+                            or not ids.is_contiguous()):
+        raise ValueError(f"argmax: ids must be a contiguous [V] = [{V}] int64 tensor on {x.device}, got "
+                         f"{tuple(ids.shape)} {ids.dtype}")
     if N:
         BV = triton.next_power_of_2(V)
         on = _pdl.enabled(x)
-        _argmax_kernel[(N,)](x, out, V, x.stride(0), BV=BV, PDL=on, num_warps=16 if BV >= 16384 else 4,
-                             **_pdl.launch_kw(on))
+        _argmax_kernel[(N,)](x, out, ids if ids is not None else out, V, x.stride(0), out.stride(0), BV=BV, PDL=on,
+                             IDS=ids is not None, num_warps=16 if BV >= 16384 else 4, **_pdl.launch_kw(on))
+    return out
+
+
+# ---------------------------------------------------------------- embedding rows [+ features]
+@triton.jit
+def _embed_kernel(tok, emb, feats, out, D, DF, st, se, sf, so, BD: tl.constexpr, FEATS: tl.constexpr,
+                  PDL: tl.constexpr):
+    # program (i, j): columns j*BD .. of output row i = [emb[tok[i]] | feats[i]] (one dtype: a pure copy)
+    pdl_enter(PDL)
+    i = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1) * BD + tl.arange(0, BD)
+    t = tl.load(tok + i * st).to(tl.int64)
+    me = c < D
+    v = tl.load(emb + t * se + c, mask=me, other=0.0)
+    if FEATS:
+        mf = (c >= D) & (c < D + DF)
+        fv = tl.load(feats + i * sf + (c - D), mask=mf, other=0.0)
+        v = tl.where(me, v, fv)
+    tl.store(out + i * so + c, v, mask=c < D + DF)
+
+
+def embed(weight: torch.Tensor, tokens: torch.Tensor, feats: torch.Tensor | None = None) -> torch.Tensor:
+    """Embedding rows, optionally followed by features: ``torch.cat([weight[tokens], feats], -1)`` in one
+    launch (programmatic dependent launch on sm90+), as ``fused.embed_ref`` (which also casts ``feats``).
+
+    Args:
+        weight: ``[V, D]`` embedding table with a dense last dim (row stride free).
+        tokens: int32 / int64 token ids, any shape whose ``reshape(-1)`` is 1-D ``[N]`` (a strided
+            column of the decode runtime's window is fine). Precondition, not checked (it would
+            need a host sync): ``0 <= tokens < V``.
+        feats: optional ``[N, DF]`` features in ``weight.dtype`` with a dense last dim: the EAGLE
+            drafter's input ``[embed(x); f]`` (``models/drafter.py``).
+    Returns:
+        ``[N, D (+ DF)]`` in ``weight.dtype``.
+    Raises:
+        ValueError: shapes / dtypes / devices / strides outside the above.
+    """
+    tok = tokens.reshape(-1)
+    if tok.dtype not in (torch.int32, torch.int64) or tok.device != weight.device:
+        raise ValueError(f"embed: tokens must be int32 / int64 on {weight.device}, got {tok.dtype} on {tok.device}")
+    if weight.dim() != 2 or weight.stride(1) != 1:
+        raise ValueError(f"embed: weight must be [V, D] with a dense last dim, got {tuple(weight.shape)} "
+                         f"stride {tuple(weight.stride())}")
+    N, D = tok.shape[0], weight.shape[1]
+    DF = 0
+    if feats is not None:
+        if (feats.dim() != 2 or feats.shape[0] != N or feats.stride(1) != 1 or feats.device != weight.device
+                or feats.dtype != weight.dtype):
+            raise ValueError(f"embed: feats must be a {weight.dtype} [N, DF] = [{N}, *] tensor on {weight.device} with a dense "
+                             f"last dim, got {feats.dtype} {tuple(feats.shape)} stride {tuple(feats.stride())}")
+        DF = feats.shape[1]
+    out = torch.empty(N, D + DF, dtype=weight.dtype, device=weight.device)
+    if N and D + DF:
+        BD = min(1024, triton.next_power_of_2(D + DF))
+        on = _pdl.enabled(weight)
+        _embed_kernel[(N, triton.cdiv(D + DF, BD))](
+            tok, weight, feats if feats is not None else out, out, D, DF, tok.stride(0), weight.stride(0),
+            feats.stride(0) if feats is not None else 0, out.stride(0), BD=BD, FEATS=feats is not None, PDL=on,
+            num_warps=4, **_pdl.launch_kw(on))
     return out

@@ -231,9 +231,12 @@ class DecodeRuntime:
         if spec and self.W == 1:
             self.acc_a = torch.zeros(B, dtype=torch.long, device=dev)
             self.nxt = torch.zeros(B, T, dtype=torch.long, device=dev)
+            # the drafter's own tokens under acceptance control (the window gets the controlled ones)
+            self.drafts = torch.zeros(B, self.K, dtype=torch.long, device=dev)
             self.abuf = AcceptBuffers(self.out, self.n, self.window, self.acc_a, self.nxt, self.acc_sum, self.acc_log,
                                       self.step_i, self.ctrl.pending_len, self.ctrl.read_bank, self.ctrl.write_bank,
-                                      self.dctrl.valid_len, self.ctrl.snap_slots if mode == "snapshot" else None)
+                                      self.dctrl.valid_len,
+                                      self.ctrl.snap_slots if mode == "snapshot" else torch.zeros_like(self.acc_a))
         else:
             self.abuf = AcceptBuffers(self.out, self.n, self.window)
         # (step_kernels.accept: one Triton launch on CUDA instead of ~35 torch kernels, USE_TRITON_ACCEPT)
@@ -267,6 +270,24 @@ class DecodeRuntime:
     # ------------------------------------------------------------------ steps
     def _argmax(self, hidden: torch.Tensor) -> torch.Tensor:
         return fused.argmax(self.tgt.logits(hidden))
+
+    def _speculate_chain(self, f: torch.Tensor) -> None:
+        """A chain's drafts from feature ``f [B, D]`` into ``window[:, 1:]``: each draft token's argmax
+        is stored where the next drafter pass reads it (the window's column; with acceptance control,
+        ``self.drafts``), so no stack or copy; with ``alpha`` the window then gets the controlled
+        drafts (``step_kernels.control_drafts``). Same drafts as :meth:`_speculate` with ``W = 1``."""
+        K = self.K
+        cols = self.window[:, 1:] if self.alpha is None else self.drafts
+        self.dr.draft_tokens(f, out=cols[:, 0])
+        fw = f
+        for i in range(K - 1):  # the first step reads the committed slots, writes the scratch slots;
+            # the last one writes nothing (no later step reads its state)
+            ctrl = self.dctrl_first if i == 0 else self.dctrl_next
+            fw = self.dr.hidden(cols[:, i : i + 1], fw, self.dstates, "ar_read" if i == K - 2 else "ar", ctrl)
+            self.dr.draft_tokens(fw, out=cols[:, i + 1])
+        if self.alpha is not None:
+            step_kernels.control_drafts(self.trace, self.n, self.alpha_t, self.step_i, self.window,
+                                        self.tgt.config.vocab_size)
 
     def _speculate(self, f: torch.Tensor) -> torch.Tensor:
         """Drafts from feature ``f [B, D]``: the first token (top-``W`` for a tree), then ``K - 1``
@@ -326,10 +347,8 @@ class DecodeRuntime:
             # window[:, 0] (step_kernels.accept_advance_ref); then the drafter absorbs the accepted prefix:
             # (token i+1, feature i) for i <= a, the pair at i = a carrying the bonus token
             self._accept(am, self.abuf)
-            a, D = self.acc_a, F.shape[-1]
-            fh = self.dr.hidden(self.nxt, F, self.dstates, "commit", self.dctrl).view(B, K + 1, D)
-            f = fh.gather(1, a[:, None, None].expand(B, 1, D))[:, 0]
-            self.window[:, 1:].copy_(self._speculate(f))
+            fh = self.dr.hidden(self.nxt, F, self.dstates, "commit", self.dctrl)
+            self._speculate_chain(fused.embed(fh, self.abuf.flat_a))  # row b * T + a of [B * T, D]
             return
         # a tree: the accepted path's factors to bank positions 0..a, then it is pending like a chain
         a, path = greedy_accept_branches(self.window, am, self.W, K)
@@ -429,7 +448,9 @@ class DecodeRuntime:
             f = None if self.mode == "ar" else torch.cat([p[1] for p in parts])
         self._emit(first[:, None], torch.ones_like(self.n))
         self.window[:, 0].copy_(first)
-        if self.mode != "ar":
+        if self.mode != "ar" and self.W == 1:
+            self._speculate_chain(f)
+        elif self.mode != "ar":
             self.window[:, 1:].copy_(self._speculate(f))
         self.prefilled = True
 

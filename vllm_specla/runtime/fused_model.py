@@ -237,7 +237,7 @@ class FusedTarget:
 
     def hidden(self, tokens: torch.Tensor, states, mode: str, ctrl: StepCtrl, snaps=None) -> torch.Tensor:
         B, T = tokens.shape
-        h = self.embed[tokens.reshape(-1)]
+        h = fused.embed(self.embed, tokens)
         h = self.stack.forward(h, states, mode, ctrl, T, snaps, tail_w=self.lm_head)
         return fused.rms_norm(h, self.norm_w, self.eps, self.dtype)
 
@@ -272,18 +272,23 @@ class FusedEagle:
         """Tokens the drafter scores (the target's vocabulary without a draft vocabulary)."""
         return self.target.lm_head.shape[0] if self.head is None else self.head.size
 
-    def draft_tokens(self, f: torch.Tensor, width: int = 1) -> torch.Tensor:
-        """Greedy draft tokens from drafter features ``f [N, D]``: ``[N]`` int64 target ids, or the
-        top-``width`` ``[N * width]`` (row-major) for a tree's first level."""
+    def draft_tokens(self, f: torch.Tensor, width: int = 1, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Greedy draft tokens from drafter features ``f [N, D]``: ``[N]`` int64 target ids (written
+        into ``out``, ``[N]`` int64 of any stride, when given: ``fused.argmax`` maps the draft
+        vocabulary's ids and stores in its one launch), or the top-``width`` ``[N * width]``
+        (row-major) for a tree's first level (``out`` must then be None)."""
         logits = self.target.logits(f) if self.head is None else fused.linear(f, self.head.weight)
-        idx = fused.argmax(logits) if width == 1 else logits.topk(width, -1).indices.reshape(-1)
+        if width == 1:
+            return fused.argmax(logits, out=out, ids=None if self.head is None else self.head.ids)
+        if out is not None:
+            raise ValueError(f"draft_tokens: out is for width 1, got width {width}")
+        idx = logits.topk(width, -1).indices.reshape(-1)
         return idx if self.head is None else self.head.to_target(idx)
 
     def hidden(self, tokens: torch.Tensor, feats: torch.Tensor, states, mode: str, ctrl: StepCtrl) -> torch.Tensor:
         """``tokens [B, T]``, ``feats [B*T, D]`` -> predicted next features ``[B*T, D]``."""
         B, T = tokens.shape
-        e = self.target.embed[tokens.reshape(-1)]
-        h = fused.linear(torch.cat([e, feats.to(self.dtype)], -1), self.fc, prefetch=self.stack.layers[0].w_in)
+        h = fused.linear(fused.embed(self.target.embed, tokens, feats), self.fc, prefetch=self.stack.layers[0].w_in)
         h = self.stack.forward(h, states, mode, ctrl, T,
                                tail_w=self.target.lm_head if self.head is None else self.head.weight)
         return fused.rms_norm(h, self.norm_w, self.eps, self.dtype)

@@ -28,7 +28,9 @@ class AcceptBuffers:
     n: tokens emitted per row; window ``[B, T]``: ``[last token, drafts]`` (its column 0 gets the
     bonus token). Spec mode only (None in AR mode): a: accepted drafts (output); nxt ``[B, T]``:
     the drafter's absorb window (output); acc_sum ``[]``; acc_log ``[LOG, B]``; step_i ``[1]``;
-    pending_len, read_bank, write_bank, valid_len; snap_slots (snapshot mode, else None).
+    pending_len, read_bank, write_bank, valid_len; flat_a (optional): ``row * T + a``, the accepted
+    position as a flat index of ``[B, T]``: the snapshot to roll back to (snapshot mode) and the row of
+    the drafter's absorb features to draft from.
     """
 
     out: torch.Tensor
@@ -43,7 +45,7 @@ class AcceptBuffers:
     read_bank: torch.Tensor | None = None
     write_bank: torch.Tensor | None = None
     valid_len: torch.Tensor | None = None
-    snap_slots: torch.Tensor | None = None
+    flat_a: torch.Tensor | None = None
 
     @property
     def spec(self) -> bool:
@@ -58,7 +60,7 @@ def accept_advance_ref(am: torch.Tensor, buf: AcceptBuffers) -> None:
     Spec mode: ``a`` = accepted drafts, ``bonus = am[a]``; emit ``am[:, :a + 1]`` at ``n``
     (positions past ``Lout - 1`` clamp to the dump column), ``n += a + 1``; ``acc_sum += sum(a)``,
     ``acc_log[step_i % LOG] = a``, ``step_i += 1``; ``pending_len = valid_len = a + 1``; swap
-    ``read_bank`` / ``write_bank``; ``snap_slots = row * T + a`` (snapshot mode); ``nxt`` = the
+    ``read_bank`` / ``write_bank``; ``flat_a = row * T + a`` (when given); ``nxt`` = the
     window's drafts then the bonus token, with ``nxt[a] = bonus`` (entries past ``a`` are padding:
     ``valid_len`` masks them); ``window[:, 0] = bonus``. In place; returns nothing."""
     B, T = am.shape
@@ -85,8 +87,8 @@ def accept_advance_ref(am: torch.Tensor, buf: AcceptBuffers) -> None:
         rb = buf.read_bank.clone()
         buf.read_bank.copy_(buf.write_bank)
         buf.write_bank.copy_(rb)
-        if buf.snap_slots is not None:
-            buf.snap_slots.copy_(torch.arange(B, device=am.device) * T + a)
+        if buf.flat_a is not None:
+            buf.flat_a.copy_(torch.arange(B, device=am.device) * T + a)
         nxt = torch.cat([window[:, 1:], bonus[:, None]], 1)
         buf.nxt.copy_(torch.where(col[None, :] == a[:, None], bonus[:, None], nxt))
     window[:, 0] = bonus
@@ -98,8 +100,8 @@ def _kernel():
 
     @triton.jit
     def _accept_advance_kernel(am, window, out, n, a_out, nxt, acc_sum, acc_log, step_i, pending, rbank, wbank,
-                               valid, snap, B, T, Lout, LOG, s_am, s_w, s_o, s_nx,
-                               TP: tl.constexpr, BB: tl.constexpr, SPEC: tl.constexpr, SNAP: tl.constexpr):
+                               valid, flat, B, T, Lout, LOG, s_am, s_w, s_o, s_nx,
+                               TP: tl.constexpr, BB: tl.constexpr, SPEC: tl.constexpr, FLAT: tl.constexpr):
         # one program: B rows in blocks of BB, the window's T <= TP positions in registers
         cols = tl.arange(0, TP)
         step = 0
@@ -137,8 +139,8 @@ def _kernel():
                 wb = tl.load(wbank + rows, mask=rm, other=0)
                 tl.store(rbank + rows, wb, mask=rm)
                 tl.store(wbank + rows, rb, mask=rm)
-                if SNAP:
-                    tl.store(snap + rows, r64 * T + a64, mask=rm)
+                if FLAT:
+                    tl.store(flat + rows, r64 * T + a64, mask=rm)
                 nx = tl.where((cols[None, :] == a[:, None]) | (cols[None, :] == T - 1), bonus[:, None], dv)
                 tl.store(nxt + r64[:, None] * s_nx + cols[None, :], nx, mask=mt)
             tl.store(window + r64 * s_w, bonus, mask=rm)
@@ -190,8 +192,8 @@ def accept_advance(am: torch.Tensor, buf: AcceptBuffers) -> None:
     if spec:
         named += [(f, getattr(buf, f)) for f in ("a", "nxt", "acc_sum", "acc_log", "step_i", "pending_len",
                                                   "read_bank", "write_bank", "valid_len")]
-        if buf.snap_slots is not None:
-            named.append(("snap_slots", buf.snap_slots))
+        if buf.flat_a is not None:
+            named.append(("flat_a", buf.flat_a))
     for name, t in named:
         if (not isinstance(t, torch.Tensor) or t.dtype != torch.int64 or t.device != am.device
                 or (t.dim() and t.stride(-1) != 1)):
@@ -202,7 +204,7 @@ def accept_advance(am: torch.Tensor, buf: AcceptBuffers) -> None:
     if buf.out.dim() != 2 or buf.out.shape[1] < 1:
         raise ValueError(f"accept_advance: out must be [{B}, Lout >= 1], got {list(buf.out.shape)}")
     if spec:
-        for name in ("a", "pending_len", "read_bank", "write_bank", "valid_len") + (("snap_slots",) if buf.snap_slots is not None else ()):
+        for name in ("a", "pending_len", "read_bank", "write_bank", "valid_len") + (("flat_a",) if buf.flat_a is not None else ()):
             t = getattr(buf, name)
             if tuple(t.shape) != (B,):
                 raise ValueError(f"accept_advance: {name} must be [{B}], got {list(t.shape)}")
@@ -224,7 +226,100 @@ def accept_advance(am: torch.Tensor, buf: AcceptBuffers) -> None:
     _KERNEL[(1,)](am, buf.window, buf.out, buf.n, buf.a if spec else z, buf.nxt if spec else buf.window,
                   buf.acc_sum if spec else z, buf.acc_log if spec else z, buf.step_i if spec else z,
                   buf.pending_len if spec else z, buf.read_bank if spec else z, buf.write_bank if spec else z,
-                  buf.valid_len if spec else z, buf.snap_slots if buf.snap_slots is not None else z,
+                  buf.valid_len if spec else z, buf.flat_a if buf.flat_a is not None else z,
                   B, T, buf.out.shape[1], buf.acc_log.shape[0] if spec else 1, am.stride(0), buf.window.stride(0),
                   buf.out.stride(0), buf.nxt.stride(0) if spec else 0,
-                  TP=TP, BB=BB, SPEC=spec, SNAP=buf.snap_slots is not None, num_warps=4)
+                  TP=TP, BB=BB, SPEC=spec, FLAT=buf.flat_a is not None, num_warps=4)
+
+
+# ------------------------------------------------------------------ acceptance-controlled drafts
+def control_drafts_ref(trace: torch.Tensor, n: torch.Tensor, alpha: torch.Tensor, window: torch.Tensor,
+                       vocab_size: int) -> None:
+    """The acceptance-controlled drafter's chain (``DecodeRuntime(alpha=, trace=)``, issue 6): draft
+    position ``k = 1..K`` of row ``b`` becomes the target's greedy token ``true = trace[b, min(n[b] + k - 1,
+    L - 1)]`` with probability ``alpha``, else ``(true + 1) % vocab_size`` (never the target's token), i.i.d.
+    per position, written into ``window[:, 1:]`` (``[B, 1 + K]`` int64). ``trace [B, L]`` int64 is the
+    AR run's output; ``n [B]`` int64 the tokens emitted so far; ``alpha`` a one-element float tensor
+    (on the device, so it changes without a re-capture). Coins from ``torch.rand`` (the default
+    generator). In place; returns nothing."""
+    B, T = window.shape
+    K, L = T - 1, trace.shape[1]
+    idx = (n[:, None] + torch.arange(K, device=n.device)[None, :]).clamp(max=L - 1)
+    true = trace.gather(1, idx)
+    coin = torch.rand(B, K, device=n.device) < alpha
+    window[:, 1:].copy_(torch.where(coin, true, (true + 1) % vocab_size))
+
+
+def _control_kernel():
+    import triton  # noqa: PLC0415
+    import triton.language as tl  # noqa: PLC0415
+
+    @triton.jit
+    def _control_drafts_kernel(trace, n, alpha, step_i, window, B, K, L, V, s_t, s_w, seed,
+                               BB: tl.constexpr, BK: tl.constexpr, PDL: tl.constexpr):
+        if PDL:  # reads only its predecessors' results (ops/triton_fused.py pdl_enter)
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
+        rows = tl.program_id(0) * BB + tl.arange(0, BB)
+        k = tl.arange(0, BK)
+        m = (rows < B)[:, None] & (k < K)[None, :]
+        r64 = rows.to(tl.int64)
+        nb = tl.load(n + rows, mask=rows < B, other=0)
+        idx = tl.minimum(nb[:, None] + k[None, :], L - 1)
+        true = tl.load(trace + r64[:, None] * s_t + idx, mask=m, other=0)
+        # a fresh Philox counter per step and position: the step count (advanced by accept_advance)
+        off = ((tl.load(step_i) * B + r64[:, None]) * K + k[None, :]) % 2147483647
+        coin = tl.rand(seed, off.to(tl.int32)) < tl.load(alpha)
+        tl.store(window + r64[:, None] * s_w + 1 + k[None, :], tl.where(coin, true, (true + 1) % V), mask=m)
+
+    return _control_drafts_kernel
+
+
+_CONTROL_KERNEL = None
+# The Triton kernel on CUDA (off: the torch form; benchmarks/bench_e2e.py --glue-kernels torch)
+USE_TRITON_CONTROL = True
+CONTROL_SEED = 0x5EC1A  # the Triton kernel's Philox key (its counter is the step and the position)
+
+
+def control_drafts(trace: torch.Tensor, n: torch.Tensor, alpha: torch.Tensor, step_i: torch.Tensor,
+                   window: torch.Tensor, vocab_size: int) -> None:
+    """:func:`control_drafts_ref`'s contract; on CUDA with :data:`USE_TRITON_CONTROL` one Triton launch
+    (programmatic dependent launch on sm90+) in place of its ~10 torch kernels, the coins from Triton's
+    Philox (``tl.rand``) keyed by :data:`CONTROL_SEED` with the counter ``(step_i * B + b) * K + k``
+    (``step_i``: one-element int64, the step count that :func:`accept_advance` advances), so each step
+    draws fresh coins inside a CUDA graph. Another stream of coins than ``torch.rand``'s: the same
+    law, not the same draws.
+
+    Raises:
+        ValueError: ``window`` not ``[B, 1 + K]`` int64, ``trace`` not ``[B, L >= 1]`` int64, ``n`` not
+            ``[B]`` int64, or tensors on different devices.
+    """
+    global _CONTROL_KERNEL
+    B, T = window.shape
+    if (window.dtype != torch.int64 or trace.dtype != torch.int64 or n.dtype != torch.int64 or T < 2
+            or trace.dim() != 2 or trace.shape[0] != B or trace.shape[1] < 1 or tuple(n.shape) != (B,)):
+        raise ValueError(f"control_drafts: need window [B, 1 + K >= 2], trace [B, L >= 1] and n [B] int64 (B = {B}); "
+                         f"got window {tuple(window.shape)} {window.dtype}, trace {tuple(trace.shape)} {trace.dtype}, "
+                         f"n {tuple(n.shape)} {n.dtype}")
+    if len({t.device for t in (trace, n, alpha, window, step_i)}) != 1:
+        raise ValueError("control_drafts: trace, n, alpha, step_i and window must be on one device")
+    if not (USE_TRITON_CONTROL and _on_gpu(window)):
+        control_drafts_ref(trace, n, alpha, window, vocab_size)
+        return
+    if window.stride(1) != 1 or trace.stride(1) != 1 or not n.is_contiguous():
+        raise ValueError("control_drafts: window / trace need a dense last dim and n must be contiguous")
+    if B == 0:
+        return
+    if _CONTROL_KERNEL is None:
+        _CONTROL_KERNEL = _control_kernel()
+    import triton  # noqa: PLC0415
+
+    from vllm_specla.ops import pdl as _pdl  # noqa: PLC0415
+
+    K = T - 1
+    BB = max(1, min(64, triton.next_power_of_2(B)))
+    on = _pdl.enabled(window)
+    _CONTROL_KERNEL[(triton.cdiv(B, BB),)](trace, n, alpha, step_i, window, B, K, trace.shape[1], vocab_size,
+                                           trace.stride(0), window.stride(0), CONTROL_SEED, BB=BB,
+                                           BK=max(2, triton.next_power_of_2(K)), PDL=on, num_warps=4,
+                                           **_pdl.launch_kw(on))
