@@ -403,6 +403,9 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
                     help="the embedding gather (fused.USE_TRITON_EMBED) and the acceptance-controlled drafts "
                          "(runtime/step_kernels.py USE_TRITON_CONTROL) as Triton launches or torch ops (RESULTS.md "
                          "session 25)")
+    ap.add_argument("--conv-epilogue", default=None, choices=["on", "off"],
+                    help="the decode step's short conv as the row GEMV's epilogue at one token row "
+                         "(fused.GEMV_ROWS_CONV; RESULTS.md session 25)")
     ap.add_argument("--argmax", default=None, choices=["triton", "torch"],
                     help="greedy tokens by our Triton argmax or torch's (fused.USE_TRITON_ARGMAX)")
 
@@ -422,6 +425,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
 
     if getattr(args, "accept_kernel", None):
         _steps.USE_TRITON_ACCEPT = args.accept_kernel == "triton"
+    if getattr(args, "conv_epilogue", None):
+        fused.GEMV_ROWS_CONV = args.conv_epilogue == "on"
     if getattr(args, "glue_kernels", None):
         fused.USE_TRITON_EMBED = _steps.USE_TRITON_CONTROL = args.glue_kernels == "triton"
     if device != "cuda":
@@ -459,7 +464,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
                 small=[fused.GEMV_ROWS_SMALL_MAX_M, fused.GEMV_ROWS_SMALL_BYTES],
                 skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_prefetch=fused.SKINNY_PREFETCH_BYTES if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
-                triton_accept=_steps.USE_TRITON_ACCEPT, triton_glue=fused.USE_TRITON_EMBED and _steps.USE_TRITON_CONTROL)
+                triton_accept=_steps.USE_TRITON_ACCEPT, triton_glue=fused.USE_TRITON_EMBED and _steps.USE_TRITON_CONTROL,
+                conv_epilogue=fused.GEMV_ROWS_CONV)
 
 
 def main() -> None:

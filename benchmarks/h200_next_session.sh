@@ -49,7 +49,22 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s25a)  # for session 25: the final code of session 24 (the one-launch step bookkeeping; the skinny GEMM without the
+  s25b)  # session 25, call 2: the drafting glue as Triton launches (fused.embed, step_kernels.control_drafts, argmax
+        # into the window; --glue-kernels) and the short conv as the row GEMV's epilogue at one token row
+        # (fused.GEMV_ROWS_CONV; --conv-epilogue): their GPU tests with the decode runtime's, then end to end at
+        # batch 1 (K = 4 / 6, alpha 0.8): new / glue only / neither, twice in alternation
+      skinny_build
+      pytest_log s25b 150 -rs tests/test_fused_gpu.py tests/test_argmax_gpu.py tests/test_embed_gpu.py \
+          tests/test_step_kernels.py tests/test_decode_runtime_gpu.py
+      for R in 1 2; do
+        for GC in triton,on triton,off torch,off; do
+          timeout 70 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 4,6 --alphas 0.8 --snapshot-ks "" \
+              --skinny-gemm on --glue-kernels ${GC%,*} --conv-epilogue ${GC#*,} --tag "s25b_${GC/,/_}_r$R" \
+              --out "$OUT/e2e_s25b.jsonl" 2>&1 | grep "^{" | python -c "$S"
+        done
+      done
+      ;;
+  s25a)  # (as run) for session 25: the final code of session 24 (the one-launch step bookkeeping; the skinny GEMM without the
         # removed fused forms) end to end at batch 1 (K = 4 / 6, alpha 0.8), the bookkeeping as Triton / torch, twice in
         # alternation (session 23's kernel table: s24a)
       skinny_build

@@ -192,6 +192,95 @@ def test_linear_gating_dispatch(on, monkeypatch):
             assert torch.all(gv == 0) and torch.all(bv == 0)
 
 
+def _conv_case(gen, C, S=4):
+    cw = torch.randn(C, 4, generator=gen).to(DEV)
+    cst = torch.randn(S, 3, C, generator=gen).to(DEV)
+    return cw, cst
+
+
+@pytest.mark.parametrize("out_slot,write", [(1, True), (3, True), (1, False)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gemv_rows_conv_epilogue(out_slot, write, dtype):
+    """The short conv as the row GEMV's epilogue: y = SiLU(conv) of output columns 0 .. C (from the
+    rounded outputs) equals ``conv_verify_ref`` on the stored output (1e-6 absolute: the same fp32
+    taps in the same order), the GEMV output is the plain one's (bit for bit), and with ``write`` the
+    window after the token lands in ``out_slot`` (in place at slot 1 or another slot; exact: copies),
+    every other slot untouched; without ``write`` the state is unchanged. C = 40 over 5 programs of
+    8 columns plus a partial one (C not a multiple of BN), and columns past C left alone."""
+    from vllm_specla.ops.reference import conv_verify_ref
+
+    gen = torch.Generator().manual_seed(out_slot + 7 * write)
+    K, N, C = 96, 60, 43
+    x = torch.randn(1, K, generator=gen).to(DEV, dtype)
+    w = (torch.randn(N, K, generator=gen) * 0.2).to(DEV, dtype)
+    cw, cst = _conv_case(gen, C)
+    slot, oslot = torch.tensor([1], device=DEV), torch.tensor([out_slot], device=DEV)
+    y = torch.full((1, C), float("nan"), device=DEV)
+    before = cst.clone()
+    p = tf.gemv_rows(x, w, config=(8, 32, 2), conv=(y, cw, cst, slot, oslot, write))
+    assert torch.equal(p, tf.gemv_rows(x, w, config=(8, 32, 2)))
+    ref_state = before.clone()
+    cu = torch.tensor([0, 1], device=DEV)
+    y_ref = conv_verify_ref(p[:, :C], cw, cu, ref_state, slot, write_final_state=True)
+    torch.testing.assert_close(y, y_ref, rtol=0, atol=1e-6)
+    if not write:
+        assert torch.equal(cst, before)
+        return
+    assert torch.equal(cst[out_slot], ref_state[1])
+    for s_ in range(cst.shape[0]):
+        if s_ != out_slot:
+            assert torch.equal(cst[s_], before[s_])
+
+
+def test_gemv_rows_conv_rejects_bad_input():
+    gen = torch.Generator().manual_seed(3)
+    x, w = torch.randn(1, 32, device=DEV), torch.randn(40, 32, device=DEV)
+    cw, cst = _conv_case(gen, 16)
+    one = torch.tensor([0], device=DEV)
+    y = torch.empty(1, 16, device=DEV)
+    with pytest.raises(ValueError, match="conv needs M = 1"):
+        tf.gemv_rows(torch.randn(2, 32, device=DEV), w, conv=(y, cw, cst, one, one, True))
+    with pytest.raises(ValueError, match="conv needs"):
+        tf.gemv_rows(x, w, conv=(y, cw[:, :3].contiguous(), cst, one, one, True))
+    with pytest.raises(ValueError, match="conv needs"):
+        tf.gemv_rows(x, w, conv=(y[:, :8], cw, cst, one, one, True))
+    with pytest.raises(ValueError, match="conv needs"):
+        tf.gemv_rows(x, w, conv=(y, cw, cst.transpose(0, 1), one, one, True))
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_linear_gating_conv_dispatch(on, monkeypatch):
+    """``fused.linear_gating(conv=)`` returns ``y`` from the epilogue for one token row with
+    ``GEMV_ROWS_CONV`` (the conv_verify_ref values; the window written), and None (state untouched,
+    the caller runs the conv) with the switch off, for two rows, a padding mask, or a conv of width 3."""
+    from vllm_specla.ops.reference import conv_verify_ref
+
+    _spy_row_gemv(monkeypatch, True, True)
+    monkeypatch.setattr(F_ref, "GEMV_ROWS_CONV", on)
+    gen = torch.Generator().manual_seed(8)
+    K, HV, C = 64, 4, 24
+    a0, N = C, C + 2 * HV + 4
+    w = (torch.randn(N, K, generator=gen) * 0.2).to(DEV)
+    nw = (torch.rand(K, generator=gen) + 0.5).to(DEV)
+    A_log, dt_bias = torch.rand(HV, generator=gen).to(DEV), torch.randn(HV, generator=gen).to(DEV)
+    cw, cst = _conv_case(gen, C)
+    slots, oslots = torch.tensor([2], device=DEV), torch.tensor([0], device=DEV)
+    cu = torch.tensor([0, 1], device=DEV)
+    for M, valid, width in [(1, None, 4), (2, None, 4), (1, torch.tensor([1], device=DEV), 4), (1, None, 3)]:
+        x = torch.randn(M, K, generator=gen).to(DEV)
+        before = cst.clone()
+        cwx = cw if width == 4 else cw[:, :3].contiguous()
+        p, gv, bv, y = F_ref.linear_gating(x, w, nw, 1e-6, a0, A_log, dt_bias, False, valid, 1,
+                                           conv=(cwx, cst, slots, oslots, True))
+        if not (on and M == 1 and valid is None and width == 4):
+            assert y is None and torch.equal(cst, before)
+            continue
+        ref_state = before.clone()
+        y_ref = conv_verify_ref(p[:, :C], cw, cu, ref_state, slots, write_final_state=True)
+        torch.testing.assert_close(y, y_ref, rtol=0, atol=1e-6)
+        assert torch.equal(cst[0], ref_state[2]) and torch.equal(cst[1:], before[1:])
+
+
 def test_gemv_rows_rejects_bad_layout():
     w = torch.randn(8, 16, device=DEV)
     with pytest.raises(ValueError, match="dense feature dim"):
