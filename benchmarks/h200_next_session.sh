@@ -49,7 +49,20 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s25b)  # session 25, call 2: the drafting glue as Triton launches (fused.embed, step_kernels.control_drafts, argmax
+  s25c)  # session 25, call 3: s25b found the conv epilogue (its loads before the K loop) 0.11 ms slower in the AR
+        # step; now its loads after the K loop (default) against early / off, the GPU tests of the changed code,
+        # end to end at batch 1 (K = 6, alpha 0.8), twice in alternation
+      skinny_build
+      pytest_log s25c 120 -rs tests/test_fused_gpu.py -k "conv or gating or gemv" tests/test_decode_runtime_gpu.py
+      for R in 1 2; do
+        for C in on off early; do
+          timeout 60 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
+              --skinny-gemm on --conv-epilogue $C --tag "s25c_${C}_r$R" \
+              --out "$OUT/e2e_s25c.jsonl" 2>&1 | grep "^{" | python -c "$S"
+        done
+      done
+      ;;
+  s25b)  # (as run; its --conv-epilogue on = today's "early") session 25, call 2: the drafting glue as Triton launches (fused.embed, step_kernels.control_drafts, argmax
         # into the window; --glue-kernels) and the short conv as the row GEMV's epilogue at one token row
         # (fused.GEMV_ROWS_CONV; --conv-epilogue): their GPU tests with the decode runtime's, then end to end at
         # batch 1 (K = 4 / 6, alpha 0.8): new / glue only / neither, twice in alternation

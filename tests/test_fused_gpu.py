@@ -198,9 +198,10 @@ def _conv_case(gen, C, S=4):
     return cw, cst
 
 
+@pytest.mark.parametrize("early", [False, True])
 @pytest.mark.parametrize("out_slot,write", [(1, True), (3, True), (1, False)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gemv_rows_conv_epilogue(out_slot, write, dtype):
+def test_gemv_rows_conv_epilogue(out_slot, write, dtype, early, monkeypatch):
     """The short conv as the row GEMV's epilogue: y = SiLU(conv) of output columns 0 .. C (from the
     rounded outputs) equals ``conv_verify_ref`` on the stored output (1e-6 absolute: the same fp32
     taps in the same order), the GEMV output is the plain one's (bit for bit), and with ``write`` the
@@ -209,6 +210,7 @@ def test_gemv_rows_conv_epilogue(out_slot, write, dtype):
     8 columns plus a partial one (C not a multiple of BN), and columns past C left alone."""
     from vllm_specla.ops.reference import conv_verify_ref
 
+    monkeypatch.setattr(tf, "GEMV_ROWS_CONV_EARLY", early)  # its loads before / after the K loop
     gen = torch.Generator().manual_seed(out_slot + 7 * write)
     K, N, C = 96, 60, 43
     x = torch.randn(1, K, generator=gen).to(DEV, dtype)

@@ -220,7 +220,7 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
                       MR: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NK: tl.constexpr,
                       PRO: tl.constexpr, HD: tl.constexpr, HAS_GATE: tl.constexpr, GSIG: tl.constexpr,
                       RES: tl.constexpr, PDL: tl.constexpr, GATING: tl.constexpr, NEG: tl.constexpr,
-                      CONV: tl.constexpr = False, CWRITE: tl.constexpr = False):
+                      CONV: tl.constexpr = False, CWRITE: tl.constexpr = False, CEARLY: tl.constexpr = False):
     # One program per BN weight rows, MR token rows (MP = next power of two >= MR). The K loop is
     # unrolled (NK = cdiv(K, BK) chunks, BK a power of two) and each weight chunk is loaded once and
     # multiplied into every token row in turn (a reduction over the chunk per row, across warps at
@@ -243,7 +243,7 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
     om = mn[:, None] & (rm < MR)[None, :]
     if RES:
         r0 = tl.load(res + rm[None, :] * sr + rn[:, None], mask=om, other=0.0).to(tl.float32)
-    if CONV:  # the conv epilogue's window and taps, in flight during the K loop
+    if CONV and CEARLY:  # the conv epilogue's window and taps, in flight during the K loop
         inc = rn < C
         p_cs = cst + tl.load(cslot).to(tl.int64) * 3 * C
         c0 = tl.load(p_cs + rn, mask=inc, other=0.0).to(tl.float32)
@@ -297,6 +297,16 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
     if CONV:  # MR = 1: output columns 0 .. C are the short conv's inputs of the row's one token;
         # triton_chain._conv4_verify_kernel's math on the rounded outputs (SiLU of the 4-tap conv over
         # the window and the token), the window shifted by the token (CWRITE) into conv slot coslot
+        if not CEARLY:  # loaded here, after the K loop
+            inc = rn < C
+            p_cs = cst + tl.load(cslot).to(tl.int64) * 3 * C
+            c0 = tl.load(p_cs + rn, mask=inc, other=0.0).to(tl.float32)
+            c1 = tl.load(p_cs + C + rn, mask=inc, other=0.0).to(tl.float32)
+            c2 = tl.load(p_cs + 2 * C + rn, mask=inc, other=0.0).to(tl.float32)
+            cw0 = tl.load(cw + rn * 4, mask=inc, other=0.0).to(tl.float32)
+            cw1 = tl.load(cw + rn * 4 + 1, mask=inc, other=0.0).to(tl.float32)
+            cw2 = tl.load(cw + rn * 4 + 2, mask=inc, other=0.0).to(tl.float32)
+            cw3 = tl.load(cw + rn * 4 + 3, mask=inc, other=0.0).to(tl.float32)
         xv = tl.sum(y.to(tl.float32), 1)
         acc_c = cw0 * c0 + cw1 * c1 + cw2 * c2 + cw3 * xv
         tl.store(cy + rn, acc_c * tl.sigmoid(acc_c), mask=inc)
@@ -308,6 +318,9 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
             tl.store(p_co + 2 * C + rn, xv.to(dt), mask=inc)
 
 
+# The conv epilogue's loads (gemv_rows(conv=)): before the K loop (True; s25b: the AR step 0.11 ms slower than
+# the separate conv kernel) or after it (False)
+GEMV_ROWS_CONV_EARLY = False
 GEMV_ROWS_BLOCK = 16  # token rows per launch of the row GEMV (its MR is a compile-time constant)
 GEMV_ROWS_MAX_M = 1  # token rows the dispatch gives the row GEMV (2+ rows: 1.15-1.98x cuBLAS at M = 2, s11a;
 # 2.2-5x at M = 5 and 7 with each weight chunk loaded once for all rows, s12b)
@@ -454,6 +467,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
             gate.stride(0) if has_gate else 0, out.stride(0), residual.stride(0) if residual is not None else 0, eps,
             gb[m0:] if gating is not None else gb, A_log, dt_bias, a0, HV, cy, cw, cst, cslot, coslot, C,
             GATING=gating is not None, NEG=bool(neg), CONV=conv is not None, CWRITE=bool(cwrite),
+            CEARLY=GEMV_ROWS_CONV_EARLY,
             MR=mr, MP=triton.next_power_of_2(mr), BN=BN, BK=BK, NK=NK, PRO=pro, HD=max(head_dim, 1),
             HAS_GATE=has_gate, GSIG=gate_act == "sigmoid", RES=residual is not None, PDL=on, num_warps=nw,
             **_pdl.launch_kw(on))
