@@ -403,10 +403,6 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
                     help="the embedding gather (fused.USE_TRITON_EMBED) and the acceptance-controlled drafts "
                          "(runtime/step_kernels.py USE_TRITON_CONTROL) as Triton launches or torch ops (RESULTS.md "
                          "session 25)")
-    ap.add_argument("--conv-epilogue", default=None, choices=["on", "early", "off"],
-                    help="the decode step's short conv as the row GEMV's epilogue at one token row "
-                         "(fused.GEMV_ROWS_CONV; early: its loads before the K loop, triton_fused.GEMV_ROWS_CONV_EARLY; "
-                         "RESULTS.md session 25)")
     ap.add_argument("--argmax", default=None, choices=["triton", "torch"],
                     help="greedy tokens by our Triton argmax or torch's (fused.USE_TRITON_ARGMAX)")
 
@@ -426,12 +422,6 @@ def apply_kernel_flags(args, device: str) -> dict | None:
 
     if getattr(args, "accept_kernel", None):
         _steps.USE_TRITON_ACCEPT = args.accept_kernel == "triton"
-    if getattr(args, "conv_epilogue", None):
-        fused.GEMV_ROWS_CONV = args.conv_epilogue != "off"
-        if device == "cuda":
-            from vllm_specla.ops import triton_fused as _tf  # noqa: PLC0415
-
-            _tf.GEMV_ROWS_CONV_EARLY = args.conv_epilogue == "early"
     if getattr(args, "glue_kernels", None):
         fused.USE_TRITON_EMBED = _steps.USE_TRITON_CONTROL = args.glue_kernels == "triton"
     if device != "cuda":
@@ -469,8 +459,7 @@ def apply_kernel_flags(args, device: str) -> dict | None:
                 small=[fused.GEMV_ROWS_SMALL_MAX_M, fused.GEMV_ROWS_SMALL_BYTES],
                 skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_prefetch=fused.SKINNY_PREFETCH_BYTES if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
-                triton_accept=_steps.USE_TRITON_ACCEPT, triton_glue=fused.USE_TRITON_EMBED and _steps.USE_TRITON_CONTROL,
-                conv_epilogue=fused.GEMV_ROWS_CONV)
+                triton_accept=_steps.USE_TRITON_ACCEPT, triton_glue=fused.USE_TRITON_EMBED and _steps.USE_TRITON_CONTROL)
 
 
 def main() -> None:

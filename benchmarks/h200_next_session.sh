@@ -49,7 +49,7 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s25c)  # session 25, call 3: s25b found the conv epilogue (its loads before the K loop) 0.11 ms slower in the AR
+  s25c)  # (as run; the conv epilogue and --conv-epilogue were removed after it: commit 5b05a9a / its successor keep them) session 25, call 3: s25b found the conv epilogue (its loads before the K loop) 0.11 ms slower in the AR
         # step; now its loads after the K loop (default) against early / off, the GPU tests of the changed code,
         # end to end at batch 1 (K = 6, alpha 0.8), twice in alternation
       skinny_build
@@ -62,7 +62,7 @@ case "${1:-}" in
         done
       done
       ;;
-  s25b)  # (as run; its --conv-epilogue on = today's "early") session 25, call 2: the drafting glue as Triton launches (fused.embed, step_kernels.control_drafts, argmax
+  s25b)  # (as run; its --conv-epilogue on = s25c's "early"; the conv epilogue was removed after s25c, so its A/B cannot be rerun) session 25, call 2: the drafting glue as Triton launches (fused.embed, step_kernels.control_drafts, argmax
         # into the window; --glue-kernels) and the short conv as the row GEMV's epilogue at one token row
         # (fused.GEMV_ROWS_CONV; --conv-epilogue): their GPU tests with the decode runtime's, then end to end at
         # batch 1 (K = 4 / 6, alpha 0.8): new / glue only / neither, twice in alternation

@@ -143,7 +143,7 @@ GEMV_ROWS_GATING = True
 
 
 def linear_gating(x, w, norm_weight, eps, a0, A_log, dt_bias, allow_neg_eigval=False, valid_len=None,
-                  tokens_per_row=1, prefetch=None, conv=None):
+                  tokens_per_row=1, prefetch=None):
     """The in-projection and the GDN gating of its ``a | b`` columns: ``p = linear(x, w,
     norm_weight, eps)`` and ``(g, beta) = gdn_gating(p[:, a0 : a0 + HV], p[:, a0 + HV : a0 + 2 HV],
     A_log, dt_bias, allow_neg_eigval, valid_len, tokens_per_row)`` with ``HV = A_log.numel()``.
@@ -152,42 +152,19 @@ def linear_gating(x, w, norm_weight, eps, a0, A_log, dt_bias, allow_neg_eigval=F
     are column views of one ``[N, 2 HV]`` buffer, as :func:`gdn_gating` returns them. With
     :data:`GEMV_ROWS_GATING` on, a GEMM the row GEMV takes (:func:`_rows_impl`) without
     ``valid_len`` runs it with the gating as its epilogue (the same math on the same rounded
-    outputs); otherwise the two ops run as above. ``prefetch``: as in :func:`linear`.
-
-    ``conv``: ``(conv_w [C, 4], conv_state [S, 3, C] float32, slots, out_slots | None, write)``, the
-    decode step's short convolution of columns ``0 .. C`` (``ops/chain_verify.py`` ``conv_verify``
-    with ``write_final_state=write``). Then a 4-tuple ``(p, g, beta, y)`` is returned: ``y [1, C]``
-    float32 when it ran as the row GEMV's epilogue (:data:`GEMV_ROWS_CONV`, one token row, the
-    gating epilogue taken, dense float32 operands; the window written to ``out_slots`` or ``slots``
-    with ``write``), else None and the caller runs the conv."""
+    outputs); otherwise the two ops run as above. ``prefetch``: as in :func:`linear`."""
     impl = _rows_impl(x, w, None, False, norm_weight) if GEMV_ROWS_GATING and valid_len is None else None
     HV = A_log.numel()
     if impl is not None and a0 + 2 * HV <= w.shape[0] and A_log.is_contiguous() and dt_bias.is_contiguous():
         if norm_weight is not None and not GEMV_ROWS_PROLOGUE:
             x, norm_weight = rms_norm(x, norm_weight, eps, w.dtype), None
         gb = torch.empty(x.shape[0], 2 * HV, dtype=torch.float32, device=x.device)
-        ep = None
-        if conv is not None and GEMV_ROWS_CONV and x.shape[0] == 1:
-            cw, cst, slots, out_slots, write = conv
-            C = cw.shape[0]
-            if (cw.dim() == 2 and cw.shape[1] == 4 and cw.is_contiguous() and C <= w.shape[0]
-                    and cst.dim() == 3 and cst.shape[1:] == (3, C) and cst.dtype == torch.float32
-                    and cst.is_contiguous()):
-                y = torch.empty(1, C, dtype=torch.float32, device=x.device)
-                ep = (y, cw, cst, slots[:1], (out_slots if out_slots is not None else slots)[:1], bool(write))
-        p = impl.gemv_rows(x, w, norm_weight, eps, gating=(gb, a0, A_log, dt_bias, allow_neg_eigval), conv=ep)
-        if conv is None:
-            return p, gb[:, :HV], gb[:, HV:]
-        return p, gb[:, :HV], gb[:, HV:], ep[0] if ep is not None else None
+        p = impl.gemv_rows(x, w, norm_weight, eps, gating=(gb, a0, A_log, dt_bias, allow_neg_eigval))
+        return p, gb[:, :HV], gb[:, HV:]
     p = linear(x, w, norm_weight, eps, prefetch=prefetch)
     g, beta = gdn_gating(p[:, a0 : a0 + HV], p[:, a0 + HV : a0 + 2 * HV], A_log, dt_bias, allow_neg_eigval,
                          valid_len, tokens_per_row)
-    return (p, g, beta) if conv is None else (p, g, beta, None)
-
-
-# The decode step's short conv as the row GEMV's epilogue (linear_gating(conv=)): one launch fewer per
-# layer at one token row (the AR step at batch 1, the drafter's draft passes); bench_e2e.py --conv-epilogue
-GEMV_ROWS_CONV = True
+    return p, g, beta
 
 
 # The CUDA skinny GEMM (csrc/cuda/skinny_gemm.cu, once ops/_cpp.py load_cuda_gemm() has built it) for

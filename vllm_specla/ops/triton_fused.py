@@ -216,11 +216,9 @@ def _gemv_x(x, gate, nw, k0, rk, K, rstd_or_eps, PRO: tl.constexpr, HD: tl.const
 
 @triton.jit
 def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A_log, dt_bias, A0, HV,
-                      cy, cw, cst, cslot, coslot, C,
                       MR: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NK: tl.constexpr,
                       PRO: tl.constexpr, HD: tl.constexpr, HAS_GATE: tl.constexpr, GSIG: tl.constexpr,
-                      RES: tl.constexpr, PDL: tl.constexpr, GATING: tl.constexpr, NEG: tl.constexpr,
-                      CONV: tl.constexpr = False, CWRITE: tl.constexpr = False, CEARLY: tl.constexpr = False):
+                      RES: tl.constexpr, PDL: tl.constexpr, GATING: tl.constexpr, NEG: tl.constexpr):
     # One program per BN weight rows, MR token rows (MP = next power of two >= MR). The K loop is
     # unrolled (NK = cdiv(K, BK) chunks, BK a power of two) and each weight chunk is loaded once and
     # multiplied into every token row in turn (a reduction over the chunk per row, across warps at
@@ -243,16 +241,6 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
     om = mn[:, None] & (rm < MR)[None, :]
     if RES:
         r0 = tl.load(res + rm[None, :] * sr + rn[:, None], mask=om, other=0.0).to(tl.float32)
-    if CONV and CEARLY:  # the conv epilogue's window and taps, in flight during the K loop
-        inc = rn < C
-        p_cs = cst + tl.load(cslot).to(tl.int64) * 3 * C
-        c0 = tl.load(p_cs + rn, mask=inc, other=0.0).to(tl.float32)
-        c1 = tl.load(p_cs + C + rn, mask=inc, other=0.0).to(tl.float32)
-        c2 = tl.load(p_cs + 2 * C + rn, mask=inc, other=0.0).to(tl.float32)
-        cw0 = tl.load(cw + rn * 4, mask=inc, other=0.0).to(tl.float32)
-        cw1 = tl.load(cw + rn * 4 + 1, mask=inc, other=0.0).to(tl.float32)
-        cw2 = tl.load(cw + rn * 4 + 2, mask=inc, other=0.0).to(tl.float32)
-        cw3 = tl.load(cw + rn * 4 + 3, mask=inc, other=0.0).to(tl.float32)
     rstd = tl.full([MP], eps, dtype=tl.float32)
     if PRO == 1:  # each row's RMS first (x is MR rows of a few KB, L1/L2-resident)
         for m in tl.static_range(MR):
@@ -294,33 +282,8 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
             bv = bv * 2.0
         tl.store(gb + rm[None, :] * (2 * HV) + ia[:, None], tl.where(in_a[:, None], gv, bv),
                  mask=om & in_g[:, None])
-    if CONV:  # MR = 1: output columns 0 .. C are the short conv's inputs of the row's one token;
-        # triton_chain._conv4_verify_kernel's math on the rounded outputs (SiLU of the 4-tap conv over
-        # the window and the token), the window shifted by the token (CWRITE) into conv slot coslot
-        if not CEARLY:  # loaded here, after the K loop
-            inc = rn < C
-            p_cs = cst + tl.load(cslot).to(tl.int64) * 3 * C
-            c0 = tl.load(p_cs + rn, mask=inc, other=0.0).to(tl.float32)
-            c1 = tl.load(p_cs + C + rn, mask=inc, other=0.0).to(tl.float32)
-            c2 = tl.load(p_cs + 2 * C + rn, mask=inc, other=0.0).to(tl.float32)
-            cw0 = tl.load(cw + rn * 4, mask=inc, other=0.0).to(tl.float32)
-            cw1 = tl.load(cw + rn * 4 + 1, mask=inc, other=0.0).to(tl.float32)
-            cw2 = tl.load(cw + rn * 4 + 2, mask=inc, other=0.0).to(tl.float32)
-            cw3 = tl.load(cw + rn * 4 + 3, mask=inc, other=0.0).to(tl.float32)
-        xv = tl.sum(y.to(tl.float32), 1)
-        acc_c = cw0 * c0 + cw1 * c1 + cw2 * c2 + cw3 * xv
-        tl.store(cy + rn, acc_c * tl.sigmoid(acc_c), mask=inc)
-        if CWRITE:
-            dt = cst.dtype.element_ty
-            p_co = cst + tl.load(coslot).to(tl.int64) * 3 * C
-            tl.store(p_co + rn, c1.to(dt), mask=inc)
-            tl.store(p_co + C + rn, c2.to(dt), mask=inc)
-            tl.store(p_co + 2 * C + rn, xv.to(dt), mask=inc)
 
 
-# The conv epilogue's loads (gemv_rows(conv=)): before the K loop (True; s25b: the AR step 0.11 ms slower than
-# the separate conv kernel) or after it (False)
-GEMV_ROWS_CONV_EARLY = False
 GEMV_ROWS_BLOCK = 16  # token rows per launch of the row GEMV (its MR is a compile-time constant)
 GEMV_ROWS_MAX_M = 1  # token rows the dispatch gives the row GEMV (2+ rows: 1.15-1.98x cuBLAS at M = 2, s11a;
 # 2.2-5x at M = 5 and 7 with each weight chunk loaded once for all rows, s12b)
@@ -334,7 +297,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
               residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
               config: tuple[int, int, int] | None = None, prologue: str | None = None,
               gate: torch.Tensor | None = None, head_dim: int = 0, gate_act: str = "silu",
-              pdl: bool | None = None, gating: tuple | None = None, conv: tuple | None = None) -> torch.Tensor:
+              pdl: bool | None = None, gating: tuple | None = None) -> torch.Tensor:
     """Decode GEMV on CUDA cores: ``prologue(x) @ w.T [+ residual]`` for ``x [M, *]``, ``M`` small.
 
     Args:
@@ -363,14 +326,6 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
             next ``HV`` are ``b`` (``HV = A_log.numel()``); ``gb [M, 2 HV]`` float32 (contiguous)
             receives ``g | beta`` from the rounded outputs, as :func:`gdn_gating` computes them
             from the stored output (one launch fewer per layer).
-        conv: ``(y, conv_w, conv_state, slot, out_slot, write)``, one token row (``M = 1``) only: the
-            GDN short convolution of the decode step (``ops/chain_verify.py`` ``conv_verify`` with
-            ``write_final_state=write``, W = 4) as an epilogue on output columns ``0 .. C`` (the conv
-            channels, ``C = conv_w.shape[0] <= N``), from the rounded outputs: ``y [1, C]`` float32
-            (contiguous) receives SiLU(conv); ``conv_w [C, 4]`` contiguous; ``conv_state [S, 3, C]``
-            contiguous float32 is read at slot ``slot`` and, with ``write``, gets the window after the
-            token at slot ``out_slot`` (one-element int tensors; may be equal: each channel is read,
-            then written, by the same program). One launch fewer per layer in the decode step.
         norm_weight / gate must be as stated (contiguous ``norm_weight``); ``gate`` and ``head_dim``
         only with ``"gated_rms_norm"``.
     Returns:
@@ -443,20 +398,6 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
                              f"got gb {tuple(gb.shape)} {gb.dtype}, a0 {a0}, dt_bias {tuple(dt_bias.shape)}")
     else:
         gb, a0, A_log, dt_bias, neg, HV = w, 0, w, w, False, 1
-    if conv is not None:
-        cy, cw, cst, cslot, coslot, cwrite = conv
-        C = cw.shape[0] if cw.dim() == 2 else -1
-        if (M != 1 or cw.dim() != 2 or cw.shape[1] != 4 or not cw.is_contiguous() or not 1 <= C <= N
-                or cy.shape != (1, C) or cy.dtype != torch.float32 or not cy.is_contiguous()
-                or cst.dim() != 3 or cst.shape[1:] != (3, C) or cst.dtype != torch.float32 or not cst.is_contiguous()
-                or cslot.numel() != 1 or coslot.numel() != 1
-                or any(t.device != x.device for t in (cy, cw, cst, cslot, coslot))):
-            raise ValueError(f"gemv_rows: conv needs M = 1, a contiguous conv_w [C, 4] with 1 <= C <= N = {N}, y a "
-                             f"contiguous float32 [1, C], conv_state a contiguous float32 [S, 3, C] and one-element "
-                             f"slot / out_slot, all on {x.device}; got M = {M}, conv_w {tuple(cw.shape)}, "
-                             f"y {tuple(cy.shape)} {cy.dtype}, conv_state {tuple(cst.shape)} {cst.dtype}")
-    else:
-        cy, cw, cst, cslot, coslot, cwrite, C = w, w, w, w, w, False, 0
     on = _pdl.enabled(x) if pdl is None else bool(pdl)
     for m0 in range(0, M, GEMV_ROWS_BLOCK):
         mr = min(GEMV_ROWS_BLOCK, M - m0)
@@ -465,9 +406,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
             xs, w, os_, residual[m0:] if residual is not None else os_,
             norm_weight if norm_weight is not None else w, gate[m0:] if has_gate else xs, N, K, x.stride(0),
             gate.stride(0) if has_gate else 0, out.stride(0), residual.stride(0) if residual is not None else 0, eps,
-            gb[m0:] if gating is not None else gb, A_log, dt_bias, a0, HV, cy, cw, cst, cslot, coslot, C,
-            GATING=gating is not None, NEG=bool(neg), CONV=conv is not None, CWRITE=bool(cwrite),
-            CEARLY=GEMV_ROWS_CONV_EARLY,
+            gb[m0:] if gating is not None else gb, A_log, dt_bias, a0, HV, GATING=gating is not None, NEG=bool(neg),
             MR=mr, MP=triton.next_power_of_2(mr), BN=BN, BK=BK, NK=NK, PRO=pro, HD=max(head_dim, 1),
             HAS_GATE=has_gate, GSIG=gate_act == "sigmoid", RES=residual is not None, PDL=on, num_warps=nw,
             **_pdl.launch_kw(on))

@@ -157,19 +157,14 @@ class FusedGDN:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         d, c = L.dims, L.config
         C, G = d.conv_dim, L.G
-        # one token (AR / draft passes at batch 1): the short conv may run as the in-projection's epilogue
-        conv = (L.conv_w, st.conv, ctrl.slots, ctrl.out_slots if mode == "ar" else None, mode == "ar") \
-            if mode in ("ar", "ar_read") and h.shape[0] == 1 else None
-        p, g, beta, *ep = fused.linear_gating(h, L.w_in, L.attn_norm_w, L.eps, C + G, L.A_log, L.dt_bias,
-                                              c.allow_neg_eigval, ctrl.valid_len if mode == "commit" else None, T,
-                                              prefetch=L.w_o, conv=conv)
+        p, g, beta = fused.linear_gating(h, L.w_in, L.attn_norm_w, L.eps, C + G, L.A_log, L.dt_bias,
+                                         c.allow_neg_eigval, ctrl.valid_len if mode == "commit" else None, T,
+                                         prefetch=L.w_o)
         xc = p[:, :C]
         gate = p[:, C : C + G] if G else None
         # ---- short conv (+ SiLU) ----
         out = dict(out_slots=ctrl.out_slots) if mode == "ar" and ctrl.out_slots is not None else {}
-        if ep and ep[0] is not None:  # done in the epilogue
-            y = ep[0]
-        elif mode == "ar":
+        if mode == "ar":
             y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, write_final_state=True, **out)
         elif mode == "ar_read":  # no bank, no pending, no final state: the window is only read
             y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots)
