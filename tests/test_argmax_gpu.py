@@ -93,6 +93,10 @@ def test_argmax_out_and_ids(monkeypatch, kernel):
     assert (win[:, 0] == -5).all() and (win[:, 2] == -5).all()
     assert torch.equal(fused.argmax(x, ids=ids), ids[x.argmax(-1)])
     assert torch.equal(fused.argmax(x, out=win[:, 2]), x.argmax(-1)) and torch.equal(win[:, 2], x.argmax(-1))
+    with pytest.raises(ValueError, match="out must be"):  # the same contract on both paths
+        fused.argmax(x, out=torch.zeros(4, dtype=torch.int32, device=DEV))
+    with pytest.raises(ValueError, match="ids must be"):
+        fused.argmax(x, ids=ids.int())
 
 
 def test_argmax_rejects_bad_out_and_ids():

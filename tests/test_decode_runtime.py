@@ -399,8 +399,8 @@ def test_fused_target_padded_in_projection():
     assert float((hv - ref.view(2, 7, -1)[:, 4:]).norm() / ref.view(2, 7, -1)[:, 4:].norm()) < 1e-5
 
 
-@pytest.mark.parametrize("alpha", [None, 0.5])
-def test_chain_drafting_equals_the_general_form(pair, alpha):
+@pytest.mark.parametrize("mode,alpha", [("specla", None), ("specla", 0.5), ("snapshot", 0.5)])
+def test_chain_drafting_equals_the_general_form(pair, mode, alpha):
     """``_speculate_chain`` (each draft's argmax stored into the window, or into ``drafts`` under
     acceptance control, then ``step_kernels.control_drafts``) drafts what the general ``_speculate``
     drafts at W = 1, from the same committed drafter state, feature and random stream; a draft
@@ -411,7 +411,7 @@ def test_chain_drafting_equals_the_general_form(pair, alpha):
     trace = torch.randint(0, tgt.config.vocab_size, (B, 40), generator=torch.Generator().manual_seed(2))
     for d in (dr, dr.with_draft_vocab(torch.arange(0, 8000, 3))):
         kw = dict(alpha=alpha, trace=trace) if alpha is not None else {}
-        rt = DecodeRuntime(tgt, B, "specla", K, d, output_capacity=20, **kw)
+        rt = DecodeRuntime(tgt, B, mode, K, d, output_capacity=20, **kw)
         rt.prefill(prompts)
         f = torch.randn(B, tgt.config.hidden_size, generator=torch.Generator().manual_seed(4))
         torch.manual_seed(1)
@@ -420,3 +420,11 @@ def test_chain_drafting_equals_the_general_form(pair, alpha):
         torch.manual_seed(1)
         rt._speculate_chain(f)
         assert torch.equal(rt.window[:, 1:], want) and torch.equal(rt.window[:, 0], last)
+
+
+def test_drafter_dtype_must_match_the_target(pair):
+    tm, tgt, _ = pair
+    from vllm_specla.models.drafter import load_eagle_drafter
+
+    with pytest.raises(ValueError, match="dtype must be the target's"):
+        FusedEagle(load_eagle_drafter("models/specla-gdn-tiny/drafter"), tgt, torch.float64, "cpu")

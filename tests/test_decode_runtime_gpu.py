@@ -124,3 +124,39 @@ def test_draft_vocab_on_cuda_matches_cpu(models, size, W):
         assert bool(torch.isin(win[:, :, 1:], ids).all()), dev
     agree = float((res["cpu"][2][:, :, 1:] == res["cuda"][2][:, :, 1:]).float().mean())
     assert agree >= 0.9, f"only {agree:.1%} of the draft tokens agree between CPU and CUDA"
+
+
+@pytest.mark.parametrize("mode", ["specla", "snapshot"])
+def test_acceptance_control_under_cuda_graphs(models, mode):
+    """The acceptance-controlled drafter on CUDA (``step_kernels.control_drafts``'s Triton coins inside the
+    captured step, ``_speculate_chain``): lossless against the AR trace, every draft the trace's token or
+    its + 1, and the mean acceptance length within 0.35 of (1 - alpha^(K+1)) / (1 - alpha) over 8 x 40
+    steps; alpha 0 / 1 (``set_alpha``, no re-capture) give exactly 1 / K + 1."""
+    from vllm_specla.runtime.decode import DecodeRuntime
+    from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget
+
+    tm, dm = models
+    tgt = FusedTarget(tm, torch.float32, "cuda")
+    dr = FusedEagle(dm, tgt, torch.float32, "cuda")
+    B, K, alpha = 8, 4, 0.6
+    prompts = torch.randint(3, 8000, (B, 6), generator=torch.Generator().manual_seed(4))
+    ar = DecodeRuntime(tgt, B, "ar", output_capacity=230)
+    ar.prefill(prompts)
+    ar.run(220)
+    trace = torch.tensor([o[:221] for o in ar.outputs()])
+    rt = DecodeRuntime(tgt, B, mode, K, dr, output_capacity=230, alpha=alpha, trace=trace)
+    rt.capture()
+    rt.prefill(prompts)
+    r = rt.run(40)
+    expect = (1 - alpha ** (K + 1)) / (1 - alpha)
+    assert abs(r.mean_acceptance_length - expect) < 0.35, (r.mean_acceptance_length, expect)
+    for o, t in zip(rt.outputs(), trace.tolist()):
+        assert o == t[: len(o)]
+    n = rt.n.cpu()
+    true = trace.gather(1, (n[:, None] + torch.arange(K)).clamp(max=trace.shape[1] - 1))
+    drafts = rt.window[:, 1:].cpu()
+    assert bool(((drafts == true) | (drafts == (true + 1) % tgt.config.vocab_size)).all())
+    for a, want in ((0.0, 1.0), (1.0, K + 1.0)):
+        rt.set_alpha(a)
+        rt.prefill(prompts)
+        assert rt.run(10).mean_acceptance_length == want

@@ -270,3 +270,14 @@ def test_control_dispatch_and_errors(monkeypatch):
         step_kernels.control_drafts(trace[:1], n, a, s, window, 50)
     with pytest.raises(ValueError, match="n"):
         step_kernels.control_drafts(trace, n.int(), a, s, window, 50)
+    with pytest.raises(ValueError, match="window must be"):
+        step_kernels.control_drafts(trace, n, a, s, window[0], 50)
+    with pytest.raises(ValueError, match="alpha must be"):
+        step_kernels.control_drafts(trace, n, 0.5, s, window, 50)
+    with pytest.raises(ValueError, match="step_i must be"):
+        step_kernels.control_drafts(trace, n, a, s.int(), window, 50)
+    with pytest.raises(ValueError, match="vocab_size"):
+        step_kernels.control_drafts(trace, n, a, s, window, 0)
+    with pytest.raises(ValueError, match="seed"):
+        step_kernels.control_drafts(trace, n, a, s, window, 50, seed=2**31)
+    assert calls == ["torch", "torch"]  # every bad input raised before the dispatch

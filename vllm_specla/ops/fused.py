@@ -312,6 +312,8 @@ def argmax(logits: torch.Tensor, out: torch.Tensor | None = None, ids: torch.Ten
     impl = _triton() if USE_TRITON_ARGMAX and _on_gpu(logits) else None
     if impl is not None and impl.argmax_takes(logits):
         return impl.argmax(logits, out=out, ids=ids)
+    if logits.dim() == 2:
+        check_argmax_out_ids(logits, out, ids)
     idx = logits.argmax(-1)
     if ids is not None:
         idx = ids[idx]
@@ -319,6 +321,23 @@ def argmax(logits: torch.Tensor, out: torch.Tensor | None = None, ids: torch.Ten
         return idx
     out.copy_(idx)
     return out
+
+
+def check_argmax_out_ids(logits: torch.Tensor, out: torch.Tensor | None, ids: torch.Tensor | None) -> None:
+    """:func:`argmax`'s ``out`` / ``ids`` contract for ``logits [N, V]`` (both paths).
+
+    Raises:
+        ValueError: ``out`` not ``[N]`` int64 on ``logits``' device; ``ids`` not a contiguous ``[V]``
+            int64 tensor on it.
+    """
+    N, V = logits.shape
+    if out is not None and (out.shape != (N,) or out.dtype != torch.int64 or out.device != logits.device):
+        raise ValueError(f"argmax: out must be [N] = [{N}] int64 on {logits.device}, got {tuple(out.shape)} "
+                         f"{out.dtype} on {out.device}")
+    if ids is not None and (ids.shape != (V,) or ids.dtype != torch.int64 or ids.device != logits.device
+                            or not ids.is_contiguous()):
+        raise ValueError(f"argmax: ids must be a contiguous [V] = [{V}] int64 tensor on {logits.device}, got "
+                         f"{tuple(ids.shape)} {ids.dtype} on {ids.device} with stride {tuple(ids.stride())}")
 
 
 # The Triton embedding gather (triton_fused.embed) on CUDA (off: torch indexing and cat; bench_e2e.py

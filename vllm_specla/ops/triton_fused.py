@@ -464,15 +464,11 @@ def argmax(x: torch.Tensor, out: torch.Tensor | None = None, ids: torch.Tensor |
         raise ValueError(f"argmax: logits must be bf16 / fp16 / fp32 [N, V] with 1 <= V <= {ARGMAX_MAX_V} and a "
                          f"dense last dim, got {x.dtype} {tuple(x.shape)} stride {tuple(x.stride())}")
     N, V = x.shape
+    from vllm_specla.ops.fused import check_argmax_out_ids  # noqa: PLC0415
+
+    check_argmax_out_ids(x, out, ids)
     if out is None:
         out = torch.empty(N, dtype=torch.int64, device=x.device)
-    elif out.shape != (N,) or out.dtype != torch.int64 or out.device != x.device:
-        raise ValueError(f"argmax: out must be [N] = [{N}] int64 on {x.device}, got {tuple(out.shape)} {out.dtype} "
-                         f"on {out.device}")
-    if ids is not None and (ids.shape != (V,) or ids.dtype != torch.int64 or ids.device != x.device
-                            or not ids.is_contiguous()):
-        raise ValueError(f"argmax: ids must be a contiguous [V] = [{V}] int64 tensor on {x.device}, got "
-                         f"{tuple(ids.shape)} {ids.dtype}")
     if N:
         BV = triton.next_power_of_2(V)
         on = _pdl.enabled(x)

@@ -173,7 +173,10 @@ class DecodeRuntime:
         self.dev = target.embed.device
         self.alpha = alpha
         self.alpha_t = torch.tensor(float(alpha or 0.0), device=target.embed.device)
-        self.trace = trace.to(self.dev) if trace is not None else None
+        self.trace = trace.to(self.dev).contiguous() if trace is not None else None
+        # the Triton coins' key (step_kernels.control_drafts): from torch's generator, so torch.manual_seed
+        # before building the runtime picks them; every run of this runtime draws the same coins per step
+        self.coin_seed = int(torch.randint(0, 2**31 - 1, (1,))) if alpha is not None else 0
         self.use_graphs = (self.dev.type == "cuda") if use_cuda_graphs is None else use_cuda_graphs
         B, T, dev, cfg = self.B, self.T, self.dev, target.config
         self.Lout = output_capacity + T + 1  # last column = dump for rejected positions
@@ -287,7 +290,7 @@ class DecodeRuntime:
             self.dr.draft_tokens(fw, out=cols[:, i + 1])
         if self.alpha is not None:
             step_kernels.control_drafts(self.trace, self.n, self.alpha_t, self.step_i, self.window,
-                                        self.tgt.config.vocab_size)
+                                        self.tgt.config.vocab_size, self.coin_seed)
 
     def _speculate(self, f: torch.Tensor) -> torch.Tensor:
         """Drafts from feature ``f [B, D]``: the first token (top-``W`` for a tree), then ``K - 1``

@@ -253,6 +253,8 @@ class FusedEagle:
 
     def __init__(self, drafter, target: FusedTarget, dtype: torch.dtype, device,
                  draft_vocab: torch.Tensor | None = None):
+        if dtype != target.dtype:  # the drafter's input [embed(x); f] is built in the target's embedding dtype
+            raise ValueError(f"dtype must be the target's ({target.dtype}), got {dtype}")
         self.stack = FusedGDN(drafter.layers, dtype, device)
         self.fc = drafter.fc.weight.detach().to(device=device, dtype=dtype).contiguous()
         self.norm_w = drafter.norm.weight.detach().to(device=device, dtype=torch.float32)

@@ -278,36 +278,50 @@ def _control_kernel():
 _CONTROL_KERNEL = None
 # The Triton kernel on CUDA (off: the torch form; benchmarks/bench_e2e.py --glue-kernels torch)
 USE_TRITON_CONTROL = True
-CONTROL_SEED = 0x5EC1A  # the Triton kernel's Philox key (its counter is the step and the position)
+CONTROL_SEED = 0x5EC1A  # control_drafts' default Philox key (its counter is the step and the position)
 
 
 def control_drafts(trace: torch.Tensor, n: torch.Tensor, alpha: torch.Tensor, step_i: torch.Tensor,
-                   window: torch.Tensor, vocab_size: int) -> None:
+                   window: torch.Tensor, vocab_size: int, seed: int = CONTROL_SEED) -> None:
     """:func:`control_drafts_ref`'s contract; on CUDA with :data:`USE_TRITON_CONTROL` one Triton launch
     (programmatic dependent launch on sm90+) in place of its ~10 torch kernels, the coins from Triton's
-    Philox (``tl.rand``) keyed by :data:`CONTROL_SEED` with the counter ``(step_i * B + b) * K + k``
-    (``step_i``: one-element int64, the step count that :func:`accept_advance` advances), so each step
-    draws fresh coins inside a CUDA graph. Another stream of coins than ``torch.rand``'s: the same
-    law, not the same draws.
+    Philox (``tl.rand``) keyed by ``seed`` (an int in ``[0, 2**31)``; ``DecodeRuntime`` draws one from
+    torch's generator when it is built) with the counter ``(step_i * B + b) * K + k`` (``step_i``:
+    one-element int64, the step count that :func:`accept_advance` advances), so each step draws fresh
+    coins inside a CUDA graph and a run repeats its coins for the same seed. Another stream of coins
+    than ``torch.rand``'s: the same law, not the same draws.
 
     Raises:
         ValueError: ``window`` not ``[B, 1 + K]`` int64, ``trace`` not ``[B, L >= 1]`` int64, ``n`` not
-            ``[B]`` int64, or tensors on different devices.
+            ``[B]`` int64, ``alpha`` not a one-element float tensor, ``step_i`` not a one-element int64
+            tensor, ``vocab_size < 1``, ``seed`` outside ``[0, 2**31)``, tensors on different devices, or
+            (the Triton path) a strided last dim of ``window`` / ``trace`` or a strided ``n``.
     """
     global _CONTROL_KERNEL
+    if not isinstance(window, torch.Tensor) or window.dim() != 2:
+        raise ValueError(f"control_drafts: window must be a [B, 1 + K] int64 tensor, got "
+                         f"{tuple(window.shape) if isinstance(window, torch.Tensor) else type(window).__name__}")
     B, T = window.shape
     if (window.dtype != torch.int64 or trace.dtype != torch.int64 or n.dtype != torch.int64 or T < 2
             or trace.dim() != 2 or trace.shape[0] != B or trace.shape[1] < 1 or tuple(n.shape) != (B,)):
         raise ValueError(f"control_drafts: need window [B, 1 + K >= 2], trace [B, L >= 1] and n [B] int64 (B = {B}); "
                          f"got window {tuple(window.shape)} {window.dtype}, trace {tuple(trace.shape)} {trace.dtype}, "
                          f"n {tuple(n.shape)} {n.dtype}")
+    if not isinstance(alpha, torch.Tensor) or alpha.numel() != 1 or not alpha.dtype.is_floating_point:
+        raise ValueError(f"control_drafts: alpha must be a one-element float tensor (on the device, so it changes "
+                         f"without a re-capture), got {alpha!r}")
+    if not isinstance(step_i, torch.Tensor) or step_i.numel() != 1 or step_i.dtype != torch.int64:
+        raise ValueError(f"control_drafts: step_i must be a one-element int64 tensor, got {step_i!r}")
+    if vocab_size < 1 or not 0 <= seed < 2**31:
+        raise ValueError(f"control_drafts: vocab_size must be >= 1 and seed in [0, 2**31), got {vocab_size}, {seed}")
     if len({t.device for t in (trace, n, alpha, window, step_i)}) != 1:
         raise ValueError("control_drafts: trace, n, alpha, step_i and window must be on one device")
     if not (USE_TRITON_CONTROL and _on_gpu(window)):
         control_drafts_ref(trace, n, alpha, window, vocab_size)
         return
-    if window.stride(1) != 1 or trace.stride(1) != 1 or not n.is_contiguous():
-        raise ValueError("control_drafts: window / trace need a dense last dim and n must be contiguous")
+    for name, ok in (("window", window.stride(1) == 1), ("trace", trace.stride(1) == 1), ("n", n.is_contiguous())):
+        if not ok:
+            raise ValueError(f"control_drafts: {name} needs a dense last dim (n: contiguous) on the Triton path")
     if B == 0:
         return
     if _CONTROL_KERNEL is None:
@@ -320,6 +334,6 @@ def control_drafts(trace: torch.Tensor, n: torch.Tensor, alpha: torch.Tensor, st
     BB = max(1, min(64, triton.next_power_of_2(B)))
     on = _pdl.enabled(window)
     _CONTROL_KERNEL[(triton.cdiv(B, BB),)](trace, n, alpha, step_i, window, B, K, trace.shape[1], vocab_size,
-                                           trace.stride(0), window.stride(0), CONTROL_SEED, BB=BB,
+                                           trace.stride(0), window.stride(0), seed, BB=BB,
                                            BK=max(2, triton.next_power_of_2(K)), PDL=on, num_warps=4,
                                            **_pdl.launch_kw(on))
