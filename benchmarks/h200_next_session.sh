@@ -52,8 +52,8 @@ case "${1:-}" in
   s25d)  # session 25, call 4: the review fixes' GPU tests (the Triton coins keyed per runtime, the acceptance control
         # under CUDA graphs, argmax's out / ids contract); then, as time allows, issue 5's fused commit and step vs
         # replay with today's kernels (last measured in s7d, before sessions 17-23 changed the one-token replay path)
-      pytest_log s25d 150 -rs tests/test_decode_runtime_gpu.py -k "acceptance_control or batch1" \
-          tests/test_step_kernels.py tests/test_argmax_gpu.py tests/test_embed_gpu.py
+      pytest_log s25d_rt 100 -rs tests/test_decode_runtime_gpu.py -k "acceptance_control or batch1"
+      pytest_log s25d 60 -rs tests/test_step_kernels.py tests/test_argmax_gpu.py tests/test_embed_gpu.py
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
       timeout 150 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
       timeout 90 python benchmarks/bench_commit_cuda.py --impls cuda,triton --batches 32,128 \
