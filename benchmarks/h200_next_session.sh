@@ -49,7 +49,7 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s25d)  # session 25, call 4: the review fixes' GPU tests (the Triton coins keyed per runtime, the acceptance control
+  s25d)  # (as run) session 25, call 4: the review fixes' GPU tests (the Triton coins keyed per runtime, the acceptance control
         # under CUDA graphs, argmax's out / ids contract); then, as time allows, issue 5's fused commit and step vs
         # replay with today's kernels (last measured in s7d, before sessions 17-23 changed the one-token replay path)
       pytest_log s25d_rt 100 -rs tests/test_decode_runtime_gpu.py -k "acceptance_control or batch1"
