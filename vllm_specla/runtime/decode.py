@@ -1,4 +1,4 @@
-"""vLLM-free decode runtime with CUDA graphs: AR, SpecLA chain, per-token-snapshot baseline.
+"""vLLM-free decode runtime with CUDA graphs: AR, SpecLA chain / tree, per-token-snapshot baseline.
 
 One :class:`DecodeRuntime` holds a fixed batch of ``B`` requests on state slots ``0..B-1`` and
 decodes them greedily, one *step* at a time; on CUDA each step (target forward, GPU-side
@@ -10,7 +10,9 @@ acceptance, bookkeeping, drafting) is one captured CUDA graph, replayed with no 
   accepted factors folded in first: deferred commit, state written once, factors recorded), accept
   the longest matching prefix ``a`` plus the bonus token, keep ``a + 1`` factors pending;
 * ``"snapshot"``: the vLLM-native baseline: ``1 + K`` full states per request, a state written
-  after every window token, rollback = read snapshot ``a`` next step.
+  after every window token, rollback = read snapshot ``a`` next step;
+* ``"specla"`` with ``tree_width = W > 1``: a draft tree of ``W`` branches of ``K`` tokens, verified by
+  ``ops/tree_verify.py``; the accepted path's factors are compacted into bank order and kept pending.
 
 Drafting (spec modes) uses the EAGLE-style drafter (``models/drafter.py``) on its own state slots:
 it *absorbs* the ``a + 1`` accepted (token, target feature) pairs of the window in one pass of its
@@ -28,8 +30,10 @@ accepted position), so SpecLA output equals AR output up to floating-point ties 
 forward shapes; :meth:`DecodeRuntime.outputs` lets the caller check it.
 
 This runtime drives the same ops as the vLLM path (``ops/chain_verify.py``, ``ops/recover.py``,
-the fused model in :mod:`vllm_specla.runtime.fused_model`) and the same batched device-side
-acceptance, :func:`vllm_specla.core.acceptance.greedy_accept_chain`.
+the fused model in :mod:`vllm_specla.runtime.fused_model`) and the same acceptance rule,
+:func:`vllm_specla.core.acceptance.greedy_accept_chain`: on CUDA a chain step's bookkeeping after
+the verify is one Triton launch (``runtime/step_kernels.py`` ``accept``, whose torch form calls that
+rule), and its drafting glue too (``fused.embed``, ``fused.argmax(out=)``, ``step_kernels.control_drafts``).
 """
 
 from __future__ import annotations

@@ -6,11 +6,12 @@ verify step is 9-11 launches: [RMSNorm +] one in-projection GEMM (q|k|v|gate|a|b
 window, chain verify, gated RMSNorm, ``o_proj`` GEMM with the residual add in the epilogue,
 [RMSNorm +] one gate|up GEMM, SwiGLU, ``down_proj`` GEMM with the residual add. The GEMMs
 (``ops/fused.py`` ``linear`` / ``gated_norm_linear`` / ``silu_mul_linear``) are cuBLAS after the
-norm / SwiGLU kernels, except one-row GEMMs on CUDA (the AR step and the drafter's passes at batch
-1): those run the Triton row GEMV with the RMSNorm, gated RMSNorm and SwiGLU as its prologues and
-the gating as the in-projection's epilogue (6 launches per layer; with programmatic dependent
-launch the AR step at batch 1 takes 1.042 ms against 1.383 with cuBLAS, flame, benchmarks/RESULTS.md
-sessions 11-12). The recurrent and conv math are the
+norm / SwiGLU kernels, except on CUDA: one-row GEMMs (the AR step and the drafter's passes at batch
+1; small weights up to ``GEMV_ROWS_SMALL_MAX_M`` rows) run the Triton row GEMV with the RMSNorm, gated
+RMSNorm and SwiGLU as its prologues and the gating as the in-projection's epilogue (6 launches per
+layer; with programmatic dependent launch the AR step at batch 1 takes 1.011 ms against 1.383 with
+cuBLAS, flame, benchmarks/RESULTS.md sessions 11-12, 25), and 2-8-row bf16 / fp16 GEMMs (batch-1 verify
+windows) the CUDA skinny GEMM once ``ops/_cpp.py`` ``load_cuda_gemm()`` has built it (session 15). The recurrent and conv math are the
 same ops the vLLM path uses (``ops/chain_verify.py``, ``ops/recover.py``); q/k/v, gate, a and b are
 column slices of the one projection output, read in place by the kernels (no copies).
 
