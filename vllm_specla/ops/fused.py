@@ -355,7 +355,9 @@ def embed_ref(weight: torch.Tensor, tokens: torch.Tensor, feats: torch.Tensor | 
 def embed(weight: torch.Tensor, tokens: torch.Tensor, feats: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`embed_ref`: one Triton launch (``triton_fused.embed``) on CUDA with
     :data:`USE_TRITON_EMBED` (``feats`` cast to ``weight.dtype`` first where it differs: the runtime's
-    features are already), torch indexing otherwise (which also raises torch's index errors)."""
+    features are already), torch indexing otherwise (which also raises torch's index errors).
+    ``weight`` may be any row table: the decode runtime also picks the drafter's feature row at the
+    accepted position with it (``embed(fh [B*T, D], b*T + a)``, no torch gather in the graph)."""
     impl = _triton() if USE_TRITON_EMBED and _on_gpu(weight) else None
     if impl is None:
         return embed_ref(weight, tokens, feats)
