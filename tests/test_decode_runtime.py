@@ -14,7 +14,7 @@ import torch
 
 from vllm_specla.core.policy import chain_tau
 from vllm_specla.core.state import allocate_layer_states
-from vllm_specla.runtime.decode import DecodeRuntime, greedy_accept_window
+from vllm_specla.runtime.decode import DecodeRuntime
 from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget, StepCtrl
 
 
@@ -82,20 +82,6 @@ def test_ar_read_mode_outputs_ar_features_and_writes_nothing(pair):
     h_ar = tgt.hidden(tok, states, "ar", StepCtrl.uniform(B, 1, "cpu"))
     assert torch.allclose(h_read, h_ar, atol=1e-6, rtol=1e-5)
     assert not all(torch.equal(st.ssm, ssm) for st, (ssm, _) in zip(states, before))  # "ar" does write
-
-
-def test_greedy_accept_window_matches_core():
-    g = torch.Generator().manual_seed(2)
-    B, K = 64, 4
-    am = torch.randint(0, 3, (B, K + 1), generator=g)
-    window = torch.cat([torch.zeros(B, 1, dtype=torch.long), torch.randint(0, 3, (B, K), generator=g)], 1)
-    a, bonus = greedy_accept_window(window, am)
-    for b in range(B):  # written out: accepted = longest prefix with draft == target argmax
-        m = 0
-        while m < K and int(window[b, m + 1]) == int(am[b, m]):
-            m += 1
-        assert int(a[b]) == m and int(bonus[b]) == int(am[b, m])
-    assert a.min() == 0 and a.max() >= 2  # both ends exercised
 
 
 @pytest.mark.parametrize("K", [1, 3])

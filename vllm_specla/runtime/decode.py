@@ -43,7 +43,6 @@ from dataclasses import dataclass
 
 import torch
 
-from vllm_specla.core.acceptance import greedy_accept_chain
 from vllm_specla.ops.tree_reference import compact_path_factors
 from vllm_specla.core.state import LayerState, allocate_layer_states, layer_state_shapes, stacked_view
 from vllm_specla.ops import fused
@@ -52,23 +51,6 @@ from vllm_specla.runtime import step_kernels
 from vllm_specla.runtime.step_kernels import AcceptBuffers
 
 RUNTIME_MODES = ("ar", "specla", "snapshot")
-
-
-def greedy_accept_window(window: torch.Tensor, argmax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Batched greedy chain acceptance on the device (no host sync).
-
-    Args:
-        window: ``[B, T]`` int64, ``[last token, d_1..d_K]``; argmax: ``[B, T]`` the target's greedy
-            token after each window position.
-    Returns:
-        ``(a [B], bonus [B])``: accepted drafts (longest prefix with ``d_i == argmax[i-1]``) and
-        the bonus token ``argmax[a]`` (ALGORITHMS.md §9, greedy).
-    """
-    B, T = window.shape
-    full = torch.full((B,), T - 1, dtype=torch.long, device=window.device)
-    _, num_emitted = greedy_accept_chain(window[:, 1:], full, argmax)
-    a = num_emitted - 1
-    return a, argmax.gather(1, a[:, None])[:, 0]
 
 
 def greedy_accept_branches(window: torch.Tensor, argmax: torch.Tensor, W: int, K: int) -> tuple[torch.Tensor, torch.Tensor]:
