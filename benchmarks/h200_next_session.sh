@@ -49,6 +49,36 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s26a)  # NEXT SESSION (prepared in session 26, which had no device time left): the final code of sessions 25-26 (no
+        # kernel changed in 26), its runtime GPU tests, then batch 1 (alpha 0.8, K = 4 / 6 / 8) at the full and a
+        # 4000-token draft vocabulary (last measured in s15e, before sessions 16-25 sped up the step), twice in alternation
+      skinny_build
+      pytest_log s26a 150 -rs tests/test_step_kernels.py tests/test_argmax_gpu.py tests/test_embed_gpu.py \
+          tests/test_decode_runtime_gpu.py
+      for R in 1 2; do
+        for DV in 0 4000; do
+          timeout 90 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 4,6,8 --alphas 0.8 --snapshot-ks "" \
+              --skinny-gemm on --draft-vocabs $DV --tag "s26a_dv${DV}_r$R" --out "$OUT/e2e_s26a.jsonl" 2>&1 | \
+              grep "^{" | python -c "$S"
+        done
+      done
+      ;;
+  s26b)  # NEXT SESSION (prepared in session 26): issue 6's snapshot ratios at today's code (last: s14b / s13e), batch
+        # 64 / 256, K = 4, alpha 0.8, both shapes, the CUDA csrc and the skinny GEMM built
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 150 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      skinny_build
+      timeout 400 python benchmarks/bench_e2e.py --shapes map,flame --batches 64,256 --ks 4 --alphas 0.8 --snapshot-ks 4 \
+          --cuda-csrc --skinny-gemm on --tag s26b --out "$OUT/e2e_s26b.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      ;;
+  s26c)  # NEXT SESSION (prepared in session 26): `auto` on the grid at today's code (last: s14e), batch 1 / 16 / 64 /
+        # 256, K = 2 / 4 / 6, alpha 0.8, both shapes, the CUDA csrc and the skinny GEMM built
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 150 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      skinny_build
+      timeout 420 python benchmarks/bench_e2e.py --shapes flame,map --batches 1,16,64,256 --ks 2,4,6 --alphas 0.8 --auto \
+          --snapshot-ks "" --cuda-csrc --skinny-gemm on --tag s26c --out "$OUT/e2e_s26c.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      ;;
   s25d)  # (as run) session 25, call 4: the review fixes' GPU tests (the Triton coins keyed per runtime, the acceptance control
         # under CUDA graphs, argmax's out / ids contract); then, as time allows, issue 5's fused commit and step vs
         # replay with today's kernels (last measured in s7d, before sessions 17-23 changed the one-token replay path)
