@@ -157,12 +157,16 @@ class _Surface:
         self._known = {}
 
     def seed(self, table: Mapping[int, Mapping[int, float]]) -> None:
+        """Seed points ``table[B][x]`` = seconds at batch ``B`` and window-like ``x`` (e.g. a
+        ``step_cost_table``); a cell's observations replace its seed."""
         for b, row in table.items():
             for x, s in row.items():
                 self.seeds[(_bucket(int(b)), int(x))] = (float(b), float(s))
         self._changed()
 
     def observe(self, b: int, x: int, seconds: float) -> None:
+        """One measurement: ``seconds`` at batch ``b`` and window-like ``x``. The cell (batch-size
+        bucket, ``x``) keeps its last ``window`` observations; its value is their median."""
         key = (_bucket(b), x)
         cell = self.cells.setdefault(key, deque(maxlen=self.window))
         cell.append((float(b), float(seconds)))
@@ -190,6 +194,8 @@ class _Surface:
         return known
 
     def estimate(self, b: int, x: int) -> float | None:
+        """Seconds at batch ``b`` and window-like ``x`` as the class docstring describes; None
+        before anything was seeded or observed."""
         pts = self.points()
         if not pts:
             return None

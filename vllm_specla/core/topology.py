@@ -39,6 +39,8 @@ class DraftTree:
 
     @classmethod
     def chain(cls, root: int, drafts: list[int]) -> "DraftTree":
+        """A chain as a tree: node 0 = ``root`` (the last committed token), node ``i`` = ``drafts[i-1]``
+        with parent ``i - 1``."""
         return cls([root] + list(drafts), list(range(-1, len(drafts))))
 
     def __len__(self) -> int:
@@ -46,6 +48,7 @@ class DraftTree:
 
     @property
     def num_drafts(self) -> int:
+        """Draft tokens in the tree (every node but the root)."""
         return len(self.tokens) - 1
 
     def truncated(self, max_depth: int) -> "DraftTree":
@@ -67,9 +70,11 @@ class DraftTree:
         return [self.tokens[j] for j in self.path(best)[1:]]
 
     def children(self, i: int) -> list[int]:
+        """Node indices whose parent is ``i``, ascending."""
         return [c for c, p in enumerate(self.parents) if p == i]
 
     def depth(self, i: int) -> int:
+        """Edges from the root to node ``i`` (the root: 0; draft ``d_k`` of a chain: ``k``)."""
         d = 0
         while self.parents[i] >= 0:
             i = self.parents[i]
@@ -78,6 +83,7 @@ class DraftTree:
 
     @property
     def max_depth(self) -> int:
+        """The deepest node's depth: the most draft tokens one accepted path can hold."""
         return max(self.depth(i) for i in range(len(self)))
 
     def path(self, i: int) -> list[int]:
@@ -93,6 +99,7 @@ class DraftTree:
         return sum(self.logp[j] for j in self.path(i))
 
     def is_chain(self) -> bool:
+        """Whether every node's parent is the node before it (a chain goes to ``chain_verify``)."""
         return self.parents == list(range(-1, len(self) - 1))
 
     def ancestor_mask(self) -> torch.Tensor:
@@ -106,6 +113,7 @@ class DraftTree:
         return m
 
     def dfs_order(self) -> list[int]:
+        """Node indices in depth-first pre-order from the root, children in index order."""
         out, stack = [], [0]
         while stack:
             u = stack.pop()

@@ -243,6 +243,8 @@ class GatedDeltaNetMixer(nn.Module):
         self.o_proj = nn.Linear(d.value_dim, D, bias=False)
 
     def conv_weight(self) -> torch.Tensor | None:
+        """The q / k / v depthwise conv weights as one ``[conv_dim, W]`` tensor (channels in q, k, v
+        order, as the fused in-projection lays them out); None without a short conv."""
         if not self.config.use_short_conv:
             return None
         return torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight], 0)[:, 0, :]
@@ -283,6 +285,9 @@ class GatedMLP(nn.Module):
 
 
 class RMSNormParams(nn.Module):
+    """fla ``RMSNorm`` (weight only, no bias): ``x / rms(x) * weight`` over the last dim, in the
+    input's dtype (``ops.reference.rms_norm``)."""
+
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
@@ -312,6 +317,9 @@ class GatedDeltaNetBlock(nn.Module):
 
 
 class GatedDeltaNetModel(nn.Module):
+    """fla ``GatedDeltaNetModel``'s parameters (``embeddings``, ``layers``, final ``norm``), kept
+    under fla's names so checkpoints load as they are; :class:`GatedDeltaNetForCausalLM` runs them."""
+
     def __init__(self, config: GatedDeltaNetConfig):
         super().__init__()
         self.embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
@@ -346,6 +354,7 @@ class GatedDeltaNetForCausalLM(nn.Module):
         return self.lm_head(hidden).float()
 
     def hidden_sequence(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """``input_ids [B, T]`` -> final-normed features ``[B, T, D]`` from zero state."""
         h = self.model.embeddings(input_ids)
         for layer in self.model.layers:
             h = layer.forward_sequence(h)

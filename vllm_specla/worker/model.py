@@ -235,6 +235,8 @@ class SpeclaGDNForCausalLM(nn.Module, HasInnerState, IsHybrid):
         return self.book
 
     def set_step_plan(self, plan: StepPlan | None) -> None:
+        """The SpecLA plan (prefill / verify rows, slots, windows, banks) the next ``forward`` runs
+        on; set by the model runner before each step, None for plain vLLM batches."""
         self._plan = plan
 
     def commit(self, slots: torch.Tensor, num_accepted: torch.Tensor) -> None:

