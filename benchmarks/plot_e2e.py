@@ -36,6 +36,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("jsonl")
     ap.add_argument("--png", default=None)
+    ap.add_argument("--label", default="", help="appended to each panel's title (e.g. the run / session)")
     args = ap.parse_args()
     recs = load(args.jsonl)
     shapes = [s for s in ("flame", "map", "tiny") if any(r.get("shape") == s for r in recs)]
@@ -61,8 +62,10 @@ def main() -> None:
     for ax, s in zip(axes[0], shapes):
         bk = best_k(recs, s)
         lines = defaultdict(list)
+        ks = sorted({r["K"] for r in recs if r.get("shape") == s and r.get("mode") == "specla"})
+        which = f"K={ks[0]}" if len(ks) == 1 else f"best K of {ks}"
         for (a, B), r in bk.items():
-            lines[f"SpecLA, alpha={a}, best K"].append((B, r["speedup"]))
+            lines[f"SpecLA, alpha={a}, {which}"].append((B, r["speedup"]))
         for r in recs:
             if r.get("shape") == s and r.get("mode") == "specla-auto":
                 lines[f"SpecLA auto K, alpha={r['alpha']}"].append((r["batch"], r["speedup"]))
@@ -76,7 +79,7 @@ def main() -> None:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch (requests)")
         ax.set_ylabel("speedup over AR (tokens/s)")
-        ax.set_title(f"{s}: H200, CUDA graphs, greedy, acceptance-controlled drafter")
+        ax.set_title(f"{s}: H200, CUDA graphs, greedy, acceptance-controlled drafter{args.label}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
