@@ -86,6 +86,44 @@ def test_greedy_tree_equals_ar(models, prompts, ar_out, kind, spec, deferred):
         assert eng.stats.mean_acceptance_length > 1.5  # the greedy path is always kept (best-first)
 
 
+def test_tree_budget_goes_to_the_confident_depth():
+    """Best-first selection over the whole candidate pool (EAGLE-2 style). With vLLM's defaults at
+    K = 4 (top-4, 16 nodes), filling level by level spent the whole budget on depths 1-2 (4 + 16
+    candidates), so draft positions 3-4 were never accepted. With the embedded trained pair (a
+    confident drafter) trees now reach depth 3-4; depth stays capped by each row's ``num_drafts``;
+    kept nodes are ancestor-closed and never score above their parent."""
+    import os
+
+    from transformers import AutoTokenizer
+
+    from vllm_specla.core.drafting import DraftRow
+
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models", "specla-gdn-tiny")
+    target = load_fla_checkpoint(os.path.join(root, "target"))
+    drafter = load_eagle_drafter(os.path.join(root, "drafter"))
+    tok = AutoTokenizer.from_pretrained(os.path.join(root, "target"))
+    texts = ["The capital of France is", "def fibonacci(n):\n    if n", "Once upon a time, there was a",
+             "Write a short poem about the sea."]
+    prompts = [tok(t)["input_ids"] for t in texts]
+    spec = TreeSpec(top_k=4, max_depth=4, node_budget=16)
+    d = EagleDrafterRunner.for_target(drafter, target, 4)
+    d.enable_trees(spec.top_k)
+    rows = []  # EAGLE absorb pairs: (token t + 1, feature t) over the prompt, then the target's next token
+    for i, (p, n) in enumerate(zip(prompts, [4, 4, 4, 2])):
+        with torch.no_grad():
+            f = target.hidden_sequence(torch.tensor([p]))[0]
+        rows.append(DraftRow(slot=i, tokens=p[1:] + [int(target.compute_logits(f[-1:]).argmax())], feats=f,
+                             fresh=True, num_drafts=n))
+    trees = d.step_tree(rows, spec)
+    for t, r in zip(trees, rows):
+        assert 0 < t.num_drafts <= spec.node_budget and t.max_depth <= r.num_drafts
+        for i in range(1, len(t)):
+            assert t.parents[i] == 0 or t.score(t.parents[i]) >= t.score(i)
+    assert trees[3].max_depth == 2  # num_drafts caps the depth
+    assert max(t.max_depth for t in trees[:3]) >= 3, [t.max_depth for t in trees]  # level filling: <= 2
+    assert d.tree_counts["kept"] < d.tree_counts["candidates"]
+
+
 def test_tree_beats_chain_acceptance_at_equal_depth(models, prompts):
     """Perturbed drafter: a top-4 tree of depth 4 accepts at least as much as the depth-4 chain."""
     chain = SpecLAEngine(models["target"], DraftModelDrafter(models["perturbed"], 4), num_speculative_tokens=4,

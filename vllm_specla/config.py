@@ -47,9 +47,10 @@ class SpecLAConfig(BaseModel):
             ``"draft_model"``.
         topology: ``"chain"`` or ``"tree"`` (top-k draft trees of depth <= K, verified in one pass
             with each node's state and conv history taken from its own ancestors).
-        tree_top_k: children per expanded node and beam width per level (tree only; paper: 4).
-        tree_node_budget: most draft nodes per tree (tree only); the state page's factor banks
-            hold ``1 + max(K, tree_node_budget)`` window positions.
+        tree_top_k: children per expanded node and nodes expanded per level (tree only; paper: 4).
+        tree_node_budget: most draft nodes per tree (tree only): the best candidates by cumulative
+            drafter log-prob at any depth up to K (``core/drafting.py`` ``step_tree``); the state
+            page's factor banks hold ``1 + max(K, tree_node_budget)`` window positions.
         prune_tau: confidence pruning (tree only): drop nodes whose cumulative drafter log-prob is
             below the best draft's minus ``prune_tau``; null = no pruning.
         deferred_commit: fold the accepted factors into the state at the start of the next

@@ -53,9 +53,10 @@ class DraftRow:
 
 @dataclass
 class TreeSpec:
-    """Tree drafting shape (ALGORITHMS.md §7): ``top_k`` children per expanded node (also the beam
-    width per level), depth at most ``max_depth`` (<= K), at most ``node_budget`` drafts, and nodes
-    whose cumulative drafter log-prob is below ``best - tau`` are pruned (None: no pruning)."""
+    """Tree drafting shape (ALGORITHMS.md §7): ``top_k`` children per expanded node (also the nodes
+    expanded per level), depth at most ``max_depth`` (<= K), at most ``node_budget`` drafts chosen
+    best-first by cumulative drafter log-prob (:meth:`SlotDrafter.step_tree`), and nodes whose score
+    is below ``best - tau`` are pruned (None: no pruning)."""
 
     top_k: int = 4
     max_depth: int = 4
@@ -148,22 +149,29 @@ class SlotDrafter:
 
     @torch.no_grad()
     def step_tree(self, rows: list[DraftRow], spec: TreeSpec):
-        """Absorb each row's committed inputs, then expand one draft tree per row, level by level.
+        """Absorb each row's committed inputs, then draft one tree per row (ALGORITHMS.md §7; the
+        EAGLE-2 dynamic tree, arXiv 2406.16858 §4).
 
-        The frontier (at most ``top_k`` nodes, best scores first) each proposes its ``top_k`` most
-        likely children; candidates are kept best-first while the tree has fewer than
-        ``node_budget`` drafts and their score is within ``tau`` of the best draft score. A row's
-        depth is capped by ``DraftRow.num_drafts`` (never draft past max_tokens). A frontier node's
-        drafter state lives in a scratch slot (its parent's state, then one step on its token).
+        Expansion, level by level up to ``max_depth`` (capped per row by ``DraftRow.num_drafts``:
+        never draft past max_tokens): the frontier (the level's ``top_k`` best nodes by cumulative
+        drafter log-prob) proposes ``top_k`` children each, all of which join the row's candidate
+        pool. Selection, best-first over the whole pool: :func:`~vllm_specla.core.topology.prune_tree`
+        keeps the ``node_budget`` best candidates whose score is within ``tau`` of the best draft
+        (ancestor-closed: a child never scores above its parent). So the budget goes where the
+        drafter is confident, at any depth, rather than filling the first levels. A frontier node
+        that can no longer be kept (below ``best - tau``, or ``node_budget`` candidates already
+        score above it) is not expanded. A frontier node's drafter state lives in a scratch slot
+        (its parent's state, then one step on its token).
         Returns one :class:`~vllm_specla.core.topology.DraftTree` per row (root = last absorbed).
         """
-        from vllm_specla.core.topology import DraftTree  # noqa: PLC0415
+        from vllm_specla.core.topology import DraftTree, prune_tree  # noqa: PLC0415
 
         if getattr(self, "_tree_width", None) != spec.top_k:
             raise RuntimeError(f"call enable_trees({spec.top_k}) before tree drafting")
-        trees = [DraftTree([r.tokens[-1]], [-1]) for r in rows]
+        pools = [DraftTree([r.tokens[-1]], [-1]) for r in rows]
         if not rows:
-            return trees
+            return pools
+        scores = [[0.0] for _ in rows]  # cumulative drafter log-prob per pool node
         toks = torch.tensor([t for r in rows for t in r.tokens], dtype=torch.int64, device=self.device)
         feats = torch.cat([r.feats for r in rows]).to(self.device) if rows[0].feats is not None else None
         plan = build_step_plan([len(r.tokens) for r in rows], [r.slot for r in rows], [True] * len(rows),
@@ -180,26 +188,28 @@ class SlotDrafter:
             for i, node, lp, feat, dslot in frontier:
                 top = torch.topk(lp, min(spec.top_k, lp.shape[-1]))  # (a draft vocabulary may be smaller)
                 for val, tok in zip(top.values.tolist(), self._tokens(top.indices).tolist()):
-                    cands_by_row.setdefault(i, []).append((trees[i].score(node) + val, node, tok, val, feat, dslot))
+                    cands_by_row.setdefault(i, []).append((scores[i][node] + val, node, tok, val, feat, dslot))
             nxt = []
             for i, cands in cands_by_row.items():
-                tr = trees[i]
+                pool, sc_i = pools[i], scores[i]
                 cands.sort(key=lambda c: -c[0])
-                best = max([tr.score(j) for j in range(1, len(tr))] + [cands[0][0]])
-                kept = []
-                self.tree_counts["candidates"] += len(cands)
+                added = []
                 for sc, parent, tok, val, feat, dslot in cands:
-                    if len(tr) - 1 >= spec.node_budget or (spec.tau is not None and sc < best - spec.tau):
+                    pool.tokens.append(tok)
+                    pool.parents.append(parent)
+                    pool.logp.append(val)
+                    sc_i.append(sc)
+                    added.append((len(pool) - 1, sc, feat, dslot))
+                if depth >= min(spec.max_depth, rows[i].num_drafts):
+                    continue
+                best = max(sc_i[1:])  # at depth 1: scores only fall along a path
+                for rank, (node, sc, feat, dslot) in enumerate(added[:width]):
+                    if spec.tau is not None and sc < best - spec.tau:
+                        break  # (sorted: the rest score lower)
+                    if spec.node_budget is not None and sum(x > sc for x in sc_i) >= spec.node_budget:
                         break
-                    tr.tokens.append(tok)
-                    tr.parents.append(parent)
-                    tr.logp.append(val)
-                    kept.append((len(tr) - 1, feat, dslot))
-                self.tree_counts["kept"] += len(kept)
-                if depth < min(spec.max_depth, rows[i].num_drafts):
-                    for rank, (node, feat, dslot) in enumerate(kept[:width]):
-                        scratch = self.max_requests + rows[i].slot * 2 * width + (depth % 2) * width + rank
-                        nxt.append((i, node, feat, dslot, scratch))
+                    scratch = self.max_requests + rows[i].slot * 2 * width + (depth % 2) * width + rank
+                    nxt.append((i, node, feat, dslot, scratch))
             if not nxt:
                 break
             # one drafter step per new frontier node, from its parent's drafter state: it reads the
@@ -207,15 +217,17 @@ class SlotDrafter:
             # the two frontier banks alternate by depth, so no slot is both read and written)
             src = torch.tensor([x[3] for x in nxt], device=self.device)
             dst = torch.tensor([x[4] for x in nxt], device=self.device)
-            tok = torch.tensor([trees[x[0]].tokens[x[1]] for x in nxt], device=self.device)
+            tok = torch.tensor([pools[x[0]].tokens[x[1]] for x in nxt], device=self.device)
             feat = torch.stack([x[2] for x in nxt]) if nxt[0][2] is not None else None
             plan = build_step_plan([1] * len(nxt), src, [False] * len(nxt), [True] * len(nxt),
                                    speculative=False, device=self.device, out_slots=dst)
             f2, lg2 = self._run(tok, feat, plan)
             lp2 = torch.log_softmax(lg2.float(), -1)
             frontier = [(x[0], x[1], lp2[j], f2[j] if f2 is not None else None, x[4]) for j, x in enumerate(nxt)]
+        trees = [prune_tree(pool, spec.tau, spec.node_budget) for pool in pools]
+        self.tree_counts["candidates"] += sum(len(p) - 1 for p in pools)
+        self.tree_counts["kept"] += sum(len(t) - 1 for t in trees)
         return trees
-
 
 
 class DraftModelDrafter(SlotDrafter):
