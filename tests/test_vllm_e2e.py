@@ -131,9 +131,38 @@ def test_vllm_specla_tree_lossless(tiny_dir, prompts, reference, deferred):
         from vllm.inputs import TokensPrompt
 
         outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts[:4]],
-                            SamplingParams(temperature=0.8, top_p=0.95, max_tokens=12, ignore_eos=True, seed=3),
+                            SamplingParams(temperature=0.8, top_p=0.95, max_tokens=12, ignore_eos=True),
                             use_tqdm=False)
         assert all(len(o.outputs[0].token_ids) == 12 for o in outs)
+        assert c["tree_chain_rows"] == 0
+        # requests whose sampling the tree's own acceptance cannot serve (logits processors, a
+        # per-request seed, logprobs) draft a chain that vLLM's sampler verifies: penalties apply,
+        # seeds reproduce, logprobs are those of the emitted tokens
+        toks = [TokensPrompt(prompt_token_ids=p) for p in prompts[:4]]
+        pen = llm.generate(toks, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, repetition_penalty=1.5),
+                           use_tqdm=False)
+        for p, o in zip(prompts[:4], pen):
+            seq = list(p)
+            with torch.no_grad():
+                for _ in range(12):  # vLLM's repetition penalty: tokens of prompt or output, / or * 1.5
+                    lg = model.forward_sequence(torch.tensor([seq]))[0, -1]
+                    seen = torch.tensor(sorted(set(seq)))
+                    lg[seen] = torch.where(lg[seen] > 0, lg[seen] / 1.5, lg[seen] * 1.5)
+                    seq.append(int(lg.argmax()))
+            assert list(o.outputs[0].token_ids) == seq[len(p):]
+        # (not prompts[2], one token long: vLLM 0.32 schedules it as a spec row and its seeded first token
+        # then varies from run to run with any speculative method, vLLM's ngram too)
+        seeded = [llm.generate([toks[i] for i in (0, 1, 3)], SamplingParams(temperature=0.8, max_tokens=12,
+                                                                            ignore_eos=True, seed=3),
+                               use_tqdm=False) for _ in range(2)]
+        assert [o.outputs[0].token_ids for o in seeded[0]] == [o.outputs[0].token_ids for o in seeded[1]]
+        lp = llm.generate(toks, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=1),
+                          use_tqdm=False)
+        for o, want in zip(lp, _full_sequence_greedy(model, prompts[:4], [12] * 4)):
+            ids = list(o.outputs[0].token_ids)
+            assert ids == want and all(t in d for t, d in zip(ids, o.outputs[0].logprobs))
+        c = llm.collective_rpc("specla_counters")[0]
+        assert c["tree_chain_rows"] > 0
 
 
 def test_vllm_bf16_logits_and_dummy_weights(tiny_dir, prompts):
@@ -155,3 +184,26 @@ def test_vllm_bf16_logits_and_dummy_weights(tiny_dir, prompts):
     with vllm_engine(tiny_dir["target"], skip_tokenizer_init=True, load_format="dummy") as llm:
         out = greedy(llm, prompts[:3], 4)
         assert [len(x) for x in out] == [4, 4, 4]
+
+
+@pytest.mark.parametrize("kw,n_out,ok", [
+    ({"temperature": 0}, 0, True),
+    ({"temperature": 0.8, "top_k": 20, "top_p": 0.9}, 0, True),
+    ({"temperature": 0, "seed": 3}, 0, True),  # greedy: the seed draws nothing
+    ({"temperature": 0.8, "seed": 3}, 0, False),
+    ({"temperature": 0, "repetition_penalty": 1.2}, 0, False),
+    ({"temperature": 0, "presence_penalty": 0.5}, 0, False),
+    ({"temperature": 0, "frequency_penalty": 0.5}, 0, False),
+    ({"temperature": 0, "min_tokens": 8}, 7, False),
+    ({"temperature": 0, "min_tokens": 8}, 8, True),  # no longer masks anything
+    ({"temperature": 0, "logprobs": 0}, 0, False),
+    ({"temperature": 0, "allowed_token_ids": [3, 4]}, 0, False),
+    ({"temperature": 0.8, "min_p": 0.1}, 0, False),
+])
+def test_tree_acceptance_serves_only_plain_sampling(kw, n_out, ok):
+    """Which requests a draft tree may serve (the rest draft a chain for vLLM's sampler)."""
+    from vllm import SamplingParams
+
+    from vllm_specla.worker.proposer import tree_acceptance_serves
+
+    assert tree_acceptance_serves(SamplingParams(**kw), n_out) is ok

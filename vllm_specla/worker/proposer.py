@@ -48,6 +48,30 @@ from vllm_specla.worker.settings import specla_settings
 logger = logging.getLogger("vllm.specla")
 
 
+def tree_acceptance_serves(sp, num_output_tokens: int) -> bool:
+    """Whether the tree path's own acceptance gives exactly what vLLM's sampler would for a request
+    with vLLM ``SamplingParams`` ``sp`` that has ``num_output_tokens`` tokens so far.
+
+    The runner accepts a tree itself (``worker/runner.py`` ``_specla_tree_forward``): the raw
+    logits' argmax, or under temperature the residual rule over ``temperature`` / ``top_k`` /
+    ``top_p`` with one engine-wide generator. That covers neither vLLM's logits processors
+    (presence / frequency / repetition penalties, ``min_tokens`` while it still masks stop tokens,
+    ``logit_bias``, ``allowed_token_ids``, bad words, ``min_p``, structured outputs, custom processors'
+    ``extra_args``, a thinking budget), nor a per-request ``seed``, nor ``logprobs`` (vLLM reports
+    those for the tokens its own sampler picked). Such requests draft a chain instead (the tree's
+    deepest path), which vLLM's rejection sampler verifies with every parameter applied.
+    """
+    if sp is None:
+        return True
+    g = lambda name, default=None: getattr(sp, name, default)  # noqa: E731 (fields differ across vLLM versions)
+    sampled = (g("temperature", 1.0) or 0.0) > 1e-5
+    return not (
+        g("presence_penalty", 0.0) or g("frequency_penalty", 0.0) or g("repetition_penalty", 1.0) != 1.0
+        or (g("min_tokens", 0) or 0) > num_output_tokens or g("min_p", 0.0) or g("logit_bias")
+        or g("allowed_token_ids") or g("bad_words") or g("_bad_words_token_ids") or g("structured_outputs")
+        or g("logprobs") is not None or g("logprob_token_ids") or g("extra_args")
+        or g("thinking_token_budget") is not None or (sampled and g("seed") is not None))
+
 
 class SpeclaProposer:
     """Drafter glue for vLLM's ``custom_class`` hook (``speculative_config.model`` points here)."""
@@ -96,6 +120,7 @@ class SpeclaProposer:
         self._free = list(range(self.max_requests))
         self.tree_spec = None
         self.trees: dict = {}
+        self.tree_chain_rows = 0  # tree topology: rows drafted as a chain (tree_acceptance_serves)
         if self.settings.topology == "tree":
             self.tree_spec = TreeSpec(top_k=self.settings.tree_top_k, max_depth=self.K,
                                       node_budget=self.settings.tree_node_budget, tau=self.settings.prune_tau)
@@ -199,8 +224,12 @@ class SpeclaProposer:
             for i, tree in zip(row_of, self.drafter.step_tree(rows, self.tree_spec)):
                 rid = input_batch.req_ids[i]
                 if tree.num_drafts > 0:
-                    self.trees[rid] = tree
                     drafts[i] = tree.deepest_path()  # what the scheduler reserves; the tree is ours
+                    st = requests.get(rid) if requests else None
+                    if st is None or tree_acceptance_serves(st.sampling_params, len(st.output_token_ids)):
+                        self.trees[rid] = tree
+                    else:  # verified as a chain by vLLM's sampler, every sampling parameter applied
+                        self.tree_chain_rows += 1
             return drafts
         if self.policy is not None:
             return self._draft_with_policy(input_batch, rows, row_of, drafts, pure_decode)

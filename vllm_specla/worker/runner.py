@@ -46,6 +46,7 @@ class SpeclaRunnerMixin:
         if tc:  # tree drafting: candidate / kept nodes -> pruned fraction
             self._specla_counters["tree_candidates"] = tc["candidates"]
             self._specla_counters["tree_kept"] = tc["kept"]
+            self._specla_counters["tree_chain_rows"] = getattr(self.drafter, "tree_chain_rows", 0)
         policy = getattr(getattr(self, "drafter", None), "policy", None)
         if policy is not None:  # num_speculative_tokens "auto": K histogram, timed steps, skipped drafter
             self._specla_counters["policy"] = {**policy.summary(), **self.drafter.policy_counts}
