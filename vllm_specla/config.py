@@ -14,12 +14,13 @@ import json
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, ValidationInfo, field_validator
 
 SPECLA_METHOD = "specla"
 AUTO = "auto"
 DEFAULT_MAX_AUTO_K = 8  # max_num_speculative_tokens when num_speculative_tokens is "auto"
 MAX_K = 16
+MAX_REQUESTS = 65536  # max_num_requests: a sanity bound (each request holds a drafter state slot)
 
 
 class SpecLAConfigError(ValueError):
@@ -58,7 +59,9 @@ class SpecLAConfig(BaseModel):
         recovery: ``"factors"`` (DeltaConstruct from per-token factors). ``"snapshot"`` and
             ``"replay"`` exist only as baselines in ``benchmarks/`` and are refused by the vLLM
             path.
-        max_num_requests: drafter state slots (None: vLLM's ``max_num_seqs``).
+        max_num_requests: the most requests decoding at once, 1..65536: the drafter keeps a state
+            slot per running request. Sets vLLM's ``max_num_seqs`` when that is not given; below
+            a given ``max_num_seqs`` it is an error (``worker/patches.py``). None: ``max_num_seqs``.
         draft_vocab_size: EAGLE drafters only: draft over this many most frequent tokens
             (frequency-ranked draft vocabulary, FR-Spec arXiv 2502.14856; counts from the drafter
             directory's ``token_counts.json``, ``core/draft_vocab.py``), 1..vocab size. Its LM-head
@@ -78,9 +81,9 @@ class SpecLAConfig(BaseModel):
     tree_top_k: int = Field(default=4, ge=1, le=8)
     tree_node_budget: int = Field(default=16, ge=1, le=64)
     prune_tau: float | None = Field(default=None, ge=0)
-    deferred_commit: bool = True
+    deferred_commit: StrictBool = True
     recovery: Literal["factors", "snapshot", "replay"] = "factors"
-    max_num_requests: int | None = Field(default=None, ge=1)
+    max_num_requests: int | None = Field(default=None, ge=1, le=MAX_REQUESTS)
     draft_vocab_size: int | None = Field(default=None, ge=1)
 
     @field_validator("num_speculative_tokens", mode="before")
@@ -164,7 +167,7 @@ class SpecLAConfig(BaseModel):
             return obj
         if isinstance(obj, str):
             s = obj.strip()
-            if s.startswith("{"):
+            if s.startswith(("{", "[")):
                 try:
                     obj = json.loads(s)
                 except json.JSONDecodeError as e:
@@ -172,7 +175,8 @@ class SpecLAConfig(BaseModel):
             else:
                 obj, base_dir = load_json_file(s), os.path.dirname(os.path.abspath(s))
         if not isinstance(obj, dict):
-            raise SpecLAConfigError(f"speculative_config: expected a JSON object, got {type(obj).__name__}")
+            raise SpecLAConfigError(f"speculative_config: expected a JSON object of fields, got {type(obj).__name__} "
+                                    f"{obj!r:.60}")
         # keys starting with "_" are documentation (JSON has no comments), e.g. "_doc" in examples/specla.json
         d = normalize_method({k: v for k, v in obj.items() if not (isinstance(k, str) and k.startswith("_"))},
                              missing_is_specla=True)

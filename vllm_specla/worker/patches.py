@@ -73,11 +73,14 @@ def translate_speculative_config(spec, target_model_config=None) -> tuple[dict |
         return None, None
     if isinstance(spec, str):
         s = spec.strip()
-        if s.startswith("{"):
+        if s.startswith(("{", "[")):
             try:
                 spec = json.loads(s)
             except json.JSONDecodeError as e:
                 raise SpecLAConfigError(f"speculative_config: invalid JSON: {e}") from None
+            if not isinstance(spec, dict):
+                raise SpecLAConfigError(f"speculative_config: expected a JSON object of fields, got "
+                                        f"{type(spec).__name__} {s!r:.60}")
         else:
             spec = load_spec_file(s)
     if not isinstance(spec, dict):
@@ -111,6 +114,27 @@ def translate_speculative_config(spec, target_model_config=None) -> tuple[dict |
     return vllm_spec, cfg.model_dump()
 
 
+def reconcile_max_num_seqs(engine_args, max_num_requests: int | None) -> None:
+    """``max_num_requests`` against vLLM's ``max_num_seqs`` (``EngineArgs``, before vLLM fills in
+    its defaults): the drafter keeps one state slot per running request, so it sets an unset
+    ``max_num_seqs`` and may not be below a given one.
+
+    Raises:
+        SpecLAConfigError: ``max_num_requests`` below the given ``max_num_seqs``.
+    """
+    if max_num_requests is None:
+        return
+    given = getattr(engine_args, "max_num_seqs", None)
+    if given is None:
+        engine_args.max_num_seqs = max_num_requests
+        logger.info("SpecLA: max_num_seqs = speculative_config.max_num_requests = %d", max_num_requests)
+    elif given > max_num_requests:
+        raise SpecLAConfigError(
+            f"speculative_config.max_num_requests={max_num_requests} is below max_num_seqs={given}: the drafter "
+            f"keeps a state slot per running request; raise max_num_requests to >= {given} (or leave it out), "
+            f"or lower --max-num-seqs")
+
+
 def _patch_create_speculative_config() -> None:
     from vllm.engine.arg_utils import EngineArgs  # noqa: PLC0415
 
@@ -122,6 +146,7 @@ def _patch_create_speculative_config() -> None:
         spec, specla = translate_speculative_config(self.speculative_config, target_model_config)
         self.speculative_config = spec
         if specla is not None:
+            reconcile_max_num_seqs(self, specla.get("max_num_requests"))
             if not isinstance(self.additional_config, dict):
                 self.additional_config = dict(self.additional_config or {})
             self.additional_config[ADDITIONAL_CONFIG_KEY] = specla
@@ -146,6 +171,8 @@ def json_or_path(value: str):
     try:
         if s.startswith("{"):
             return json.loads(s)
+        if s.startswith("["):
+            return value  # not an object: create_speculative_config reports it
         return load_spec_file(s)
     except (json.JSONDecodeError, SpecLAConfigError):
         return value

@@ -35,6 +35,7 @@ import time
 import numpy as np
 import torch
 
+from vllm_specla.config import SpecLAConfigError
 from vllm_specla.core.draft_vocab import draft_logits_fn
 from vllm_specla.core.drafting import DraftModelDrafter, DraftRow, EagleDrafterRunner, TreeSpec
 from vllm_specla.core.policy import DraftLengthPolicy, StepCostModel
@@ -89,7 +90,12 @@ class SpeclaProposer:
         self._last_drafts: dict[str, int] = {}  # drafts proposed per request last step
         self._t_end: float | None = None  # end of the last propose_for_batch call (perf_counter)
         self.policy_counts = {"steps_timed": 0, "drafter_skipped": 0}
-        self.max_requests = self.settings.max_num_requests or vllm_config.scheduler_config.max_num_seqs
+        # one drafter state slot per running request: vLLM runs at most max_num_seqs at once
+        # (worker/patches.py reconcile_max_num_seqs made max_num_requests >= it, or set it)
+        self.max_requests = vllm_config.scheduler_config.max_num_seqs
+        if (self.settings.max_num_requests or self.max_requests) < self.max_requests:
+            raise SpecLAConfigError(f"speculative_config.max_num_requests={self.settings.max_num_requests} is below "
+                                    f"max_num_seqs={self.max_requests}")
         self.drafter = None
         self.draft_vocab_size = None  # tokens the EAGLE drafter scores (after load_model)
         self.kind = None
