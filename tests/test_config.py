@@ -268,19 +268,24 @@ def test_misspelled_method_with_specla_fields_names_the_field(method, tiny_dir):
 
 
 def test_max_num_requests_against_max_num_seqs():
-    """The drafter needs a state slot per running request: max_num_requests sets an unset
+    """The drafter needs a state slot per running request: max_num_requests caps vLLM's default
     max_num_seqs, may not be below a given one, and is bounded."""
     from types import SimpleNamespace
 
-    from vllm_specla.worker.patches import reconcile_max_num_seqs
+    from vllm_specla.worker.patches import cap_max_num_seqs, reconcile_max_num_seqs
 
     args = SimpleNamespace(max_num_seqs=None)
     reconcile_max_num_seqs(args, 3)
+    assert args.max_num_seqs is None
+    args.max_num_seqs = 256  # vLLM's default, filled in later
+    cap_max_num_seqs(args)
     assert args.max_num_seqs == 3
     args = SimpleNamespace(max_num_seqs=4)
     reconcile_max_num_seqs(args, 8)
+    cap_max_num_seqs(args)
     assert args.max_num_seqs == 4
     reconcile_max_num_seqs(args, None)
+    cap_max_num_seqs(args)
     assert args.max_num_seqs == 4
     with pytest.raises(SpecLAConfigError, match=r"max_num_requests=2 is below max_num_seqs=4.*--max-num-seqs"):
         reconcile_max_num_seqs(args, 2)

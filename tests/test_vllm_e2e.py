@@ -137,7 +137,8 @@ def test_vllm_specla_tree_lossless(tiny_dir, prompts, reference, deferred):
                             SamplingParams(temperature=0.8, top_p=0.95, max_tokens=12, ignore_eos=True),
                             use_tqdm=False)
         assert all(len(o.outputs[0].token_ids) == 12 for o in outs)
-        assert c["tree_chain_rows"] == 0
+        c = llm.collective_rpc("specla_counters")[0]
+        assert c["tree_chain_rows"] == 0  # plain sampling stays on trees
         # requests whose sampling the tree's own acceptance cannot serve (logits processors, a
         # per-request seed, logprobs) draft a chain that vLLM's sampler verifies: penalties apply,
         # seeds reproduce, logprobs are those of the emitted tokens
@@ -153,19 +154,22 @@ def test_vllm_specla_tree_lossless(tiny_dir, prompts, reference, deferred):
                     lg[seen] = torch.where(lg[seen] > 0, lg[seen] / 1.5, lg[seen] * 1.5)
                     seq.append(int(lg.argmax()))
             assert list(o.outputs[0].token_ids) == seq[len(p):]
+        chain_rows = [c["tree_chain_rows"], llm.collective_rpc("specla_counters")[0]["tree_chain_rows"]]
         # (not prompts[2], one token long: vLLM 0.32 schedules it as a spec row and its seeded first token
         # then varies from run to run with any speculative method, vLLM's ngram too)
         seeded = [llm.generate([toks[i] for i in (0, 1, 3)], SamplingParams(temperature=0.8, max_tokens=12,
                                                                             ignore_eos=True, seed=3),
                                use_tqdm=False) for _ in range(2)]
         assert [o.outputs[0].token_ids for o in seeded[0]] == [o.outputs[0].token_ids for o in seeded[1]]
-        lp = llm.generate(toks, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=1),
+        chain_rows.append(llm.collective_rpc("specla_counters")[0]["tree_chain_rows"])
+        # logprobs=0: only the sampled token's log-prob; a tree row used to report vLLM's own pick
+        lp = llm.generate(toks, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=0),
                           use_tqdm=False)
         for o, want in zip(lp, _full_sequence_greedy(model, prompts[:4], [12] * 4)):
             ids = list(o.outputs[0].token_ids)
             assert ids == want and all(t in d for t, d in zip(ids, o.outputs[0].logprobs))
-        c = llm.collective_rpc("specla_counters")[0]
-        assert c["tree_chain_rows"] > 0
+        chain_rows.append(llm.collective_rpc("specla_counters")[0]["tree_chain_rows"])
+        assert all(b > a for a, b in zip(chain_rows, chain_rows[1:])), chain_rows  # each phase went to chains
 
 
 def test_vllm_bf16_logits_and_dummy_weights(tiny_dir, prompts):

@@ -59,9 +59,10 @@ class SpecLAConfig(BaseModel):
         recovery: ``"factors"`` (DeltaConstruct from per-token factors). ``"snapshot"`` and
             ``"replay"`` exist only as baselines in ``benchmarks/`` and are refused by the vLLM
             path.
-        max_num_requests: the most requests decoding at once, 1..65536: the drafter keeps a state
-            slot per running request. Sets vLLM's ``max_num_seqs`` when that is not given; below
-            a given ``max_num_seqs`` it is an error (``worker/patches.py``). None: ``max_num_seqs``.
+        max_num_requests: the most requests decoding at once per engine (data-parallel rank),
+            1..65536: the drafter keeps a state slot per running request. Caps vLLM's
+            ``max_num_seqs`` (its default is lowered to it); below a ``max_num_seqs`` the user gave
+            it is an error (``worker/patches.py``). None: ``max_num_seqs``.
         draft_vocab_size: EAGLE drafters only: draft over this many most frequent tokens
             (frequency-ranked draft vocabulary, FR-Spec arXiv 2502.14856; counts from the drafter
             directory's ``token_counts.json``, ``core/draft_vocab.py``), 1..vocab size. Its LM-head

@@ -159,8 +159,9 @@ class SlotDrafter:
         keeps the ``node_budget`` best candidates whose score is within ``tau`` of the best draft
         (ancestor-closed: a child never scores above its parent). So the budget goes where the
         drafter is confident, at any depth, rather than filling the first levels. A frontier node
-        that can no longer be kept (below ``best - tau``, or ``node_budget`` candidates already
-        score above it) is not expanded. A frontier node's drafter state lives in a scratch slot
+        whose children can no longer be kept (it is below ``best - tau``, or ``node_budget`` pool
+        nodes, the root counted, score above it) is not expanded: the result equals selecting from
+        the fully expanded pool. A frontier node's drafter state lives in a scratch slot
         (its parent's state, then one step on its token).
         Returns one :class:`~vllm_specla.core.topology.DraftTree` per row (root = last absorbed).
         """

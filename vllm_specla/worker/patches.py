@@ -115,24 +115,29 @@ def translate_speculative_config(spec, target_model_config=None) -> tuple[dict |
 
 
 def reconcile_max_num_seqs(engine_args, max_num_requests: int | None) -> None:
-    """``max_num_requests`` against vLLM's ``max_num_seqs`` (``EngineArgs``, before vLLM fills in
-    its defaults): the drafter keeps one state slot per running request, so it sets an unset
-    ``max_num_seqs`` and may not be below a given one.
+    """Check ``max_num_requests`` against a ``max_num_seqs`` the user gave (``EngineArgs``, before
+    vLLM fills in its defaults) and remember it for :func:`cap_max_num_seqs`. The drafter keeps one
+    state slot per running request of an engine (a data-parallel rank).
 
     Raises:
         SpecLAConfigError: ``max_num_requests`` below the given ``max_num_seqs``.
     """
-    if max_num_requests is None:
-        return
+    engine_args._specla_max_num_requests = max_num_requests
     given = getattr(engine_args, "max_num_seqs", None)
-    if given is None:
-        engine_args.max_num_seqs = max_num_requests
-        logger.info("SpecLA: max_num_seqs = speculative_config.max_num_requests = %d", max_num_requests)
-    elif given > max_num_requests:
+    if max_num_requests is not None and given is not None and given > max_num_requests:
         raise SpecLAConfigError(
             f"speculative_config.max_num_requests={max_num_requests} is below max_num_seqs={given}: the drafter "
             f"keeps a state slot per running request; raise max_num_requests to >= {given} (or leave it out), "
             f"or lower --max-num-seqs")
+
+
+def cap_max_num_seqs(engine_args) -> None:
+    """After vLLM's defaults: ``max_num_seqs = min(max_num_seqs, max_num_requests)`` (lowering it
+    keeps vLLM's ``max_num_batched_tokens >= max_num_seqs``)."""
+    n = getattr(engine_args, "_specla_max_num_requests", None)
+    if n is not None and engine_args.max_num_seqs is not None and engine_args.max_num_seqs > n:
+        logger.info("SpecLA: max_num_seqs %d -> %d (speculative_config.max_num_requests)", engine_args.max_num_seqs, n)
+        engine_args.max_num_seqs = n
 
 
 def _patch_create_speculative_config() -> None:
@@ -145,8 +150,8 @@ def _patch_create_speculative_config() -> None:
     def create_speculative_config(self, target_model_config, target_parallel_config):
         spec, specla = translate_speculative_config(self.speculative_config, target_model_config)
         self.speculative_config = spec
+        reconcile_max_num_seqs(self, specla.get("max_num_requests") if specla is not None else None)
         if specla is not None:
-            reconcile_max_num_seqs(self, specla.get("max_num_requests"))
             if not isinstance(self.additional_config, dict):
                 self.additional_config = dict(self.additional_config or {})
             self.additional_config[ADDITIONAL_CONFIG_KEY] = specla
@@ -156,6 +161,16 @@ def _patch_create_speculative_config() -> None:
 
     create_speculative_config._specla = True
     EngineArgs.create_speculative_config = create_speculative_config
+
+    set_defaults = getattr(EngineArgs, "_set_default_max_num_seqs_and_batched_tokens_args", None)
+    if set_defaults is not None and not getattr(set_defaults, "_specla", False):
+        def set_default_max_num_seqs(self, *args, **kwargs):
+            out = set_defaults(self, *args, **kwargs)
+            cap_max_num_seqs(self)
+            return out
+
+        set_default_max_num_seqs._specla = True
+        EngineArgs._set_default_max_num_seqs_and_batched_tokens_args = set_default_max_num_seqs
 
 
 def json_or_path(value: str):

@@ -55,12 +55,14 @@ def tree_acceptance_serves(sp, num_output_tokens: int) -> bool:
 
     The runner accepts a tree itself (``worker/runner.py`` ``_specla_tree_forward``): the raw
     logits' argmax, or under temperature the residual rule over ``temperature`` / ``top_k`` /
-    ``top_p`` with one engine-wide generator. That covers neither vLLM's logits processors
-    (presence / frequency / repetition penalties, ``min_tokens`` while it still masks stop tokens,
-    ``logit_bias``, ``allowed_token_ids``, bad words, ``min_p``, structured outputs, custom processors'
-    ``extra_args``, a thinking budget), nor a per-request ``seed``, nor ``logprobs`` (vLLM reports
-    those for the tokens its own sampler picked). Such requests draft a chain instead (the tree's
-    deepest path), which vLLM's rejection sampler verifies with every parameter applied.
+    ``top_p`` with one engine-wide generator. That covers neither the logits processors that vLLM
+    0.32's rejection sampler applies to draft positions (presence / frequency / repetition
+    penalties, ``min_tokens`` while it still masks stop tokens, ``allowed_token_ids``, bad words, a
+    thinking budget), nor structured outputs (their grammar mask), nor a per-request ``seed``, nor
+    ``logprobs`` (vLLM reports those for the tokens its own sampler picked). Such requests draft a
+    greedy chain instead, which vLLM's rejection sampler verifies with those applied. (``min_p`` and
+    ``logit_bias`` are refused by vLLM with any speculative method; custom logits processors are
+    not applied to draft positions by vLLM 0.32 either way.)
     """
     if sp is None:
         return True
@@ -70,7 +72,7 @@ def tree_acceptance_serves(sp, num_output_tokens: int) -> bool:
         g("presence_penalty", 0.0) or g("frequency_penalty", 0.0) or g("repetition_penalty", 1.0) != 1.0
         or (g("min_tokens", 0) or 0) > num_output_tokens or g("min_p", 0.0) or g("logit_bias")
         or g("allowed_token_ids") or g("bad_words") or g("_bad_words_token_ids") or g("structured_outputs")
-        or g("logprobs") is not None or g("logprob_token_ids") or g("extra_args")
+        or g("logprobs") is not None or g("logprob_token_ids")
         or g("thinking_token_budget") is not None or (sampled and g("seed") is not None))
 
 
@@ -226,22 +228,34 @@ class SpeclaProposer:
             row_of.append(i)
         drafts: list[list[int]] = [[] for _ in range(n)]
         if self.tree_spec is not None:
-            self.trees = {}
-            for i, tree in zip(row_of, self.drafter.step_tree(rows, self.tree_spec)):
-                rid = input_batch.req_ids[i]
-                if tree.num_drafts > 0:
-                    drafts[i] = tree.deepest_path()  # what the scheduler reserves; the tree is ours
-                    st = requests.get(rid) if requests else None
-                    if st is None or tree_acceptance_serves(st.sampling_params, len(st.output_token_ids)):
-                        self.trees[rid] = tree
-                    else:  # verified as a chain by vLLM's sampler, every sampling parameter applied
-                        self.tree_chain_rows += 1
-            return drafts
+            return self._draft_trees(input_batch, rows, row_of, drafts, requests)
         if self.policy is not None:
             return self._draft_with_policy(input_batch, rows, row_of, drafts, pure_decode)
         outs = self.drafter.step(rows)
         for i, d in zip(row_of, outs):
             drafts[i] = d
+        return drafts
+
+    def _draft_trees(self, input_batch, rows: list[DraftRow], row_of: list[int], drafts, requests):
+        """Tree topology: a tree per row whose sampling the runner's tree acceptance serves
+        (:func:`tree_acceptance_serves`), kept in ``self.trees`` for the runner, its deepest path
+        returned (what the scheduler reserves); the other rows draft a greedy chain that vLLM's
+        rejection sampler verifies. Each row is absorbed once, by one of the two calls."""
+        self.trees = {}
+        plain = []
+        for i in row_of:
+            st = requests.get(input_batch.req_ids[i]) if requests else None
+            plain.append(st is None or tree_acceptance_serves(st.sampling_params, len(st.output_token_ids)))
+        tree_j = [j for j, p in enumerate(plain) if p]
+        chain_j = [j for j, p in enumerate(plain) if not p]
+        for j, tree in zip(tree_j, self.drafter.step_tree([rows[j] for j in tree_j], self.tree_spec)):
+            if tree.num_drafts > 0:
+                self.trees[input_batch.req_ids[row_of[j]]] = tree
+                drafts[row_of[j]] = tree.deepest_path()
+        if chain_j:  # (the tree pass is done with its scratch slots, which the chain pass reuses)
+            for j, d in zip(chain_j, self.drafter.step([rows[j] for j in chain_j])):
+                drafts[row_of[j]] = d
+                self.tree_chain_rows += bool(d)
         return drafts
 
     # ---- draft-length policy ("auto") -------------------------------------------------------------
