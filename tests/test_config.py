@@ -306,3 +306,11 @@ def test_inline_json_that_is_not_an_object(text):
     for parse in (SpecLAConfig.parse, translate_speculative_config):
         with pytest.raises(SpecLAConfigError, match="expected a JSON object of fields, got list"):
             parse(text)
+
+
+@pytest.mark.parametrize("field,want", [("max_num_requests", "1..65536 or null"), ("tree_top_k", "1..8"),
+                                        ("tree_node_budget", "1..64"), ("draft_vocab_size", ">= 1 or null")])
+def test_integer_fields_refuse_booleans(field, want):
+    """pydantic would read ``true`` as 1 (max_num_requests: true capped vLLM at one request)."""
+    with pytest.raises(SpecLAConfigError, match=rf"speculative_config\.{field}: must be an integer {want}"):
+        SpecLAConfig.parse({"num_speculative_tokens": 2, "drafter": "d", field: True})

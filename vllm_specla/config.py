@@ -111,11 +111,16 @@ class SpecLAConfig(BaseModel):
             v = {str(b): {str(t): s for t, s in row.items()} for b, row in load_cost_table(v).items()}
         return v
 
-    @field_validator("draft_vocab_size", mode="before")
+    @field_validator("draft_vocab_size", "max_num_requests", "max_num_speculative_tokens", "tree_top_k",
+                     "tree_node_budget", mode="before")
     @classmethod
-    def _vocab_size_int(cls, v: Any) -> Any:
+    def _int_not_bool(cls, v: Any, info: ValidationInfo) -> Any:
         if isinstance(v, bool):  # pydantic would take true as 1
-            raise ValueError("must be an integer >= 1 (the number of draft tokens) or null")
+            f = cls.model_fields[info.field_name]
+            lo = next((m.ge for m in f.metadata if getattr(m, "ge", None) is not None), 1)
+            hi = next((m.le for m in f.metadata if getattr(m, "le", None) is not None), None)
+            rng = f"an integer {lo}..{hi}" if hi is not None else f"an integer >= {lo}"
+            raise ValueError(f"must be {rng}{' or null' if f.default is None else ''}, not a boolean")
         return v
 
     @field_validator("drafter")
