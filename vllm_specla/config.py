@@ -173,11 +173,8 @@ class SpecLAConfig(BaseModel):
             return obj
         if isinstance(obj, str):
             s = obj.strip()
-            if s.startswith(("{", "[")):
-                try:
-                    obj = json.loads(s)
-                except json.JSONDecodeError as e:
-                    raise SpecLAConfigError(f"speculative_config: invalid JSON: {e}") from None
+            if is_inline_json(s):
+                obj = parse_inline_json(s)
             else:
                 obj, base_dir = load_json_file(s), os.path.dirname(os.path.abspath(s))
         if not isinstance(obj, dict):
@@ -257,6 +254,28 @@ class SpecLAConfig(BaseModel):
             return None if ids.numel() == len(counts) else ids
         except (OSError, ValueError) as e:
             raise SpecLAConfigError(f"speculative_config.draft_vocab_size: {e}") from None
+
+
+def is_inline_json(s: str) -> bool:
+    """Whether a ``speculative_config`` string is inline JSON (an object or, by mistake, an array)
+    rather than a file path."""
+    return s.lstrip().startswith(("{", "["))
+
+
+def parse_inline_json(s: str) -> dict:
+    """An inline ``speculative_config`` JSON string as a dict.
+
+    Raises:
+        SpecLAConfigError: invalid JSON, or JSON that is not an object.
+    """
+    try:
+        obj = json.loads(s)
+    except json.JSONDecodeError as e:
+        raise SpecLAConfigError(f"speculative_config: invalid JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise SpecLAConfigError(f"speculative_config: expected a JSON object of fields, got {type(obj).__name__} "
+                                f"{s.strip()!r:.60}")
+    return obj
 
 
 def load_json_file(path: str) -> dict:

@@ -29,7 +29,8 @@ import logging
 import os
 import sys
 
-from vllm_specla.config import SpecLAConfig, SpecLAConfigError, load_json_file, normalize_method
+from vllm_specla.config import (SpecLAConfig, SpecLAConfigError, is_inline_json, load_json_file, normalize_method,
+                                parse_inline_json)
 from vllm_specla.worker.settings import ADDITIONAL_CONFIG_KEY, PROPOSER_QUALNAME
 
 # under "vllm.": vLLM configures that namespace's handlers, so these lines reach its log
@@ -73,16 +74,7 @@ def translate_speculative_config(spec, target_model_config=None) -> tuple[dict |
         return None, None
     if isinstance(spec, str):
         s = spec.strip()
-        if s.startswith(("{", "[")):
-            try:
-                spec = json.loads(s)
-            except json.JSONDecodeError as e:
-                raise SpecLAConfigError(f"speculative_config: invalid JSON: {e}") from None
-            if not isinstance(spec, dict):
-                raise SpecLAConfigError(f"speculative_config: expected a JSON object of fields, got "
-                                        f"{type(spec).__name__} {s!r:.60}")
-        else:
-            spec = load_spec_file(s)
+        spec = parse_inline_json(s) if is_inline_json(s) else load_spec_file(s)
     if not isinstance(spec, dict):
         return spec, None
     spec = normalize_method({k.replace("-", "_"): v for k, v in spec.items()})
