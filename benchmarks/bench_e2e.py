@@ -150,8 +150,10 @@ def bench_shape(args, shape: str, device: str) -> None:
     t0 = time.time()
     cfg, tgt, dr = build(shape, device, dtype)
     # random weights have no token frequencies: the first Vd ids (the cost does not depend on which)
-    drs = {dv: dr.with_draft_vocab(torch.arange(dv) if dv else None) for dv in args.draft_vocabs}
-    dr = drs[args.draft_vocabs[0]]
+    variants = [(dv, dw) for dv in args.draft_vocabs for dw in args.draft_weights]
+    drs = {(dv, dw): dr.with_draft_vocab(torch.arange(dv) if dv else None).with_draft_weights(dw)
+           for dv, dw in variants}
+    dr = drs[variants[0]]
     gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     print(f"# {shape}: built in {time.time() - t0:.1f}s on {gpu}", flush=True)
     kmax = max(args.ks)
@@ -174,7 +176,7 @@ def bench_shape(args, shape: str, device: str) -> None:
         del ar
         step_s = {1: r_ar.seconds / r_ar.steps}  # window T -> seconds per step (drafting included)
         outcomes = {}  # alpha -> per-step accepted drafts per row, from the K = max run
-        for K, mode, dv in ((K, m, dv) for K in args.ks for m in ("specla", "snapshot") for dv in args.draft_vocabs):
+        for K, mode, dv in ((K, m, dv) for K in args.ks for m in ("specla", "snapshot") for dv in variants):
             if mode == "snapshot" and K not in args.snapshot_ks:
                 continue
             need = B * (spec_state_bytes(cfg, K, mode) + 2 * spec_state_bytes(cfg, 0, "ar") // cfg.num_hidden_layers)
@@ -190,12 +192,13 @@ def bench_shape(args, shape: str, device: str) -> None:
                 r = timed_runtime(rt, prompts, steps)
                 outs = rt.outputs()
                 ok = sum(o == trace[b, : len(o)].tolist() for b, o in enumerate(outs))
-                if mode == "specla" and dv == args.draft_vocabs[0]:
+                if mode == "specla" and dv == variants[0]:
                     step_s[K + 1] = min(step_s.get(K + 1, 1e9), r.seconds / r.steps)
                     if K == kmax:
                         outcomes[a] = rt.acceptance_outcomes()
                 record(args.out, dict(
                     base, mode=mode, K=K, alpha=a, draft_vocab=drs[dv].draft_vocab_size,
+                    draft_weights=drs[dv].draft_weights,
                     step_ms=1e3 * r.seconds / r.steps, tokens_per_s=r.tokens_per_s,
                     ms_per_token=r.ms_per_token(B), tau=r.mean_acceptance_length,
                     tau_expected=chain_tau(a, K), speedup=r.tokens_per_s / ar_tps,
@@ -204,7 +207,7 @@ def bench_shape(args, shape: str, device: str) -> None:
             gc.collect()
             if device == "cuda":
                 torch.cuda.empty_cache()
-            for W in (args.tree_widths if mode == "specla" and dv == args.draft_vocabs[0] else ()):
+            for W in (args.tree_widths if mode == "specla" and dv == variants[0] else ()):
                 # draft trees: W branches of depth K sharing the root
                 rt = DecodeRuntime(tgt, B, "specla", K, drs[dv], output_capacity=L + 2, alpha=args.alphas[0], trace=trace,
                                    tree_width=W, tree_alpha_model=args.tree_alpha_model)
@@ -293,8 +296,10 @@ def bench_trained(args, device: str) -> None:
     tgt, dr = build_trained(device)
     counts = load_token_counts(os.path.join(os.path.dirname(__file__), "..", "models", "specla-gdn-tiny", "drafter")) \
         if any(args.draft_vocabs) else None  # (only read when a draft vocabulary is asked for)
-    drs = {dv: dr.with_draft_vocab(draft_vocab_ids(counts, dv) if dv else None) for dv in args.draft_vocabs}
-    dr = drs[args.draft_vocabs[0]]
+    variants = [(dv, dw) for dv in args.draft_vocabs for dw in args.draft_weights]
+    drs = {(dv, dw): dr.with_draft_vocab(draft_vocab_ids(counts, dv) if dv else None).with_draft_weights(dw)
+           for dv, dw in variants}
+    dr = drs[variants[0]]
     with open(args.prompts) as f:
         all_prompts = json.load(f)
     gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
@@ -312,17 +317,18 @@ def bench_trained(args, device: str) -> None:
                               tokens_per_s=r_ar.tokens_per_s, tau=1.0, speedup=1.0))
         step_s, outcomes = {1: r_ar.seconds / r_ar.steps}, []  # for --auto, as bench_shape
         for K in args.ks:
-            for dv in args.draft_vocabs:
+            for dv in variants:
                 rt = DecodeRuntime(tgt, B, "specla", K, drs[dv], output_capacity=cap)
                 rt.capture()
                 r = timed_runtime(rt, prompts, steps)
                 outs = rt.outputs()
                 ok = agree_rows(outs, ar_out)
                 record(args.out, dict(base, mode="specla", K=K, draft_vocab=drs[dv].draft_vocab_size,
+                                      draft_weights=drs[dv].draft_weights,
                                       step_ms=1e3 * r.seconds / r.steps, tokens_per_s=r.tokens_per_s,
                                       tau=r.mean_acceptance_length, speedup=r.tokens_per_s / r_ar.tokens_per_s,
                                       lossless_rows=f"{ok}/{B}"))
-                if dv == args.draft_vocabs[0]:
+                if dv == variants[0]:
                     step_s[K + 1] = r.seconds / r.steps
                     if K == max(args.ks):
                         outcomes = rt.acceptance_outcomes()
@@ -383,6 +389,9 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--gemv-rows", default=None,
                     help="BN,BK,warps[,pro]: the row GEMV (triton_fused.gemv_rows) for one-row GEMMs at this config "
                          "(bench_blas.py), ',pro': its fused prologues (fused.GEMV_ROWS_PROLOGUE); 'off': cuBLAS")
+    ap.add_argument("--fp8-config", default=None,
+                    help="BN,BK,warps of the row GEMV on float8 weights (triton_fused.GEMV_ROWS_FP8_CONFIG; "
+                         "--draft-weights fp8)")
     ap.add_argument("--rows-max-m", type=int, default=None,
                     help="token rows up to which GEMMs run the row GEMV (triton_fused.GEMV_ROWS_MAX_M; 1..16)")
     ap.add_argument("--gating-epilogue", default=None, choices=["on", "off"],
@@ -438,6 +447,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         triton_fused.GEMV_ROWS_CONFIG = tuple(int(v) for v in cfg[:3])
     if args.rows_max_m is not None:
         triton_fused.GEMV_ROWS_MAX_M = args.rows_max_m
+    if getattr(args, "fp8_config", None):
+        triton_fused.GEMV_ROWS_FP8_CONFIG = tuple(int(v) for v in args.fp8_config.split(","))
     if args.pdl:
         pdl.ENABLED = args.pdl == "on"
     from vllm_specla.ops import _cpp  # noqa: PLC0415
@@ -454,7 +465,7 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         fused.SKINNY_PREFETCH_BYTES = args.skinny_prefetch
     # (s11e's records had None for both the default and "off": the state is read back here)
     return dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG),
-                max_m=triton_fused.GEMV_ROWS_MAX_M, pdl=pdl.enabled(torch.empty(0, device="cuda")),
+                max_m=triton_fused.GEMV_ROWS_MAX_M, fp8_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG), pdl=pdl.enabled(torch.empty(0, device="cuda")),
                 gating=fused.GEMV_ROWS_GATING, triton_argmax=fused.USE_TRITON_ARGMAX,
                 small=[fused.GEMV_ROWS_SMALL_MAX_M, fused.GEMV_ROWS_SMALL_BYTES],
                 skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
@@ -494,6 +505,11 @@ def main() -> None:
                     help="draft vocabulary sizes (frequency-ranked, core/draft_vocab.py) to run SpecLA and snapshots "
                          "with; 0 = the full vocabulary; the first also feeds --auto and trees. Random shapes take "
                          "the first Vd ids (no frequencies; the cost is the same), the trained pair its token counts")
+    ap.add_argument("--draft-weights", default="model",
+                    help="comma list of the drafter's one-token-pass weights to run SpecLA and snapshots with: "
+                         "'model' (the model dtype) and / or 'fp8' (float8 with per-row scales, "
+                         "runtime/fused_model.py FusedEagle); crossed with --draft-vocabs, the first pair feeds "
+                         "--auto and trees")
     ap.add_argument("--out", default=None, help="append JSON lines here")
     ap.add_argument("--dry-cpu", action="store_true", help="tiny shape, eager, CPU: every code path once")
     args = ap.parse_args()
@@ -504,6 +520,12 @@ def main() -> None:
     args.trained_batches = ints(args.trained_batches)
     args.tree_widths = ints(args.tree_widths)
     args.draft_vocabs = ints(args.draft_vocabs) or [0]
+    from vllm_specla.runtime.fused_model import DRAFT_WEIGHTS  # noqa: PLC0415
+
+    args.draft_weights = [w for w in args.draft_weights.split(",") if w] or ["model"]
+    bad = [w for w in args.draft_weights if w not in DRAFT_WEIGHTS]
+    if bad:
+        ap.error(f"--draft-weights: each must be one of {', '.join(DRAFT_WEIGHTS)}, got {', '.join(bad)}")
     device = "cuda" if torch.cuda.is_available() and not args.dry_cpu else "cpu"
     from vllm_specla.ops import chain_verify as cv_mod  # noqa: PLC0415
 
@@ -527,6 +549,7 @@ def main() -> None:
         args.snapshot_ks = [2]
         args.tree_widths = [2]
         args.draft_vocabs = [0, 64]
+        args.draft_weights = ["model", "fp8"]
         args.shapes = "tiny"
     if args.trained:
         if not args.prompts:

@@ -17,7 +17,7 @@
 # phase 5 now called P5 = 1; s8e's VLLM_SPECLA_UT_PREP=loop form was removed after s8e; s9b's e2e ran a conv default of
 # TB = 8 chunks at 1024-channel tiles, replaced after s9b: bench_conv.py still times that config).
 set -u
-S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r.get("alpha"),r.get("tree_width"),r.get("draft_vocab"),round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows"),r.get("tag"),r.get("policy")) for r in map(json.loads,sys.stdin)]'
+S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r.get("alpha"),r.get("tree_width"),r.get("draft_vocab"),r.get("draft_weights"),round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows"),r.get("tag"),r.get("policy")) for r in map(json.loads,sys.stdin)]'
 # the session-15+ skinny GEMM calls: its JIT build, and a GPU test run kept whole under $OUT (s15a's pytest crash was
 # cut from the tail of the output)
 skinny_build() {
@@ -49,6 +49,21 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s27a)  # session 27, call 2 (carry .whl): float8 draft-pass weights (FusedEagle(draft_weights="fp8"), the row GEMV's
+        # w_scale form): its GPU tests, then batch 1 (alpha 0.8, K = 4 / 6 / 8) model vs fp8 draft weights, at the full
+        # and a 4000-token draft vocabulary, two float8 GEMV configs, twice in alternation
+      skinny_build
+      pytest_log s27a 200 -rs tests/test_fused_gpu.py tests/test_fp8_drafter.py tests/test_decode_runtime_gpu.py \
+          -k "fp8 or gemv or batch1 or draft_vocab"
+      for R in 1 2; do
+        timeout 100 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 4,6,8 --alphas 0.8 --snapshot-ks "" \
+            --skinny-gemm on --draft-weights model,fp8 --draft-vocabs 0,4000 --tag "s27a_r$R" \
+            --out "$OUT/e2e_s27a.jsonl" 2>&1 | grep "^{" | python -c "$S"
+        timeout 60 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
+            --skinny-gemm on --draft-weights fp8 --fp8-config 16,1024,8 --tag "s27a_c16_r$R" \
+            --out "$OUT/e2e_s27a.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
+      ;;
   s26a)  # NEXT SESSION (prepared in session 26, which had no device time left): the final code of sessions 25-26 (no
         # kernel changed in 26), its runtime GPU tests, then batch 1 (alpha 0.8, K = 4 / 6 / 8) at the full and a
         # 4000-token draft vocabulary (last measured in s15e, before sessions 16-25 sped up the step), twice in alternation

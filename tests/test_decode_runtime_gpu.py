@@ -27,12 +27,12 @@ def models():
     return load_fla_checkpoint("models/specla-gdn-tiny/target"), load_eagle_drafter("models/specla-gdn-tiny/drafter")
 
 
-def _run(tm, dm, dev, B, K, W, steps, prompts, draft_vocab=None):
+def _run(tm, dm, dev, B, K, W, steps, prompts, draft_vocab=None, draft_weights="model"):
     from vllm_specla.runtime.decode import DecodeRuntime
     from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget
 
     tgt = FusedTarget(tm, torch.float32, dev)
-    dr = FusedEagle(dm, tgt, torch.float32, dev, draft_vocab=draft_vocab)
+    dr = FusedEagle(dm, tgt, torch.float32, dev, draft_vocab=draft_vocab, draft_weights=draft_weights)
     ar = DecodeRuntime(tgt, B, "ar", output_capacity=100)
     ar.prefill(prompts)
     ar.run(80)
@@ -122,6 +122,30 @@ def test_draft_vocab_on_cuda_matches_cpu(models, size, W):
             n = min(len(a), len(s))
             assert n >= steps and a[:n] == s[:n], dev
         assert bool(torch.isin(win[:, :, 1:], ids).all()), dev
+    agree = float((res["cpu"][2][:, :, 1:] == res["cuda"][2][:, :, 1:]).float().mean())
+    assert agree >= 0.9, f"only {agree:.1%} of the draft tokens agree between CPU and CUDA"
+
+
+@pytest.mark.parametrize("B,K,W", [(1, 4, 1), (3, 3, 1), (1, 3, 2)])
+def test_fp8_draft_weights_on_cuda_match_cpu(models, B, K, W, monkeypatch):
+    """Float8 draft-pass weights (``draft_weights="fp8"``) under CUDA graphs: lossless, the float8
+    row GEMV actually runs (``w_scale`` given), and the same drafts as the CPU reference path
+    (``Fp8Weight.ref_linear``; the 90 % rule of the module docstring)."""
+    from vllm_specla.ops import triton_fused
+
+    scaled = []
+    real = triton_fused.gemv_rows
+    monkeypatch.setattr(triton_fused, "gemv_rows",
+                        lambda *a, **k: scaled.append(k.get("w_scale") is not None) or real(*a, **k))
+    tm, dm = models
+    steps = 12
+    prompts = torch.randint(3, 8000, (B, 8), generator=torch.Generator().manual_seed(13))
+    res = {dev: _run(tm, dm, dev, B, K, W, steps, prompts, draft_weights="fp8") for dev in ("cpu", "cuda")}
+    assert any(scaled), "the float8 row GEMV never ran"
+    for dev, (ar_out, sp_out, _) in res.items():
+        for a, sp in zip(ar_out, sp_out):
+            n = min(len(a), len(sp))
+            assert n >= steps and a[:n] == sp[:n], dev
     agree = float((res["cpu"][2][:, :, 1:] == res["cuda"][2][:, :, 1:]).float().mean())
     assert agree >= 0.9, f"only {agree:.1%} of the draft tokens agree between CPU and CUDA"
 

@@ -441,3 +441,70 @@ def test_small_weights_take_the_row_gemv_for_a_few_rows(monkeypatch):
     assert rel(F_ref.linear(x, w2), F_ref.linear_ref(x, w2)) < tol
     assert rel(F_ref.linear(x[:1], w2), F_ref.linear_ref(x[:1], w2)) < tol
     assert [m for m, _, _ in calls] == [1]
+
+
+@pytest.mark.parametrize("M", [1, 3, 17])
+@pytest.mark.parametrize("pro", [None, "rms_norm", "silu_mul", "gated_rms_norm", "gating"])
+@pytest.mark.parametrize("config", [None, (8, 128, 4)])
+def test_gemv_rows_fp8_weights(M, pro, config):
+    """Float8 weights with per-row scales (``w_scale``, W8A16) equal ``Fp8Weight.ref_linear`` after
+    each prologue's reference, with a residual (in place), for 1, 3 and 17 rows (two launches), odd
+    N / K (masked tails); the gating epilogue reads the scaled, rounded outputs. The activations
+    round to x's dtype (bf16 on CUDA, rel < 1e-2; fp32 under the interpreter, rel < 1e-5). The
+    quantization's own error (``quantize_fp8``) is in the CPU tests."""
+    if M == 17 and (config is not None or pro not in (None, "gated_rms_norm")):
+        pytest.skip("compile / interpreter time: two launches at the default config, two prologues")
+    g = torch.Generator().manual_seed(M + len(pro or "") + (config or (0,))[0])
+    dt = torch.bfloat16 if HAVE_CUDA else torch.float32
+    tol = 1e-2 if dt == torch.bfloat16 else 1e-5
+    HV, V, N = 5, 32, 77
+    K = HV * V
+    w8 = F_ref.quantize_fp8((torch.randn(N, K, generator=g) * 0.05).to(DEV), dt)
+    r = torch.randn(M, N, generator=g).to(DEV, dt)
+    kw = dict(config=config, w_scale=w8.scale)
+    if pro == "silu_mul":
+        x = torch.randn(M, 2 * K, generator=g).to(DEV, dt)
+        ref = w8.ref_linear(F_ref.silu_mul_ref(x), r)
+        got = tf.gemv_rows(x, w8.weight, residual=r, prologue="silu_mul", **kw)
+    elif pro == "gated_rms_norm":
+        o = torch.randn(M, HV, V, generator=g).to(DEV)
+        gate = torch.randn(M, K, generator=g).to(DEV, dt)
+        nw = (torch.rand(V, generator=g) + 0.5).to(DEV)
+        got = tf.gemv_rows(o.reshape(M, K).to(dt), w8.weight, nw, 1e-6, r, prologue="gated_rms_norm", gate=gate,
+                           head_dim=V, **kw)
+        ref = w8.ref_linear(F_ref.gated_rms_norm_ref(o.to(dt), gate, nw, 1e-6, "silu", dt), r)
+    else:
+        x = torch.randn(M, K + 3, generator=g).to(DEV, dt)[:, 3:]
+        nw = (torch.rand(K, generator=g) + 0.5).to(DEV) if pro in ("rms_norm", "gating") else None
+        xa = F_ref.rms_norm_ref(x, nw, 1e-6, dt) if nw is not None else x
+        if pro == "gating":
+            HVg, a0 = 6, 31
+            A_log, dt_bias = torch.rand(HVg, generator=g).to(DEV), torch.randn(HVg, generator=g).to(DEV)
+            gb = torch.full((M, 2 * HVg), float("nan"), device=DEV)
+            got = tf.gemv_rows(x, w8.weight, nw, 1e-6, gating=(gb, a0, A_log, dt_bias, False), **kw)
+            g_ref, b_ref = F_ref.gdn_gating_masked_ref(got[:, a0 : a0 + HVg], got[:, a0 + HVg : a0 + 2 * HVg],
+                                                       A_log, dt_bias, False)
+            assert rel(gb[:, :HVg], g_ref) < 1e-5 and rel(gb[:, HVg:], b_ref) < 1e-5
+            ref = w8.ref_linear(xa)
+        else:
+            r2 = r.clone()
+            got = tf.gemv_rows(x, w8.weight, nw, 1e-6, r2, out=r2, **kw)
+            assert got.data_ptr() == r2.data_ptr()
+            ref = w8.ref_linear(xa, r)
+    assert got.dtype == dt and got.shape == (M, N)
+    assert rel(got, ref) < tol
+
+
+def test_gemv_rows_fp8_rejects_bad_scales():
+    """A float8 weight without its scales, scales of the wrong shape / dtype, or scales on a
+    non-float8 weight are refused with the argument named."""
+    w8 = F_ref.quantize_fp8(torch.randn(8, 16).to(DEV))
+    x = torch.randn(1, 16, device=DEV)
+    with pytest.raises(ValueError, match="float8 w needs w_scale"):
+        tf.gemv_rows(x, w8.weight)
+    with pytest.raises(ValueError, match=r"w_scale must be contiguous float32 \[N\] = \[8\]"):
+        tf.gemv_rows(x, w8.weight, w_scale=w8.scale[:4])
+    with pytest.raises(ValueError, match=r"w_scale must be contiguous float32"):
+        tf.gemv_rows(x, w8.weight, w_scale=w8.scale.double())
+    with pytest.raises(ValueError, match="w_scale needs a float8 w"):
+        tf.gemv_rows(x, torch.randn(8, 16, device=DEV), w_scale=w8.scale)

@@ -71,6 +71,99 @@ def linear_ref(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | Non
     return x @ w.t() if residual is None else torch.addmm(residual, x, w.t())
 
 
+# ---------------------------------------------------------------- float8 weights (W8A16) for the drafter's passes
+FP8_MAX = 448.0  # the largest finite torch.float8_e4m3fn
+
+
+class Fp8Weight:
+    """A linear weight stored as float8 e4m3 with one float32 scale per output row (W8A16): row
+    ``n`` is ``weight[n].float() * scale[n]``. The decode runtime's drafter reads its one-token
+    passes' weights in this form (``runtime/fused_model.py`` ``FusedEagle(draft_weights="fp8")``):
+    half the bytes of bf16 per pass at batch 1, where a pass is a weight stream.
+
+    Attributes:
+        weight: ``[N, K]`` ``torch.float8_e4m3fn``, contiguous.
+        scale: ``[N]`` float32, contiguous.
+        dtype: the activation / output dtype (the model's: bf16 on GPU, fp32 in exact tests).
+
+    The ops of this module (:func:`linear`, :func:`linear_gating`, :func:`gated_norm_linear`,
+    :func:`silu_mul_linear`) take it wherever they take a weight: on CUDA the row GEMV
+    (``triton_fused.gemv_rows(w_scale=)``) for any number of rows (16 per launch; a batch-1 option:
+    there is no tensor-core float8 path here), elsewhere :meth:`ref_linear`. Output values are those
+    of :meth:`ref_linear` up to float32 summation order.
+
+    Raises:
+        ValueError: ``weight`` / ``scale`` / ``dtype`` not as above.
+    """
+
+    def __init__(self, weight: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype):
+        if weight.dim() != 2 or weight.dtype != torch.float8_e4m3fn or not weight.is_contiguous():
+            raise ValueError(f"Fp8Weight: weight must be a contiguous [N, K] torch.float8_e4m3fn tensor, got "
+                             f"{tuple(weight.shape)} {weight.dtype}")
+        if scale.shape != weight.shape[:1] or scale.dtype != torch.float32 or not scale.is_contiguous():
+            raise ValueError(f"Fp8Weight: scale must be contiguous float32 [N] = [{weight.shape[0]}], got "
+                             f"{tuple(scale.shape)} {scale.dtype}")
+        if dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise ValueError(f"Fp8Weight: dtype must be torch.bfloat16, torch.float16 or torch.float32, got {dtype}")
+        self.weight, self.scale, self.dtype = weight, scale, dtype
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.weight.shape
+
+    @property
+    def device(self) -> torch.device:
+        return self.weight.device
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the weight and its scales."""
+        return self.weight.numel() + 4 * self.scale.numel()
+
+    def dequantize(self) -> torch.Tensor:
+        """``[N, K]`` float32: ``weight.float() * scale[:, None]``."""
+        return self.weight.float() * self.scale[:, None]
+
+    def ref_linear(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """The row GEMV's math in torch: ``x`` (``[M, K]``, the activations after any prologue)
+        rounded to :attr:`dtype`, ``(x @ weight.T) * scale`` in float32, ``+ residual`` in float32,
+        rounded to :attr:`dtype`: ``[M, N]``."""
+        xr = x.to(self.dtype).float()
+        y = (xr @ self.weight.float().t()) * self.scale
+        if residual is not None:
+            y = y + residual.float()
+        return y.to(self.dtype)
+
+
+def quantize_fp8(w: torch.Tensor, dtype: torch.dtype | None = None) -> Fp8Weight:
+    """Per-output-row symmetric float8 e4m3 quantization of ``w [N, K]`` (any float dtype):
+    ``scale[n] = max_k |w[n, k]| / 448`` (1 for an all-zero row), ``weight = w / scale`` rounded
+    to the nearest e4m3. ``dtype``: the activation dtype of the result (default ``w.dtype``). Each
+    element's error is at most 2^-4 of its magnitude (3 mantissa bits), or 2^-10 of the row's
+    scale below e4m3's normal range. Source: the per-channel float8 weight scheme of vLLM's ``fp8``
+    quantization (``vllm/model_executor/layers/quantization/fp8.py``), weights only.
+
+    Raises:
+        ValueError: ``w`` not 2-D."""
+    if w.dim() != 2:
+        raise ValueError(f"quantize_fp8: w must be [N, K], got {tuple(w.shape)}")
+    wf = w.detach().float()
+    amax = wf.abs().amax(1)
+    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax)).contiguous()
+    q = (wf / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).contiguous()
+    return Fp8Weight(q, scale, dtype or w.dtype)
+
+
+def _fp8_parts(w) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(weight, w_scale)`` for ``triton_fused.gemv_rows``: an :class:`Fp8Weight`'s parts, or ``(w, None)``."""
+    return (w.weight, w.scale) if isinstance(w, Fp8Weight) else (w, None)
+
+
+def _fp8_linear_ref(x: torch.Tensor, w: Fp8Weight, residual: torch.Tensor | None, residual_inplace: bool):
+    y = w.ref_linear(x, residual)
+    return residual.copy_(y) if residual is not None and residual_inplace else y
+
+
 # Row GEMV (CUDA cores, ``triton_fused.gemv_rows``) for rows <= triton_fused.GEMV_ROWS_MAX_M on CUDA:
 # the AR step and the drafter's passes at batch 1. On: the AR step at batch 1 took 1.199 / 1.244 ms
 # (flame / map) against 1.421 / 1.490 with cuBLAS (s11c, RESULTS.md session 11); with programmatic
@@ -118,15 +211,21 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
     ``prefetch``: the weight of the GEMM that runs next in the stream (``[N', K']``, any dtype), or
     None. Where the skinny GEMM runs this one, it prefetches the first
     :data:`SKINNY_PREFETCH_BYTES` of it into L2 as it finishes (:func:`_prefetch_args`); the other
-    paths ignore it. A hint: it changes no value."""
+    paths ignore it. A hint: it changes no value.
+
+    ``w`` may be an :class:`Fp8Weight` (then: the row GEMV for any rows on CUDA, its
+    :meth:`Fp8Weight.ref_linear` elsewhere; output in ``w.dtype``)."""
     impl = _rows_impl(x, w, residual, False, norm_weight)
     if impl is not None:  # the row GEMV (see _rows_impl), the norm its prologue or its own kernel
         if norm_weight is not None and not GEMV_ROWS_PROLOGUE:
             x, norm_weight = rms_norm(x, norm_weight, eps, w.dtype), None
-        return impl.gemv_rows(x, w, norm_weight, eps, residual,
-                              out=residual if residual is not None and residual_inplace else None)
+        ww, wsc = _fp8_parts(w)
+        return impl.gemv_rows(x, ww, norm_weight, eps, residual,
+                              out=residual if residual is not None and residual_inplace else None, w_scale=wsc)
     if norm_weight is not None:
         x = rms_norm(x, norm_weight, eps, w.dtype)
+    if isinstance(w, Fp8Weight):
+        return _fp8_linear_ref(x, w, residual, residual_inplace)
     x = x.to(w.dtype)
     if _skinny_takes(x, w, residual):
         pf, pf_bytes = _prefetch_args(prefetch, w)
@@ -152,14 +251,16 @@ def linear_gating(x, w, norm_weight, eps, a0, A_log, dt_bias, allow_neg_eigval=F
     are column views of one ``[N, 2 HV]`` buffer, as :func:`gdn_gating` returns them. With
     :data:`GEMV_ROWS_GATING` on, a GEMM the row GEMV takes (:func:`_rows_impl`) without
     ``valid_len`` runs it with the gating as its epilogue (the same math on the same rounded
-    outputs); otherwise the two ops run as above. ``prefetch``: as in :func:`linear`."""
+    outputs); otherwise the two ops run as above. ``prefetch``: as in :func:`linear`; ``w`` may be an
+    :class:`Fp8Weight`."""
     impl = _rows_impl(x, w, None, False, norm_weight) if GEMV_ROWS_GATING and valid_len is None else None
     HV = A_log.numel()
     if impl is not None and a0 + 2 * HV <= w.shape[0] and A_log.is_contiguous() and dt_bias.is_contiguous():
         if norm_weight is not None and not GEMV_ROWS_PROLOGUE:
             x, norm_weight = rms_norm(x, norm_weight, eps, w.dtype), None
         gb = torch.empty(x.shape[0], 2 * HV, dtype=torch.float32, device=x.device)
-        p = impl.gemv_rows(x, w, norm_weight, eps, gating=(gb, a0, A_log, dt_bias, allow_neg_eigval))
+        ww, wsc = _fp8_parts(w)
+        p = impl.gemv_rows(x, ww, norm_weight, eps, gating=(gb, a0, A_log, dt_bias, allow_neg_eigval), w_scale=wsc)
         return p, gb[:, :HV], gb[:, HV:]
     p = linear(x, w, norm_weight, eps, prefetch=prefetch)
     g, beta = gdn_gating(p[:, a0 : a0 + HV], p[:, a0 + HV : a0 + 2 * HV], A_log, dt_bias, allow_neg_eigval,
@@ -225,15 +326,21 @@ def _rows_impl(x, w, residual=None, prologue: bool = False, norm_weight=None):
     ``GEMV_ROWS_PROLOGUE`` for a fused prologue), a 2-D ``x`` of at most ``GEMV_ROWS_MAX_M`` rows
     (``GEMV_ROWS_SMALL_MAX_M`` for a weight of at most ``GEMV_ROWS_SMALL_BYTES``) with a dense
     feature dim, a 2-D contiguous ``w``, a ``[rows, N]`` residual with a dense feature
-    dim, a contiguous 1-D ``norm_weight``."""
-    if not (USE_GEMV_ROWS and _on_gpu(x)) or (prologue and not GEMV_ROWS_PROLOGUE):
+    dim, a contiguous 1-D ``norm_weight``. An :class:`Fp8Weight` takes it at any number of rows
+    when ``x`` is in its dtype (``USE_GEMV_ROWS`` aside: there is no other float8 GEMM)."""
+    fp8 = isinstance(w, Fp8Weight)
+    if fp8:
+        if x.dtype != w.dtype:  # (the kernel's output and activation rounding are in x.dtype)
+            return None
+        w = w.weight
+    if not ((USE_GEMV_ROWS or fp8) and _on_gpu(x)) or (prologue and not GEMV_ROWS_PROLOGUE):
         return None
     impl = _triton()
     if impl is None or x.dim() != 2 or x.stride(-1) != 1 or w.dim() != 2 or not w.is_contiguous():
         return None
     M = x.shape[0]
     small = M <= GEMV_ROWS_SMALL_MAX_M and w.numel() * w.element_size() <= GEMV_ROWS_SMALL_BYTES
-    if M > impl.GEMV_ROWS_MAX_M and not small:
+    if M > impl.GEMV_ROWS_MAX_M and not small and not fp8:
         return None
     if residual is not None and (residual.shape != (x.shape[0], w.shape[0]) or residual.stride(-1) != 1):
         return None
@@ -251,18 +358,20 @@ def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual
     is fla ``FusedRMSNormGated`` (:func:`gated_rms_norm_ref`). With ``GEMV_ROWS_PROLOGUE`` on row-GEMV
     CUDA input it is the row GEMV's prologue (one launch instead of two) when ``o`` is dense
     (``[N, HV*V]`` viewable), ``V`` a power of two dividing the config's BK, and ``gate`` 2-D with a
-    dense feature dim; otherwise the two kernels run. ``prefetch``: as in :func:`linear`.
+    dense feature dim; otherwise the two kernels run. ``prefetch``: as in :func:`linear`; ``w`` may be
+    an :class:`Fp8Weight`.
     """
     N, HV, V = o.shape
     on = o.reshape(N, HV * V) if o.stride(-1) == 1 and o.stride(1) == V else None
     impl = _rows_impl(on, w, residual, True, norm_weight) if on is not None else None
-    BK = impl.GEMV_ROWS_CONFIG[1] if impl is not None else 0
+    BK = (impl.GEMV_ROWS_FP8_CONFIG if isinstance(w, Fp8Weight) else impl.GEMV_ROWS_CONFIG)[1] if impl is not None else 0
     if (impl is not None and V & (V - 1) == 0 and (BK <= 0 or BK % V == 0)
             and (gate is None or (gate.dim() == 2 and gate.stride(-1) == 1))):
-        return impl.gemv_rows(on, w, norm_weight, eps, residual,
+        ww, wsc = _fp8_parts(w)
+        return impl.gemv_rows(on, ww, norm_weight, eps, residual,
                               out=residual if residual is not None and residual_inplace else None,
                               prologue="gated_rms_norm", gate=gate, head_dim=V,
-                              gate_act="sigmoid" if act == "sigmoid" else "silu")
+                              gate_act="sigmoid" if act == "sigmoid" else "silu", w_scale=wsc)
     y = gated_rms_norm(o, gate, norm_weight, eps, act, w.dtype)
     return linear(y, w, residual=residual, residual_inplace=residual_inplace, prefetch=prefetch)
 
@@ -271,11 +380,13 @@ def silu_mul_linear(x, w, residual=None, residual_inplace=False, prefetch=None):
     """``linear(silu_mul(x), w, residual=...)``: ``x [N, 2I]``, ``w [out, I]``, ``residual [N, out]``
     (added; in place with ``residual_inplace``); returns ``[N, out]`` in ``w.dtype``. The SwiGLU is
     fla ``GatedMLP``'s (:func:`silu_mul_ref`); with ``GEMV_ROWS_PROLOGUE`` on row-GEMV CUDA input
-    it is the row GEMV's prologue (one launch instead of two). ``prefetch``: as in :func:`linear`."""
+    it is the row GEMV's prologue (one launch instead of two). ``prefetch``: as in :func:`linear`;
+    ``w`` may be an :class:`Fp8Weight`."""
     impl = _rows_impl(x, w, residual, True) if x.dim() == 2 and x.shape[-1] == 2 * w.shape[-1] else None
     if impl is not None:
-        return impl.gemv_rows(x, w, residual=residual, prologue="silu_mul",
-                              out=residual if residual is not None and residual_inplace else None)
+        ww, wsc = _fp8_parts(w)
+        return impl.gemv_rows(x, ww, residual=residual, prologue="silu_mul",
+                              out=residual if residual is not None and residual_inplace else None, w_scale=wsc)
     return linear(silu_mul(x), w, residual=residual, residual_inplace=residual_inplace, prefetch=prefetch)
 
 

@@ -215,10 +215,11 @@ def _gemv_x(x, gate, nw, k0, rk, K, rstd_or_eps, PRO: tl.constexpr, HD: tl.const
 
 
 @triton.jit
-def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A_log, dt_bias, A0, HV,
+def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A_log, dt_bias, A0, HV, ws,
                       MR: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NK: tl.constexpr,
                       PRO: tl.constexpr, HD: tl.constexpr, HAS_GATE: tl.constexpr, GSIG: tl.constexpr,
-                      RES: tl.constexpr, PDL: tl.constexpr, GATING: tl.constexpr, NEG: tl.constexpr):
+                      RES: tl.constexpr, PDL: tl.constexpr, GATING: tl.constexpr, NEG: tl.constexpr,
+                      WS: tl.constexpr):
     # One program per BN weight rows, MR token rows (MP = next power of two >= MR). The K loop is
     # unrolled (NK = cdiv(K, BK) chunks, BK a power of two) and each weight chunk is loaded once and
     # multiplied into every token row in turn (a reduction over the chunk per row, across warps at
@@ -229,6 +230,8 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
     # first measured slower (0.857 against 0.792 ms for the step's GEMMs, flame, s12b).
     # At 2+ rows this form measured 2.2-5x cuBLAS's time (s12b): every row's pass over a chunk is a
     # dependent chain of x loads, layout conversion and reduction, so the dispatch keeps M = 1.
+    # WS: w is float8 with one float32 scale per weight row (ws [N]; W8A16): the activations are rounded
+    # to the output dtype, not to w's, and each row's sum is scaled once after the K loop.
     pid = tl.program_id(0)
     rn = pid * BN + tl.arange(0, BN)
     mn = rn < N
@@ -261,8 +264,11 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
             rs = tl.sum(tl.where(rm == m, rstd, 0.0), 0)
             xk = _gemv_x(x + m * sx, gate + m * sg, nw, k0, rk, K, rs, PRO, HD, HAS_GATE, GSIG, BK)
             # the activation rounded to the weight dtype, as the unfused prologue kernel -> GEMM path has it
-            xk = xk.to(w.dtype.element_ty).to(tl.float32)
+            # (out.dtype is w.dtype except with WS, where it is the activation dtype)
+            xk = xk.to(out.dtype.element_ty).to(tl.float32)
             acc += tl.where(rm[None, :] == m, tl.sum(wf * xk[None, :], 1)[:, None], 0.0)
+    if WS:
+        acc = acc * tl.load(ws + rn, mask=mn, other=0.0)[:, None]
     if RES:
         acc += r0
     y = acc.to(out.dtype.element_ty)
@@ -290,6 +296,9 @@ GEMV_ROWS_MAX_M = 1  # token rows the dispatch gives the row GEMV (2+ rows: 1.15
 # BN, BK (0: one tile, BK = next power of two >= K), num_warps: the best AR step at batch 1 with the
 # prologues fused (s11c); (1, 0, 4) was the best bare GEMM set (s11a / s11b)
 GEMV_ROWS_CONFIG = (8, 1024, 8)
+# float8 weights (w_scale): the same bytes per program as GEMV_ROWS_CONFIG's bf16 chunk (8 rows x 2048 k x 1 byte)
+GEMV_ROWS_FP8_CONFIG = (8, 2048, 8)
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 _PROLOGUES = {None: 0, "rms_norm": 1, "silu_mul": 2, "gated_rms_norm": 3}
 
 
@@ -297,13 +306,20 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
               residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
               config: tuple[int, int, int] | None = None, prologue: str | None = None,
               gate: torch.Tensor | None = None, head_dim: int = 0, gate_act: str = "silu",
-              pdl: bool | None = None, gating: tuple | None = None) -> torch.Tensor:
+              pdl: bool | None = None, gating: tuple | None = None,
+              w_scale: torch.Tensor | None = None) -> torch.Tensor:
     """Decode GEMV on CUDA cores: ``prologue(x) @ w.T [+ residual]`` for ``x [M, *]``, ``M`` small.
 
     Args:
         x: activations, row stride free, dense feature dim, any float dtype: ``[M, K]``, or
             ``[M, 2K]`` for ``prologue="silu_mul"``. Cast to ``w.dtype`` after the prologue.
-        w: ``[N, K]`` row-major weight (``nn.Linear`` layout), bf16 / fp16 / fp32.
+        w: ``[N, K]`` row-major weight (``nn.Linear`` layout), bf16 / fp16 / fp32; or float8
+            (``torch.float8_e4m3fn`` / ``float8_e5m2``) with ``w_scale``.
+        w_scale: ``[N]`` float32, contiguous: ``w`` is float8 and weight row ``n`` is
+            ``w[n].float() * w_scale[n]`` (per-output-row scales, ``fused.quantize_fp8``; W8A16).
+            The output, and the rounding of the activations after the prologue, are then in
+            ``x.dtype`` (bf16 / fp16 / fp32) instead of ``w.dtype``; the scale multiplies each
+            row's float32 sum once, before the residual (``fused.Fp8Weight.ref_linear``).
         norm_weight: the prologue's weight: ``[K]`` for ``"rms_norm"``, ``[head_dim]`` for
             ``"gated_rms_norm"``.
         prologue: ``None``; ``"rms_norm"`` (fla ``RMSNorm`` of the row; implied by ``norm_weight``
@@ -313,7 +329,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
         gate: ``[M, K]`` (dense feature dim) or None, for ``"gated_rms_norm"``.
         gate_act: ``"silu"`` / ``"swish"`` or ``"sigmoid"``.
         residual: optional ``[M, N]`` added in float32 after the product.
-        out: optional ``[M, N]`` output in ``w.dtype``; may be ``residual`` itself (each element is
+        out: optional ``[M, N]`` output in ``w.dtype`` (``x.dtype`` with ``w_scale``); may be ``residual`` itself (each element is
             read, then written, by the same program); must not overlap ``x`` or ``gate``.
         ``w`` must not be written by the kernels just before this call in the stream (under PDL its
         first chunk is read before the wait for them, ``ops/pdl.py``): model weights, set once.
@@ -329,7 +345,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
         norm_weight / gate must be as stated (contiguous ``norm_weight``); ``gate`` and ``head_dim``
         only with ``"gated_rms_norm"``.
     Returns:
-        ``[M, N]`` in ``w.dtype`` (``out`` when given); fp32 accumulation.
+        ``[M, N]`` in ``w.dtype`` (``x.dtype`` with ``w_scale``; ``out`` when given); fp32 accumulation.
     Raises:
         ValueError: a layout or prologue argument outside the above (names the argument).
 
@@ -349,7 +365,20 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
         raise ValueError(f"gemv_rows: need x [M, K] ([M, 2K] for silu_mul) with a dense feature dim and a contiguous "
                          f"w [N, K]; got x {tuple(x.shape)} stride {tuple(x.stride())}, w {tuple(w.shape)}")
     pro = _PROLOGUES[prologue]
-    cfg = tuple(config or GEMV_ROWS_CONFIG)
+    odt = w.dtype
+    if w_scale is not None:
+        if w.dtype not in FP8_DTYPES:
+            raise ValueError(f"gemv_rows: w_scale needs a float8 w ({', '.join(map(str, FP8_DTYPES))}), got {w.dtype}")
+        if w_scale.shape != (N,) or w_scale.dtype != torch.float32 or not w_scale.is_contiguous():
+            raise ValueError(f"gemv_rows: w_scale must be contiguous float32 [N] = [{N}], got {tuple(w_scale.shape)} "
+                             f"{w_scale.dtype}")
+        if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise ValueError(f"gemv_rows: with a float8 w the output dtype is x.dtype, which must be bfloat16, float16 "
+                             f"or float32, got {x.dtype}")
+        odt = x.dtype
+    elif w.dtype in FP8_DTYPES:
+        raise ValueError("gemv_rows: a float8 w needs w_scale (its per-row scales), got w_scale None")
+    cfg = tuple(config or (GEMV_ROWS_FP8_CONFIG if w_scale is not None else GEMV_ROWS_CONFIG))
     if len(cfg) != 3:
         raise ValueError(f"gemv_rows: config must be (BN, BK, num_warps), got {cfg}")
     BN, BK, nw = cfg
@@ -381,9 +410,9 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
         raise ValueError(f"gemv_rows: residual must be [M, N] = [{M}, {N}] with a dense feature dim, got "
                          f"{tuple(residual.shape)} stride {tuple(residual.stride())}")
     if out is None:
-        out = torch.empty(M, N, dtype=w.dtype, device=x.device)
-    if out.shape != (M, N) or out.stride(1) != 1 or out.dtype != w.dtype:
-        raise ValueError(f"gemv_rows: out must be [M, N] = [{M}, {N}] in w.dtype {w.dtype} with a dense feature dim, "
+        out = torch.empty(M, N, dtype=odt, device=x.device)
+    if out.shape != (M, N) or out.stride(1) != 1 or out.dtype != odt:
+        raise ValueError(f"gemv_rows: out must be [M, N] = [{M}, {N}] in {odt} with a dense feature dim, "
                          f"got {tuple(out.shape)} {out.dtype} stride {tuple(out.stride())}")
     if M == 0:
         return out
@@ -409,6 +438,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
             gb[m0:] if gating is not None else gb, A_log, dt_bias, a0, HV, GATING=gating is not None, NEG=bool(neg),
             MR=mr, MP=triton.next_power_of_2(mr), BN=BN, BK=BK, NK=NK, PRO=pro, HD=max(head_dim, 1),
             HAS_GATE=has_gate, GSIG=gate_act == "sigmoid", RES=residual is not None, PDL=on, num_warps=nw,
+            ws=w_scale if w_scale is not None else w, WS=w_scale is not None,
             **_pdl.launch_kw(on))
     return out
 

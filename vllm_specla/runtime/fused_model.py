@@ -147,6 +147,18 @@ class FusedGDN:
         self.dims = self.layers[0].dims
         self.config = self.layers[0].config
 
+    def quantized(self) -> FusedGDN:
+        """The same stack with its four GEMM weights per layer (in-projection, ``o_proj``, gate|up,
+        ``down_proj``) as per-row float8 :class:`~vllm_specla.ops.fused.Fp8Weight` (``quantize_fp8``;
+        activations stay in :attr:`dtype`). Norm, conv and gating parameters are shared, not copied."""
+        new = copy.copy(self)
+        new.layers = []
+        for L in self.layers:
+            q = copy.copy(L)
+            q.w_in, q.w_o, q.w_gu, q.w_down = (fused.quantize_fp8(w) for w in (L.w_in, L.w_o, L.w_gu, L.w_down))
+            new.layers.append(q)
+        return new
+
     def layer_forward(self, h: torch.Tensor, L: _Layer, st: LayerState, mode: str, ctrl: StepCtrl, T: int,
                       snap: torch.Tensor | None = None, next_w: torch.Tensor | None = None) -> torch.Tensor:
         """One block on ``h [B*T, D]`` (the residual stream, ``dtype``); returns the new stream.
@@ -246,14 +258,32 @@ class FusedTarget:
         return fused.linear(hidden, self.lm_head)
 
 
+DRAFT_WEIGHTS = ("model", "fp8")
+
+
 class FusedEagle:
     """The EAGLE-style drafter (``models/drafter.py``) on :class:`FusedGDN`: ``fc([embed(x); f])``,
     its block(s), final norm; logits through the target's LM head, or through the rows of a
     frequency-ranked draft vocabulary (``draft_vocab``: ``[Vd]`` ascending token ids,
-    ``core/draft_vocab.py``; None = the full vocabulary)."""
+    ``core/draft_vocab.py``; None = the full vocabulary).
+
+    ``draft_weights``: ``"model"`` (the model dtype everywhere) or ``"fp8"``: the one-token passes
+    (every draft pass: ``hidden`` with ``T = 1``, and the draft logits of :meth:`draft_tokens`) read
+    float8 copies of the drafter's GEMM weights and of its LM head rows, one float32 scale per
+    output row (``ops/fused.py`` ``quantize_fp8``, W8A16: activations, norms, states stay as they
+    were). At batch 1 a draft pass streams its weights once, so it streams half the bytes
+    (benchmarks/RESULTS.md "Session 27"). The drafter's multi-token passes (its absorb of the
+    accepted window, its prefill) keep the model dtype. Verification is untouched, so output is
+    unchanged (lossless); only which tokens get drafted can change (the trained pair's acceptance
+    in RESULTS.md). On CUDA the float8 GEMMs run the row GEMV at every batch (no tensor-core float8
+    GEMM here), so it is a batch-1 option; off CUDA the torch reference (``Fp8Weight.ref_linear``).
+
+    Raises:
+        ValueError: ``dtype`` not the target's; ``draft_weights`` not in :data:`DRAFT_WEIGHTS`.
+    """
 
     def __init__(self, drafter, target: FusedTarget, dtype: torch.dtype, device,
-                 draft_vocab: torch.Tensor | None = None):
+                 draft_vocab: torch.Tensor | None = None, draft_weights: str = "model"):
         if dtype != target.dtype:  # the drafter's input [embed(x); f] is built in the target's embedding dtype
             raise ValueError(f"dtype must be the target's ({target.dtype}), got {dtype}")
         self.stack = FusedGDN(drafter.layers, dtype, device)
@@ -263,11 +293,37 @@ class FusedEagle:
         self.target = target
         self.dtype = dtype
         self.head = draft_head(target.lm_head, draft_vocab, target.lm_head.shape[0])
+        self.draft_weights = "model"
+        self.stack8 = self.fc8 = self.head8 = None
+        self._set_draft_weights(draft_weights)
+
+    def _set_draft_weights(self, draft_weights: str) -> None:
+        if draft_weights not in DRAFT_WEIGHTS:
+            raise ValueError(f"draft_weights must be one of {DRAFT_WEIGHTS}, got {draft_weights!r}")
+        self.draft_weights = draft_weights
+        if draft_weights == "model":
+            self.stack8 = self.fc8 = self.head8 = None
+            return
+        if self.stack8 is None:
+            self.stack8, self.fc8 = self.stack.quantized(), fused.quantize_fp8(self.fc)
+        self.head8 = fused.quantize_fp8(self.target.lm_head if self.head is None else self.head.weight)
 
     def with_draft_vocab(self, draft_vocab: torch.Tensor | None) -> "FusedEagle":
         """The same drafter (weights shared) with another draft vocabulary (None = full)."""
         new = copy.copy(self)
         new.head = draft_head(self.target.lm_head, draft_vocab, self.target.lm_head.shape[0])
+        if new.draft_weights == "fp8":
+            new.head8 = fused.quantize_fp8(new.target.lm_head if new.head is None else new.head.weight)
+        return new
+
+    def with_draft_weights(self, draft_weights: str) -> FusedEagle:
+        """The same drafter and draft vocabulary with other draft-pass weights (``"model"`` /
+        ``"fp8"``; the block weights are shared, float8 copies made on first use).
+
+        Raises:
+            ValueError: ``draft_weights`` not in :data:`DRAFT_WEIGHTS`."""
+        new = copy.copy(self)
+        new._set_draft_weights(draft_weights)
         return new
 
     @property
@@ -280,7 +336,10 @@ class FusedEagle:
         into ``out``, ``[N]`` int64 of any stride, when given: ``fused.argmax`` maps the draft
         vocabulary's ids and stores in its one launch), or the top-``width`` ``[N * width]``
         (row-major) for a tree's first level (``out`` must then be None)."""
-        logits = self.target.logits(f) if self.head is None else fused.linear(f, self.head.weight)
+        if self.head8 is not None:
+            logits = fused.linear(f, self.head8)
+        else:
+            logits = self.target.logits(f) if self.head is None else fused.linear(f, self.head.weight)
         if width == 1:
             return fused.argmax(logits, out=out, ids=None if self.head is None else self.head.ids)
         if out is not None:
@@ -289,9 +348,12 @@ class FusedEagle:
         return idx if self.head is None else self.head.to_target(idx)
 
     def hidden(self, tokens: torch.Tensor, feats: torch.Tensor, states, mode: str, ctrl: StepCtrl) -> torch.Tensor:
-        """``tokens [B, T]``, ``feats [B*T, D]`` -> predicted next features ``[B*T, D]``."""
+        """``tokens [B, T]``, ``feats [B*T, D]`` -> predicted next features ``[B*T, D]`` (the float8
+        weights for ``T = 1`` with ``draft_weights="fp8"``)."""
         B, T = tokens.shape
-        h = fused.linear(fused.embed(self.target.embed, tokens, feats), self.fc, prefetch=self.stack.layers[0].w_in)
-        h = self.stack.forward(h, states, mode, ctrl, T,
-                               tail_w=self.target.lm_head if self.head is None else self.head.weight)
+        q = self.stack8 is not None and T == 1
+        stack, fc = (self.stack8, self.fc8) if q else (self.stack, self.fc)
+        h = fused.linear(fused.embed(self.target.embed, tokens, feats), fc, prefetch=stack.layers[0].w_in)
+        h = stack.forward(h, states, mode, ctrl, T,
+                          tail_w=self.target.lm_head if self.head is None else self.head.weight)
         return fused.rms_norm(h, self.norm_w, self.eps, self.dtype)
