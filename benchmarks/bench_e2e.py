@@ -392,6 +392,9 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--fp8-config", default=None,
                     help="BN,BK,warps of the row GEMV on float8 weights (triton_fused.GEMV_ROWS_FP8_CONFIG; "
                          "--draft-weights fp8)")
+    ap.add_argument("--fp8-max-tokens", type=int, default=None,
+                    help="drafter passes of at most this many tokens per row read the float8 weights with "
+                         "--draft-weights fp8 (runtime/fused_model.py FP8_MAX_TOKENS; 1: draft passes only)")
     ap.add_argument("--rows-max-m", type=int, default=None,
                     help="token rows up to which GEMMs run the row GEMV (triton_fused.GEMV_ROWS_MAX_M; 1..16)")
     ap.add_argument("--gating-epilogue", default=None, choices=["on", "off"],
@@ -414,6 +417,12 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
                          "session 25)")
     ap.add_argument("--argmax", default=None, choices=["triton", "torch"],
                     help="greedy tokens by our Triton argmax or torch's (fused.USE_TRITON_ARGMAX)")
+
+
+def _fp8_max_tokens() -> int:
+    from vllm_specla.runtime import fused_model  # noqa: PLC0415
+
+    return fused_model.FP8_MAX_TOKENS
 
 
 def apply_kernel_flags(args, device: str) -> dict | None:
@@ -447,6 +456,10 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         triton_fused.GEMV_ROWS_CONFIG = tuple(int(v) for v in cfg[:3])
     if args.rows_max_m is not None:
         triton_fused.GEMV_ROWS_MAX_M = args.rows_max_m
+    if getattr(args, "fp8_max_tokens", None) is not None:
+        from vllm_specla.runtime import fused_model  # noqa: PLC0415
+
+        fused_model.FP8_MAX_TOKENS = args.fp8_max_tokens
     if getattr(args, "fp8_config", None):
         triton_fused.GEMV_ROWS_FP8_CONFIG = tuple(int(v) for v in args.fp8_config.split(","))
     if args.pdl:
@@ -465,7 +478,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         fused.SKINNY_PREFETCH_BYTES = args.skinny_prefetch
     # (s11e's records had None for both the default and "off": the state is read back here)
     return dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG),
-                max_m=triton_fused.GEMV_ROWS_MAX_M, fp8_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG), pdl=pdl.enabled(torch.empty(0, device="cuda")),
+                max_m=triton_fused.GEMV_ROWS_MAX_M, fp8_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG),
+                fp8_max_tokens=_fp8_max_tokens(), pdl=pdl.enabled(torch.empty(0, device="cuda")),
                 gating=fused.GEMV_ROWS_GATING, triton_argmax=fused.USE_TRITON_ARGMAX,
                 small=[fused.GEMV_ROWS_SMALL_MAX_M, fused.GEMV_ROWS_SMALL_BYTES],
                 skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,

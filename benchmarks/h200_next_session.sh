@@ -51,7 +51,8 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
 case "${1:-}" in
   s27a)  # session 27, call 2 (carry .whl): float8 draft-pass weights (FusedEagle(draft_weights="fp8"), the row GEMV's
         # w_scale form): its GPU tests, then batch 1 (alpha 0.8, K = 4 / 6 / 8) model vs fp8 draft weights at the full and
-        # a 4000-token draft vocabulary; a second float8 GEMV config at K = 6; the full vocabulary again
+        # a 4000-token draft vocabulary; at K = 6 a second float8 GEMV config, the absorb pass on float8 too
+        # (--fp8-max-tokens 16), and model / fp8 again
       skinny_build
       pytest_log s27a 120 -rs tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py -k "fp8 or batch1_row_gemv"
       timeout 170 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 4,6,8 --alphas 0.8 --snapshot-ks "" \
@@ -60,7 +61,10 @@ case "${1:-}" in
       timeout 60 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
           --skinny-gemm on --draft-weights fp8 --fp8-config 16,1024,8 --tag s27a_c16 \
           --out "$OUT/e2e_s27a.jsonl" 2>&1 | grep "^{" | python -c "$S"
-      timeout 120 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 4,6,8 --alphas 0.8 --snapshot-ks "" \
+      timeout 60 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
+          --skinny-gemm on --draft-weights fp8 --fp8-max-tokens 16 --tag s27a_mt16 \
+          --out "$OUT/e2e_s27a.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      timeout 70 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
           --skinny-gemm on --draft-weights fp8,model --tag s27a_r2 \
           --out "$OUT/e2e_s27a.jsonl" 2>&1 | grep "^{" | python -c "$S"
       ;;

@@ -259,6 +259,9 @@ class FusedTarget:
 
 
 DRAFT_WEIGHTS = ("model", "fp8")
+# With draft_weights="fp8": drafter passes of at most this many tokens per row read the float8 weights (1: the draft
+# passes only; K + 1 and more: also the absorb window). A measured choice (benchmarks/RESULTS.md "Session 27")
+FP8_MAX_TOKENS = 1
 
 
 class FusedEagle:
@@ -268,7 +271,8 @@ class FusedEagle:
     ``core/draft_vocab.py``; None = the full vocabulary).
 
     ``draft_weights``: ``"model"`` (the model dtype everywhere) or ``"fp8"``: the one-token passes
-    (every draft pass: ``hidden`` with ``T = 1``, and the draft logits of :meth:`draft_tokens`) read
+    (every draft pass: ``hidden`` with ``T <=`` :data:`FP8_MAX_TOKENS`, 1 by default, and the draft
+    logits of :meth:`draft_tokens`) read
     float8 copies of the drafter's GEMM weights and of its LM head rows, one float32 scale per
     output row (``ops/fused.py`` ``quantize_fp8``, W8A16: activations, norms, states stay as they
     were). At batch 1 a draft pass streams its weights once, so it streams half the bytes
@@ -349,9 +353,9 @@ class FusedEagle:
 
     def hidden(self, tokens: torch.Tensor, feats: torch.Tensor, states, mode: str, ctrl: StepCtrl) -> torch.Tensor:
         """``tokens [B, T]``, ``feats [B*T, D]`` -> predicted next features ``[B*T, D]`` (the float8
-        weights for ``T = 1`` with ``draft_weights="fp8"``)."""
+        weights for ``T <= FP8_MAX_TOKENS`` with ``draft_weights="fp8"``)."""
         B, T = tokens.shape
-        q = self.stack8 is not None and T == 1
+        q = self.stack8 is not None and T <= FP8_MAX_TOKENS
         stack, fc = (self.stack8, self.fc8) if q else (self.stack, self.fc)
         h = fused.linear(fused.embed(self.target.embed, tokens, feats), fc, prefetch=stack.layers[0].w_in)
         h = stack.forward(h, states, mode, ctrl, T,
