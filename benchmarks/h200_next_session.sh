@@ -49,6 +49,16 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s27b)  # session 27, call 3 (carry .whl): s27a found the float8 draft passes at ~2.45 TB/s of float8 bytes against the bf16
+        # row GEMV's ~3.36: the float8 GEMV config, batch 1, K = 6, flame and map (the first with model weights too)
+      skinny_build
+      for C in 8,2048,8 8,2048,4 4,2048,4 16,2048,16 8,1024,4 32,512,8; do
+        DW=fp8; [ "$C" = 8,2048,8 ] && DW=model,fp8
+        timeout 60 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
+            --skinny-gemm on --draft-weights $DW --fp8-config $C --tag "s27b_$C" \
+            --out "$OUT/e2e_s27b.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
+      ;;
   s27a)  # session 27, call 2 (carry .whl): float8 draft-pass weights (FusedEagle(draft_weights="fp8"), the row GEMV's
         # w_scale form): its GPU tests, then batch 1 (alpha 0.8, K = 4 / 6 / 8) model vs fp8 draft weights at the full and
         # a 4000-token draft vocabulary; at K = 6 a second float8 GEMV config, the absorb pass on float8 too
