@@ -49,6 +49,20 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s27c)  # session 27, call 4 (carry .whl): the one-row LM head's greedy token as the row GEMV's epilogue
+        # (fused.linear_argmax; the drafter's draft passes and the AR step): its GPU tests, then batch 1, K = 6 / 8, model
+        # and fp8 draft weights, epilogue on / off; fp8 with a 4000-token draft vocabulary
+      skinny_build
+      pytest_log s27c 120 -rs tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py -k "argmax or fp8 or batch1"
+      for E in on off; do
+        timeout 100 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,8 --alphas 0.8 --snapshot-ks "" \
+            --skinny-gemm on --draft-weights model,fp8 --argmax-epilogue $E --tag "s27c_am$E" \
+            --out "$OUT/e2e_s27c.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
+      timeout 60 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,8 --alphas 0.8 --snapshot-ks "" \
+          --skinny-gemm on --draft-weights fp8 --draft-vocabs 4000 --tag s27c_dv4000 \
+          --out "$OUT/e2e_s27c.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      ;;
   s27b)  # session 27, call 3 (carry .whl): s27a found the float8 draft passes at ~2.45 TB/s of float8 bytes against the bf16
         # row GEMV's ~3.36: the float8 GEMV config, batch 1, K = 6, flame and map (the first with model weights too)
       skinny_build

@@ -508,3 +508,83 @@ def test_gemv_rows_fp8_rejects_bad_scales():
         tf.gemv_rows(x, w8.weight, w_scale=w8.scale.double())
     with pytest.raises(ValueError, match="w_scale needs a float8 w"):
         tf.gemv_rows(x, torch.randn(8, 16, device=DEV), w_scale=w8.scale)
+
+
+@pytest.mark.parametrize("M", [1, 3, 17])
+@pytest.mark.parametrize("fp8", [False, True])
+@pytest.mark.parametrize("config", [None, (8, 64, 4)])
+def test_gemv_rows_argmax_epilogue(M, fp8, config):
+    """The greedy token as the row GEMV's epilogue (``argmax=``) equals torch.argmax of the same
+    call's stored logits on random inputs, with planted ties (the first index wins, across programs),
+    a -0 / +0 tie, a NaN row (NaN counts as the maximum), a draft vocabulary's ids, a strided token
+    output, 17 rows (two launches); three launches in a row (the scratch is left reset by each)."""
+    g = torch.Generator().manual_seed(M + 10 * fp8)
+    dt = torch.bfloat16 if HAVE_CUDA else torch.float32
+    N, K = 1003, 96
+    w = torch.randn(N, K, generator=g) * 0.1
+    w[700] = w[11]  # a tie between programs: rows 11 and 700 give equal logits
+    w[5] = 0  # row 5: logits exactly 0 (a -0 / +0 tie against row 6 for an x orthogonal to it)
+    x = torch.randn(M, K, generator=g)
+    x[0] = w[11] * 50  # row 0's maximum is the tie 11 / 700
+    if fp8:
+        q = F_ref.quantize_fp8(w.to(DEV), dt)
+        ww, ws = q.weight, q.scale
+    else:
+        ww, ws = w.to(DEV, dt), None
+    x = x.to(DEV, dt)
+    if M > 1:
+        x[1] = float("nan")  # every logit NaN: index 0
+    logits = tf.gemv_rows(x, ww, w_scale=ws, config=config)
+    ref = logits.float().argmax(-1)
+    nan = torch.isnan(logits.float())
+    ref = torch.where(nan.any(-1), nan.int().argmax(-1), ref)
+    assert int(ref[0]) == 11
+    ids = torch.randperm(N, generator=g).to(DEV)
+    for _ in range(3):
+        buf = torch.full((M, 3), -1, dtype=torch.int64, device=DEV)
+        got = tf.gemv_rows(x, ww, w_scale=ws, config=config, argmax=(buf[:, 1], None))
+        assert got.data_ptr() == buf[:, 1].data_ptr() and torch.equal(buf[:, 1], ref)
+        assert bool((buf[:, 0] == -1).all() and (buf[:, 2] == -1).all())
+        assert torch.equal(tf.gemv_rows(x, ww, w_scale=ws, config=config,
+                                        argmax=(torch.empty(M, dtype=torch.int64, device=DEV), ids)), ids[ref])
+    keys, cnt = tf._argmax_scratch(x.device, M)
+    assert bool((keys == torch.iinfo(torch.int64).min).all()) and int(cnt) == 0
+
+
+def test_gemv_rows_argmax_rejects_bad_args():
+    w = torch.randn(8, 16, device=DEV)
+    x = torch.randn(2, 16, device=DEV)
+    tok = torch.empty(2, dtype=torch.int64, device=DEV)
+    with pytest.raises(ValueError, match=r"argmax tokens must be \[M\] = \[2\] int64"):
+        tf.gemv_rows(x, w, argmax=(tok.int(), None))
+    with pytest.raises(ValueError, match=r"argmax ids must be a contiguous \[N\] = \[8\] int64"):
+        tf.gemv_rows(x, w, argmax=(tok, torch.arange(7, device=DEV)))
+    with pytest.raises(ValueError, match="not with out, residual or gating"):
+        tf.gemv_rows(x, w, residual=torch.zeros(2, 8, device=DEV), argmax=(tok, None))
+
+
+def test_linear_argmax_dispatch(monkeypatch):
+    """fused.linear_argmax: one row (bf16 / fp32 weight) and an Fp8Weight at 3 rows take the
+    epilogue, with the draft ids mapped; 2 rows of a plain weight fall back to linear + argmax;
+    off (USE_ARGMAX_EPILOGUE) never takes it; the tokens are the same every way. Under the
+    interpreter ``fused._on_gpu`` is pointed at the CPU tensors."""
+    calls = _spy_row_gemv(monkeypatch, True, True)
+    seen = []
+    real = tf.gemv_rows
+    monkeypatch.setattr(tf, "gemv_rows", lambda *a, **k: seen.append(k.get("argmax") is not None) or real(*a, **k))
+    g = torch.Generator().manual_seed(2)
+    dt = torch.bfloat16 if HAVE_CUDA else torch.float32
+    w = (torch.randn(300, 64, generator=g) * 0.1).to(DEV, dt)
+    w8 = F_ref.quantize_fp8(w, dt)
+    ids = torch.randperm(300, generator=g).to(DEV)
+    for on in (True, False):
+        monkeypatch.setattr(F_ref, "USE_ARGMAX_EPILOGUE", on)
+        for wt, M, takes in ((w, 1, True), (w, 2, False), (w8, 3, True)):
+            seen.clear()
+            x = torch.randn(M, 64, generator=g).to(DEV, dt)
+            ref = F_ref.argmax(F_ref.linear(x, wt))
+            assert torch.equal(F_ref.linear_argmax(x, wt), ref)
+            out = torch.empty(M, dtype=torch.int64, device=DEV)
+            assert torch.equal(F_ref.linear_argmax(x, wt, out=out, ids=ids), ids[ref]) and torch.equal(out, ids[ref])
+            assert (True in seen) == (takes and on), (on, M)
+    assert calls
