@@ -415,8 +415,6 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
                     help="the embedding gather (fused.USE_TRITON_EMBED) and the acceptance-controlled drafts "
                          "(runtime/step_kernels.py USE_TRITON_CONTROL) as Triton launches or torch ops (RESULTS.md "
                          "session 25)")
-    ap.add_argument("--argmax-epilogue", default=None, choices=["on", "off"],
-                    help="the one-row LM head's greedy token as the row GEMV's epilogue (fused.USE_ARGMAX_EPILOGUE)")
     ap.add_argument("--argmax", default=None, choices=["triton", "torch"],
                     help="greedy tokens by our Triton argmax or torch's (fused.USE_TRITON_ARGMAX)")
 
@@ -438,8 +436,6 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         fused.GEMV_ROWS_GATING = args.gating_epilogue == "on"
     if args.argmax:
         fused.USE_TRITON_ARGMAX = args.argmax == "triton"
-    if getattr(args, "argmax_epilogue", None):
-        fused.USE_ARGMAX_EPILOGUE = args.argmax_epilogue == "on"
     from vllm_specla.runtime import step_kernels as _steps  # noqa: PLC0415
 
     if getattr(args, "accept_kernel", None):
@@ -485,7 +481,6 @@ def apply_kernel_flags(args, device: str) -> dict | None:
                 max_m=triton_fused.GEMV_ROWS_MAX_M, fp8_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG),
                 fp8_max_tokens=_fp8_max_tokens(), pdl=pdl.enabled(torch.empty(0, device="cuda")),
                 gating=fused.GEMV_ROWS_GATING, triton_argmax=fused.USE_TRITON_ARGMAX,
-                argmax_epilogue=fused.USE_ARGMAX_EPILOGUE,
                 small=[fused.GEMV_ROWS_SMALL_MAX_M, fused.GEMV_ROWS_SMALL_BYTES],
                 skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_prefetch=fused.SKINNY_PREFETCH_BYTES if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,

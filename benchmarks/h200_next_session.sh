@@ -49,7 +49,8 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s27c)  # session 27, call 4 (carry .whl): the one-row LM head's greedy token as the row GEMV's epilogue
+  s27c)  # (as run; the epilogue measured slower and removed after it with --argmax-epilogue, so it cannot be rerun as
+        # written: commit 8fa19af keeps them) session 27, call 4 (carry .whl): the one-row LM head's greedy token as the row GEMV's epilogue
         # (fused.linear_argmax; the drafter's draft passes and the AR step): its GPU tests, then batch 1, K = 6 / 8, model
         # and fp8 draft weights, epilogue on / off; fp8 with a 4000-token draft vocabulary
       skinny_build
@@ -63,7 +64,7 @@ case "${1:-}" in
           --skinny-gemm on --draft-weights fp8 --draft-vocabs 4000 --tag s27c_dv4000 \
           --out "$OUT/e2e_s27c.jsonl" 2>&1 | grep "^{" | python -c "$S"
       ;;
-  s27b)  # session 27, call 3 (carry .whl): s27a found the float8 draft passes at ~2.45 TB/s of float8 bytes against the bf16
+  s27b)  # (as run) session 27, call 3 (carry .whl): s27a found the float8 draft passes at ~2.45 TB/s of float8 bytes against the bf16
         # row GEMV's ~3.36: the float8 GEMV config, batch 1, K = 6, flame and map (the first with model weights too)
       skinny_build
       for C in 8,2048,8 8,2048,4 4,2048,4 16,2048,16 8,1024,4 32,512,8; do
@@ -73,7 +74,7 @@ case "${1:-}" in
             --out "$OUT/e2e_s27b.jsonl" 2>&1 | grep "^{" | python -c "$S"
       done
       ;;
-  s27a)  # session 27, call 2 (carry .whl): float8 draft-pass weights (FusedEagle(draft_weights="fp8"), the row GEMV's
+  s27a)  # (as run) session 27, call 2 (carry .whl): float8 draft-pass weights (FusedEagle(draft_weights="fp8"), the row GEMV's
         # w_scale form): its GPU tests, then batch 1 (alpha 0.8, K = 4 / 6 / 8) model vs fp8 draft weights at the full and
         # a 4000-token draft vocabulary; at K = 6 a second float8 GEMV config, the absorb pass on float8 too
         # (--fp8-max-tokens 16), and model / fp8 again

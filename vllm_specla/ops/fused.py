@@ -434,41 +434,6 @@ def argmax(logits: torch.Tensor, out: torch.Tensor | None = None, ids: torch.Ten
     return out
 
 
-# The greedy token of a one-row LM head as the row GEMV's epilogue (triton_fused.gemv_rows(argmax=)): no logits
-# stored, no argmax launch (the drafter's draft passes and the AR step at batch 1)
-USE_ARGMAX_EPILOGUE = True
-
-
-def linear_argmax(x: torch.Tensor, w, out: torch.Tensor | None = None, ids: torch.Tensor | None = None) -> torch.Tensor:
-    """``argmax(linear(x, w), out=out, ids=ids)``: greedy tokens ``[M]`` int64 of the logits
-    ``x [M, K] @ w.T`` (``w`` a weight or an :class:`Fp8Weight`), the first index of each row's
-    maximum over the logits rounded to the output dtype, mapped through ``ids`` (``[N]`` int64) when
-    given, written into ``out`` (``[M]`` int64, any stride) when given. Where the row GEMV takes the
-    GEMM (:func:`_rows_impl`: one row on CUDA; an :class:`Fp8Weight` at any rows) and
-    :data:`USE_ARGMAX_EPILOGUE`, one launch: the argmax is its epilogue
-    (``triton_fused.gemv_rows(argmax=)``) and no logits are stored; otherwise :func:`linear`, then
-    :func:`argmax`. Same tokens either way (ties: the first index; NaN counts as the maximum).
-
-    Raises:
-        ValueError: ``out`` / ``ids`` not as above (:func:`check_argmax_out_ids`)."""
-    impl = _rows_impl(x, w) if USE_ARGMAX_EPILOGUE else None
-    if impl is None:
-        return argmax(linear(x, w), out=out, ids=ids)
-    M, N = x.shape[0], w.shape[0]
-    check_argmax_out_ids(_Shape(M, N, x.device), out, ids)
-    if out is None:
-        out = torch.empty(M, dtype=torch.int64, device=x.device)
-    ww, wsc = _fp8_parts(w)
-    return impl.gemv_rows(x, ww, w_scale=wsc, argmax=(out, ids))
-
-
-class _Shape:
-    """Stands in for a ``[N, V]`` logits tensor in :func:`check_argmax_out_ids` (shape and device only)."""
-
-    def __init__(self, n: int, v: int, device):
-        self.shape, self.device = (n, v), device
-
-
 def check_argmax_out_ids(logits: torch.Tensor, out: torch.Tensor | None, ids: torch.Tensor | None) -> None:
     """:func:`argmax`'s ``out`` / ``ids`` contract for ``logits [N, V]`` (both paths).
 

@@ -215,44 +215,11 @@ def _gemv_x(x, gate, nw, k0, rk, K, rstd_or_eps, PRO: tl.constexpr, HD: tl.const
 
 
 @triton.jit
-def _gemv_argmax_epilogue(y, om, rn, rm, MR: tl.constexpr, MP: tl.constexpr, akeys, acnt, aout, aids, sao, NPROG,
-                          AIDS: tl.constexpr):
-    """torch.argmax over the GEMV's rounded outputs ``y [BN, MP]`` (weight rows x token rows), across
-    all NPROG programs of the launch: each program folds its best (value, first index) per token row
-    into ``akeys [MR]`` int64 with one atomic max of a key that orders by value, then by smaller index
-    (bits 63-32: the float32 bits made order-preserving as int32, NaN above +inf as torch counts it,
-    -0 as +0; bits 31-0: 2^31 - 1 - index); then counts itself done in ``acnt``. The last program
-    (the count's acquire sees every program's max) reads and resets each key (``atomic_xchg`` to
-    int64 min), stores the index, mapped through ``aids`` with AIDS, at ``aout + m * sao``, and
-    resets the count: the buffers are ready for the next launch, so a CUDA graph replays it as is."""
-    yv = y.to(tl.float32) + 0.0  # -0 -> +0 (torch compares them equal: the first index wins)
-    bits = yv.to(tl.int32, bitcast=True)
-    ordv = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
-    ordv = tl.where(yv != yv, 0x7FFFFFFF, ordv)
-    ordv = tl.where(om, ordv, -2147483648)
-    mo = tl.max(ordv, 0)
-    first = tl.min(tl.where(ordv == mo[None, :], rn[:, None], 2147483647), 0)
-    key = (mo.to(tl.int64) << 32) | (2147483647 - first).to(tl.int64)
-    rmask = rm < MR
-    tl.atomic_max(akeys + rm, key, mask=rmask)
-    cnt = tl.atomic_add(acnt, 1)
-    if cnt == NPROG - 1:
-        kmin = tl.full([MP], 1, tl.int64) << 63
-        k = tl.atomic_xchg(akeys + rm, kmin, mask=rmask)
-        idx = 2147483647 - (k & 0xFFFFFFFF)
-        if AIDS:
-            idx = tl.load(aids + idx, mask=rmask, other=0)
-        tl.store(aout + rm * sao, idx, mask=rmask)
-        tl.atomic_xchg(acnt, 0)
-
-
-@triton.jit
 def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A_log, dt_bias, A0, HV, ws,
                       MR: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NK: tl.constexpr,
                       PRO: tl.constexpr, HD: tl.constexpr, HAS_GATE: tl.constexpr, GSIG: tl.constexpr,
                       RES: tl.constexpr, PDL: tl.constexpr, GATING: tl.constexpr, NEG: tl.constexpr,
-                      WS: tl.constexpr, akeys, acnt, aout, aids, sao, NPROG,
-                      ARGMAX: tl.constexpr, AIDS: tl.constexpr):
+                      WS: tl.constexpr):
     # One program per BN weight rows, MR token rows (MP = next power of two >= MR). The K loop is
     # unrolled (NK = cdiv(K, BK) chunks, BK a power of two) and each weight chunk is loaded once and
     # multiplied into every token row in turn (a reduction over the chunk per row, across warps at
@@ -305,10 +272,7 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
     if RES:
         acc += r0
     y = acc.to(out.dtype.element_ty)
-    if ARGMAX:  # _gemv_argmax_epilogue: the greedy token of each row instead of its logits
-        _gemv_argmax_epilogue(y, om, rn, rm, MR, MP, akeys, acnt, aout, aids, sao, NPROG, AIDS)
-    else:
-        tl.store(out + rm[None, :] * so + rn[:, None], y, mask=om)
+    tl.store(out + rm[None, :] * so + rn[:, None], y, mask=om)
     if GATING:  # output columns A0 .. A0 + 2 HV are GDN's a | b: _gating_kernel's math on them
         ia = rn - A0
         in_a = (ia >= 0) & (ia < HV)
@@ -324,29 +288,6 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
             bv = bv * 2.0
         tl.store(gb + rm[None, :] * (2 * HV) + ia[:, None], tl.where(in_a[:, None], gv, bv),
                  mask=om & in_g[:, None])
-
-
-_ARGMAX_SCRATCH: dict = {}
-
-
-def _argmax_scratch(device: torch.device, m: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The argmax epilogue's meeting place on ``device``: ``(keys [>= m] int64 at int64 min, count
-    [1] int32 at 0)``, allocated once (grown when more rows come) and left reset by every launch.
-
-    Raises:
-        RuntimeError: first needed while a CUDA graph is being captured (its initial values would be
-            written at replay, not now): run the step once before capture, as DecodeRuntime.capture does.
-    """
-    key = (device.type, device.index)
-    have = _ARGMAX_SCRATCH.get(key)
-    if have is None or have[0].numel() < m:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("gemv_rows(argmax=): its scratch is first needed inside a CUDA graph capture; run the "
-                               "call once before capturing (a warm-up step)")
-        have = (torch.full((max(m, GEMV_ROWS_BLOCK),), torch.iinfo(torch.int64).min, dtype=torch.int64, device=device),
-                torch.zeros(1, dtype=torch.int32, device=device))
-        _ARGMAX_SCRATCH[key] = have
-    return have
 
 
 GEMV_ROWS_BLOCK = 16  # token rows per launch of the row GEMV (its MR is a compile-time constant)
@@ -366,7 +307,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
               config: tuple[int, int, int] | None = None, prologue: str | None = None,
               gate: torch.Tensor | None = None, head_dim: int = 0, gate_act: str = "silu",
               pdl: bool | None = None, gating: tuple | None = None,
-              w_scale: torch.Tensor | None = None, argmax: tuple | None = None) -> torch.Tensor:
+              w_scale: torch.Tensor | None = None) -> torch.Tensor:
     """Decode GEMV on CUDA cores: ``prologue(x) @ w.T [+ residual]`` for ``x [M, *]``, ``M`` small.
 
     Args:
@@ -379,13 +320,6 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
             The output, and the rounding of the activations after the prologue, are then in
             ``x.dtype`` (bf16 / fp16 / fp32) instead of ``w.dtype``; the scale multiplies each
             row's float32 sum once, before the residual (``fused.Fp8Weight.ref_linear``).
-        argmax: ``(tokens, ids)``: store each row's greedy token instead of its logits, in the same
-            launch: ``tokens [M]`` int64 (any stride) receives ``torch.argmax`` of the row's rounded
-            outputs (first index of the maximum, NaN as the maximum), mapped through ``ids`` (``[N]``
-            int64, contiguous: a draft vocabulary's token ids) unless ``ids`` is None; returns
-            ``tokens``. The programs meet in a per-device scratch of ``M`` int64 keys and a counter
-            (:func:`_argmax_scratch`; the last program resets them), so launches that share it
-            must not run concurrently on two streams. Not with ``out``, ``residual`` or ``gating``.
         norm_weight: the prologue's weight: ``[K]`` for ``"rms_norm"``, ``[head_dim]`` for
             ``"gated_rms_norm"``.
         prologue: ``None``; ``"rms_norm"`` (fla ``RMSNorm`` of the row; implied by ``norm_weight``
@@ -475,26 +409,9 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
     if residual is not None and (residual.shape != (M, N) or residual.stride(1) != 1):
         raise ValueError(f"gemv_rows: residual must be [M, N] = [{M}, {N}] with a dense feature dim, got "
                          f"{tuple(residual.shape)} stride {tuple(residual.stride())}")
-    if argmax is not None:
-        if out is not None or residual is not None or gating is not None:
-            raise ValueError("gemv_rows: argmax stores tokens instead of the outputs: not with out, residual or gating")
-        tokens, ids = argmax
-        if tokens.shape != (M,) or tokens.dtype != torch.int64 or tokens.device != x.device:
-            raise ValueError(f"gemv_rows: argmax tokens must be [M] = [{M}] int64 on {x.device}, got "
-                             f"{tuple(tokens.shape)} {tokens.dtype} on {tokens.device}")
-        if ids is not None and (ids.shape != (N,) or ids.dtype != torch.int64 or not ids.is_contiguous()
-                                or ids.device != x.device):
-            raise ValueError(f"gemv_rows: argmax ids must be a contiguous [N] = [{N}] int64 tensor on {x.device}, "
-                             f"got {tuple(ids.shape)} {ids.dtype}")
-        if N >= 2**31 - 1:
-            raise ValueError(f"gemv_rows: argmax needs N < 2^31 - 1 (31-bit indices in its keys), got {N}")
-        out = torch.empty(1, dtype=odt, device=x.device)  # (only its dtype is read: no logits are stored)
-        if M == 0:
-            return tokens
-        keys, cnt = _argmax_scratch(x.device, min(M, GEMV_ROWS_BLOCK))
     if out is None:
         out = torch.empty(M, N, dtype=odt, device=x.device)
-    if argmax is None and (out.shape != (M, N) or out.stride(1) != 1 or out.dtype != odt):
+    if out.shape != (M, N) or out.stride(1) != 1 or out.dtype != odt:
         raise ValueError(f"gemv_rows: out must be [M, N] = [{M}, {N}] in {odt} with a dense feature dim, "
                          f"got {tuple(out.shape)} {out.dtype} stride {tuple(out.stride())}")
     if M == 0:
@@ -511,23 +428,19 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
     else:
         gb, a0, A_log, dt_bias, neg, HV = w, 0, w, w, False, 1
     on = _pdl.enabled(x) if pdl is None else bool(pdl)
-    nprog = triton.cdiv(N, BN)
     for m0 in range(0, M, GEMV_ROWS_BLOCK):
         mr = min(GEMV_ROWS_BLOCK, M - m0)
-        xs, os_ = x[m0:], out if argmax is not None else out[m0:]
-        am = dict(akeys=keys, acnt=cnt, aout=tokens[m0:], aids=ids if ids is not None else keys,
-                  sao=tokens.stride(0), NPROG=nprog, ARGMAX=True, AIDS=ids is not None) if argmax is not None else \
-            dict(akeys=w, acnt=w, aout=w, aids=w, sao=0, NPROG=nprog, ARGMAX=False, AIDS=False)
-        _gemv_rows_kernel[(nprog,)](
+        xs, os_ = x[m0:], out[m0:]
+        _gemv_rows_kernel[(triton.cdiv(N, BN),)](
             xs, w, os_, residual[m0:] if residual is not None else os_,
             norm_weight if norm_weight is not None else w, gate[m0:] if has_gate else xs, N, K, x.stride(0),
             gate.stride(0) if has_gate else 0, out.stride(0), residual.stride(0) if residual is not None else 0, eps,
             gb[m0:] if gating is not None else gb, A_log, dt_bias, a0, HV, GATING=gating is not None, NEG=bool(neg),
             MR=mr, MP=triton.next_power_of_2(mr), BN=BN, BK=BK, NK=NK, PRO=pro, HD=max(head_dim, 1),
             HAS_GATE=has_gate, GSIG=gate_act == "sigmoid", RES=residual is not None, PDL=on, num_warps=nw,
-            ws=w_scale if w_scale is not None else w, WS=w_scale is not None, **am,
+            ws=w_scale if w_scale is not None else w, WS=w_scale is not None,
             **_pdl.launch_kw(on))
-    return tokens if argmax is not None else out
+    return out
 
 
 # ---------------------------------------------------------------- greedy token: argmax over the vocabulary

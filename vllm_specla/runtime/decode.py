@@ -258,9 +258,7 @@ class DecodeRuntime:
 
     # ------------------------------------------------------------------ steps
     def _argmax(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Greedy tokens of the target at ``hidden [N, D]`` (one launch at one row on CUDA:
-        ``fused.linear_argmax``)."""
-        return fused.linear_argmax(hidden, self.tgt.lm_head)
+        return fused.argmax(self.tgt.logits(hidden))
 
     def _speculate_chain(self, f: torch.Tensor) -> None:
         """A chain's drafts from feature ``f [B, D]`` into ``window[:, 1:]``: each draft token's argmax

@@ -337,14 +337,15 @@ class FusedEagle:
 
     def draft_tokens(self, f: torch.Tensor, width: int = 1, out: torch.Tensor | None = None) -> torch.Tensor:
         """Greedy draft tokens from drafter features ``f [N, D]``: ``[N]`` int64 target ids (written
-        into ``out``, ``[N]`` int64 of any stride, when given: ``fused.linear_argmax`` maps the draft
-        vocabulary's ids and stores them, on CUDA at one row in the LM-head GEMV's launch), or the
-        top-``width`` ``[N * width]``
+        into ``out``, ``[N]`` int64 of any stride, when given: ``fused.argmax`` maps the draft
+        vocabulary's ids and stores in its one launch), or the top-``width`` ``[N * width]``
         (row-major) for a tree's first level (``out`` must then be None)."""
-        w = self.head8 if self.head8 is not None else (self.target.lm_head if self.head is None else self.head.weight)
-        if width == 1:  # (one launch on CUDA at one row: the argmax as the LM-head GEMV's epilogue)
-            return fused.linear_argmax(f, w, out=out, ids=None if self.head is None else self.head.ids)
-        logits = fused.linear(f, w)
+        if self.head8 is not None:
+            logits = fused.linear(f, self.head8)
+        else:
+            logits = self.target.logits(f) if self.head is None else fused.linear(f, self.head.weight)
+        if width == 1:
+            return fused.argmax(logits, out=out, ids=None if self.head is None else self.head.ids)
         if out is not None:
             raise ValueError(f"draft_tokens: out is for width 1, got width {width}")
         idx = logits.topk(width, -1).indices.reshape(-1)
