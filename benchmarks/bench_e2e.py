@@ -151,8 +151,8 @@ def bench_shape(args, shape: str, device: str) -> None:
     cfg, tgt, dr = build(shape, device, dtype)
     # random weights have no token frequencies: the first Vd ids (the cost does not depend on which)
     variants = [(dv, dw) for dv in args.draft_vocabs for dw in args.draft_weights]
-    drs = {(dv, dw): dr.with_draft_vocab(torch.arange(dv) if dv else None).with_draft_weights(dw)
-           for dv, dw in variants}
+    bases = {dw: dr.with_draft_weights(dw) for dw in args.draft_weights}  # (float8 copies made once)
+    drs = {(dv, dw): bases[dw].with_draft_vocab(torch.arange(dv) if dv else None) for dv, dw in variants}
     dr = drs[variants[0]]
     gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     print(f"# {shape}: built in {time.time() - t0:.1f}s on {gpu}", flush=True)
@@ -297,8 +297,8 @@ def bench_trained(args, device: str) -> None:
     counts = load_token_counts(os.path.join(os.path.dirname(__file__), "..", "models", "specla-gdn-tiny", "drafter")) \
         if any(args.draft_vocabs) else None  # (only read when a draft vocabulary is asked for)
     variants = [(dv, dw) for dv in args.draft_vocabs for dw in args.draft_weights]
-    drs = {(dv, dw): dr.with_draft_vocab(draft_vocab_ids(counts, dv) if dv else None).with_draft_weights(dw)
-           for dv, dw in variants}
+    bases = {dw: dr.with_draft_weights(dw) for dw in args.draft_weights}  # (float8 copies made once)
+    drs = {(dv, dw): bases[dw].with_draft_vocab(draft_vocab_ids(counts, dv) if dv else None) for dv, dw in variants}
     dr = drs[variants[0]]
     with open(args.prompts) as f:
         all_prompts = json.load(f)
@@ -384,15 +384,29 @@ def skinny_flag(v: str) -> str:
     return v
 
 
+def gemv_config_flag(v: str) -> str:
+    """``--fp8-config``: three positive integers ``BN,BK,warps`` (checked before any run)."""
+    parts = v.split(",")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"--fp8-config must be BN,BK,warps (three positive integers), got {v!r}")
+    return v
+
+
+def positive_int(v: str) -> int:
+    if not v.isdigit() or int(v) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v!r}")
+    return int(v)
+
+
 def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     """The decode-GEMM / launch switches shared by this script and ``step_breakdown.py``."""
     ap.add_argument("--gemv-rows", default=None,
                     help="BN,BK,warps[,pro]: the row GEMV (triton_fused.gemv_rows) for one-row GEMMs at this config "
                          "(bench_blas.py), ',pro': its fused prologues (fused.GEMV_ROWS_PROLOGUE); 'off': cuBLAS")
-    ap.add_argument("--fp8-config", default=None,
+    ap.add_argument("--fp8-config", default=None, type=gemv_config_flag,
                     help="BN,BK,warps of the row GEMV on float8 weights (triton_fused.GEMV_ROWS_FP8_CONFIG; "
                          "--draft-weights fp8)")
-    ap.add_argument("--fp8-max-tokens", type=int, default=None,
+    ap.add_argument("--fp8-max-tokens", type=positive_int, default=None,
                     help="drafter passes of at most this many tokens per row read the float8 weights with "
                          "--draft-weights fp8 (runtime/fused_model.py FP8_MAX_TOKENS; 1: draft passes only)")
     ap.add_argument("--rows-max-m", type=int, default=None,
@@ -442,6 +456,10 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         _steps.USE_TRITON_ACCEPT = args.accept_kernel == "triton"
     if getattr(args, "glue_kernels", None):
         fused.USE_TRITON_EMBED = _steps.USE_TRITON_CONTROL = args.glue_kernels == "triton"
+    if getattr(args, "fp8_max_tokens", None) is not None:  # (the CPU path reads it too)
+        from vllm_specla.runtime import fused_model  # noqa: PLC0415
+
+        fused_model.FP8_MAX_TOKENS = args.fp8_max_tokens
     if device != "cuda":
         for flag in ("skinny_gemm", "skinny_prefetch"):
             if getattr(args, flag, None) is not None:
@@ -456,10 +474,6 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         triton_fused.GEMV_ROWS_CONFIG = tuple(int(v) for v in cfg[:3])
     if args.rows_max_m is not None:
         triton_fused.GEMV_ROWS_MAX_M = args.rows_max_m
-    if getattr(args, "fp8_max_tokens", None) is not None:
-        from vllm_specla.runtime import fused_model  # noqa: PLC0415
-
-        fused_model.FP8_MAX_TOKENS = args.fp8_max_tokens
     if getattr(args, "fp8_config", None):
         triton_fused.GEMV_ROWS_FP8_CONFIG = tuple(int(v) for v in args.fp8_config.split(","))
     if args.pdl:

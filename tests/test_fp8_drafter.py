@@ -38,19 +38,22 @@ def models():
 
 def test_quantize_fp8_error_bound_and_scales():
     """Per-row scales are amax / 448; every element within 2^-4 of its magnitude (e4m3's 3 mantissa
-    bits, round to nearest) or 2^-9 of the row scale (subnormals); an all-zero row gets scale 1 and
-    zeros; the row maximum is exact."""
+    bits, round to nearest) or 2^-10 of the row scale (subnormals); an all-zero row gets scale 1 and
+    zeros; the row maximum is exact; a row of float32 subnormals gets a normal scale (no NaN); bf16
+    input gives the same scales as its float32 value; NaN / inf weights and bad dtypes are refused."""
     g = torch.Generator().manual_seed(0)
     w = torch.randn(33, 70, generator=g) * torch.logspace(-3, 2, 33)[:, None]  # rows of very different size
     w[5] = 0
+    w0 = w.clone()
     q = fused.quantize_fp8(w)
+    assert torch.equal(w, w0)  # the input is never written
     assert q.weight.dtype == torch.float8_e4m3fn and q.scale.dtype == torch.float32 and q.dtype == torch.float32
     amax = w.abs().amax(1)
     assert torch.allclose(q.scale[amax > 0], amax[amax > 0] / 448)
     assert q.scale[5] == 1 and torch.all(q.weight[5].float() == 0)
     dq = q.dequantize()
     err = (dq - w).abs()
-    bound = torch.maximum(w.abs() * 2.0**-4, q.scale[:, None] * 2.0**-9)
+    bound = torch.maximum(w.abs() * 2.0**-4, q.scale[:, None] * 2.0**-10)
     assert bool((err <= bound * (1 + 1e-6)).all())
     rows = torch.arange(33)
     top = w.abs().argmax(1)
@@ -58,6 +61,23 @@ def test_quantize_fp8_error_bound_and_scales():
     assert q.nbytes == 33 * 70 + 4 * 33
     with pytest.raises(ValueError, match=r"quantize_fp8: w must be \[N, K\]"):
         fused.quantize_fp8(torch.randn(4))
+    tiny = fused.quantize_fp8(torch.tensor([[1e-44, 0.0, -1e-45, 2e-44]]))
+    assert tiny.scale[0] >= torch.finfo(torch.float32).tiny and bool(torch.isfinite(tiny.dequantize()).all())
+    wb = w.to(torch.bfloat16)
+    assert torch.equal(fused.quantize_fp8(wb).scale, fused.quantize_fp8(wb.float()).scale)
+    assert fused.quantize_fp8(wb).dtype == torch.bfloat16
+    big = torch.randn(5000, 3, generator=g)  # more rows than one conversion chunk (4096)
+    assert torch.equal(fused.quantize_fp8(big).weight.float()[4090:4100],
+                       fused.quantize_fp8(big[4090:4100]).weight.float())
+    for bad in (float("nan"), float("inf")):
+        wbad = w.clone()
+        wbad[3, 4] = bad
+        with pytest.raises(ValueError, match="NaN or inf"):
+            fused.quantize_fp8(wbad)
+    with pytest.raises(ValueError, match="w must be bfloat16, float16, float32 or float64"):
+        fused.quantize_fp8(torch.ones(2, 2, dtype=torch.int32))
+    with pytest.raises(ValueError, match="dtype .the activation dtype. must be"):
+        fused.quantize_fp8(w, torch.float64)
 
 
 def test_fp8_weight_rejects_bad_parts():
@@ -181,6 +201,9 @@ def test_draft_weights_field_is_checked(models):
         dr.with_draft_weights("fp16")
     d8 = dr.with_draft_weights("fp8")
     assert d8.draft_weights == "fp8" and dr.draft_weights == "model" and dr.head8 is None
+    again = d8.with_draft_weights("fp8")
+    assert again.head8 is d8.head8 and again.stack8 is d8.stack8  # nothing quantized twice
+    assert d8.with_draft_weights("model").stack8 is None
     assert d8.stack8.layers[0].w_in.weight.dtype == torch.float8_e4m3fn
     assert d8.stack.layers[0].w_in is dr.stack.layers[0].w_in  # the model-dtype weights are shared
     small = d8.with_draft_vocab(torch.arange(100))

@@ -73,6 +73,7 @@ def linear_ref(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | Non
 
 # ---------------------------------------------------------------- float8 weights (W8A16) for the drafter's passes
 FP8_MAX = 448.0  # the largest finite torch.float8_e4m3fn
+FP8_WEIGHT_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 class Fp8Weight:
@@ -88,9 +89,11 @@ class Fp8Weight:
 
     The ops of this module (:func:`linear`, :func:`linear_gating`, :func:`gated_norm_linear`,
     :func:`silu_mul_linear`) take it wherever they take a weight: on CUDA the row GEMV
-    (``triton_fused.gemv_rows(w_scale=)``) for any number of rows (16 per launch; a batch-1 option:
-    there is no tensor-core float8 path here), elsewhere :meth:`ref_linear`. Output values are those
-    of :meth:`ref_linear` up to float32 summation order.
+    (``triton_fused.gemv_rows(w_scale=)``, sm_89+) for any number of rows (16 per launch; a batch-1
+    option: there is no tensor-core float8 path here) when the activations are in :attr:`dtype`,
+    otherwise :meth:`ref_linear` (which builds a float32 copy of the weight per call: the CPU path,
+    and a slow one on CUDA). Output values are those of :meth:`ref_linear` up to float32 summation
+    order.
 
     Raises:
         ValueError: ``weight`` / ``scale`` / ``dtype`` not as above.
@@ -136,22 +139,40 @@ class Fp8Weight:
 
 
 def quantize_fp8(w: torch.Tensor, dtype: torch.dtype | None = None) -> Fp8Weight:
-    """Per-output-row symmetric float8 e4m3 quantization of ``w [N, K]`` (any float dtype):
-    ``scale[n] = max_k |w[n, k]| / 448`` (1 for an all-zero row), ``weight = w / scale`` rounded
-    to the nearest e4m3. ``dtype``: the activation dtype of the result (default ``w.dtype``). Each
-    element's error is at most 2^-4 of its magnitude (3 mantissa bits), or 2^-10 of the row's
-    scale below e4m3's normal range. Source: the per-channel float8 weight scheme of vLLM's ``fp8``
-    quantization (``vllm/model_executor/layers/quantization/fp8.py``), weights only.
+    """Per-output-row symmetric float8 e4m3 quantization of ``w [N, K]`` (bf16 / fp16 / fp32 /
+    fp64, finite): ``scale[n] = max_k |w[n, k]| / 448`` (at least the smallest normal float32; 1
+    for an all-zero row), ``weight = w / scale`` rounded to the nearest e4m3. ``dtype``: the
+    activation dtype of the result (bf16 / fp16 / fp32; default ``w.dtype``). Each element's error
+    is at most 2^-4 of its magnitude (3 mantissa bits), or 2^-10 of the row's scale below e4m3's
+    normal range. Rows are converted 4096 at a time, so the float32 temporaries stay small.
+    Source: the per-channel float8 weight scheme of vLLM's online ``fp8`` quantization
+    (``vllm/model_executor/layers/quantization/online/fp8.py``, ``_fp8_quant_per_channel``), weights
+    only and without its scale floor of 1 / (448 * 512) (a row of small weights keeps its 3 bits).
 
     Raises:
-        ValueError: ``w`` not 2-D."""
+        ValueError: ``w`` not 2-D, not floating point, or with a NaN / inf; ``dtype`` not one of
+            the above."""
     if w.dim() != 2:
         raise ValueError(f"quantize_fp8: w must be [N, K], got {tuple(w.shape)}")
-    wf = w.detach().float()
-    amax = wf.abs().amax(1)
-    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax)).contiguous()
-    q = (wf / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).contiguous()
-    return Fp8Weight(q, scale, dtype or w.dtype)
+    if not w.is_floating_point() or w.dtype in FP8_WEIGHT_DTYPES:
+        raise ValueError(f"quantize_fp8: w must be bfloat16, float16, float32 or float64, got {w.dtype}")
+    dtype = dtype or w.dtype
+    if dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"quantize_fp8: dtype (the activation dtype) must be torch.bfloat16, torch.float16 or "
+                         f"torch.float32, got {dtype}")
+    w = w.detach()
+    if not bool(torch.isfinite(w).all()):
+        raise ValueError("quantize_fp8: w has NaN or inf entries (a float8 copy of them would be meaningless)")
+    q = torch.empty(w.shape, dtype=torch.float8_e4m3fn, device=w.device)
+    scale = torch.empty(w.shape[0], dtype=torch.float32, device=w.device)
+    tiny = torch.finfo(torch.float32).tiny
+    for r in range(0, w.shape[0], 4096):
+        wf = w[r : r + 4096].to(torch.float32, copy=True)  # (divided in place below: never the caller's tensor)
+        amax = wf.abs().amax(1)
+        sc = torch.where(amax > 0, (amax / FP8_MAX).clamp_min(tiny), torch.ones_like(amax))
+        q[r : r + 4096] = wf.div_(sc[:, None]).clamp_(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+        scale[r : r + 4096] = sc
+    return Fp8Weight(q, scale, dtype)
 
 
 def _fp8_parts(w) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -312,7 +312,8 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
 
     Args:
         x: activations, row stride free, dense feature dim, any float dtype: ``[M, K]``, or
-            ``[M, 2K]`` for ``prologue="silu_mul"``. Cast to ``w.dtype`` after the prologue.
+            ``[M, 2K]`` for ``prologue="silu_mul"``. Cast to ``w.dtype`` after the prologue
+            (with ``w_scale``: rounded to ``x.dtype``).
         w: ``[N, K]`` row-major weight (``nn.Linear`` layout), bf16 / fp16 / fp32; or float8
             (``torch.float8_e4m3fn`` / ``float8_e5m2``) with ``w_scale``.
         w_scale: ``[N]`` float32, contiguous: ``w`` is float8 and weight row ``n`` is

@@ -283,7 +283,8 @@ class FusedEagle:
     GEMM here), so it is a batch-1 option; off CUDA the torch reference (``Fp8Weight.ref_linear``).
 
     Raises:
-        ValueError: ``dtype`` not the target's; ``draft_weights`` not in :data:`DRAFT_WEIGHTS`.
+        ValueError: ``dtype`` not the target's; ``draft_weights`` not in :data:`DRAFT_WEIGHTS`;
+            ``"fp8"`` on a CUDA GPU below compute capability 8.9 (Triton's float8 needs it).
     """
 
     def __init__(self, drafter, target: FusedTarget, dtype: torch.dtype, device,
@@ -304,10 +305,18 @@ class FusedEagle:
     def _set_draft_weights(self, draft_weights: str) -> None:
         if draft_weights not in DRAFT_WEIGHTS:
             raise ValueError(f"draft_weights must be one of {DRAFT_WEIGHTS}, got {draft_weights!r}")
-        self.draft_weights = draft_weights
         if draft_weights == "model":
+            self.draft_weights = draft_weights
             self.stack8 = self.fc8 = self.head8 = None
             return
+        dev = self.fc.device
+        if dev.type == "cuda" and torch.cuda.get_device_capability(dev) < (8, 9):
+            raise ValueError(f"draft_weights='fp8' needs a GPU with float8 support (compute capability 8.9+: Ada, "
+                             f"Hopper or newer), got {torch.cuda.get_device_name(dev)} "
+                             f"({'.'.join(map(str, torch.cuda.get_device_capability(dev)))}); use 'model'")
+        if self.draft_weights == "fp8" and self.head8 is not None:
+            return  # (already float8: nothing to redo)
+        self.draft_weights = draft_weights
         if self.stack8 is None:
             self.stack8, self.fc8 = self.stack.quantized(), fused.quantize_fp8(self.fc)
         self.head8 = fused.quantize_fp8(self.target.lm_head if self.head is None else self.head.weight)
@@ -325,7 +334,7 @@ class FusedEagle:
         ``"fp8"``; the block weights are shared, float8 copies made on first use).
 
         Raises:
-            ValueError: ``draft_weights`` not in :data:`DRAFT_WEIGHTS`."""
+            ValueError: as the constructor's ``draft_weights``."""
         new = copy.copy(self)
         new._set_draft_weights(draft_weights)
         return new
