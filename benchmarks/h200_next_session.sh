@@ -50,6 +50,20 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s28a)  # NEXT SESSION (prepared in session 27, after its device time was spent): the float8 row GEMV widening its e4m3
+        # weights by integer bit moves (--fp8-convert int, triton_fused.GEMV_FP8_INT_CONVERT) against Triton's conversions:
+        # its GPU tests, then batch 1, K = 6 / 8, float8 draft passes, twice in alternation (session 27 measured the float8
+        # GEMV at ~2.4 TB/s of float8 bytes; SpecLA at batch 1 is 2.14-2.17x, 24-42 us per step short of 2.2x)
+      skinny_build
+      pytest_log s28a 120 -rs tests/test_fused_gpu.py -k fp8
+      for R in 1 2; do
+        for C in cvt int; do
+          timeout 80 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,8 --alphas 0.8 --snapshot-ks "" \
+              --skinny-gemm on --draft-weights model,fp8 --fp8-convert $C --tag "s28a_${C}_r$R" \
+              --out "$OUT/e2e_s28a.jsonl" 2>&1 | grep "^{" | python -c "$S"
+        done
+      done
+      ;;
   s27c)  # (as run; the epilogue measured slower and removed after it with --argmax-epilogue, so it cannot be rerun as
         # written: commit 8fa19af keeps them) session 27, call 4 (carry .whl): the one-row LM head's greedy token as the row GEMV's epilogue
         # (fused.linear_argmax; the drafter's draft passes and the AR step): its GPU tests, then batch 1, K = 6 / 8, model

@@ -446,12 +446,15 @@ def test_small_weights_take_the_row_gemv_for_a_few_rows(monkeypatch):
 @pytest.mark.parametrize("M", [1, 3, 17])
 @pytest.mark.parametrize("pro", [None, "rms_norm", "silu_mul", "gated_rms_norm", "gating"])
 @pytest.mark.parametrize("config", [None, (8, 128, 4)])
-def test_gemv_rows_fp8_weights(M, pro, config):
+@pytest.mark.parametrize("int_convert", [False, True])
+def test_gemv_rows_fp8_weights(M, pro, config, int_convert, monkeypatch):
     """Float8 weights with per-row scales (``w_scale``, W8A16) equal ``Fp8Weight.ref_linear`` after
     each prologue's reference, with a residual (in place), for 1, 3 and 17 rows (two launches), odd
     N / K (masked tails); the gating epilogue reads the scaled, rounded outputs. The activations
     round to x's dtype (bf16 on CUDA, rel < 1e-2; fp32 under the interpreter, rel < 1e-5). The
-    quantization's own error (``quantize_fp8``) is in the CPU tests."""
+    quantization's own error (``quantize_fp8``) is in the CPU tests. ``int_convert``: the weights
+    widened by integer bit moves (``GEMV_FP8_INT_CONVERT``), with weights down to e4m3's subnormals."""
+    monkeypatch.setattr(tf, "GEMV_FP8_INT_CONVERT", int_convert)
     if M == 17 and (config is not None or pro not in (None, "gated_rms_norm")):
         pytest.skip("compile / interpreter time: two launches at the default config, two prologues")
     g = torch.Generator().manual_seed(M + len(pro or "") + (config or (0,))[0])
@@ -459,7 +462,11 @@ def test_gemv_rows_fp8_weights(M, pro, config):
     tol = 1e-2 if dt == torch.bfloat16 else 1e-5
     HV, V, N = 5, 32, 77
     K = HV * V
-    w8 = F_ref.quantize_fp8((torch.randn(N, K, generator=g) * 0.05).to(DEV), dt)
+    wr = torch.randn(N, K, generator=g) * 0.05
+    wr[:, :8] *= 1e-4  # e4m3 subnormals (under 2^-6 of the row's largest / 448)
+    w8 = F_ref.quantize_fp8(wr.to(DEV), dt)
+    bits = w8.weight.view(torch.uint8)
+    assert bool((((bits & 0x78) == 0) & ((bits & 0x07) != 0)).any())  # some e4m3 subnormals
     r = torch.randn(M, N, generator=g).to(DEV, dt)
     kw = dict(config=config, w_scale=w8.scale)
     if pro == "silu_mul":

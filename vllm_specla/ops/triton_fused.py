@@ -219,7 +219,7 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
                       MR: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NK: tl.constexpr,
                       PRO: tl.constexpr, HD: tl.constexpr, HAS_GATE: tl.constexpr, GSIG: tl.constexpr,
                       RES: tl.constexpr, PDL: tl.constexpr, GATING: tl.constexpr, NEG: tl.constexpr,
-                      WS: tl.constexpr):
+                      WS: tl.constexpr, F8I: tl.constexpr):
     # One program per BN weight rows, MR token rows (MP = next power of two >= MR). The K loop is
     # unrolled (NK = cdiv(K, BK) chunks, BK a power of two) and each weight chunk is loaded once and
     # multiplied into every token row in turn (a reduction over the chunk per row, across warps at
@@ -259,7 +259,12 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
         else:
             wk = tl.load(w + rn[:, None] * K + (k0 + rk)[None, :], mask=mn[:, None] & ((k0 + rk) < K)[None, :],
                          other=0.0)
-        wf = wk.to(tl.float32)
+        if WS and F8I:  # e4m3 bits into float32 bits: sign to 31, exponent + mantissa to 30-20; the value times
+            # 2^-120 exactly (normal and subnormal e4m3 alike); integer ops instead of the conversions
+            u = wk.to(tl.uint8, bitcast=True).to(tl.uint32)
+            wf = (((u & 0x80) << 24) | ((u & 0x7F) << 20)).to(tl.float32, bitcast=True)
+        else:
+            wf = wk.to(tl.float32)
         for m in tl.static_range(MR):
             rs = tl.sum(tl.where(rm == m, rstd, 0.0), 0)
             xk = _gemv_x(x + m * sx, gate + m * sg, nw, k0, rk, K, rs, PRO, HD, HAS_GATE, GSIG, BK)
@@ -268,7 +273,10 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
             xk = xk.to(out.dtype.element_ty).to(tl.float32)
             acc += tl.where(rm[None, :] == m, tl.sum(wf * xk[None, :], 1)[:, None], 0.0)
     if WS:
-        acc = acc * tl.load(ws + rn, mask=mn, other=0.0)[:, None]
+        if F8I:  # undo the 2^-120 in two exact power-of-two steps (no overflow for any float32 scale < 2^68)
+            acc = (acc * 1152921504606846976.0) * (tl.load(ws + rn, mask=mn, other=0.0) * 1152921504606846976.0)[:, None]
+        else:
+            acc = acc * tl.load(ws + rn, mask=mn, other=0.0)[:, None]
     if RES:
         acc += r0
     y = acc.to(out.dtype.element_ty)
@@ -299,6 +307,11 @@ GEMV_ROWS_CONFIG = (8, 1024, 8)
 # float8 weights (w_scale): the same bytes per program as GEMV_ROWS_CONFIG's bf16 chunk (8 rows x 2048 k x 1 byte)
 GEMV_ROWS_FP8_CONFIG = (8, 2048, 8)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+# e4m3 weights widened by integer bit moves (2^-120 folded into the scale) instead of Triton's float8 -> float32
+# conversions (cvt through f16). Session 27 measured the float8 row GEMV at ~2.4 TB/s of float8 bytes against the bf16
+# one's 3.36 (RESULTS.md "Session 27"); whether the conversions bound it is not measured yet: an A/B switch
+# (benchmarks/bench_e2e.py --fp8-convert), off by default. Same values up to float32 summation order.
+GEMV_FP8_INT_CONVERT = False
 _PROLOGUES = {None: 0, "rms_norm": 1, "silu_mul": 2, "gated_rms_norm": 3}
 
 
@@ -440,6 +453,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
             MR=mr, MP=triton.next_power_of_2(mr), BN=BN, BK=BK, NK=NK, PRO=pro, HD=max(head_dim, 1),
             HAS_GATE=has_gate, GSIG=gate_act == "sigmoid", RES=residual is not None, PDL=on, num_warps=nw,
             ws=w_scale if w_scale is not None else w, WS=w_scale is not None,
+            F8I=w_scale is not None and GEMV_FP8_INT_CONVERT and w.dtype == torch.float8_e4m3fn,
             **_pdl.launch_kw(on))
     return out
 
