@@ -88,3 +88,14 @@ def assert_greedy_equal(model, prompts, ar_outs, spec_outs, tol: float = TIE_TOL
         assert gap < tol, f"request {i}: diverges at output {j} (AR {a[j]} vs spec {s[j]}), top-2 gap {gap:.2e} >= {tol}"
         flips += 1
     return flips
+
+
+def runtime_ar_outputs(tgt, prompts: torch.Tensor, steps: int, capacity: int) -> list[list[int]]:
+    """The vLLM-free decode runtime's AR tokens for ``prompts [B, P]`` after ``steps`` steps (the
+    lossless reference of the runtime tests); ``tgt``: a ``runtime.fused_model.FusedTarget``."""
+    from vllm_specla.runtime.decode import DecodeRuntime
+
+    ar = DecodeRuntime(tgt, prompts.shape[0], "ar", output_capacity=capacity)
+    ar.prefill(prompts)
+    ar.run(steps)
+    return ar.outputs()

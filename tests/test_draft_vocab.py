@@ -254,14 +254,13 @@ def test_runtime_draft_vocab_lossless_and_full_size_is_identity(models):
     from vllm_specla.runtime.decode import DecodeRuntime
     from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget
 
+    from helpers import runtime_ar_outputs
+
     tm, dm = models
     tgt = FusedTarget(tm, torch.float32, "cpu")
     B, K = 3, 3
     prompts = torch.randint(7, 8000, (B, 6), generator=torch.Generator().manual_seed(5))
-    ar = DecodeRuntime(tgt, B, "ar", output_capacity=40)
-    ar.prefill(prompts)
-    ar.run(30)
-    ref = ar.outputs()
+    ref = runtime_ar_outputs(tgt, prompts, 30, 40)
     outs, taus = {}, {}
     ids512 = _cfg(draft_vocab_size=512).draft_vocab_ids(8192, "eagle")
     for name, ids in (("none", None), ("full", torch.arange(8192)), ("512", ids512)):

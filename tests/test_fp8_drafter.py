@@ -12,6 +12,7 @@ import copy
 
 import pytest
 import torch
+from helpers import runtime_ar_outputs
 
 from vllm_specla.core.state import allocate_layer_states
 from vllm_specla.ops import fused
@@ -173,10 +174,7 @@ def test_fp8_drafter_is_lossless_and_keeps_acceptance(models):
     tgt = FusedTarget(tm, torch.float32, "cpu")
     B, K = 3, 4
     prompts = torch.randint(7, 8000, (B, 6), generator=torch.Generator().manual_seed(5))
-    ar = DecodeRuntime(tgt, B, "ar", output_capacity=80)
-    ar.prefill(prompts)
-    ar.run(60)
-    ref = ar.outputs()
+    ref = runtime_ar_outputs(tgt, prompts, 60, 80)
     taus = {}
     for dw in DRAFT_WEIGHTS:
         dr = FusedEagle(dm, tgt, torch.float32, "cpu", draft_weights=dw)
