@@ -50,16 +50,18 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s28a)  # NEXT SESSION (prepared in session 27, after its device time was spent): the float8 row GEMV widening its e4m3
-        # weights by integer bit moves (--fp8-convert int, triton_fused.GEMV_FP8_INT_CONVERT) against Triton's conversions:
-        # its GPU tests, then batch 1, K = 6 / 8, float8 draft passes, twice in alternation (session 27 measured the float8
-        # GEMV at ~2.4 TB/s of float8 bytes; SpecLA at batch 1 is 2.14-2.17x, 24-42 us per step short of 2.2x)
+  s28a)  # session 28, call 1 (carry .whl): how the float8 row GEMV widens e4m3 (triton_fused.GEMV_FP8_CONVERT: cvt / int /
+        # asm / mix): its GPU tests, the drafter's one-row GEMMs alone (bench_fp8_gemv.py), then batch 1, K = 6 / 8, float8
+        # draft passes end to end (session 27: the float8 GEMV at ~2.4 TB/s of float8 bytes; SpecLA at batch 1 2.14-2.17x,
+        # 24-42 us per step short of 2.2x)
       skinny_build
-      pytest_log s28a 120 -rs tests/test_fused_gpu.py -k fp8
+      pytest_log s28a 150 -rs tests/test_fused_gpu.py -k fp8
+      timeout 120 python benchmarks/bench_fp8_gemv.py --out "$OUT/fp8_gemv_s28a.jsonl" 2>&1 | tail -14
       for R in 1 2; do
-        for C in cvt int; do
-          timeout 80 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,8 --alphas 0.8 --snapshot-ks "" \
-              --skinny-gemm on --draft-weights model,fp8 --fp8-convert $C --tag "s28a_${C}_r$R" \
+        for C in cvt asm mix; do
+          [ $R = 2 ] && [ $C = mix ] && continue
+          timeout 60 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,8 --alphas 0.8 --snapshot-ks "" \
+              --skinny-gemm on --draft-weights fp8 --fp8-convert $C --tag "s28a_${C}_r$R" \
               --out "$OUT/e2e_s28a.jsonl" 2>&1 | grep "^{" | python -c "$S"
         done
       done

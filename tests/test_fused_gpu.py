@@ -446,15 +446,18 @@ def test_small_weights_take_the_row_gemv_for_a_few_rows(monkeypatch):
 @pytest.mark.parametrize("M", [1, 3, 17])
 @pytest.mark.parametrize("pro", [None, "rms_norm", "silu_mul", "gated_rms_norm", "gating"])
 @pytest.mark.parametrize("config", [None, (8, 128, 4)])
-@pytest.mark.parametrize("int_convert", [False, True])
-def test_gemv_rows_fp8_weights(M, pro, config, int_convert, monkeypatch):
+@pytest.mark.parametrize("convert", ["cvt", "int", "asm", "mix"])
+def test_gemv_rows_fp8_weights(M, pro, config, convert, monkeypatch):
     """Float8 weights with per-row scales (``w_scale``, W8A16) equal ``Fp8Weight.ref_linear`` after
     each prologue's reference, with a residual (in place), for 1, 3 and 17 rows (two launches), odd
     N / K (masked tails); the gating epilogue reads the scaled, rounded outputs. The activations
     round to x's dtype (bf16 on CUDA, rel < 1e-2; fp32 under the interpreter, rel < 1e-5). The
-    quantization's own error (``quantize_fp8``) is in the CPU tests. ``int_convert``: the weights
-    widened by integer bit moves (``GEMV_FP8_INT_CONVERT``), with weights down to e4m3's subnormals."""
-    monkeypatch.setattr(tf, "GEMV_FP8_INT_CONVERT", int_convert)
+    quantization's own error (``quantize_fp8``) is in the CPU tests. ``convert``: how the kernel
+    widens e4m3 to float32 (``GEMV_FP8_CONVERT``; "asm" / "mix" run as "int" under the interpreter),
+    with weights down to e4m3's subnormals."""
+    monkeypatch.setattr(tf, "GEMV_FP8_CONVERT", convert)
+    if convert in ("asm", "mix") and INTERPRET:
+        pytest.skip("PTX: runs as 'int' under the interpreter (tested there)")
     if M == 17 and (config is not None or pro not in (None, "gated_rms_norm")):
         pytest.skip("compile / interpreter time: two launches at the default config, two prologues")
     g = torch.Generator().manual_seed(M + len(pro or "") + (config or (0,))[0])

@@ -21,6 +21,8 @@ token-strided (column slices of one projection output) as long as the feature di
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -215,6 +217,61 @@ def _gemv_x(x, gate, nw, k0, rk, K, rstd_or_eps, PRO: tl.constexpr, HD: tl.const
 
 
 @triton.jit
+def _e4m3_times_2m120_asm(w):
+    # float8 e4m3 -> float32 times 2^-120, exactly (subnormals included; NaN bytes are not NaN here:
+    # quantize_fp8 refuses NaN), four weights per 32-bit register: per weight one byte permute (the
+    # byte to bits 23-16, its sign replicated over bits 31-24), a shift by 4 and a mask keeping the
+    # sign (bit 31) and exponent + mantissa (bits 26-20). Integer pipe only (64 / clock / SM on
+    # sm_90) where Triton's conversion goes through cvt.rn.f16x2.e4m3x2 and f16 -> f32.
+    return tl.inline_asm_elementwise(
+        asm="""{
+        .reg .b32 t<4>;
+        prmt.b32 t0, $4, 0, 0x8044;
+        prmt.b32 t1, $4, 0, 0x9144;
+        prmt.b32 t2, $4, 0, 0xA244;
+        prmt.b32 t3, $4, 0, 0xB344;
+        shl.b32 t0, t0, 4;
+        shl.b32 t1, t1, 4;
+        shl.b32 t2, t2, 4;
+        shl.b32 t3, t3, 4;
+        and.b32 $0, t0, 0x87F00000;
+        and.b32 $1, t1, 0x87F00000;
+        and.b32 $2, t2, 0x87F00000;
+        and.b32 $3, t3, 0x87F00000;
+        }""",
+        constraints="=r,=r,=r,=r,r", args=[w.to(tl.uint8, bitcast=True)], dtype=tl.float32, is_pure=True, pack=4)
+
+
+@triton.jit
+def _e4m3_times_2m120_mix(w):
+    # as _e4m3_times_2m120_asm for the two low bytes of each register; the two high ones by the
+    # hardware conversion (e4m3x2 -> f16x2 -> f32, then times 2^-120 exactly): the integer and the
+    # conversion pipes share the work
+    return tl.inline_asm_elementwise(
+        asm="""{
+        .reg .b32 t<2>, h;
+        .reg .b16 lo, hi, h0, h1;
+        .reg .f32 f<2>;
+        prmt.b32 t0, $4, 0, 0x8044;
+        prmt.b32 t1, $4, 0, 0x9144;
+        shl.b32 t0, t0, 4;
+        shl.b32 t1, t1, 4;
+        and.b32 $0, t0, 0x87F00000;
+        and.b32 $1, t1, 0x87F00000;
+        mov.b32 {lo, hi}, $4;
+        cvt.rn.f16x2.e4m3x2 h, hi;
+        mov.b32 {h0, h1}, h;
+        cvt.f32.f16 f0, h0;
+        cvt.f32.f16 f1, h1;
+        mul.f32 f0, f0, 0f03800000;
+        mul.f32 f1, f1, 0f03800000;
+        mov.b32 $2, f0;
+        mov.b32 $3, f1;
+        }""",
+        constraints="=r,=r,=r,=r,r", args=[w.to(tl.uint8, bitcast=True)], dtype=tl.float32, is_pure=True, pack=4)
+
+
+@triton.jit
 def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A_log, dt_bias, A0, HV, ws,
                       MR: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NK: tl.constexpr,
                       PRO: tl.constexpr, HD: tl.constexpr, HAS_GATE: tl.constexpr, GSIG: tl.constexpr,
@@ -259,10 +316,14 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
         else:
             wk = tl.load(w + rn[:, None] * K + (k0 + rk)[None, :], mask=mn[:, None] & ((k0 + rk) < K)[None, :],
                          other=0.0)
-        if WS and F8I:  # e4m3 bits into float32 bits: sign to 31, exponent + mantissa to 30-20; the value times
-            # 2^-120 exactly (normal and subnormal e4m3 alike); integer ops instead of the conversions
+        if WS and F8I == 1:  # e4m3 bits into float32 bits: sign to 31, exponent + mantissa to 30-20; the value
+            # times 2^-120 exactly (normal and subnormal e4m3 alike); integer ops instead of the conversions
             u = wk.to(tl.uint8, bitcast=True).to(tl.uint32)
             wf = (((u & 0x80) << 24) | ((u & 0x7F) << 20)).to(tl.float32, bitcast=True)
+        elif WS and F8I == 2:  # the same bits by three integer instructions per weight (PTX)
+            wf = _e4m3_times_2m120_asm(wk)
+        elif WS and F8I == 3:  # half the weights by the PTX integer moves, half by the hardware conversion
+            wf = _e4m3_times_2m120_mix(wk)
         else:
             wf = wk.to(tl.float32)
         for m in tl.static_range(MR):
@@ -273,7 +334,7 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
             xk = xk.to(out.dtype.element_ty).to(tl.float32)
             acc += tl.where(rm[None, :] == m, tl.sum(wf * xk[None, :], 1)[:, None], 0.0)
     if WS:
-        if F8I:  # undo the 2^-120 in two exact power-of-two steps (no overflow for any float32 scale < 2^68)
+        if F8I != 0:  # undo the 2^-120 in two exact power-of-two steps (no overflow for any float32 scale < 2^68)
             acc = (acc * 1152921504606846976.0) * (tl.load(ws + rn, mask=mn, other=0.0) * 1152921504606846976.0)[:, None]
         else:
             acc = acc * tl.load(ws + rn, mask=mn, other=0.0)[:, None]
@@ -307,12 +368,31 @@ GEMV_ROWS_CONFIG = (8, 1024, 8)
 # float8 weights (w_scale): the same bytes per program as GEMV_ROWS_CONFIG's bf16 chunk (8 rows x 2048 k x 1 byte)
 GEMV_ROWS_FP8_CONFIG = (8, 2048, 8)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
-# e4m3 weights widened by integer bit moves (2^-120 folded into the scale) instead of Triton's float8 -> float32
-# conversions (cvt through f16). Session 27 measured the float8 row GEMV at ~2.4 TB/s of float8 bytes against the bf16
-# one's 3.36 (RESULTS.md "Session 27"); whether the conversions bound it is not measured yet: an A/B switch
-# (benchmarks/bench_e2e.py --fp8-convert), off by default. Same values up to float32 summation order.
-GEMV_FP8_INT_CONVERT = False
+# How the float8 row GEMV widens its e4m3 weights to float32: "cvt" (Triton's conversion, cvt.rn.f16x2.e4m3x2 then
+# f16 -> f32), "int" (integer bit moves written in Triton: sign to bit 31, exponent + mantissa to bits 26-20, i.e. the
+# value times 2^-120, folded back with the scale), "asm" (the same bits by three PTX integer instructions per weight),
+# "mix" (half "asm", half the conversion). Session 27 measured the float8 row GEMV at ~2.4 TB/s of float8 bytes
+# against the bf16 one's 3.36 (RESULTS.md "Session 27"); an A/B switch (benchmarks/bench_fp8_gemv.py, bench_e2e.py
+# --fp8-convert). Same values up to float32 summation order. "asm" / "mix" are PTX: under TRITON_INTERPRET=1 they run
+# as "int" (same bits).
+GEMV_FP8_CONVERT = "cvt"
+FP8_CONVERTS = ("cvt", "int", "asm", "mix")
 _PROLOGUES = {None: 0, "rms_norm": 1, "silu_mul": 2, "gated_rms_norm": 3}
+
+
+def _fp8_convert_mode(w: torch.Tensor) -> int:
+    """The row GEMV kernel's ``F8I`` for a float8 ``w`` under :data:`GEMV_FP8_CONVERT` (0 for e5m2:
+    the bit moves are e4m3's)."""
+    if GEMV_FP8_CONVERT not in FP8_CONVERTS:
+        raise ValueError(f"triton_fused.GEMV_FP8_CONVERT must be one of {FP8_CONVERTS}, got {GEMV_FP8_CONVERT!r}")
+    if w.dtype != torch.float8_e4m3fn:
+        return 0
+    mode = FP8_CONVERTS.index(GEMV_FP8_CONVERT)
+    return 1 if mode >= 2 and _interpreting() else mode
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
 
 
 def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
@@ -442,6 +522,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
     else:
         gb, a0, A_log, dt_bias, neg, HV = w, 0, w, w, False, 1
     on = _pdl.enabled(x) if pdl is None else bool(pdl)
+    f8i = _fp8_convert_mode(w) if w_scale is not None else 0
     for m0 in range(0, M, GEMV_ROWS_BLOCK):
         mr = min(GEMV_ROWS_BLOCK, M - m0)
         xs, os_ = x[m0:], out[m0:]
@@ -453,7 +534,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
             MR=mr, MP=triton.next_power_of_2(mr), BN=BN, BK=BK, NK=NK, PRO=pro, HD=max(head_dim, 1),
             HAS_GATE=has_gate, GSIG=gate_act == "sigmoid", RES=residual is not None, PDL=on, num_warps=nw,
             ws=w_scale if w_scale is not None else w, WS=w_scale is not None,
-            F8I=w_scale is not None and GEMV_FP8_INT_CONVERT and w.dtype == torch.float8_e4m3fn,
+            F8I=f8i,
             **_pdl.launch_kw(on))
     return out
 
