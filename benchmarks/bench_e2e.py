@@ -406,8 +406,9 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--fp8-config", default=None, type=gemv_config_flag,
                     help="BN,BK,warps of the row GEMV on float8 weights (triton_fused.GEMV_ROWS_FP8_CONFIG; "
                          "--draft-weights fp8)")
-    ap.add_argument("--fp8-convert", default=None, choices=["cvt", "int", "asm", "mix"],
-                    help="how the float8 row GEMV widens e4m3 weights to float32 (triton_fused.GEMV_FP8_CONVERT)")
+    ap.add_argument("--draft-glue", default=None, choices=["fused", "separate"],
+                    help="the drafter's embedding gather and final norm as the row GEMV's prologues, or their own "
+                         "launches (fused.DRAFT_GLUE_PROLOGUES)")
     ap.add_argument("--fp8-max-tokens", type=positive_int, default=None,
                     help="drafter passes of at most this many tokens per row read the float8 weights with "
                          "--draft-weights fp8 (runtime/fused_model.py FP8_MAX_TOKENS; 1: draft passes only)")
@@ -458,6 +459,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         _steps.USE_TRITON_ACCEPT = args.accept_kernel == "triton"
     if getattr(args, "glue_kernels", None):
         fused.USE_TRITON_EMBED = _steps.USE_TRITON_CONTROL = args.glue_kernels == "triton"
+    if getattr(args, "draft_glue", None):
+        fused.DRAFT_GLUE_PROLOGUES = args.draft_glue == "fused"
     if getattr(args, "fp8_max_tokens", None) is not None:  # (the CPU path reads it too)
         from vllm_specla.runtime import fused_model  # noqa: PLC0415
 
@@ -476,8 +479,6 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         triton_fused.GEMV_ROWS_CONFIG = tuple(int(v) for v in cfg[:3])
     if args.rows_max_m is not None:
         triton_fused.GEMV_ROWS_MAX_M = args.rows_max_m
-    if getattr(args, "fp8_convert", None):
-        triton_fused.GEMV_FP8_CONVERT = args.fp8_convert
     if getattr(args, "fp8_config", None):
         triton_fused.GEMV_ROWS_FP8_CONFIG = tuple(int(v) for v in args.fp8_config.split(","))
     if args.pdl:
@@ -497,8 +498,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
     # (s11e's records had None for both the default and "off": the state is read back here)
     return dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG),
                 max_m=triton_fused.GEMV_ROWS_MAX_M, fp8_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG),
-                fp8_max_tokens=_fp8_max_tokens(), fp8_convert=triton_fused.GEMV_FP8_CONVERT, pdl=pdl.enabled(torch.empty(0, device="cuda")),
-                gating=fused.GEMV_ROWS_GATING, triton_argmax=fused.USE_TRITON_ARGMAX,
+                fp8_max_tokens=_fp8_max_tokens(), pdl=pdl.enabled(torch.empty(0, device="cuda")),
+                gating=fused.GEMV_ROWS_GATING, draft_glue_prologues=fused.DRAFT_GLUE_PROLOGUES, triton_argmax=fused.USE_TRITON_ARGMAX,
                 small=[fused.GEMV_ROWS_SMALL_MAX_M, fused.GEMV_ROWS_SMALL_BYTES],
                 skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_prefetch=fused.SKINNY_PREFETCH_BYTES if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,

@@ -1,26 +1,21 @@
 #!/usr/bin/env python
-"""The drafter's one-token passes on float8 weights: how the row GEMV widens e4m3 (issue 6), one GPU.
+"""The drafter's one-token passes on float8 weights against bf16 (issue 6), one GPU.
 
 Session 27 (benchmarks/RESULTS.md) put the drafter's one-token passes on per-row float8 e4m3 weights
 (``FusedEagle(draft_weights="fp8")``, W8A16 through ``ops/triton_fused.py`` ``gemv_rows(w_scale=)``)
-and found them moving ~2.4 TB/s of float8 bytes against the bf16 row GEMV's ~3.36 TB/s. At one token
-row a GEMV does one multiply-add per weight, so a float8 weight carries twice the per-byte work of
-a bf16 one: Triton widens it with ``cvt.rn.f16x2.e4m3x2`` then f16 -> f32 (conversion
-instructions), where bf16 needs one integer move. This script times the drafter's own one-row
-GEMMs (``fc``, the block's in-projection / ``o_proj`` / gate|up / ``down_proj``, the LM head; built
-as ``bench_e2e.py`` builds them, random weights at the shape) once per setting of
-``triton_fused.GEMV_FP8_CONVERT`` and in bf16, each setting as one CUDA graph of ``--passes``
-passes over the six weights (the weights stream from HBM: a pass reads far more than the L2):
+and found them moving ~2.4 TB/s of float8 bytes end to end against the bf16 row GEMV's ~3.36 TB/s.
+This script times the drafter's own one-row GEMMs (``fc``, the block's in-projection / ``o_proj`` /
+gate|up / ``down_proj``, the LM head; built as ``bench_e2e.py`` builds them, random weights at the
+shape) on bf16 and on float8 weights, each as one CUDA graph of ``--passes`` passes over the six
+weights (a pass reads far more than the L2, so the weights stream from HBM).
 
-  bf16   the model weights, bf16 row GEMV (the reference rate)
-  cvt    float8, Triton's conversions (session 27's code)
-  int    float8, integer bit moves written in Triton
-  asm    float8, the same bits by three PTX integer instructions per weight
-  mix    float8, half asm, half the hardware conversion
+Session 28 also timed four ways of widening e4m3 to float32 here (Triton's conversions, integer bit
+moves in Triton, the same in PTX byte permutes, half and half): Triton's conversions were fastest
+(RESULTS.md "Session 28"; commit 3bafdc5 keeps the others).
 
-Prints ms per pass, weight bytes per pass, TB/s and the ratio to ``cvt``; checks every float8
-setting against ``Fp8Weight.ref_linear`` (``rel``: max |diff| / max |ref|) and writes JSON to
-``--out``.
+Prints ms per pass, weight bytes per pass (float8: the weights and their float32 row scales), TB/s
+and the ratio to bf16; checks the float8 outputs against ``Fp8Weight.ref_linear`` (``rel``: max
+|diff| / max |ref|) and appends JSON lines to ``--out``.
 """
 
 from __future__ import annotations
@@ -40,7 +35,7 @@ from graph_timing import graph_ms  # noqa: E402
 
 from vllm_specla.ops import fused, triton_fused  # noqa: E402
 
-MODES = ("bf16",) + triton_fused.FP8_CONVERTS
+MODES = ("bf16", "fp8")
 
 
 def drafter_weights(dr) -> list[tuple[str, torch.Tensor]]:
@@ -64,9 +59,7 @@ def bench_shape(shape: str, modes, passes: int, replays: int) -> list[dict]:
     recs = []
     base = None
     for mode in modes:
-        fp8 = mode != "bf16"
-        if fp8:
-            triton_fused.GEMV_FP8_CONVERT = mode
+        fp8 = mode == "fp8"
 
         def one_pass():
             for i, (_, w) in enumerate(ws):
@@ -86,12 +79,11 @@ def bench_shape(shape: str, modes, passes: int, replays: int) -> list[dict]:
                    tbps=nbytes / ms / 1e9, rel_vs_ref=rel, passes=passes,
                    config=list(triton_fused.GEMV_ROWS_FP8_CONFIG if fp8 else triton_fused.GEMV_ROWS_CONFIG),
                    weights={n: list(w.shape) for n, w in ws}, gpu=torch.cuda.get_device_name())
-        if mode == "cvt":
+        if mode == "bf16":
             base = ms
         recs.append(rec)
     for rec in recs:
-        rec["vs_cvt"] = base / rec["ms_per_pass"] if base else None
-    triton_fused.GEMV_FP8_CONVERT = "cvt"
+        rec["vs_bf16"] = base / rec["ms_per_pass"] if base else None
     return recs
 
 
@@ -109,11 +101,11 @@ def main() -> None:
         raise SystemExit(f"--modes: unknown {bad}; allowed: {', '.join(MODES)}")
     if not torch.cuda.is_available():
         raise SystemExit("bench_fp8_gemv.py needs a CUDA GPU (sm_89+ for float8)")
-    print(f"{'shape':6} {'mode':5} {'ms/pass':>8} {'MB':>7} {'TB/s':>6} {'vs cvt':>7} {'rel':>9}")
+    print(f"{'shape':6} {'mode':5} {'ms/pass':>8} {'MB':>7} {'TB/s':>6} {'vs bf16':>7} {'rel':>9}")
     for shape in args.shapes.split(","):
         for rec in bench_shape(shape, modes, args.passes, args.replays):
             rel = "" if rec["rel_vs_ref"] is None else f"{rec['rel_vs_ref']:.2e}"
-            vs = "" if rec["vs_cvt"] is None else f"{rec['vs_cvt']:.3f}"
+            vs = "" if rec["vs_bf16"] is None else f"{rec['vs_bf16']:.3f}"
             print(f"{shape:6} {rec['mode']:5} {rec['ms_per_pass']:8.4f} {rec['weight_bytes'] / 1e6:7.1f} "
                   f"{rec['tbps']:6.2f} {vs:>7} {rel:>9}", flush=True)
             if args.out:

@@ -50,7 +50,22 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s28a)  # session 28, call 1 (carry .whl): how the float8 row GEMV widens e4m3 (triton_fused.GEMV_FP8_CONVERT: cvt / int /
+  s28b)  # session 28, call 2 (carry .whl): the drafter's glue as the row GEMV's prologues (fused.DRAFT_GLUE_PROLOGUES:
+        # the embedding gather in the fc GEMV, the final norm + the accepted row's gather in the LM head, the normed features
+        # stored by it; two to three launches fewer per draft pass): its GPU tests, then batch 1, K = 6 / 8, model and
+        # float8 draft passes, fused / separate, twice in alternation
+      skinny_build
+      pytest_log s28b 240 -rs tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py \
+          -k "gather or embedding_prologue or runtime_drafter or fp8 or batch1 or acceptance_control"
+      for R in 1 2; do
+        for G in fused separate; do
+          timeout 75 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,8 --alphas 0.8 --snapshot-ks "" \
+              --skinny-gemm on --draft-weights model,fp8 --draft-glue $G --tag "s28b_${G}_r$R" \
+              --out "$OUT/e2e_s28b.jsonl" 2>&1 | grep "^{" | python -c "$S"
+        done
+      done
+      ;;
+  s28a)  # (as run; the int / asm / mix modes were removed after it: commit 3bafdc5 keeps them) session 28, call 1 (carry .whl): how the float8 row GEMV widens e4m3 (triton_fused.GEMV_FP8_CONVERT: cvt / int /
         # asm / mix): its GPU tests, the drafter's one-row GEMMs alone (bench_fp8_gemv.py), then batch 1, K = 6 / 8, float8
         # draft passes end to end (session 27: the float8 GEMV at ~2.4 TB/s of float8 bytes; SpecLA at batch 1 2.14-2.17x,
         # 24-42 us per step short of 2.2x)

@@ -388,9 +388,10 @@ def test_fused_target_padded_in_projection():
 @pytest.mark.parametrize("mode,alpha", [("specla", None), ("specla", 0.5), ("snapshot", 0.5)])
 def test_chain_drafting_equals_the_general_form(pair, mode, alpha):
     """``_speculate_chain`` (each draft's argmax stored into the window, or into ``drafts`` under
-    acceptance control, then ``step_kernels.control_drafts``) drafts what the general ``_speculate``
-    drafts at W = 1, from the same committed drafter state, feature and random stream; a draft
-    vocabulary too (the argmax maps its ids)."""
+    acceptance control, then ``step_kernels.control_drafts``; the drafter's final norm applied with
+    its LM head, ``FusedEagle.draft_from_hidden``) drafts what the general ``_speculate`` drafts at
+    W = 1, from the same committed drafter state, feature and random stream; a draft vocabulary too
+    (the argmax maps its ids)."""
     _, tgt, dr = pair
     B, K = 3, 4
     prompts = _prompts(B, 5, 9)
@@ -399,12 +400,12 @@ def test_chain_drafting_equals_the_general_form(pair, mode, alpha):
         kw = dict(alpha=alpha, trace=trace) if alpha is not None else {}
         rt = DecodeRuntime(tgt, B, mode, K, d, output_capacity=20, **kw)
         rt.prefill(prompts)
-        f = torch.randn(B, tgt.config.hidden_size, generator=torch.Generator().manual_seed(4))
+        h = torch.randn(B, tgt.config.hidden_size, generator=torch.Generator().manual_seed(4))
         torch.manual_seed(1)
-        want = rt._speculate(f).clone()
+        want = rt._speculate(d.norm(h)).clone()  # (the general form takes normed features)
         last = rt.window[:, 0].clone()
         torch.manual_seed(1)
-        rt._speculate_chain(f)
+        rt._speculate_chain(h)  # (the chain form: the drafter's un-normed output)
         assert torch.equal(rt.window[:, 1:], want) and torch.equal(rt.window[:, 0], last)
 
 

@@ -446,18 +446,12 @@ def test_small_weights_take_the_row_gemv_for_a_few_rows(monkeypatch):
 @pytest.mark.parametrize("M", [1, 3, 17])
 @pytest.mark.parametrize("pro", [None, "rms_norm", "silu_mul", "gated_rms_norm", "gating"])
 @pytest.mark.parametrize("config", [None, (8, 128, 4)])
-@pytest.mark.parametrize("convert", ["cvt", "int", "asm", "mix"])
-def test_gemv_rows_fp8_weights(M, pro, config, convert, monkeypatch):
+def test_gemv_rows_fp8_weights(M, pro, config):
     """Float8 weights with per-row scales (``w_scale``, W8A16) equal ``Fp8Weight.ref_linear`` after
     each prologue's reference, with a residual (in place), for 1, 3 and 17 rows (two launches), odd
     N / K (masked tails); the gating epilogue reads the scaled, rounded outputs. The activations
     round to x's dtype (bf16 on CUDA, rel < 1e-2; fp32 under the interpreter, rel < 1e-5). The
-    quantization's own error (``quantize_fp8``) is in the CPU tests. ``convert``: how the kernel
-    widens e4m3 to float32 (``GEMV_FP8_CONVERT``; "asm" / "mix" run as "int" under the interpreter),
-    with weights down to e4m3's subnormals."""
-    monkeypatch.setattr(tf, "GEMV_FP8_CONVERT", convert)
-    if convert in ("asm", "mix") and INTERPRET:
-        pytest.skip("PTX: runs as 'int' under the interpreter (tested there)")
+    quantization's own error (``quantize_fp8``) is in the CPU tests. Weights down to e4m3's subnormals."""
     if M == 17 and (config is not None or pro not in (None, "gated_rms_norm")):
         pytest.skip("compile / interpreter time: two launches at the default config, two prologues")
     g = torch.Generator().manual_seed(M + len(pro or "") + (config or (0,))[0])
@@ -518,3 +512,124 @@ def test_gemv_rows_fp8_rejects_bad_scales():
         tf.gemv_rows(x, w8.weight, w_scale=w8.scale.double())
     with pytest.raises(ValueError, match="w_scale needs a float8 w"):
         tf.gemv_rows(x, torch.randn(8, 16, device=DEV), w_scale=w8.scale)
+
+
+def _maybe_fp8(w, fp8, dt):
+    """``(weight for gemv_rows, w_scale, reference linear)``: bf16 / fp32 ``w``, or its per-row float8 copy."""
+    if fp8:
+        w8 = F_ref.quantize_fp8(w.to(DEV), dt)
+        return w8.weight, w8.scale, w8.ref_linear
+    wd = w.to(DEV, dt)
+    return wd, None, lambda x: F_ref.linear_ref(x, wd)
+
+
+@pytest.mark.parametrize("rows", [[3], [5, 0, 5]])
+@pytest.mark.parametrize("fp8", [False, True])
+@pytest.mark.parametrize("config", [None, (8, 64, 4)])
+def test_gemv_rows_row_gather_and_normed_out(rows, fp8, config):
+    """``x_rows`` (token row m reads x[x_rows[m]], repeats allowed) with the RMSNorm prologue, and
+    ``x_out`` receiving the normed rows as the product uses them: the logits equal the reference on
+    ``rms_norm_ref(x[rows])`` and ``x_out`` equals ``rms_norm_ref(x[rows])`` (the drafter's final norm
+    + LM head in one launch, ``fused.norm_rows_linear``). Odd K / N (masked tails), bf16 on CUDA
+    (``x_out`` within one bf16 ulp: the kernel's sum of squares runs in another order), fp32 under
+    the interpreter (rel < 1e-5)."""
+    if fp8 and not HAVE_CUDA and not INTERPRET:
+        pytest.skip("float8 GEMV runs on CUDA or the interpreter")
+    g = torch.Generator().manual_seed(len(rows) + 2 * fp8)
+    dt = torch.bfloat16 if HAVE_CUDA else torch.float32
+    R, K, N = 7, 150, 37
+    x = (torch.randn(R, K, generator=g) * 3).to(DEV, dt)
+    nw = (torch.rand(K, generator=g) + 0.5).to(DEV)
+    ww, ws, ref_lin = _maybe_fp8(torch.randn(N, K, generator=g) * 0.05, fp8, dt)
+    idx = torch.tensor(rows, dtype=torch.long, device=DEV)
+    xo = torch.full((len(rows), K), float("nan"), device=DEV, dtype=dt)
+    got = tf.gemv_rows(x, ww, nw, 1e-6, x_rows=idx, x_out=xo, config=config, w_scale=ws)
+    xn = F_ref.rms_norm_ref(x[idx], nw, 1e-6, dt)
+    _close(xo, xn, dt)
+    assert got.shape == (len(rows), N) and got.dtype == dt
+    assert rel(got, ref_lin(xn)) < (1e-2 if dt == torch.bfloat16 else 1e-5)
+    # fused.norm_rows_linear: the same through the dispatcher (the row GEMV for one row; the unfused
+    # path, which must give the same values, for the others)
+    if len(rows) == 1 or fp8:
+        wl = F_ref.Fp8Weight(ww, ws, dt) if fp8 else ww
+        xo2 = torch.empty_like(xo)
+        got2 = F_ref.norm_rows_linear(x, nw, 1e-6, wl, idx, xo2)
+        _close(xo2, xn, dt)
+        assert rel(got2, ref_lin(xn)) < (1e-2 if dt == torch.bfloat16 else 1e-5)
+
+
+@pytest.mark.parametrize("M", [1, 3])
+@pytest.mark.parametrize("fp8", [False, True])
+@pytest.mark.parametrize("config", [None, (4, 32, 4)])
+def test_gemv_rows_embedding_prologue(M, fp8, config):
+    """``embed=(table, tokens)``: the row is ``[table[tokens[m]] | x[m]]`` (``fused.embed_ref``), the
+    EAGLE drafter's ``fc`` input gathered by the GEMV itself; equals the reference GEMM on
+    ``embed_ref``'s output, for an embedding width that is not a multiple of the chunk (the two
+    halves meet inside one) and odd N."""
+    g = torch.Generator().manual_seed(M + 2 * fp8)
+    dt = torch.bfloat16 if HAVE_CUDA else torch.float32
+    V, ED, DF, N = 50, 48, 40, 33
+    table = torch.randn(V, ED, generator=g).to(DEV, dt)
+    feats = torch.randn(M, DF, generator=g).to(DEV, dt)
+    tok = torch.randint(0, V, (M,), generator=g).to(DEV)
+    ww, ws, ref_lin = _maybe_fp8(torch.randn(N, ED + DF, generator=g) * 0.05, fp8, dt)
+    got = tf.gemv_rows(feats, ww, embed=(table, tok), config=config, w_scale=ws)
+    ref = ref_lin(F_ref.embed_ref(table, tok, feats))
+    assert got.shape == (M, N) and got.dtype == dt
+    assert rel(got, ref) < (1e-2 if dt == torch.bfloat16 else 1e-5)
+    if M == 1 or fp8:  # fused.embed_linear takes the row GEMV here
+        wl = F_ref.Fp8Weight(ww, ws, dt) if fp8 else ww
+        assert rel(F_ref.embed_linear(table, tok, feats, wl), ref) < (1e-2 if dt == torch.bfloat16 else 1e-5)
+
+
+def test_gemv_rows_rejects_bad_gather_args():
+    """Bad ``x_rows`` / ``x_out`` / ``embed`` are refused with the argument named."""
+    x = torch.randn(3, 16).to(DEV)
+    w = torch.randn(8, 16).to(DEV)
+    with pytest.raises(ValueError, match="x_rows"):
+        tf.gemv_rows(x, w, x_rows=torch.tensor([0, 1], dtype=torch.int32, device=DEV))
+    with pytest.raises(ValueError, match="x_out"):
+        tf.gemv_rows(x, w, x_out=torch.empty(3, 15, device=DEV))
+    with pytest.raises(ValueError, match="embed"):
+        tf.gemv_rows(x[:, :8], w, embed=(torch.randn(5, 8).to(DEV), torch.zeros(3, dtype=torch.int32, device=DEV)))
+    with pytest.raises(ValueError, match="embed"):
+        tf.gemv_rows(x[:, :8], w, torch.ones(16, device=DEV), embed=(torch.randn(5, 8).to(DEV),
+                                                                      torch.zeros(3, dtype=torch.long, device=DEV)))
+    with pytest.raises(ValueError, match="exclusive"):
+        tf.gemv_rows(x[:, :8], w, x_rows=torch.zeros(3, dtype=torch.long, device=DEV),
+                     embed=(torch.randn(5, 8).to(DEV), torch.zeros(3, dtype=torch.long, device=DEV)))
+
+
+def test_runtime_drafter_passes_fuse_the_gather_and_the_final_norm(monkeypatch):
+    """The chain runtime's drafter at batch 1 (the embedded trained pair, fp32): the ``fc`` GEMV
+    gathers the embedding itself (``embed=``), each LM-head pass applies the drafter's final norm as
+    its prologue and stores the normed features for the next pass (``x_out``), the first draft of a
+    step gathers the accepted row (``x_rows``); the output stays lossless (AR's tokens). Under the
+    interpreter the dispatch seam ``fused._on_gpu`` points the row GEMV at the CPU."""
+    from tests.helpers import runtime_ar_outputs
+    from vllm_specla.models.drafter import load_eagle_drafter
+    from vllm_specla.models.gdn import load_fla_checkpoint
+    from vllm_specla.runtime.decode import DecodeRuntime
+    from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget
+
+    tm, dm = load_fla_checkpoint("models/specla-gdn-tiny/target"), load_eagle_drafter("models/specla-gdn-tiny/drafter")
+    tgt = FusedTarget(tm, torch.float32, DEV)
+    dr = FusedEagle(dm, tgt, torch.float32, DEV)
+    prompts = torch.randint(3, 8000, (1, 6), generator=torch.Generator().manual_seed(3)).to(DEV)
+    ref = runtime_ar_outputs(tgt, prompts, 24, 64)
+    if INTERPRET:
+        monkeypatch.setattr(F_ref, "_on_gpu", lambda t: True)
+    forms = set()
+    orig = tf.gemv_rows
+
+    def spy(*a, **k):
+        forms.add(tuple(n for n in ("embed", "x_rows", "x_out") if k.get(n) is not None))
+        return orig(*a, **k)
+
+    monkeypatch.setattr(tf, "gemv_rows", spy)
+    rt = DecodeRuntime(tgt, 1, "specla", 4, dr, output_capacity=64)
+    rt.prefill(prompts)
+    rt.run(4)
+    out = rt.outputs()[0]
+    assert {("embed",), ("x_out",), ("x_rows", "x_out")} <= forms
+    assert len(out) > 5 and out == ref[0][: len(out)]

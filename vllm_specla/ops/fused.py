@@ -370,6 +370,56 @@ def _rows_impl(x, w, residual=None, prologue: bool = False, norm_weight=None):
     return impl
 
 
+# The drafter's glue on the row GEMV (one-row passes at batch 1, float8 passes): the embedding gather as the fc GEMV's
+# prologue, the final norm (and the accepted row's gather) as the LM head's, the normed features stored by it
+# (embed_linear / norm_rows_linear). False: the separate embed / rms_norm launches (an A/B switch,
+# benchmarks/bench_e2e.py --draft-glue)
+DRAFT_GLUE_PROLOGUES = True
+
+
+def embed_linear(table: torch.Tensor, tokens: torch.Tensor, feats: torch.Tensor, w, prefetch=None) -> torch.Tensor:
+    """``linear(embed(table, tokens, feats), w)``: the EAGLE drafter's ``fc([embed(x); f])``.
+
+    ``table [V, D]``, ``tokens`` int64 (``N`` ids, any shape; valid rows of ``table``), ``feats [N, DF]``,
+    ``w [out, D + DF]`` (or an :class:`Fp8Weight`). Returns ``[N, out]`` in ``w.dtype``. Where the row
+    GEMV takes the GEMM (:func:`_rows_impl`: one token row on CUDA, or float8 weights) the gather is its
+    prologue (``triton_fused.gemv_rows(embed=)``: one launch instead of two, the same values); otherwise
+    :func:`embed` then :func:`linear` (``prefetch`` as there)."""
+    tok = tokens.reshape(-1)
+    ok = DRAFT_GLUE_PROLOGUES and feats.dim() == 2 and tok.numel() == feats.shape[0]
+    impl = _rows_impl(feats, w) if ok else None
+    if impl is not None and GEMV_ROWS_PROLOGUE and table.dim() == 2 and table.stride(-1) == 1 \
+            and table.shape[1] + feats.shape[1] == w.shape[1]:
+        ww, wsc = _fp8_parts(w)
+        return impl.gemv_rows(feats, ww, w_scale=wsc, embed=(table, tok.contiguous()))
+    return linear(embed(table, tokens, feats), w, prefetch=prefetch)
+
+
+def norm_rows_linear(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, w, rows: torch.Tensor | None = None,
+                     normed_out: torch.Tensor | None = None) -> torch.Tensor:
+    """``rms_norm(x[rows]) @ w.T``, the normed rows also stored into ``normed_out``: a drafter's final
+    norm and its LM head in one launch, the normed features kept for its next pass.
+
+    ``x [R, D]``; ``rows`` int64 ``[N]`` (valid rows of ``x``) or None (all ``R`` rows); ``norm_weight [D]``;
+    ``w [V, D]`` (or an :class:`Fp8Weight`); ``normed_out [N, D]`` in the norm's output dtype (``w.dtype``:
+    :func:`rms_norm_ref` rounds to it) or None. Returns the logits ``[N, V]`` in ``w.dtype``. The row
+    GEMV (:func:`_rows_impl`, ``GEMV_ROWS_PROLOGUE``) runs it as one launch (``gemv_rows(x_rows=,
+    x_out=)`` with the RMSNorm prologue); otherwise :func:`embed` (the row gather), :func:`rms_norm`, a
+    copy into ``normed_out`` and :func:`linear`. The same values either way."""
+    N = x.shape[0] if rows is None else rows.numel()
+    ok = DRAFT_GLUE_PROLOGUES and x.dim() == 2
+    impl = _rows_impl(x[:N] if N <= x.shape[0] else x, w, None, True, norm_weight) if ok else None
+    if impl is not None and (rows is None or (rows.dim() == 1 and rows.dtype == torch.int64)):
+        ww, wsc = _fp8_parts(w)
+        return impl.gemv_rows(x, ww, norm_weight, eps, x_rows=None if rows is None else rows.contiguous(),
+                              x_out=normed_out, w_scale=wsc)
+    xs = x if rows is None else embed(x, rows)
+    xn = rms_norm(xs, norm_weight, eps, w.dtype)
+    if normed_out is not None:
+        normed_out.copy_(xn)
+    return linear(xn, w)
+
+
 def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual_inplace=False, prefetch=None):
     """``linear(gated_rms_norm(o, gate, norm_weight, eps, act, w.dtype), w, residual=...)``.
 

@@ -21,8 +21,6 @@ token-strided (column slices of one projection output) as long as the feature di
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -217,66 +215,20 @@ def _gemv_x(x, gate, nw, k0, rk, K, rstd_or_eps, PRO: tl.constexpr, HD: tl.const
 
 
 @triton.jit
-def _e4m3_times_2m120_asm(w):
-    # float8 e4m3 -> float32 times 2^-120, exactly (subnormals included; NaN bytes are not NaN here:
-    # quantize_fp8 refuses NaN), four weights per 32-bit register: per weight one byte permute (the
-    # byte to bits 23-16, its sign replicated over bits 31-24), a shift by 4 and a mask keeping the
-    # sign (bit 31) and exponent + mantissa (bits 26-20). Integer pipe only (64 / clock / SM on
-    # sm_90) where Triton's conversion goes through cvt.rn.f16x2.e4m3x2 and f16 -> f32.
-    return tl.inline_asm_elementwise(
-        asm="""{
-        .reg .b32 t<4>;
-        prmt.b32 t0, $4, 0, 0x8044;
-        prmt.b32 t1, $4, 0, 0x9144;
-        prmt.b32 t2, $4, 0, 0xA244;
-        prmt.b32 t3, $4, 0, 0xB344;
-        shl.b32 t0, t0, 4;
-        shl.b32 t1, t1, 4;
-        shl.b32 t2, t2, 4;
-        shl.b32 t3, t3, 4;
-        and.b32 $0, t0, 0x87F00000;
-        and.b32 $1, t1, 0x87F00000;
-        and.b32 $2, t2, 0x87F00000;
-        and.b32 $3, t3, 0x87F00000;
-        }""",
-        constraints="=r,=r,=r,=r,r", args=[w.to(tl.uint8, bitcast=True)], dtype=tl.float32, is_pure=True, pack=4)
-
-
-@triton.jit
-def _e4m3_times_2m120_mix(w):
-    # as _e4m3_times_2m120_asm for the two low bytes of each register; the two high ones by the
-    # hardware conversion (e4m3x2 -> f16x2 -> f32, then times 2^-120 exactly): the integer and the
-    # conversion pipes share the work
-    return tl.inline_asm_elementwise(
-        asm="""{
-        .reg .b32 t<2>, h;
-        .reg .b16 lo, hi, h0, h1;
-        .reg .f32 f<2>;
-        prmt.b32 t0, $4, 0, 0x8044;
-        prmt.b32 t1, $4, 0, 0x9144;
-        shl.b32 t0, t0, 4;
-        shl.b32 t1, t1, 4;
-        and.b32 $0, t0, 0x87F00000;
-        and.b32 $1, t1, 0x87F00000;
-        mov.b32 {lo, hi}, $4;
-        cvt.rn.f16x2.e4m3x2 h, hi;
-        mov.b32 {h0, h1}, h;
-        cvt.f32.f16 f0, h0;
-        cvt.f32.f16 f1, h1;
-        mul.f32 f0, f0, 0f03800000;
-        mul.f32 f1, f1, 0f03800000;
-        mov.b32 $2, f0;
-        mov.b32 $3, f1;
-        }""",
-        constraints="=r,=r,=r,=r,r", args=[w.to(tl.uint8, bitcast=True)], dtype=tl.float32, is_pure=True, pack=4)
+def _gemv_row(x, xr, m, sx, XR: tl.constexpr):
+    """Token row ``m``'s activations: ``x + m * sx``, or ``x + xr[m] * sx`` (a row gather) with XR."""
+    if XR:
+        return x + tl.load(xr + m) * sx
+    return x + m * sx
 
 
 @triton.jit
 def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A_log, dt_bias, A0, HV, ws,
+                      xr, xo, sxo, tok, emb, ED,
                       MR: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NK: tl.constexpr,
                       PRO: tl.constexpr, HD: tl.constexpr, HAS_GATE: tl.constexpr, GSIG: tl.constexpr,
                       RES: tl.constexpr, PDL: tl.constexpr, GATING: tl.constexpr, NEG: tl.constexpr,
-                      WS: tl.constexpr, F8I: tl.constexpr):
+                      WS: tl.constexpr, XR: tl.constexpr, XO: tl.constexpr, EMB: tl.constexpr):
     # One program per BN weight rows, MR token rows (MP = next power of two >= MR). The K loop is
     # unrolled (NK = cdiv(K, BK) chunks, BK a power of two) and each weight chunk is loaded once and
     # multiplied into every token row in turn (a reduction over the chunk per row, across warps at
@@ -289,6 +241,10 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
     # dependent chain of x loads, layout conversion and reduction, so the dispatch keeps M = 1.
     # WS: w is float8 with one float32 scale per weight row (ws [N]; W8A16): the activations are rounded
     # to the output dtype, not to w's, and each row's sum is scaled once after the K loop.
+    # XR: token row m reads x row xr[m] (int64; a row gather). XO: program 0 also stores each row's
+    # activations after the prologue, rounded as the product uses them, into xo (the normed features a
+    # later kernel reads). EMB: the row is [emb[tok[m]] (ED columns) | x row (K - ED columns)], the EAGLE
+    # drafter's fc input (fused.embed_ref), without a launch of its own.
     pid = tl.program_id(0)
     rn = pid * BN + tl.arange(0, BN)
     mn = rn < N
@@ -306,7 +262,7 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
         for m in tl.static_range(MR):
             ss = tl.zeros([BK], dtype=tl.float32)
             for k0 in tl.static_range(0, NK * BK, BK):
-                xk = tl.load(x + m * sx + k0 + rk, mask=(k0 + rk) < K, other=0.0).to(tl.float32)
+                xk = tl.load(_gemv_row(x, xr, m, sx, XR) + k0 + rk, mask=(k0 + rk) < K, other=0.0).to(tl.float32)
                 ss += xk * xk
             rstd = tl.where(rm == m, tl.rsqrt(tl.sum(ss, 0) / K + eps), rstd)
     acc = tl.zeros([BN, MP], dtype=tl.float32)
@@ -316,28 +272,28 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
         else:
             wk = tl.load(w + rn[:, None] * K + (k0 + rk)[None, :], mask=mn[:, None] & ((k0 + rk) < K)[None, :],
                          other=0.0)
-        if WS and F8I == 1:  # e4m3 bits into float32 bits: sign to 31, exponent + mantissa to 30-20; the value
-            # times 2^-120 exactly (normal and subnormal e4m3 alike); integer ops instead of the conversions
-            u = wk.to(tl.uint8, bitcast=True).to(tl.uint32)
-            wf = (((u & 0x80) << 24) | ((u & 0x7F) << 20)).to(tl.float32, bitcast=True)
-        elif WS and F8I == 2:  # the same bits by three integer instructions per weight (PTX)
-            wf = _e4m3_times_2m120_asm(wk)
-        elif WS and F8I == 3:  # half the weights by the PTX integer moves, half by the hardware conversion
-            wf = _e4m3_times_2m120_mix(wk)
-        else:
-            wf = wk.to(tl.float32)
+        wf = wk.to(tl.float32)
         for m in tl.static_range(MR):
             rs = tl.sum(tl.where(rm == m, rstd, 0.0), 0)
-            xk = _gemv_x(x + m * sx, gate + m * sg, nw, k0, rk, K, rs, PRO, HD, HAS_GATE, GSIG, BK)
+            if EMB:  # [emb[tok[m]] | x row]: embed_ref's cast to the table's dtype, then the GEMM's rounding
+                kk = k0 + rk
+                te = tl.load(tok + m)
+                xe = tl.load(emb + te * ED + kk, mask=kk < ED, other=0.0)
+                xf = tl.load(_gemv_row(x, xr, m, sx, XR) + (kk - ED), mask=(kk >= ED) & (kk < K), other=0.0)
+                xk = tl.where(kk < ED, xe, xf.to(emb.dtype.element_ty)).to(tl.float32)
+            else:
+                xk = _gemv_x(_gemv_row(x, xr, m, sx, XR), gate + m * sg, nw, k0, rk, K, rs, PRO, HD, HAS_GATE,
+                             GSIG, BK)
             # the activation rounded to the weight dtype, as the unfused prologue kernel -> GEMM path has it
             # (out.dtype is w.dtype except with WS, where it is the activation dtype)
-            xk = xk.to(out.dtype.element_ty).to(tl.float32)
+            xq = xk.to(out.dtype.element_ty)
+            if XO:
+                if pid == 0:
+                    tl.store(xo + m * sxo + k0 + rk, xq, mask=(k0 + rk) < K)
+            xk = xq.to(tl.float32)
             acc += tl.where(rm[None, :] == m, tl.sum(wf * xk[None, :], 1)[:, None], 0.0)
     if WS:
-        if F8I != 0:  # undo the 2^-120 in two exact power-of-two steps (no overflow for any float32 scale < 2^68)
-            acc = (acc * 1152921504606846976.0) * (tl.load(ws + rn, mask=mn, other=0.0) * 1152921504606846976.0)[:, None]
-        else:
-            acc = acc * tl.load(ws + rn, mask=mn, other=0.0)[:, None]
+        acc = acc * tl.load(ws + rn, mask=mn, other=0.0)[:, None]
     if RES:
         acc += r0
     y = acc.to(out.dtype.element_ty)
@@ -368,31 +324,7 @@ GEMV_ROWS_CONFIG = (8, 1024, 8)
 # float8 weights (w_scale): the same bytes per program as GEMV_ROWS_CONFIG's bf16 chunk (8 rows x 2048 k x 1 byte)
 GEMV_ROWS_FP8_CONFIG = (8, 2048, 8)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
-# How the float8 row GEMV widens its e4m3 weights to float32: "cvt" (Triton's conversion, cvt.rn.f16x2.e4m3x2 then
-# f16 -> f32), "int" (integer bit moves written in Triton: sign to bit 31, exponent + mantissa to bits 26-20, i.e. the
-# value times 2^-120, folded back with the scale), "asm" (the same bits by three PTX integer instructions per weight),
-# "mix" (half "asm", half the conversion). Session 27 measured the float8 row GEMV at ~2.4 TB/s of float8 bytes
-# against the bf16 one's 3.36 (RESULTS.md "Session 27"); an A/B switch (benchmarks/bench_fp8_gemv.py, bench_e2e.py
-# --fp8-convert). Same values up to float32 summation order. "asm" / "mix" are PTX: under TRITON_INTERPRET=1 they run
-# as "int" (same bits).
-GEMV_FP8_CONVERT = "cvt"
-FP8_CONVERTS = ("cvt", "int", "asm", "mix")
 _PROLOGUES = {None: 0, "rms_norm": 1, "silu_mul": 2, "gated_rms_norm": 3}
-
-
-def _fp8_convert_mode(w: torch.Tensor) -> int:
-    """The row GEMV kernel's ``F8I`` for a float8 ``w`` under :data:`GEMV_FP8_CONVERT` (0 for e5m2:
-    the bit moves are e4m3's)."""
-    if GEMV_FP8_CONVERT not in FP8_CONVERTS:
-        raise ValueError(f"triton_fused.GEMV_FP8_CONVERT must be one of {FP8_CONVERTS}, got {GEMV_FP8_CONVERT!r}")
-    if w.dtype != torch.float8_e4m3fn:
-        return 0
-    mode = FP8_CONVERTS.index(GEMV_FP8_CONVERT)
-    return 1 if mode >= 2 and _interpreting() else mode
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
 
 
 def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
@@ -400,7 +332,8 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
               config: tuple[int, int, int] | None = None, prologue: str | None = None,
               gate: torch.Tensor | None = None, head_dim: int = 0, gate_act: str = "silu",
               pdl: bool | None = None, gating: tuple | None = None,
-              w_scale: torch.Tensor | None = None) -> torch.Tensor:
+              w_scale: torch.Tensor | None = None, x_rows: torch.Tensor | None = None,
+              x_out: torch.Tensor | None = None, embed: tuple | None = None) -> torch.Tensor:
     """Decode GEMV on CUDA cores: ``prologue(x) @ w.T [+ residual]`` for ``x [M, *]``, ``M`` small.
 
     Args:
@@ -436,6 +369,17 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
             next ``HV`` are ``b`` (``HV = A_log.numel()``); ``gb [M, 2 HV]`` float32 (contiguous)
             receives ``g | beta`` from the rounded outputs, as :func:`gdn_gating` computes them
             from the stored output (one launch fewer per layer).
+        x_rows: ``[M]`` int64, contiguous: token row ``m`` is ``x[x_rows[m]]`` (a row gather; ``x``
+            may then have any number of rows, and the indices must be valid rows of it: they are not
+            checked on the device). ``M`` is then ``x_rows.numel()``.
+        x_out: ``[M, K]`` (dense feature dim) in the output dtype, or None: receives each row's
+            activations after the prologue, rounded as the product uses them (for ``"rms_norm"``:
+            ``fused.rms_norm_ref(x, norm_weight, eps, dtype)``), stored by the first program; must not
+            overlap ``x``.
+        embed: ``(table [V, ED], tokens [M] int64 contiguous)``: the row is ``[table[tokens[m]] | x[m]]``
+            (``fused.embed_ref``: ``x`` cast to the table's dtype), ``x [M, K - ED]``; the EAGLE
+            drafter's ``fc`` input without its own launch. Only without a prologue; token ids must
+            be valid rows of ``table`` (not checked on the device).
         norm_weight / gate must be as stated (contiguous ``norm_weight``); ``gate`` and ``head_dim``
         only with ``"gated_rms_norm"``.
     Returns:
@@ -455,9 +399,26 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
                          f"{prologue!r}")
     M, Kx = x.shape
     N, K = w.shape
-    if Kx != (2 * K if prologue == "silu_mul" else K) or not w.is_contiguous() or x.stride(1) != 1:
-        raise ValueError(f"gemv_rows: need x [M, K] ([M, 2K] for silu_mul) with a dense feature dim and a contiguous "
-                         f"w [N, K]; got x {tuple(x.shape)} stride {tuple(x.stride())}, w {tuple(w.shape)}")
+    ED = 0
+    if embed is not None:
+        table, tok = embed
+        if prologue is not None or table.dim() != 2 or table.stride(1) != 1 or tok.dtype != torch.int64:
+            raise ValueError(f"gemv_rows: embed needs no prologue, a table [V, ED] with a dense feature dim and int64 "
+                             f"tokens; got prologue {prologue!r}, table {tuple(table.shape)}, tokens {tok.dtype}")
+        ED = table.shape[1]
+        if tok.shape != (M,) or not tok.is_contiguous():
+            raise ValueError(f"gemv_rows: embed's tokens must be contiguous [M] = [{M}], got {tuple(tok.shape)}")
+    if x_rows is not None:
+        if x_rows.dim() != 1 or x_rows.dtype != torch.int64 or not x_rows.is_contiguous():
+            raise ValueError(f"gemv_rows: x_rows must be a contiguous int64 [M] tensor, got {tuple(x_rows.shape)} "
+                             f"{x_rows.dtype}")
+        if embed is not None:
+            raise ValueError("gemv_rows: x_rows and embed are exclusive (embed reads row m of x for token m)")
+        M = x_rows.numel()
+    if Kx + ED != (2 * K if prologue == "silu_mul" else K) or not w.is_contiguous() or x.stride(1) != 1:
+        raise ValueError(f"gemv_rows: need x [M, K] ([M, 2K] for silu_mul, [M, K - ED] with embed) with a dense feature "
+                         f"dim and a contiguous w [N, K]; got x {tuple(x.shape)} stride {tuple(x.stride())}, "
+                         f"w {tuple(w.shape)}, ED {ED}")
     pro = _PROLOGUES[prologue]
     odt = w.dtype
     if w_scale is not None:
@@ -508,6 +469,9 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
     if out.shape != (M, N) or out.stride(1) != 1 or out.dtype != odt:
         raise ValueError(f"gemv_rows: out must be [M, N] = [{M}, {N}] in {odt} with a dense feature dim, "
                          f"got {tuple(out.shape)} {out.dtype} stride {tuple(out.stride())}")
+    if x_out is not None and (x_out.shape != (M, K) or x_out.stride(1) != 1 or x_out.dtype != odt):
+        raise ValueError(f"gemv_rows: x_out must be [M, K] = [{M}, {K}] in {odt} with a dense feature dim, got "
+                         f"{tuple(x_out.shape)} {x_out.dtype} stride {tuple(x_out.stride())}")
     if M == 0:
         return out
     has_gate = pro == 3 and gate is not None
@@ -522,10 +486,9 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
     else:
         gb, a0, A_log, dt_bias, neg, HV = w, 0, w, w, False, 1
     on = _pdl.enabled(x) if pdl is None else bool(pdl)
-    f8i = _fp8_convert_mode(w) if w_scale is not None else 0
     for m0 in range(0, M, GEMV_ROWS_BLOCK):
         mr = min(GEMV_ROWS_BLOCK, M - m0)
-        xs, os_ = x[m0:], out[m0:]
+        xs, os_ = (x if x_rows is not None else x[m0:]), out[m0:]
         _gemv_rows_kernel[(triton.cdiv(N, BN),)](
             xs, w, os_, residual[m0:] if residual is not None else os_,
             norm_weight if norm_weight is not None else w, gate[m0:] if has_gate else xs, N, K, x.stride(0),
@@ -534,7 +497,10 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
             MR=mr, MP=triton.next_power_of_2(mr), BN=BN, BK=BK, NK=NK, PRO=pro, HD=max(head_dim, 1),
             HAS_GATE=has_gate, GSIG=gate_act == "sigmoid", RES=residual is not None, PDL=on, num_warps=nw,
             ws=w_scale if w_scale is not None else w, WS=w_scale is not None,
-            F8I=f8i,
+            xr=x_rows[m0:] if x_rows is not None else w, XR=x_rows is not None,
+            xo=x_out[m0:] if x_out is not None else os_, sxo=x_out.stride(0) if x_out is not None else 0,
+            XO=x_out is not None, tok=embed[1][m0:] if embed is not None else w,
+            emb=embed[0] if embed is not None else w, ED=ED, EMB=embed is not None,
             **_pdl.launch_kw(on))
     return out
 

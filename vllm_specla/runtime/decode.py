@@ -222,6 +222,8 @@ class DecodeRuntime:
             self.nxt = torch.zeros(B, T, dtype=torch.long, device=dev)
             # the drafter's own tokens under acceptance control (the window gets the controlled ones)
             self.drafts = torch.zeros(B, self.K, dtype=torch.long, device=dev)
+            # the drafter's normed features between its passes (FusedEagle.draft_from_hidden)
+            self.fbuf = torch.zeros(B, cfg.hidden_size, dtype=self.dr.dtype, device=dev)
             self.abuf = AcceptBuffers(self.out, self.n, self.window, self.acc_a, self.nxt, self.acc_sum, self.acc_log,
                                       self.step_i, self.ctrl.pending_len, self.ctrl.read_bank, self.ctrl.write_bank,
                                       self.dctrl.valid_len,
@@ -260,20 +262,23 @@ class DecodeRuntime:
     def _argmax(self, hidden: torch.Tensor) -> torch.Tensor:
         return fused.argmax(self.tgt.logits(hidden))
 
-    def _speculate_chain(self, f: torch.Tensor) -> None:
-        """A chain's drafts from feature ``f [B, D]`` into ``window[:, 1:]``: each draft token's argmax
-        is stored where the next drafter pass reads it (the window's column; with acceptance control,
-        ``self.drafts``), so no stack or copy; with ``alpha`` the window then gets the controlled
-        drafts (``step_kernels.control_drafts``). Same drafts as :meth:`_speculate` with ``W = 1``."""
+    def _speculate_chain(self, h: torch.Tensor, rows: torch.Tensor | None = None) -> None:
+        """A chain's drafts into ``window[:, 1:]`` from the drafter's un-normed output ``h`` (rows
+        ``rows`` of it, int64 ``[B]``, or ``h [B, D]`` itself): each draft token's argmax is stored
+        where the next drafter pass reads it (the window's column; with acceptance control,
+        ``self.drafts``), so no stack or copy; the drafter's final norm is its LM head's prologue and
+        the normed features go to ``self.fbuf``, which the next pass's ``fc`` reads
+        (``FusedEagle.draft_from_hidden``); with ``alpha`` the window then gets the controlled drafts
+        (``step_kernels.control_drafts``). Same drafts as :meth:`_speculate` with ``W = 1``."""
         K = self.K
         cols = self.window[:, 1:] if self.alpha is None else self.drafts
-        self.dr.draft_tokens(f, out=cols[:, 0])
-        fw = f
+        self.dr.draft_from_hidden(h, cols[:, 0], self.fbuf, rows)
         for i in range(K - 1):  # the first step reads the committed slots, writes the scratch slots;
             # the last one writes nothing (no later step reads its state)
             ctrl = self.dctrl_first if i == 0 else self.dctrl_next
-            fw = self.dr.hidden(cols[:, i : i + 1], fw, self.dstates, "ar_read" if i == K - 2 else "ar", ctrl)
-            self.dr.draft_tokens(fw, out=cols[:, i + 1])
+            hw = self.dr.hidden(cols[:, i : i + 1], self.fbuf, self.dstates, "ar_read" if i == K - 2 else "ar", ctrl,
+                                norm=False)
+            self.dr.draft_from_hidden(hw, cols[:, i + 1], self.fbuf)
         if self.alpha is not None:
             step_kernels.control_drafts(self.trace, self.n, self.alpha_t, self.step_i, self.window,
                                         self.tgt.config.vocab_size, self.coin_seed)
@@ -336,8 +341,8 @@ class DecodeRuntime:
             # window[:, 0] (step_kernels.accept_advance_ref); then the drafter absorbs the accepted prefix:
             # (token i+1, feature i) for i <= a, the pair at i = a carrying the bonus token
             self._accept(am, self.abuf)
-            fh = self.dr.hidden(self.nxt, F, self.dstates, "commit", self.dctrl)
-            self._speculate_chain(fused.embed(fh, self.abuf.flat_a))  # row b * T + a of [B * T, D]
+            fh = self.dr.hidden(self.nxt, F, self.dstates, "commit", self.dctrl, norm=False)
+            self._speculate_chain(fh, self.abuf.flat_a)  # row b * T + a of [B * T, D]
             return
         # a tree: the accepted path's factors to bank positions 0..a, then it is pending like a chain
         a, path = greedy_accept_branches(self.window, am, self.W, K)
@@ -401,8 +406,8 @@ class DecodeRuntime:
         if self.mode == "ar":
             return first, None
         nxt = torch.cat([prompts[:, 1:], first[:, None]], 1)
-        fh = self.dr.hidden(nxt, F, self.dstates, "ar", cP).view(R, P, -1)
-        return first, fh[:, -1]
+        fh = self.dr.hidden(nxt, F, self.dstates, "ar", cP, norm=False).view(R, P, -1)
+        return first, fh[:, -1]  # (un-normed: _speculate_chain / FusedEagle.norm)
 
     @torch.no_grad()
     def prefill(self, prompts: torch.Tensor | list[list[int]]) -> None:
@@ -438,9 +443,9 @@ class DecodeRuntime:
         self._emit(first[:, None], torch.ones_like(self.n))
         self.window[:, 0].copy_(first)
         if self.mode != "ar" and self.W == 1:
-            self._speculate_chain(f)
+            self._speculate_chain(f.contiguous())
         elif self.mode != "ar":
-            self.window[:, 1:].copy_(self._speculate(f))
+            self.window[:, 1:].copy_(self._speculate(self.dr.norm(f)))
         self.prefilled = True
 
     @torch.no_grad()

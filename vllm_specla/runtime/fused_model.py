@@ -360,13 +360,34 @@ class FusedEagle:
         idx = logits.topk(width, -1).indices.reshape(-1)
         return idx if self.head is None else self.head.to_target(idx)
 
-    def hidden(self, tokens: torch.Tensor, feats: torch.Tensor, states, mode: str, ctrl: StepCtrl) -> torch.Tensor:
+    def hidden(self, tokens: torch.Tensor, feats: torch.Tensor, states, mode: str, ctrl: StepCtrl,
+               norm: bool = True) -> torch.Tensor:
         """``tokens [B, T]``, ``feats [B*T, D]`` -> predicted next features ``[B*T, D]`` (the float8
-        weights for ``T <= FP8_MAX_TOKENS`` with ``draft_weights="fp8"``)."""
+        weights for ``T <= FP8_MAX_TOKENS`` with ``draft_weights="fp8"``). ``norm=False``: the block's
+        output before the drafter's final norm (:meth:`draft_from_hidden` applies it with the LM head).
+        The embedding gather is the ``fc`` GEMM's prologue where the row GEMV runs it
+        (``fused.embed_linear``)."""
         B, T = tokens.shape
         q = self.stack8 is not None and T <= FP8_MAX_TOKENS
         stack, fc = (self.stack8, self.fc8) if q else (self.stack, self.fc)
-        h = fused.linear(fused.embed(self.target.embed, tokens, feats), fc, prefetch=stack.layers[0].w_in)
+        h = fused.embed_linear(self.target.embed, tokens, feats, fc, prefetch=stack.layers[0].w_in)
         h = stack.forward(h, states, mode, ctrl, T,
                           tail_w=self.target.lm_head if self.head is None else self.head.weight)
+        return self.norm(h) if norm else h
+
+    def norm(self, h: torch.Tensor) -> torch.Tensor:
+        """The drafter's final norm: features ``[N, D]`` in :attr:`dtype` from :meth:`hidden`'s
+        ``norm=False`` output."""
         return fused.rms_norm(h, self.norm_w, self.eps, self.dtype)
+
+    def draft_from_hidden(self, h: torch.Tensor, out: torch.Tensor, f_out: torch.Tensor,
+                          rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Greedy draft tokens of rows ``rows`` (int64 ``[N]``, or all) of the un-normed drafter output
+        ``h [R, D]`` (:meth:`hidden` with ``norm=False``): the features ``f = norm(h[rows])`` are stored
+        into ``f_out [N, D]`` (``dtype``; the next pass's input) and the tokens into ``out [N]`` int64.
+        The same tokens and features as ``hidden(norm=True)`` then :meth:`draft_tokens`: the final norm
+        is the LM head's prologue (``fused.norm_rows_linear``; one launch on the row GEMV, where the
+        norm and the row gather were launches of their own)."""
+        w = self.head8 if self.head8 is not None else (self.target.lm_head if self.head is None else self.head.weight)
+        logits = fused.norm_rows_linear(h, self.norm_w, self.eps, w, rows, f_out)
+        return fused.argmax(logits, out=out, ids=None if self.head is None else self.head.ids)
