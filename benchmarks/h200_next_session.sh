@@ -50,7 +50,25 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s28b)  # session 28, call 2 (carry .whl): the drafter's glue as the row GEMV's prologues (fused.DRAFT_GLUE_PROLOGUES:
+  s28c)  # session 28, call 3 (carry .whl): the GDN gating of multi-token windows in the conv kernel's launch
+        # (fused.CONV_GATING: one launch per layer fewer in every verify window and the drafter's absorb pass): its GPU
+        # tests, then batch 1, K = 6 / 8 (model and float8 draft passes) and batch 64, K = 4, on / off, in alternation
+      skinny_build
+      pytest_log s28c 200 -rs tests/test_kernels_gpu.py tests/test_decode_runtime_gpu.py tests/test_fused_gpu.py \
+          -k "conv or batch1 or fp8 or acceptance_control or runtime_drafter or lossless"
+      for R in 1 2; do
+        for G in on off; do
+          timeout 75 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,8 --alphas 0.8 --snapshot-ks "" \
+              --skinny-gemm on --draft-weights model,fp8 --conv-gating $G --tag "s28c_${G}_r$R" \
+              --out "$OUT/e2e_s28c.jsonl" 2>&1 | grep "^{" | python -c "$S"
+        done
+      done
+      for G in on off; do
+        timeout 60 python benchmarks/bench_e2e.py --shapes flame,map --batches 64 --ks 4 --alphas 0.8 --snapshot-ks "" \
+            --conv-gating $G --tag "s28c_${G}_b64" --out "$OUT/e2e_s28c.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
+      ;;
+  s28b)  # (as run) session 28, call 2 (carry .whl): the drafter's glue as the row GEMV's prologues (fused.DRAFT_GLUE_PROLOGUES:
         # the embedding gather in the fc GEMV, the final norm + the accepted row's gather in the LM head, the normed features
         # stored by it; two to three launches fewer per draft pass): its GPU tests, then batch 1, K = 6 / 8, model and
         # float8 draft passes, fused / separate, twice in alternation

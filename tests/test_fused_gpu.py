@@ -605,17 +605,26 @@ def test_runtime_drafter_passes_fuse_the_gather_and_the_final_norm(monkeypatch):
     gathers the embedding itself (``embed=``), each LM-head pass applies the drafter's final norm as
     its prologue and stores the normed features for the next pass (``x_out``), the first draft of a
     step gathers the accepted row (``x_rows``); the output stays lossless (AR's tokens). Under the
-    interpreter the dispatch seam ``fused._on_gpu`` points the row GEMV at the CPU."""
-    from tests.helpers import runtime_ar_outputs
-    from vllm_specla.models.drafter import load_eagle_drafter
-    from vllm_specla.models.gdn import load_fla_checkpoint
+    interpreter (too slow for the trained pair's 8000-token head) a random pair of
+    ``tests/helpers.py``'s tiny shape, and the dispatch seam ``fused._on_gpu`` points the row GEMV at
+    the CPU."""
+    from tests.helpers import TINY, runtime_ar_outputs
+    from vllm_specla.models.config import GatedDeltaNetConfig
+    from vllm_specla.models.drafter import EagleDrafter, drafter_config_from_target, load_eagle_drafter
+    from vllm_specla.models.gdn import GatedDeltaNetForCausalLM, load_fla_checkpoint
     from vllm_specla.runtime.decode import DecodeRuntime
     from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget
 
-    tm, dm = load_fla_checkpoint("models/specla-gdn-tiny/target"), load_eagle_drafter("models/specla-gdn-tiny/drafter")
+    if HAVE_CUDA:
+        tm = load_fla_checkpoint("models/specla-gdn-tiny/target")
+        dm = load_eagle_drafter("models/specla-gdn-tiny/drafter")
+    else:
+        cfg = GatedDeltaNetConfig(**TINY)
+        tm = GatedDeltaNetForCausalLM(cfg).init_weights(seed=7, std=0.1)
+        dm = EagleDrafter(drafter_config_from_target(cfg)).init_weights(seed=11, std=0.1)
     tgt = FusedTarget(tm, torch.float32, DEV)
     dr = FusedEagle(dm, tgt, torch.float32, DEV)
-    prompts = torch.randint(3, 8000, (1, 6), generator=torch.Generator().manual_seed(3)).to(DEV)
+    prompts = torch.randint(3, tgt.config.vocab_size, (1, 6), generator=torch.Generator().manual_seed(3)).to(DEV)
     ref = runtime_ar_outputs(tgt, prompts, 24, 64)
     if INTERPRET:
         monkeypatch.setattr(F_ref, "_on_gpu", lambda t: True)
@@ -632,4 +641,4 @@ def test_runtime_drafter_passes_fuse_the_gather_and_the_final_norm(monkeypatch):
     rt.run(4)
     out = rt.outputs()[0]
     assert {("embed",), ("x_out",), ("x_rows", "x_out")} <= forms
-    assert len(out) > 5 and out == ref[0][: len(out)]
+    assert len(out) >= 5 and out == ref[0][: len(out)]  # (1 + one token or more per step)
