@@ -55,7 +55,7 @@ case "${1:-}" in
         # tests, then batch 1, K = 6 / 8 (model and float8 draft passes) and batch 64, K = 4, on / off, in alternation
       skinny_build
       pytest_log s28c 200 -rs tests/test_kernels_gpu.py tests/test_decode_runtime_gpu.py tests/test_fused_gpu.py \
-          -k "conv or batch1 or fp8 or acceptance_control or runtime_drafter or lossless"
+          -k "conv or batch1 or fp8 or acceptance_control or runtime_drafter or real_drafts or draft_vocab"
       for R in 1 2; do
         for G in on off; do
           timeout 75 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,8 --alphas 0.8 --snapshot-ks "" \
