@@ -409,8 +409,6 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--draft-glue", default=None, choices=["fused", "separate"],
                     help="the drafter's embedding gather and final norm as the row GEMV's prologues, or their own "
                          "launches (fused.DRAFT_GLUE_PROLOGUES)")
-    ap.add_argument("--conv-gating", default=None, choices=["on", "off"],
-                    help="the GDN gating of multi-token windows in the conv kernel's launch (fused.CONV_GATING)")
     ap.add_argument("--fp8-max-tokens", type=positive_int, default=None,
                     help="drafter passes of at most this many tokens per row read the float8 weights with "
                          "--draft-weights fp8 (runtime/fused_model.py FP8_MAX_TOKENS; 1: draft passes only)")
@@ -461,8 +459,6 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         _steps.USE_TRITON_ACCEPT = args.accept_kernel == "triton"
     if getattr(args, "glue_kernels", None):
         fused.USE_TRITON_EMBED = _steps.USE_TRITON_CONTROL = args.glue_kernels == "triton"
-    if getattr(args, "conv_gating", None):
-        fused.CONV_GATING = args.conv_gating == "on"
     if getattr(args, "draft_glue", None):
         fused.DRAFT_GLUE_PROLOGUES = args.draft_glue == "fused"
     if getattr(args, "fp8_max_tokens", None) is not None:  # (the CPU path reads it too)
@@ -503,8 +499,7 @@ def apply_kernel_flags(args, device: str) -> dict | None:
     return dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG),
                 max_m=triton_fused.GEMV_ROWS_MAX_M, fp8_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG),
                 fp8_max_tokens=_fp8_max_tokens(), pdl=pdl.enabled(torch.empty(0, device="cuda")),
-                gating=fused.GEMV_ROWS_GATING, draft_glue_prologues=fused.DRAFT_GLUE_PROLOGUES,
-                conv_gating=fused.CONV_GATING, triton_argmax=fused.USE_TRITON_ARGMAX,
+                gating=fused.GEMV_ROWS_GATING, draft_glue_prologues=fused.DRAFT_GLUE_PROLOGUES, triton_argmax=fused.USE_TRITON_ARGMAX,
                 small=[fused.GEMV_ROWS_SMALL_MAX_M, fused.GEMV_ROWS_SMALL_BYTES],
                 skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_prefetch=fused.SKINNY_PREFETCH_BYTES if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,

@@ -50,7 +50,13 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s28c)  # session 28, call 3 (carry .whl): the GDN gating of multi-token windows in the conv kernel's launch
+  s28d)  # session 28, call 4 (carry .whl): `auto` on the grid at today's code (last: s14e), batch 1 / 16 / 64 / 256,
+        # K = 2 / 4 / 6, alpha 0.8, both shapes, the skinny GEMM built (s26c without the CUDA csrc build, to fit the call)
+      skinny_build
+      timeout 480 python benchmarks/bench_e2e.py --shapes flame,map --batches 1,16,64,256 --ks 2,4,6 --alphas 0.8 --auto \
+          --snapshot-ks "" --skinny-gemm on --tag s28d --out "$OUT/e2e_s28d.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      ;;
+  s28c)  # (as run; the conv gating and --conv-gating were removed after it: commit f597181 keeps them) session 28, call 3 (carry .whl): the GDN gating of multi-token windows in the conv kernel's launch
         # (fused.CONV_GATING: one launch per layer fewer in every verify window and the drafter's absorb pass): its GPU
         # tests, then batch 1, K = 6 / 8 (model and float8 draft passes) and batch 64, K = 4, on / off, in alternation
       skinny_build

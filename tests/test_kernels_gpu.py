@@ -375,43 +375,6 @@ def test_conv_verify_empty_rows_and_many_rows(pending, final, lens, W):
         assert not torch.equal(cs2, c.conv_state)  # the pending commit moved some window
 
 
-@pytest.mark.parametrize("lens,W", [([1, 2, 3, 0], 4), ([5] * 3, 4), ([40], 4), ([2, 3], 3)])
-@pytest.mark.parametrize("valid", [False, True])
-@pytest.mark.parametrize("neg", [False, True])
-def test_conv_verify_gating(lens, W, valid, neg):
-    """``conv_verify(gating=)``: the GDN gating of the window's tokens from the in-projection's a | b
-    columns (a column slice of a wider buffer, as the runtime passes it) equals ``gdn_gating``'s
-    (the separate kernel: the same float32 math on the same stored inputs; 1e-6 relative, element-wise,
-    for the compiler's freedom), with padding past
-    ``valid_len`` (uniform rows), an empty row, 40 tokens in a row (several token chunks) and the
-    generic W = 3 kernel (which runs the separate kernel); the conv's own outputs are unchanged."""
-    from vllm_specla.ops import triton_fused as tf
-
-    c = Case(SMALL[0], lens, seed=31, W=W)
-    N, HV = c.x.shape[0], 5
-    g_ = torch.Generator().manual_seed(32)
-    wide = torch.randn(N, c.x.shape[1] + 3 + 2 * HV, generator=g_).to(c.x.device, c.x.dtype) * 3
-    wide[:, : c.x.shape[1]] = c.x
-    ab = wide[:, c.x.shape[1] + 3 :]
-    A_log, dt_bias = torch.rand(HV, generator=g_).to(DEV), torch.randn(HV, generator=g_).to(DEV)
-    vl = None
-    if valid:
-        if len(set(lens)) != 1:
-            pytest.skip("valid_len is for uniform rows")
-        vl = torch.tensor([min(i, lens[0]) for i in range(len(lens))], dtype=torch.long, device=DEV)
-    gb = torch.full((N, 2 * HV), float("nan"), device=DEV)
-    cs1, cs2 = c.conv_state.clone(), c.conv_state.clone()
-    y1 = tc.conv_verify(wide[:, : c.x.shape[1]], c.weight, c.cu, cs1, c.slots, write_final_state=True)
-    y2 = tc.conv_verify(wide[:, : c.x.shape[1]], c.weight, c.cu, cs2, c.slots, write_final_state=True,
-                        gating=(gb, ab, A_log, dt_bias, neg, vl))
-    assert torch.equal(y1, y2) and torch.equal(cs1, cs2)
-    g, beta = tf.gdn_gating(ab[:, :HV], ab[:, HV:], A_log, dt_bias, neg, vl, lens[0] if valid else 1)
-    torch.testing.assert_close(gb[:, :HV], g, rtol=1e-6, atol=0.0)
-    torch.testing.assert_close(gb[:, HV:], beta, rtol=1e-6, atol=0.0)
-    with pytest.raises(ValueError, match="gating"):
-        tc.conv_verify(c.x, c.weight, c.cu, cs2, c.slots, gating=(gb[:, :HV], ab, A_log, dt_bias, neg, vl))
-
-
 @pytest.mark.parametrize("TB", [1, 2, 4, 8])
 @pytest.mark.parametrize("bank,pending,final", [(True, False, False), (True, True, False), (True, True, True),
                                                 (False, False, True), (False, False, False)])

@@ -253,21 +253,7 @@ def chain_verify_snapshots(q, k, v, g, beta, **kw) -> torch.Tensor:
 
 def conv_verify(x, weight, cu_seqlens, conv_state, slots, **kw) -> torch.Tensor:
     """Conv of a verify window with deferred conv commit; see :func:`conv_verify_ref`.
-    ``out_slots``: as :func:`chain_verify` (the window after the row to ``conv_state[out_slots[r]]``).
-    ``gating``: also the GDN gating of the window's tokens into a buffer (``triton_chain.conv_verify``:
-    its launch on CUDA; ``fused.gdn_gating`` elsewhere)."""
-    gating = kw.pop("gating", None)
-    if gating is not None and not (x.is_cuda and _triton_impl() is not None):
-        from vllm_specla.ops import fused  # noqa: PLC0415
-
-        gb, ab, A_log, dt_bias, neg, valid_len = gating
-        HV, R = A_log.numel(), cu_seqlens.numel() - 1
-        g, beta = fused.gdn_gating(ab[:, :HV], ab[:, HV:], A_log, dt_bias, neg, valid_len,
-                                   x.shape[0] // max(R, 1) if valid_len is not None else 1)
-        gb[:, :HV].copy_(g)
-        gb[:, HV:].copy_(beta)
-    elif gating is not None:
-        kw["gating"] = gating
+    ``out_slots``: as :func:`chain_verify` (the window after the row to ``conv_state[out_slots[r]]``)."""
     if kw.get("out_slots") is None:
         kw.pop("out_slots", None)
     elif not (x.is_cuda and _triton_impl() is not None):

@@ -263,7 +263,7 @@ GEMV_ROWS_GATING = True
 
 
 def linear_gating(x, w, norm_weight, eps, a0, A_log, dt_bias, allow_neg_eigval=False, valid_len=None,
-                  tokens_per_row=1, prefetch=None, gating_later=False):
+                  tokens_per_row=1, prefetch=None):
     """The in-projection and the GDN gating of its ``a | b`` columns: ``p = linear(x, w,
     norm_weight, eps)`` and ``(g, beta) = gdn_gating(p[:, a0 : a0 + HV], p[:, a0 + HV : a0 + 2 HV],
     A_log, dt_bias, allow_neg_eigval, valid_len, tokens_per_row)`` with ``HV = A_log.numel()``.
@@ -273,9 +273,7 @@ def linear_gating(x, w, norm_weight, eps, a0, A_log, dt_bias, allow_neg_eigval=F
     :data:`GEMV_ROWS_GATING` on, a GEMM the row GEMV takes (:func:`_rows_impl`) without
     ``valid_len`` runs it with the gating as its epilogue (the same math on the same rounded
     outputs); otherwise the two ops run as above. ``prefetch``: as in :func:`linear`; ``w`` may be an
-    :class:`Fp8Weight`. ``gating_later``: where the gating is not the GEMV's epilogue, return ``(p,
-    None, None)`` and leave it to the caller (the decode runtime runs it in the conv's launch,
-    ``conv_verify(gating=)``)."""
+    :class:`Fp8Weight`."""
     impl = _rows_impl(x, w, None, False, norm_weight) if GEMV_ROWS_GATING and valid_len is None else None
     HV = A_log.numel()
     if impl is not None and a0 + 2 * HV <= w.shape[0] and A_log.is_contiguous() and dt_bias.is_contiguous():
@@ -286,8 +284,6 @@ def linear_gating(x, w, norm_weight, eps, a0, A_log, dt_bias, allow_neg_eigval=F
         p = impl.gemv_rows(x, ww, norm_weight, eps, gating=(gb, a0, A_log, dt_bias, allow_neg_eigval), w_scale=wsc)
         return p, gb[:, :HV], gb[:, HV:]
     p = linear(x, w, norm_weight, eps, prefetch=prefetch)
-    if gating_later:
-        return p, None, None
     g, beta = gdn_gating(p[:, a0 : a0 + HV], p[:, a0 + HV : a0 + 2 * HV], A_log, dt_bias, allow_neg_eigval,
                          valid_len, tokens_per_row)
     return p, g, beta
@@ -373,11 +369,6 @@ def _rows_impl(x, w, residual=None, prologue: bool = False, norm_weight=None):
         return None
     return impl
 
-
-# The GDN gating of a multi-token window (the verify windows, the drafter's absorb pass) in the conv kernel's launch
-# (triton_chain.conv_verify(gating=): one more program per row) instead of its own (fused.linear_gating(gating_later=),
-# runtime/fused_model.py). False: its own launch (an A/B switch, benchmarks/bench_e2e.py --conv-gating)
-CONV_GATING = True
 
 # The drafter's glue on the row GEMV (one-row passes at batch 1, float8 passes): the embedding gather as the fc GEMV's
 # prologue, the final norm (and the accepted row's gather) as the LM head's, the normed features stored by it

@@ -569,65 +569,14 @@ def _conv4_out(y, p_bank, t, T, Tmax, xt, r0, r1, r2, w0, w1, w2, w3, o_c, mc, C
 
 
 @triton.jit
-def _gating_tokens(ab, sab, gb, A_log, dt_bias, valid, i_r, bos, T, HV, BT: tl.constexpr, BH: tl.constexpr,
-                   NEG: tl.constexpr, HAS_VALID: tl.constexpr):
-    """Row ``i_r``'s GDN gating (``triton_fused._gating_kernel``'s math, the same values): tokens
-    ``bos .. bos + T`` of ``ab [N, 2 HV]`` (``a | b``, row stride ``sab``) -> ``gb [N, 2 HV]`` float32
-    (``g | beta``); with ``HAS_VALID`` tokens ``t >= valid[i_r]`` of the row get ``g = beta = 0``."""
-    h = tl.arange(0, BH)
-    mh = h < HV
-    na = -tl.exp(tl.load(A_log + h, mask=mh, other=0.0).to(tl.float32))
-    dtb = tl.load(dt_bias + h, mask=mh, other=0.0).to(tl.float32)
-    for t0 in range(0, T, BT):
-        t = t0 + tl.arange(0, BT)
-        m2 = (t < T)[:, None] & mh[None, :]
-        r = (bos + t)[:, None]
-        av = tl.load(ab + r * sab + h[None, :], mask=m2, other=0.0).to(tl.float32) + dtb[None, :]
-        sp = tl.where(av > 20.0, av, tl.log(1.0 + tl.exp(tl.minimum(av, 20.0))))
-        g = na[None, :] * sp
-        beta = tl.sigmoid(tl.load(ab + r * sab + HV + h[None, :], mask=m2, other=0.0).to(tl.float32))
-        if NEG:
-            beta = beta * 2.0
-        if HAS_VALID:
-            ok = (t < tl.load(valid + i_r))[:, None]
-            g = tl.where(ok, g, 0.0)
-            beta = tl.where(ok, beta, 0.0)
-        tl.store(gb + r * (2 * HV) + h[None, :], g, mask=m2)
-        tl.store(gb + r * (2 * HV) + HV + h[None, :], beta, mask=m2)
-
-
-@triton.jit
 def _conv4_verify_kernel(
     x, weight, y, cu_seqlens, conv_state, slots, out_slots,
     bank_x, write_bank, pending_len, read_bank,
     Tmax, C, SX,
-    ab, sab, gb, A_log, dt_bias, valid, HV, NCT,
     BC: tl.constexpr, TB: tl.constexpr, HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr,
     WRITE_FINAL: tl.constexpr, OUT_SLOTS: tl.constexpr, PDL: tl.constexpr = False,
-    GATING: tl.constexpr = False, BT: tl.constexpr = 16, BH: tl.constexpr = 16, NEG: tl.constexpr = False,
-    HAS_VALID: tl.constexpr = False,
 ):
     pdl_enter(PDL)
-    # GATING: one more program per row (channel tile NCT) computes the row's GDN gating from the
-    # in-projection's a | b columns (_gating_tokens) instead of a launch of its own.
-    if GATING and tl.program_id(0) == NCT:
-        i_r = tl.program_id(1)
-        bos = tl.load(cu_seqlens + i_r).to(tl.int64)
-        eos = tl.load(cu_seqlens + i_r + 1).to(tl.int64)
-        _gating_tokens(ab, sab, gb, A_log, dt_bias, valid, i_r, bos, eos - bos, HV, BT, BH, NEG, HAS_VALID)
-    else:
-        _conv4_body(x, weight, y, cu_seqlens, conv_state, slots, out_slots, bank_x, write_bank, pending_len, read_bank,
-                    Tmax, C, SX, BC, TB, HAS_BANK, HAS_PENDING, WRITE_FINAL, OUT_SLOTS)
-
-
-@triton.jit
-def _conv4_body(
-    x, weight, y, cu_seqlens, conv_state, slots, out_slots,
-    bank_x, write_bank, pending_len, read_bank,
-    Tmax, C, SX,
-    BC: tl.constexpr, TB: tl.constexpr, HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr,
-    WRITE_FINAL: tl.constexpr, OUT_SLOTS: tl.constexpr,
-):
     # _conv_verify_kernel for W = 4 (every fla GDN checkpoint), one program per (channel tile, row).
     # Output t reads Z[n_p + t + i], i = 0..3, of Z = window (3 rows) ++ pending (n_p rows) ++ the
     # row's inputs; its last element is always input token t. The other three are a rolling window
@@ -731,19 +680,11 @@ def conv_verify(
     read_bank: torch.Tensor | None = None,
     write_final_state: bool = False,
     out_slots: torch.Tensor | None = None,
-    gating: tuple | None = None,
 ) -> torch.Tensor:
     """Triton verify-window conv; same arguments, semantics and return as
     :func:`vllm_specla.ops.reference.conv_verify_ref` (``y [N, C]`` float32). ``out_slots``: as
     :func:`chain_verify` (with ``write_final_state`` and no bank: the window after the row goes to
     ``conv_state[out_slots[r]]``, the read slot is left as it was).
-
-    ``gating``: ``(gb, ab, A_log, dt_bias, allow_neg_eigval, valid_len)``: also the GDN gating of the
-    window's tokens, ``gb [N, 2 HV]`` float32 contiguous <- ``g | beta`` of ``ab [N, 2 HV]`` (the
-    in-projection's ``a | b`` columns, row stride free), ``valid_len [R]`` int or None (tokens past
-    it: ``g = beta = 0``; uniform rows, as ``fused.gdn_gating(tokens_per_row=)``). The values of
-    ``triton_fused.gdn_gating``; for ``W = 4`` one more program per row of the conv's launch
-    computes them (one launch per layer fewer in a verify window), otherwise that kernel runs.
 
     The two factor banks of a slot ping-pong: a row's ``write_bank`` must differ from its
     ``read_bank`` (the runtime swaps them every step); the generic kernel (``W != 4``) reads the
@@ -776,38 +717,15 @@ def conv_verify(
     if has_bank:
         _bounds_check(cu_seqlens, tmax)
     on = _pdl.enabled(x)
-    if gating is not None:
-        gb, ab, A_log, dt_bias, neg, valid_len = gating
-        HV = A_log.numel()
-        if (gb.shape != (N, 2 * HV) or gb.dtype != torch.float32 or not gb.is_contiguous() or ab.shape != (N, 2 * HV)
-                or ab.stride(1) != 1 or dt_bias.numel() != HV or not (A_log.is_contiguous() and dt_bias.is_contiguous())):
-            raise ValueError(f"conv_verify: gating needs gb contiguous float32 [N, 2 HV] = [{N}, {2 * HV}], ab [N, 2 HV] "
-                             f"with a dense feature dim and contiguous A_log / dt_bias of HV elements; got gb "
-                             f"{tuple(gb.shape)} {gb.dtype}, ab {tuple(ab.shape)}, dt_bias {tuple(dt_bias.shape)}")
-        if W != 4:
-            from vllm_specla.ops.triton_fused import gdn_gating  # noqa: PLC0415
-
-            g, beta = gdn_gating(ab[:, :HV], ab[:, HV:], A_log, dt_bias, neg, valid_len,
-                                 N // R if valid_len is not None else 1)
-            gb[:, :HV].copy_(g)
-            gb[:, HV:].copy_(beta)
     if W == 4:  # rolling-window kernel
         BC, TB, nw = _conv4_config(R, C, N)
-        nct = triton.cdiv(C, BC)
-        ga = gating is not None
-        if ga:
-            gkw = dict(ab=ab, sab=ab.stride(0), gb=gb, A_log=A_log, dt_bias=dt_bias,
-                       valid=valid_len if valid_len is not None else slots, HV=HV, GATING=True,
-                       BH=triton.next_power_of_2(HV), NEG=bool(neg), HAS_VALID=valid_len is not None)
-        else:
-            gkw = dict(ab=y, sab=0, gb=y, A_log=y, dt_bias=y, valid=slots, HV=1)
-        _conv4_verify_kernel[(nct + ga, R)](
+        _conv4_verify_kernel[(triton.cdiv(C, BC), R)](
             x, weight, y, cu_seqlens, conv_state, slots, out_slots,
             bank_x if bank_x is not None else y,
             write_bank if has_bank else slots,
             pending_len if has_pending else slots,
             read_bank if has_pending else slots,
-            tmax, C, x.stride(0), NCT=nct, **gkw,
+            tmax, C, x.stride(0),
             BC=BC, TB=TB, HAS_BANK=has_bank, HAS_PENDING=has_pending, WRITE_FINAL=bool(write_final_state),
             OUT_SLOTS=has_out, PDL=on, num_warps=nw, **_pdl.launch_kw(on),
         )

@@ -170,28 +170,20 @@ class FusedGDN:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         d, c = L.dims, L.config
         C, G = d.conv_dim, L.G
-        valid = ctrl.valid_len if mode == "commit" else None
-        # the gating in the conv's launch where the GEMV does not take it as its epilogue (CUDA, not trees)
-        later = fused.CONV_GATING and h.is_cuda and mode != "tree"
         p, g, beta = fused.linear_gating(h, L.w_in, L.attn_norm_w, L.eps, C + G, L.A_log, L.dt_bias,
-                                         c.allow_neg_eigval, valid, T, prefetch=L.w_o, gating_later=later)
-        gating = {}
-        if g is None:
-            HV = L.A_log.numel()
-            gb = torch.empty(p.shape[0], 2 * HV, dtype=torch.float32, device=p.device)
-            gating = dict(gating=(gb, p[:, C + G : C + G + 2 * HV], L.A_log, L.dt_bias, c.allow_neg_eigval, valid))
-            g, beta = gb[:, :HV], gb[:, HV:]
+                                         c.allow_neg_eigval, ctrl.valid_len if mode == "commit" else None, T,
+                                         prefetch=L.w_o)
         xc = p[:, :C]
         gate = p[:, C : C + G] if G else None
         # ---- short conv (+ SiLU) ----
         out = dict(out_slots=ctrl.out_slots) if mode == "ar" and ctrl.out_slots is not None else {}
         if mode == "ar":
-            y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, write_final_state=True, **out, **gating)
+            y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, write_final_state=True, **out)
         elif mode == "ar_read":  # no bank, no pending, no final state: the window is only read
-            y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, **gating)
+            y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots)
         elif mode == "commit":
             y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, bank_x=st.bank_x,
-                            write_bank=ctrl.zeros, **gating)
+                            write_bank=ctrl.zeros)
             conv_commit(st.conv, ctrl.slots, st.bank_x, ctrl.zeros, ctrl.valid_len)
         elif mode == "tree":
             y = tree_conv(xc, L.conv_w, ctrl.cu_seqlens, ctrl.parents, st.conv, ctrl.slots, bank_x=st.bank_x,
@@ -199,8 +191,7 @@ class FusedGDN:
                           chain=False)
         else:  # verify / snapshot: deferred conv commit through bank_x
             y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, bank_x=st.bank_x,
-                            write_bank=ctrl.write_bank, pending_len=ctrl.pending_len, read_bank=ctrl.read_bank,
-                            **gating)
+                            write_bank=ctrl.write_bank, pending_len=ctrl.pending_len, read_bank=ctrl.read_bank)
         N = y.shape[0]
         q = y[:, : d.key_dim].view(N, d.H, d.K)
         k = y[:, d.key_dim : 2 * d.key_dim].view(N, d.H, d.K)
