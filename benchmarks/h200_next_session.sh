@@ -50,7 +50,15 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s28d)  # session 28, call 4 (carry .whl): `auto` on the grid at today's code (last: s14e), batch 1 / 16 / 64 / 256,
+  s28e)  # session 28, call 5 (carry .whl; ~5 minutes left): the final code's GPU tests (the drafter's glue: its fallback
+        # path now returns the norm's own tensor, no copy) and batch 1, K = 6, float8 draft passes once
+      skinny_build
+      pytest_log s28e 150 -rs tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py \
+          -k "gather or embedding_prologue or runtime_drafter or real_drafts or fp8_draft or batch1 or acceptance_control"
+      timeout 45 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6 --alphas 0.8 --snapshot-ks "" \
+          --skinny-gemm on --draft-weights fp8 --tag s28e --out "$OUT/e2e_s28e.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      ;;
+  s28d)  # (as run) session 28, call 4 (carry .whl): `auto` on the grid at today's code (last: s14e), batch 1 / 16 / 64 / 256,
         # K = 2 / 4 / 6, alpha 0.8, both shapes, the skinny GEMM built (s26c without the CUDA csrc build, to fit the call)
       skinny_build
       timeout 480 python benchmarks/bench_e2e.py --shapes flame,map --batches 1,16,64,256 --ks 2,4,6 --alphas 0.8 --auto \

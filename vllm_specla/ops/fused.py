@@ -396,28 +396,32 @@ def embed_linear(table: torch.Tensor, tokens: torch.Tensor, feats: torch.Tensor,
 
 
 def norm_rows_linear(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, w, rows: torch.Tensor | None = None,
-                     normed_out: torch.Tensor | None = None) -> torch.Tensor:
-    """``rms_norm(x[rows]) @ w.T``, the normed rows also stored into ``normed_out``: a drafter's final
-    norm and its LM head in one launch, the normed features kept for its next pass.
+                     normed_out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rms_norm(x[rows]) @ w.T, rms_norm(x[rows]))``: a drafter's final norm and its LM head in one
+    launch, the normed features kept for its next pass.
 
     ``x [R, D]``; ``rows`` int64 ``[N]`` (valid rows of ``x``) or None (all ``R`` rows); ``norm_weight [D]``;
     ``w [V, D]`` (or an :class:`Fp8Weight`); ``normed_out [N, D]`` in the norm's output dtype (``w.dtype``:
-    :func:`rms_norm_ref` rounds to it) or None. Returns the logits ``[N, V]`` in ``w.dtype``. The row
-    GEMV (:func:`_rows_impl`, ``GEMV_ROWS_PROLOGUE``) runs it as one launch (``gemv_rows(x_rows=,
-    x_out=)`` with the RMSNorm prologue); otherwise :func:`embed` (the row gather), :func:`rms_norm`, a
-    copy into ``normed_out`` and :func:`linear`. The same values either way."""
+    :func:`rms_norm_ref` rounds to it) or None. Returns the logits ``[N, V]`` in ``w.dtype`` and the
+    normed rows ``[N, D]``. The row GEMV (:func:`_rows_impl`, ``GEMV_ROWS_PROLOGUE``,
+    :data:`DRAFT_GLUE_PROLOGUES`) runs it as one launch (``gemv_rows(x_rows=, x_out=)`` with the RMSNorm
+    prologue) and stores the normed rows into ``normed_out`` (a new tensor when None); otherwise
+    :func:`embed` (the row gather), :func:`rms_norm` and :func:`linear` run, and the normed rows are
+    returned as :func:`rms_norm` made them (``normed_out`` is then not written: no copy). The same
+    values either way."""
     N = x.shape[0] if rows is None else rows.numel()
     ok = DRAFT_GLUE_PROLOGUES and x.dim() == 2
     impl = _rows_impl(x[:N] if N <= x.shape[0] else x, w, None, True, norm_weight) if ok else None
     if impl is not None and (rows is None or (rows.dim() == 1 and rows.dtype == torch.int64)):
         ww, wsc = _fp8_parts(w)
-        return impl.gemv_rows(x, ww, norm_weight, eps, x_rows=None if rows is None else rows.contiguous(),
-                              x_out=normed_out, w_scale=wsc)
+        if normed_out is None:
+            normed_out = torch.empty(N, x.shape[1], dtype=w.dtype, device=x.device)
+        logits = impl.gemv_rows(x, ww, norm_weight, eps, x_rows=None if rows is None else rows.contiguous(),
+                                x_out=normed_out, w_scale=wsc)
+        return logits, normed_out
     xs = x if rows is None else embed(x, rows)
     xn = rms_norm(xs, norm_weight, eps, w.dtype)
-    if normed_out is not None:
-        normed_out.copy_(xn)
-    return linear(xn, w)
+    return linear(xn, w), xn
 
 
 def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual_inplace=False, prefetch=None):

@@ -266,19 +266,19 @@ class DecodeRuntime:
         """A chain's drafts into ``window[:, 1:]`` from the drafter's un-normed output ``h`` (rows
         ``rows`` of it, int64 ``[B]``, or ``h [B, D]`` itself): each draft token's argmax is stored
         where the next drafter pass reads it (the window's column; with acceptance control,
-        ``self.drafts``), so no stack or copy; the drafter's final norm is its LM head's prologue and
-        the normed features go to ``self.fbuf``, which the next pass's ``fc`` reads
-        (``FusedEagle.draft_from_hidden``); with ``alpha`` the window then gets the controlled drafts
+        ``self.drafts``), so no stack or copy; on the row GEMV the drafter's final norm is its LM
+        head's prologue and the normed features go to ``self.fbuf``, which the next pass's ``fc``
+        reads (``FusedEagle.draft_from_hidden``); with ``alpha`` the window then gets the controlled drafts
         (``step_kernels.control_drafts``). Same drafts as :meth:`_speculate` with ``W = 1``."""
         K = self.K
         cols = self.window[:, 1:] if self.alpha is None else self.drafts
-        self.dr.draft_from_hidden(h, cols[:, 0], self.fbuf, rows)
+        f = self.dr.draft_from_hidden(h, cols[:, 0], self.fbuf, rows)
         for i in range(K - 1):  # the first step reads the committed slots, writes the scratch slots;
             # the last one writes nothing (no later step reads its state)
             ctrl = self.dctrl_first if i == 0 else self.dctrl_next
-            hw = self.dr.hidden(cols[:, i : i + 1], self.fbuf, self.dstates, "ar_read" if i == K - 2 else "ar", ctrl,
+            hw = self.dr.hidden(cols[:, i : i + 1], f, self.dstates, "ar_read" if i == K - 2 else "ar", ctrl,
                                 norm=False)
-            self.dr.draft_from_hidden(hw, cols[:, i + 1], self.fbuf)
+            f = self.dr.draft_from_hidden(hw, cols[:, i + 1], self.fbuf)
         if self.alpha is not None:
             step_kernels.control_drafts(self.trace, self.n, self.alpha_t, self.step_i, self.window,
                                         self.tgt.config.vocab_size, self.coin_seed)

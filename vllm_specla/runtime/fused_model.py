@@ -380,14 +380,15 @@ class FusedEagle:
         ``norm=False`` output."""
         return fused.rms_norm(h, self.norm_w, self.eps, self.dtype)
 
-    def draft_from_hidden(self, h: torch.Tensor, out: torch.Tensor, f_out: torch.Tensor,
+    def draft_from_hidden(self, h: torch.Tensor, out: torch.Tensor, f_out: torch.Tensor | None = None,
                           rows: torch.Tensor | None = None) -> torch.Tensor:
         """Greedy draft tokens of rows ``rows`` (int64 ``[N]``, or all) of the un-normed drafter output
-        ``h [R, D]`` (:meth:`hidden` with ``norm=False``): the features ``f = norm(h[rows])`` are stored
-        into ``f_out [N, D]`` (``dtype``; the next pass's input) and the tokens into ``out [N]`` int64.
-        The same tokens and features as ``hidden(norm=True)`` then :meth:`draft_tokens`: the final norm
-        is the LM head's prologue (``fused.norm_rows_linear``; one launch on the row GEMV, where the
-        norm and the row gather were launches of their own)."""
+        ``h [R, D]`` (:meth:`hidden` with ``norm=False``) into ``out [N]`` int64; returns the features
+        ``f = norm(h[rows]) [N, D]`` (``dtype``; the next pass's input): ``f_out`` where the final norm
+        runs as the LM head's prologue (``fused.norm_rows_linear``: one launch on the row GEMV, where
+        the norm and the row gather were launches of their own), else the norm's own tensor. The same
+        tokens and features as ``hidden(norm=True)`` then :meth:`draft_tokens`."""
         w = self.head8 if self.head8 is not None else (self.target.lm_head if self.head is None else self.head.weight)
-        logits = fused.norm_rows_linear(h, self.norm_w, self.eps, w, rows, f_out)
-        return fused.argmax(logits, out=out, ids=None if self.head is None else self.head.ids)
+        logits, f = fused.norm_rows_linear(h, self.norm_w, self.eps, w, rows, f_out)
+        fused.argmax(logits, out=out, ids=None if self.head is None else self.head.ids)
+        return f
