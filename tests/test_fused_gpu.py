@@ -548,14 +548,16 @@ def test_gemv_rows_row_gather_and_normed_out(rows, fp8, config):
     _close(xo, xn, dt)
     assert got.shape == (len(rows), N) and got.dtype == dt
     assert rel(got, ref_lin(xn)) < (1e-2 if dt == torch.bfloat16 else 1e-5)
-    # fused.norm_rows_linear: the same through the dispatcher (on CUDA the row GEMV, storing into
-    # normed_out, for one row or float8; the unfused path, returning its own normed rows, otherwise)
+    # fused.norm_rows_linear: the same through the dispatcher (the row GEMV where fused._rows_impl gives
+    # it the GEMM, storing into normed_out: on CUDA one row, float8, or a few rows of a small weight as
+    # here; the unfused path, returning its own normed rows, otherwise)
     wl = F_ref.Fp8Weight(ww, ws, dt) if fp8 else ww
     xo2 = torch.empty_like(xo)
     got2, f2 = F_ref.norm_rows_linear(x, nw, 1e-6, wl, idx, xo2)
     _close(f2, xn, dt)
     assert rel(got2, ref_lin(xn)) < (1e-2 if dt == torch.bfloat16 else 1e-5)
-    assert (f2.data_ptr() == xo2.data_ptr()) == (HAVE_CUDA and (len(rows) == 1 or fp8))
+    takes = F_ref._rows_impl(x[: len(rows)], wl, None, True, nw) is not None
+    assert takes == HAVE_CUDA and (f2.data_ptr() == xo2.data_ptr()) == takes
 
 
 @pytest.mark.parametrize("M", [1, 3])
