@@ -50,7 +50,7 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s28e)  # session 28, call 5 (carry .whl; ~5 minutes left): the final code's GPU tests (the drafter's glue: its fallback
+  s28e)  # (as run) session 28, call 5 (carry .whl; ~5 minutes left): the final code's GPU tests (the drafter's glue: its fallback
         # path now returns the norm's own tensor, no copy) and batch 1, K = 6, float8 draft passes once
       skinny_build
       pytest_log s28e 150 -rs tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py \
