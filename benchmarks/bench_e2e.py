@@ -409,6 +409,9 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--draft-glue", default=None, choices=["fused", "separate"],
                     help="the drafter's embedding gather and final norm as the row GEMV's prologues, or their own "
                          "launches (fused.DRAFT_GLUE_PROLOGUES)")
+    ap.add_argument("--skinny-fp8", default=None, choices=["on", "off"],
+                    help="float8 GEMMs of 2-8 rows (the absorb pass with --fp8-max-tokens > 1) on the skinny GEMM's "
+                         "float8 form instead of the row GEMV (fused.USE_SKINNY_FP8; needs --skinny-gemm)")
     ap.add_argument("--fp8-max-tokens", type=positive_int, default=None,
                     help="drafter passes of at most this many tokens per row read the float8 weights with "
                          "--draft-weights fp8 (runtime/fused_model.py FP8_MAX_TOKENS; 1: draft passes only)")
@@ -459,6 +462,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         _steps.USE_TRITON_ACCEPT = args.accept_kernel == "triton"
     if getattr(args, "glue_kernels", None):
         fused.USE_TRITON_EMBED = _steps.USE_TRITON_CONTROL = args.glue_kernels == "triton"
+    if getattr(args, "skinny_fp8", None):
+        fused.USE_SKINNY_FP8 = args.skinny_fp8 == "on"
     if getattr(args, "draft_glue", None):
         fused.DRAFT_GLUE_PROLOGUES = args.draft_glue == "fused"
     if getattr(args, "fp8_max_tokens", None) is not None:  # (the CPU path reads it too)
@@ -499,7 +504,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
     return dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG),
                 max_m=triton_fused.GEMV_ROWS_MAX_M, fp8_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG),
                 fp8_max_tokens=_fp8_max_tokens(), pdl=pdl.enabled(torch.empty(0, device="cuda")),
-                gating=fused.GEMV_ROWS_GATING, draft_glue_prologues=fused.DRAFT_GLUE_PROLOGUES, triton_argmax=fused.USE_TRITON_ARGMAX,
+                gating=fused.GEMV_ROWS_GATING, draft_glue_prologues=fused.DRAFT_GLUE_PROLOGUES,
+                skinny_fp8=fused.USE_SKINNY_FP8, triton_argmax=fused.USE_TRITON_ARGMAX,
                 small=[fused.GEMV_ROWS_SMALL_MAX_M, fused.GEMV_ROWS_SMALL_BYTES],
                 skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_prefetch=fused.SKINNY_PREFETCH_BYTES if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,

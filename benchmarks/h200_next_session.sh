@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
+# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s29a (the skinny GEMM's float8 form for the
+# absorb pass). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
+# --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
 # run; s27c's --argmax-epilogue was removed after it; s26a is superseded by s27a; s26c, `auto` on the grid, is still unrun). Session 24: benchmarks/RESULTS.md "Session 24" (s24b-s24d as
 # run; their --skinny-fused A/B and the skinny GEMM's fused forms were removed after s24d, so they cannot be rerun as
 # written; s24c also ran s24a's GPU tests). Session 21: benchmarks/RESULTS.md "Session 21" (s21a-s21e as run; s21b's VLLM_SPECLA_CUDA_STORE_SWAP was removed after it, so s21b / s21c cannot be rerun as written; s21d is the final code but the AR body without the factor-bank path). Session 22: benchmarks/RESULTS.md "Session 22" (s22a, s22b as run; the default VLLM_SPECLA_CUDA_RG_AR became 2 after s22b). Session 23: benchmarks/RESULTS.md "Session 23" (s23a-s23d as run; RG_AR 4 (80 registers) of s23a and 5 / 6 of s23b were removed after them, 4 is now the automatic rule and the default). Session 20: s20a (per-instruction stall sampling), s20b (the raw-v prefetch), s20c (tests, kernel table, e2e batch 1), s20d (predicated tile loads; AR layouts). The sb kernel's forced forms (sbXY layouts, VLLM_SPECLA_CUDA_SB_LATE / _SB_SCALED) were removed after session 20: s18*-s20b cannot be rerun as written; session 19: benchmarks/RESULTS.md "Session 19" (s19a-s19e as run). Before: s17c reruns session 17's final code (the runtime with the skinny GEMM's L2 prefetch); session 17: benchmarks/RESULTS.md "Session 17" (s17a-s17d as run). Session 15: benchmarks/RESULTS.md
@@ -50,7 +52,22 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s28e)  # (as run) session 28, call 5 (carry .whl; ~5 minutes left): the final code's GPU tests (the drafter's glue: its fallback
+  s29a)  # NEXT SESSION (prepared in session 28, no device time left): the skinny GEMM's float8 form for the drafter's
+        # absorb pass (_cpp.skinny_gemm_fp8, fused.USE_SKINNY_FP8, off by default; compile-checked for sm_90 only): its
+        # GPU tests, then batch 1, K = 4 / 6 / 7 (absorb windows of K + 1 <= 8 rows), float8 draft passes, the absorb on
+        # bf16 (default) against float8 through the skinny form, twice in alternation
+      skinny_build
+      pytest_log s29a 200 -rs tests/test_skinny_gemm_gpu.py tests/test_fused_gpu.py -k "fp8 or gather or runtime_drafter"
+      for R in 1 2; do
+        timeout 70 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 4,6,7 --alphas 0.8 --snapshot-ks "" \
+            --skinny-gemm on --draft-weights fp8 --tag "s29a_bf16absorb_r$R" --out "$OUT/e2e_s29a.jsonl" 2>&1 \
+            | grep "^{" | python -c "$S"
+        timeout 70 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 4,6,7 --alphas 0.8 --snapshot-ks "" \
+            --skinny-gemm on --draft-weights fp8 --skinny-fp8 on --fp8-max-tokens 8 --tag "s29a_fp8absorb_r$R" \
+            --out "$OUT/e2e_s29a.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
+      ;;
+  s28e)  # (as run; its row-gather test expectation was fixed after it) session 28, call 5 (carry .whl; ~5 minutes left): the final code's GPU tests (the drafter's glue: its fallback
         # path now returns the norm's own tensor, no copy) and batch 1, K = 6, float8 draft passes once
       skinny_build
       pytest_log s28e 150 -rs tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py \

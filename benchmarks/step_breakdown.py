@@ -63,8 +63,8 @@ def family(name: str) -> str:
 
 def instrument(rt: DecodeRuntime) -> None:
     """Wrap the runtime's phase entry points in ``record_function`` ranges (this instance only).
-    The drafter's LM heads (``tgt.logits`` called inside ``_speculate`` / ``_speculate_chain``) count as
-    drafting."""
+    The drafter's LM heads (``tgt.logits`` inside ``_speculate``; ``_speculate_chain`` runs its own,
+    with the drafter's final norm, and also the absorb pass's accepted row) count as drafting."""
     tgt, dr = rt.tgt, rt.dr
     hidden, logits = tgt.hidden, tgt.logits
     inside = [False]  # in _speculate

@@ -365,3 +365,55 @@ def test_skinny_gemm_input_errors():
         _cpp.skinny_gemm(torch.randn(4, 32).to(bf), w, r[:, :64], out=r[:, 32:96])
     with pytest.raises(ValueError, match="CUDA tensors"):
         _cpp.skinny_gemm(torch.randn(4, 32).to(bf), w, r[:, :64], out=r[:, :64])
+
+
+def test_skinny_fp8_rule_and_route(monkeypatch):
+    """Float8 weights (``Fp8Weight``) of 2..``SKINNY_MAX_M`` bf16 rows go to the skinny GEMM's float8 form
+    (``_cpp.skinny_gemm_fp8``) once built and switched on (``fused.USE_SKINNY_FP8``, off by default: it
+    has not run on a GPU yet), not to the row GEMV; through ``linear`` (its RMSNorm first, the residual in
+    place), ``linear_gating`` (the gating kernel after it) and ``silu_mul_linear``. One row, 9 rows, fp32
+    activations, ``K % 16 != 0`` or the switch off do not; the op's own checks refuse bad inputs by name
+    (the kernel itself: tests/test_skinny_gemm_gpu.py)."""
+    from vllm_specla.ops import fused
+
+    monkeypatch.setattr(fused, "_on_gpu", lambda x: True)
+    monkeypatch.setattr(_cpp, "GEMM_LOADED", True)
+    bf = torch.bfloat16
+    w8 = fused.quantize_fp8(torch.randn(64, 32), bf)
+    take = fused._skinny_fp8_takes
+    assert not take(torch.randn(3, 32).to(bf), w8, None)  # the switch is off by default
+    monkeypatch.setattr(fused, "USE_SKINNY_FP8", True)
+    assert all(take(torch.randn(m, 32).to(bf), w8, None) for m in range(2, fused.SKINNY_MAX_M + 1))
+    assert not take(torch.randn(1, 32).to(bf), w8, None)
+    assert not take(torch.randn(fused.SKINNY_MAX_M + 1, 32).to(bf), w8, None)
+    assert not take(torch.randn(3, 24).to(bf), fused.quantize_fp8(torch.randn(64, 24), bf), None)  # K % 16
+    assert not take(torch.randn(3, 32), fused.quantize_fp8(torch.randn(64, 32)), None)  # fp32 activations
+    assert not take(torch.randn(3, 32).to(bf), w8, torch.randn(3, 63).to(bf))  # residual shape
+    assert fused._rows_impl(torch.randn(3, 32).to(bf), w8) is None  # not the row GEMV's
+    calls = []
+
+    def fake(x, w, scale, residual=None, out=None, warps=0, unroll=0, pdl=None):
+        calls.append((x.shape[0], residual is not None, out is not None and out is residual))
+        y = fused.Fp8Weight(w, scale, bf).ref_linear(x, residual)
+        return out.copy_(y) if out is not None else y
+
+    real = _cpp.skinny_gemm_fp8
+    monkeypatch.setattr(_cpp, "skinny_gemm_fp8", fake)
+    x, nw = torch.randn(5, 32).to(bf), torch.rand(32) + 0.5
+    y = fused.linear(x, w8, nw, 1e-6)
+    assert torch.equal(y, w8.ref_linear(fused.rms_norm_ref(x, nw, 1e-6, bf)))
+    r = torch.randn(5, 64).to(bf)
+    assert fused.linear(x, w8, residual=r, residual_inplace=True) is r
+    A_log, dt_bias = torch.rand(4), torch.randn(4)
+    p, g, beta = fused.linear_gating(x, w8, nw, 1e-6, 40, A_log, dt_bias)
+    g_ref, b_ref = fused.gdn_gating_masked_ref(p[:, 40:44], p[:, 44:48], A_log, dt_bias)
+    assert torch.equal(g, g_ref) and torch.equal(beta, b_ref)
+    wd = fused.quantize_fp8(torch.randn(16, 32), bf)
+    fused.silu_mul_linear(torch.randn(5, 64).to(bf), wd)
+    assert calls == [(5, False, False), (5, True, True), (5, False, False), (5, False, False)]
+    with pytest.raises(ValueError, match="K % 16"):
+        real(torch.randn(3, 24).to(bf), torch.zeros(8, 24, dtype=torch.float8_e4m3fn), torch.ones(8))
+    with pytest.raises(ValueError, match="w_scale"):
+        real(torch.randn(3, 32).to(bf), w8.weight, torch.ones(63))
+    with pytest.raises(ValueError, match="CUDA"):
+        real(torch.randn(3, 32).to(bf), w8.weight, w8.scale)

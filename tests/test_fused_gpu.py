@@ -567,11 +567,11 @@ def test_gemv_rows_embedding_prologue(M, fp8, config):
     """``embed=(table, tokens)``: the row is ``[table[tokens[m]] | x[m]]`` (``fused.embed_ref``), the
     EAGLE drafter's ``fc`` input gathered by the GEMV itself; equals the reference GEMM on
     ``embed_ref``'s output, for an embedding width that is not a multiple of the chunk (the two
-    halves meet inside one) and odd N."""
+    halves meet inside one), a table whose row stride is not its width (a column slice), odd N."""
     g = torch.Generator().manual_seed(M + 2 * fp8)
     dt = torch.bfloat16 if HAVE_CUDA else torch.float32
     V, ED, DF, N = 50, 48, 40, 33
-    table = torch.randn(V, ED, generator=g).to(DEV, dt)
+    table = torch.randn(V, ED + 16, generator=g).to(DEV, dt)[:, 5 : 5 + ED]  # row stride 64, not ED
     feats = torch.randn(M, DF, generator=g).to(DEV, dt)
     tok = torch.randint(0, V, (M,), generator=g).to(DEV)
     ww, ws, ref_lin = _maybe_fp8(torch.randn(N, ED + DF, generator=g) * 0.05, fp8, dt)
@@ -597,6 +597,10 @@ def test_gemv_rows_rejects_bad_gather_args():
     with pytest.raises(ValueError, match="embed"):
         tf.gemv_rows(x[:, :8], w, torch.ones(16, device=DEV), embed=(torch.randn(5, 8).to(DEV),
                                                                       torch.zeros(3, dtype=torch.long, device=DEV)))
+    with pytest.raises(ValueError, match="overlap"):
+        tf.gemv_rows(x, w, torch.ones(16, device=DEV), x_out=x)
+    with pytest.raises(ValueError, match="pair"):
+        tf.gemv_rows(x[:, :8], w, embed=(torch.randn(5, 8).to(DEV),))
     with pytest.raises(ValueError, match="exclusive"):
         tf.gemv_rows(x[:, :8], w, x_rows=torch.zeros(3, dtype=torch.long, device=DEV),
                      embed=(torch.randn(5, 8).to(DEV), torch.zeros(3, dtype=torch.long, device=DEV)))

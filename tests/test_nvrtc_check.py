@@ -21,12 +21,19 @@ import nvrtc_check  # noqa: E402
 
 def test_kernel_list_matches_the_dispatch():
     """The script instantiates exactly the (warps, unroll) pairs of ``dispatch_cfg``'s SG_CASE list,
-    both dtypes, both tile counts, with and without the residual."""
+    both dtypes, both tile counts, with and without the residual; and of the float8 form's SG8_CASE
+    list (one tile), with and without the residual."""
     src = open(os.path.join(ROOT, "csrc", "cuda", "skinny_gemm.cu")).read()
     cases = set(re.findall(r"SG_CASE\((\d+), (\d+)\)", src.split("#undef SG_CASE")[0].split("#define SG_CASE")[1]))
+    cases8 = set(re.findall(r"SG8_CASE\((\d+), (\d+)\)",
+                            src.split("#undef SG8_CASE")[0].split("#define SG8_CASE")[1]))
     names = nvrtc_check.kernels()
-    got = {tuple(re.search(r"<[^,]+, \d, (\d+), (\d+),", n).groups()) for n in names}
-    assert got == cases and len(names) == len(cases) * 2 * 2 * 2
+    bf = [n for n in names if "skinny_gemm_kernel<" in n]
+    f8 = [n for n in names if "skinny_gemm_fp8_kernel<" in n]
+    got = {tuple(re.search(r"<[^,]+, \d, (\d+), (\d+),", n).groups()) for n in bf}
+    assert got == cases and len(bf) == len(cases) * 2 * 2 * 2
+    got8 = {tuple(re.search(r"<1, (\d+), (\d+),", n).groups()) for n in f8}
+    assert got8 == cases8 and len(f8) == len(cases8) * 2 and len(names) == len(bf) + len(f8)
 
 
 def test_ptxas_log_parsing():

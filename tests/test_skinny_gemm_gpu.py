@@ -223,3 +223,72 @@ def test_bad_input_errors(gemm):
         gemm(x, w, warps=2, unroll=4)
     with pytest.raises(ValueError, match="CUDA"):
         gemm(x.cpu(), w.cpu())
+
+
+@pytest.mark.parametrize("M", [1, 2, 5, 7, 8])
+@pytest.mark.parametrize("N,K", [(37, 48), (2048, 2048), (9232, 2048), (2048, 5632)])
+@pytest.mark.parametrize("warps,unroll", [(0, 0), (4, 4), (16, 4), (8, 8)])
+def test_fp8_weights_match_reference(gemm, M, N, K, warps, unroll):
+    """The float8 form (``_cpp.skinny_gemm_fp8``: e4m3 weights, float32 row scales, bf16 activations)
+    against ``Fp8Weight.ref_linear`` (the activations rounded to bf16, float32 products and sums, the
+    scale, one rounding): within one bf16 rounding plus the f16 activations' rounding (x * 2^-8 in f16
+    keeps x's 8 bits exactly for |x| >= 2^-6; these are N(0, 1), so a few lose low bits) and float32
+    summation order (1e-3 of the absolute products). Weights down to e4m3's subnormals; N not a multiple
+    of 16 (the row clamp); K = 48 leaves most warps without a chunk; the flame drafter's shapes; the
+    residual added in place; the same bits on a second call."""
+    from vllm_specla.ops import _cpp, fused
+
+    g = torch.Generator(device="cpu").manual_seed(M * 7 + N + K)
+    wr = torch.randn(N, K, generator=g) * 0.05
+    wr[:, :16] *= 1e-4  # e4m3 subnormals (below 2^-6 of the row's largest / 448)
+    w8 = fused.quantize_fp8(wr.cuda(), torch.bfloat16)
+    x = torch.randn(M, K, generator=g).cuda().to(torch.bfloat16)
+    res = torch.randn(M, N, generator=g).cuda().to(torch.bfloat16)
+    y = _cpp.skinny_gemm_fp8(x, w8.weight, w8.scale, warps=warps, unroll=unroll)
+    ref = w8.ref_linear(x).float()
+    mag = (x.float().abs() @ (w8.weight.float().abs() * w8.scale[:, None]).t())
+    err = (y.float() - ref).abs()
+    assert torch.isfinite(y.float()).all()
+    assert bool((err <= 2.0**-7 * ref.abs() + 1e-3 * mag).all()), f"max err {float(err.max()):.3g}"
+    assert torch.equal(y, _cpp.skinny_gemm_fp8(x, w8.weight, w8.scale, warps=warps, unroll=unroll))
+    r2 = res.clone()
+    z = _cpp.skinny_gemm_fp8(x, w8.weight, w8.scale, r2, out=r2, warps=warps, unroll=unroll)
+    assert z is r2
+    ref_r = w8.ref_linear(x, res).float()
+    assert bool(((z.float() - ref_r).abs() <= 2.0**-7 * ref_r.abs() + 1e-3 * mag + 2.0**-8 * res.float().abs()).all())
+
+
+def test_fp8_absorb_pass_through_the_runtime(gemm, monkeypatch):
+    """``fused.USE_SKINNY_FP8`` with ``FP8_MAX_TOKENS = 8``: the float8 drafter's absorb pass (K + 1 = 5
+    rows) runs on the skinny GEMM's float8 form inside the CUDA-graph step; the output stays lossless
+    (AR's tokens) in bf16, on ``bench_e2e.py``'s tiny random shape (its target's LM head is its permuted
+    embedding, so the greedy continuation is stable under bf16 differences; every dimension % 16 == 0)."""
+    from bench_e2e import build
+
+    from vllm_specla.ops import _cpp, fused
+    from vllm_specla.runtime import fused_model
+    from vllm_specla.runtime.decode import DecodeRuntime
+
+    monkeypatch.setattr(fused, "USE_SKINNY_FP8", True)
+    monkeypatch.setattr(fused_model, "FP8_MAX_TOKENS", 8)
+    calls = []
+    real = _cpp.skinny_gemm_fp8
+
+    def spy(*a, **k):
+        calls.append(a[0].shape[0])
+        return real(*a, **k)
+
+    monkeypatch.setattr(_cpp, "skinny_gemm_fp8", spy)
+    cfg, tgt, dr = build("tiny", "cuda", torch.bfloat16)
+    dr = dr.with_draft_weights("fp8")
+    prompts = torch.randint(3, cfg.vocab_size, (1, 6), generator=torch.Generator().manual_seed(3)).cuda()
+    ar = DecodeRuntime(tgt, 1, "ar", output_capacity=64)
+    ar.prefill(prompts)
+    ar.run(40)
+    rt = DecodeRuntime(tgt, 1, "specla", 4, dr, output_capacity=64)
+    rt.capture()
+    rt.prefill(prompts)
+    for _ in range(8):
+        rt.step()
+    out, ref = rt.outputs()[0], ar.outputs()[0]
+    assert 5 in calls and len(out) >= 9 and out == ref[: len(out)]

@@ -35,7 +35,9 @@ def kernels() -> list[str]:
     """The instantiations ``skinny_gemm.cu`` launches (its dispatch_cfg / dispatch_res)."""
     return [f"vllm_specla_skinny::skinny_gemm_kernel<{t}, {nt}, {w}, {u}, {res}>"
             for t, nt, (w, u), res in itertools.product(("__nv_bfloat16", "__half"), (1, 2),
-                                                        [(w, u) for w in (4, 8, 16) for u in (4, 8)], ("false", "true"))]
+                                                        [(w, u) for w in (4, 8, 16) for u in (4, 8)], ("false", "true"))
+            ] + [f"vllm_specla_skinny::skinny_gemm_fp8_kernel<1, {w}, {u}, {res}>"
+                 for (w, u), res in itertools.product([(4, 4), (8, 4), (16, 4), (8, 8)], ("false", "true"))]
 
 
 def _roots(root: str | None) -> list[str]:

@@ -194,12 +194,100 @@ void skinny_gemm(const at::Tensor& x, const at::Tensor& w, const std::optional<a
   }
 }
 
+// ---- float8 weights (skinny_gemm_fp8_kernel in skinny_gemm_kernels.cuh): bf16 x [M <= 8, K], e4m3 w [N, K]
+// with float32 row scales w_scale [N]; prepared in session 28 for the drafter's absorb pass, not yet run on a GPU
+template <int WARPS, int U, bool RES>
+void launch_fp8(const at::Tensor& x, const at::Tensor& w, const at::Tensor& ws, const __nv_bfloat16* res, int64_t ldr,
+                at::Tensor& out, bool pdl, cudaStream_t stream) {
+  const int M = static_cast<int>(x.size(0)), K = static_cast<int>(x.size(1)), N = static_cast<int>(w.size(0));
+  static int ptx_version = -1;  // PDL only where the kernel's PTX is sm_90+ (see launch above)
+  if (ptx_version < 0) {
+    cudaFuncAttributes fa;
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&fa, skinny_gemm_fp8_kernel<1, WARPS, U, RES>));
+    ptx_version = fa.ptxVersion;
+  }
+  pdl = pdl && ptx_version >= 90;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>((N + 15) / 16));
+  cfg.blockDim = dim3(WARPS * 32);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, skinny_gemm_fp8_kernel<1, WARPS, U, RES>,
+                                    reinterpret_cast<const __nv_bfloat16*>(x.data_ptr()), x.stride(0),
+                                    reinterpret_cast<const unsigned char*>(w.data_ptr()),
+                                    reinterpret_cast<const float*>(ws.data_ptr()), res, ldr,
+                                    reinterpret_cast<__nv_bfloat16*>(out.data_ptr()), out.stride(0), M, N, K));
+}
+
+template <int WARPS, int U>
+void dispatch_fp8_res(const at::Tensor& x, const at::Tensor& w, const at::Tensor& ws,
+                      const std::optional<at::Tensor>& residual, at::Tensor& out, bool pdl, cudaStream_t s) {
+  if (residual.has_value())
+    launch_fp8<WARPS, U, true>(x, w, ws, reinterpret_cast<const __nv_bfloat16*>(residual->data_ptr()),
+                               residual->stride(0), out, pdl, s);
+  else
+    launch_fp8<WARPS, U, false>(x, w, ws, nullptr, 0, out, pdl, s);
+}
+
+// warps / unroll: (4 | 8 | 16, 4) or (8, 8); 0 / 0 = (8, 4): 8 warps of one 4-chunk batch each cover K = 2048,
+// the bf16 kernel's automatic config in bytes per load batch. The Python wrapper (ops/_cpp.py
+// skinny_gemm_fp8) checks every input first.
+void skinny_gemm_fp8(const at::Tensor& x, const at::Tensor& w, const at::Tensor& w_scale,
+                     const std::optional<at::Tensor>& residual, at::Tensor& out, int64_t warps, int64_t unroll,
+                     bool pdl) {
+  const char* f = "vllm_specla.skinny_gemm_fp8";
+  TORCH_CHECK(x.is_cuda() && w.is_cuda() && w_scale.is_cuda() && out.is_cuda(), f, ": tensors must be on CUDA");
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && out.dim() == 2 && w_scale.dim() == 1, f,
+              ": x [M, K], w [N, K], w_scale [N] and out [M, N]");
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && out.scalar_type() == at::kBFloat16 &&
+                  w.scalar_type() == at::kFloat8_e4m3fn && w_scale.scalar_type() == at::kFloat,
+              f, ": x / out bfloat16, w float8_e4m3fn, w_scale float32");
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  TORCH_CHECK(M >= 1 && M <= 8 && w.size(1) == K && w_scale.size(0) == N && out.size(0) == M && out.size(1) == N, f,
+              ": shapes must be x [M <= 8, K], w [N, K], w_scale [N], out [M, N]");
+  TORCH_CHECK(N >= 1 && K >= 16 && K % 16 == 0 && w.is_contiguous() && w_scale.is_contiguous() && x.stride(1) == 1 &&
+                  x.stride(0) % 8 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 &&
+                  reinterpret_cast<uintptr_t>(w.data_ptr()) % 16 == 0 && out.stride(1) == 1,
+              f, ": needs K % 16 == 0, contiguous w / w_scale, x rows dense and 16-byte aligned, out's last dim dense");
+  TORCH_CHECK(N <= (int64_t{1} << 31) - 16 && K < (int64_t{1} << 30), f, ": N or K too large");
+  if (residual.has_value()) {
+    TORCH_CHECK(residual->is_cuda() && residual->scalar_type() == at::kBFloat16 && residual->dim() == 2 &&
+                    residual->size(0) == M && residual->size(1) == N && residual->stride(1) == 1,
+                f, ": residual must be [M, N] bfloat16 with a dense last dim");
+  }
+  if (warps == 0 && unroll == 0) {
+    warps = 8;
+    unroll = 4;
+  }
+  const c10::cuda::CUDAGuard guard(x.device());
+  cudaStream_t s = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+#define SG8_CASE(W_, U_)                                              \
+  if (warps == W_ && unroll == U_) {                                  \
+    dispatch_fp8_res<W_, U_>(x, w, w_scale, residual, out, pdl, s);   \
+    return;                                                           \
+  }
+  SG8_CASE(4, 4) SG8_CASE(8, 4) SG8_CASE(16, 4) SG8_CASE(8, 8)
+#undef SG8_CASE
+  TORCH_CHECK(false, f, ": (warps, unroll) must be (4 | 8 | 16, 4), (8, 8) or (0, 0)");
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(vllm_specla, m) {
   m.def(
       "skinny_gemm(Tensor x, Tensor w, Tensor? residual, Tensor(a!) out, int warps, int unroll, bool pdl, "
       "Tensor? prefetch, int prefetch_bytes) -> ()");
+  m.def(
+      "skinny_gemm_fp8(Tensor x, Tensor w, Tensor w_scale, Tensor? residual, Tensor(a!) out, int warps, int unroll, "
+      "bool pdl) -> ()");
 }
 
-TORCH_LIBRARY_IMPL(vllm_specla, CUDA, m) { m.impl("skinny_gemm", &skinny_gemm); }
+TORCH_LIBRARY_IMPL(vllm_specla, CUDA, m) {
+  m.impl("skinny_gemm", &skinny_gemm);
+  m.impl("skinny_gemm_fp8", &skinny_gemm_fp8);
+}

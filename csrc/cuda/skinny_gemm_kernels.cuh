@@ -158,4 +158,124 @@ __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* __rest
   }
 }
 
+// ---- float8 weights (W8A16): e4m3 weight rows with one float32 scale each, bf16 activations ----
+// The drafter's absorb pass over a verify window (K + 1 <= 8 rows) with FusedEagle(draft_weights="fp8")
+// (runtime/fused_model.py FP8_MAX_TOKENS): the same "swap AB" layout as skinny_gemm_kernel, with a 64-wide
+// k chunk per 16-byte weight load (16 e4m3 per thread and row). The weights widen exactly to f16
+// (cvt.rn.f16x2.e4m3x2: every e4m3 value is an f16 normal); the activations go bf16 -> f32 -> f16 times
+// 2^-8 (exact for |x| in [2^-6, 2^23]; smaller values lose low bits as f16 subnormals, none overflows), so
+// the MMAs run f16 x f16 with fp32 accumulation and the epilogue multiplies each row's sum by its scale
+// times 2^8 (fused.Fp8Weight.ref_linear's math up to those roundings and the summation order).
+
+// e4m3x2 (low byte first) -> f16x2 (low half first), exact
+__device__ __forceinline__ uint32_t e4m3x2_f16x2(unsigned short v) {
+  uint32_t r;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(v));
+  return r;
+}
+
+// bf16x2 -> f16x2 of the values times 2^-8
+__device__ __forceinline__ uint32_t bf16x2_f16x2_scaled(uint32_t v) {
+  const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));  // .x: the low half
+  const __half2 h = __floats2half2_rn(f.x * 0.00390625f, f.y * 0.00390625f);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// 16 e4m3 (one uint4, k order) -> 8 f16x2: r[i] = (k + 2i, k + 2i + 1)
+__device__ __forceinline__ void e4m3x16_f16(const uint4& v, uint32_t (&r)[8]) {
+  r[0] = e4m3x2_f16x2(static_cast<unsigned short>(v.x & 0xffffu));
+  r[1] = e4m3x2_f16x2(static_cast<unsigned short>(v.x >> 16));
+  r[2] = e4m3x2_f16x2(static_cast<unsigned short>(v.y & 0xffffu));
+  r[3] = e4m3x2_f16x2(static_cast<unsigned short>(v.y >> 16));
+  r[4] = e4m3x2_f16x2(static_cast<unsigned short>(v.z & 0xffffu));
+  r[5] = e4m3x2_f16x2(static_cast<unsigned short>(v.z >> 16));
+  r[6] = e4m3x2_f16x2(static_cast<unsigned short>(v.w & 0xffffu));
+  r[7] = e4m3x2_f16x2(static_cast<unsigned short>(v.w >> 16));
+}
+
+// NT: 8-token tiles (M <= 8 NT); WARPS: warps per CTA (K split); U: chunks of 64 k per load batch. K % 16 == 0.
+// Lane (g, t) loads W[n0 + g][k0 + 16t .. +16] and W[n0 + g + 8][...] per chunk; MMA j (0..3) of a chunk takes
+// A = {Wg[2j], Wg8[2j], Wg[2j+1], Wg8[2j+1]} and B = {X[2j], X[2j+1]} (X: the token row's f16x2 at the same 16 k),
+// so logical k slots 2t+e / 2t+8+e are physical k0 + 16t + 4j + e / + 2 + e for A and B alike.
+template <int NT, int WARPS, int U, bool RES>
+__global__ void __launch_bounds__(WARPS * 32)
+    skinny_gemm_fp8_kernel(const __nv_bfloat16* __restrict__ x, int64_t ldx, const unsigned char* __restrict__ w,
+                           const float* __restrict__ ws, const __nv_bfloat16* res, int64_t ldr, __nv_bfloat16* out,
+                           int64_t ldo, int M, int N, int K) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int n0 = blockIdx.x * 16;
+  const int nchunks = (K + 63) >> 6;
+  const int per = (nchunks + WARPS - 1) / WARPS;
+  const int cb = min(nchunks, warp * per), ce = min(nchunks, cb + per);
+  const bool ok0 = n0 + g < N, ok1 = n0 + g + 8 < N;
+  const unsigned char* w0 = w + static_cast<int64_t>(min(n0 + g, N - 1)) * K + t * 16;
+  const unsigned char* w1 = w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K + t * 16;
+
+  float acc[NT][4];
+#pragma unroll
+  for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  uint4 wa[U], wb[U];
+  const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
+
+  auto load = [&](int c) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int ch = c + u, k = ch * 64 + t * 16;
+      const bool in = ch < ce && k < K;
+      wa[u] = in && ok0 ? ld_stream(w0 + ch * 64) : z4;
+      wb[u] = in && ok1 ? ld_stream(w1 + ch * 64) : z4;
+    }
+  };
+
+  load(cb);  // constant weights: before the wait (ops/pdl.py)
+  griddep_wait();
+  for (int c = cb; c < ce; c += U) {
+    if (c != cb) load(c);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int ch = c + u, k = ch * 64 + t * 16;
+      const bool in = ch < ce && k < K;
+      uint32_t A0[8], A1[8];
+      e4m3x16_f16(wa[u], A0);
+      e4m3x16_f16(wb[u], A1);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int tok = nt * 8 + g;
+        const bool xin = in && tok < M;
+        const __nv_bfloat16* xp = x + static_cast<int64_t>(tok) * ldx + k;
+        const uint4 xa = xin ? *reinterpret_cast<const uint4*>(xp) : z4;
+        const uint4 xb = xin ? *reinterpret_cast<const uint4*>(xp + 8) : z4;
+        const uint32_t X[8] = {bf16x2_f16x2_scaled(xa.x), bf16x2_f16x2_scaled(xa.y), bf16x2_f16x2_scaled(xa.z),
+                               bf16x2_f16x2_scaled(xa.w), bf16x2_f16x2_scaled(xb.x), bf16x2_f16x2_scaled(xb.y),
+                               bf16x2_f16x2_scaled(xb.z), bf16x2_f16x2_scaled(xb.w)};
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          Mma<__half>::run(acc[nt], A0[2 * j], A1[2 * j], A0[2 * j + 1], A1[2 * j + 1], X[2 * j], X[2 * j + 1]);
+      }
+    }
+  }
+  griddep_launch_dependents();
+
+  __shared__ float red[WARPS][16][NT * 8 + 1];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    red[warp][g][nt * 8 + 2 * t] = acc[nt][0];
+    red[warp][g][nt * 8 + 2 * t + 1] = acc[nt][1];
+    red[warp][g + 8][nt * 8 + 2 * t] = acc[nt][2];
+    red[warp][g + 8][nt * 8 + 2 * t + 1] = acc[nt][3];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 16 * M; i += WARPS * 32) {
+    const int r = i & 15, tok = i >> 4, n = n0 + r;
+    if (n >= N) continue;
+    float s = 0.f;
+#pragma unroll
+    for (int q = 0; q < WARPS; ++q) s += red[q][r][tok];
+    s *= ws[n] * 256.f;  // the row scale, and the activations' 2^-8 undone
+    if constexpr (RES) s += __bfloat162float(res[static_cast<int64_t>(tok) * ldr + n]);
+    out[static_cast<int64_t>(tok) * ldo + n] = __float2bfloat16_rn(s);
+  }
+}
+
 }  // namespace vllm_specla_skinny

@@ -265,6 +265,57 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None 
     return out
 
 
+_SKINNY_FP8_CONFIGS = {(4, 4), (8, 4), (16, 4), (8, 8), (0, 0)}
+
+
+def skinny_gemm_fp8(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, residual: torch.Tensor | None = None,
+                    out: torch.Tensor | None = None, warps: int = 0, unroll: int = 0,
+                    pdl: bool | None = None) -> torch.Tensor:
+    """``(x [M, K] @ w[N, K].float().T) * w_scale (+ residual)`` -> bf16 ``out [M, N]`` on the CUDA skinny
+    GEMM's float8 form (``csrc/cuda/skinny_gemm_kernels.cuh`` ``skinny_gemm_fp8_kernel``, built by
+    :func:`load_cuda_gemm`): ``x`` bfloat16, ``1 <= M <= 8``, rows dense and 16-byte aligned; ``w``
+    ``torch.float8_e4m3fn``, contiguous, ``K % 16 == 0``; ``w_scale [N]`` float32 (one scale per weight row,
+    ``fused.quantize_fp8``); ``residual`` / ``out`` bfloat16 (``out=residual`` adds in place). The weights
+    widen exactly to f16, the activations to f16 times 2^-8; f16 MMAs with fp32 accumulation, the row
+    scale (times 2^8) and the residual in fp32, one rounding: ``fused.Fp8Weight.ref_linear``'s values up to
+    those roundings and the summation order. ``warps`` / ``unroll``: (4 | 8 | 16, 4), (8, 8), or 0 / 0
+    (automatic: 8 / 4). ``pdl``: as :func:`skinny_gemm` (``w`` must be constant weights).
+    Raises ``ValueError`` naming the argument on other inputs. Prepared in session 28 for the drafter's
+    absorb pass with float8 weights (RESULTS.md "Session 28"); not yet run on a GPU."""
+    from vllm_specla.ops import pdl as _pdl  # noqa: PLC0415
+
+    def bad(msg):
+        raise ValueError(f"skinny_gemm_fp8: {msg}")
+
+    if not all(isinstance(t, torch.Tensor) for t in (x, w, w_scale)):
+        bad("x, w and w_scale must be tensors")
+    if x.dim() != 2 or w.dim() != 2 or x.dtype != torch.bfloat16 or w.dtype != torch.float8_e4m3fn:
+        bad(f"need x [M, K] bfloat16 and w [N, K] float8_e4m3fn, got x {tuple(x.shape)} {x.dtype}, "
+            f"w {tuple(w.shape)} {w.dtype}")
+    M, K = x.shape
+    N = w.shape[0]
+    if not 1 <= M <= 8 or w.shape[1] != K or K < 16 or K % 16:
+        bad(f"need 1 <= M <= 8 rows and K % 16 == 0 shared by x and w, got x {tuple(x.shape)}, w {tuple(w.shape)}")
+    if not w.is_contiguous() or x.stride(1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16 or w.data_ptr() % 16:
+        bad("w must be contiguous and 16-byte aligned, x rows dense and 16-byte aligned")
+    if w_scale.shape != (N,) or w_scale.dtype != torch.float32 or not w_scale.is_contiguous():
+        bad(f"w_scale must be contiguous float32 [N] = [{N}], got {tuple(w_scale.shape)} {w_scale.dtype}")
+    for name, t in (("residual", residual), ("out", out)):
+        if t is not None and (t.shape != (M, N) or t.dtype != torch.bfloat16 or t.stride(1) != 1):
+            bad(f"{name} must be bfloat16 [M, N] = [{M}, {N}] with a dense last dim, got {tuple(t.shape)} {t.dtype}")
+    if (warps, unroll) not in _SKINNY_FP8_CONFIGS:
+        bad(f"(warps, unroll) must be (4|8|16, 4), (8, 8) or (0, 0) for the automatic choice, got ({warps!r}, {unroll!r})")
+    if pdl is not None and not isinstance(pdl, bool):
+        bad(f"pdl must be None (ops/pdl.py decides) or a bool, got {pdl!r}")
+    if not (x.is_cuda and w.is_cuda and w_scale.is_cuda):
+        bad(f"x, w and w_scale must be CUDA tensors, got {x.device}, {w.device}, {w_scale.device}")
+    if out is None:
+        out = torch.empty(M, N, dtype=torch.bfloat16, device=x.device)
+    torch.ops.vllm_specla.skinny_gemm_fp8(x, w, w_scale, residual, out, int(warps), int(unroll),
+                                          _pdl.enabled(x) if pdl is None else bool(pdl))
+    return out
+
+
 def _registered() -> bool:
     ns = getattr(torch.ops, "vllm_specla", None)
     try:

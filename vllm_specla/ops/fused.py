@@ -246,6 +246,9 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
     if norm_weight is not None:
         x = rms_norm(x, norm_weight, eps, w.dtype)
     if isinstance(w, Fp8Weight):
+        if _skinny_fp8_takes(x, w, residual):
+            return _cpp.skinny_gemm_fp8(x, w.weight, w.scale, residual,
+                                        out=residual if residual is not None and residual_inplace else None)
         return _fp8_linear_ref(x, w, residual, residual_inplace)
     x = x.to(w.dtype)
     if _skinny_takes(x, w, residual):
@@ -335,6 +338,26 @@ def _skinny_takes(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | Non
     return _cpp.skinny_problem(x, w, residual, residual) is None
 
 
+# Float8 weights (Fp8Weight) of 2..SKINNY_MAX_M rows on the CUDA skinny GEMM's float8 form (_cpp.skinny_gemm_fp8:
+# f16 tensor-core MMAs) instead of the row GEMV, which loses more at 7 rows than the halved bytes give (RESULTS.md
+# "Session 27"): for the drafter's absorb pass with runtime/fused_model.py FP8_MAX_TOKENS > 1. Prepared in session
+# 28 (compile-checked for sm_90, not yet run on a GPU), so off by default; benchmarks/bench_e2e.py --skinny-fp8.
+USE_SKINNY_FP8 = False
+
+
+def _skinny_fp8_takes(x: torch.Tensor, w, residual: torch.Tensor | None) -> bool:
+    """Whether :func:`_cpp.skinny_gemm_fp8` takes ``x @ w.T [+ residual]`` for an :class:`Fp8Weight`
+    ``w``: :data:`USE_SKINNY_FP8` and the skinny GEMM built and on, CUDA, 2..``SKINNY_MAX_M`` bf16 rows
+    (dense, 16-byte aligned), an e4m3 weight with ``K % 16 == 0``, a bf16 ``[M, N]`` residual."""
+    if not (USE_SKINNY_FP8 and USE_SKINNY_GEMM and _cpp.GEMM_LOADED and isinstance(w, Fp8Weight) and _on_gpu(x)):
+        return False
+    ok = (x.dim() == 2 and 2 <= x.shape[0] <= SKINNY_MAX_M and x.dtype == torch.bfloat16 == w.dtype
+          and w.weight.dtype == torch.float8_e4m3fn and w.shape[1] % 16 == 0 and x.stride(1) == 1
+          and x.stride(0) % 8 == 0 and x.data_ptr() % 16 == 0)
+    return ok and (residual is None or (residual.shape == (x.shape[0], w.shape[0]) and residual.dtype == torch.bfloat16
+                                        and residual.stride(1) == 1))
+
+
 def _on_gpu(x: torch.Tensor) -> bool:
     """Whether ``x`` is where the Triton kernels run (a seam: the tests point it at the CPU under
     Triton's interpreter to exercise the dispatch)."""
@@ -351,8 +374,8 @@ def _rows_impl(x, w, residual=None, prologue: bool = False, norm_weight=None):
     when ``x`` is in its dtype (``USE_GEMV_ROWS`` aside: there is no other float8 GEMM)."""
     fp8 = isinstance(w, Fp8Weight)
     if fp8:
-        if x.dtype != w.dtype:  # (the kernel's output and activation rounding are in x.dtype)
-            return None
+        if x.dtype != w.dtype or _skinny_fp8_takes(x, w, residual):  # (the kernel's output and activation
+            return None  # rounding are in x.dtype; the skinny GEMM's float8 form takes it in linear())
         w = w.weight
     if not ((USE_GEMV_ROWS or fp8) and _on_gpu(x)) or (prologue and not GEMV_ROWS_PROLOGUE):
         return None
@@ -383,7 +406,8 @@ def embed_linear(table: torch.Tensor, tokens: torch.Tensor, feats: torch.Tensor,
     ``table [V, D]``, ``tokens`` int64 (``N`` ids, any shape; valid rows of ``table``), ``feats [N, DF]``,
     ``w [out, D + DF]`` (or an :class:`Fp8Weight`). Returns ``[N, out]`` in ``w.dtype``. Where the row
     GEMV takes the GEMM (:func:`_rows_impl`: one token row on CUDA, or float8 weights) the gather is its
-    prologue (``triton_fused.gemv_rows(embed=)``: one launch instead of two, the same values); otherwise
+    prologue (``triton_fused.gemv_rows(embed=)``: one launch instead of two, the same values up to the
+    GEMM's summation order); otherwise
     :func:`embed` then :func:`linear` (``prefetch`` as there)."""
     tok = tokens.reshape(-1)
     ok = DRAFT_GLUE_PROLOGUES and feats.dim() == 2 and tok.numel() == feats.shape[0]
@@ -408,7 +432,8 @@ def norm_rows_linear(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, w, 
     prologue) and stores the normed rows into ``normed_out`` (a new tensor when None); otherwise
     :func:`embed` (the row gather), :func:`rms_norm` and :func:`linear` run, and the normed rows are
     returned as :func:`rms_norm` made them (``normed_out`` is then not written: no copy). The same
-    values either way."""
+    values either way up to float32 summation order (the prologue sums the squares chunk by chunk: the
+    normed rows may differ from :func:`rms_norm`'s by one ulp of the output dtype)."""
     N = x.shape[0] if rows is None else rows.numel()
     ok = DRAFT_GLUE_PROLOGUES and x.dim() == 2
     impl = _rows_impl(x[:N] if N <= x.shape[0] else x, w, None, True, norm_weight) if ok else None

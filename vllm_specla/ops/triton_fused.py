@@ -224,7 +224,7 @@ def _gemv_row(x, xr, m, sx, XR: tl.constexpr):
 
 @triton.jit
 def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A_log, dt_bias, A0, HV, ws,
-                      xr, xo, sxo, tok, emb, ED,
+                      xr, xo, sxo, tok, emb, ED, SE,
                       MR: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NK: tl.constexpr,
                       PRO: tl.constexpr, HD: tl.constexpr, HAS_GATE: tl.constexpr, GSIG: tl.constexpr,
                       RES: tl.constexpr, PDL: tl.constexpr, GATING: tl.constexpr, NEG: tl.constexpr,
@@ -278,7 +278,7 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
             if EMB:  # [emb[tok[m]] | x row]: embed_ref's cast to the table's dtype, then the GEMM's rounding
                 kk = k0 + rk
                 te = tl.load(tok + m)
-                xe = tl.load(emb + te * ED + kk, mask=kk < ED, other=0.0)
+                xe = tl.load(emb + te * SE + kk, mask=kk < ED, other=0.0)
                 xf = tl.load(_gemv_row(x, xr, m, sx, XR) + (kk - ED), mask=(kk >= ED) & (kk < K), other=0.0)
                 xk = tl.where(kk < ED, xe, xf.to(emb.dtype.element_ty)).to(tl.float32)
             else:
@@ -325,6 +325,15 @@ GEMV_ROWS_CONFIG = (8, 1024, 8)
 GEMV_ROWS_FP8_CONFIG = (8, 2048, 8)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 _PROLOGUES = {None: 0, "rms_norm": 1, "silu_mul": 2, "gated_rms_norm": 3}
+
+
+def _spans_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the first-to-last element byte spans of ``a`` and ``b`` intersect (host-only)."""
+    def span(t):
+        lo = t.data_ptr()
+        return lo, lo + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) * t.element_size() + t.element_size()
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
 
 
 def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
@@ -376,7 +385,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
             activations after the prologue, rounded as the product uses them (for ``"rms_norm"``:
             ``fused.rms_norm_ref(x, norm_weight, eps, dtype)``), stored by the first program; must not
             overlap ``x``.
-        embed: ``(table [V, ED], tokens [M] int64 contiguous)``: the row is ``[table[tokens[m]] | x[m]]``
+        embed: ``(table [V, ED] (row stride free), tokens [M] int64 contiguous)``: the row is ``[table[tokens[m]] | x[m]]``
             (``fused.embed_ref``: ``x`` cast to the table's dtype), ``x [M, K - ED]``; the EAGLE
             drafter's ``fc`` input without its own launch. Only without a prologue; token ids must
             be valid rows of ``table`` (not checked on the device).
@@ -401,6 +410,8 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
     N, K = w.shape
     ED = 0
     if embed is not None:
+        if not (isinstance(embed, (tuple, list)) and len(embed) == 2):
+            raise ValueError(f"gemv_rows: embed must be a pair (table, tokens), got {type(embed).__name__}")
         table, tok = embed
         if prologue is not None or table.dim() != 2 or table.stride(1) != 1 or tok.dtype != torch.int64:
             raise ValueError(f"gemv_rows: embed needs no prologue, a table [V, ED] with a dense feature dim and int64 "
@@ -472,6 +483,8 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
     if x_out is not None and (x_out.shape != (M, K) or x_out.stride(1) != 1 or x_out.dtype != odt):
         raise ValueError(f"gemv_rows: x_out must be [M, K] = [{M}, {K}] in {odt} with a dense feature dim, got "
                          f"{tuple(x_out.shape)} {x_out.dtype} stride {tuple(x_out.stride())}")
+    if x_out is not None and x_out.numel() and x.numel() and _spans_overlap(x_out, x):
+        raise ValueError("gemv_rows: x_out must not overlap x (the first program writes it while the others read x)")
     if M == 0:
         return out
     has_gate = pro == 3 and gate is not None
@@ -500,7 +513,8 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
             xr=x_rows[m0:] if x_rows is not None else w, XR=x_rows is not None,
             xo=x_out[m0:] if x_out is not None else os_, sxo=x_out.stride(0) if x_out is not None else 0,
             XO=x_out is not None, tok=embed[1][m0:] if embed is not None else w,
-            emb=embed[0] if embed is not None else w, ED=ED, EMB=embed is not None,
+            emb=embed[0] if embed is not None else w, ED=ED, SE=embed[0].stride(0) if embed is not None else 0,
+            EMB=embed is not None,
             **_pdl.launch_kw(on))
     return out
 

@@ -387,7 +387,9 @@ class FusedEagle:
         ``f = norm(h[rows]) [N, D]`` (``dtype``; the next pass's input): ``f_out`` where the final norm
         runs as the LM head's prologue (``fused.norm_rows_linear``: one launch on the row GEMV, where
         the norm and the row gather were launches of their own), else the norm's own tensor. The same
-        tokens and features as ``hidden(norm=True)`` then :meth:`draft_tokens`."""
+        tokens and features as ``hidden(norm=True)`` then :meth:`draft_tokens` up to float32
+        summation order (the normed features within one ulp; a draft may then differ at a near-tie,
+        the output cannot: verification decides)."""
         w = self.head8 if self.head8 is not None else (self.target.lm_head if self.head is None else self.head.weight)
         logits, f = fused.norm_rows_linear(h, self.norm_w, self.eps, w, rows, f_out)
         fused.argmax(logits, out=out, ids=None if self.head is None else self.head.ids)
