@@ -68,6 +68,22 @@ namespace {
 
 using namespace vllm_specla_skinny;
 
+// cudaLaunchKernelEx with programmatic dependent launch on or off (both skinny kernels)
+template <typename Kernel, typename... Args>
+void launch_ex(Kernel kernel, int grid, int block, cudaStream_t stream, bool pdl, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(static_cast<unsigned>(block));
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
 template <typename T, int NT, int WARPS, int U, bool RES>
 void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr, at::Tensor& out, bool pdl,
             const unsigned char* pf, int64_t pf_bytes, cudaStream_t stream) {
@@ -86,16 +102,6 @@ void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr,
     ptx_version = fa.ptxVersion;
   }
   pdl = pdl && ptx_version >= 90;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>((N + 15) / 16));
-  cfg.blockDim = dim3(WARPS * 32);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
   const T* xp = reinterpret_cast<const T*>(x.data_ptr());
   const T* wp = reinterpret_cast<const T*>(w.data_ptr());
   T* op = reinterpret_cast<T*>(out.data_ptr());
@@ -105,8 +111,8 @@ void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr,
   if (ptx_version < 90) pf = nullptr;
   const int pf_first =
       pf ? std::max(0, grid - std::max(1, per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount) : 0;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, skinny_gemm_kernel<T, NT, WARPS, U, RES>, xp, x.stride(0), wp, res, ldr,
-                                    op, out.stride(0), M, N, K, pf, static_cast<long long>(pf_bytes), pf_first));
+  launch_ex(skinny_gemm_kernel<T, NT, WARPS, U, RES>, grid, WARPS * 32, stream, pdl, xp, x.stride(0), wp, res, ldr, op,
+            out.stride(0), M, N, K, pf, static_cast<long long>(pf_bytes), pf_first);
 }
 
 template <typename T, int NT, int WARPS, int U>
@@ -207,21 +213,10 @@ void launch_fp8(const at::Tensor& x, const at::Tensor& w, const at::Tensor& ws, 
     ptx_version = fa.ptxVersion;
   }
   pdl = pdl && ptx_version >= 90;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>((N + 15) / 16));
-  cfg.blockDim = dim3(WARPS * 32);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, skinny_gemm_fp8_kernel<1, WARPS, U, RES>,
-                                    reinterpret_cast<const __nv_bfloat16*>(x.data_ptr()), x.stride(0),
-                                    reinterpret_cast<const unsigned char*>(w.data_ptr()),
-                                    reinterpret_cast<const float*>(ws.data_ptr()), res, ldr,
-                                    reinterpret_cast<__nv_bfloat16*>(out.data_ptr()), out.stride(0), M, N, K));
+  launch_ex(skinny_gemm_fp8_kernel<1, WARPS, U, RES>, (N + 15) / 16, WARPS * 32, stream, pdl,
+            reinterpret_cast<const __nv_bfloat16*>(x.data_ptr()), x.stride(0),
+            reinterpret_cast<const unsigned char*>(w.data_ptr()), reinterpret_cast<const float*>(ws.data_ptr()), res,
+            ldr, reinterpret_cast<__nv_bfloat16*>(out.data_ptr()), out.stride(0), M, N, K);
 }
 
 template <int WARPS, int U>

@@ -73,6 +73,34 @@ struct Mma<__half> {
 };
 #undef SG_MMA_SYNC
 
+// Both kernels' epilogue: the CTA's 16 weight rows x M tokens. The warps' C fragments (acc[nt][0..1] = (row g,
+// tokens 8nt + 2t + 0/1), acc[nt][2..3] = (row g + 8, same)) are summed through shared memory in warp order
+// (deterministic), then each output is scaled (SCALED: by ws[n] * 2^8, the float8 form's row scale and its
+// activations' 2^-8), the residual added in fp32 (as cuBLAS addmm's beta = 1) and stored rounded, coalesced.
+template <typename T, int NT, int WARPS, bool RES, bool SCALED>
+__device__ __forceinline__ void reduce_store(const float (&acc)[NT][4], int warp, int g, int t, int n0, int M, int N,
+                                             const float* ws, const T* res, int64_t ldr, T* out, int64_t ldo) {
+  __shared__ float red[WARPS][16][NT * 8 + 1];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    red[warp][g][nt * 8 + 2 * t] = acc[nt][0];
+    red[warp][g][nt * 8 + 2 * t + 1] = acc[nt][1];
+    red[warp][g + 8][nt * 8 + 2 * t] = acc[nt][2];
+    red[warp][g + 8][nt * 8 + 2 * t + 1] = acc[nt][3];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 16 * M; i += WARPS * 32) {
+    const int r = i & 15, tok = i >> 4, n = n0 + r;
+    if (n >= N) continue;
+    float s = 0.f;
+#pragma unroll
+    for (int q = 0; q < WARPS; ++q) s += red[q][r][tok];
+    if constexpr (SCALED) s *= ws[n] * 256.f;
+    if constexpr (RES) s += Mma<T>::to_f(res[static_cast<int64_t>(tok) * ldr + n]);
+    out[static_cast<int64_t>(tok) * ldo + n] = Mma<T>::from_f(s);
+  }
+}
+
 // NT: 8-token tiles (M <= 8 NT); WARPS: warps per CTA (K split); U: chunks of 32 k per load batch.
 template <typename T, int NT, int WARPS, int U, bool RES>
 __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* __restrict__ x, int64_t ldx,
@@ -137,25 +165,7 @@ __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* __rest
       prefetch_l2(pf + o, static_cast<unsigned>(hi - o < (1 << 20) ? hi - o : (1 << 20)));
   }
 
-  // C fragment: acc[nt][0..1] = (row g, tokens 8nt + 2t + 0/1), acc[nt][2..3] = (row g + 8, same)
-  __shared__ float red[WARPS][16][NT * 8 + 1];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    red[warp][g][nt * 8 + 2 * t] = acc[nt][0];
-    red[warp][g][nt * 8 + 2 * t + 1] = acc[nt][1];
-    red[warp][g + 8][nt * 8 + 2 * t] = acc[nt][2];
-    red[warp][g + 8][nt * 8 + 2 * t + 1] = acc[nt][3];
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < 16 * M; i += WARPS * 32) {
-    const int r = i & 15, tok = i >> 4, n = n0 + r;
-    if (n >= N) continue;
-    float s = 0.f;
-#pragma unroll
-    for (int q = 0; q < WARPS; ++q) s += red[q][r][tok];
-    if constexpr (RES) s += Mma<T>::to_f(res[static_cast<int64_t>(tok) * ldr + n]);
-    out[static_cast<int64_t>(tok) * ldo + n] = Mma<T>::from_f(s);
-  }
+  reduce_store<T, NT, WARPS, RES, false>(acc, warp, g, t, n0, M, N, nullptr, res, ldr, out, ldo);
 }
 
 // ---- float8 weights (W8A16): e4m3 weight rows with one float32 scale each, bf16 activations ----
@@ -257,25 +267,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   }
   griddep_launch_dependents();
 
-  __shared__ float red[WARPS][16][NT * 8 + 1];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    red[warp][g][nt * 8 + 2 * t] = acc[nt][0];
-    red[warp][g][nt * 8 + 2 * t + 1] = acc[nt][1];
-    red[warp][g + 8][nt * 8 + 2 * t] = acc[nt][2];
-    red[warp][g + 8][nt * 8 + 2 * t + 1] = acc[nt][3];
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < 16 * M; i += WARPS * 32) {
-    const int r = i & 15, tok = i >> 4, n = n0 + r;
-    if (n >= N) continue;
-    float s = 0.f;
-#pragma unroll
-    for (int q = 0; q < WARPS; ++q) s += red[q][r][tok];
-    s *= ws[n] * 256.f;  // the row scale, and the activations' 2^-8 undone
-    if constexpr (RES) s += __bfloat162float(res[static_cast<int64_t>(tok) * ldr + n]);
-    out[static_cast<int64_t>(tok) * ldo + n] = __float2bfloat16_rn(s);
-  }
+  reduce_store<__nv_bfloat16, NT, WARPS, RES, true>(acc, warp, g, t, n0, M, N, ws, res, ldr, out, ldo);
 }
 
 }  // namespace vllm_specla_skinny
