@@ -87,7 +87,7 @@ def test_host_code_syntax_and_a_mutation(tmp_path):
     roots = nvrtc_check._roots(None)
     assert nvrtc_check.host_check(roots) == 0
     src = open(os.path.join(ROOT, "csrc", "cuda", "skinny_gemm.cu")).read()
-    bad = src.replace("static_cast<long long>(pf_bytes), pf_first));", "static_cast<long long>(pf_bytes)));")
+    bad = src.replace("static_cast<long long>(pf_bytes), pf_first);", "static_cast<long long>(pf_bytes));")
     assert bad != src
     (tmp_path / "skinny_gemm.cu").write_text(bad)
     shutil.copy(os.path.join(ROOT, "csrc", "cuda", "skinny_gemm_kernels.cuh"), tmp_path)
