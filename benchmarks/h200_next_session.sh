@@ -58,6 +58,9 @@ case "${1:-}" in
         # bf16 (default) against float8 through the skinny form, twice in alternation
       skinny_build
       pytest_log s29a 200 -rs tests/test_skinny_gemm_gpu.py tests/test_fused_gpu.py -k "fp8 or gather or runtime_drafter"
+      for M in 5 7; do  # the absorb pass's GEMMs alone (K = 4 / 6): bf16 skinny, float8 row GEMV, float8 skinny
+        timeout 90 python benchmarks/bench_fp8_gemv.py --rows $M --skinny-gemm --out "$OUT/fp8_gemv_s29a.jsonl" 2>&1 | tail -8
+      done
       for R in 1 2; do
         timeout 70 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 4,6,7 --alphas 0.8 --snapshot-ks "" \
             --skinny-gemm on --draft-weights fp8 --tag "s29a_bf16absorb_r$R" --out "$OUT/e2e_s29a.jsonl" 2>&1 \
