@@ -73,6 +73,21 @@ struct Mma<__half> {
 };
 #undef SG_MMA_SYNC
 
+// Both kernels' weight loads: chunks c .. c + U of KC k each (KC / 4 per lane t, one 16-byte load per row), rows
+// g and g + 8 (w0 / w1, already offset by the lane's k), predicated off past the warp's range, K, or N.
+template <int U, int KC, typename W>
+__device__ __forceinline__ void load_chunks(uint4 (&wa)[U], uint4 (&wb)[U], const W* w0, const W* w1, int c, int ce,
+                                            int K, int t, bool ok0, bool ok1) {
+  const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int ch = c + u, k = ch * KC + t * (KC / 4);
+    const bool in = ch < ce && k < K;
+    wa[u] = in && ok0 ? ld_stream(w0 + ch * KC) : z4;
+    wb[u] = in && ok1 ? ld_stream(w1 + ch * KC) : z4;
+  }
+}
+
 // Both kernels' epilogue: the CTA's 16 weight rows x M tokens. The warps' C fragments (acc[nt][0..1] = (row g,
 // tokens 8nt + 2t + 0/1), acc[nt][2..3] = (row g + 8, same)) are summed through shared memory in warp order
 // (deterministic), then each output is scaled (SCALED: by ws[n] * 2^8, the float8 form's row scale and its
@@ -125,15 +140,7 @@ __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* __rest
   uint4 wa[U], wb[U];
   const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
 
-  auto load = [&](int c) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int ch = c + u, k = ch * 32 + t * 8;
-      const bool in = ch < ce && k < K;
-      wa[u] = in && ok0 ? ld_stream(w0 + ch * 32) : z4;
-      wb[u] = in && ok1 ? ld_stream(w1 + ch * 32) : z4;
-    }
-  };
+  auto load = [&](int c) { load_chunks<U, 32>(wa, wb, w0, w1, c, ce, K, t, ok0, ok1); };
 
   load(cb);  // constant weights: before the wait (ops/pdl.py)
   griddep_wait();
@@ -228,15 +235,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   uint4 wa[U], wb[U];
   const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
 
-  auto load = [&](int c) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int ch = c + u, k = ch * 64 + t * 16;
-      const bool in = ch < ce && k < K;
-      wa[u] = in && ok0 ? ld_stream(w0 + ch * 64) : z4;
-      wb[u] = in && ok1 ? ld_stream(w1 + ch * 64) : z4;
-    }
-  };
+  auto load = [&](int c) { load_chunks<U, 64>(wa, wb, w0, w1, c, ce, K, t, ok0, ok1); };
 
   load(cb);  // constant weights: before the wait (ops/pdl.py)
   griddep_wait();
