@@ -409,6 +409,10 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--draft-glue", default=None, choices=["fused", "separate"],
                     help="the drafter's embedding gather and final norm as the row GEMV's prologues, or their own "
                          "launches (fused.DRAFT_GLUE_PROLOGUES)")
+    ap.add_argument("--absorb-rows", default=None, choices=["fp8", "model", "off"],
+                    help="the drafter's absorb pass past its recurrence on each request's accepted row only, its "
+                         "GEMMs on the float8 weights (with --draft-weights fp8) or the model weights, or on every "
+                         "row of the window (runtime/decode.py ABSORB_ACCEPTED_ROWS, fused_model.ABSORB_ROWS_FP8)")
     ap.add_argument("--skinny-fp8", default=None, choices=["on", "off"],
                     help="float8 GEMMs of 2-8 rows (the absorb pass with --fp8-max-tokens > 1) on the skinny GEMM's "
                          "float8 form instead of the row GEMV (fused.USE_SKINNY_FP8; needs --skinny-gemm)")
@@ -466,10 +470,13 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         fused.USE_SKINNY_FP8 = args.skinny_fp8 == "on"
     if getattr(args, "draft_glue", None):
         fused.DRAFT_GLUE_PROLOGUES = args.draft_glue == "fused"
-    if getattr(args, "fp8_max_tokens", None) is not None:  # (the CPU path reads it too)
-        from vllm_specla.runtime import fused_model  # noqa: PLC0415
+    from vllm_specla.runtime import decode as _decode, fused_model  # noqa: PLC0415
 
+    if getattr(args, "fp8_max_tokens", None) is not None:  # (the CPU path reads it too)
         fused_model.FP8_MAX_TOKENS = args.fp8_max_tokens
+    if getattr(args, "absorb_rows", None):
+        _decode.ABSORB_ACCEPTED_ROWS = args.absorb_rows != "off"
+        fused_model.ABSORB_ROWS_FP8 = args.absorb_rows == "fp8"
     if device != "cuda":
         for flag in ("skinny_gemm", "skinny_prefetch"):
             if getattr(args, flag, None) is not None:
@@ -505,7 +512,9 @@ def apply_kernel_flags(args, device: str) -> dict | None:
                 max_m=triton_fused.GEMV_ROWS_MAX_M, fp8_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG),
                 fp8_max_tokens=_fp8_max_tokens(), pdl=pdl.enabled(torch.empty(0, device="cuda")),
                 gating=fused.GEMV_ROWS_GATING, draft_glue_prologues=fused.DRAFT_GLUE_PROLOGUES,
-                skinny_fp8=fused.USE_SKINNY_FP8, triton_argmax=fused.USE_TRITON_ARGMAX,
+                skinny_fp8=fused.USE_SKINNY_FP8,
+                absorb_rows=("fp8" if fused_model.ABSORB_ROWS_FP8 else "model") if _decode.ABSORB_ACCEPTED_ROWS else "off",
+                triton_argmax=fused.USE_TRITON_ARGMAX,
                 small=[fused.GEMV_ROWS_SMALL_MAX_M, fused.GEMV_ROWS_SMALL_BYTES],
                 skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_prefetch=fused.SKINNY_PREFETCH_BYTES if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s29a (the skinny GEMM's float8 form for the
+# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s29b (the absorb on the accepted rows; s29a: the skinny GEMM's float8 form for the
 # absorb pass). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
 # run; s27c's --argmax-epilogue was removed after it; s26a is superseded by s27a; s26c, `auto` on the grid, is still unrun). Session 24: benchmarks/RESULTS.md "Session 24" (s24b-s24d as
@@ -52,7 +52,32 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s29a)  # NEXT SESSION (prepared in session 28, no device time left): the skinny GEMM's float8 form for the drafter's
+  s29b)  # session 29, call 2 (carry .whl): the drafter's absorb pass past its recurrence on each request's accepted row
+        # only (decode.ABSORB_ACCEPTED_ROWS; bench_e2e --absorb-rows fp8 | model | off): its GPU tests, then batch 1,
+        # K = 6 / 7 / 8, float8 draft passes, the absorb's fc / in-projection on float8 through the skinny GEMM (s29a's
+        # winner; K = 8's 9 rows stay bf16) or bf16 ("bf16window"), twice in alternation; batch 64, K = 4, model weights, on / off once (cuBLAS on B rows)
+      skinny_build
+      pytest_log s29b 200 -rs tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py \
+          -k "gather or runtime_drafter or prologues or batch1 or fp8 or real_drafts or acceptance_control"
+      e2e_b1() {  # TAG FLAGS...: batch 1, K = 6 / 7 / 8, float8 draft passes
+        local tag=$1
+        shift
+        timeout 70 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,7,8 --alphas 0.8 \
+            --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --out "$OUT/e2e_s29b.jsonl" --tag "$tag" "$@" 2>&1 \
+            | grep "^{" | python -c "$S"
+      }
+      for R in 1 2; do
+        e2e_b1 "s29b_off_r$R" --skinny-fp8 on --fp8-max-tokens 8 --absorb-rows off
+        e2e_b1 "s29b_fp8_r$R" --skinny-fp8 on --fp8-max-tokens 8 --absorb-rows fp8
+        e2e_b1 "s29b_fp8_bf16window_r$R" --absorb-rows fp8
+      done
+      for A in off model; do
+        timeout 70 python benchmarks/bench_e2e.py --shapes flame,map --batches 64 --ks 4 --alphas 0.8 --snapshot-ks '' \
+            --skinny-gemm on --absorb-rows $A --tag "s29b_b64_$A" --out "$OUT/e2e_s29b.jsonl" 2>&1 \
+            | grep "^{" | python -c "$S"
+      done
+      ;;
+  s29a)  # (as run) session 29, call 1 (prepared in session 28): the skinny GEMM's float8 form for the drafter's
         # absorb pass (_cpp.skinny_gemm_fp8, fused.USE_SKINNY_FP8, off by default; compile-checked for sm_90 only): its
         # GPU tests, then batch 1, K = 4 / 6 / 7 (absorb windows of K + 1 <= 8 rows), float8 draft passes, the absorb on
         # bf16 (default) against float8 through the skinny form, twice in alternation

@@ -415,3 +415,29 @@ def test_drafter_dtype_must_match_the_target(pair):
 
     with pytest.raises(ValueError, match="dtype must be the target's"):
         FusedEagle(load_eagle_drafter("models/specla-gdn-tiny/drafter"), tgt, torch.float64, "cpu")
+
+
+@pytest.mark.parametrize("W", [1, 2])
+def test_absorb_of_the_accepted_rows_drafts_as_the_full_absorb(pair, monkeypatch, W):
+    """``ABSORB_ACCEPTED_ROWS`` (the drafter's absorb pass computes past its recurrence only each
+    request's accepted row): the same drafts as absorbing every row of the window and gathering after
+    (trained pair, fp32: equal output tokens, every window and the acceptance length of each step),
+    chain and tree."""
+    from vllm_specla.runtime import decode
+
+    _, tgt, dr = pair
+    B, K = 3, 3
+    prompts = _prompts(B, 6, 12)
+    runs = {}
+    for on in (True, False):
+        monkeypatch.setattr(decode, "ABSORB_ACCEPTED_ROWS", on)
+        rt = DecodeRuntime(tgt, B, "specla", K, dr, output_capacity=60, tree_width=W)
+        rt.prefill(prompts)
+        windows = []
+        for _ in range(8):
+            rt.run(1)
+            windows.append(rt.window.clone())
+        runs[on] = (rt.outputs(), torch.stack(windows), rt.acc_log.clone())
+    assert runs[True][0] == runs[False][0]
+    assert torch.equal(runs[True][1], runs[False][1]) and torch.equal(runs[True][2], runs[False][2])
+    assert int(runs[True][2].sum()) > 0

@@ -122,12 +122,14 @@ def test_fused_ops_take_fp8_weights_on_cpu():
     assert rel(got, fused.linear_ref(fused.silu_mul_ref(xm), wm.dequantize(), residual=h)) < 1e-6
 
 
-def _fake_quantized(dm):
-    """A copy of an EagleDrafter whose fc and block GEMM weights hold their dequantized float8 values."""
+def _fake_quantized(dm, only: tuple[str, ...] = ()):
+    """A copy of an EagleDrafter whose fc and block GEMM weights hold their dequantized float8 values
+    (``only``: just the weights whose names contain one of these)."""
     dq = copy.deepcopy(dm)
     with torch.no_grad():
         for name, p in dq.named_parameters():
-            if p.dim() == 2 and name.endswith("weight") and "embed" not in name:
+            if (p.dim() == 2 and name.endswith("weight") and "embed" not in name
+                    and (not only or any(o in name for o in only))):
                 p.copy_(fused.quantize_fp8(p).dequantize())
     return dq
 
@@ -164,6 +166,51 @@ def test_fp8_draft_passes_equal_a_fake_quantized_drafter(models):
     got = [d.hidden(toks, feats, allocate_layer_states(drafter_config(d), 1, 0), "ar", StepCtrl.uniform(1, T, "cpu"))
            for d in (dr8, dr)]
     assert torch.equal(got[0], got[1])
+
+
+@pytest.mark.parametrize("tail_fp8", [True, False])
+def test_absorb_pass_on_the_accepted_rows(models, monkeypatch, tail_fp8):
+    """``FusedEagle.hidden(rows=)`` (the absorb of an accepted window, ``runtime/decode.py``
+    ``ABSORB_ACCEPTED_ROWS``): the state and conv window advance exactly as the full pass's, and the
+    returned ``[M, D]`` rows equal the full pass's rows ``rows`` (model weights: rel < 1e-5; the
+    same ops on fewer rows). With ``draft_weights="fp8"`` the GEMMs past the recurrence read the float8
+    weights (``fused_model.ABSORB_ROWS_FP8``; those of a drafter with only ``o_proj`` and the MLP
+    dequantized, rel < 1e-5), or the model weights with the switch off."""
+    from vllm_specla.runtime import fused_model
+
+    monkeypatch.setattr(fused_model, "ABSORB_ROWS_FP8", tail_fp8)
+    tm, dm = models
+    tgt = FusedTarget(tm, torch.float32, "cpu")
+    B, T = 3, 5
+    g = torch.Generator().manual_seed(6)
+    toks = torch.randint(3, 8000, (B, T), generator=g)
+    feats = torch.randn(B * T, tm.config.hidden_size, generator=g)
+    a = torch.tensor([2, 0, 4])
+    rows = torch.arange(B) * T + a
+
+    def run(d, rows=None):
+        st = allocate_layer_states(drafter_config(d), B, T)
+        for s in st:  # the same non-zero starting state for each
+            s.ssm.copy_(torch.randn(s.ssm.shape, generator=torch.Generator().manual_seed(9)))
+        ctrl = StepCtrl.uniform(B, T, "cpu")
+        ctrl.valid_len.copy_(a + 1)
+        return d.hidden(toks, feats, st, "commit", ctrl, rows=rows), st
+
+    dr = FusedEagle(dm, tgt, torch.float32, "cpu")
+    full, st_full = run(dr)
+    got, st = run(dr, rows)
+    assert got.shape == (B, tm.config.hidden_size) and rel(got, full[rows]) < 1e-5
+    for s0, s1 in zip(st_full, st):
+        assert torch.equal(s0.ssm, s1.ssm) and torch.equal(s0.conv, s1.conv)
+    got8, st8 = run(FusedEagle(dm, tgt, torch.float32, "cpu", draft_weights="fp8"), rows)
+    for s0, s1 in zip(st_full, st8):  # (the window's own passes keep the model weights: FP8_MAX_TOKENS = 1)
+        assert torch.equal(s0.ssm, s1.ssm) and torch.equal(s0.conv, s1.conv)
+    if tail_fp8:
+        mix = FusedEagle(_fake_quantized(dm, ("o_proj", "gate_proj", "up_proj", "down_proj")), tgt, torch.float32,
+                         "cpu")
+        assert rel(got8, run(mix)[0][rows]) < 1e-5 and rel(got8, got) > 1e-4
+    else:
+        assert rel(got8, got) < 1e-6
 
 
 def test_fp8_drafter_is_lossless_and_keeps_acceptance(models):

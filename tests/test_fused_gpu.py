@@ -584,6 +584,42 @@ def test_gemv_rows_embedding_prologue(M, fp8, config):
         assert rel(F_ref.embed_linear(table, tok, feats, wl), ref) < (1e-2 if dt == torch.bfloat16 else 1e-5)
 
 
+@pytest.mark.parametrize("rows", [[4], [6, 1, 6]])
+@pytest.mark.parametrize("fp8", [False, True])
+@pytest.mark.parametrize("gated", [True, False])
+def test_gemv_rows_gathers_gate_and_residual_rows(rows, fp8, gated):
+    """``x_rows`` with the gated-RMSNorm prologue and a residual: token row m reads row ``x_rows[m]``
+    of ``o``, of ``gate`` and of the residual, and the output is dense ``[M, N]`` (the drafter's absorb
+    pass keeping each request's accepted row past its recurrence, ``fused.gated_norm_linear(rows=)``):
+    equals the reference on the gathered rows, through the kernel and through the dispatcher; ``out``
+    overlapping the residual is refused. bf16 on CUDA (rel < 1e-2), fp32 under the interpreter (rel < 1e-5)."""
+    if fp8 and not HAVE_CUDA and not INTERPRET:
+        pytest.skip("float8 GEMV runs on CUDA or the interpreter")
+    g = torch.Generator().manual_seed(len(rows) + 2 * fp8 + 4 * gated)
+    dt = torch.bfloat16 if HAVE_CUDA else torch.float32
+    R, HV, V, N = 7, 4, 32, 45
+    K = HV * V
+    o = torch.randn(R, HV, V, generator=g).to(DEV)  # fp32, as chain_verify writes it
+    gate = torch.randn(R, K + 8, generator=g).to(DEV, dt)[:, 8:] if gated else None  # row stride K + 8
+    nw = (torch.rand(V, generator=g) + 0.5).to(DEV)
+    res = torch.randn(R, N, generator=g).to(DEV, dt)
+    ww, ws, ref_lin = _maybe_fp8(torch.randn(N, K, generator=g) * 0.05, fp8, dt)
+    idx = torch.tensor(rows, dtype=torch.long, device=DEV)
+    y = F_ref.gated_rms_norm_ref(o[idx], None if gate is None else gate[idx], nw, 1e-6, "silu", dt)
+    ref = ref_lin(y).float() + res[idx].float()
+    tol = 1e-2 if dt == torch.bfloat16 else 1e-5
+    res0 = res.clone()
+    got = tf.gemv_rows(o.reshape(R, K), ww, nw, 1e-6, res, prologue="gated_rms_norm", gate=gate, head_dim=V,
+                       w_scale=ws, x_rows=idx)
+    assert got.shape == (len(rows), N) and rel(got, ref) < tol and torch.equal(res, res0)
+    wl = F_ref.Fp8Weight(ww, ws, dt) if fp8 else ww
+    got2 = F_ref.gated_norm_linear(o, gate, nw, 1e-6, "silu", wl, residual=res, rows=idx)
+    assert got2.shape == (len(rows), N) and rel(got2, ref) < tol and torch.equal(res, res0)
+    with pytest.raises(ValueError, match="overlap"):
+        tf.gemv_rows(o.reshape(R, K), ww, nw, 1e-6, res, out=res[: len(rows)], prologue="gated_rms_norm", gate=gate,
+                     head_dim=V, w_scale=ws, x_rows=idx)
+
+
 def test_gemv_rows_rejects_bad_gather_args():
     """Bad ``x_rows`` / ``x_out`` / ``embed`` are refused with the argument named."""
     x = torch.randn(3, 16).to(DEV)
@@ -609,8 +645,8 @@ def test_gemv_rows_rejects_bad_gather_args():
 def test_runtime_drafter_passes_fuse_the_gather_and_the_final_norm(monkeypatch):
     """The chain runtime's drafter at batch 1 (the embedded trained pair, fp32): the ``fc`` GEMV
     gathers the embedding itself (``embed=``), each LM-head pass applies the drafter's final norm as
-    its prologue and stores the normed features for the next pass (``x_out``), the first draft of a
-    step gathers the accepted row (``x_rows``); the output stays lossless (AR's tokens). Under the
+    its prologue and stores the normed features for the next pass (``x_out``), the absorb pass's
+    ``o_proj`` gathers each request's accepted row (``x_rows``); the output stays lossless (AR's tokens). Under the
     interpreter (too slow for the trained pair's 8000-token head) a random pair of
     ``tests/helpers.py``'s tiny shape, and the dispatch seam ``fused._on_gpu`` points the row GEMV at
     the CPU."""
@@ -646,5 +682,6 @@ def test_runtime_drafter_passes_fuse_the_gather_and_the_final_norm(monkeypatch):
     rt.prefill(prompts)
     rt.run(4)
     out = rt.outputs()[0]
-    assert {("embed",), ("x_out",), ("x_rows", "x_out")} <= forms
+    # (the first draft of a step reads the absorb pass's accepted rows, which its o_proj gathered: x_rows)
+    assert {("embed",), ("x_out",), ("x_rows",)} <= forms
     assert len(out) >= 5 and out == ref[0][: len(out)]  # (1 + one token or more per step)

@@ -449,7 +449,8 @@ def norm_rows_linear(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, w, 
     return linear(xn, w), xn
 
 
-def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual_inplace=False, prefetch=None):
+def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual_inplace=False, prefetch=None,
+                      rows=None):
     """``linear(gated_rms_norm(o, gate, norm_weight, eps, act, w.dtype), w, residual=...)``.
 
     ``o [N, HV, V]`` (any float dtype), ``gate [N, HV*V]`` or None, ``norm_weight [V]`` float32,
@@ -460,8 +461,34 @@ def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual
     (``[N, HV*V]`` viewable), ``V`` a power of two dividing the config's BK, and ``gate`` 2-D with a
     dense feature dim; otherwise the two kernels run. ``prefetch``: as in :func:`linear`; ``w`` may be
     an :class:`Fp8Weight`.
+
+    ``rows``: int64 ``[M]`` (valid rows of ``o``) or None: only rows ``rows`` of ``o``, ``gate`` and
+    ``residual`` (which is then required) are computed, into a new ``[M, out]`` tensor (the drafter's
+    absorb pass after its recurrence needs only each request's accepted row). The row GEMV gathers
+    them itself (``gemv_rows(x_rows=)``); otherwise they are gathered first.
+
+    Raises:
+        ValueError: ``rows`` without ``residual`` or with ``residual_inplace``, or not a 1-D int64 tensor.
     """
     N, HV, V = o.shape
+    if rows is not None:
+        if residual is None or residual_inplace or rows.dim() != 1 or rows.dtype != torch.int64:
+            raise ValueError(f"gated_norm_linear: rows needs a 1-D int64 index (got {rows.dtype} "
+                             f"{tuple(rows.shape)}), a residual and residual_inplace=False")
+        M = rows.numel()
+        on = o.reshape(N, HV * V) if o.stride(-1) == 1 and o.stride(1) == V else None
+        impl = (_rows_impl(on[:M] if M <= N else on, w, residual[:M] if M <= N else residual, True, norm_weight)
+                if on is not None else None)
+        BK = ((impl.GEMV_ROWS_FP8_CONFIG if isinstance(w, Fp8Weight) else impl.GEMV_ROWS_CONFIG)[1]
+              if impl is not None else 0)
+        if (impl is not None and M <= N and V & (V - 1) == 0 and (BK <= 0 or BK % V == 0)
+                and (gate is None or (gate.dim() == 2 and gate.stride(-1) == 1))):
+            ww, wsc = _fp8_parts(w)
+            return impl.gemv_rows(on, ww, norm_weight, eps, residual, prologue="gated_rms_norm", gate=gate,
+                                  head_dim=V, gate_act="sigmoid" if act == "sigmoid" else "silu", w_scale=wsc,
+                                  x_rows=rows.contiguous())
+        return gated_norm_linear(o.index_select(0, rows), None if gate is None else gate.index_select(0, rows),
+                                 norm_weight, eps, act, w, residual.index_select(0, rows), True, prefetch)
     on = o.reshape(N, HV * V) if o.stride(-1) == 1 and o.stride(1) == V else None
     impl = _rows_impl(on, w, residual, True, norm_weight) if on is not None else None
     BK = (impl.GEMV_ROWS_FP8_CONFIG if isinstance(w, Fp8Weight) else impl.GEMV_ROWS_CONFIG)[1] if impl is not None else 0

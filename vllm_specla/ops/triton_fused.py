@@ -241,7 +241,7 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
     # dependent chain of x loads, layout conversion and reduction, so the dispatch keeps M = 1.
     # WS: w is float8 with one float32 scale per weight row (ws [N]; W8A16): the activations are rounded
     # to the output dtype, not to w's, and each row's sum is scaled once after the K loop.
-    # XR: token row m reads x row xr[m] (int64; a row gather). XO: program 0 also stores each row's
+    # XR: token row m reads x row xr[m] (int64; a row gather), and gate / residual row xr[m] likewise. XO: program 0 also stores each row's
     # activations after the prologue, rounded as the product uses them, into xo (the normed features a
     # later kernel reads). EMB: the row is [emb[tok[m]] (ED columns) | x row (K - ED columns)], the EAGLE
     # drafter's fc input (fused.embed_ref), without a launch of its own.
@@ -255,8 +255,12 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
     om = mn[:, None] & (rm < MR)[None, :]
-    if RES:
-        r0 = tl.load(res + rm[None, :] * sr + rn[:, None], mask=om, other=0.0).to(tl.float32)
+    if RES:  # (XR: residual row xr[m], as x's)
+        if XR:
+            rr = tl.load(xr + rm, mask=rm < MR, other=0)
+        else:
+            rr = rm
+        r0 = tl.load(res + rr[None, :] * sr + rn[:, None], mask=om, other=0.0).to(tl.float32)
     rstd = tl.full([MP], eps, dtype=tl.float32)
     if PRO == 1:  # each row's RMS first (x is MR rows of a few KB, L1/L2-resident)
         for m in tl.static_range(MR):
@@ -282,8 +286,8 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
                 xf = tl.load(_gemv_row(x, xr, m, sx, XR) + (kk - ED), mask=(kk >= ED) & (kk < K), other=0.0)
                 xk = tl.where(kk < ED, xe, xf.to(emb.dtype.element_ty)).to(tl.float32)
             else:
-                xk = _gemv_x(_gemv_row(x, xr, m, sx, XR), gate + m * sg, nw, k0, rk, K, rs, PRO, HD, HAS_GATE,
-                             GSIG, BK)
+                xk = _gemv_x(_gemv_row(x, xr, m, sx, XR), _gemv_row(gate, xr, m, sg, XR), nw, k0, rk, K, rs, PRO,
+                             HD, HAS_GATE, GSIG, BK)
             # the activation rounded to the weight dtype, as the unfused prologue kernel -> GEMM path has it
             # (out.dtype is w.dtype except with WS, where it is the activation dtype)
             xq = xk.to(out.dtype.element_ty)
@@ -380,7 +384,10 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
             from the stored output (one launch fewer per layer).
         x_rows: ``[M]`` int64, contiguous: token row ``m`` is ``x[x_rows[m]]`` (a row gather; ``x``
             may then have any number of rows, and the indices must be valid rows of it: they are not
-            checked on the device). ``M`` is then ``x_rows.numel()``.
+            checked on the device). ``M`` is then ``x_rows.numel()``. ``gate`` and ``residual`` rows
+            are gathered alike (``[R, *]`` with the rows of ``x``: the drafter's absorb pass keeps only
+            its accepted rows after the recurrence); ``out`` is then dense ``[M, N]`` and must not
+            overlap ``residual``.
         x_out: ``[M, K]`` (dense feature dim) in the output dtype, or None: receives each row's
             activations after the prologue, rounded as the product uses them (for ``"rms_norm"``:
             ``fused.rms_norm_ref(x, norm_weight, eps, dtype)``), stored by the first program; must not
@@ -407,6 +414,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
         raise ValueError(f"gemv_rows: prologue must be one of {sorted(p for p in _PROLOGUES if p)} or None, got "
                          f"{prologue!r}")
     M, Kx = x.shape
+    Mx = M  # rows of x (and of gate / residual): M unless x_rows gathers M of them
     N, K = w.shape
     ED = 0
     if embed is not None:
@@ -460,9 +468,9 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
                              f"{head_dim}")
         if gate_act not in ("silu", "swish", "sigmoid"):
             raise ValueError(f"gemv_rows: gate_act must be 'silu', 'swish' or 'sigmoid', got {gate_act!r}")
-        if gate is not None and (gate.shape != (M, K) or gate.stride(1) != 1):
-            raise ValueError(f"gemv_rows: gate must be [M, K] = [{M}, {K}] with a dense feature dim, got "
-                             f"{tuple(gate.shape)}")
+        if gate is not None and (gate.shape != (Mx, K) or gate.stride(1) != 1):
+            raise ValueError(f"gemv_rows: gate must be [{'R' if x_rows is not None else 'M'}, K] = [{Mx}, {K}] with a "
+                             f"dense feature dim, got {tuple(gate.shape)}")
     if (pro in (1, 3)) != (norm_weight is not None):
         raise ValueError(f"gemv_rows: norm_weight is needed by (and only by) the norm prologues, got prologue "
                          f"{prologue!r} with norm_weight {'set' if norm_weight is not None else 'None'}")
@@ -472,11 +480,14 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
                          f"{prologue!r}, got {tuple(norm_weight.shape)} stride {tuple(norm_weight.stride())}")
     if pro != 3 and (gate is not None or head_dim):
         raise ValueError(f"gemv_rows: gate / head_dim belong to the 'gated_rms_norm' prologue, got prologue {prologue!r}")
-    if residual is not None and (residual.shape != (M, N) or residual.stride(1) != 1):
-        raise ValueError(f"gemv_rows: residual must be [M, N] = [{M}, {N}] with a dense feature dim, got "
-                         f"{tuple(residual.shape)} stride {tuple(residual.stride())}")
+    if residual is not None and (residual.shape != (Mx, N) or residual.stride(1) != 1):
+        raise ValueError(f"gemv_rows: residual must be [{'R' if x_rows is not None else 'M'}, N] = [{Mx}, {N}] with a "
+                         f"dense feature dim, got {tuple(residual.shape)} stride {tuple(residual.stride())}")
     if out is None:
         out = torch.empty(M, N, dtype=odt, device=x.device)
+    elif x_rows is not None and residual is not None and out.numel() and _spans_overlap(out, residual):
+        raise ValueError("gemv_rows: with x_rows, out must not overlap residual (row m is stored where another "
+                         "program may still read residual row x_rows[m'])")
     if out.shape != (M, N) or out.stride(1) != 1 or out.dtype != odt:
         raise ValueError(f"gemv_rows: out must be [M, N] = [{M}, {N}] in {odt} with a dense feature dim, "
                          f"got {tuple(out.shape)} {out.dtype} stride {tuple(out.stride())}")
@@ -501,10 +512,11 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
     on = _pdl.enabled(x) if pdl is None else bool(pdl)
     for m0 in range(0, M, GEMV_ROWS_BLOCK):
         mr = min(GEMV_ROWS_BLOCK, M - m0)
-        xs, os_ = (x if x_rows is not None else x[m0:]), out[m0:]
+        m1 = 0 if x_rows is not None else m0  # (a gather indexes x, gate, residual from their first row)
+        xs, os_ = x[m1:], out[m0:]
         _gemv_rows_kernel[(triton.cdiv(N, BN),)](
-            xs, w, os_, residual[m0:] if residual is not None else os_,
-            norm_weight if norm_weight is not None else w, gate[m0:] if has_gate else xs, N, K, x.stride(0),
+            xs, w, os_, residual[m1:] if residual is not None else os_,
+            norm_weight if norm_weight is not None else w, gate[m1:] if has_gate else xs, N, K, x.stride(0),
             gate.stride(0) if has_gate else 0, out.stride(0), residual.stride(0) if residual is not None else 0, eps,
             gb[m0:] if gating is not None else gb, A_log, dt_bias, a0, HV, GATING=gating is not None, NEG=bool(neg),
             MR=mr, MP=triton.next_power_of_2(mr), BN=BN, BK=BK, NK=NK, PRO=pro, HD=max(head_dim, 1),

@@ -51,6 +51,10 @@ from vllm_specla.runtime import step_kernels
 from vllm_specla.runtime.step_kernels import AcceptBuffers
 
 RUNTIME_MODES = ("ar", "specla", "snapshot")
+# The drafter's absorb of the accepted window computes past its recurrence only each request's accepted row, the one
+# the next draft reads (FusedEagle.hidden(rows=): o_proj and the MLP on B rows, not B * (K + 1)). False: every row,
+# then the gather (an A/B switch, benchmarks/bench_e2e.py --absorb-rows)
+ABSORB_ACCEPTED_ROWS = True
 
 
 def greedy_accept_branches(window: torch.Tensor, argmax: torch.Tensor, W: int, K: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -341,8 +345,12 @@ class DecodeRuntime:
             # window[:, 0] (step_kernels.accept_advance_ref); then the drafter absorbs the accepted prefix:
             # (token i+1, feature i) for i <= a, the pair at i = a carrying the bonus token
             self._accept(am, self.abuf)
-            fh = self.dr.hidden(self.nxt, F, self.dstates, "commit", self.dctrl, norm=False)
-            self._speculate_chain(fh, self.abuf.flat_a)  # row b * T + a of [B * T, D]
+            if ABSORB_ACCEPTED_ROWS:  # past the recurrence only row b * T + a of each request
+                fh = self.dr.hidden(self.nxt, F, self.dstates, "commit", self.dctrl, norm=False, rows=self.abuf.flat_a)
+                self._speculate_chain(fh)
+            else:
+                fh = self.dr.hidden(self.nxt, F, self.dstates, "commit", self.dctrl, norm=False)
+                self._speculate_chain(fh, self.abuf.flat_a)  # row b * T + a of [B * T, D]
             return
         # a tree: the accepted path's factors to bank positions 0..a, then it is pending like a chain
         a, path = greedy_accept_branches(self.window, am, self.W, K)
@@ -364,8 +372,11 @@ class DecodeRuntime:
         feats = F.view(B, T, D).gather(1, path[:, :, None].expand(B, K + 1, D)).reshape(B * (K + 1), D)
         nxt = torch.cat([nxt_tok, bonus[:, None]], 1).scatter(1, a[:, None], bonus[:, None])
         self.dctrl.valid_len.copy_(a + 1)
-        fh = self.dr.hidden(nxt, feats, self.dstates, "commit", self.dctrl).view(B, K + 1, D)
-        f = fh.gather(1, a[:, None, None].expand(B, 1, D))[:, 0]
+        if ABSORB_ACCEPTED_ROWS:  # past the recurrence only the accepted row of each request
+            f = self.dr.hidden(nxt, feats, self.dstates, "commit", self.dctrl, rows=self.rows * (K + 1) + a)
+        else:
+            fh = self.dr.hidden(nxt, feats, self.dstates, "commit", self.dctrl).view(B, K + 1, D)
+            f = fh.gather(1, a[:, None, None].expand(B, 1, D))[:, 0]
         self.window[:, 0].copy_(bonus)
         self.window[:, 1:].copy_(self._speculate(f))
 

@@ -160,12 +160,21 @@ class FusedGDN:
         return new
 
     def layer_forward(self, h: torch.Tensor, L: _Layer, st: LayerState, mode: str, ctrl: StepCtrl, T: int,
-                      snap: torch.Tensor | None = None, next_w: torch.Tensor | None = None) -> torch.Tensor:
+                      snap: torch.Tensor | None = None, next_w: torch.Tensor | None = None,
+                      out_rows: torch.Tensor | None = None, tail: _Layer | None = None) -> torch.Tensor:
         """One block on ``h [B*T, D]`` (the residual stream, ``dtype``); returns the new stream.
         It is ``h`` itself: the two residual adds accumulate into it in place (cuBLAS ``addmm_`` or
         the row GEMV's in-place residual; no copy of the stream per add), so callers pass a tensor
         they no longer need. Each GEMM names the next one's weight (``fused.linear(prefetch=)``, an L2
-        hint of the skinny GEMM); ``next_w``: the weight of the GEMM after the block's last."""
+        hint of the skinny GEMM); ``next_w``: the weight of the GEMM after the block's last.
+
+        ``out_rows``: int64 ``[M]`` rows of the stream, or None: the state and conv window advance
+        over all ``B*T`` tokens as ``mode`` says, but only these rows go on past the recurrence
+        (``o_proj``, the MLP; ``fused.gated_norm_linear(rows=)``): the returned stream is a new
+        ``[M, D]`` (the last block of a pass whose other rows nobody reads: the drafter's absorb of
+        the accepted window, where only each request's accepted row feeds the next draft). ``tail``:
+        the layer whose ``o_proj`` / gate|up / ``down_proj`` weights those rows use (the float8 copy
+        of ``L`` for one-row-per-request passes, :class:`FusedEagle`); default ``L``."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         d, c = L.dims, L.config
@@ -215,20 +224,31 @@ class FusedGDN:
             o = chain_verify_snapshots(q, k, v, g, beta, state=snap.view(-1, *snap.shape[2:]), snap=snap, **kw)
         else:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        h = fused.gated_norm_linear(o, gate, L.o_norm_w, L.eps, c.output_gate_activation, L.w_o, residual=h,
-                                    residual_inplace=True, prefetch=L.w_gu)
-        gu = fused.linear(h, L.w_gu, L.mlp_norm_w, L.eps, prefetch=L.w_down)
-        return fused.silu_mul_linear(gu, L.w_down, residual=h, residual_inplace=True, prefetch=next_w)
+        Lt = L if tail is None else tail
+        if out_rows is not None:  # only the rows read later: a new [M, D] stream
+            h = fused.gated_norm_linear(o, gate, L.o_norm_w, L.eps, c.output_gate_activation, Lt.w_o, residual=h,
+                                        prefetch=Lt.w_gu, rows=out_rows)
+        else:
+            h = fused.gated_norm_linear(o, gate, L.o_norm_w, L.eps, c.output_gate_activation, Lt.w_o, residual=h,
+                                        residual_inplace=True, prefetch=Lt.w_gu)
+        gu = fused.linear(h, Lt.w_gu, L.mlp_norm_w, L.eps, prefetch=Lt.w_down)
+        return fused.silu_mul_linear(gu, Lt.w_down, residual=h, residual_inplace=True, prefetch=next_w)
 
     def forward(self, h: torch.Tensor, states: list[LayerState], mode: str, ctrl: StepCtrl, T: int,
-                snaps: list[torch.Tensor] | None = None, tail_w: torch.Tensor | None = None) -> torch.Tensor:
+                snaps: list[torch.Tensor] | None = None, tail_w: torch.Tensor | None = None,
+                out_rows: torch.Tensor | None = None, tail: FusedGDN | None = None) -> torch.Tensor:
         """All blocks on ``h [B*T, D]`` (``snaps``: per-layer ``[B, Tmax, HV, V, K]`` for ``"snapshot"``);
         ``h`` is consumed (the residual adds run in place, :meth:`layer_forward`). ``tail_w``: the
-        weight of the GEMM after the stack (an LM head), the last block's prefetch."""
+        weight of the GEMM after the stack (an LM head), the last block's prefetch. ``out_rows``
+        (int64 ``[M]``): the last block keeps only these rows past its recurrence, on ``tail``'s
+        last-layer weights (default this stack's; :meth:`layer_forward`), and ``[M, D]`` is returned."""
         n = len(self.layers)
         for i, (L, st) in enumerate(zip(self.layers, states)):
+            last = i + 1 == n
             h = self.layer_forward(h, L, st, mode, ctrl, T, snaps[i] if snaps is not None else None,
-                                   next_w=self.layers[i + 1].w_in if i + 1 < n else tail_w)
+                                   next_w=tail_w if last else self.layers[i + 1].w_in,
+                                   out_rows=out_rows if last else None,
+                                   tail=tail.layers[i] if last and out_rows is not None and tail is not None else None)
         return h
 
 
@@ -262,6 +282,10 @@ DRAFT_WEIGHTS = ("model", "fp8")
 # With draft_weights="fp8": drafter passes of at most this many tokens per row read the float8 weights (1: the draft
 # passes only; K + 1 and more: also the absorb window). A measured choice (benchmarks/RESULTS.md "Session 27")
 FP8_MAX_TOKENS = 1
+# With draft_weights="fp8": the absorb pass's GEMMs past its recurrence, which run on each request's accepted row only
+# (FusedEagle.hidden(rows=)), read the float8 weights as the draft passes do (one token row per request). False: the
+# model weights (an A/B switch, benchmarks/bench_e2e.py --absorb-rows)
+ABSORB_ROWS_FP8 = True
 
 
 class FusedEagle:
@@ -361,18 +385,25 @@ class FusedEagle:
         return idx if self.head is None else self.head.to_target(idx)
 
     def hidden(self, tokens: torch.Tensor, feats: torch.Tensor, states, mode: str, ctrl: StepCtrl,
-               norm: bool = True) -> torch.Tensor:
+               norm: bool = True, rows: torch.Tensor | None = None) -> torch.Tensor:
         """``tokens [B, T]``, ``feats [B*T, D]`` -> predicted next features ``[B*T, D]`` (the float8
         weights for ``T <= FP8_MAX_TOKENS`` with ``draft_weights="fp8"``). ``norm=False``: the block's
         output before the drafter's final norm (:meth:`draft_from_hidden` applies it with the LM head).
         The embedding gather is the ``fc`` GEMM's prologue where the row GEMV runs it
-        (``fused.embed_linear``)."""
+        (``fused.embed_linear``).
+
+        ``rows``: int64 ``[M]`` rows of the ``B*T`` or None: the state advances over every token as
+        ``mode`` says, but only these rows' features are computed and returned, ``[M, D]`` (the
+        absorb of an accepted window: each request's accepted row; ``FusedGDN.forward(out_rows=)``).
+        Past the last recurrence these are one-row-per-request GEMMs, so with
+        ``draft_weights="fp8"`` they read the float8 weights, as the draft passes do."""
         B, T = tokens.shape
         q = self.stack8 is not None and T <= FP8_MAX_TOKENS
         stack, fc = (self.stack8, self.fc8) if q else (self.stack, self.fc)
         h = fused.embed_linear(self.target.embed, tokens, feats, fc, prefetch=stack.layers[0].w_in)
         h = stack.forward(h, states, mode, ctrl, T,
-                          tail_w=self.target.lm_head if self.head is None else self.head.weight)
+                          tail_w=self.target.lm_head if self.head is None else self.head.weight, out_rows=rows,
+                          tail=self.stack8 if rows is not None and self.stack8 is not None and ABSORB_ROWS_FP8 else None)
         return self.norm(h) if norm else h
 
     def norm(self, h: torch.Tensor) -> torch.Tensor:
