@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s29b (the absorb on the accepted rows; s29a: the skinny GEMM's float8 form for the
-# absorb pass). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 29: benchmarks/RESULTS.md "Session 29" (s29a, s29b
+# as run). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
 # run; s27c's --argmax-epilogue was removed after it; s26a is superseded by s27a; s26c, `auto` on the grid, is still unrun). Session 24: benchmarks/RESULTS.md "Session 24" (s24b-s24d as
 # run; their --skinny-fused A/B and the skinny GEMM's fused forms were removed after s24d, so they cannot be rerun as
@@ -52,7 +52,7 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s29b)  # session 29, call 2 (carry .whl): the drafter's absorb pass past its recurrence on each request's accepted row
+  s29b)  # (as run) session 29, call 2 (carry .whl): the drafter's absorb pass past its recurrence on each request's accepted row
         # only (decode.ABSORB_ACCEPTED_ROWS; bench_e2e --absorb-rows fp8 | model | off): its GPU tests, then batch 1,
         # K = 6 / 7 / 8, float8 draft passes, the absorb's fc / in-projection on float8 through the skinny GEMM (s29a's
         # winner; K = 8's 9 rows stay bf16) or bf16 ("bf16window"), twice in alternation; batch 64, K = 4, model weights, on / off once (cuBLAS on B rows)

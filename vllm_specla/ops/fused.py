@@ -340,8 +340,11 @@ def _skinny_takes(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | Non
 
 # Float8 weights (Fp8Weight) of 2..SKINNY_MAX_M rows on the CUDA skinny GEMM's float8 form (_cpp.skinny_gemm_fp8:
 # f16 tensor-core MMAs) instead of the row GEMV, which loses more at 7 rows than the halved bytes give (RESULTS.md
-# "Session 27"): for the drafter's absorb pass with runtime/fused_model.py FP8_MAX_TOKENS > 1. Prepared in session
-# 28 (compile-checked for sm_90, not yet run on a GPU), so off by default; benchmarks/bench_e2e.py --skinny-fp8.
+# "Session 27"): for the drafter's absorb pass with runtime/fused_model.py FP8_MAX_TOKENS > 1. Measured in session 29
+# (RESULTS.md "Session 29"): 1.24-1.29x the bf16 skinny GEMM's speed on the absorb pass's GEMMs at 5 / 7 rows, 2-2.6x
+# the float8 row GEMV's, -9..-12 us per batch-1 step with the float8 window; off by default, as that window is (its
+# acceptance cost exceeds its gain on the trained pair), and float8 draft passes at batch 2-8 are unmeasured on it.
+# benchmarks/bench_e2e.py --skinny-fp8.
 USE_SKINNY_FP8 = False
 
 

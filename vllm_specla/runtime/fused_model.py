@@ -280,7 +280,8 @@ class FusedTarget:
 
 DRAFT_WEIGHTS = ("model", "fp8")
 # With draft_weights="fp8": drafter passes of at most this many tokens per row read the float8 weights (1: the draft
-# passes only; K + 1 and more: also the absorb window). A measured choice (benchmarks/RESULTS.md "Session 27")
+# passes only; K + 1 and more: also the absorb window). A measured choice (benchmarks/RESULTS.md "Session 27"; and
+# "Session 29": the float8 window costs the trained pair more acceptance than it saves in step time)
 FP8_MAX_TOKENS = 1
 # With draft_weights="fp8": the absorb pass's GEMMs past its recurrence, which run on each request's accepted row only
 # (FusedEagle.hidden(rows=)), read the float8 weights as the draft passes do (one token row per request). False: the
