@@ -302,7 +302,9 @@ class FusedEagle:
     output row (``ops/fused.py`` ``quantize_fp8``, W8A16: activations, norms, states stay as they
     were). At batch 1 a draft pass streams its weights once, so it streams half the bytes
     (benchmarks/RESULTS.md "Session 27"). The drafter's multi-token passes (its absorb of the
-    accepted window, its prefill) keep the model dtype. Verification is untouched, so output is
+    accepted window, its prefill) keep the model dtype, except the absorb's GEMMs past its
+    recurrence where they run on each request's accepted row only (:meth:`hidden` ``rows=``,
+    ``ABSORB_ROWS_FP8``: one token row per request, as a draft pass; "Session 29"). Verification is untouched, so output is
     unchanged (lossless); only which tokens get drafted can change (the trained pair's acceptance
     in RESULTS.md). On CUDA the float8 GEMMs run the row GEMV at every batch (no tensor-core float8
     GEMM here), so it is a batch-1 option; off CUDA the torch reference (``Fp8Weight.ref_linear``).
