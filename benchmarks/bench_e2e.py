@@ -406,6 +406,9 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--fp8-config", default=None, type=gemv_config_flag,
                     help="BN,BK,warps of the row GEMV on float8 weights (triton_fused.GEMV_ROWS_FP8_CONFIG; "
                          "--draft-weights fp8)")
+    ap.add_argument("--int4-config", default=None,
+                    help="BN,warps of the row GEMV on int4 weights (triton_fused.GEMV_ROWS_W4_CONFIG; --draft-weights "
+                         "int4)")
     ap.add_argument("--draft-glue", default=None, choices=["fused", "separate"],
                     help="the drafter's embedding gather and final norm as the row GEMV's prologues, or their own "
                          "launches (fused.DRAFT_GLUE_PROLOGUES)")
@@ -493,6 +496,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         triton_fused.GEMV_ROWS_MAX_M = args.rows_max_m
     if getattr(args, "fp8_config", None):
         triton_fused.GEMV_ROWS_FP8_CONFIG = tuple(int(v) for v in args.fp8_config.split(","))
+    if getattr(args, "int4_config", None):
+        triton_fused.GEMV_ROWS_W4_CONFIG = tuple(int(v) for v in args.int4_config.split(","))
     if args.pdl:
         pdl.ENABLED = args.pdl == "on"
     from vllm_specla.ops import _cpp  # noqa: PLC0415
@@ -510,6 +515,7 @@ def apply_kernel_flags(args, device: str) -> dict | None:
     # (s11e's records had None for both the default and "off": the state is read back here)
     return dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG),
                 max_m=triton_fused.GEMV_ROWS_MAX_M, fp8_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG),
+                int4_config=list(triton_fused.GEMV_ROWS_W4_CONFIG),
                 fp8_max_tokens=_fp8_max_tokens(), pdl=pdl.enabled(torch.empty(0, device="cuda")),
                 gating=fused.GEMV_ROWS_GATING, draft_glue_prologues=fused.DRAFT_GLUE_PROLOGUES,
                 skinny_fp8=fused.USE_SKINNY_FP8,

@@ -52,6 +52,20 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s29c)  # session 29, call 3 (carry .whl): int4 draft-pass weights (draft_weights="int4": quantize_int4, group 32;
+        # the row GEMV's int4 form, gemv_rows(w4=)): its GPU tests, the drafter's six one-row GEMMs bf16 / fp8 / int4
+        # (int4 at four (BN, warps) configs), then batch 1, K = 6 / 7 / 8, float8 against int4 draft passes, twice
+      skinny_build
+      pytest_log s29c 240 -rs tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py \
+          -k "int4 or gather or fp8 or runtime_drafter or batch1"
+      timeout 150 python benchmarks/bench_fp8_gemv.py --modes bf16,fp8,int4 --int4-configs "8,8;4,4;16,8;32,8" \
+          --out "$OUT/fp8_gemv_s29c.jsonl" 2>&1 | tail -14
+      for R in 1 2; do
+        timeout 80 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,7,8 --alphas 0.8 \
+            --snapshot-ks "" --skinny-gemm on --draft-weights fp8,int4 --tag "s29c_r$R" --out "$OUT/e2e_s29c.jsonl" \
+            2>&1 | grep "^{" | python -c "$S"
+      done
+      ;;
   s29b)  # (as run) session 29, call 2 (carry .whl): the drafter's absorb pass past its recurrence on each request's accepted row
         # only (decode.ABSORB_ACCEPTED_ROWS; bench_e2e --absorb-rows fp8 | model | off): its GPU tests, then batch 1,
         # K = 6 / 7 / 8, float8 draft passes, the absorb's fc / in-projection on float8 through the skinny GEMM (s29a's

@@ -620,6 +620,96 @@ def test_gemv_rows_gathers_gate_and_residual_rows(rows, fp8, gated):
                      head_dim=V, w_scale=ws, x_rows=idx)
 
 
+@pytest.mark.parametrize("M", [1, 3])
+@pytest.mark.parametrize("G", [32, 128])
+@pytest.mark.parametrize("form", ["plain", "rms_norm", "silu_mul", "gated", "embed", "gating", "gather"])
+def test_gemv_rows_int4(M, G, form):
+    """The row GEMV's int4 form (``gemv_rows(w4=)``, ``fused.Int4Weight``: packed nibbles, float16 scales
+    per group of G columns) equals ``Int4Weight.ref_linear`` on the reference prologue's output, for each
+    prologue / option the drafter's passes use (a residual; the RMSNorm; SwiGLU; the gated RMSNorm per
+    head; the embedding gather; the gating epilogue; the row gather with the normed rows stored), K not
+    a multiple of the 512-column chunk (masked columns, padded nibbles). bf16 on CUDA (rel < 1e-2, the
+    normed rows within one bf16 ulp), fp32 under the interpreter (rel < 1e-5). Also through the
+    dispatcher (``fused.linear`` and friends take an Int4Weight on the row GEMV)."""
+    g = torch.Generator().manual_seed(M + G + len(form))
+    dt = torch.bfloat16 if HAVE_CUDA else torch.float32
+    tol = 1e-2 if dt == torch.bfloat16 else 1e-5
+    N = 37
+    HV, V = 5, 32
+    K = {"gated": HV * V, "silu_mul": 300, "embed": 88 + 520}.get(form, 600)
+    w4 = F_ref.quantize_int4((torch.randn(N, K, generator=g) * 0.05).to(DEV), G, dt)
+    kw = dict(w_scale=w4.scale, w4=(K, G))
+    r = torch.randn(M, N, generator=g).to(DEV, dt)
+    if form == "plain":
+        x = torch.randn(M, K, generator=g).to(DEV, dt)
+        got = tf.gemv_rows(x, w4.weight, residual=r, **kw)
+        ref = w4.ref_linear(x, r)
+        assert rel(F_ref.linear(x, w4, residual=r), ref) < tol
+    elif form == "rms_norm":
+        x = (torch.randn(M, K, generator=g) * 3).to(DEV, dt)
+        nw = (torch.rand(K, generator=g) + 0.5).to(DEV)
+        got = tf.gemv_rows(x, w4.weight, nw, 1e-6, **kw)
+        ref = w4.ref_linear(F_ref.rms_norm_ref(x, nw, 1e-6, dt))
+    elif form == "silu_mul":
+        x = torch.randn(M, 2 * K, generator=g).to(DEV, dt)
+        got = tf.gemv_rows(x, w4.weight, residual=r, prologue="silu_mul", **kw)
+        ref = w4.ref_linear(F_ref.silu_mul_ref(x), r)
+        assert rel(F_ref.silu_mul_linear(x, w4, residual=r), ref) < tol
+    elif form == "gated":
+        o = torch.randn(M, HV, V, generator=g).to(DEV)
+        gate = torch.randn(M, K, generator=g).to(DEV, dt)
+        nw = (torch.rand(V, generator=g) + 0.5).to(DEV)
+        got = tf.gemv_rows(o.reshape(M, K), w4.weight, nw, 1e-6, r, prologue="gated_rms_norm", gate=gate,
+                           head_dim=V, **kw)
+        ref = w4.ref_linear(F_ref.gated_rms_norm_ref(o, gate, nw, 1e-6, "silu", dt), r)
+        assert rel(F_ref.gated_norm_linear(o, gate, nw, 1e-6, "silu", w4, residual=r), ref) < tol
+    elif form == "embed":
+        ED = 88
+        table = torch.randn(50, ED, generator=g).to(DEV, dt)
+        feats = torch.randn(M, K - ED, generator=g).to(DEV, dt)
+        tok = torch.randint(0, 50, (M,), generator=g).to(DEV)
+        got = tf.gemv_rows(feats, w4.weight, embed=(table, tok), **kw)
+        ref = w4.ref_linear(F_ref.embed_ref(table, tok, feats))
+        assert rel(F_ref.embed_linear(table, tok, feats, w4), ref) < tol
+    elif form == "gating":
+        x = torch.randn(M, K, generator=g).to(DEV, dt)
+        nw = (torch.rand(K, generator=g) + 0.5).to(DEV)
+        A_log, dt_bias = torch.rand(3, generator=g).to(DEV), torch.randn(3, generator=g).to(DEV)
+        a0 = N - 6
+        gb = torch.full((M, 6), float("nan"), device=DEV)
+        got = tf.gemv_rows(x, w4.weight, nw, 1e-6, gating=(gb, a0, A_log, dt_bias, False), **kw)
+        ref = w4.ref_linear(F_ref.rms_norm_ref(x, nw, 1e-6, dt))
+        g_ref, b_ref = F_ref.gdn_gating_masked_ref(got[:, a0 : a0 + 3], got[:, a0 + 3 : a0 + 6], A_log, dt_bias)
+        assert rel(gb[:, :3], g_ref) < 1e-5 and rel(gb[:, 3:], b_ref) < 1e-5
+        p, gv, bv = F_ref.linear_gating(x, w4, nw, 1e-6, a0, A_log, dt_bias)
+        assert rel(p, ref) < tol and rel(gv, g_ref) < 1e-2 and rel(bv, b_ref) < 1e-2
+    else:  # gather: rows of x, the RMSNorm, the normed rows stored
+        R = 6
+        x = (torch.randn(R, K, generator=g) * 3).to(DEV, dt)
+        nw = (torch.rand(K, generator=g) + 0.5).to(DEV)
+        idx = torch.tensor([5, 0, 5][:M], dtype=torch.long, device=DEV)
+        xo = torch.full((M, K), float("nan"), device=DEV, dtype=dt)
+        got = tf.gemv_rows(x, w4.weight, nw, 1e-6, x_rows=idx, x_out=xo, **kw)
+        xn = F_ref.rms_norm_ref(x[idx], nw, 1e-6, dt)
+        _close(xo, xn, dt)
+        ref = w4.ref_linear(xn)
+    assert got.shape == ref.shape and got.dtype == dt and rel(got, ref) < tol
+
+
+def test_gemv_rows_int4_rejects_bad_parts():
+    """A packed int4 weight with the wrong shape / scales / group is refused with the argument named."""
+    w4 = F_ref.quantize_int4(torch.randn(8, 600).to(DEV), 32)
+    x = torch.randn(1, 600).to(DEV)
+    with pytest.raises(ValueError, match="w4 must be"):
+        tf.gemv_rows(x, w4.weight, w_scale=w4.scale, w4=(600, 48))
+    with pytest.raises(ValueError, match="packed int4"):
+        tf.gemv_rows(x, w4.weight[:, :256], w_scale=w4.scale, w4=(600, 32))
+    with pytest.raises(ValueError, match="w_scale must be contiguous float16"):
+        tf.gemv_rows(x, w4.weight, w_scale=w4.scale.float(), w4=(600, 32))
+    with pytest.raises(ValueError, match="need x"):
+        tf.gemv_rows(x[:, :500], w4.weight, w_scale=w4.scale, w4=(600, 32))
+
+
 def test_gemv_rows_rejects_bad_gather_args():
     """Bad ``x_rows`` / ``x_out`` / ``embed`` are refused with the argument named."""
     x = torch.randn(3, 16).to(DEV)
