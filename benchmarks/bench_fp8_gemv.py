@@ -76,8 +76,9 @@ def bench_shape(shape: str, modes, rows: int, passes: int, replays: int, int4_gr
     for mode, w4cfg in runs:
         fp8 = mode != "bf16"
         int4 = mode == "int4"
-        if int4:
-            triton_fused.GEMV_ROWS_W4_CONFIG = tuple(w4cfg)
+        if int4:  # (BN, warps[, f16])
+            triton_fused.GEMV_ROWS_W4_CONFIG = tuple(w4cfg[:2])
+            triton_fused.GEMV_ROWS_W4_F16 = bool(w4cfg[2]) if len(w4cfg) > 2 else False
         fused.USE_SKINNY_FP8 = mode == "fp8-skinny"
         if mode == "fp8-skinny" and not (rows > 1 and fused._skinny_fp8_takes(xs[0], w8s[0], None)):
             print(f"{shape} {mode}: skipped (needs --rows 2..{fused.SKINNY_MAX_M} and the skinny GEMM built)")
@@ -101,6 +102,8 @@ def bench_shape(shape: str, modes, rows: int, passes: int, replays: int, int4_gr
             nbytes = sum(w.numel() * (1 if fp8 else w.element_size()) + (w.shape[0] * 4 if fp8 else 0) for _, w in ws)
         cfg = (triton_fused.GEMV_ROWS_W4_CONFIG if int4 else
                triton_fused.GEMV_ROWS_FP8_CONFIG if fp8 else triton_fused.GEMV_ROWS_CONFIG)
+        if int4:
+            cfg = tuple(cfg) + (int(triton_fused.GEMV_ROWS_W4_F16),)
         rec = dict(bench="fp8_gemv", shape=shape, mode=mode, rows=rows, ms_per_pass=ms, weight_bytes=nbytes,
                    tbps=nbytes / ms / 1e9, rel_vs_ref=rel, passes=passes, config=list(cfg),
                    int4_group=int4_group if int4 else None,
@@ -110,7 +113,8 @@ def bench_shape(shape: str, modes, rows: int, passes: int, replays: int, int4_gr
             base = ms
         recs.append(rec)
     fused.USE_SKINNY_FP8 = False
-    triton_fused.GEMV_ROWS_W4_CONFIG = tuple(int4_configs[0])
+    triton_fused.GEMV_ROWS_W4_CONFIG = tuple(int4_configs[0][:2])
+    triton_fused.GEMV_ROWS_W4_F16 = bool(int4_configs[0][2]) if len(int4_configs[0]) > 2 else False
     for rec in recs:
         rec["vs_bf16"] = base / rec["ms_per_pass"] if base else None
     return recs
@@ -126,7 +130,8 @@ def main() -> None:
                                                                "bf16 GEMMs of 2-8 rows, and the fp8-skinny mode)")
     ap.add_argument("--int4-group", type=int, default=32, help="columns per scale of the int4 mode (32, 64, 128, 256)")
     ap.add_argument("--int4-configs", default="8,8",
-                    help="the int4 row GEMV's (BN, warps) configs to time, ';'-separated (the first is left set)")
+                    help="the int4 row GEMV's (BN, warps[, f16]) configs to time, ';'-separated (f16 1: "
+                         "triton_fused.GEMV_ROWS_W4_F16; the first is left set)")
     ap.add_argument("--passes", type=int, default=8, help="drafter passes per CUDA graph")
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--out", default=None, help="append one JSON line per row here")
@@ -139,9 +144,9 @@ def main() -> None:
         raise SystemExit("bench_fp8_gemv.py needs a CUDA GPU (sm_89+ for float8)")
     try:
         int4_cfgs = [tuple(int(v) for v in c.split(",")) for c in args.int4_configs.split(";")]
-        assert all(len(c) == 2 for c in int4_cfgs)
+        assert all(len(c) in (2, 3) for c in int4_cfgs)
     except (ValueError, AssertionError):
-        raise SystemExit(f"--int4-configs must be 'BN,warps[;BN,warps...]', got {args.int4_configs!r}") from None
+        raise SystemExit(f"--int4-configs must be 'BN,warps[,f16][;...]', got {args.int4_configs!r}") from None
     if not 1 <= args.rows <= 16:
         raise SystemExit(f"--rows must be in 1..16, got {args.rows}")
     if args.skinny_gemm and not _cpp.load_cuda_gemm():
@@ -151,7 +156,7 @@ def main() -> None:
         for rec in bench_shape(shape, modes, args.rows, args.passes, args.replays, args.int4_group, int4_cfgs):
             rel = "" if rec["rel_vs_ref"] is None else f"{rec['rel_vs_ref']:.2e}"
             vs = "" if rec["vs_bf16"] is None else f"{rec['vs_bf16']:.3f}"
-            mode = rec["mode"] + (":%d,%d" % tuple(rec["config"]) if rec["mode"] == "int4" else "")
+            mode = rec["mode"] + (":%d,%d,%d" % tuple(rec["config"]) if rec["mode"] == "int4" else "")
             print(f"{shape:6} {mode:10} {rec['ms_per_pass']:8.4f} {rec['weight_bytes'] / 1e6:7.1f} "
                   f"{rec['tbps']:6.2f} {vs:>7} {rel:>9}", flush=True)
             if args.out:

@@ -52,7 +52,20 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s29c)  # session 29, call 3 (carry .whl): int4 draft-pass weights (draft_weights="int4": quantize_int4, group 32;
+  s29d)  # session 29, call 4 (carry .whl): the int4 row GEMV with its products and group sums in float16
+        # (GEMV_ROWS_W4_F16; s29c's float32 form lost to float8): its GPU tests, the drafter's one-row GEMMs (int4 at
+        # four configs in float16, one in float32), batch 1, K = 6 / 8, float8 against int4 (4, 4, float16), twice
+      skinny_build
+      pytest_log s29d 150 -rs tests/test_fused_gpu.py -k "int4 and (True or gated or rejects)"
+      timeout 150 python benchmarks/bench_fp8_gemv.py --modes bf16,fp8,int4 --int4-configs "4,4,1;8,8,1;16,8,1;2,4,1;4,4,0" \
+          --out "$OUT/fp8_gemv_s29d.jsonl" 2>&1 | tail -16
+      for R in 1 2; do
+        timeout 70 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,8 --alphas 0.8 \
+            --snapshot-ks "" --skinny-gemm on --draft-weights fp8,int4 --int4-config 4,4,1 --tag "s29d_r$R" \
+            --out "$OUT/e2e_s29d.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
+      ;;
+  s29c)  # (as run; its int4 gated-prologue test passed x in float32, fixed after it) session 29, call 3 (carry .whl): int4 draft-pass weights (draft_weights="int4": quantize_int4, group 32;
         # the row GEMV's int4 form, gemv_rows(w4=)): its GPU tests, the drafter's six one-row GEMMs bf16 / fp8 / int4
         # (int4 at four (BN, warps) configs), then batch 1, K = 6 / 7 / 8, float8 against int4 draft passes, twice
       skinny_build

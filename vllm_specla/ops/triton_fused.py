@@ -339,7 +339,7 @@ def _gemv_rows_w4_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb
                          MR: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, NC: tl.constexpr, G: tl.constexpr,
                          PRO: tl.constexpr, HD: tl.constexpr, HAS_GATE: tl.constexpr, GSIG: tl.constexpr,
                          RES: tl.constexpr, PDL: tl.constexpr, GATING: tl.constexpr, NEG: tl.constexpr,
-                         XR: tl.constexpr, XO: tl.constexpr, EMB: tl.constexpr):
+                         XR: tl.constexpr, XO: tl.constexpr, EMB: tl.constexpr, F16: tl.constexpr):
     # _gemv_rows_kernel on a packed int4 weight (fused.Int4Weight, W4A16): w [N, NC * HALF] uint8, chunk c's
     # byte j holding column c * CHUNK + j (low nibble) and c * CHUNK + HALF + j (high nibble), each the signed
     # value + 8; ws [N, NC * CHUNK / G] float16, one scale per group of G columns. A nibble n becomes the exact
@@ -381,9 +381,14 @@ def _gemv_rows_w4_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb
             wq = w0
         else:
             wq = tl.load(w + rn[:, None] * KB + c * HALF + rj[None, :], mask=mn[:, None], other=0)
-        wi = wq.to(tl.int32)
-        lo = ((wi & 15) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
-        hi = ((wi >> 4) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
+        if F16:  # n - 8 as float16: the nibble under 1024's exponent (1024 + n), minus 1032, exact
+            wi = wq.to(tl.int16)
+            lo = ((wi & 15) | 0x6400).to(tl.float16, bitcast=True) - 1032.0
+            hi = ((wi >> 4) | 0x6400).to(tl.float16, bitcast=True) - 1032.0
+        else:
+            wi = wq.to(tl.int32)
+            lo = ((wi & 15) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
+            hi = ((wi >> 4) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
         s_lo = tl.load(ws + rn[:, None] * SG + c * 2 * NG + rg[None, :], mask=mn[:, None], other=0.0).to(tl.float32)
         s_hi = tl.load(ws + rn[:, None] * SG + c * 2 * NG + NG + rg[None, :], mask=mn[:, None], other=0.0).to(tl.float32)
         for m in tl.static_range(MR):
@@ -396,8 +401,12 @@ def _gemv_rows_w4_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb
                 if pid == 0:
                     tl.store(xo + m * sxo + c * 2 * HALF + rj, x_lo, mask=(c * 2 * HALF + rj) < K)
                     tl.store(xo + m * sxo + c * 2 * HALF + HALF + rj, x_hi, mask=(c * 2 * HALF + HALF + rj) < K)
-            p_lo = tl.sum(tl.reshape(lo * x_lo.to(tl.float32)[None, :], [BN, NG, G]), 2)
-            p_hi = tl.sum(tl.reshape(hi * x_hi.to(tl.float32)[None, :], [BN, NG, G]), 2)
+            if F16:  # products and group sums in float16 (packed math), the scaled sums in float32
+                p_lo = tl.sum(tl.reshape(lo * x_lo.to(tl.float16)[None, :], [BN, NG, G]), 2).to(tl.float32)
+                p_hi = tl.sum(tl.reshape(hi * x_hi.to(tl.float16)[None, :], [BN, NG, G]), 2).to(tl.float32)
+            else:
+                p_lo = tl.sum(tl.reshape(lo * x_lo.to(tl.float32)[None, :], [BN, NG, G]), 2)
+                p_hi = tl.sum(tl.reshape(hi * x_hi.to(tl.float32)[None, :], [BN, NG, G]), 2)
             acc3 += tl.where(rm[None, None, :] == m, (p_lo * s_lo + p_hi * s_hi)[:, :, None], 0.0)
     acc = tl.sum(acc3, 1)
     if RES:
@@ -431,6 +440,9 @@ GEMV_ROWS_CONFIG = (8, 1024, 8)
 GEMV_ROWS_FP8_CONFIG = (8, 2048, 8)
 # int4 weights (w4=): (BN, num_warps); a chunk is always INT4_CHUNK columns (INT4_HALF bytes per weight row)
 GEMV_ROWS_W4_CONFIG = (8, 8)
+# int4: the products and each group's sum in float16 (the nibbles widened to float16 exactly, the activations rounded
+# to float16; float16 packed math), the scaled sums in float32; False: everything in float32
+GEMV_ROWS_W4_F16 = False
 INT4_GROUPS = (32, 64, 128, 256)  # the group sizes the int4 kernel takes (a group lies inside one half chunk)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 _PROLOGUES = {None: 0, "rms_norm": 1, "silu_mul": 2, "gated_rms_norm": 3}
@@ -664,7 +676,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
                 MR=mr, MP=triton.next_power_of_2(mr), BN=BN, NC=triton.cdiv(K, INT4_CHUNK), G=G4, PRO=pro,
                 HD=max(head_dim, 1), HAS_GATE=has_gate, GSIG=gate_act == "sigmoid", RES=residual is not None, PDL=on,
                 GATING=gating is not None, NEG=bool(neg), XR=x_rows is not None, XO=x_out is not None,
-                EMB=embed is not None, num_warps=nw, **_pdl.launch_kw(on))
+                EMB=embed is not None, F16=GEMV_ROWS_W4_F16, num_warps=nw, **_pdl.launch_kw(on))
         return out
     for m0 in range(0, M, GEMV_ROWS_BLOCK):
         mr = min(GEMV_ROWS_BLOCK, M - m0)
