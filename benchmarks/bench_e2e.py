@@ -406,9 +406,6 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--fp8-config", default=None, type=gemv_config_flag,
                     help="BN,BK,warps of the row GEMV on float8 weights (triton_fused.GEMV_ROWS_FP8_CONFIG; "
                          "--draft-weights fp8)")
-    ap.add_argument("--int4-config", default=None,
-                    help="BN,warps[,f16] of the row GEMV on int4 weights (triton_fused.GEMV_ROWS_W4_CONFIG; f16 1: "
-                         "GEMV_ROWS_W4_F16, its products in float16; --draft-weights int4)")
     ap.add_argument("--draft-glue", default=None, choices=["fused", "separate"],
                     help="the drafter's embedding gather and final norm as the row GEMV's prologues, or their own "
                          "launches (fused.DRAFT_GLUE_PROLOGUES)")
@@ -496,11 +493,6 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         triton_fused.GEMV_ROWS_MAX_M = args.rows_max_m
     if getattr(args, "fp8_config", None):
         triton_fused.GEMV_ROWS_FP8_CONFIG = tuple(int(v) for v in args.fp8_config.split(","))
-    if getattr(args, "int4_config", None):
-        c4 = [int(v) for v in args.int4_config.split(",")]
-        triton_fused.GEMV_ROWS_W4_CONFIG = tuple(c4[:2])
-        if len(c4) > 2:
-            triton_fused.GEMV_ROWS_W4_F16 = bool(c4[2])
     if args.pdl:
         pdl.ENABLED = args.pdl == "on"
     from vllm_specla.ops import _cpp  # noqa: PLC0415
@@ -518,7 +510,6 @@ def apply_kernel_flags(args, device: str) -> dict | None:
     # (s11e's records had None for both the default and "off": the state is read back here)
     return dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG),
                 max_m=triton_fused.GEMV_ROWS_MAX_M, fp8_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG),
-                int4_config=list(triton_fused.GEMV_ROWS_W4_CONFIG) + [int(triton_fused.GEMV_ROWS_W4_F16)],
                 fp8_max_tokens=_fp8_max_tokens(), pdl=pdl.enabled(torch.empty(0, device="cuda")),
                 gating=fused.GEMV_ROWS_GATING, draft_glue_prologues=fused.DRAFT_GLUE_PROLOGUES,
                 skinny_fp8=fused.USE_SKINNY_FP8,

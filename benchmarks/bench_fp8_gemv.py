@@ -17,13 +17,11 @@ Every GEMM goes through ``fused.linear``, so the dispatch picks the kernel. Mode
 weights: the row GEMV at one row; the CUDA skinny GEMM at 2-8 rows once built, ``--skinny-gemm``,
 else cuBLAS), ``fp8`` (float8 weights on the row GEMV at any rows), ``fp8-skinny`` (float8 weights of
 2-8 rows on the skinny GEMM's float8 form, ``fused.USE_SKINNY_FP8``; needs ``--skinny-gemm`` and
-``--rows`` 2..8), ``int4`` (session 29: group-scaled int4 weights, ``fused.quantize_int4`` with
-``--int4-group`` columns per scale, on the row GEMV's int4 form, ``gemv_rows(w4=)``; ``--int4-configs``
-sweeps its (BN, warps)). ``--rows K + 1`` times an absorb pass (fc and the block, without the LM head).
+``--rows`` 2..8). ``--rows K + 1`` times an absorb pass (fc and the block, without the LM head).
 
 Prints ms per pass, weight bytes per pass (float8: the weights and their float32 row scales), TB/s
-and the ratio to bf16; checks the float8 / int4 outputs against ``Fp8Weight.ref_linear`` /
-``Int4Weight.ref_linear`` (``rel``: max |diff| / max |ref|) and appends JSON lines to ``--out``.
+and the ratio to bf16; checks the float8 outputs against ``Fp8Weight.ref_linear`` (``rel``: max
+|diff| / max |ref|) and appends JSON lines to ``--out``.
 """
 
 from __future__ import annotations
@@ -43,7 +41,7 @@ from graph_timing import graph_ms  # noqa: E402
 
 from vllm_specla.ops import _cpp, fused, triton_fused  # noqa: E402
 
-MODES = ("bf16", "fp8", "fp8-skinny", "int4")
+MODES = ("bf16", "fp8", "fp8-skinny")
 
 
 def drafter_weights(dr) -> list[tuple[str, torch.Tensor]]:
@@ -54,8 +52,7 @@ def drafter_weights(dr) -> list[tuple[str, torch.Tensor]]:
             ("lm_head", head)]
 
 
-def bench_shape(shape: str, modes, rows: int, passes: int, replays: int, int4_group: int = 32,
-                int4_configs=((8, 8),)) -> list[dict]:
+def bench_shape(shape: str, modes, rows: int, passes: int, replays: int) -> list[dict]:
     cfg, tgt, dr = build(shape, "cuda", torch.bfloat16)
     ws = drafter_weights(dr)
     if rows > 1:  # an absorb pass streams the block (and fc), not the LM head
@@ -66,19 +63,10 @@ def bench_shape(shape: str, modes, rows: int, passes: int, replays: int, int4_gr
     g = torch.Generator(device="cuda").manual_seed(0)
     xs = [torch.randn(rows, w.shape[1], generator=g, device="cuda").to(torch.bfloat16) for _, w in ws]
     refs = [w8.ref_linear(x).float() for w8, x in zip(w8s, xs)]
-    w4s = refs4 = None
-    if "int4" in modes:
-        w4s = [fused.quantize_int4(w, int4_group) for _, w in ws]
-        refs4 = [w4.ref_linear(x).float() for w4, x in zip(w4s, xs)]
     recs = []
     base = None
-    runs = [(m, None) for m in modes if m != "int4"] + [("int4", c) for c in int4_configs if "int4" in modes]
-    for mode, w4cfg in runs:
+    for mode in modes:
         fp8 = mode != "bf16"
-        int4 = mode == "int4"
-        if int4:  # (BN, warps[, f16])
-            triton_fused.GEMV_ROWS_W4_CONFIG = tuple(w4cfg[:2])
-            triton_fused.GEMV_ROWS_W4_F16 = bool(w4cfg[2]) if len(w4cfg) > 2 else False
         fused.USE_SKINNY_FP8 = mode == "fp8-skinny"
         if mode == "fp8-skinny" and not (rows > 1 and fused._skinny_fp8_takes(xs[0], w8s[0], None)):
             print(f"{shape} {mode}: skipped (needs --rows 2..{fused.SKINNY_MAX_M} and the skinny GEMM built)")
@@ -87,34 +75,24 @@ def bench_shape(shape: str, modes, rows: int, passes: int, replays: int, int4_gr
 
         def one_pass():
             for i, (_, w) in enumerate(ws):
-                outs[i] = fused.linear(xs[i], w4s[i] if int4 else w8s[i] if fp8 else w)
+                outs[i] = fused.linear(xs[i], w8s[i] if fp8 else w)
 
         one_pass()
         torch.cuda.synchronize()
         rel = None
         if fp8:
-            rel = max(float((o.float() - r).abs().max() / r.abs().max())
-                      for o, r in zip(outs, refs4 if int4 else refs))
+            rel = max(float((o.float() - r).abs().max() / r.abs().max()) for o, r in zip(outs, refs))
         ms = graph_ms(one_pass, replays=replays, calls_per_graph=passes)
-        if int4:
-            nbytes = sum(w4.nbytes for w4 in w4s)
-        else:
-            nbytes = sum(w.numel() * (1 if fp8 else w.element_size()) + (w.shape[0] * 4 if fp8 else 0) for _, w in ws)
-        cfg = (triton_fused.GEMV_ROWS_W4_CONFIG if int4 else
-               triton_fused.GEMV_ROWS_FP8_CONFIG if fp8 else triton_fused.GEMV_ROWS_CONFIG)
-        if int4:
-            cfg = tuple(cfg) + (int(triton_fused.GEMV_ROWS_W4_F16),)
+        nbytes = sum(w.numel() * (1 if fp8 else w.element_size()) + (w.shape[0] * 4 if fp8 else 0) for _, w in ws)
         rec = dict(bench="fp8_gemv", shape=shape, mode=mode, rows=rows, ms_per_pass=ms, weight_bytes=nbytes,
-                   tbps=nbytes / ms / 1e9, rel_vs_ref=rel, passes=passes, config=list(cfg),
-                   int4_group=int4_group if int4 else None,
+                   tbps=nbytes / ms / 1e9, rel_vs_ref=rel, passes=passes,
+                   config=list(triton_fused.GEMV_ROWS_FP8_CONFIG if fp8 else triton_fused.GEMV_ROWS_CONFIG),
                    skinny_built=bool(_cpp.GEMM_LOADED),
                    weights={n: list(w.shape) for n, w in ws}, gpu=torch.cuda.get_device_name())
         if mode == "bf16":
             base = ms
         recs.append(rec)
     fused.USE_SKINNY_FP8 = False
-    triton_fused.GEMV_ROWS_W4_CONFIG = tuple(int4_configs[0][:2])
-    triton_fused.GEMV_ROWS_W4_F16 = bool(int4_configs[0][2]) if len(int4_configs[0]) > 2 else False
     for rec in recs:
         rec["vs_bf16"] = base / rec["ms_per_pass"] if base else None
     return recs
@@ -128,10 +106,6 @@ def main() -> None:
                                                          "pass, without the LM head)")
     ap.add_argument("--skinny-gemm", action="store_true", help="build the CUDA skinny GEMM first (_cpp.load_cuda_gemm: "
                                                                "bf16 GEMMs of 2-8 rows, and the fp8-skinny mode)")
-    ap.add_argument("--int4-group", type=int, default=32, help="columns per scale of the int4 mode (32, 64, 128, 256)")
-    ap.add_argument("--int4-configs", default="8,8",
-                    help="the int4 row GEMV's (BN, warps[, f16]) configs to time, ';'-separated (f16 1: "
-                         "triton_fused.GEMV_ROWS_W4_F16; the first is left set)")
     ap.add_argument("--passes", type=int, default=8, help="drafter passes per CUDA graph")
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--out", default=None, help="append one JSON line per row here")
@@ -142,22 +116,16 @@ def main() -> None:
         raise SystemExit(f"--modes: unknown {bad}; allowed: {', '.join(MODES)}")
     if not torch.cuda.is_available():
         raise SystemExit("bench_fp8_gemv.py needs a CUDA GPU (sm_89+ for float8)")
-    try:
-        int4_cfgs = [tuple(int(v) for v in c.split(",")) for c in args.int4_configs.split(";")]
-        assert all(len(c) in (2, 3) for c in int4_cfgs)
-    except (ValueError, AssertionError):
-        raise SystemExit(f"--int4-configs must be 'BN,warps[,f16][;...]', got {args.int4_configs!r}") from None
     if not 1 <= args.rows <= 16:
         raise SystemExit(f"--rows must be in 1..16, got {args.rows}")
     if args.skinny_gemm and not _cpp.load_cuda_gemm():
         raise SystemExit("--skinny-gemm: the CUDA skinny GEMM did not build (ops/_cpp.py load_cuda_gemm)")
     print(f"{'shape':6} {'mode':10} {'ms/pass':>8} {'MB':>7} {'TB/s':>6} {'vs bf16':>7} {'rel':>9}")
     for shape in args.shapes.split(","):
-        for rec in bench_shape(shape, modes, args.rows, args.passes, args.replays, args.int4_group, int4_cfgs):
+        for rec in bench_shape(shape, modes, args.rows, args.passes, args.replays):
             rel = "" if rec["rel_vs_ref"] is None else f"{rec['rel_vs_ref']:.2e}"
             vs = "" if rec["vs_bf16"] is None else f"{rec['vs_bf16']:.3f}"
-            mode = rec["mode"] + (":%d,%d,%d" % tuple(rec["config"]) if rec["mode"] == "int4" else "")
-            print(f"{shape:6} {mode:10} {rec['ms_per_pass']:8.4f} {rec['weight_bytes'] / 1e6:7.1f} "
+            print(f"{shape:6} {rec['mode']:10} {rec['ms_per_pass']:8.4f} {rec['weight_bytes'] / 1e6:7.1f} "
                   f"{rec['tbps']:6.2f} {vs:>7} {rel:>9}", flush=True)
             if args.out:
                 with open(args.out, "a") as f:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 29: benchmarks/RESULTS.md "Session 29" (s29a, s29b
-# as run). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29d
+# as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
 # run; s27c's --argmax-epilogue was removed after it; s26a is superseded by s27a; s26c, `auto` on the grid, is still unrun). Session 24: benchmarks/RESULTS.md "Session 24" (s24b-s24d as
 # run; their --skinny-fused A/B and the skinny GEMM's fused forms were removed after s24d, so they cannot be rerun as
@@ -52,7 +52,8 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s29d)  # session 29, call 4 (carry .whl): the int4 row GEMV with its products and group sums in float16
+  s29d)  # (as run; the int4 form was removed after it: commit f136f22 keeps it, so s29c / s29d cannot be rerun as written)
+        # session 29, call 4 (carry .whl): the int4 row GEMV with its products and group sums in float16
         # (GEMV_ROWS_W4_F16; s29c's float32 form lost to float8): its GPU tests, the drafter's one-row GEMMs (int4 at
         # four configs in float16, one in float32), batch 1, K = 6 / 8, float8 against int4 (4, 4, float16), twice
       skinny_build

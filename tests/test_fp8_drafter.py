@@ -1,5 +1,5 @@
-"""Float8 and int4 draft-pass weights (``ops/fused.py`` ``quantize_fp8`` / ``Fp8Weight``,
-``quantize_int4`` / ``Int4Weight``, ``runtime/fused_model.py`` ``FusedEagle(draft_weights=)``) on CPU, fp32.
+"""Float8 draft-pass weights (``ops/fused.py`` ``quantize_fp8`` / ``Fp8Weight``,
+``runtime/fused_model.py`` ``FusedEagle(draft_weights="fp8")``) on CPU, fp32.
 
 The quantization's error bound, the fused ops' float8 reference path (the one the Triton row GEMV is
 tested against in ``test_fused_gpu.py``), the drafter's one-token passes equal to a drafter whose
@@ -91,57 +91,14 @@ def test_fp8_weight_rejects_bad_parts():
         fused.Fp8Weight(q.weight, q.scale, torch.int8)
 
 
-def test_quantize_int4_layout_and_error_bound():
-    """``quantize_int4``: integers in [-8, 7], one float16 scale (amax / 7) per group of columns, each
-    element within half its group's scale; the packed layout of ``Int4Weight`` (chunk c's byte j = column
-    512 c + j low, 512 c + 256 + j high, q + 8; the padding past K is q = 0); an all-zero group gets
-    scale 1; bad input is refused."""
-    g = torch.Generator().manual_seed(3)
-    N, K = 9, 600  # (two chunks, the second one partly padding)
-    w = torch.randn(N, K, generator=g) * torch.logspace(-2, 1, N)[:, None]
-    w[2, 32:64] = 0
-    for G in (32, 128):
-        q = fused.quantize_int4(w, G)
-        assert q.shape == (N, K) and q.weight.shape == (N, 512) and q.scale.shape == (N, 1024 // G)
-        assert q.weight.dtype == torch.uint8 and q.scale.dtype == torch.float16 and q.dtype == torch.float32
-        v = q.values()
-        assert v.dtype == torch.int8 and int(v.min()) >= -8 and int(v.max()) <= 7
-        s = q.scale.float().repeat_interleave(G, 1)[:, :K]
-        assert bool(((q.dequantize() - w).abs() <= s / 2 * (1 + 1e-3)).all())
-        amax = torch.nn.functional.pad(w, (0, 1024 - K)).abs().view(N, -1, G).amax(2)
-        want = torch.where(amax > 0, amax / 7, torch.ones_like(amax)).to(torch.float16)
-        assert torch.equal(q.scale, want)
-        b = q.weight.to(torch.int16)
-        assert torch.equal((b[:, :256] & 15) - 8, v[:, :256].to(torch.int16))  # chunk 0, low: columns 0..255
-        assert torch.equal((b[:, :256] >> 4) - 8, v[:, 256:512].to(torch.int16))  # high: columns 256..511
-        assert torch.equal((b[:, 256 : 256 + 88] & 15) - 8, v[:, 512:].to(torch.int16))  # chunk 1: 512..599
-        assert bool((b[:, 256 + 88 :] & 15 == 8).all()) and bool((b[:, 256:] >> 4 == 8).all())  # padding: q = 0
-    assert bool((fused.quantize_int4(w, 32).scale[2, 1] == 1).item())  # the all-zero group
-    with pytest.raises(ValueError, match="group must be one of"):
-        fused.quantize_int4(w, 48)
-    with pytest.raises(ValueError, match="NaN or inf"):
-        fused.quantize_int4(torch.tensor([[1.0, float("nan")]]))
-    with pytest.raises(ValueError, match=r"\[N, K\]"):
-        fused.quantize_int4(torch.randn(4))
-    q = fused.quantize_int4(torch.randn(4, 8))
-    with pytest.raises(ValueError, match="weight must be contiguous uint8"):
-        fused.Int4Weight(q.weight[:, :100], q.scale, 8, 32, torch.float32)
-    with pytest.raises(ValueError, match="scale must be contiguous float16"):
-        fused.Int4Weight(q.weight, q.scale.float(), 8, 32, torch.float32)
-    with pytest.raises(ValueError, match="group must be one of"):
-        fused.Int4Weight(q.weight, q.scale, 8, 16, torch.float32)
-
-
-@pytest.mark.parametrize("fmt", ["fp8", "int4"])
-def test_fused_ops_take_fp8_weights_on_cpu(fmt):
+def test_fused_ops_take_fp8_weights_on_cpu():
     """linear (with an RMSNorm, a residual in place), linear_gating, gated_norm_linear and
-    silu_mul_linear given an Fp8Weight / Int4Weight equal their unfused reference chains with the
-    weight dequantized (fp32: rel < 1e-6, summation order only)."""
+    silu_mul_linear given an Fp8Weight equal their unfused reference chains with the weight
+    dequantized (fp32: rel < 1e-6, summation order only)."""
     g = torch.Generator().manual_seed(1)
     HV, V, N = 3, 16, 29
     K = HV * V
-    quant = fused.quantize_fp8 if fmt == "fp8" else fused.quantize_int4
-    w = quant(torch.randn(N, K, generator=g) * 0.1)
+    w = fused.quantize_fp8(torch.randn(N, K, generator=g) * 0.1)
     wd = w.dequantize()
     x = torch.randn(2, K, generator=g)
     nw = torch.rand(K, generator=g) + 0.5
@@ -159,56 +116,22 @@ def test_fused_ops_take_fp8_weights_on_cpu(fmt):
     got = fused.gated_norm_linear(o, gate, onw, 1e-6, "sigmoid", w, residual=h.clone())
     ref = fused.linear_ref(fused.gated_rms_norm_ref(o, gate, onw, 1e-6, "sigmoid", torch.float32), wd, residual=h)
     assert rel(got, ref) < 1e-6
-    wm = quant(torch.randn(N, K, generator=g) * 0.1)
+    wm = fused.quantize_fp8(torch.randn(N, K, generator=g) * 0.1)
     xm = torch.randn(2, 2 * K, generator=g)
     got = fused.silu_mul_linear(xm, wm, residual=h.clone())
     assert rel(got, fused.linear_ref(fused.silu_mul_ref(xm), wm.dequantize(), residual=h)) < 1e-6
 
 
-def _fake_quantized(dm, only: tuple[str, ...] = (), quant=fused.quantize_fp8):
+def _fake_quantized(dm, only: tuple[str, ...] = ()):
     """A copy of an EagleDrafter whose fc and block GEMM weights hold their dequantized float8 values
-    (``quant``: another format's quantizer; ``only``: just the weights whose names contain one of these)."""
+    (``only``: just the weights whose names contain one of these)."""
     dq = copy.deepcopy(dm)
     with torch.no_grad():
         for name, p in dq.named_parameters():
             if (p.dim() == 2 and name.endswith("weight") and "embed" not in name
                     and (not only or any(o in name for o in only))):
-                p.copy_(quant(p).dequantize())
+                p.copy_(fused.quantize_fp8(p).dequantize())
     return dq
-
-
-def test_int4_draft_passes_equal_a_fake_quantized_drafter(models):
-    """``draft_weights="int4"``: one-token passes equal the model-dtype passes of a drafter whose GEMM
-    weights hold their dequantized int4 values (groups lie inside rows, so packing the projections
-    first changes nothing), its draft tokens the argmax over the dequantized head; multi-token passes
-    keep the model weights."""
-    tm, dm = models
-    tgt = FusedTarget(tm, torch.float32, "cpu")
-    dr4 = FusedEagle(dm, tgt, torch.float32, "cpu", draft_weights="int4")
-    assert isinstance(dr4.fc8, fused.Int4Weight) and dr4.draft_weights == "int4"
-    drq = FusedEagle(_fake_quantized(dm, quant=fused.quantize_int4), tgt, torch.float32, "cpu")
-    dr = FusedEagle(dm, tgt, torch.float32, "cpu")
-    B = 3
-    g = torch.Generator().manual_seed(4)
-    toks = torch.randint(3, 8000, (B, 1), generator=g)
-    feats = torch.randn(B, tm.config.hidden_size, generator=g)
-    outs = {}
-    for name, d in (("int4", dr4), ("fake", drq), ("model", dr)):
-        st = allocate_layer_states(drafter_config(d), B, 0)
-        for s in st:
-            s.ssm.copy_(torch.randn(s.ssm.shape, generator=torch.Generator().manual_seed(9)))
-        outs[name] = d.hidden(toks, feats, st, "ar", StepCtrl.uniform(B, 1, "cpu"))
-    assert rel(outs["int4"], outs["fake"]) < 1e-5 and rel(outs["int4"], outs["model"]) > 1e-3
-    f = outs["int4"]
-    want = (f @ fused.quantize_int4(tgt.lm_head).dequantize().t()).argmax(-1)
-    assert torch.equal(dr4.draft_tokens(f), want)
-    toks = torch.randint(3, 8000, (1, 4), generator=g)
-    feats = torch.randn(4, tm.config.hidden_size, generator=g)
-    got = [d.hidden(toks, feats, allocate_layer_states(drafter_config(d), 1, 0), "ar", StepCtrl.uniform(1, 4, "cpu"))
-           for d in (dr4, dr)]
-    assert torch.equal(got[0], got[1])
-    back = dr4.with_draft_weights("fp8")  # (switching formats requantizes; the int4 drafter is untouched)
-    assert isinstance(back.fc8, fused.Fp8Weight) and isinstance(dr4.fc8, fused.Int4Weight)
 
 
 def test_fp8_draft_passes_equal_a_fake_quantized_drafter(models):
@@ -310,14 +233,14 @@ def test_fp8_drafter_is_lossless_and_keeps_acceptance(models):
                 n = min(len(a), len(b))
                 assert n >= 13 and a[:n] == b[:n]
             taus[dw, W] = r.mean_acceptance_length
-    assert abs(taus["fp8", 1] - taus["model", 1]) < 0.5 and abs(taus["int4", 1] - taus["model", 1]) < 0.5, taus
+    assert abs(taus["fp8", 1] - taus["model", 1]) < 0.5, taus
 
 
 def test_draft_weights_field_is_checked(models):
     tm, dm = models
     tgt = FusedTarget(tm, torch.float32, "cpu")
-    with pytest.raises(ValueError, match=r"draft_weights must be one of \('model', 'fp8', 'int4'\), got 'int2'"):
-        FusedEagle(dm, tgt, torch.float32, "cpu", draft_weights="int2")
+    with pytest.raises(ValueError, match=r"draft_weights must be one of \('model', 'fp8'\), got 'int4'"):
+        FusedEagle(dm, tgt, torch.float32, "cpu", draft_weights="int4")
     dr = FusedEagle(dm, tgt, torch.float32, "cpu")
     with pytest.raises(ValueError, match="draft_weights must be one of"):
         dr.with_draft_weights("fp16")

@@ -175,142 +175,12 @@ def quantize_fp8(w: torch.Tensor, dtype: torch.dtype | None = None) -> Fp8Weight
     return Fp8Weight(q, scale, dtype)
 
 
-# ---------------------------------------------------------------- int4 weights (W4A16, group scales)
-INT4_CHUNK = 512  # = triton_fused.INT4_CHUNK: columns per packed chunk
-INT4_GROUPS = (32, 64, 128, 256)  # = triton_fused.INT4_GROUPS
+def _fp8_parts(w) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(weight, w_scale)`` for ``triton_fused.gemv_rows``: an :class:`Fp8Weight`'s parts, or ``(w, None)``."""
+    return (w.weight, w.scale) if isinstance(w, Fp8Weight) else (w, None)
 
 
-class Int4Weight:
-    """A linear weight stored as symmetric 4-bit integers with one float16 scale per group of
-    :attr:`group` input columns of each output row (W4A16, the GPTQ / AWQ storage scheme without
-    zero points): weight ``[n, k]`` is ``q[n, k] * scale[n, k // group]``, ``q`` in ``[-8, 7]``.
-    A quarter of bf16's bytes plus the scales (1 / 8 more at ``group = 32``); for the decode
-    runtime's drafter passes (``runtime/fused_model.py`` ``FusedEagle(draft_weights="int4")``),
-    weight streams at batch 1.
-
-    Layout (``triton_fused.gemv_rows(w4=)``): ``packed [N, NC * 256]`` uint8, ``NC = ceil(K / 512)``
-    chunks of 512 columns; byte ``j`` of chunk ``c`` holds column ``512 c + j`` in its low nibble and
-    ``512 c + 256 + j`` in its high nibble, each as ``q + 8``; columns past ``K`` hold ``q = 0``.
-    ``scale [N, NC * 512 / group]`` float16.
-
-    Attributes:
-        weight: the packed ``[N, NC * 256]`` uint8, contiguous. scale: ``[N, NC * 512 / group]``
-        float16, contiguous. group: columns per scale (:data:`INT4_GROUPS`). shape: ``(N, K)``, the
-        logical weight's. dtype: the activation / output dtype.
-
-    The ops of this module take it wherever they take a weight: on CUDA the row GEMV for any number
-    of rows when the activations are in :attr:`dtype`, otherwise :meth:`ref_linear`.
-
-    Raises:
-        ValueError: parts not as above.
-    """
-
-    def __init__(self, weight: torch.Tensor, scale: torch.Tensor, k: int, group: int, dtype: torch.dtype):
-        nc = -(-k // INT4_CHUNK) if k >= 1 else 0
-        if group not in INT4_GROUPS or k < 1:
-            raise ValueError(f"Int4Weight: group must be one of {INT4_GROUPS} and K >= 1, got group {group}, K {k}")
-        if weight.dim() != 2 or weight.dtype != torch.uint8 or weight.shape[1] != nc * INT4_CHUNK // 2 \
-                or not weight.is_contiguous():
-            raise ValueError(f"Int4Weight: weight must be contiguous uint8 [N, {nc * INT4_CHUNK // 2}] (K = {k}), got "
-                             f"{tuple(weight.shape)} {weight.dtype}")
-        if scale.shape != (weight.shape[0], nc * INT4_CHUNK // group) or scale.dtype != torch.float16 \
-                or not scale.is_contiguous():
-            raise ValueError(f"Int4Weight: scale must be contiguous float16 [N, {nc * INT4_CHUNK // group}], got "
-                             f"{tuple(scale.shape)} {scale.dtype}")
-        if dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            raise ValueError(f"Int4Weight: dtype must be torch.bfloat16, torch.float16 or torch.float32, got {dtype}")
-        self.weight, self.scale, self.group, self.dtype = weight, scale, group, dtype
-        self.shape = torch.Size((weight.shape[0], k))
-
-    @property
-    def device(self) -> torch.device:
-        return self.weight.device
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the packed weight and its scales."""
-        return self.weight.numel() + 2 * self.scale.numel()
-
-    def values(self) -> torch.Tensor:
-        """``[N, K]`` int8: the signed integers ``q`` (unpacked)."""
-        N, K = self.shape
-        b = self.weight.view(N, -1, INT4_CHUNK // 2).to(torch.int16)
-        q = torch.cat([b & 15, b >> 4], 2).reshape(N, -1)[:, :K] - 8
-        return q.to(torch.int8)
-
-    def dequantize(self) -> torch.Tensor:
-        """``[N, K]`` float32: ``q * scale`` per group."""
-        N, K = self.shape
-        s = self.scale.float().repeat_interleave(self.group, 1)[:, :K]
-        return self.values().float() * s
-
-    def ref_linear(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
-        """The row GEMV's math in torch: ``x [M, K]`` rounded to :attr:`dtype`, times the dequantized
-        weight in float32, ``+ residual`` in float32, rounded to :attr:`dtype`: ``[M, N]`` (the kernel
-        sums each group before its scale: the same up to float32 summation order)."""
-        y = x.to(self.dtype).float() @ self.dequantize().t()
-        if residual is not None:
-            y = y + residual.float()
-        return y.to(self.dtype)
-
-
-def quantize_int4(w: torch.Tensor, group: int = 32, dtype: torch.dtype | None = None) -> Int4Weight:
-    """Symmetric int4 quantization of ``w [N, K]`` (finite floats) with one scale per ``group``
-    columns of a row: ``scale = amax / 7`` rounded to float16 (at least 2^-24, float16's smallest
-    subnormal; 1 for an all-zero group), ``q = round(w / scale)`` clamped to ``[-8, 7]``. Each
-    element's error is at most half its group's scale (and ``amax`` is exact up to the float16 rounding
-    of the scale). ``dtype``: the activation dtype (default ``w.dtype``). Rows are converted 4096 at a
-    time. Source: the group-wise symmetric 4-bit weight format of GPTQ / AWQ (round-to-nearest,
-    without their calibration), packed for ``triton_fused.gemv_rows(w4=)`` (:class:`Int4Weight`).
-
-    Raises:
-        ValueError: ``w`` not 2-D floating point, NaN / inf entries, ``group`` not in
-            :data:`INT4_GROUPS`, ``dtype`` not bf16 / fp16 / fp32, a scale above float16's range."""
-    if w.dim() != 2 or not w.is_floating_point() or w.dtype in FP8_WEIGHT_DTYPES:
-        raise ValueError(f"quantize_int4: w must be a bfloat16 / float16 / float32 / float64 [N, K] tensor, got "
-                         f"{tuple(w.shape)} {w.dtype}")
-    if group not in INT4_GROUPS:
-        raise ValueError(f"quantize_int4: group must be one of {INT4_GROUPS}, got {group}")
-    dtype = dtype or w.dtype
-    if dtype not in (torch.bfloat16, torch.float16, torch.float32):
-        raise ValueError(f"quantize_int4: dtype (the activation dtype) must be torch.bfloat16, torch.float16 or "
-                         f"torch.float32, got {dtype}")
-    w = w.detach()
-    if not bool(torch.isfinite(w).all()):
-        raise ValueError("quantize_int4: w has NaN or inf entries")
-    N, K = w.shape
-    nc = -(-K // INT4_CHUNK)
-    kp = nc * INT4_CHUNK
-    packed = torch.empty(N, kp // 2, dtype=torch.uint8, device=w.device)
-    scale = torch.empty(N, kp // group, dtype=torch.float16, device=w.device)
-    for r in range(0, N, 4096):
-        wf = torch.nn.functional.pad(w[r : r + 4096].to(torch.float32), (0, kp - K))
-        n = wf.shape[0]
-        wg = wf.view(n, kp // group, group)
-        amax = wg.abs().amax(2)
-        if bool((amax / 7 > torch.finfo(torch.float16).max).any()):
-            raise ValueError("quantize_int4: a group's scale (amax / 7) exceeds float16's range")
-        sc = torch.where(amax > 0, (amax / 7).clamp_min(2.0**-24), torch.ones_like(amax)).to(torch.float16)
-        q = (wg / sc.float()[:, :, None]).round().clamp(-8, 7).to(torch.int16).view(n, nc, 2, INT4_CHUNK // 2) + 8
-        packed[r : r + n] = (q[:, :, 0] | (q[:, :, 1] << 4)).to(torch.uint8).view(n, kp // 2)
-        scale[r : r + n] = sc
-    return Int4Weight(packed, scale, K, group, dtype)
-
-
-QUANT_WEIGHTS = (Fp8Weight, Int4Weight)
-
-
-def _qparts(w) -> tuple[torch.Tensor, dict]:
-    """``(weight, kwargs)`` for ``triton_fused.gemv_rows``: an :class:`Fp8Weight`'s ``(weight,
-    {w_scale})``, an :class:`Int4Weight`'s ``(packed, {w_scale, w4: (K, group)})``, or ``(w, {})``."""
-    if isinstance(w, Fp8Weight):
-        return w.weight, dict(w_scale=w.scale)
-    if isinstance(w, Int4Weight):
-        return w.weight, dict(w_scale=w.scale, w4=(w.shape[1], w.group))
-    return w, {}
-
-
-def _fp8_linear_ref(x: torch.Tensor, w, residual: torch.Tensor | None, residual_inplace: bool):
+def _fp8_linear_ref(x: torch.Tensor, w: Fp8Weight, residual: torch.Tensor | None, residual_inplace: bool):
     y = w.ref_linear(x, residual)
     return residual.copy_(y) if residual is not None and residual_inplace else y
 
@@ -370,12 +240,12 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
     if impl is not None:  # the row GEMV (see _rows_impl), the norm its prologue or its own kernel
         if norm_weight is not None and not GEMV_ROWS_PROLOGUE:
             x, norm_weight = rms_norm(x, norm_weight, eps, w.dtype), None
-        ww, qk = _qparts(w)
+        ww, wsc = _fp8_parts(w)
         return impl.gemv_rows(x, ww, norm_weight, eps, residual,
-                              out=residual if residual is not None and residual_inplace else None, **qk)
+                              out=residual if residual is not None and residual_inplace else None, w_scale=wsc)
     if norm_weight is not None:
         x = rms_norm(x, norm_weight, eps, w.dtype)
-    if isinstance(w, QUANT_WEIGHTS):
+    if isinstance(w, Fp8Weight):
         if _skinny_fp8_takes(x, w, residual):
             return _cpp.skinny_gemm_fp8(x, w.weight, w.scale, residual,
                                         out=residual if residual is not None and residual_inplace else None)
@@ -413,8 +283,8 @@ def linear_gating(x, w, norm_weight, eps, a0, A_log, dt_bias, allow_neg_eigval=F
         if norm_weight is not None and not GEMV_ROWS_PROLOGUE:
             x, norm_weight = rms_norm(x, norm_weight, eps, w.dtype), None
         gb = torch.empty(x.shape[0], 2 * HV, dtype=torch.float32, device=x.device)
-        ww, qk = _qparts(w)
-        p = impl.gemv_rows(x, ww, norm_weight, eps, gating=(gb, a0, A_log, dt_bias, allow_neg_eigval), **qk)
+        ww, wsc = _fp8_parts(w)
+        p = impl.gemv_rows(x, ww, norm_weight, eps, gating=(gb, a0, A_log, dt_bias, allow_neg_eigval), w_scale=wsc)
         return p, gb[:, :HV], gb[:, HV:]
     p = linear(x, w, norm_weight, eps, prefetch=prefetch)
     g, beta = gdn_gating(p[:, a0 : a0 + HV], p[:, a0 + HV : a0 + 2 * HV], A_log, dt_bias, allow_neg_eigval,
@@ -505,7 +375,7 @@ def _rows_impl(x, w, residual=None, prologue: bool = False, norm_weight=None):
     feature dim, a 2-D contiguous ``w``, a ``[rows, N]`` residual with a dense feature
     dim, a contiguous 1-D ``norm_weight``. An :class:`Fp8Weight` takes it at any number of rows
     when ``x`` is in its dtype (``USE_GEMV_ROWS`` aside: there is no other float8 GEMM)."""
-    fp8 = isinstance(w, QUANT_WEIGHTS)  # (float8 or int4: the row GEMV is their only kernel)
+    fp8 = isinstance(w, Fp8Weight)
     if fp8:
         if x.dtype != w.dtype or _skinny_fp8_takes(x, w, residual):  # (the kernel's output and activation
             return None  # rounding are in x.dtype; the skinny GEMM's float8 form takes it in linear())
@@ -547,8 +417,8 @@ def embed_linear(table: torch.Tensor, tokens: torch.Tensor, feats: torch.Tensor,
     impl = _rows_impl(feats, w) if ok else None
     if impl is not None and GEMV_ROWS_PROLOGUE and table.dim() == 2 and table.stride(-1) == 1 \
             and table.shape[1] + feats.shape[1] == w.shape[1]:
-        ww, qk = _qparts(w)
-        return impl.gemv_rows(feats, ww, embed=(table, tok.contiguous()), **qk)
+        ww, wsc = _fp8_parts(w)
+        return impl.gemv_rows(feats, ww, w_scale=wsc, embed=(table, tok.contiguous()))
     return linear(embed(table, tokens, feats), w, prefetch=prefetch)
 
 
@@ -571,25 +441,15 @@ def norm_rows_linear(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, w, 
     ok = DRAFT_GLUE_PROLOGUES and x.dim() == 2
     impl = _rows_impl(x[:N] if N <= x.shape[0] else x, w, None, True, norm_weight) if ok else None
     if impl is not None and (rows is None or (rows.dim() == 1 and rows.dtype == torch.int64)):
-        ww, qk = _qparts(w)
+        ww, wsc = _fp8_parts(w)
         if normed_out is None:
             normed_out = torch.empty(N, x.shape[1], dtype=w.dtype, device=x.device)
         logits = impl.gemv_rows(x, ww, norm_weight, eps, x_rows=None if rows is None else rows.contiguous(),
-                                x_out=normed_out, **qk)
+                                x_out=normed_out, w_scale=wsc)
         return logits, normed_out
     xs = x if rows is None else embed(x, rows)
     xn = rms_norm(xs, norm_weight, eps, w.dtype)
     return linear(xn, w), xn
-
-
-def _gemv_bk(impl, w) -> int:
-    """The row GEMV's column chunk for ``w`` (the gated-RMSNorm prologue needs whole heads in it); 0
-    without the row GEMV."""
-    if impl is None:
-        return 0
-    if isinstance(w, Int4Weight):
-        return impl.INT4_HALF
-    return (impl.GEMV_ROWS_FP8_CONFIG if isinstance(w, Fp8Weight) else impl.GEMV_ROWS_CONFIG)[1]
 
 
 def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual_inplace=False, prefetch=None,
@@ -622,25 +482,26 @@ def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual
         on = o.reshape(N, HV * V) if o.stride(-1) == 1 and o.stride(1) == V else None
         impl = (_rows_impl(on[:M] if M <= N else on, w, residual[:M] if M <= N else residual, True, norm_weight)
                 if on is not None else None)
-        BK = _gemv_bk(impl, w)
+        BK = ((impl.GEMV_ROWS_FP8_CONFIG if isinstance(w, Fp8Weight) else impl.GEMV_ROWS_CONFIG)[1]
+              if impl is not None else 0)
         if (impl is not None and M <= N and V & (V - 1) == 0 and (BK <= 0 or BK % V == 0)
                 and (gate is None or (gate.dim() == 2 and gate.stride(-1) == 1))):
-            ww, qk = _qparts(w)
+            ww, wsc = _fp8_parts(w)
             return impl.gemv_rows(on, ww, norm_weight, eps, residual, prologue="gated_rms_norm", gate=gate,
-                                  head_dim=V, gate_act="sigmoid" if act == "sigmoid" else "silu",
-                                  x_rows=rows.contiguous(), **qk)
+                                  head_dim=V, gate_act="sigmoid" if act == "sigmoid" else "silu", w_scale=wsc,
+                                  x_rows=rows.contiguous())
         return gated_norm_linear(o.index_select(0, rows), None if gate is None else gate.index_select(0, rows),
                                  norm_weight, eps, act, w, residual.index_select(0, rows), True, prefetch)
     on = o.reshape(N, HV * V) if o.stride(-1) == 1 and o.stride(1) == V else None
     impl = _rows_impl(on, w, residual, True, norm_weight) if on is not None else None
-    BK = _gemv_bk(impl, w)
+    BK = (impl.GEMV_ROWS_FP8_CONFIG if isinstance(w, Fp8Weight) else impl.GEMV_ROWS_CONFIG)[1] if impl is not None else 0
     if (impl is not None and V & (V - 1) == 0 and (BK <= 0 or BK % V == 0)
             and (gate is None or (gate.dim() == 2 and gate.stride(-1) == 1))):
-        ww, qk = _qparts(w)
+        ww, wsc = _fp8_parts(w)
         return impl.gemv_rows(on, ww, norm_weight, eps, residual,
                               out=residual if residual is not None and residual_inplace else None,
                               prologue="gated_rms_norm", gate=gate, head_dim=V,
-                              gate_act="sigmoid" if act == "sigmoid" else "silu", **qk)
+                              gate_act="sigmoid" if act == "sigmoid" else "silu", w_scale=wsc)
     y = gated_rms_norm(o, gate, norm_weight, eps, act, w.dtype)
     return linear(y, w, residual=residual, residual_inplace=residual_inplace, prefetch=prefetch)
 
@@ -653,9 +514,9 @@ def silu_mul_linear(x, w, residual=None, residual_inplace=False, prefetch=None):
     ``w`` may be an :class:`Fp8Weight`."""
     impl = _rows_impl(x, w, residual, True) if x.dim() == 2 and x.shape[-1] == 2 * w.shape[-1] else None
     if impl is not None:
-        ww, qk = _qparts(w)
+        ww, wsc = _fp8_parts(w)
         return impl.gemv_rows(x, ww, residual=residual, prologue="silu_mul",
-                              out=residual if residual is not None and residual_inplace else None, **qk)
+                              out=residual if residual is not None and residual_inplace else None, w_scale=wsc)
     return linear(silu_mul(x), w, residual=residual, residual_inplace=residual_inplace, prefetch=prefetch)
 
 

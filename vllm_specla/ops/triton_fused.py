@@ -223,24 +223,6 @@ def _gemv_row(x, xr, m, sx, XR: tl.constexpr):
 
 
 @triton.jit
-def _gemv_act(x, xr, m, sx, XR: tl.constexpr, gate, sg, nw, k0, rk, K, rs, PRO: tl.constexpr, HD: tl.constexpr,
-              HAS_GATE: tl.constexpr, GSIG: tl.constexpr, BK: tl.constexpr, EMB: tl.constexpr, tok, emb, ED, SE,
-              odt: tl.constexpr):
-    """Token row ``m``'s activations at columns ``k0 + rk`` (``[BK]``) after the prologue, rounded to
-    ``odt`` as the product uses them, as float32 (see :func:`_gemv_x`; EMB: ``[emb[tok[m]] | x row]``)."""
-    if EMB:  # [emb[tok[m]] | x row]: embed_ref's cast to the table's dtype, then the GEMM's rounding
-        kk = k0 + rk
-        te = tl.load(tok + m)
-        xe = tl.load(emb + te * SE + kk, mask=kk < ED, other=0.0)
-        xf = tl.load(_gemv_row(x, xr, m, sx, XR) + (kk - ED), mask=(kk >= ED) & (kk < K), other=0.0)
-        xk = tl.where(kk < ED, xe, xf.to(emb.dtype.element_ty)).to(tl.float32)
-    else:
-        xk = _gemv_x(_gemv_row(x, xr, m, sx, XR), _gemv_row(gate, xr, m, sg, XR), nw, k0, rk, K, rs, PRO,
-                     HD, HAS_GATE, GSIG, BK)
-    return xk.to(odt)
-
-
-@triton.jit
 def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A_log, dt_bias, A0, HV, ws,
                       xr, xo, sxo, tok, emb, ED, SE,
                       MR: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NK: tl.constexpr,
@@ -297,10 +279,18 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
         wf = wk.to(tl.float32)
         for m in tl.static_range(MR):
             rs = tl.sum(tl.where(rm == m, rstd, 0.0), 0)
+            if EMB:  # [emb[tok[m]] | x row]: embed_ref's cast to the table's dtype, then the GEMM's rounding
+                kk = k0 + rk
+                te = tl.load(tok + m)
+                xe = tl.load(emb + te * SE + kk, mask=kk < ED, other=0.0)
+                xf = tl.load(_gemv_row(x, xr, m, sx, XR) + (kk - ED), mask=(kk >= ED) & (kk < K), other=0.0)
+                xk = tl.where(kk < ED, xe, xf.to(emb.dtype.element_ty)).to(tl.float32)
+            else:
+                xk = _gemv_x(_gemv_row(x, xr, m, sx, XR), _gemv_row(gate, xr, m, sg, XR), nw, k0, rk, K, rs, PRO,
+                             HD, HAS_GATE, GSIG, BK)
             # the activation rounded to the weight dtype, as the unfused prologue kernel -> GEMM path has it
             # (out.dtype is w.dtype except with WS, where it is the activation dtype)
-            xq = _gemv_act(x, xr, m, sx, XR, gate, sg, nw, k0, rk, K, rs, PRO, HD, HAS_GATE, GSIG, BK, EMB, tok,
-                           emb, ED, SE, out.dtype.element_ty)
+            xq = xk.to(out.dtype.element_ty)
             if XO:
                 if pid == 0:
                     tl.store(xo + m * sxo + k0 + rk, xq, mask=(k0 + rk) < K)
@@ -329,107 +319,6 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
                  mask=om & in_g[:, None])
 
 
-INT4_CHUNK = 512  # columns per packed chunk of an int4 weight (fused.Int4Weight): byte j of a chunk holds
-INT4_HALF = INT4_CHUNK // 2  # column j (low nibble) and column INT4_HALF + j (high nibble)
-
-
-@triton.jit
-def _gemv_rows_w4_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A_log, dt_bias, A0, HV, ws,
-                         xr, xo, sxo, tok, emb, ED, SE,
-                         MR: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, NC: tl.constexpr, G: tl.constexpr,
-                         PRO: tl.constexpr, HD: tl.constexpr, HAS_GATE: tl.constexpr, GSIG: tl.constexpr,
-                         RES: tl.constexpr, PDL: tl.constexpr, GATING: tl.constexpr, NEG: tl.constexpr,
-                         XR: tl.constexpr, XO: tl.constexpr, EMB: tl.constexpr, F16: tl.constexpr):
-    # _gemv_rows_kernel on a packed int4 weight (fused.Int4Weight, W4A16): w [N, NC * HALF] uint8, chunk c's
-    # byte j holding column c * CHUNK + j (low nibble) and c * CHUNK + HALF + j (high nibble), each the signed
-    # value + 8; ws [N, NC * CHUNK / G] float16, one scale per group of G columns. A nibble n becomes the exact
-    # float32 n - 8 by two integer operations and one subtraction (its bits under 2^23's exponent: 2^23 + n,
-    # minus 2^23 + 8), no conversion instruction. Per chunk and row each group's G products are summed, scaled
-    # and kept per group ([BN, NG, MP]); the cross-thread reduction over the groups runs once, after the loop.
-    HALF: tl.constexpr = 256
-    NG: tl.constexpr = HALF // G
-    KB = NC * HALF  # bytes per weight row
-    SG = NC * 2 * NG  # scales per weight row
-    pid = tl.program_id(0)
-    rn = pid * BN + tl.arange(0, BN)
-    mn = rn < N
-    rj = tl.arange(0, HALF)
-    rg = tl.arange(0, NG)
-    rm = tl.arange(0, MP)
-    w0 = tl.load(w + rn[:, None] * KB + rj[None, :], mask=mn[:, None], other=0)
-    if PDL:  # everything below reads the previous kernels' results
-        tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
-    om = mn[:, None] & (rm < MR)[None, :]
-    if RES:  # (XR: residual row xr[m], as x's)
-        if XR:
-            rr = tl.load(xr + rm, mask=rm < MR, other=0)
-        else:
-            rr = rm
-        r0 = tl.load(res + rr[None, :] * sr + rn[:, None], mask=om, other=0.0).to(tl.float32)
-    rstd = tl.full([MP], eps, dtype=tl.float32)
-    if PRO == 1:  # each row's RMS first
-        for m in tl.static_range(MR):
-            ss = tl.zeros([HALF], dtype=tl.float32)
-            for k0 in tl.static_range(0, 2 * NC * HALF, HALF):
-                xk = tl.load(_gemv_row(x, xr, m, sx, XR) + k0 + rj, mask=(k0 + rj) < K, other=0.0).to(tl.float32)
-                ss += xk * xk
-            rstd = tl.where(rm == m, tl.rsqrt(tl.sum(ss, 0) / K + eps), rstd)
-    acc3 = tl.zeros([BN, NG, MP], dtype=tl.float32)
-    for c in tl.static_range(NC):
-        if c == 0:
-            wq = w0
-        else:
-            wq = tl.load(w + rn[:, None] * KB + c * HALF + rj[None, :], mask=mn[:, None], other=0)
-        if F16:  # n - 8 as float16: the nibble under 1024's exponent (1024 + n), minus 1032, exact
-            wi = wq.to(tl.int16)
-            lo = ((wi & 15) | 0x6400).to(tl.float16, bitcast=True) - 1032.0
-            hi = ((wi >> 4) | 0x6400).to(tl.float16, bitcast=True) - 1032.0
-        else:
-            wi = wq.to(tl.int32)
-            lo = ((wi & 15) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
-            hi = ((wi >> 4) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
-        s_lo = tl.load(ws + rn[:, None] * SG + c * 2 * NG + rg[None, :], mask=mn[:, None], other=0.0).to(tl.float32)
-        s_hi = tl.load(ws + rn[:, None] * SG + c * 2 * NG + NG + rg[None, :], mask=mn[:, None], other=0.0).to(tl.float32)
-        for m in tl.static_range(MR):
-            rs = tl.sum(tl.where(rm == m, rstd, 0.0), 0)
-            x_lo = _gemv_act(x, xr, m, sx, XR, gate, sg, nw, c * 2 * HALF, rj, K, rs, PRO, HD, HAS_GATE, GSIG, HALF,
-                             EMB, tok, emb, ED, SE, out.dtype.element_ty)
-            x_hi = _gemv_act(x, xr, m, sx, XR, gate, sg, nw, c * 2 * HALF + HALF, rj, K, rs, PRO, HD, HAS_GATE, GSIG,
-                             HALF, EMB, tok, emb, ED, SE, out.dtype.element_ty)
-            if XO:
-                if pid == 0:
-                    tl.store(xo + m * sxo + c * 2 * HALF + rj, x_lo, mask=(c * 2 * HALF + rj) < K)
-                    tl.store(xo + m * sxo + c * 2 * HALF + HALF + rj, x_hi, mask=(c * 2 * HALF + HALF + rj) < K)
-            if F16:  # products and group sums in float16 (packed math), the scaled sums in float32
-                p_lo = tl.sum(tl.reshape(lo * x_lo.to(tl.float16)[None, :], [BN, NG, G]), 2).to(tl.float32)
-                p_hi = tl.sum(tl.reshape(hi * x_hi.to(tl.float16)[None, :], [BN, NG, G]), 2).to(tl.float32)
-            else:
-                p_lo = tl.sum(tl.reshape(lo * x_lo.to(tl.float32)[None, :], [BN, NG, G]), 2)
-                p_hi = tl.sum(tl.reshape(hi * x_hi.to(tl.float32)[None, :], [BN, NG, G]), 2)
-            acc3 += tl.where(rm[None, None, :] == m, (p_lo * s_lo + p_hi * s_hi)[:, :, None], 0.0)
-    acc = tl.sum(acc3, 1)
-    if RES:
-        acc += r0
-    y = acc.to(out.dtype.element_ty)
-    tl.store(out + rm[None, :] * so + rn[:, None], y, mask=om)
-    if GATING:  # as _gemv_rows_kernel's
-        ia = rn - A0
-        in_a = (ia >= 0) & (ia < HV)
-        in_g = in_a | ((ia >= HV) & (ia < 2 * HV))
-        hh = tl.where(in_a, ia, ia - HV)
-        hh = tl.where(in_g, hh, 0)
-        yv = y.to(tl.float32)
-        av = yv + tl.load(dt_bias + hh, mask=in_g, other=0.0).to(tl.float32)[:, None]
-        sp = tl.where(av > 20.0, av, tl.log(1.0 + tl.exp(tl.minimum(av, 20.0))))
-        gv = -tl.exp(tl.load(A_log + hh, mask=in_g, other=0.0).to(tl.float32))[:, None] * sp
-        bv = tl.sigmoid(yv)
-        if NEG:
-            bv = bv * 2.0
-        tl.store(gb + rm[None, :] * (2 * HV) + ia[:, None], tl.where(in_a[:, None], gv, bv),
-                 mask=om & in_g[:, None])
-
-
 GEMV_ROWS_BLOCK = 16  # token rows per launch of the row GEMV (its MR is a compile-time constant)
 GEMV_ROWS_MAX_M = 1  # token rows the dispatch gives the row GEMV (2+ rows: 1.15-1.98x cuBLAS at M = 2, s11a;
 # 2.2-5x at M = 5 and 7 with each weight chunk loaded once for all rows, s12b)
@@ -438,12 +327,6 @@ GEMV_ROWS_MAX_M = 1  # token rows the dispatch gives the row GEMV (2+ rows: 1.15
 GEMV_ROWS_CONFIG = (8, 1024, 8)
 # float8 weights (w_scale): the same bytes per program as GEMV_ROWS_CONFIG's bf16 chunk (8 rows x 2048 k x 1 byte)
 GEMV_ROWS_FP8_CONFIG = (8, 2048, 8)
-# int4 weights (w4=): (BN, num_warps); a chunk is always INT4_CHUNK columns (INT4_HALF bytes per weight row)
-GEMV_ROWS_W4_CONFIG = (8, 8)
-# int4: the products and each group's sum in float16 (the nibbles widened to float16 exactly, the activations rounded
-# to float16; float16 packed math), the scaled sums in float32; False: everything in float32
-GEMV_ROWS_W4_F16 = False
-INT4_GROUPS = (32, 64, 128, 256)  # the group sizes the int4 kernel takes (a group lies inside one half chunk)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 _PROLOGUES = {None: 0, "rms_norm": 1, "silu_mul": 2, "gated_rms_norm": 3}
 
@@ -463,8 +346,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
               gate: torch.Tensor | None = None, head_dim: int = 0, gate_act: str = "silu",
               pdl: bool | None = None, gating: tuple | None = None,
               w_scale: torch.Tensor | None = None, x_rows: torch.Tensor | None = None,
-              x_out: torch.Tensor | None = None, embed: tuple | None = None,
-              w4: tuple[int, int] | None = None) -> torch.Tensor:
+              x_out: torch.Tensor | None = None, embed: tuple | None = None) -> torch.Tensor:
     """Decode GEMV on CUDA cores: ``prologue(x) @ w.T [+ residual]`` for ``x [M, *]``, ``M`` small.
 
     Args:
@@ -475,14 +357,6 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
             (``torch.float8_e4m3fn`` / ``float8_e5m2``) with ``w_scale``.
         w_scale: ``[N]`` float32, contiguous: ``w`` is float8 and weight row ``n`` is
             ``w[n].float() * w_scale[n]`` (per-output-row scales, ``fused.quantize_fp8``; W8A16).
-            With ``w4``: ``[N, NC * INT4_CHUNK / G]`` float16, one scale per group of ``G`` columns.
-        w4: ``(K, G)`` or None: ``w`` is a packed int4 weight of ``K`` input columns (``fused.Int4Weight``,
-            W4A16): ``[N, NC * INT4_HALF]`` uint8 with ``NC = ceil(K / INT4_CHUNK)``, chunk ``c``'s byte
-            ``j`` holding column ``c * INT4_CHUNK + j`` in its low nibble and ``c * INT4_CHUNK + INT4_HALF + j``
-            in its high one, each the signed value ``q`` in ``[-8, 7]`` plus 8; weight ``[n, k]`` is
-            ``q * w_scale[n, k // G]``, ``G`` in :data:`INT4_GROUPS`. Output and rounding as with float8;
-            ``config``'s BK is unused (a chunk is always :data:`INT4_CHUNK` columns; the gated-RMSNorm
-            prologue's head_dim must divide :data:`INT4_HALF`); default :data:`GEMV_ROWS_W4_CONFIG`.
             The output, and the rounding of the activations after the prologue, are then in
             ``x.dtype`` (bf16 / fp16 / fp32) instead of ``w.dtype``; the scale multiplies each
             row's float32 sum once, before the residual (``fused.Fp8Weight.ref_linear``).
@@ -542,19 +416,6 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
     M, Kx = x.shape
     Mx = M  # rows of x (and of gate / residual): M unless x_rows gathers M of them
     N, K = w.shape
-    if w4 is not None:
-        if not (isinstance(w4, (tuple, list)) and len(w4) == 2 and w4[1] in INT4_GROUPS and w4[0] >= 1):
-            raise ValueError(f"gemv_rows: w4 must be (K, G) with K >= 1 and G in {INT4_GROUPS}, got {w4!r}")
-        K, G4 = int(w4[0]), int(w4[1])
-        NC = triton.cdiv(K, INT4_CHUNK)
-        if w.dtype != torch.uint8 or w.shape != (N, NC * INT4_HALF) or not w.is_contiguous():
-            raise ValueError(f"gemv_rows: with w4 = (K = {K}, G), w must be packed int4: contiguous uint8 [N, "
-                             f"{NC * INT4_HALF}], got {tuple(w.shape)} {w.dtype}")
-        if (w_scale is None or w_scale.shape != (N, NC * INT4_CHUNK // G4) or w_scale.dtype != torch.float16
-                or not w_scale.is_contiguous()):
-            raise ValueError(f"gemv_rows: with w4, w_scale must be contiguous float16 [N, {NC * INT4_CHUNK // G4}] "
-                             f"(one scale per group of {G4} columns), got "
-                             f"{None if w_scale is None else (tuple(w_scale.shape), w_scale.dtype)}")
     ED = 0
     if embed is not None:
         if not (isinstance(embed, (tuple, list)) and len(embed) == 2):
@@ -579,12 +440,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
                          f"w {tuple(w.shape)}, ED {ED}")
     pro = _PROLOGUES[prologue]
     odt = w.dtype
-    if w4 is not None:
-        if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            raise ValueError(f"gemv_rows: with an int4 w the output dtype is x.dtype, which must be bfloat16, float16 "
-                             f"or float32, got {x.dtype}")
-        odt = x.dtype
-    elif w_scale is not None:
+    if w_scale is not None:
         if w.dtype not in FP8_DTYPES:
             raise ValueError(f"gemv_rows: w_scale needs a float8 w ({', '.join(map(str, FP8_DTYPES))}), got {w.dtype}")
         if w_scale.shape != (N,) or w_scale.dtype != torch.float32 or not w_scale.is_contiguous():
@@ -596,21 +452,15 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
         odt = x.dtype
     elif w.dtype in FP8_DTYPES:
         raise ValueError("gemv_rows: a float8 w needs w_scale (its per-row scales), got w_scale None")
-    if w4 is not None:
-        cfg = tuple(config) if config else (GEMV_ROWS_W4_CONFIG[0], INT4_HALF, GEMV_ROWS_W4_CONFIG[1])
-    else:
-        cfg = tuple(config or (GEMV_ROWS_FP8_CONFIG if w_scale is not None else GEMV_ROWS_CONFIG))
+    cfg = tuple(config or (GEMV_ROWS_FP8_CONFIG if w_scale is not None else GEMV_ROWS_CONFIG))
     if len(cfg) != 3:
         raise ValueError(f"gemv_rows: config must be (BN, BK, num_warps), got {cfg}")
     BN, BK, nw = cfg
-    if w4 is not None:
-        BK = INT4_HALF  # (the prologue's chunk: a half of a packed chunk)
     if BN < 1 or BN & (BN - 1) or (BK > 0 and BK & (BK - 1)):
         raise ValueError(f"gemv_rows: config (BN, BK, num_warps) needs BN a power of two and BK 0 or a power of two, "
                          f"got {cfg}")
-    if w4 is None:
-        KP = triton.next_power_of_2(K)
-        BK = KP if BK <= 0 else min(BK, KP)
+    KP = triton.next_power_of_2(K)
+    BK = KP if BK <= 0 else min(BK, KP)
     NK = triton.cdiv(K, BK)
     if pro == 3:
         if head_dim <= 0 or head_dim & (head_dim - 1) or K % head_dim or BK % head_dim:
@@ -660,24 +510,6 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
     else:
         gb, a0, A_log, dt_bias, neg, HV = w, 0, w, w, False, 1
     on = _pdl.enabled(x) if pdl is None else bool(pdl)
-    if w4 is not None:
-        for m0 in range(0, M, GEMV_ROWS_BLOCK):
-            mr = min(GEMV_ROWS_BLOCK, M - m0)
-            m1 = 0 if x_rows is not None else m0
-            xs, os_ = x[m1:], out[m0:]
-            _gemv_rows_w4_kernel[(triton.cdiv(N, BN),)](
-                xs, w, os_, residual[m1:] if residual is not None else os_,
-                norm_weight if norm_weight is not None else w, gate[m1:] if has_gate else xs, N, K, x.stride(0),
-                gate.stride(0) if has_gate else 0, out.stride(0), residual.stride(0) if residual is not None else 0,
-                eps, gb[m0:] if gating is not None else gb, A_log, dt_bias, a0, HV, w_scale,
-                x_rows[m0:] if x_rows is not None else w, x_out[m0:] if x_out is not None else os_,
-                x_out.stride(0) if x_out is not None else 0, embed[1][m0:] if embed is not None else w,
-                embed[0] if embed is not None else w, ED, embed[0].stride(0) if embed is not None else 0,
-                MR=mr, MP=triton.next_power_of_2(mr), BN=BN, NC=triton.cdiv(K, INT4_CHUNK), G=G4, PRO=pro,
-                HD=max(head_dim, 1), HAS_GATE=has_gate, GSIG=gate_act == "sigmoid", RES=residual is not None, PDL=on,
-                GATING=gating is not None, NEG=bool(neg), XR=x_rows is not None, XO=x_out is not None,
-                EMB=embed is not None, F16=GEMV_ROWS_W4_F16, num_warps=nw, **_pdl.launch_kw(on))
-        return out
     for m0 in range(0, M, GEMV_ROWS_BLOCK):
         mr = min(GEMV_ROWS_BLOCK, M - m0)
         m1 = 0 if x_rows is not None else m0  # (a gather indexes x, gate, residual from their first row)

@@ -147,19 +147,16 @@ class FusedGDN:
         self.dims = self.layers[0].dims
         self.config = self.layers[0].config
 
-    def quantized(self, fmt: str = "fp8") -> FusedGDN:
+    def quantized(self) -> FusedGDN:
         """The same stack with its four GEMM weights per layer (in-projection, ``o_proj``, gate|up,
-        ``down_proj``) as per-row float8 :class:`~vllm_specla.ops.fused.Fp8Weight` (``fmt="fp8"``,
-        ``quantize_fp8``) or group-scaled :class:`~vllm_specla.ops.fused.Int4Weight` (``"int4"``,
-        ``quantize_int4`` with :data:`INT4_GROUP`); activations stay in :attr:`dtype`. Norm, conv and
-        gating parameters are shared, not copied. Raises ValueError for another ``fmt``."""
-        q = _quantizer(fmt)
+        ``down_proj``) as per-row float8 :class:`~vllm_specla.ops.fused.Fp8Weight` (``quantize_fp8``;
+        activations stay in :attr:`dtype`). Norm, conv and gating parameters are shared, not copied."""
         new = copy.copy(self)
         new.layers = []
         for L in self.layers:
-            ql = copy.copy(L)
-            ql.w_in, ql.w_o, ql.w_gu, ql.w_down = (q(w) for w in (L.w_in, L.w_o, L.w_gu, L.w_down))
-            new.layers.append(ql)
+            q = copy.copy(L)
+            q.w_in, q.w_o, q.w_gu, q.w_down = (fused.quantize_fp8(w) for w in (L.w_in, L.w_o, L.w_gu, L.w_down))
+            new.layers.append(q)
         return new
 
     def layer_forward(self, h: torch.Tensor, L: _Layer, st: LayerState, mode: str, ctrl: StepCtrl, T: int,
@@ -281,25 +278,12 @@ class FusedTarget:
         return fused.linear(hidden, self.lm_head)
 
 
-DRAFT_WEIGHTS = ("model", "fp8", "int4")
-# draft_weights="int4": columns per scale (ops/fused.py quantize_int4). The trained pair's acceptance at 32 / 128 /
-# per-row scales: -1.5 / -2.9 / -8.2 % (K = 4), -1.6 / -3.4 / -13.0 % (K = 6) of tau against model weights
-# (benchmarks/RESULTS.md "Session 29", draft_format_acceptance.py)
-INT4_GROUP = 32
-
-
-def _quantizer(fmt: str):
-    """``w [N, K]`` -> its ``fmt`` (``"fp8"`` / ``"int4"``) copy for the drafter's narrow passes."""
-    if fmt == "fp8":
-        return fused.quantize_fp8
-    if fmt == "int4":
-        return lambda w: fused.quantize_int4(w, INT4_GROUP)
-    raise ValueError(f"draft weight format must be 'fp8' or 'int4', got {fmt!r}")
+DRAFT_WEIGHTS = ("model", "fp8")
 # With draft_weights="fp8": drafter passes of at most this many tokens per row read the float8 weights (1: the draft
 # passes only; K + 1 and more: also the absorb window). A measured choice (benchmarks/RESULTS.md "Session 27"; and
 # "Session 29": the float8 window costs the trained pair more acceptance than it saves in step time)
 FP8_MAX_TOKENS = 1
-# With draft_weights="fp8" / "int4": the absorb pass's GEMMs past its recurrence, which run on each request's accepted row only
+# With draft_weights="fp8": the absorb pass's GEMMs past its recurrence, which run on each request's accepted row only
 # (FusedEagle.hidden(rows=)), read the float8 weights as the draft passes do (one token row per request). False: the
 # model weights (an A/B switch, benchmarks/bench_e2e.py --absorb-rows)
 ABSORB_ROWS_FP8 = True
@@ -324,10 +308,6 @@ class FusedEagle:
     unchanged (lossless); only which tokens get drafted can change (the trained pair's acceptance
     in RESULTS.md). On CUDA the float8 GEMMs run the row GEMV at every batch (no tensor-core float8
     GEMM here), so it is a batch-1 option; off CUDA the torch reference (``Fp8Weight.ref_linear``).
-    ``"int4"``: the same passes read 4-bit copies with one float16 scale per :data:`INT4_GROUP`
-    columns (``quantize_int4``, W4A16; a quarter of bf16's bytes plus the scales), on the row GEMV's
-    int4 form (``triton_fused.gemv_rows(w4=)``; any CUDA GPU), ``Int4Weight.ref_linear`` off CUDA;
-    more acceptance lost than with float8 (RESULTS.md "Session 29").
 
     Raises:
         ValueError: ``dtype`` not the target's; ``draft_weights`` not in :data:`DRAFT_WEIGHTS`;
@@ -357,28 +337,28 @@ class FusedEagle:
             self.stack8 = self.fc8 = self.head8 = None
             return
         dev = self.fc.device
-        if draft_weights == "fp8" and dev.type == "cuda" and torch.cuda.get_device_capability(dev) < (8, 9):
+        if dev.type == "cuda" and torch.cuda.get_device_capability(dev) < (8, 9):
             raise ValueError(f"draft_weights='fp8' needs a GPU with float8 support (compute capability 8.9+: Ada, "
                              f"Hopper or newer), got {torch.cuda.get_device_name(dev)} "
-                             f"({'.'.join(map(str, torch.cuda.get_device_capability(dev)))}); use 'model' or 'int4'")
-        if self.draft_weights == draft_weights and self.head8 is not None:
-            return  # (already in this format: nothing to redo)
-        q = _quantizer(draft_weights)
+                             f"({'.'.join(map(str, torch.cuda.get_device_capability(dev)))}); use 'model'")
+        if self.draft_weights == "fp8" and self.head8 is not None:
+            return  # (already float8: nothing to redo)
         self.draft_weights = draft_weights
-        self.stack8, self.fc8 = self.stack.quantized(draft_weights), q(self.fc)
-        self.head8 = q(self.target.lm_head if self.head is None else self.head.weight)
+        if self.stack8 is None:
+            self.stack8, self.fc8 = self.stack.quantized(), fused.quantize_fp8(self.fc)
+        self.head8 = fused.quantize_fp8(self.target.lm_head if self.head is None else self.head.weight)
 
     def with_draft_vocab(self, draft_vocab: torch.Tensor | None) -> "FusedEagle":
         """The same drafter (weights shared) with another draft vocabulary (None = full)."""
         new = copy.copy(self)
         new.head = draft_head(self.target.lm_head, draft_vocab, self.target.lm_head.shape[0])
-        if new.draft_weights != "model":
-            new.head8 = _quantizer(new.draft_weights)(new.target.lm_head if new.head is None else new.head.weight)
+        if new.draft_weights == "fp8":
+            new.head8 = fused.quantize_fp8(new.target.lm_head if new.head is None else new.head.weight)
         return new
 
     def with_draft_weights(self, draft_weights: str) -> FusedEagle:
         """The same drafter and draft vocabulary with other draft-pass weights (``"model"`` /
-        ``"fp8"`` / ``"int4"``; the model-dtype block weights are shared, narrow copies made here).
+        ``"fp8"``; the block weights are shared, float8 copies made on first use).
 
         Raises:
             ValueError: as the constructor's ``draft_weights``."""
