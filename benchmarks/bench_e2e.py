@@ -513,7 +513,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
                 fp8_max_tokens=_fp8_max_tokens(), pdl=pdl.enabled(torch.empty(0, device="cuda")),
                 gating=fused.GEMV_ROWS_GATING, draft_glue_prologues=fused.DRAFT_GLUE_PROLOGUES,
                 skinny_fp8=fused.USE_SKINNY_FP8,
-                absorb_rows=("fp8" if fused_model.ABSORB_ROWS_FP8 else "model") if _decode.ABSORB_ACCEPTED_ROWS else "off",
+                absorb_rows=(("fp8" if fused_model.ABSORB_ROWS_FP8 else "model") if _decode.ABSORB_ACCEPTED_ROWS
+                             else "off"),
                 triton_argmax=fused.USE_TRITON_ARGMAX,
                 small=[fused.GEMV_ROWS_SMALL_MAX_M, fused.GEMV_ROWS_SMALL_BYTES],
                 skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,

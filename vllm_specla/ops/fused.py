@@ -474,26 +474,16 @@ def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual
         ValueError: ``rows`` without ``residual`` or with ``residual_inplace``, or not a 1-D int64 tensor.
     """
     N, HV, V = o.shape
+    M = N
     if rows is not None:
         if residual is None or residual_inplace or rows.dim() != 1 or rows.dtype != torch.int64:
             raise ValueError(f"gated_norm_linear: rows needs a 1-D int64 index (got {rows.dtype} "
                              f"{tuple(rows.shape)}), a residual and residual_inplace=False")
         M = rows.numel()
-        on = o.reshape(N, HV * V) if o.stride(-1) == 1 and o.stride(1) == V else None
-        impl = (_rows_impl(on[:M] if M <= N else on, w, residual[:M] if M <= N else residual, True, norm_weight)
-                if on is not None else None)
-        BK = ((impl.GEMV_ROWS_FP8_CONFIG if isinstance(w, Fp8Weight) else impl.GEMV_ROWS_CONFIG)[1]
-              if impl is not None else 0)
-        if (impl is not None and M <= N and V & (V - 1) == 0 and (BK <= 0 or BK % V == 0)
-                and (gate is None or (gate.dim() == 2 and gate.stride(-1) == 1))):
-            ww, wsc = _fp8_parts(w)
-            return impl.gemv_rows(on, ww, norm_weight, eps, residual, prologue="gated_rms_norm", gate=gate,
-                                  head_dim=V, gate_act="sigmoid" if act == "sigmoid" else "silu", w_scale=wsc,
-                                  x_rows=rows.contiguous())
-        return gated_norm_linear(o.index_select(0, rows), None if gate is None else gate.index_select(0, rows),
-                                 norm_weight, eps, act, w, residual.index_select(0, rows), True, prefetch)
-    on = o.reshape(N, HV * V) if o.stride(-1) == 1 and o.stride(1) == V else None
-    impl = _rows_impl(on, w, residual, True, norm_weight) if on is not None else None
+    on = o.reshape(N, HV * V) if o.stride(-1) == 1 and o.stride(1) == V and M <= N else None
+    # (the dispatch judges the M rows the GEMM computes: with rows, the first M rows stand for the gathered ones)
+    impl = _rows_impl(on[:M], w, None if residual is None else residual[:M], True, norm_weight) if on is not None \
+        else None
     BK = (impl.GEMV_ROWS_FP8_CONFIG if isinstance(w, Fp8Weight) else impl.GEMV_ROWS_CONFIG)[1] if impl is not None else 0
     if (impl is not None and V & (V - 1) == 0 and (BK <= 0 or BK % V == 0)
             and (gate is None or (gate.dim() == 2 and gate.stride(-1) == 1))):
@@ -501,7 +491,11 @@ def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual
         return impl.gemv_rows(on, ww, norm_weight, eps, residual,
                               out=residual if residual is not None and residual_inplace else None,
                               prologue="gated_rms_norm", gate=gate, head_dim=V,
-                              gate_act="sigmoid" if act == "sigmoid" else "silu", w_scale=wsc)
+                              gate_act="sigmoid" if act == "sigmoid" else "silu", w_scale=wsc,
+                              x_rows=None if rows is None else rows.contiguous())
+    if rows is not None:  # gathered first, then the unfused path on the M rows
+        return gated_norm_linear(o.index_select(0, rows), None if gate is None else gate.index_select(0, rows),
+                                 norm_weight, eps, act, w, residual.index_select(0, rows), True, prefetch)
     y = gated_rms_norm(o, gate, norm_weight, eps, act, w.dtype)
     return linear(y, w, residual=residual, residual_inplace=residual_inplace, prefetch=prefetch)
 

@@ -241,10 +241,10 @@ def _gemv_rows_kernel(x, w, out, res, nw, gate, N, K, sx, sg, so, sr, eps, gb, A
     # dependent chain of x loads, layout conversion and reduction, so the dispatch keeps M = 1.
     # WS: w is float8 with one float32 scale per weight row (ws [N]; W8A16): the activations are rounded
     # to the output dtype, not to w's, and each row's sum is scaled once after the K loop.
-    # XR: token row m reads x row xr[m] (int64; a row gather), and gate / residual row xr[m] likewise. XO: program 0 also stores each row's
-    # activations after the prologue, rounded as the product uses them, into xo (the normed features a
-    # later kernel reads). EMB: the row is [emb[tok[m]] (ED columns) | x row (K - ED columns)], the EAGLE
-    # drafter's fc input (fused.embed_ref), without a launch of its own.
+    # XR: token row m reads x row xr[m] (int64; a row gather), and gate / residual row xr[m] likewise. XO:
+    # program 0 also stores each row's activations after the prologue, rounded as the product uses them,
+    # into xo (the normed features a later kernel reads). EMB: the row is [emb[tok[m]] (ED columns) | x row
+    # (K - ED columns)], the EAGLE drafter's fc input (fused.embed_ref), without a launch of its own.
     pid = tl.program_id(0)
     rn = pid * BN + tl.arange(0, BN)
     mn = rn < N

@@ -304,10 +304,11 @@ class FusedEagle:
     (benchmarks/RESULTS.md "Session 27"). The drafter's multi-token passes (its absorb of the
     accepted window, its prefill) keep the model dtype, except the absorb's GEMMs past its
     recurrence where they run on each request's accepted row only (:meth:`hidden` ``rows=``,
-    ``ABSORB_ROWS_FP8``: one token row per request, as a draft pass; "Session 29"). Verification is untouched, so output is
-    unchanged (lossless); only which tokens get drafted can change (the trained pair's acceptance
-    in RESULTS.md). On CUDA the float8 GEMMs run the row GEMV at every batch (no tensor-core float8
-    GEMM here), so it is a batch-1 option; off CUDA the torch reference (``Fp8Weight.ref_linear``).
+    ``ABSORB_ROWS_FP8``: one token row per request, as a draft pass; "Session 29"). Verification
+    is untouched, so output is unchanged (lossless); only which tokens get drafted can change (the
+    trained pair's acceptance in RESULTS.md). On CUDA the float8 GEMMs run the row GEMV at every batch
+    (no tensor-core float8 GEMM here), so it is a batch-1 option; off CUDA the torch reference
+    (``Fp8Weight.ref_linear``).
 
     Raises:
         ValueError: ``dtype`` not the target's; ``draft_weights`` not in :data:`DRAFT_WEIGHTS`;
@@ -404,9 +405,10 @@ class FusedEagle:
         q = self.stack8 is not None and T <= FP8_MAX_TOKENS
         stack, fc = (self.stack8, self.fc8) if q else (self.stack, self.fc)
         h = fused.embed_linear(self.target.embed, tokens, feats, fc, prefetch=stack.layers[0].w_in)
+        tail = self.stack8 if rows is not None and ABSORB_ROWS_FP8 else None  # (None: this pass's own weights)
         h = stack.forward(h, states, mode, ctrl, T,
                           tail_w=self.target.lm_head if self.head is None else self.head.weight, out_rows=rows,
-                          tail=self.stack8 if rows is not None and self.stack8 is not None and ABSORB_ROWS_FP8 else None)
+                          tail=tail)
         return self.norm(h) if norm else h
 
     def norm(self, h: torch.Tensor) -> torch.Tensor:
