@@ -411,7 +411,7 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
                          "launches (fused.DRAFT_GLUE_PROLOGUES)")
     ap.add_argument("--absorb-rows", default=None, choices=["fp8", "model", "off"],
                     help="the drafter's absorb pass past its recurrence on each request's accepted row only, its "
-                         "GEMMs on the float8 weights (with --draft-weights fp8) or the model weights, or on every "
+                         "GEMMs on the float8 weights (with --draft-weights fp8) or the absorb pass's own, or on every "
                          "row of the window (runtime/decode.py ABSORB_ACCEPTED_ROWS, fused_model.ABSORB_ROWS_FP8)")
     ap.add_argument("--skinny-fp8", default=None, choices=["on", "off"],
                     help="float8 GEMMs of 2-8 rows (the absorb pass with --fp8-max-tokens > 1) on the skinny GEMM's "

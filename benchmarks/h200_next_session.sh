@@ -52,6 +52,21 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s29e)  # session 29, call 5 (carry .whl; ~5 minutes left): the float8 row GEMV on float32 activations (out_dtype; the
+        # review of session 29 found the float8 o_proj of every draft pass, and the absorb's gathered one, running the
+        # gated norm as launches of their own): its GPU tests, then batch 1, K = 6 / 7 / 8, float8 draft passes, the
+        # absorb's accepted rows on float8 against the model weights, twice in alternation
+      skinny_build
+      pytest_log s29e 100 -rs tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py \
+          -k "gathers_gate or bad_gather or runtime_drafter or fp8_draft"
+      for R in 1 2; do
+        for A in fp8 model; do
+          timeout 45 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,7,8 --alphas 0.8 \
+              --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --absorb-rows $A --tag "s29e_${A}_r$R" \
+              --out "$OUT/e2e_s29e.jsonl" 2>&1 | grep "^{" | python -c "$S"
+        done
+      done
+      ;;
   s29d)  # (as run; the int4 form was removed after it: commit f136f22 keeps it, so s29c / s29d cannot be rerun as written)
         # session 29, call 4 (carry .whl): the int4 row GEMV with its products and group sums in float16
         # (GEMV_ROWS_W4_F16; s29c's float32 form lost to float8): its GPU tests, the drafter's one-row GEMMs (int4 at

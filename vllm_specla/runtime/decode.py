@@ -184,6 +184,7 @@ class DecodeRuntime:
 
                 self.ctrl.hld_plan = hld_plan(torch.tensor(par * B), torch.arange(B + 1) * T, max_nodes=T, device=dev)
         self.rows = torch.arange(B, device=dev)
+        self.row_base = self.rows * (self.K + 1)  # (row b's first token in the drafter's absorb window of K + 1)
         self.pos = torch.arange(T, device=dev)
         # ---- target state ----
         self.snaps = None
@@ -373,7 +374,7 @@ class DecodeRuntime:
         nxt = torch.cat([nxt_tok, bonus[:, None]], 1).scatter(1, a[:, None], bonus[:, None])
         self.dctrl.valid_len.copy_(a + 1)
         if ABSORB_ACCEPTED_ROWS:  # past the recurrence only the accepted row of each request
-            f = self.dr.hidden(nxt, feats, self.dstates, "commit", self.dctrl, rows=self.rows * (K + 1) + a)
+            f = self.dr.hidden(nxt, feats, self.dstates, "commit", self.dctrl, rows=self.row_base + a)
         else:
             fh = self.dr.hidden(nxt, feats, self.dstates, "commit", self.dctrl).view(B, K + 1, D)
             f = fh.gather(1, a[:, None, None].expand(B, 1, D))[:, 0]

@@ -179,9 +179,10 @@ class FusedGDN:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         d, c = L.dims, L.config
         C, G = d.conv_dim, L.G
+        Lt = L if tail is None else tail
         p, g, beta = fused.linear_gating(h, L.w_in, L.attn_norm_w, L.eps, C + G, L.A_log, L.dt_bias,
                                          c.allow_neg_eigval, ctrl.valid_len if mode == "commit" else None, T,
-                                         prefetch=L.w_o)
+                                         prefetch=Lt.w_o)
         xc = p[:, :C]
         gate = p[:, C : C + G] if G else None
         # ---- short conv (+ SiLU) ----
@@ -224,7 +225,6 @@ class FusedGDN:
             o = chain_verify_snapshots(q, k, v, g, beta, state=snap.view(-1, *snap.shape[2:]), snap=snap, **kw)
         else:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        Lt = L if tail is None else tail
         if out_rows is not None:  # only the rows read later: a new [M, D] stream
             h = fused.gated_norm_linear(o, gate, L.o_norm_w, L.eps, c.output_gate_activation, Lt.w_o, residual=h,
                                         prefetch=Lt.w_gu, rows=out_rows)
@@ -285,7 +285,8 @@ DRAFT_WEIGHTS = ("model", "fp8")
 FP8_MAX_TOKENS = 1
 # With draft_weights="fp8": the absorb pass's GEMMs past its recurrence, which run on each request's accepted row only
 # (FusedEagle.hidden(rows=)), read the float8 weights as the draft passes do (one token row per request). False: the
-# model weights (an A/B switch, benchmarks/bench_e2e.py --absorb-rows)
+# absorb pass's own weights (the model dtype, unless FP8_MAX_TOKENS gives the window float8 too; an A/B switch,
+# benchmarks/bench_e2e.py --absorb-rows)
 ABSORB_ROWS_FP8 = True
 
 
