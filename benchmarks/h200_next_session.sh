@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29d
-# as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
+# as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them; s29e's out_dtype
+# after it, commit 637b841). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
 # run; s27c's --argmax-epilogue was removed after it; s26a is superseded by s27a; s26c, `auto` on the grid, is still unrun). Session 24: benchmarks/RESULTS.md "Session 24" (s24b-s24d as
 # run; their --skinny-fused A/B and the skinny GEMM's fused forms were removed after s24d, so they cannot be rerun as
@@ -52,7 +53,8 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s29e)  # session 29, call 5 (carry .whl; ~5 minutes left): the float8 row GEMV on float32 activations (out_dtype; the
+  s29e)  # (as run; its float8 row GEMV on float32 activations, out_dtype, was removed after it: flame's step got slower;
+        # commit 637b841 keeps it) session 29, call 5 (carry .whl; ~5 minutes left): the float8 row GEMV on float32 activations (out_dtype; the
         # review of session 29 found the float8 o_proj of every draft pass, and the absorb's gathered one, running the
         # gated norm as launches of their own): its GPU tests, then batch 1, K = 6 / 7 / 8, float8 draft passes, the
         # absorb's accepted rows on float8 against the model weights, twice in alternation

@@ -418,36 +418,3 @@ def test_skinny_fp8_rule_and_route(monkeypatch):
         real(torch.randn(3, 32).to(bf), w8.weight, torch.ones(63))
     with pytest.raises(ValueError, match="CUDA"):
         real(torch.randn(3, 32).to(bf), w8.weight, w8.scale)
-
-
-def test_fp8_row_gemv_takes_activations_of_any_float_dtype(monkeypatch):
-    """An ``Fp8Weight`` goes to the row GEMV for bf16 / fp16 / fp32 activations, its output and activation
-    rounding in the weight's dtype (``out_dtype``): the drafter's ``o_proj`` reads the recurrence's float32
-    output through the gated-RMSNorm prologue in one launch (with ``rows=``, gathering the accepted rows),
-    as the model-dtype weight does; it ran as a separate norm launch (and, with ``rows=``, three row
-    gathers) before. Routed through a recording stand-in for ``triton_fused.gemv_rows`` (the kernel
-    itself: tests/test_fused_gpu.py)."""
-    from vllm_specla.ops import fused, triton_fused
-
-    monkeypatch.setattr(fused, "_on_gpu", lambda x: True)
-    bf = torch.bfloat16
-    w8 = fused.quantize_fp8(torch.randn(24, 64), bf)
-    for dt in (bf, torch.float16, torch.float32):
-        assert fused._rows_impl(torch.randn(1, 64).to(dt), w8) is triton_fused
-    assert fused._rows_impl(torch.randint(0, 3, (1, 64)), w8) is None
-    calls = []
-
-    def fake(x, w, norm_weight=None, eps=1e-6, residual=None, out=None, **kw):
-        calls.append(kw)
-        return torch.zeros(kw["x_rows"].numel() if kw.get("x_rows") is not None else x.shape[0], w.shape[0],
-                           dtype=kw.get("out_dtype") or w.dtype)
-
-    monkeypatch.setattr(triton_fused, "gemv_rows", fake)
-    o, gate = torch.randn(5, 2, 32), torch.randn(5, 64).to(bf)
-    res = torch.randn(5, 24).to(bf)
-    y = fused.gated_norm_linear(o, gate, torch.rand(32) + 0.5, 1e-6, "silu", w8, residual=res,
-                                rows=torch.tensor([4, 1]))
-    assert y.shape == (2, 24) and y.dtype == bf and len(calls) == 1
-    kw = calls[0]
-    assert kw["prologue"] == "gated_rms_norm" and kw["out_dtype"] == bf and kw["w_scale"] is w8.scale
-    assert kw["x_rows"].tolist() == [4, 1]

@@ -175,11 +175,9 @@ def quantize_fp8(w: torch.Tensor, dtype: torch.dtype | None = None) -> Fp8Weight
     return Fp8Weight(q, scale, dtype)
 
 
-def _fp8_parts(w) -> tuple[torch.Tensor, dict]:
-    """``(weight, kwargs)`` for ``triton_fused.gemv_rows``: an :class:`Fp8Weight`'s float8 weight and
-    ``{w_scale, out_dtype}`` (its scales; output and activation rounding in its :attr:`~Fp8Weight.dtype`,
-    whatever the activations' dtype), or ``(w, {})``."""
-    return (w.weight, dict(w_scale=w.scale, out_dtype=w.dtype)) if isinstance(w, Fp8Weight) else (w, {})
+def _fp8_parts(w) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(weight, w_scale)`` for ``triton_fused.gemv_rows``: an :class:`Fp8Weight`'s parts, or ``(w, None)``."""
+    return (w.weight, w.scale) if isinstance(w, Fp8Weight) else (w, None)
 
 
 def _fp8_linear_ref(x: torch.Tensor, w: Fp8Weight, residual: torch.Tensor | None, residual_inplace: bool):
@@ -242,9 +240,9 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
     if impl is not None:  # the row GEMV (see _rows_impl), the norm its prologue or its own kernel
         if norm_weight is not None and not GEMV_ROWS_PROLOGUE:
             x, norm_weight = rms_norm(x, norm_weight, eps, w.dtype), None
-        ww, fk = _fp8_parts(w)
+        ww, wsc = _fp8_parts(w)
         return impl.gemv_rows(x, ww, norm_weight, eps, residual,
-                              out=residual if residual is not None and residual_inplace else None, **fk)
+                              out=residual if residual is not None and residual_inplace else None, w_scale=wsc)
     if norm_weight is not None:
         x = rms_norm(x, norm_weight, eps, w.dtype)
     if isinstance(w, Fp8Weight):
@@ -285,8 +283,8 @@ def linear_gating(x, w, norm_weight, eps, a0, A_log, dt_bias, allow_neg_eigval=F
         if norm_weight is not None and not GEMV_ROWS_PROLOGUE:
             x, norm_weight = rms_norm(x, norm_weight, eps, w.dtype), None
         gb = torch.empty(x.shape[0], 2 * HV, dtype=torch.float32, device=x.device)
-        ww, fk = _fp8_parts(w)
-        p = impl.gemv_rows(x, ww, norm_weight, eps, gating=(gb, a0, A_log, dt_bias, allow_neg_eigval), **fk)
+        ww, wsc = _fp8_parts(w)
+        p = impl.gemv_rows(x, ww, norm_weight, eps, gating=(gb, a0, A_log, dt_bias, allow_neg_eigval), w_scale=wsc)
         return p, gb[:, :HV], gb[:, HV:]
     p = linear(x, w, norm_weight, eps, prefetch=prefetch)
     g, beta = gdn_gating(p[:, a0 : a0 + HV], p[:, a0 + HV : a0 + 2 * HV], A_log, dt_bias, allow_neg_eigval,
@@ -319,12 +317,9 @@ SKINNY_PREFETCH_BYTES = _cpp.SKINNY_PREFETCH_DEFAULT_BYTES
 
 def _prefetch_args(prefetch: torch.Tensor | None, w: torch.Tensor) -> tuple[torch.Tensor | None, int]:
     """``(tensor, bytes)`` for ``_cpp.skinny_gemm(prefetch=, prefetch_bytes=)``: the first
-    ``min(SKINNY_PREFETCH_BYTES, its bytes)`` (rounded down to 16) of ``prefetch`` (an
-    :class:`Fp8Weight`'s float8 tensor), or ``(None, 0)``
+    ``min(SKINNY_PREFETCH_BYTES, its bytes)`` (rounded down to 16) of ``prefetch``, or ``(None, 0)``
     when it is None, off (``SKINNY_PREFETCH_BYTES = 0``) or a tensor the op would refuse (not
     contiguous, not 16-byte aligned, on another device than ``w``): a hint is never an error."""
-    if isinstance(prefetch, Fp8Weight):  # (the next GEMM streams its float8 weight)
-        prefetch = prefetch.weight
     if (not isinstance(prefetch, torch.Tensor) or SKINNY_PREFETCH_BYTES <= 0 or prefetch.device != w.device
             or not prefetch.is_contiguous() or prefetch.data_ptr() % 16):
         return None, 0
@@ -379,13 +374,11 @@ def _rows_impl(x, w, residual=None, prologue: bool = False, norm_weight=None):
     (``GEMV_ROWS_SMALL_MAX_M`` for a weight of at most ``GEMV_ROWS_SMALL_BYTES``) with a dense
     feature dim, a 2-D contiguous ``w``, a ``[rows, N]`` residual with a dense feature
     dim, a contiguous 1-D ``norm_weight``. An :class:`Fp8Weight` takes it at any number of rows
-    for bf16 / fp16 / fp32 ``x`` (``USE_GEMV_ROWS`` aside: there is no other float8 GEMM; the output
-    in its dtype, as :meth:`Fp8Weight.ref_linear`): also the gated-RMSNorm prologue on the
-    recurrence's float32 output, which before session 29's review ran as two launches."""
+    when ``x`` is in its dtype (``USE_GEMV_ROWS`` aside: there is no other float8 GEMM)."""
     fp8 = isinstance(w, Fp8Weight)
-    if fp8:  # (the kernel's output and activation rounding are in w.dtype, whatever x's float dtype: _fp8_parts)
-        if x.dtype not in (torch.bfloat16, torch.float16, torch.float32) or _skinny_fp8_takes(x, w, residual):
-            return None  # (the skinny GEMM's float8 form takes it in linear())
+    if fp8:
+        if x.dtype != w.dtype or _skinny_fp8_takes(x, w, residual):  # (the kernel's output and activation
+            return None  # rounding are in x.dtype; the skinny GEMM's float8 form takes it in linear())
         w = w.weight
     if not ((USE_GEMV_ROWS or fp8) and _on_gpu(x)) or (prologue and not GEMV_ROWS_PROLOGUE):
         return None
@@ -424,8 +417,8 @@ def embed_linear(table: torch.Tensor, tokens: torch.Tensor, feats: torch.Tensor,
     impl = _rows_impl(feats, w) if ok else None
     if impl is not None and GEMV_ROWS_PROLOGUE and table.dim() == 2 and table.stride(-1) == 1 \
             and table.shape[1] + feats.shape[1] == w.shape[1]:
-        ww, fk = _fp8_parts(w)
-        return impl.gemv_rows(feats, ww, embed=(table, tok.contiguous()), **fk)
+        ww, wsc = _fp8_parts(w)
+        return impl.gemv_rows(feats, ww, w_scale=wsc, embed=(table, tok.contiguous()))
     return linear(embed(table, tokens, feats), w, prefetch=prefetch)
 
 
@@ -448,11 +441,11 @@ def norm_rows_linear(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, w, 
     ok = DRAFT_GLUE_PROLOGUES and x.dim() == 2
     impl = _rows_impl(x[:N] if N <= x.shape[0] else x, w, None, True, norm_weight) if ok else None
     if impl is not None and (rows is None or (rows.dim() == 1 and rows.dtype == torch.int64)):
-        ww, fk = _fp8_parts(w)
+        ww, wsc = _fp8_parts(w)
         if normed_out is None:
             normed_out = torch.empty(N, x.shape[1], dtype=w.dtype, device=x.device)
         logits = impl.gemv_rows(x, ww, norm_weight, eps, x_rows=None if rows is None else rows.contiguous(),
-                                x_out=normed_out, **fk)
+                                x_out=normed_out, w_scale=wsc)
         return logits, normed_out
     xs = x if rows is None else embed(x, rows)
     xn = rms_norm(xs, norm_weight, eps, w.dtype)
@@ -494,12 +487,12 @@ def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual
     BK = (impl.GEMV_ROWS_FP8_CONFIG if isinstance(w, Fp8Weight) else impl.GEMV_ROWS_CONFIG)[1] if impl is not None else 0
     if (impl is not None and V & (V - 1) == 0 and (BK <= 0 or BK % V == 0)
             and (gate is None or (gate.dim() == 2 and gate.stride(-1) == 1))):
-        ww, fk = _fp8_parts(w)
+        ww, wsc = _fp8_parts(w)
         return impl.gemv_rows(on, ww, norm_weight, eps, residual,
                               out=residual if residual is not None and residual_inplace else None,
                               prologue="gated_rms_norm", gate=gate, head_dim=V,
-                              gate_act="sigmoid" if act == "sigmoid" else "silu",
-                              x_rows=None if rows is None else rows.contiguous(), **fk)
+                              gate_act="sigmoid" if act == "sigmoid" else "silu", w_scale=wsc,
+                              x_rows=None if rows is None else rows.contiguous())
     if rows is not None:  # gathered first, then the unfused path on the M rows
         return gated_norm_linear(o.index_select(0, rows), None if gate is None else gate.index_select(0, rows),
                                  norm_weight, eps, act, w, residual.index_select(0, rows), True, prefetch)
@@ -515,9 +508,9 @@ def silu_mul_linear(x, w, residual=None, residual_inplace=False, prefetch=None):
     ``w`` may be an :class:`Fp8Weight`."""
     impl = _rows_impl(x, w, residual, True) if x.dim() == 2 and x.shape[-1] == 2 * w.shape[-1] else None
     if impl is not None:
-        ww, fk = _fp8_parts(w)
+        ww, wsc = _fp8_parts(w)
         return impl.gemv_rows(x, ww, residual=residual, prologue="silu_mul",
-                              out=residual if residual is not None and residual_inplace else None, **fk)
+                              out=residual if residual is not None and residual_inplace else None, w_scale=wsc)
     return linear(silu_mul(x), w, residual=residual, residual_inplace=residual_inplace, prefetch=prefetch)
 
 

@@ -346,8 +346,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
               gate: torch.Tensor | None = None, head_dim: int = 0, gate_act: str = "silu",
               pdl: bool | None = None, gating: tuple | None = None,
               w_scale: torch.Tensor | None = None, x_rows: torch.Tensor | None = None,
-              x_out: torch.Tensor | None = None, embed: tuple | None = None,
-              out_dtype: torch.dtype | None = None) -> torch.Tensor:
+              x_out: torch.Tensor | None = None, embed: tuple | None = None) -> torch.Tensor:
     """Decode GEMV on CUDA cores: ``prologue(x) @ w.T [+ residual]`` for ``x [M, *]``, ``M`` small.
 
     Args:
@@ -359,11 +358,8 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
         w_scale: ``[N]`` float32, contiguous: ``w`` is float8 and weight row ``n`` is
             ``w[n].float() * w_scale[n]`` (per-output-row scales, ``fused.quantize_fp8``; W8A16).
             The output, and the rounding of the activations after the prologue, are then in
-            ``out_dtype`` (default ``x.dtype``; bf16 / fp16 / fp32) instead of ``w.dtype``; the scale
-            multiplies each row's float32 sum once, before the residual (``fused.Fp8Weight.ref_linear``).
-        out_dtype: with ``w_scale`` only: the output / activation-rounding dtype (``Fp8Weight.dtype``,
-            the model's), when ``x`` is in another one (the gated-RMSNorm prologue reads the
-            recurrence's float32 output); None: ``x.dtype``.
+            ``x.dtype`` (bf16 / fp16 / fp32) instead of ``w.dtype``; the scale multiplies each
+            row's float32 sum once, before the residual (``fused.Fp8Weight.ref_linear``).
         norm_weight: the prologue's weight: ``[K]`` for ``"rms_norm"``, ``[head_dim]`` for
             ``"gated_rms_norm"``.
         prologue: ``None``; ``"rms_norm"`` (fla ``RMSNorm`` of the row; implied by ``norm_weight``
@@ -373,9 +369,9 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
         gate: ``[M, K]`` (dense feature dim; ``[R, K]`` with ``x_rows``) or None, for ``"gated_rms_norm"``.
         gate_act: ``"silu"`` / ``"swish"`` or ``"sigmoid"``.
         residual: optional ``[M, N]`` (``[R, N]`` with ``x_rows``) added in float32 after the product.
-        out: optional ``[M, N]`` output in ``w.dtype`` (the float8 output dtype with ``w_scale``); may be
-            ``residual`` itself (each element is read, then written, by the same program), except with
-            ``x_rows`` (refused); must not overlap ``x`` or ``gate``.
+        out: optional ``[M, N]`` output in ``w.dtype`` (``x.dtype`` with ``w_scale``); may be ``residual``
+            itself (each element is read, then written, by the same program), except with ``x_rows``
+            (refused); must not overlap ``x`` or ``gate``.
         ``w`` must not be written by the kernels just before this call in the stream (under PDL its
         first chunk is read before the wait for them, ``ops/pdl.py``): model weights, set once.
         config: ``(BN, BK, num_warps)``, BN a power of two, BK 0 (one tile) or a power of two;
@@ -451,15 +447,12 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
         if w_scale.shape != (N,) or w_scale.dtype != torch.float32 or not w_scale.is_contiguous():
             raise ValueError(f"gemv_rows: w_scale must be contiguous float32 [N] = [{N}], got {tuple(w_scale.shape)} "
                              f"{w_scale.dtype}")
-        odt = x.dtype if out_dtype is None else out_dtype
-        if odt not in (torch.bfloat16, torch.float16, torch.float32):
-            raise ValueError(f"gemv_rows: with a float8 w the output dtype (out_dtype, else x.dtype) must be bfloat16, "
-                             f"float16 or float32, got {odt}")
+        if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise ValueError(f"gemv_rows: with a float8 w the output dtype is x.dtype, which must be bfloat16, float16 "
+                             f"or float32, got {x.dtype}")
+        odt = x.dtype
     elif w.dtype in FP8_DTYPES:
         raise ValueError("gemv_rows: a float8 w needs w_scale (its per-row scales), got w_scale None")
-    elif out_dtype is not None and out_dtype != w.dtype:
-        raise ValueError(f"gemv_rows: out_dtype goes with a float8 w (w_scale); the output of a {w.dtype} w is "
-                         f"{w.dtype}, got out_dtype {out_dtype}")
     cfg = tuple(config or (GEMV_ROWS_FP8_CONFIG if w_scale is not None else GEMV_ROWS_CONFIG))
     if len(cfg) != 3:
         raise ValueError(f"gemv_rows: config must be (BN, BK, num_warps), got {cfg}")

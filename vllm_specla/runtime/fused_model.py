@@ -179,10 +179,9 @@ class FusedGDN:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         d, c = L.dims, L.config
         C, G = d.conv_dim, L.G
-        Lt = L if tail is None else tail
         p, g, beta = fused.linear_gating(h, L.w_in, L.attn_norm_w, L.eps, C + G, L.A_log, L.dt_bias,
                                          c.allow_neg_eigval, ctrl.valid_len if mode == "commit" else None, T,
-                                         prefetch=Lt.w_o)
+                                         prefetch=L.w_o)
         xc = p[:, :C]
         gate = p[:, C : C + G] if G else None
         # ---- short conv (+ SiLU) ----
@@ -225,6 +224,7 @@ class FusedGDN:
             o = chain_verify_snapshots(q, k, v, g, beta, state=snap.view(-1, *snap.shape[2:]), snap=snap, **kw)
         else:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        Lt = L if tail is None else tail
         if out_rows is not None:  # only the rows read later: a new [M, D] stream
             h = fused.gated_norm_linear(o, gate, L.o_norm_w, L.eps, c.output_gate_activation, Lt.w_o, residual=h,
                                         prefetch=Lt.w_gu, rows=out_rows)
@@ -284,9 +284,10 @@ DRAFT_WEIGHTS = ("model", "fp8")
 # "Session 29": the float8 window costs the trained pair more acceptance than it saves in step time)
 FP8_MAX_TOKENS = 1
 # With draft_weights="fp8": the absorb pass's GEMMs past its recurrence, which run on each request's accepted row only
-# (FusedEagle.hidden(rows=)), read the float8 weights as the draft passes do (one token row per request). False: the
-# absorb pass's own weights (the model dtype, unless FP8_MAX_TOKENS gives the window float8 too; an A/B switch,
-# benchmarks/bench_e2e.py --absorb-rows)
+# (FusedEagle.hidden(rows=)), read the float8 weights as the draft passes do (one token row per request): 3-9 us per
+# batch-1 step faster than the model weights there (s29e, RESULTS.md "Session 29"), 0.1-0.3 % of the trained pair's
+# acceptance. False: the absorb pass's own weights (the model dtype, unless FP8_MAX_TOKENS gives the window float8
+# too; an A/B switch, benchmarks/bench_e2e.py --absorb-rows)
 ABSORB_ROWS_FP8 = True
 
 
