@@ -284,9 +284,9 @@ DRAFT_WEIGHTS = ("model", "fp8")
 # "Session 29": the float8 window costs the trained pair more acceptance than it saves in step time)
 FP8_MAX_TOKENS = 1
 # With draft_weights="fp8": the absorb pass's GEMMs past its recurrence, which run on each request's accepted row only
-# (FusedEagle.hidden(rows=)), read the float8 weights as the draft passes do (one token row per request): 3-9 us per
-# batch-1 step faster than the model weights there (s29e, RESULTS.md "Session 29"), 0.1-0.3 % of the trained pair's
-# acceptance. False: the absorb pass's own weights (the model dtype, unless FP8_MAX_TOKENS gives the window float8
+# (FusedEagle.hidden(rows=)), read the float8 weights as the draft passes do (one token row per request); 0.1-0.3 % of
+# the trained pair's acceptance (RESULTS.md "Session 29"; with their o_proj in one launch they were 3-9 us per batch-1
+# step faster than the model weights, s29e; as shipped their o_proj gathers and norms first). False: the absorb pass's own weights (the model dtype, unless FP8_MAX_TOKENS gives the window float8
 # too; an A/B switch, benchmarks/bench_e2e.py --absorb-rows)
 ABSORB_ROWS_FP8 = True
 
