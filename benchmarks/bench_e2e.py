@@ -413,6 +413,9 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
                     help="the drafter's absorb pass past its recurrence on each request's accepted row only, its "
                          "GEMMs on the float8 weights (with --draft-weights fp8) or the absorb pass's own, or on every "
                          "row of the window (runtime/decode.py ABSORB_ACCEPTED_ROWS, fused_model.ABSORB_ROWS_FP8)")
+    ap.add_argument("--fp8-gather", default=None, choices=["one", "split"],
+                    help="the absorb's gathered float8 o_proj as one row-GEMV launch on the float32 recurrence output, "
+                         "or gather + norm + GEMV launches (fused.FP8_GATHER_ONE_LAUNCH)")
     ap.add_argument("--skinny-fp8", default=None, choices=["on", "off"],
                     help="float8 GEMMs of 2-8 rows (the absorb pass with --fp8-max-tokens > 1) on the skinny GEMM's "
                          "float8 form instead of the row GEMV (fused.USE_SKINNY_FP8; needs --skinny-gemm)")
@@ -468,6 +471,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         fused.USE_TRITON_EMBED = _steps.USE_TRITON_CONTROL = args.glue_kernels == "triton"
     if getattr(args, "skinny_fp8", None):
         fused.USE_SKINNY_FP8 = args.skinny_fp8 == "on"
+    if getattr(args, "fp8_gather", None):
+        fused.FP8_GATHER_ONE_LAUNCH = args.fp8_gather == "one"
     if getattr(args, "draft_glue", None):
         fused.DRAFT_GLUE_PROLOGUES = args.draft_glue == "fused"
     from vllm_specla.runtime import decode as _decode, fused_model  # noqa: PLC0415
@@ -512,7 +517,7 @@ def apply_kernel_flags(args, device: str) -> dict | None:
                 max_m=triton_fused.GEMV_ROWS_MAX_M, fp8_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG),
                 fp8_max_tokens=_fp8_max_tokens(), pdl=pdl.enabled(torch.empty(0, device="cuda")),
                 gating=fused.GEMV_ROWS_GATING, draft_glue_prologues=fused.DRAFT_GLUE_PROLOGUES,
-                skinny_fp8=fused.USE_SKINNY_FP8,
+                skinny_fp8=fused.USE_SKINNY_FP8, fp8_gather_one_launch=fused.FP8_GATHER_ONE_LAUNCH,
                 absorb_rows=(("fp8" if fused_model.ABSORB_ROWS_FP8 else "model") if _decode.ABSORB_ACCEPTED_ROWS
                              else "off"),
                 triton_argmax=fused.USE_TRITON_ARGMAX,

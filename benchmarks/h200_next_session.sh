@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
+# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s30a. Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
 # as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them; s29e's out_dtype
 # after it, commit 637b841). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
@@ -53,6 +53,22 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s30a)  # NEXT SESSION (prepared in session 29, no device time left): the absorb's gathered float8 o_proj as one
+        # row-GEMV launch on the float32 recurrence output (fused.FP8_GATHER_ONE_LAUNCH, off; gemv_rows(out_dtype=)):
+        # its GPU tests, then batch 1, K = 6 / 7 / 8, float8 draft passes: the accepted rows on float8 with the gather
+        # split (today's default) / in one launch, and on the model weights (no acceptance cost), twice in alternation
+      skinny_build
+      pytest_log s30a 120 -rs tests/test_fused_gpu.py -k "gathers_gate or bad_gather or runtime_drafter"
+      for R in 1 2; do
+        for G in split one model; do
+          F="--absorb-rows fp8 --fp8-gather $G"
+          [ "$G" = model ] && F="--absorb-rows model"
+          timeout 45 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,7,8 --alphas 0.8 \
+              --snapshot-ks "" --skinny-gemm on --draft-weights fp8 $F --tag "s30a_${G}_r$R" \
+              --out "$OUT/e2e_s30a.jsonl" 2>&1 | grep "^{" | python -c "$S"
+        done
+      done
+      ;;
   s29e)  # (as run; its float8 row GEMV on float32 activations, out_dtype, was removed after it: flame's step got slower;
         # commit 637b841 keeps it) session 29, call 5 (carry .whl; ~5 minutes left): the float8 row GEMV on float32 activations (out_dtype; the
         # review of session 29 found the float8 o_proj of every draft pass, and the absorb's gathered one, running the

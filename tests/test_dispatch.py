@@ -418,3 +418,40 @@ def test_skinny_fp8_rule_and_route(monkeypatch):
         real(torch.randn(3, 32).to(bf), w8.weight, torch.ones(63))
     with pytest.raises(ValueError, match="CUDA"):
         real(torch.randn(3, 32).to(bf), w8.weight, w8.scale)
+
+
+@pytest.mark.parametrize("one", [False, True])
+def test_fp8_gathered_o_proj_dispatch(monkeypatch, one):
+    """The absorb's gathered ``o_proj`` on a float8 weight (``gated_norm_linear(rows=)``, ``o`` in float32 as the
+    recurrence writes it): with ``fused.FP8_GATHER_ONE_LAUNCH`` one row-GEMV call that gathers the rows itself,
+    output and activation rounding in the weight's dtype (``out_dtype``); without it the rows are gathered first
+    and the GEMV runs on the normed bf16 rows. Model-dtype weights are not affected, nor are float8 calls without
+    ``rows``. Routed through a recording stand-in for ``triton_fused.gemv_rows`` (the kernel itself:
+    tests/test_fused_gpu.py)."""
+    from vllm_specla.ops import fused, triton_fused
+
+    monkeypatch.setattr(fused, "_on_gpu", lambda x: True)
+    monkeypatch.setattr(fused, "FP8_GATHER_ONE_LAUNCH", one)
+    bf = torch.bfloat16
+    w8 = fused.quantize_fp8(torch.randn(24, 64), bf)
+    calls = []
+
+    def fake(x, w, norm_weight=None, eps=1e-6, residual=None, out=None, **kw):
+        calls.append(dict(kw, x_dtype=x.dtype))
+        m = kw["x_rows"].numel() if kw.get("x_rows") is not None else x.shape[0]
+        return torch.zeros(m, w.shape[0], dtype=kw.get("out_dtype") or x.dtype)
+
+    monkeypatch.setattr(triton_fused, "gemv_rows", fake)
+    o, gate, nw = torch.randn(5, 2, 32), torch.randn(5, 64).to(bf), torch.rand(32) + 0.5
+    res = torch.randn(5, 24).to(bf)
+    y = fused.gated_norm_linear(o, gate, nw, 1e-6, "silu", w8, residual=res, rows=torch.tensor([4, 1]))
+    assert y.shape == (2, 24) and y.dtype == bf and len(calls) == 1
+    kw = calls[0]
+    if one:
+        assert kw["prologue"] == "gated_rms_norm" and kw["out_dtype"] == bf and kw["x_rows"].tolist() == [4, 1]
+        assert kw["x_dtype"] == torch.float32
+    else:  # gathered and normed first: the GEMV reads bf16 rows, no prologue, no gather
+        assert kw.get("x_rows") is None and kw.get("prologue") is None and kw["x_dtype"] == bf
+    calls.clear()
+    fused.gated_norm_linear(o, gate, nw, 1e-6, "silu", w8, residual=res.clone())  # (no rows: never one launch)
+    assert calls[-1].get("x_rows") is None and calls[-1].get("out_dtype") is None

@@ -587,7 +587,8 @@ def test_gemv_rows_embedding_prologue(M, fp8, config):
 @pytest.mark.parametrize("rows", [[4], [6, 1, 6]])
 @pytest.mark.parametrize("fp8", [False, True])
 @pytest.mark.parametrize("gated", [True, False])
-def test_gemv_rows_gathers_gate_and_residual_rows(rows, fp8, gated, monkeypatch):
+@pytest.mark.parametrize("one", [False, True])
+def test_gemv_rows_gathers_gate_and_residual_rows(rows, fp8, gated, one, monkeypatch):
     """``x_rows`` with the gated-RMSNorm prologue and a residual: token row m reads row ``x_rows[m]``
     of ``o``, of ``gate`` and of the residual, and the output is dense ``[M, N]`` (the drafter's absorb
     pass keeping each request's accepted row past its recurrence, ``fused.gated_norm_linear(rows=)``):
@@ -610,11 +611,12 @@ def test_gemv_rows_gathers_gate_and_residual_rows(rows, fp8, gated, monkeypatch)
     tol = 1e-2 if dt == torch.bfloat16 else 1e-5
     res0 = res.clone()
     got = tf.gemv_rows(o.reshape(R, K), ww, nw, 1e-6, res, prologue="gated_rms_norm", gate=gate, head_dim=V,
-                       w_scale=ws, x_rows=idx)
-    assert got.shape == (len(rows), N) and rel(got, ref) < tol and torch.equal(res, res0)
+                       w_scale=ws, x_rows=idx, out_dtype=dt if fp8 else None)
+    assert got.shape == (len(rows), N) and got.dtype == dt and rel(got, ref) < tol and torch.equal(res, res0)
     # through the dispatcher: model-dtype weights in one row-GEMV launch with the gather (float8 weights on float32 o
-    # gather first, then the norm and the GEMV: fused._rows_impl; under the interpreter the seam fused._on_gpu points
-    # the dispatch at the CPU)
+    # gather first, then the norm and the GEMV, unless fused.FP8_GATHER_ONE_LAUNCH; under the interpreter the seam
+    # fused._on_gpu points the dispatch at the CPU)
+    monkeypatch.setattr(F_ref, "FP8_GATHER_ONE_LAUNCH", one)
     wl = F_ref.Fp8Weight(ww, ws, dt) if fp8 else ww
     calls, real = [], tf.gemv_rows
     monkeypatch.setattr(tf, "gemv_rows", lambda *a, **k: calls.append(k) or real(*a, **k))
@@ -622,7 +624,7 @@ def test_gemv_rows_gathers_gate_and_residual_rows(rows, fp8, gated, monkeypatch)
         monkeypatch.setattr(F_ref, "_on_gpu", lambda t: True)
     got2 = F_ref.gated_norm_linear(o, gate, nw, 1e-6, "silu", wl, residual=res, rows=idx)
     assert got2.shape == (len(rows), N) and got2.dtype == dt and rel(got2, ref) < tol and torch.equal(res, res0)
-    assert [c.get("x_rows") is not None for c in calls] == ([False] if fp8 and o.dtype != dt else [True])
+    assert [c.get("x_rows") is not None for c in calls] == ([False] if fp8 and o.dtype != dt and not one else [True])
     with pytest.raises(ValueError, match="overlap"):
         tf.gemv_rows(o.reshape(R, K), ww, nw, 1e-6, res, out=res[: len(rows)], prologue="gated_rms_norm", gate=gate,
                      head_dim=V, w_scale=ws, x_rows=idx)
@@ -636,6 +638,8 @@ def test_gemv_rows_rejects_bad_gather_args():
         tf.gemv_rows(x, w, x_rows=torch.tensor([0, 1], dtype=torch.int32, device=DEV))
     with pytest.raises(ValueError, match="x_out"):
         tf.gemv_rows(x, w, x_out=torch.empty(3, 15, device=DEV))
+    with pytest.raises(ValueError, match="out_dtype"):
+        tf.gemv_rows(x, w, out_dtype=torch.float16 if x.dtype != torch.float16 else torch.float32)
     with pytest.raises(ValueError, match="embed"):
         tf.gemv_rows(x[:, :8], w, embed=(torch.randn(5, 8).to(DEV), torch.zeros(3, dtype=torch.int32, device=DEV)))
     with pytest.raises(ValueError, match="embed"):

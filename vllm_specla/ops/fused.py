@@ -367,18 +367,20 @@ def _on_gpu(x: torch.Tensor) -> bool:
     return x.is_cuda
 
 
-def _rows_impl(x, w, residual=None, prologue: bool = False, norm_weight=None):
+def _rows_impl(x, w, residual=None, prologue: bool = False, norm_weight=None, fp8_any_x: bool = False):
     """``triton_fused`` when the row GEMV takes this GEMM, else None (the caller falls back to the
     unfused kernels + cuBLAS, which take any layout): CUDA, ``USE_GEMV_ROWS`` (and
     ``GEMV_ROWS_PROLOGUE`` for a fused prologue), a 2-D ``x`` of at most ``GEMV_ROWS_MAX_M`` rows
     (``GEMV_ROWS_SMALL_MAX_M`` for a weight of at most ``GEMV_ROWS_SMALL_BYTES``) with a dense
     feature dim, a 2-D contiguous ``w``, a ``[rows, N]`` residual with a dense feature
     dim, a contiguous 1-D ``norm_weight``. An :class:`Fp8Weight` takes it at any number of rows
-    when ``x`` is in its dtype (``USE_GEMV_ROWS`` aside: there is no other float8 GEMM)."""
+    when ``x`` is in its dtype (``USE_GEMV_ROWS`` aside: there is no other float8 GEMM), or in any
+    float dtype with ``fp8_any_x`` (the caller then passes ``out_dtype=w.dtype``)."""
     fp8 = isinstance(w, Fp8Weight)
     if fp8:
-        if x.dtype != w.dtype or _skinny_fp8_takes(x, w, residual):  # (the kernel's output and activation
-            return None  # rounding are in x.dtype; the skinny GEMM's float8 form takes it in linear())
+        x_ok = x.dtype in (torch.bfloat16, torch.float16, torch.float32) if fp8_any_x else x.dtype == w.dtype
+        if not x_ok or _skinny_fp8_takes(x, w, residual):  # (the kernel's output and activation rounding are
+            return None  # in x.dtype unless out_dtype; the skinny GEMM's float8 form takes it in linear())
         w = w.weight
     if not ((USE_GEMV_ROWS or fp8) and _on_gpu(x)) or (prologue and not GEMV_ROWS_PROLOGUE):
         return None
@@ -452,6 +454,14 @@ def norm_rows_linear(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, w, 
     return linear(xn, w), xn
 
 
+# The drafter's absorb on float8 weights (fused_model.ABSORB_ROWS_FP8): its gathered o_proj as one row-GEMV launch on
+# the recurrence's float32 output (gemv_rows(out_dtype=)), not three row gathers, the gated norm and the GEMV. Prepared
+# after session 29 (s29e measured that one-launch form 3-9 us per batch-1 step faster than the model weights, but
+# with every float8 o_proj on it, which made flame's draft passes slower; this is the absorb's one call only), not
+# yet measured, so off: benchmarks/bench_e2e.py --fp8-gather one|split, h200_next_session.sh s30a
+FP8_GATHER_ONE_LAUNCH = False
+
+
 def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual_inplace=False, prefetch=None,
                       rows=None):
     """``linear(gated_rms_norm(o, gate, norm_weight, eps, act, w.dtype), w, residual=...)``.
@@ -468,7 +478,9 @@ def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual
     ``rows``: int64 ``[M]`` (valid rows of ``o``) or None: only rows ``rows`` of ``o``, ``gate`` and
     ``residual`` (which is then required) are computed, into a new ``[M, out]`` tensor (the drafter's
     absorb pass after its recurrence needs only each request's accepted row). The row GEMV gathers
-    them itself (``gemv_rows(x_rows=)``); otherwise they are gathered first.
+    them itself (``gemv_rows(x_rows=)``); otherwise they are gathered first. A float8 weight on
+    activations in another dtype (the recurrence's float32 ``o``) takes the one-launch form only with
+    :data:`FP8_GATHER_ONE_LAUNCH`.
 
     Raises:
         ValueError: ``rows`` without ``residual`` or with ``residual_inplace``, or not a 1-D int64 tensor.
@@ -482,8 +494,9 @@ def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual
         M = rows.numel()
     on = o.reshape(N, HV * V) if o.stride(-1) == 1 and o.stride(1) == V and M <= N else None
     # (the dispatch judges the M rows the GEMM computes: with rows, the first M rows stand for the gathered ones)
-    impl = _rows_impl(on[:M], w, None if residual is None else residual[:M], True, norm_weight) if on is not None \
-        else None
+    any_x = rows is not None and FP8_GATHER_ONE_LAUNCH and isinstance(w, Fp8Weight)
+    impl = _rows_impl(on[:M], w, None if residual is None else residual[:M], True, norm_weight, any_x) \
+        if on is not None else None
     BK = (impl.GEMV_ROWS_FP8_CONFIG if isinstance(w, Fp8Weight) else impl.GEMV_ROWS_CONFIG)[1] if impl is not None else 0
     if (impl is not None and V & (V - 1) == 0 and (BK <= 0 or BK % V == 0)
             and (gate is None or (gate.dim() == 2 and gate.stride(-1) == 1))):
@@ -492,7 +505,8 @@ def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual
                               out=residual if residual is not None and residual_inplace else None,
                               prologue="gated_rms_norm", gate=gate, head_dim=V,
                               gate_act="sigmoid" if act == "sigmoid" else "silu", w_scale=wsc,
-                              x_rows=None if rows is None else rows.contiguous())
+                              x_rows=None if rows is None else rows.contiguous(),
+                              out_dtype=w.dtype if any_x else None)
     if rows is not None:  # gathered first, then the unfused path on the M rows
         return gated_norm_linear(o.index_select(0, rows), None if gate is None else gate.index_select(0, rows),
                                  norm_weight, eps, act, w, residual.index_select(0, rows), True, prefetch)

@@ -346,7 +346,8 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
               gate: torch.Tensor | None = None, head_dim: int = 0, gate_act: str = "silu",
               pdl: bool | None = None, gating: tuple | None = None,
               w_scale: torch.Tensor | None = None, x_rows: torch.Tensor | None = None,
-              x_out: torch.Tensor | None = None, embed: tuple | None = None) -> torch.Tensor:
+              x_out: torch.Tensor | None = None, embed: tuple | None = None,
+              out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """Decode GEMV on CUDA cores: ``prologue(x) @ w.T [+ residual]`` for ``x [M, *]``, ``M`` small.
 
     Args:
@@ -358,8 +359,11 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
         w_scale: ``[N]`` float32, contiguous: ``w`` is float8 and weight row ``n`` is
             ``w[n].float() * w_scale[n]`` (per-output-row scales, ``fused.quantize_fp8``; W8A16).
             The output, and the rounding of the activations after the prologue, are then in
-            ``x.dtype`` (bf16 / fp16 / fp32) instead of ``w.dtype``; the scale multiplies each
-            row's float32 sum once, before the residual (``fused.Fp8Weight.ref_linear``).
+            ``out_dtype`` (default ``x.dtype``; bf16 / fp16 / fp32) instead of ``w.dtype``; the scale
+            multiplies each row's float32 sum once, before the residual (``fused.Fp8Weight.ref_linear``).
+        out_dtype: with ``w_scale`` only: the output / activation-rounding dtype when ``x`` is in
+            another one (``Fp8Weight.dtype``, the model's, for the recurrence's float32 output into
+            the gated-RMSNorm prologue); None: ``x.dtype``.
         norm_weight: the prologue's weight: ``[K]`` for ``"rms_norm"``, ``[head_dim]`` for
             ``"gated_rms_norm"``.
         prologue: ``None``; ``"rms_norm"`` (fla ``RMSNorm`` of the row; implied by ``norm_weight``
@@ -447,12 +451,15 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
         if w_scale.shape != (N,) or w_scale.dtype != torch.float32 or not w_scale.is_contiguous():
             raise ValueError(f"gemv_rows: w_scale must be contiguous float32 [N] = [{N}], got {tuple(w_scale.shape)} "
                              f"{w_scale.dtype}")
-        if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            raise ValueError(f"gemv_rows: with a float8 w the output dtype is x.dtype, which must be bfloat16, float16 "
-                             f"or float32, got {x.dtype}")
-        odt = x.dtype
+        odt = x.dtype if out_dtype is None else out_dtype
+        if odt not in (torch.bfloat16, torch.float16, torch.float32):
+            raise ValueError(f"gemv_rows: with a float8 w the output dtype (out_dtype, else x.dtype) must be bfloat16, "
+                             f"float16 or float32, got {odt}")
     elif w.dtype in FP8_DTYPES:
         raise ValueError("gemv_rows: a float8 w needs w_scale (its per-row scales), got w_scale None")
+    elif out_dtype is not None and out_dtype != w.dtype:
+        raise ValueError(f"gemv_rows: out_dtype goes with a float8 w (w_scale); the output of a {w.dtype} w is "
+                         f"{w.dtype}, got out_dtype {out_dtype}")
     cfg = tuple(config or (GEMV_ROWS_FP8_CONFIG if w_scale is not None else GEMV_ROWS_CONFIG))
     if len(cfg) != 3:
         raise ValueError(f"gemv_rows: config must be (BN, BK, num_warps), got {cfg}")
