@@ -432,6 +432,9 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
                     help="on, or W,U (its warps, unroll: fused.SKINNY_CONFIG): JIT-build the CUDA skinny GEMM (ops/_cpp.py "
                          "load_cuda_gemm, needs nvcc) so 2-8-row GEMMs run it instead of cuBLAS (fused.USE_SKINNY_GEMM); "
                          "off / unset: cuBLAS")
+    ap.add_argument("--skinny-max-m", default=None, type=int, choices=range(2, 17), metavar="{2..16}",
+                    help="token rows up to which bf16 GEMMs run the skinny GEMM (fused.SKINNY_MAX_M; 9: K = 8's "
+                         "windows, the rows past 8 staged in shared memory)")
     ap.add_argument("--skinny-prefetch", default=None, type=prefetch_flag,
                     help="MiB of the next GEMM's weight the skinny GEMM prefetches into L2 (fused.SKINNY_PREFETCH_BYTES; "
                          "0: off)")
@@ -483,7 +486,7 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         _decode.ABSORB_ACCEPTED_ROWS = args.absorb_rows != "off"
         fused_model.ABSORB_ROWS_FP8 = args.absorb_rows == "fp8"
     if device != "cuda":
-        for flag in ("skinny_gemm", "skinny_prefetch"):
+        for flag in ("skinny_gemm", "skinny_prefetch", "skinny_max_m"):
             if getattr(args, flag, None) is not None:
                 print(f"--{flag.replace('_', '-')} {getattr(args, flag)}: ignored on {device} (a CUDA kernel)",
                       file=sys.stderr)
@@ -512,6 +515,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         fused.USE_SKINNY_GEMM = sg != "off"
     if getattr(args, "skinny_prefetch", None) is not None:
         fused.SKINNY_PREFETCH_BYTES = args.skinny_prefetch
+    if getattr(args, "skinny_max_m", None) is not None:
+        fused.SKINNY_MAX_M = args.skinny_max_m
     # (s11e's records had None for both the default and "off": the state is read back here)
     return dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG),
                 max_m=triton_fused.GEMV_ROWS_MAX_M, fp8_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG),
@@ -524,6 +529,7 @@ def apply_kernel_flags(args, device: str) -> dict | None:
                 small=[fused.GEMV_ROWS_SMALL_MAX_M, fused.GEMV_ROWS_SMALL_BYTES],
                 skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_prefetch=fused.SKINNY_PREFETCH_BYTES if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
+                skinny_max_m=fused.SKINNY_MAX_M if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 triton_accept=_steps.USE_TRITON_ACCEPT, triton_glue=fused.USE_TRITON_EMBED and _steps.USE_TRITON_CONTROL)
 
 

@@ -123,8 +123,11 @@ _PRELUDE = """#include <cuda_runtime.h>
 using std::max;
 using std::min;
 inline void __syncthreads() {}
+inline void __syncwarp(unsigned = 0xffffffffu) {}
 template <class T>
 inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes*, T*) { return cudaSuccess; }
+template <class T>
+inline cudaError_t cudaFuncSetAttribute(T*, cudaFuncAttribute, int) { return cudaSuccess; }
 """
 _STUBS = {"cusparse.h": "typedef struct cusparseContext* cusparseHandle_t;\n",
           "cublas_v2.h": "typedef struct cublasContext* cublasHandle_t;\ntypedef int cublasStatus_t;\n",

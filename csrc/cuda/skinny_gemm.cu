@@ -37,7 +37,8 @@
 // 577 CTAs over ~2.2 waves). A persistent stream-K form (contiguous chunk ranges per warp, a private
 // cp.async ring per thread, partial tiles summed by the last of their warps) measured 1.2-2.2 TB/s
 // over three builds and was removed. At 9-16 rows (two MMA tiles) this kernel took 1.16-1.30x
-// cuBLAS's time, so ops/fused.py gives it 2-8 rows. Session 16 measured and removed five more forms
+// cuBLAS's time, so ops/fused.py gave it 2-8 rows; session 30 stages the rows past 8 in shared memory
+// (skinny_gemm_kernels.cuh) for the 9-row windows of K = 8. Session 16 measured and removed five more forms
 // (an L2 prefetch hint, a persistent register ring, TMA shared-memory stages, a K split over
 // thread-block clusters, 16 warps for the few-tile GEMMs): none beat this one at 2-8 rows (RESULTS.md "Session
 // 16", docs/KERNELS.md; the code is in commits 732bc08 and ed28b5e). Session 17 measured the optional
@@ -70,11 +71,11 @@ using namespace vllm_specla_skinny;
 
 // cudaLaunchKernelEx with programmatic dependent launch on or off (both skinny kernels)
 template <typename Kernel, typename... Args>
-void launch_ex(Kernel kernel, int grid, int block, cudaStream_t stream, bool pdl, Args... args) {
+void launch_ex(Kernel kernel, int grid, int block, cudaStream_t stream, bool pdl, size_t smem, Args... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(grid));
   cfg.blockDim = dim3(static_cast<unsigned>(block));
-  cfg.dynamicSmemBytes = 0;
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -83,6 +84,12 @@ void launch_ex(Kernel kernel, int grid, int block, cudaStream_t stream, bool pdl
   cfg.numAttrs = 1;
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
+
+// Dynamic shared memory of skinny_gemm_kernel: the token rows past the first 8, staged with a padded row
+// (skinny_gemm_kernels.cuh SG_STAGE_PAD); at most kStageMaxBytes (ops/_cpp.py SKINNY_STAGE_MAX_BYTES, which
+// checks it first), so two CTAs still fit on an SM beside their static shared memory.
+constexpr int64_t kStageMaxBytes = 96 * 1024;
+int64_t stage_bytes(int64_t M, int64_t K, int64_t elem) { return M > 8 ? (M - 8) * (K + SG_STAGE_PAD) * elem : 0; }
 
 template <typename T, int NT, int WARPS, int U, bool RES>
 void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr, at::Tensor& out, bool pdl,
@@ -100,6 +107,9 @@ void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr,
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, skinny_gemm_kernel<T, NT, WARPS, U, RES>,
                                                                  WARPS * 32, 0));
     ptx_version = fa.ptxVersion;
+    if (NT == 2)  // above the default 48 KiB of dynamic shared memory needs the opt-in
+      C10_CUDA_CHECK(cudaFuncSetAttribute(skinny_gemm_kernel<T, NT, WARPS, U, RES>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kStageMaxBytes)));
   }
   pdl = pdl && ptx_version >= 90;
   const T* xp = reinterpret_cast<const T*>(x.data_ptr());
@@ -111,8 +121,9 @@ void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr,
   if (ptx_version < 90) pf = nullptr;
   const int pf_first =
       pf ? std::max(0, grid - std::max(1, per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount) : 0;
-  launch_ex(skinny_gemm_kernel<T, NT, WARPS, U, RES>, grid, WARPS * 32, stream, pdl, xp, x.stride(0), wp, res, ldr, op,
-            out.stride(0), M, N, K, pf, static_cast<long long>(pf_bytes), pf_first);
+  const size_t smem = static_cast<size_t>(stage_bytes(M, K, sizeof(T)));
+  launch_ex(skinny_gemm_kernel<T, NT, WARPS, U, RES>, grid, WARPS * 32, stream, pdl, smem, xp, x.stride(0), wp, res,
+            ldr, op, out.stride(0), M, N, K, pf, static_cast<long long>(pf_bytes), pf_first);
 }
 
 template <typename T, int NT, int WARPS, int U>
@@ -169,6 +180,8 @@ void skinny_gemm(const at::Tensor& x, const at::Tensor& w, const std::optional<a
               f, ": needs N >= 1, K % 8 == 0, a contiguous w, x rows dense and 16-byte aligned");
   TORCH_CHECK(out.stride(1) == 1, f, ": out must have a dense last dim");
   TORCH_CHECK(N <= (int64_t{1} << 31) - 16 && K < (int64_t{1} << 30), f, ": N or K too large");
+  TORCH_CHECK(stage_bytes(M, K, static_cast<int64_t>(w.element_size())) <= kStageMaxBytes, f,
+              ": rows past 8 take (M - 8) * (K + 8) * 2 bytes of shared memory, at most 96 KiB");
   if (residual.has_value()) {
     TORCH_CHECK(residual->is_cuda() && residual->scalar_type() == w.scalar_type() && residual->dim() == 2 &&
                     residual->size(0) == M && residual->size(1) == N && residual->stride(1) == 1,
@@ -213,7 +226,7 @@ void launch_fp8(const at::Tensor& x, const at::Tensor& w, const at::Tensor& ws, 
     ptx_version = fa.ptxVersion;
   }
   pdl = pdl && ptx_version >= 90;
-  launch_ex(skinny_gemm_fp8_kernel<1, WARPS, U, RES>, (N + 15) / 16, WARPS * 32, stream, pdl,
+  launch_ex(skinny_gemm_fp8_kernel<1, WARPS, U, RES>, (N + 15) / 16, WARPS * 32, stream, pdl, size_t{0},
             reinterpret_cast<const __nv_bfloat16*>(x.data_ptr()), x.stride(0),
             reinterpret_cast<const unsigned char*>(w.data_ptr()), reinterpret_cast<const float*>(ws.data_ptr()), res,
             ldr, reinterpret_cast<__nv_bfloat16*>(out.data_ptr()), out.stride(0), M, N, K);

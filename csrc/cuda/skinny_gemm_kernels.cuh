@@ -116,7 +116,15 @@ __device__ __forceinline__ void reduce_store(const float (&acc)[NT][4], int warp
   }
 }
 
-// NT: 8-token tiles (M <= 8 NT); WARPS: warps per CTA (K split); U: chunks of 32 k per load batch.
+// The token rows past the first 8 (NT = 2) come from shared memory: each warp copies its own k range of
+// rows 8 .. M - 1 there (dynamic shared memory, row stride K + SG_STAGE_PAD elements so the 8 rows' 16-byte
+// reads fall in different banks) before its loop. Session 15 read them from global memory like the first 8 and
+// measured 9-16 rows at 1.16-1.30x cuBLAS's time against 0.92x at 8: the second tile's loads sat in the MMA
+// loop at L2 latency, with no registers left to issue them early (128 per thread for 2 CTAs per SM).
+constexpr int SG_STAGE_PAD = 8;
+
+// NT: 8-token tiles (M <= 8 NT); WARPS: warps per CTA (K split); U: chunks of 32 k per load batch. NT = 2
+// needs (M - 8) * (K + SG_STAGE_PAD) elements of dynamic shared memory (skinny_gemm.cu stage_bytes).
 template <typename T, int NT, int WARPS, int U, bool RES>
 __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* __restrict__ x, int64_t ldx,
                                                                  const T* __restrict__ w, const T* res,
@@ -144,6 +152,22 @@ __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* __rest
 
   load(cb);  // constant weights: before the wait (ops/pdl.py)
   griddep_wait();
+  extern __shared__ __align__(16) unsigned char sg_stage[];
+  T* xs = reinterpret_cast<T*>(sg_stage);  // NT = 2: rows 8 .. M - 1, [M - 8][K + SG_STAGE_PAD]
+  const int ldxs = K + SG_STAGE_PAD;
+  if constexpr (NT == 2) {  // this warp's k range only, so a warp barrier suffices
+    const int k_hi = min(ce * 32, K);
+#pragma unroll 1
+    for (int r = 8; r < M; ++r) {
+      const T* xr = x + static_cast<int64_t>(r) * ldx;
+      T* sr = xs + (r - 8) * ldxs;
+#pragma unroll 1
+      for (int k = cb * 32 + lane * 8; k < k_hi; k += 256)
+        *reinterpret_cast<uint4*>(sr + k) = *reinterpret_cast<const uint4*>(xr + k);
+    }
+    __syncwarp();
+  }
+  const T* xs_g = xs + g * ldxs;  // NT = 2: token 8 + g's staged row
   for (int c = cb; c < ce; c += U) {
     if (c != cb) load(c);
 #pragma unroll
@@ -153,8 +177,10 @@ __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* __rest
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int tok = nt * 8 + g;
-        const uint4 xv =
-            in && tok < M ? *reinterpret_cast<const uint4*>(x + static_cast<int64_t>(tok) * ldx + k) : z4;
+        uint4 xv = z4;
+        if (in && tok < M)
+          xv = nt == 0 ? *reinterpret_cast<const uint4*>(x + static_cast<int64_t>(tok) * ldx + k)
+                       : *reinterpret_cast<const uint4*>(xs_g + k);
         Mma<T>::run(acc[nt], wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
         Mma<T>::run(acc[nt], wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
       }

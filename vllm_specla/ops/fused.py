@@ -300,7 +300,10 @@ if _SKINNY_ENV not in ("0", "1"):
     raise ValueError(f"VLLM_SPECLA_SKINNY_GEMM must be '0' (cuBLAS for 2-8-row GEMMs) or '1' (the CUDA skinny GEMM "
                      f"once ops._cpp.load_cuda_gemm() has built it, the default), got {_SKINNY_ENV!r}")
 USE_SKINNY_GEMM = _SKINNY_ENV == "1"
-# up to 8 rows (one 8-token MMA tile): at 9 rows (two tiles) the kernel took 1.16x cuBLAS's time (s15c)
+# up to 8 rows (one 8-token MMA tile): at 9 rows (two tiles) the kernel took 1.16x cuBLAS's time (s15c). Session 30
+# stages the rows past 8 in shared memory (csrc/cuda/skinny_gemm_kernels.cuh) for K = 8's 9-row windows; 9 once
+# measured (benchmarks/bench_e2e.py --skinny-max-m; bench_blas.py at M = 9). Float8 weights stop at 8 rows
+# (_skinny_fp8_takes: the float8 form has one tile).
 SKINNY_MAX_M = 8
 # (warps, unroll) of ops/_cpp.py skinny_gemm; (0, 0): its automatic choice
 SKINNY_CONFIG = (0, 0)
@@ -350,11 +353,11 @@ USE_SKINNY_FP8 = False
 
 def _skinny_fp8_takes(x: torch.Tensor, w, residual: torch.Tensor | None) -> bool:
     """Whether :func:`_cpp.skinny_gemm_fp8` takes ``x @ w.T [+ residual]`` for an :class:`Fp8Weight`
-    ``w``: :data:`USE_SKINNY_FP8` and the skinny GEMM built and on, CUDA, 2..``SKINNY_MAX_M`` bf16 rows
+    ``w``: :data:`USE_SKINNY_FP8` and the skinny GEMM built and on, CUDA, 2..min(``SKINNY_MAX_M``, 8) bf16 rows
     (dense, 16-byte aligned), an e4m3 weight with ``K % 16 == 0``, a bf16 ``[M, N]`` residual."""
     if not (USE_SKINNY_FP8 and USE_SKINNY_GEMM and _cpp.GEMM_LOADED and isinstance(w, Fp8Weight) and _on_gpu(x)):
         return False
-    ok = (x.dim() == 2 and 2 <= x.shape[0] <= SKINNY_MAX_M and x.dtype == torch.bfloat16 == w.dtype
+    ok = (x.dim() == 2 and 2 <= x.shape[0] <= min(SKINNY_MAX_M, 8) and x.dtype == torch.bfloat16 == w.dtype
           and w.weight.dtype == torch.float8_e4m3fn and w.shape[1] % 16 == 0 and x.stride(1) == 1
           and x.stride(0) % 8 == 0 and x.data_ptr() % 16 == 0)
     return ok and (residual is None or (residual.shape == (x.shape[0], w.shape[0]) and residual.dtype == torch.bfloat16
