@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s30b, s30a. Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
+# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s30c, s30a. Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
 # as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them; s29e's out_dtype
 # after it, commit 637b841). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
@@ -53,7 +53,22 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s30b)  # session 30, call 1: the skinny GEMM's rows past 8 staged in shared memory (9-row windows, K = 8): its GPU
+  s30c)  # session 30, call 2: s30b with the staged rows copied by cp.async while tile 0 computes (s30b: plain loads
+        # and a warp barrier before the loop, 1.11x cuBLAS at 9 rows); also the chain at 16 rows
+      skinny_build
+      pytest_log s30c 200 -rs tests/test_skinny_gemm_gpu.py
+      timeout 100 python benchmarks/bench_blas.py --shapes flame,map --ms 8,9,16 --settings default,skinny:0:0 \
+          --out "$OUT/blas_s30c.json" 2>&1 | grep -v Warn | tail -12
+      for R in 1 2; do
+        for M in 8 9; do
+          timeout 60 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 7,8 --alphas 0.8 \
+              --snapshot-ks "" --skinny-gemm on --skinny-max-m $M --draft-weights fp8 --tag "s30c_m${M}_r$R" \
+              --out "$OUT/e2e_s30c.jsonl" 2>&1 | grep "^{" | python -c "$S"
+        done
+      done
+      ;;
+  s30b)  # (as run; its staging with plain loads before the loop was replaced by s30c's cp.async) session 30, call 1:
+        # the skinny GEMM's rows past 8 staged in shared memory (9-row windows, K = 8): its GPU
         # tests, the step's GEMM chain at 8 / 9 rows (skinny vs cuBLAS), then batch 1, K = 7 / 8, float8 draft passes,
         # fused.SKINNY_MAX_M 8 (9 rows on cuBLAS) against 9, twice in alternation
       skinny_build

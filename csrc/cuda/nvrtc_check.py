@@ -124,6 +124,7 @@ using std::max;
 using std::min;
 inline void __syncthreads() {}
 inline void __syncwarp(unsigned = 0xffffffffu) {}
+inline size_t __cvta_generic_to_shared(const void*) { return 0; }
 template <class T>
 inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes*, T*) { return cudaSuccess; }
 template <class T>

@@ -42,6 +42,14 @@ __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
 #endif
 }
 
+// 16 bytes global -> shared without registers (sm_80+ cp.async, L2 only), and the wait for this thread's copies
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 // mma.sync m16n8k16 with fp32 accumulation for operand type TY ("bf16" / "f16"): c += A x B.
 #define SG_MMA_SYNC(TY)                                                                                  \
   asm("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, " \
@@ -117,10 +125,12 @@ __device__ __forceinline__ void reduce_store(const float (&acc)[NT][4], int warp
 }
 
 // The token rows past the first 8 (NT = 2) come from shared memory: each warp copies its own k range of
-// rows 8 .. M - 1 there (dynamic shared memory, row stride K + SG_STAGE_PAD elements so the 8 rows' 16-byte
-// reads fall in different banks) before its loop. Session 15 read them from global memory like the first 8 and
-// measured 9-16 rows at 1.16-1.30x cuBLAS's time against 0.92x at 8: the second tile's loads sat in the MMA
-// loop at L2 latency, with no registers left to issue them early (128 per thread for 2 CTAs per SM).
+// rows 8 .. M - 1 there with cp.async right after the PDL wait (dynamic shared memory, row stride K +
+// SG_STAGE_PAD elements so the 8 rows' 16-byte reads fall in different banks), computes tile 0 (tokens 0..7,
+// from global memory as at M <= 8) while the copies land, then waits and computes tile 1 from shared memory.
+// Session 15 read tile 1 from global memory inside the MMA loop and measured 9-16 rows at 1.16-1.30x cuBLAS's
+// time against 0.92x at 8 (no registers left to issue those loads early: 128 per thread for 2 CTAs per SM);
+// s30b staged it with plain loads before the loop (a second L2 round trip ahead of tile 0's): 1.11x.
 constexpr int SG_STAGE_PAD = 8;
 
 // NT: 8-token tiles (M <= 8 NT); WARPS: warps per CTA (K split); U: chunks of 32 k per load batch. NT = 2
@@ -155,34 +165,39 @@ __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* __rest
   extern __shared__ __align__(16) unsigned char sg_stage[];
   T* xs = reinterpret_cast<T*>(sg_stage);  // NT = 2: rows 8 .. M - 1, [M - 8][K + SG_STAGE_PAD]
   const int ldxs = K + SG_STAGE_PAD;
-  if constexpr (NT == 2) {  // this warp's k range only, so a warp barrier suffices
+  if constexpr (NT == 2) {  // this warp's k range only (so a warp barrier suffices), waited for after tile 0's MMAs
     const int k_hi = min(ce * 32, K);
 #pragma unroll 1
     for (int r = 8; r < M; ++r) {
       const T* xr = x + static_cast<int64_t>(r) * ldx;
       T* sr = xs + (r - 8) * ldxs;
 #pragma unroll 1
-      for (int k = cb * 32 + lane * 8; k < k_hi; k += 256)
-        *reinterpret_cast<uint4*>(sr + k) = *reinterpret_cast<const uint4*>(xr + k);
+      for (int k = cb * 32 + lane * 8; k < k_hi; k += 256) cp_async16(sr + k, xr + k);
     }
-    __syncwarp();
   }
   const T* xs_g = xs + g * ldxs;  // NT = 2: token 8 + g's staged row
   for (int c = cb; c < ce; c += U) {
     if (c != cb) load(c);
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
+    for (int u = 0; u < U; ++u) {  // tile 0: tokens 0..7 from global memory (L1)
       const int ch = c + u, k = ch * 32 + t * 8;
       const bool in = ch < ce && k < K;
+      const uint4 xv = in && g < M ? *reinterpret_cast<const uint4*>(x + static_cast<int64_t>(g) * ldx + k) : z4;
+      Mma<T>::run(acc[0], wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
+      Mma<T>::run(acc[0], wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
+    }
+    if constexpr (NT == 2) {  // tile 1: tokens 8..15 from the staged rows
+      if (c == cb) {
+        cp_async_wait_all();
+        __syncwarp();
+      }
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int tok = nt * 8 + g;
-        uint4 xv = z4;
-        if (in && tok < M)
-          xv = nt == 0 ? *reinterpret_cast<const uint4*>(x + static_cast<int64_t>(tok) * ldx + k)
-                       : *reinterpret_cast<const uint4*>(xs_g + k);
-        Mma<T>::run(acc[nt], wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
-        Mma<T>::run(acc[nt], wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
+      for (int u = 0; u < U; ++u) {
+        const int ch = c + u, k = ch * 32 + t * 8;
+        const bool in = ch < ce && k < K;
+        const uint4 xv = in && 8 + g < M ? *reinterpret_cast<const uint4*>(xs_g + k) : z4;
+        Mma<T>::run(acc[NT - 1], wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
+        Mma<T>::run(acc[NT - 1], wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
       }
     }
   }
