@@ -53,6 +53,26 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s30d)  # session 30, call 3: why 9 rows (two 8-token tiles) cost the skinny GEMM 15 % more than 8 (s30b / s30c):
+        # Nsight Compute at flame's in- / down-projection shapes, M = 8 / 9 / 16 (s30c's code): duration, DRAM
+        # throughput, occupancy, and the warp-stall samples by reason and per SASS instruction; then every config at 9 rows
+      skinny_build
+      for m in 8 9 16; do
+        timeout 150 ncu --kernel-name regex:skinny --launch-skip 2 --launch-count 2 --section SpeedOfLight \
+            --section Occupancy --section SourceCounters --section WarpStateStats --import-source yes \
+            -o "$OUT/ncu_s30d_m$m" -f python benchmarks/ncu_gemm.py --m $m 2>&1 | tail -1
+        ncu -i "$OUT/ncu_s30d_m$m.ncu-rep" --page details --csv > "$OUT/ncu_s30d_m${m}_details.csv" 2>&1
+        python benchmarks/ncu_details.py "$OUT/ncu_s30d_m${m}_details.csv" \
+            --metrics "Duration,DRAM Throughput,Achieved Occupancy,Warp Cycles Per Issued Instruction,Executed Ipc Active"
+        ncu -i "$OUT/ncu_s30d_m$m.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_s30d_m${m}_sass.csv" 2>&1
+        python benchmarks/ncu_sass_stalls.py "$OUT/ncu_s30d_m${m}_sass.csv" --top 8 --out "$OUT/ncu_stalls_s30d_m$m.json" \
+            > "$OUT/ncu_stalls_s30d_m$m.txt"
+        head -30 "$OUT/ncu_stalls_s30d_m$m.txt"
+        rm -f "$OUT/ncu_s30d_m$m.ncu-rep" "$OUT/ncu_s30d_m${m}_sass.csv" "$OUT/ncu_s30d_m${m}_details.csv"
+      done
+      timeout 120 python benchmarks/bench_blas.py --shapes flame --ms 9 --settings default,skinny:0:0 --skinny-sweep \
+          --out "$OUT/blas_s30d.json" 2>&1 | grep -v Warn | tail -9
+      ;;
   s30c)  # session 30, call 2: s30b with the staged rows copied by cp.async while tile 0 computes (s30b: plain loads
         # and a warp barrier before the loop, 1.11x cuBLAS at 9 rows); also the chain at 16 rows
       skinny_build
