@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s30c, s30a. Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
+# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s30e (s30a folded in). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
 # as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them; s29e's out_dtype
 # after it, commit 637b841). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
@@ -53,6 +53,29 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s30e)  # session 30, call 4: the skinny GEMM's two MMA chains (VLLM_SPECLA_SKINNY_SPLIT_ACC, from s30d's fixed-latency
+        # waits) and s30a's one-launch float8 gather: the skinny GEMM's GPU tests with the split on, s30a's tests; the
+        # step's GEMM chain at 5 / 8 rows, split off / on; batch 1, K = 7 / 8, float8 draft passes, split off / on x
+        # gather split / one, twice in alternation
+      skinny_build
+      export VLLM_SPECLA_SKINNY_SPLIT_ACC=1
+      pytest_log s30e 150 -rs tests/test_skinny_gemm_gpu.py
+      unset VLLM_SPECLA_SKINNY_SPLIT_ACC
+      pytest_log s30e_gather 120 -rs tests/test_fused_gpu.py -k "gathers_gate or bad_gather or runtime_drafter"
+      for A in 0 1; do
+        VLLM_SPECLA_SKINNY_SPLIT_ACC=$A timeout 80 python benchmarks/bench_blas.py --shapes flame,map --ms 5,8 \
+            --settings skinny:0:0 --out "$OUT/blas_s30e_split$A.json" 2>&1 | grep -v Warn | tail -4
+      done
+      for R in 1 2; do
+        for A in off on; do
+          for G in split one; do
+            timeout 50 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 7,8 --alphas 0.8 \
+                --snapshot-ks "" --skinny-gemm on --skinny-split-acc $A --draft-weights fp8 --absorb-rows fp8 \
+                --fp8-gather $G --tag "s30e_${A}_${G}_r$R" --out "$OUT/e2e_s30e.jsonl" 2>&1 | grep "^{" | python -c "$S"
+          done
+        done
+      done
+      ;;
   s30d)  # session 30, call 3: why 9 rows (two 8-token tiles) cost the skinny GEMM 15 % more than 8 (s30b / s30c):
         # Nsight Compute at flame's in- / down-projection shapes, M = 8 / 9 / 16 (s30c's code): duration, DRAM
         # throughput, occupancy, and the warp-stall samples by reason and per SASS instruction; then every config at 9 rows

@@ -249,9 +249,8 @@ def test_skinny_gemm_rule_and_route(monkeypatch):
     """``fused.linear``'s skinny-GEMM rule (``fused._skinny_takes``; the ``_on_gpu`` seam points it at
     CPU tensors): once built, bf16 / fp16 GEMMs of 2..``SKINNY_MAX_M`` dense rows with ``K % 8 == 0``
     take it; one row, 9 rows, fp32, ``K % 8 != 0``, a mismatched residual or the switch off do not;
-    with ``SKINNY_MAX_M`` raised to 9, 9 rows take it while their staged row fits the shared memory
-    (``_cpp.SKINNY_STAGE_MAX_BYTES``); whatever it takes passes ``_cpp._skinny_check`` (up to the
-    CUDA-device check). Routed
+    with ``SKINNY_MAX_M`` raised to 9, 9 rows take it; whatever it takes passes ``_cpp._skinny_check``
+    (up to the CUDA-device check). Routed
     GEMMs get the RMSNorm first and the residual in place, as the cuBLAS path does (the op is
     replaced by the reference here; its GPU tests: tests/test_skinny_gemm_gpu.py)."""
     from vllm_specla.ops import fused
@@ -278,18 +277,9 @@ def test_skinny_gemm_rule_and_route(monkeypatch):
     for m in range(2, fused.SKINNY_MAX_M + 1):  # accepted -> valid for the op (CPU: only "CUDA" is left)
         with pytest.raises(ValueError, match="CUDA tensors"):
             _cpp.skinny_gemm(torch.randn(m, 32).to(bf), w, torch.randn(m, 64).to(bf))
-    # 9-16 rows (SKINNY_MAX_M raised): the rows past 8 are staged in shared memory, (M - 8) * (K + 8) * 2 bytes
-    # of at most SKINNY_STAGE_MAX_BYTES; a longer K goes to cuBLAS, and the op refuses it by name
+    # SKINNY_MAX_M raised (bench_e2e.py --skinny-max-m): 9 rows take it, 10 do not
     monkeypatch.setattr(fused, "SKINNY_MAX_M", 9)
-    k_max = _cpp.SKINNY_STAGE_MAX_BYTES // 2 - 8  # one staged row
-    assert take(torch.randn(9, 32).to(bf), w, None)
-    assert take(torch.randn(9, k_max).to(bf), torch.randn(16, k_max).to(bf), None)
-    assert not take(torch.randn(9, k_max + 8).to(bf), torch.randn(16, k_max + 8).to(bf), None)
-    assert not take(torch.randn(10, 32).to(bf), w, None)
-    with pytest.raises(ValueError, match=r"shared memory.*M = 16, K = 6144"):
-        _cpp.skinny_gemm(torch.randn(16, 6144).to(bf), torch.randn(16, 6144).to(bf))
-    with pytest.raises(ValueError, match="CUDA tensors"):  # 8 staged rows of K = 6136: exactly the limit
-        _cpp.skinny_gemm(torch.randn(16, 6136).to(bf), torch.randn(16, 6136).to(bf))
+    assert take(torch.randn(9, 32).to(bf), w, None) and not take(torch.randn(10, 32).to(bf), w, None)
     monkeypatch.setattr(fused, "SKINNY_MAX_M", 8)
     calls, pfs = [], []
 

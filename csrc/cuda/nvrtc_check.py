@@ -36,6 +36,8 @@ def kernels() -> list[str]:
     return [f"vllm_specla_skinny::skinny_gemm_kernel<{t}, {nt}, {w}, {u}, {res}>"
             for t, nt, (w, u), res in itertools.product(("__nv_bfloat16", "__half"), (1, 2),
                                                         [(w, u) for w in (4, 8, 16) for u in (4, 8)], ("false", "true"))
+            ] + [f"vllm_specla_skinny::skinny_gemm_kernel<{t}, 1, 8, 8, {res}, true>"
+                 for t, res in itertools.product(("__nv_bfloat16", "__half"), ("false", "true"))
             ] + [f"vllm_specla_skinny::skinny_gemm_fp8_kernel<1, {w}, {u}, {res}>"
                  for (w, u), res in itertools.product([(4, 4), (8, 4), (16, 4), (8, 8)], ("false", "true"))]
 
@@ -123,12 +125,8 @@ _PRELUDE = """#include <cuda_runtime.h>
 using std::max;
 using std::min;
 inline void __syncthreads() {}
-inline void __syncwarp(unsigned = 0xffffffffu) {}
-inline size_t __cvta_generic_to_shared(const void*) { return 0; }
 template <class T>
 inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes*, T*) { return cudaSuccess; }
-template <class T>
-inline cudaError_t cudaFuncSetAttribute(T*, cudaFuncAttribute, int) { return cudaSuccess; }
 """
 _STUBS = {"cusparse.h": "typedef struct cusparseContext* cusparseHandle_t;\n",
           "cublas_v2.h": "typedef struct cublasContext* cublasHandle_t;\ntypedef int cublasStatus_t;\n",

@@ -37,8 +37,7 @@
 // 577 CTAs over ~2.2 waves). A persistent stream-K form (contiguous chunk ranges per warp, a private
 // cp.async ring per thread, partial tiles summed by the last of their warps) measured 1.2-2.2 TB/s
 // over three builds and was removed. At 9-16 rows (two MMA tiles) this kernel took 1.16-1.30x
-// cuBLAS's time, so ops/fused.py gave it 2-8 rows; session 30 stages the rows past 8 in shared memory
-// (skinny_gemm_kernels.cuh) for the 9-row windows of K = 8. Session 16 measured and removed five more forms
+// cuBLAS's time, so ops/fused.py gives it 2-8 rows. Session 16 measured and removed five more forms
 // (an L2 prefetch hint, a persistent register ring, TMA shared-memory stages, a K split over
 // thread-block clusters, 16 warps for the few-tile GEMMs): none beat this one at 2-8 rows (RESULTS.md "Session
 // 16", docs/KERNELS.md; the code is in commits 732bc08 and ed28b5e). Session 17 measured the optional
@@ -61,6 +60,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 
 #include "skinny_gemm_kernels.cuh"
@@ -71,11 +71,11 @@ using namespace vllm_specla_skinny;
 
 // cudaLaunchKernelEx with programmatic dependent launch on or off (both skinny kernels)
 template <typename Kernel, typename... Args>
-void launch_ex(Kernel kernel, int grid, int block, cudaStream_t stream, bool pdl, size_t smem, Args... args) {
+void launch_ex(Kernel kernel, int grid, int block, cudaStream_t stream, bool pdl, Args... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(grid));
   cfg.blockDim = dim3(static_cast<unsigned>(block));
-  cfg.dynamicSmemBytes = smem;
+  cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -85,13 +85,7 @@ void launch_ex(Kernel kernel, int grid, int block, cudaStream_t stream, bool pdl
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
-// Dynamic shared memory of skinny_gemm_kernel: the token rows past the first 8, staged with a padded row
-// (skinny_gemm_kernels.cuh SG_STAGE_PAD); at most kStageMaxBytes (ops/_cpp.py SKINNY_STAGE_MAX_BYTES, which
-// checks it first), so two CTAs still fit on an SM beside their static shared memory.
-constexpr int64_t kStageMaxBytes = 96 * 1024;
-int64_t stage_bytes(int64_t M, int64_t K, int64_t elem) { return M > 8 ? (M - 8) * (K + SG_STAGE_PAD) * elem : 0; }
-
-template <typename T, int NT, int WARPS, int U, bool RES>
+template <typename T, int NT, int WARPS, int U, bool RES, bool SPLIT = false>
 void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr, at::Tensor& out, bool pdl,
             const unsigned char* pf, int64_t pf_bytes, cudaStream_t stream) {
   const int M = static_cast<int>(x.size(0)), K = static_cast<int>(x.size(1)), N = static_cast<int>(w.size(0));
@@ -103,13 +97,10 @@ void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr,
   static int ptx_version = -1, per_sm = 1;
   if (ptx_version < 0) {
     cudaFuncAttributes fa;
-    C10_CUDA_CHECK(cudaFuncGetAttributes(&fa, skinny_gemm_kernel<T, NT, WARPS, U, RES>));
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, skinny_gemm_kernel<T, NT, WARPS, U, RES>,
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&fa, skinny_gemm_kernel<T, NT, WARPS, U, RES, SPLIT>));
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, skinny_gemm_kernel<T, NT, WARPS, U, RES, SPLIT>,
                                                                  WARPS * 32, 0));
     ptx_version = fa.ptxVersion;
-    if (NT == 2)  // above the default 48 KiB of dynamic shared memory needs the opt-in
-      C10_CUDA_CHECK(cudaFuncSetAttribute(skinny_gemm_kernel<T, NT, WARPS, U, RES>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kStageMaxBytes)));
   }
   pdl = pdl && ptx_version >= 90;
   const T* xp = reinterpret_cast<const T*>(x.data_ptr());
@@ -121,19 +112,28 @@ void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr,
   if (ptx_version < 90) pf = nullptr;
   const int pf_first =
       pf ? std::max(0, grid - std::max(1, per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount) : 0;
-  const size_t smem = static_cast<size_t>(stage_bytes(M, K, sizeof(T)));
-  launch_ex(skinny_gemm_kernel<T, NT, WARPS, U, RES>, grid, WARPS * 32, stream, pdl, smem, xp, x.stride(0), wp, res,
-            ldr, op, out.stride(0), M, N, K, pf, static_cast<long long>(pf_bytes), pf_first);
+  launch_ex(skinny_gemm_kernel<T, NT, WARPS, U, RES, SPLIT>, grid, WARPS * 32, stream, pdl, xp, x.stride(0), wp, res, ldr, op,
+            out.stride(0), M, N, K, pf, static_cast<long long>(pf_bytes), pf_first);
 }
 
-template <typename T, int NT, int WARPS, int U>
+template <typename T, int NT, int WARPS, int U, bool SPLIT = false>
 void dispatch_res(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
                   at::Tensor& out, bool pdl, const unsigned char* pf, int64_t pf_bytes, cudaStream_t s) {
   if (residual.has_value())
-    launch<T, NT, WARPS, U, true>(x, w, reinterpret_cast<const T*>(residual->data_ptr()), residual->stride(0), out,
-                                  pdl, pf, pf_bytes, s);
+    launch<T, NT, WARPS, U, true, SPLIT>(x, w, reinterpret_cast<const T*>(residual->data_ptr()), residual->stride(0),
+                                         out, pdl, pf, pf_bytes, s);
   else
-    launch<T, NT, WARPS, U, false>(x, w, nullptr, 0, out, pdl, pf, pf_bytes, s);
+    launch<T, NT, WARPS, U, false, SPLIT>(x, w, nullptr, 0, out, pdl, pf, pf_bytes, s);
+}
+
+// VLLM_SPECLA_SKINNY_SPLIT_ACC=1 (read once): the automatic config's one-tile GEMMs accumulate in two MMA chains
+// (skinny_gemm_kernels.cuh SPLIT). Session 30's A/B switch (benchmarks/bench_e2e.py --skinny-split-acc).
+bool split_acc() {
+  static const bool on = [] {
+    const char* v = std::getenv("VLLM_SPECLA_SKINNY_SPLIT_ACC");
+    return v != nullptr && v[0] == '1' && v[1] == '\0';
+  }();
+  return on;
 }
 
 template <typename T, int NT>
@@ -180,8 +180,6 @@ void skinny_gemm(const at::Tensor& x, const at::Tensor& w, const std::optional<a
               f, ": needs N >= 1, K % 8 == 0, a contiguous w, x rows dense and 16-byte aligned");
   TORCH_CHECK(out.stride(1) == 1, f, ": out must have a dense last dim");
   TORCH_CHECK(N <= (int64_t{1} << 31) - 16 && K < (int64_t{1} << 30), f, ": N or K too large");
-  TORCH_CHECK(stage_bytes(M, K, static_cast<int64_t>(w.element_size())) <= kStageMaxBytes, f,
-              ": rows past 8 take (M - 8) * (K + 8) * 2 bytes of shared memory, at most 96 KiB");
   if (residual.has_value()) {
     TORCH_CHECK(residual->is_cuda() && residual->scalar_type() == w.scalar_type() && residual->dim() == 2 &&
                     residual->size(0) == M && residual->size(1) == N && residual->stride(1) == 1,
@@ -200,6 +198,13 @@ void skinny_gemm(const at::Tensor& x, const at::Tensor& w, const std::optional<a
   }
   const c10::cuda::CUDAGuard guard(x.device());
   cudaStream_t s = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+  if (M <= 8 && warps == 8 && unroll == 8 && split_acc()) {
+    if (w.scalar_type() == at::kBFloat16)
+      dispatch_res<__nv_bfloat16, 1, 8, 8, true>(x, w, residual, out, pdl, pf, prefetch_bytes, s);
+    else
+      dispatch_res<__half, 1, 8, 8, true>(x, w, residual, out, pdl, pf, prefetch_bytes, s);
+    return;
+  }
   if (w.scalar_type() == at::kBFloat16) {
     if (M <= 8)
       dispatch_cfg<__nv_bfloat16, 1>(x, w, residual, out, warps, unroll, pdl, pf, prefetch_bytes, s);
@@ -226,7 +231,7 @@ void launch_fp8(const at::Tensor& x, const at::Tensor& w, const at::Tensor& ws, 
     ptx_version = fa.ptxVersion;
   }
   pdl = pdl && ptx_version >= 90;
-  launch_ex(skinny_gemm_fp8_kernel<1, WARPS, U, RES>, (N + 15) / 16, WARPS * 32, stream, pdl, size_t{0},
+  launch_ex(skinny_gemm_fp8_kernel<1, WARPS, U, RES>, (N + 15) / 16, WARPS * 32, stream, pdl,
             reinterpret_cast<const __nv_bfloat16*>(x.data_ptr()), x.stride(0),
             reinterpret_cast<const unsigned char*>(w.data_ptr()), reinterpret_cast<const float*>(ws.data_ptr()), res,
             ldr, reinterpret_cast<__nv_bfloat16*>(out.data_ptr()), out.stride(0), M, N, K);

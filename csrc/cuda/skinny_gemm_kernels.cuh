@@ -42,14 +42,6 @@ __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
 #endif
 }
 
-// 16 bytes global -> shared without registers (sm_80+ cp.async, L2 only), and the wait for this thread's copies
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-}
-
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-
 // mma.sync m16n8k16 with fp32 accumulation for operand type TY ("bf16" / "f16"): c += A x B.
 #define SG_MMA_SYNC(TY)                                                                                  \
   asm("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, " \
@@ -124,18 +116,11 @@ __device__ __forceinline__ void reduce_store(const float (&acc)[NT][4], int warp
   }
 }
 
-// The token rows past the first 8 (NT = 2) come from shared memory: each warp copies its own k range of
-// rows 8 .. M - 1 there with cp.async right after the PDL wait (dynamic shared memory, row stride K +
-// SG_STAGE_PAD elements so the 8 rows' 16-byte reads fall in different banks), computes tile 0 (tokens 0..7,
-// from global memory as at M <= 8) while the copies land, then waits and computes tile 1 from shared memory.
-// Session 15 read tile 1 from global memory inside the MMA loop and measured 9-16 rows at 1.16-1.30x cuBLAS's
-// time against 0.92x at 8 (no registers left to issue those loads early: 128 per thread for 2 CTAs per SM);
-// s30b staged it with plain loads before the loop (a second L2 round trip ahead of tile 0's): 1.11x.
-constexpr int SG_STAGE_PAD = 8;
-
-// NT: 8-token tiles (M <= 8 NT); WARPS: warps per CTA (K split); U: chunks of 32 k per load batch. NT = 2
-// needs (M - 8) * (K + SG_STAGE_PAD) elements of dynamic shared memory (skinny_gemm.cu stage_bytes).
-template <typename T, int NT, int WARPS, int U, bool RES>
+// NT: 8-token tiles (M <= 8 NT); WARPS: warps per CTA (K split); U: chunks of 32 k per load batch. SPLIT (NT = 1):
+// the odd chunks accumulate into a second C fragment, added to the first after the loop, so the MMAs form two
+// dependency chains of U instead of one of 2U (session 30's Nsight Compute: 14 % of the warps' stall samples at 8
+// rows were fixed-latency waits, most of them on the one chain; skinny_gemm.cu, VLLM_SPECLA_SKINNY_SPLIT_ACC).
+template <typename T, int NT, int WARPS, int U, bool RES, bool SPLIT = false>
 __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* __restrict__ x, int64_t ldx,
                                                                  const T* __restrict__ w, const T* res,
                                                                  int64_t ldr, T* out, int64_t ldo, int M, int N,
@@ -152,7 +137,8 @@ __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* __rest
   const T* w0 = w + static_cast<int64_t>(min(n0 + g, N - 1)) * K + t * 8;
   const T* w1 = w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K + t * 8;
 
-  float acc[NT][4];
+  static_assert(!SPLIT || NT == 1, "SPLIT: one 8-token tile");
+  float acc[NT][4], acc_odd[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   uint4 wa[U], wb[U];
@@ -162,44 +148,26 @@ __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* __rest
 
   load(cb);  // constant weights: before the wait (ops/pdl.py)
   griddep_wait();
-  extern __shared__ __align__(16) unsigned char sg_stage[];
-  T* xs = reinterpret_cast<T*>(sg_stage);  // NT = 2: rows 8 .. M - 1, [M - 8][K + SG_STAGE_PAD]
-  const int ldxs = K + SG_STAGE_PAD;
-  if constexpr (NT == 2) {  // this warp's k range only (so a warp barrier suffices), waited for after tile 0's MMAs
-    const int k_hi = min(ce * 32, K);
-#pragma unroll 1
-    for (int r = 8; r < M; ++r) {
-      const T* xr = x + static_cast<int64_t>(r) * ldx;
-      T* sr = xs + (r - 8) * ldxs;
-#pragma unroll 1
-      for (int k = cb * 32 + lane * 8; k < k_hi; k += 256) cp_async16(sr + k, xr + k);
-    }
-  }
-  const T* xs_g = xs + g * ldxs;  // NT = 2: token 8 + g's staged row
   for (int c = cb; c < ce; c += U) {
     if (c != cb) load(c);
 #pragma unroll
-    for (int u = 0; u < U; ++u) {  // tile 0: tokens 0..7 from global memory (L1)
+    for (int u = 0; u < U; ++u) {
       const int ch = c + u, k = ch * 32 + t * 8;
       const bool in = ch < ce && k < K;
-      const uint4 xv = in && g < M ? *reinterpret_cast<const uint4*>(x + static_cast<int64_t>(g) * ldx + k) : z4;
-      Mma<T>::run(acc[0], wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
-      Mma<T>::run(acc[0], wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
-    }
-    if constexpr (NT == 2) {  // tile 1: tokens 8..15 from the staged rows
-      if (c == cb) {
-        cp_async_wait_all();
-        __syncwarp();
-      }
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int ch = c + u, k = ch * 32 + t * 8;
-        const bool in = ch < ce && k < K;
-        const uint4 xv = in && 8 + g < M ? *reinterpret_cast<const uint4*>(xs_g + k) : z4;
-        Mma<T>::run(acc[NT - 1], wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
-        Mma<T>::run(acc[NT - 1], wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
+      for (int nt = 0; nt < NT; ++nt) {
+        const int tok = nt * 8 + g;
+        const uint4 xv =
+            in && tok < M ? *reinterpret_cast<const uint4*>(x + static_cast<int64_t>(tok) * ldx + k) : z4;
+        float(&a)[4] = SPLIT && (u & 1) ? acc_odd : acc[nt];
+        Mma<T>::run(a, wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
+        Mma<T>::run(a, wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
       }
     }
+  }
+  if constexpr (SPLIT) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[0][i] += acc_odd[i];
   }
   griddep_launch_dependents();
   // The next GEMM's first weights into L2 (pf: its weight, pf_bytes a multiple of 16, split over the CTAs

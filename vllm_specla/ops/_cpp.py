@@ -118,9 +118,6 @@ def _jit_cuda(name: str, files: list[str], verbose: bool) -> None:
 # skinny_gemm's default prefetch size: the best on the step's GEMMs (RESULTS.md session 17; ops/fused.py
 # SKINNY_PREFETCH_BYTES starts from it)
 SKINNY_PREFETCH_DEFAULT_BYTES = 4 << 20
-# skinny_gemm's shared memory for the token rows past 8 ((M - 8) * (K + 8) * 2 bytes): at most this, so two CTAs
-# still fit on an SM (csrc/cuda/skinny_gemm.cu kStageMaxBytes, the same number)
-SKINNY_STAGE_MAX_BYTES = 96 << 10
 GEMM_LOADED = False  # set by load_cuda_gemm(): torch.ops.vllm_specla.skinny_gemm is registered for CUDA tensors
 
 
@@ -189,9 +186,6 @@ def skinny_problem(x, w, residual=None, out=None, warps=0, unroll=0, prefetch=No
                 f"(strides {x.stride()})")
     if not w.is_contiguous() or w.data_ptr() % 16:
         return "w must be contiguous and 16-byte aligned"
-    if M > 8 and (M - 8) * (K + 8) * 2 > SKINNY_STAGE_MAX_BYTES:
-        return (f"rows past 8 are staged in shared memory, (M - 8) * (K + 8) * 2 <= {SKINNY_STAGE_MAX_BYTES} bytes; "
-                f"got M = {M}, K = {K}")
     if x.device != w.device:
         return f"x and w must be on one device, got {x.device} and {w.device}"
     for name, t in (("residual", residual), ("out", out)):
@@ -240,8 +234,7 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None 
     ``out=residual`` to add in place) on the CUDA skinny GEMM of :func:`load_cuda_gemm`.
 
     ``x`` / ``w`` / ``residual`` / ``out``: one dtype, bfloat16 or float16; ``1 <= M <= 16``;
-    ``K % 8 == 0``; ``w`` contiguous; ``x`` rows dense and 16-byte aligned; rows past 8 are staged in
-    shared memory, so ``(M - 8) * (K + 8) * 2 <= SKINNY_STAGE_MAX_BYTES`` (96 KiB). fp32 accumulation, one
+    ``K % 8 == 0``; ``w`` contiguous; ``x`` rows dense and 16-byte aligned. fp32 accumulation, one
     rounding (``residual`` added in fp32 first, as cuBLAS ``addmm`` with beta = 1); deterministic.
     ``warps`` / ``unroll``: the CTA's warps (4 / 8 / 16, splitting K) and 32-wide k chunks per load
     batch (4 / 8); 0 / 0 = automatic (8 / 8). ``pdl``: launch with programmatic dependent launch

@@ -300,9 +300,9 @@ if _SKINNY_ENV not in ("0", "1"):
     raise ValueError(f"VLLM_SPECLA_SKINNY_GEMM must be '0' (cuBLAS for 2-8-row GEMMs) or '1' (the CUDA skinny GEMM "
                      f"once ops._cpp.load_cuda_gemm() has built it, the default), got {_SKINNY_ENV!r}")
 USE_SKINNY_GEMM = _SKINNY_ENV == "1"
-# up to 8 rows (one 8-token MMA tile): at 9 rows (two tiles) the kernel took 1.16x cuBLAS's time (s15c). Session 30
-# stages the rows past 8 in shared memory (csrc/cuda/skinny_gemm_kernels.cuh) for K = 8's 9-row windows; 9 once
-# measured (benchmarks/bench_e2e.py --skinny-max-m; bench_blas.py at M = 9). Float8 weights stop at 8 rows
+# up to 8 rows (one 8-token MMA tile): at 9 rows (two tiles) the kernel took 1.16x cuBLAS's time (s15c), and 1.11-1.14x
+# with the rows past 8 staged in shared memory (session 30, s30b-s30d, removed: RESULTS.md "Session 30"), so K = 8's
+# 9-row windows stay on cuBLAS (benchmarks/bench_e2e.py --skinny-max-m raises it). Float8 weights stop at 8 rows
 # (_skinny_fp8_takes: the float8 form has one tile).
 SKINNY_MAX_M = 8
 # (warps, unroll) of ops/_cpp.py skinny_gemm; (0, 0): its automatic choice
