@@ -28,12 +28,15 @@ def test_kernel_list_matches_the_dispatch():
     cases8 = set(re.findall(r"SG8_CASE\((\d+), (\d+)\)",
                             src.split("#undef SG8_CASE")[0].split("#define SG8_CASE")[1]))
     names = nvrtc_check.kernels()
-    bf = [n for n in names if "skinny_gemm_kernel<" in n]
+    split = [n for n in names if re.search(r"skinny_gemm_kernel<[^>]+, (true|false), true>$", n)]  # SPLIT
+    bf = [n for n in names if "skinny_gemm_kernel<" in n and n not in split]
     f8 = [n for n in names if "skinny_gemm_fp8_kernel<" in n]
     got = {tuple(re.search(r"<[^,]+, \d, (\d+), (\d+),", n).groups()) for n in bf}
     assert got == cases and len(bf) == len(cases) * 2 * 2 * 2
+    assert "dispatch_res<__nv_bfloat16, 1, 8, 8, true>" in src and "dispatch_res<__half, 1, 8, 8, true>" in src
+    assert len(split) == 4 and all(re.search(r"<[^,]+, 1, 8, 8, (true|false), true>$", n) for n in split)
     got8 = {tuple(re.search(r"<1, (\d+), (\d+),", n).groups()) for n in f8}
-    assert got8 == cases8 and len(f8) == len(cases8) * 2 and len(names) == len(bf) + len(f8)
+    assert got8 == cases8 and len(f8) == len(cases8) * 2 and len(names) == len(bf) + len(split) + len(f8)
 
 
 def test_ptxas_log_parsing():
