@@ -435,9 +435,6 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--skinny-max-m", default=None, type=int, choices=range(2, 17), metavar="{2..16}",
                     help="token rows up to which bf16 GEMMs run the skinny GEMM (fused.SKINNY_MAX_M; 9: K = 8's "
                          "windows, the rows past 8 staged in shared memory)")
-    ap.add_argument("--skinny-split-acc", default=None, choices=["on", "off"],
-                    help="the skinny GEMM's automatic config accumulating in two MMA chains (the environment's "
-                         "VLLM_SPECLA_SKINNY_SPLIT_ACC, read by the op at its first call; session 30's A/B)")
     ap.add_argument("--skinny-prefetch", default=None, type=prefetch_flag,
                     help="MiB of the next GEMM's weight the skinny GEMM prefetches into L2 (fused.SKINNY_PREFETCH_BYTES; "
                          "0: off)")
@@ -489,7 +486,7 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         _decode.ABSORB_ACCEPTED_ROWS = args.absorb_rows != "off"
         fused_model.ABSORB_ROWS_FP8 = args.absorb_rows == "fp8"
     if device != "cuda":
-        for flag in ("skinny_gemm", "skinny_prefetch", "skinny_max_m", "skinny_split_acc"):
+        for flag in ("skinny_gemm", "skinny_prefetch", "skinny_max_m"):
             if getattr(args, flag, None) is not None:
                 print(f"--{flag.replace('_', '-')} {getattr(args, flag)}: ignored on {device} (a CUDA kernel)",
                       file=sys.stderr)
@@ -509,8 +506,6 @@ def apply_kernel_flags(args, device: str) -> dict | None:
     from vllm_specla.ops import _cpp  # noqa: PLC0415
 
     sg = getattr(args, "skinny_gemm", None)
-    if getattr(args, "skinny_split_acc", None):
-        os.environ["VLLM_SPECLA_SKINNY_SPLIT_ACC"] = "1" if args.skinny_split_acc == "on" else "0"
     if sg not in (None, "off") and not _cpp.load_cuda_gemm():
         raise SystemExit("--skinny-gemm: the CUDA skinny GEMM did not build (ops/_cpp.py load_cuda_gemm)")
     if sg not in (None, "off"):
@@ -535,8 +530,6 @@ def apply_kernel_flags(args, device: str) -> dict | None:
                 skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_prefetch=fused.SKINNY_PREFETCH_BYTES if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_max_m=fused.SKINNY_MAX_M if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
-                skinny_split_acc=(os.environ.get("VLLM_SPECLA_SKINNY_SPLIT_ACC") == "1"
-                                  if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None),
                 triton_accept=_steps.USE_TRITON_ACCEPT, triton_glue=fused.USE_TRITON_EMBED and _steps.USE_TRITON_CONTROL)
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s30e (s30a folded in). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
+# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: none prepared (s30a ran inside s30e). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
 # as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them; s29e's out_dtype
 # after it, commit 637b841). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
@@ -53,7 +53,23 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s30e)  # session 30, call 4: the skinny GEMM's two MMA chains (VLLM_SPECLA_SKINNY_SPLIT_ACC, from s30d's fixed-latency
+  s30f)  # session 30, call 5: the shipped defaults after s30e (the skinny GEMM's automatic config in two MMA chains at 1-8
+        # rows, the absorb's float8 gather in one launch): the runtime's GPU tests, batch 1 K = 6 / 7 / 8 twice, and
+        # `auto` at batch 1
+      skinny_build
+      pytest_log s30f 240 -rs tests/test_skinny_gemm_gpu.py tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py \
+          -k "skinny or gather or runtime_drafter or prologues or batch1 or fp8 or real_drafts or acceptance_control"
+      for R in 1 2; do
+        timeout 60 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,7,8 --alphas 0.8 \
+            --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --tag "s30f_r$R" \
+            --out "$OUT/e2e_s30f.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
+      timeout 90 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,7,8 --alphas 0.8 --auto \
+          --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --tag "s30f_auto" \
+          --out "$OUT/e2e_s30f.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      ;;
+  s30e)  # (as run; its --skinny-split-acc / VLLM_SPECLA_SKINNY_SPLIT_ACC was removed after it: two chains became the
+        # automatic config, one chain is --skinny-gemm 8,8) session 30, call 4: the skinny GEMM's two MMA chains (VLLM_SPECLA_SKINNY_SPLIT_ACC, from s30d's fixed-latency
         # waits) and s30a's one-launch float8 gather: the skinny GEMM's GPU tests with the split on, s30a's tests; the
         # step's GEMM chain at 5 / 8 rows, split off / on; batch 1, K = 7 / 8, float8 draft passes, split off / on x
         # gather split / one, twice in alternation

@@ -60,7 +60,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <optional>
 
 #include "skinny_gemm_kernels.cuh"
@@ -126,16 +125,6 @@ void dispatch_res(const at::Tensor& x, const at::Tensor& w, const std::optional<
     launch<T, NT, WARPS, U, false, SPLIT>(x, w, nullptr, 0, out, pdl, pf, pf_bytes, s);
 }
 
-// VLLM_SPECLA_SKINNY_SPLIT_ACC=1 (read once): the automatic config's one-tile GEMMs accumulate in two MMA chains
-// (skinny_gemm_kernels.cuh SPLIT). Session 30's A/B switch (benchmarks/bench_e2e.py --skinny-split-acc).
-bool split_acc() {
-  static const bool on = [] {
-    const char* v = std::getenv("VLLM_SPECLA_SKINNY_SPLIT_ACC");
-    return v != nullptr && v[0] == '1' && v[1] == '\0';
-  }();
-  return on;
-}
-
 template <typename T, int NT>
 void dispatch_cfg(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
                   at::Tensor& out, int64_t warps, int64_t unroll, bool pdl, const unsigned char* pf,
@@ -151,12 +140,15 @@ void dispatch_cfg(const at::Tensor& x, const at::Tensor& w, const std::optional<
 }
 
 // The automatic config: 8 warps x 8 chunks (each warp's K range in one load batch for K <= 2048),
-// the fastest of s15a's sweep (one config for a whole step's GEMM chain, flame / map, 1-8 rows). 16
+// the fastest of s15a's sweep (one config for a whole step's GEMM chain, flame / map, 1-8 rows), with
+// the MMAs of 1-8 rows in two accumulator chains (skinny_gemm_kernels.cuh SPLIT: s30e, the step's GEMM
+// chain 3.5-4.5 % faster at 5 / 8 rows than one chain, which the explicit (8, 8) config keeps). 16
 // warps for the GEMMs whose tiles fit in one CTA per SM with K >= 4096 (flame's down-projection) lost
 // (s16f), as did a K split over clusters of CTAs (s16e).
-void auto_cfg(int64_t& warps, int64_t& unroll) {
+bool auto_cfg(int64_t& warps, int64_t& unroll, int64_t M) {
   warps = 8;
   unroll = 8;
+  return M <= 8;
 }
 
 // warps (4 | 8 | 16) and unroll (4 | 8), or 0 / 0 for the automatic config. The Python wrapper
@@ -185,7 +177,7 @@ void skinny_gemm(const at::Tensor& x, const at::Tensor& w, const std::optional<a
                     residual->size(0) == M && residual->size(1) == N && residual->stride(1) == 1,
                 f, ": residual must be [M, N] with out's dtype and a dense last dim");
   }
-  if (warps == 0 && unroll == 0) auto_cfg(warps, unroll);
+  const bool split = warps == 0 && unroll == 0 && auto_cfg(warps, unroll, M);
   // prefetch: the next GEMM's weight (its first prefetch_bytes, a multiple of 16 within it, go to L2)
   const unsigned char* pf = nullptr;
   if (prefetch.has_value() && prefetch_bytes > 0) {
@@ -198,7 +190,7 @@ void skinny_gemm(const at::Tensor& x, const at::Tensor& w, const std::optional<a
   }
   const c10::cuda::CUDAGuard guard(x.device());
   cudaStream_t s = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
-  if (M <= 8 && warps == 8 && unroll == 8 && split_acc()) {
+  if (split) {
     if (w.scalar_type() == at::kBFloat16)
       dispatch_res<__nv_bfloat16, 1, 8, 8, true>(x, w, residual, out, pdl, pf, prefetch_bytes, s);
     else

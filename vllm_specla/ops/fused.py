@@ -458,11 +458,11 @@ def norm_rows_linear(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, w, 
 
 
 # The drafter's absorb on float8 weights (fused_model.ABSORB_ROWS_FP8): its gathered o_proj as one row-GEMV launch on
-# the recurrence's float32 output (gemv_rows(out_dtype=)), not three row gathers, the gated norm and the GEMV. Prepared
-# after session 29 (s29e measured that one-launch form 3-9 us per batch-1 step faster than the model weights, but
-# with every float8 o_proj on it, which made flame's draft passes slower; this is the absorb's one call only), not
-# yet measured, so off: benchmarks/bench_e2e.py --fp8-gather one|split, h200_next_session.sh s30a
-FP8_GATHER_ONE_LAUNCH = False
+# the recurrence's float32 output (gemv_rows(out_dtype=)), not three row gathers, the gated norm and the GEMV. s30e
+# (RESULTS.md "Session 30"): 3-8 us per batch-1 step faster in each of its eight pairs (flame / map, K = 7 / 8). The
+# normed rows skip their rounding to bf16 before the GEMV, so drafts can differ at that rounding (the CPU path, which
+# measures acceptance, has no row GEMV and is unchanged). A/B: benchmarks/bench_e2e.py --fp8-gather.
+FP8_GATHER_ONE_LAUNCH = True
 
 
 def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual_inplace=False, prefetch=None,
