@@ -37,7 +37,8 @@
 // 577 CTAs over ~2.2 waves). A persistent stream-K form (contiguous chunk ranges per warp, a private
 // cp.async ring per thread, partial tiles summed by the last of their warps) measured 1.2-2.2 TB/s
 // over three builds and was removed. At 9-16 rows (two MMA tiles) this kernel took 1.16-1.30x
-// cuBLAS's time, so ops/fused.py gives it 2-8 rows. Session 16 measured and removed five more forms
+// cuBLAS's time (1.11-1.14x at 9 with the rows past 8 staged in shared memory, session 30, removed),
+// so ops/fused.py gives it 2-8 rows. Session 30 split each warp's MMA chain in two (SPLIT, auto_cfg). Session 16 measured and removed five more forms
 // (an L2 prefetch hint, a persistent register ring, TMA shared-memory stages, a K split over
 // thread-block clusters, 16 warps for the few-tile GEMMs): none beat this one at 2-8 rows (RESULTS.md "Session
 // 16", docs/KERNELS.md; the code is in commits 732bc08 and ed28b5e). Session 17 measured the optional
