@@ -433,8 +433,8 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
                          "load_cuda_gemm, needs nvcc) so 2-8-row GEMMs run it instead of cuBLAS (fused.USE_SKINNY_GEMM); "
                          "off / unset: cuBLAS")
     ap.add_argument("--skinny-max-m", default=None, type=int, choices=range(2, 17), metavar="{2..16}",
-                    help="token rows up to which bf16 GEMMs run the skinny GEMM (fused.SKINNY_MAX_M; 9: K = 8's "
-                         "windows, the rows past 8 staged in shared memory)")
+                    help="token rows up to which bf16 GEMMs run the skinny GEMM (fused.SKINNY_MAX_M, default 8; 9-16: "
+                         "two 8-token tiles, slower than cuBLAS in session 30)")
     ap.add_argument("--skinny-prefetch", default=None, type=prefetch_flag,
                     help="MiB of the next GEMM's weight the skinny GEMM prefetches into L2 (fused.SKINNY_PREFETCH_BYTES; "
                          "0: off)")

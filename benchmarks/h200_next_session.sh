@@ -92,7 +92,7 @@ case "${1:-}" in
         done
       done
       ;;
-  s30d)  # session 30, call 3: why 9 rows (two 8-token tiles) cost the skinny GEMM 15 % more than 8 (s30b / s30c):
+  s30d)  # (as run, on s30c's code; commit 1dcdd58) session 30, call 3: why 9 rows (two 8-token tiles) cost the skinny GEMM 15 % more than 8 (s30b / s30c):
         # Nsight Compute at flame's in- / down-projection shapes, M = 8 / 9 / 16 (s30c's code): duration, DRAM
         # throughput, occupancy, and the warp-stall samples by reason and per SASS instruction; then every config at 9 rows
       skinny_build
@@ -112,7 +112,7 @@ case "${1:-}" in
       timeout 120 python benchmarks/bench_blas.py --shapes flame --ms 9 --settings default,skinny:0:0 --skinny-sweep \
           --out "$OUT/blas_s30d.json" 2>&1 | grep -v Warn | tail -9
       ;;
-  s30c)  # session 30, call 2: s30b with the staged rows copied by cp.async while tile 0 computes (s30b: plain loads
+  s30c)  # (as run; its staging was removed after s30d, commit ad1a18b keeps it) session 30, call 2: s30b with the staged rows copied by cp.async while tile 0 computes (s30b: plain loads
         # and a warp barrier before the loop, 1.11x cuBLAS at 9 rows); also the chain at 16 rows
       skinny_build
       pytest_log s30c 200 -rs tests/test_skinny_gemm_gpu.py
@@ -142,7 +142,8 @@ case "${1:-}" in
         done
       done
       ;;
-  s30a)  # NEXT SESSION (prepared in session 29, no device time left): the absorb's gathered float8 o_proj as one
+  s30a)  # (not run as such: s30e ran its A/B; FP8_GATHER_ONE_LAUNCH is on by default since, so --fp8-gather split is the
+        # old form) prepared in session 29: the absorb's gathered float8 o_proj as one
         # row-GEMV launch on the float32 recurrence output (fused.FP8_GATHER_ONE_LAUNCH, off; gemv_rows(out_dtype=)):
         # its GPU tests, then batch 1, K = 6 / 7 / 8, float8 draft passes: the accepted rows on float8 with the gather
         # split (today's default) / in one launch, and on the model weights (no acceptance cost), twice in alternation

@@ -66,14 +66,14 @@ def test_matches_torch(gemm, M, N, K):
     _check(gemm(x, w), x, w)
 
 
-
-@pytest.mark.parametrize("warps,unroll", [(4, 4), (4, 8), (8, 4), (8, 8), (16, 4), (16, 8)])
+@pytest.mark.parametrize("warps,unroll", [(0, 0), (4, 4), (4, 8), (8, 4), (8, 8), (16, 4), (16, 8)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("M", [3, 11])
 def test_configs_dtypes(gemm, warps, unroll, dtype, M):
-    """Every compiled (warps, unroll), both dtypes; K = 5632 makes the 4-warp configs loop over
-    several load batches, K = 72 leaves most warps of a 16-warp CTA without a chunk. Two calls give
-    the same bits (the warps' partial sums are added in a fixed order)."""
+    """Every compiled (warps, unroll), both dtypes, and the automatic config (at 3 rows its two MMA
+    chains, ``SPLIT``; at 11 the explicit (8, 8)); K = 5632 makes the 4-warp configs and the automatic
+    one loop over several load batches, K = 72 leaves most warps of a 16-warp CTA without a chunk. Two
+    calls give the same bits (the warps' partial sums are added in a fixed order)."""
     for N, K in [(300, 5632), (50, 72)]:
         x, w = _rand(M, K, dtype=dtype, seed=K), _rand(N, K, dtype=dtype, seed=N)
         y = gemm(x, w, warps=warps, unroll=unroll)

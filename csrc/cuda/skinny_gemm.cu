@@ -143,7 +143,7 @@ void dispatch_cfg(const at::Tensor& x, const at::Tensor& w, const std::optional<
 // The automatic config: 8 warps x 8 chunks (each warp's K range in one load batch for K <= 2048),
 // the fastest of s15a's sweep (one config for a whole step's GEMM chain, flame / map, 1-8 rows), with
 // the MMAs of 1-8 rows in two accumulator chains (skinny_gemm_kernels.cuh SPLIT: s30e, the step's GEMM
-// chain 3.5-4.5 % faster at 5 / 8 rows than one chain, which the explicit (8, 8) config keeps). 16
+// chain 2.7-4.5 % faster at 5 / 8 rows than one chain, which the explicit (8, 8) config keeps). 16
 // warps for the GEMMs whose tiles fit in one CTA per SM with K >= 4096 (flame's down-projection) lost
 // (s16f), as did a K split over clusters of CTAs (s16e).
 bool auto_cfg(int64_t& warps, int64_t& unroll, int64_t M) {
@@ -212,7 +212,7 @@ void skinny_gemm(const at::Tensor& x, const at::Tensor& w, const std::optional<a
 }
 
 // ---- float8 weights (skinny_gemm_fp8_kernel in skinny_gemm_kernels.cuh): bf16 x [M <= 8, K], e4m3 w [N, K]
-// with float32 row scales w_scale [N]; prepared in session 28 for the drafter's absorb pass, not yet run on a GPU
+// with float32 row scales w_scale [N]; prepared in session 28 for the drafter's absorb pass, measured in session 29
 template <int WARPS, int U, bool RES>
 void launch_fp8(const at::Tensor& x, const at::Tensor& w, const at::Tensor& ws, const __nv_bfloat16* res, int64_t ldr,
                 at::Tensor& out, bool pdl, cudaStream_t stream) {

@@ -237,7 +237,7 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None 
     ``K % 8 == 0``; ``w`` contiguous; ``x`` rows dense and 16-byte aligned. fp32 accumulation, one
     rounding (``residual`` added in fp32 first, as cuBLAS ``addmm`` with beta = 1); deterministic.
     ``warps`` / ``unroll``: the CTA's warps (4 / 8 / 16, splitting K) and 32-wide k chunks per load
-    batch (4 / 8); 0 / 0 = automatic (8 / 8, with 1-8 rows accumulated in two MMA chains: 3.5-4.5 %
+    batch (4 / 8); 0 / 0 = automatic (8 / 8, with 1-8 rows accumulated in two MMA chains: 2.7-4.5 %
     faster than the explicit (8, 8), RESULTS.md "Session 30"). ``pdl``: launch with programmatic dependent launch
     (default: ``ops/pdl.py``; with PDL the kernel reads ``w`` before the previous kernel on the
     stream has finished, so ``w`` must be constant weights, not written by earlier kernels of the
@@ -282,7 +282,7 @@ def skinny_gemm_fp8(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, res
     those roundings and the summation order. ``warps`` / ``unroll``: (4 | 8 | 16, 4), (8, 8), or 0 / 0
     (automatic: 8 / 4). ``pdl``: as :func:`skinny_gemm` (``w`` must be constant weights).
     Raises ``ValueError`` naming the argument on other inputs. Prepared in session 28 for the drafter's
-    absorb pass with float8 weights (RESULTS.md "Session 28"); not yet run on a GPU."""
+    absorb pass with float8 weights (RESULTS.md "Session 28"); measured in session 29 (RESULTS.md "Session 29")."""
     from vllm_specla.ops import pdl as _pdl  # noqa: PLC0415
 
     def bad(msg):

@@ -341,7 +341,7 @@ def _skinny_takes(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | Non
     return _cpp.skinny_problem(x, w, residual, residual) is None
 
 
-# Float8 weights (Fp8Weight) of 2..SKINNY_MAX_M rows on the CUDA skinny GEMM's float8 form (_cpp.skinny_gemm_fp8:
+# Float8 weights (Fp8Weight) of 2..min(SKINNY_MAX_M, 8) rows on the CUDA skinny GEMM's float8 form (_cpp.skinny_gemm_fp8:
 # f16 tensor-core MMAs) instead of the row GEMV, which loses more at 7 rows than the halved bytes give (RESULTS.md
 # "Session 27"): for the drafter's absorb pass with runtime/fused_model.py FP8_MAX_TOKENS > 1. Measured in session 29
 # (RESULTS.md "Session 29"): 1.24-1.29x the bf16 skinny GEMM's speed on the absorb pass's GEMMs at 5 / 7 rows, 2-2.6x
