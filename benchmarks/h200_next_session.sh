@@ -53,6 +53,14 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s30g)  # session 30, call 6 (the last minutes): the skinny GEMM's GPU tests at the final code (test_configs_dtypes now
+        # has the automatic config: two chains in fp16 over several load batches), and one chain against two in one
+        # process (skinny:8:8 is the single chain, skinny:0:0 the automatic two)
+      skinny_build
+      pytest_log s30g 120 -rs tests/test_skinny_gemm_gpu.py
+      timeout 90 python benchmarks/bench_blas.py --shapes flame,map --ms 5,8 --settings skinny:8:8,skinny:0:0 \
+          --out "$OUT/blas_s30g.json" 2>&1 | grep -v Warn | tail -8
+      ;;
   s30f)  # session 30, call 5: the shipped defaults after s30e (the skinny GEMM's automatic config in two MMA chains at 1-8
         # rows, the absorb's float8 gather in one launch): the runtime's GPU tests, batch 1 K = 6 / 7 / 8 twice, and
         # `auto` at batch 1
