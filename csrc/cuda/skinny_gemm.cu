@@ -38,12 +38,12 @@
 // cp.async ring per thread, partial tiles summed by the last of their warps) measured 1.2-2.2 TB/s
 // over three builds and was removed. At 9-16 rows (two MMA tiles) this kernel took 1.16-1.30x
 // cuBLAS's time (1.11-1.14x at 9 with the rows past 8 staged in shared memory, session 30, removed),
-// so ops/fused.py gives it 2-8 rows. Session 30 split each warp's MMA chain in two (SPLIT, auto_cfg). Session 16 measured and removed five more forms
-// (an L2 prefetch hint, a persistent register ring, TMA shared-memory stages, a K split over
-// thread-block clusters, 16 warps for the few-tile GEMMs): none beat this one at 2-8 rows (RESULTS.md "Session
-// 16", docs/KERNELS.md; the code is in commits 732bc08 and ed28b5e). Session 17 measured the optional
-// bulk L2 prefetch of the next GEMM's first weights by the last wave (prefetch=): 4 MiB takes the step's
-// GEMM chain 0.3-3 % faster, 16 MiB and more slower than none; the decode runtime uses 4 MiB (ops/fused.py).
+// so ops/fused.py gives it 2-8 rows. Session 30 split each warp's MMA chain in two (SPLIT, auto_cfg).
+// Session 16 measured and removed five more forms (an L2 prefetch hint, a persistent register ring, TMA
+// shared-memory stages, a K split over thread-block clusters, 16 warps for the few-tile GEMMs): none beat
+// this one at 2-8 rows (RESULTS.md "Session 16", docs/KERNELS.md; the code is in commits 732bc08 and
+// ed28b5e). Session 17 measured the optional bulk L2 prefetch of the next GEMM's first weights by the last
+// wave (prefetch=): 4 MiB takes the step's GEMM chain 0.3-3 % faster, 16 MiB and more slower than none; the decode runtime uses 4 MiB (ops/fused.py).
 //
 // The device code is in skinny_gemm_kernels.cuh (csrc/cuda/nvrtc_check.py compiles it without nvcc).
 //
@@ -98,8 +98,8 @@ void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr,
   if (ptx_version < 0) {
     cudaFuncAttributes fa;
     C10_CUDA_CHECK(cudaFuncGetAttributes(&fa, skinny_gemm_kernel<T, NT, WARPS, U, RES, SPLIT>));
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, skinny_gemm_kernel<T, NT, WARPS, U, RES, SPLIT>,
-                                                                 WARPS * 32, 0));
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, skinny_gemm_kernel<T, NT, WARPS, U, RES, SPLIT>, WARPS * 32, 0));
     ptx_version = fa.ptxVersion;
   }
   pdl = pdl && ptx_version >= 90;
@@ -112,8 +112,8 @@ void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr,
   if (ptx_version < 90) pf = nullptr;
   const int pf_first =
       pf ? std::max(0, grid - std::max(1, per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount) : 0;
-  launch_ex(skinny_gemm_kernel<T, NT, WARPS, U, RES, SPLIT>, grid, WARPS * 32, stream, pdl, xp, x.stride(0), wp, res, ldr, op,
-            out.stride(0), M, N, K, pf, static_cast<long long>(pf_bytes), pf_first);
+  launch_ex(skinny_gemm_kernel<T, NT, WARPS, U, RES, SPLIT>, grid, WARPS * 32, stream, pdl, xp, x.stride(0), wp, res,
+            ldr, op, out.stride(0), M, N, K, pf, static_cast<long long>(pf_bytes), pf_first);
 }
 
 template <typename T, int NT, int WARPS, int U, bool SPLIT = false>
