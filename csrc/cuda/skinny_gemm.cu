@@ -43,7 +43,8 @@
 // shared-memory stages, a K split over thread-block clusters, 16 warps for the few-tile GEMMs): none beat
 // this one at 2-8 rows (RESULTS.md "Session 16", docs/KERNELS.md; the code is in commits 732bc08 and
 // ed28b5e). Session 17 measured the optional bulk L2 prefetch of the next GEMM's first weights by the last
-// wave (prefetch=): 4 MiB takes the step's GEMM chain 0.3-3 % faster, 16 MiB and more slower than none; the decode runtime uses 4 MiB (ops/fused.py).
+// wave (prefetch=): 4 MiB takes the step's GEMM chain 0.3-3 % faster, 16 MiB and more slower than none; the
+// decode runtime uses 4 MiB (ops/fused.py).
 //
 // The device code is in skinny_gemm_kernels.cuh (csrc/cuda/nvrtc_check.py compiles it without nvcc).
 //
