@@ -361,9 +361,10 @@ def bench_trained(args, device: str) -> None:
 
 
 def prefetch_flag(v: str) -> int:
-    """``--skinny-prefetch``: whole MiB, 0..64, as bytes."""
+    """``--skinny-prefetch`` / ``--conv-prefetch``: whole MiB, 0..64, as bytes."""
     if not v.isdigit() or int(v) > 64:
-        raise argparse.ArgumentTypeError(f"--skinny-prefetch must be whole MiB in 0..64 (0: off), got {v!r}")
+        raise argparse.ArgumentTypeError(f"--skinny-prefetch / --conv-prefetch must be whole MiB in 0..64 (0: off), "
+                                         f"got {v!r}")
     return int(v) << 20
 
 
@@ -438,6 +439,12 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--skinny-prefetch", default=None, type=prefetch_flag,
                     help="MiB of the next GEMM's weight the skinny GEMM prefetches into L2 (fused.SKINNY_PREFETCH_BYTES; "
                          "0: off)")
+    ap.add_argument("--conv-prefetch-state", default=None, choices=["on", "off"],
+                    help="each layer's conv launch prefetches the state slots its recurrence reads next into L2 "
+                         "(runtime/fused_model.py CONV_PREFETCH_STATE; batches whose slots total <= 16 MiB)")
+    ap.add_argument("--conv-prefetch", default=None, type=prefetch_flag,
+                    help="MiB of [o_proj; gate|up]'s weights each layer's conv launch prefetches into L2 "
+                         "(runtime/fused_model.py CONV_PREFETCH_BYTES; 0: off)")
     ap.add_argument("--accept-kernel", default=None, choices=["triton", "torch"],
                     help="the step's bookkeeping after the verify as one Triton launch or torch ops "
                          "(runtime/step_kernels.py USE_TRITON_ACCEPT; RESULTS.md session 24)")
@@ -485,8 +492,12 @@ def apply_kernel_flags(args, device: str) -> dict | None:
     if getattr(args, "absorb_rows", None):
         _decode.ABSORB_ACCEPTED_ROWS = args.absorb_rows != "off"
         fused_model.ABSORB_ROWS_FP8 = args.absorb_rows == "fp8"
+    if getattr(args, "conv_prefetch_state", None):
+        fused_model.CONV_PREFETCH_STATE = args.conv_prefetch_state == "on"
+    if getattr(args, "conv_prefetch", None) is not None:
+        fused_model.CONV_PREFETCH_BYTES = args.conv_prefetch
     if device != "cuda":
-        for flag in ("skinny_gemm", "skinny_prefetch", "skinny_max_m"):
+        for flag in ("skinny_gemm", "skinny_prefetch", "skinny_max_m", "conv_prefetch_state", "conv_prefetch"):
             if getattr(args, flag, None) is not None:
                 print(f"--{flag.replace('_', '-')} {getattr(args, flag)}: ignored on {device} (a CUDA kernel)",
                       file=sys.stderr)
@@ -530,6 +541,7 @@ def apply_kernel_flags(args, device: str) -> dict | None:
                 skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_prefetch=fused.SKINNY_PREFETCH_BYTES if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_max_m=fused.SKINNY_MAX_M if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
+                conv_prefetch=[fused_model.CONV_PREFETCH_STATE, fused_model.CONV_PREFETCH_BYTES],
                 triton_accept=_steps.USE_TRITON_ACCEPT, triton_glue=fused.USE_TRITON_EMBED and _steps.USE_TRITON_CONTROL)
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: none prepared (s30a ran inside s30e). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
+# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: none prepared. Session 31: benchmarks/RESULTS.md "Session 31". Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
 # as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them; s29e's out_dtype
 # after it, commit 637b841). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
@@ -53,6 +53,19 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s31a)  # session 31, call 1: L2 prefetches from each layer's conv launch (fused_model.CONV_PREFETCH_STATE / _BYTES):
+        # their GPU tests (same bits, same tokens), then batch 1, K = 7, float8 draft passes: state prefetch off / on x
+        # 0 / 12 / 24 MiB of [o_proj; gate|up] (flame's o_proj is 12 MiB, map's 8)
+      skinny_build
+      pytest_log s31a 150 -rs tests/test_kernels_gpu.py tests/test_decode_runtime_gpu.py -k "prefetch"
+      for P in 0 12 24; do
+        for ST in off on; do
+          timeout 55 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 7 --alphas 0.8 \
+              --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --conv-prefetch-state $ST --conv-prefetch $P \
+              --tag "s31a_st${ST}_w$P" --out "$OUT/e2e_s31a.jsonl" 2>&1 | grep "^{" | python -c "$S"
+        done
+      done
+      ;;
   s30g)  # session 30, call 6 (the last minutes): the skinny GEMM's GPU tests at the final code (test_configs_dtypes now
         # has the automatic config: two chains in fp16 over several load batches), and one chain against two in one
         # process (skinny:8:8 is the single chain, skinny:0:0 the automatic two)

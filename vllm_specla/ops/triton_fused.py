@@ -38,6 +38,23 @@ def pdl_enter(PDL: tl.constexpr):
 
 
 @triton.jit
+def prefetch_l2_share(base, nbytes, i, n):
+    """Program ``i`` of ``n`` issues its share of ``[base, base + nbytes)`` (``base`` a uint8 pointer,
+    16-byte aligned; ``nbytes`` a multiple of 16) into L2 with sm_90's ``cp.async.bulk.prefetch.L2``
+    (no data returned, nothing to wait for), from thread 0, in pieces of at most 1 MiB. A hint: it
+    changes no value. Not for Triton's interpreter (inline PTX): callers compile it out there."""
+    share = ((nbytes + n - 1) // n + 15) // 16 * 16
+    lo = i.to(tl.int64) * share
+    nb = tl.minimum(share, nbytes - lo)
+    for off in range(0, nb, 1 << 20):
+        piece = tl.minimum(nb - off, 1 << 20)
+        tl.inline_asm_elementwise(
+            "{ .reg .pred %pf0; .reg .b32 %pft; mov.u32 %pft, %tid.x; setp.eq.u32 %pf0, %pft, 0; "
+            "@%pf0 cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+            "=r,l,r", [(base + lo + off).to(tl.int64), piece.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def _rms_norm_kernel(x, w, y, sx, sy, D, eps, BD: tl.constexpr, PDL: tl.constexpr):
     pdl_enter(PDL)
     i = tl.program_id(0).to(tl.int64)
