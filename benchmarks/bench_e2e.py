@@ -361,10 +361,9 @@ def bench_trained(args, device: str) -> None:
 
 
 def prefetch_flag(v: str) -> int:
-    """``--skinny-prefetch`` / ``--conv-prefetch``: whole MiB, 0..64, as bytes."""
+    """``--skinny-prefetch``: whole MiB, 0..64, as bytes."""
     if not v.isdigit() or int(v) > 64:
-        raise argparse.ArgumentTypeError(f"--skinny-prefetch / --conv-prefetch must be whole MiB in 0..64 (0: off), "
-                                         f"got {v!r}")
+        raise argparse.ArgumentTypeError(f"--skinny-prefetch must be whole MiB in 0..64 (0: off), got {v!r}")
     return int(v) << 20
 
 
@@ -404,6 +403,9 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--gemv-rows", default=None,
                     help="BN,BK,warps[,pro]: the row GEMV (triton_fused.gemv_rows) for one-row GEMMs at this config "
                          "(bench_blas.py), ',pro': its fused prologues (fused.GEMV_ROWS_PROLOGUE); 'off': cuBLAS")
+    ap.add_argument("--gemv-rows-narrow", default=None, type=gemv_config_flag,
+                    help="BN,BK,warps of the row GEMV for bf16 one-row GEMMs of <= 4096 outputs (o_proj, down_proj; "
+                         "triton_fused.GEMV_ROWS_CONFIG_NARROW; unset: the --gemv-rows / default config)")
     ap.add_argument("--fp8-config", default=None, type=gemv_config_flag,
                     help="BN,BK,warps of the row GEMV on float8 weights (triton_fused.GEMV_ROWS_FP8_CONFIG; "
                          "--draft-weights fp8)")
@@ -439,12 +441,6 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--skinny-prefetch", default=None, type=prefetch_flag,
                     help="MiB of the next GEMM's weight the skinny GEMM prefetches into L2 (fused.SKINNY_PREFETCH_BYTES; "
                          "0: off)")
-    ap.add_argument("--conv-prefetch-state", default=None, choices=["on", "off"],
-                    help="each layer's conv launch prefetches the state slots its recurrence reads next into L2 "
-                         "(runtime/fused_model.py CONV_PREFETCH_STATE; batches whose slots total <= 16 MiB)")
-    ap.add_argument("--conv-prefetch", default=None, type=prefetch_flag,
-                    help="MiB of [o_proj; gate|up]'s weights each layer's conv launch prefetches into L2 "
-                         "(runtime/fused_model.py CONV_PREFETCH_BYTES; 0: off)")
     ap.add_argument("--accept-kernel", default=None, choices=["triton", "torch"],
                     help="the step's bookkeeping after the verify as one Triton launch or torch ops "
                          "(runtime/step_kernels.py USE_TRITON_ACCEPT; RESULTS.md session 24)")
@@ -492,12 +488,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
     if getattr(args, "absorb_rows", None):
         _decode.ABSORB_ACCEPTED_ROWS = args.absorb_rows != "off"
         fused_model.ABSORB_ROWS_FP8 = args.absorb_rows == "fp8"
-    if getattr(args, "conv_prefetch_state", None):
-        fused_model.CONV_PREFETCH_STATE = args.conv_prefetch_state == "on"
-    if getattr(args, "conv_prefetch", None) is not None:
-        fused_model.CONV_PREFETCH_BYTES = args.conv_prefetch
     if device != "cuda":
-        for flag in ("skinny_gemm", "skinny_prefetch", "skinny_max_m", "conv_prefetch_state", "conv_prefetch"):
+        for flag in ("skinny_gemm", "skinny_prefetch", "skinny_max_m"):
             if getattr(args, flag, None) is not None:
                 print(f"--{flag.replace('_', '-')} {getattr(args, flag)}: ignored on {device} (a CUDA kernel)",
                       file=sys.stderr)
@@ -510,6 +502,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         triton_fused.GEMV_ROWS_CONFIG = tuple(int(v) for v in cfg[:3])
     if args.rows_max_m is not None:
         triton_fused.GEMV_ROWS_MAX_M = args.rows_max_m
+    if getattr(args, "gemv_rows_narrow", None):
+        triton_fused.GEMV_ROWS_CONFIG_NARROW = tuple(int(v) for v in args.gemv_rows_narrow.split(","))
     if getattr(args, "fp8_config", None):
         triton_fused.GEMV_ROWS_FP8_CONFIG = tuple(int(v) for v in args.fp8_config.split(","))
     if args.pdl:
@@ -530,7 +524,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         fused.SKINNY_MAX_M = args.skinny_max_m
     # (s11e's records had None for both the default and "off": the state is read back here)
     return dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG),
-                max_m=triton_fused.GEMV_ROWS_MAX_M, fp8_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG),
+                max_m=triton_fused.GEMV_ROWS_MAX_M,
+                narrow_config=list(triton_fused.GEMV_ROWS_CONFIG_NARROW or ()) or None, fp8_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG),
                 fp8_max_tokens=_fp8_max_tokens(), pdl=pdl.enabled(torch.empty(0, device="cuda")),
                 gating=fused.GEMV_ROWS_GATING, draft_glue_prologues=fused.DRAFT_GLUE_PROLOGUES,
                 skinny_fp8=fused.USE_SKINNY_FP8, fp8_gather_one_launch=fused.FP8_GATHER_ONE_LAUNCH,
@@ -541,7 +536,6 @@ def apply_kernel_flags(args, device: str) -> dict | None:
                 skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_prefetch=fused.SKINNY_PREFETCH_BYTES if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_max_m=fused.SKINNY_MAX_M if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
-                conv_prefetch=[fused_model.CONV_PREFETCH_STATE, fused_model.CONV_PREFETCH_BYTES],
                 triton_accept=_steps.USE_TRITON_ACCEPT, triton_glue=fused.USE_TRITON_EMBED and _steps.USE_TRITON_CONTROL)
 
 

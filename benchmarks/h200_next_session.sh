@@ -53,7 +53,20 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s31a)  # session 31, call 1: L2 prefetches from each layer's conv launch (fused_model.CONV_PREFETCH_STATE / _BYTES):
+  s31b)  # session 31, call 2: the row GEMV's config for the N = 2048 GEMMs (o_proj, down_proj: one wave of 256
+        # programs at (8, 1024, 8)), triton_fused.GEMV_ROWS_CONFIG_NARROW: its GPU test, then batch 1, K = 7, float8
+        # draft passes, at six narrow configs and the default (first and last)
+      skinny_build
+      pytest_log s31b 120 -rs tests/test_fused_gpu.py -k "narrow or gated or prologues"
+      for C in default 4,1024,8 4,1024,4 2,1024,4 16,1024,8 8,512,4 8,2048,8 default; do
+        NA=""; [ "$C" != default ] && NA="--gemv-rows-narrow $C"
+        timeout 55 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 7 --alphas 0.8 \
+            --snapshot-ks "" --skinny-gemm on --draft-weights fp8 $NA --tag "s31b_n$C" \
+            --out "$OUT/e2e_s31b.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
+      ;;
+  s31a)  # (as run; the prefetches were removed after it, commit c2f772d keeps them: every form was slower) session 31,
+        # call 1: L2 prefetches from each layer's conv launch (fused_model.CONV_PREFETCH_STATE / _BYTES):
         # their GPU tests (same bits, same tokens), then batch 1, K = 7, float8 draft passes: state prefetch off / on x
         # 0 / 12 / 24 MiB of [o_proj; gate|up] (flame's o_proj is 12 MiB, map's 8)
       skinny_build

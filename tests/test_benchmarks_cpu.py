@@ -122,7 +122,7 @@ def test_skinny_config_flags():
             bench_e2e.skinny_flag(bad)
     assert [bench_e2e.prefetch_flag(v) for v in ("0", "4", "64")] == [0, 4 << 20, 64 << 20]
     for bad in ("-1", "65", "1.5", "4M", ""):
-        with pytest.raises(argparse.ArgumentTypeError, match="--conv-prefetch must be whole MiB in 0..64"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--skinny-prefetch must be whole MiB"):
             bench_e2e.prefetch_flag(bad)
     env = dict(os.environ, PYTHONPATH=ROOT)
     for bad in ("skinny:16:2", "skinny:8:8:0", "skinny-nopdl:8", "bogus", "", "rows:4:x:4", "rows:4:512",

@@ -184,29 +184,3 @@ def test_acceptance_control_under_cuda_graphs(models, mode):
         rt.set_alpha(a)
         rt.prefill(prompts)
         assert rt.run(10).mean_acceptance_length == want
-
-
-@pytest.mark.parametrize("B", [1, 3])
-def test_conv_l2_prefetch_changes_no_token(models, B, monkeypatch):
-    """The conv launches' L2 prefetches (``fused_model.CONV_PREFETCH_STATE`` / ``CONV_PREFETCH_BYTES``:
-    the state slots and the first bytes of [o_proj; gate|up], in every AR, draft, absorb and verify
-    step under CUDA graphs) are hints: the AR outputs, the SpecLA outputs and every draft window are
-    the same as without them, token for token. The prefetch must actually be passed to the conv."""
-    from vllm_specla.ops import triton_chain
-    from vllm_specla.runtime import fused_model
-
-    tm, dm = models
-    prompts = torch.randint(3, 8000, (B, 8), generator=torch.Generator().manual_seed(13))
-    seen = []
-    real = triton_chain.conv_verify
-    monkeypatch.setattr(triton_chain, "conv_verify", lambda *a, **k: seen.append(
-        (k.get("prefetch_state") is not None, len(k.get("prefetch") or ()))) or real(*a, **k))
-    base = _run(tm, dm, "cuda", B, 4, 1, 12, prompts)
-    assert set(seen) == {(False, 0)}, set(seen)
-    seen.clear()
-    monkeypatch.setattr(fused_model, "CONV_PREFETCH_STATE", True)
-    monkeypatch.setattr(fused_model, "CONV_PREFETCH_BYTES", 1 << 20)  # all of o_proj, then gate|up's first bytes
-    pf = _run(tm, dm, "cuda", B, 4, 1, 12, prompts)
-    assert (True, 2) in seen, set(seen)
-    assert base[0] == pf[0] and base[1] == pf[1]
-    assert torch.equal(base[2], pf[2])

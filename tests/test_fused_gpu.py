@@ -135,6 +135,38 @@ def test_gemv_rows(M, norm, res, config):
         assert rel(r2, ref) < tol
 
 
+def test_gemv_rows_narrow_config(monkeypatch):
+    """``GEMV_ROWS_CONFIG_NARROW`` is the config of bf16 / fp32 one-row GEMMs of at most
+    ``GEMV_ROWS_NARROW_N`` outputs (float8 weights keep theirs): ``gemv_rows`` without ``config`` gives
+    the bits of the narrow config, equal to ``linear_ref``, and the gated-norm dispatch checks the head
+    size against that config's BK (a BK the head size does not divide goes to the unfused path, no error)."""
+    monkeypatch.setattr(tf, "GEMV_ROWS_CONFIG_NARROW", (4, 128, 4))
+    monkeypatch.setattr(tf, "GEMV_ROWS_NARROW_N", 70)
+    assert tf.rows_config(70, False) == (4, 128, 4)
+    assert tf.rows_config(71, False) == tuple(tf.GEMV_ROWS_CONFIG)
+    assert tf.rows_config(70, True) == tuple(tf.GEMV_ROWS_FP8_CONFIG)
+    g = torch.Generator().manual_seed(77)
+    dt = torch.bfloat16 if HAVE_CUDA else torch.float32
+    K = 300
+    x = torch.randn(1, K, generator=g).to(DEV, dt)
+    for N in (70, 71):
+        w = (torch.randn(N, K, generator=g) * 0.05).to(DEV, dt)
+        got = tf.gemv_rows(x, w)
+        want_cfg = (4, 128, 4) if N == 70 else tuple(tf.GEMV_ROWS_CONFIG)
+        assert torch.equal(got, tf.gemv_rows(x, w, config=want_cfg))
+        assert rel(got, F_ref.linear_ref(x, w)) < (1e-2 if dt == torch.bfloat16 else 1e-5)
+    # gated RMSNorm prologue, head size 256 against the narrow BK 128: not fusable, still correct
+    monkeypatch.setattr(tf, "GEMV_ROWS_NARROW_N", 4096)
+    HV, V, N = 2, 256, 64
+    o = torch.randn(1, HV, V, generator=g).to(DEV)
+    gate = torch.randn(1, HV * V, generator=g).to(DEV, dt)
+    nw = (torch.rand(V, generator=g) + 0.5).to(DEV)
+    w = (torch.randn(N, HV * V, generator=g) * 0.05).to(DEV, dt)
+    got = F_ref.gated_norm_linear(o, gate, nw, 1e-6, "silu", w)
+    want = F_ref.linear_ref(F_ref.gated_rms_norm_ref(o, gate, nw, 1e-6, "silu", dt).reshape(1, -1), w)
+    assert rel(got, want) < (1e-2 if dt == torch.bfloat16 else 1e-5)
+
+
 @pytest.mark.parametrize("M", [1, 3])
 @pytest.mark.parametrize("neg", [False, True])
 @pytest.mark.parametrize("config", [(4, 0, 4), (8, 128, 4), (8, 1024, 8)])

@@ -333,45 +333,6 @@ def test_conv_verify_row_strided_input(final):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("pending", [False, True])
-@pytest.mark.parametrize("graph", [False, True])
-def test_conv_verify_l2_prefetch_changes_nothing(pending, graph):
-    """``conv_verify(prefetch_state=, prefetch=)`` (L2 hints: each row's state slot, two weight
-    ranges of which one partial, from programs of several rows) gives the same bits as without, eagerly
-    and replayed in a CUDA graph. On an sm_90+ GPU the hints must actually be issued
-    (``l2_prefetch_enabled``); under the interpreter they are compiled out."""
-    if HAVE_CUDA and not INTERPRET:
-        assert tc.l2_prefetch_enabled(torch.empty(0, device=DEV)) == (torch.cuda.get_device_capability() >= (9, 0))
-    if graph and not HAVE_CUDA:
-        pytest.skip("CUDA graphs need CUDA")
-    c = Case(SMALL[0], [1, 3, 2, 1], seed=31)
-    gen = torch.Generator().manual_seed(32)
-    ssm = torch.randn(c.R + 2, 4, 48, 32, generator=gen).to(DEV)  # [S, HV, V, K]: 24 KiB per slot
-    w_o = torch.randn(96, 64, generator=gen).to(DEV, torch.bfloat16)
-    w_gu = torch.randn(300, 64, generator=gen).to(DEV, torch.bfloat16)
-    kw = dict(bank_x=None, write_bank=c.write_bank, write_final_state=True)
-    if pending:
-        kw.update(pending_len=c.pending_len, read_bank=c.read_bank)
-    pf = dict(prefetch_state=ssm, prefetch=((w_o, w_o.numel() * 2), (w_gu, 4096 + 16)))
-    res = []
-    for extra in ({}, pf):
-        cs, bx = c.conv_state.clone(), c.bank_x.clone()
-        args = (c.x, c.weight, c.cu, cs, c.slots)
-        if graph:
-            tc.conv_verify(*args, **dict(kw, bank_x=bx.clone()), **extra)  # compile first
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                y = tc.conv_verify(c.x, c.weight, c.cu, cs, c.slots, **dict(kw, bank_x=bx), **extra)
-            cs.copy_(c.conv_state)
-            bx.copy_(c.bank_x)
-            g.replay()
-        else:
-            y = tc.conv_verify(*args, **dict(kw, bank_x=bx), **extra)
-        res.append((y, cs, bx))
-    for a, b in zip(*res):
-        assert torch.equal(a, b)
-
-
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("pending", [False, True])
 @pytest.mark.parametrize("final", [False, True])

@@ -204,34 +204,3 @@ def test_conv_prefill_verify_and_commit_every_prefix():
                              write_bank=torch.tensor([0]), pending_len=torch.tensor([2]), read_bank=torch.tensor([1]))
     torch.testing.assert_close(y_next, y_full[17:19], atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(c[1], x[:17][-(W - 1):])
-
-
-def test_conv_verify_l2_prefetch_hints_checked_and_ignored_off_cuda():
-    """``ops.chain_verify.conv_verify(prefetch_state=, prefetch=)`` (the Triton kernel's L2 hints)
-    gives the same values off CUDA as without them, and a bad hint is an error naming the field and
-    what is allowed, on every device."""
-    from vllm_specla.ops.chain_verify import conv_verify
-
-    W, C = 4, 8
-    g = torch.Generator().manual_seed(19)
-    w, x = torch.randn(C, W, generator=g), torch.randn(3, C, generator=g)
-    cu, slots = torch.tensor([0, 3]), torch.tensor([1])
-    conv0 = torch.randn(2, W - 1, C, generator=g)
-    ssm, wt = torch.randn(2, 2, 4, 4, generator=g), torch.randn(8, 8, generator=g)
-    outs = []
-    for pf in ({}, dict(prefetch_state=ssm, prefetch=((wt, 64), (wt, 256)))):
-        conv = conv0.clone()
-        outs.append((conv_verify(x, w, cu, conv, slots, write_final_state=True, **pf), conv))
-    assert all(torch.equal(a, b) for a, b in zip(*outs))
-    bad = [
-        (dict(prefetch=((wt, 24),)), "multiple of 16 in 0..256"),
-        (dict(prefetch=((wt, 272),)), "multiple of 16 in 0..256"),
-        (dict(prefetch=((wt, True),)), "nbytes=True"),
-        (dict(prefetch=((wt, 16),) * 3), "at most two"),
-        (dict(prefetch=((wt.t(), 16),)), "contiguous"),
-        (dict(prefetch_state=ssm[:, :, :, :3]), "prefetch_state must be a contiguous"),
-        (dict(prefetch_state=torch.zeros(2, 3)), "multiple of 16 bytes per slot"),
-    ]
-    for kw, msg in bad:
-        with pytest.raises(ValueError, match=msg):
-            conv_verify(x, w, cu, conv0.clone(), slots, **kw)

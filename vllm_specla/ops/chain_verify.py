@@ -253,16 +253,7 @@ def chain_verify_snapshots(q, k, v, g, beta, **kw) -> torch.Tensor:
 
 def conv_verify(x, weight, cu_seqlens, conv_state, slots, **kw) -> torch.Tensor:
     """Conv of a verify window with deferred conv commit; see :func:`conv_verify_ref`.
-    ``out_slots``: as :func:`chain_verify` (the window after the row to ``conv_state[out_slots[r]]``).
-    ``prefetch_state`` / ``prefetch``: L2 prefetch hints of the Triton kernel (``triton_chain.conv_verify``;
-    checked everywhere, ignored off CUDA: they change no value)."""
-    pf = dict(prefetch_state=kw.pop("prefetch_state", None), prefetch=kw.pop("prefetch", ()))
-    if x.is_cuda and _triton_impl() is not None and hasattr(_triton_impl(), "conv_verify"):
-        kw.update(pf)
-    else:
-        from vllm_specla.ops.reference import check_l2_prefetch  # noqa: PLC0415
-
-        check_l2_prefetch(x, pf["prefetch_state"], pf["prefetch"])
+    ``out_slots``: as :func:`chain_verify` (the window after the row to ``conv_state[out_slots[r]]``)."""
     if kw.get("out_slots") is None:
         kw.pop("out_slots", None)
     elif not (x.is_cuda and _triton_impl() is not None):

@@ -50,14 +50,9 @@ def enabled(t: torch.Tensor) -> bool:
     tensor on an NVIDIA sm90+ GPU, not Triton's interpreter. Host-only (no sync; CUDA-graph safe)."""
     if not (ENABLED and t.is_cuda) or torch.version.hip is not None:
         return False
-    if interpreting():
+    if os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes"):
         return False
     return _capable(t.device.index if t.device.index is not None else torch.cuda.current_device())
-
-
-def interpreting() -> bool:
-    """Whether Triton runs its CPU interpreter (``TRITON_INTERPRET``, read per call)."""
-    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
 
 
 def launch_kw(on: bool) -> dict:

@@ -180,38 +180,6 @@ def _apply_pending_(
     return M
 
 
-def check_l2_prefetch(x: torch.Tensor, state: torch.Tensor | None, ranges) -> tuple:
-    """Checks :func:`conv_verify`'s ``prefetch_state`` / ``prefetch``; returns ``(state, [(uint8
-    flat view, nbytes), ...])`` without the empty ranges.
-
-    Raises:
-        ValueError: a tensor not contiguous, not on ``x``'s device or not 16-byte aligned (base, and
-            the state's per-slot bytes); more than two ranges; ``nbytes`` not an int multiple of 16 in
-            ``0..`` the tensor's bytes.
-    """
-    if state is not None:
-        slot_bytes = state[0].numel() * state.element_size() if state.dim() and state.shape[0] else 0
-        if (state.device != x.device or not state.is_contiguous() or state.data_ptr() % 16 or not slot_bytes
-                or slot_bytes % 16):
-            raise ValueError(f"conv_verify: prefetch_state must be a contiguous [S, ...] tensor on {x.device}, 16-byte "
-                             f"aligned with a multiple of 16 bytes per slot, got shape {tuple(state.shape)} on "
-                             f"{state.device}")
-    ranges = list(ranges or ())
-    if len(ranges) > 2:
-        raise ValueError(f"conv_verify: prefetch takes at most two (tensor, nbytes) ranges, got {len(ranges)}")
-    out = []
-    for t, nb in ranges:
-        size = t.numel() * t.element_size()
-        if (t.device != x.device or not t.is_contiguous() or t.data_ptr() % 16 or not isinstance(nb, int)
-                or isinstance(nb, bool) or nb < 0 or nb % 16 or nb > size):
-            raise ValueError(f"conv_verify: prefetch wants (tensor, nbytes) with a contiguous, 16-byte aligned tensor "
-                             f"on {x.device} and nbytes an int multiple of 16 in 0..{size} (its bytes), got "
-                             f"nbytes={nb!r}")
-        if nb:
-            out.append((t.reshape(-1).view(torch.uint8), nb))
-    return state, out
-
-
 def check_out_slots(out_slots: torch.Tensor, num_rows: int, write_final_state: bool, *banks) -> None:
     """The ``out_slots`` contract of the public ``chain_verify`` / ``conv_verify`` (arguments and
     shapes only, no host sync): with ``write_final_state``, no factor bank / write bank / pending

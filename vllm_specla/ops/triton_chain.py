@@ -38,8 +38,8 @@ import triton
 import triton.language as tl
 
 from vllm_specla.ops import pdl as _pdl
-from vllm_specla.ops.reference import check_l2_prefetch, check_out_slots
-from vllm_specla.ops.triton_fused import pdl_enter, prefetch_l2_share
+from vllm_specla.ops.reference import check_out_slots
+from vllm_specla.ops.triton_fused import pdl_enter
 
 # (BV, num_warps[, KI[, prefetch]]) forced for every chain/recover/tree launch when not None
 # (benchmark sweeps, tests).
@@ -573,10 +573,8 @@ def _conv4_verify_kernel(
     x, weight, y, cu_seqlens, conv_state, slots, out_slots,
     bank_x, write_bank, pending_len, read_bank,
     Tmax, C, SX,
-    pf_st, pf_st_bytes, pf_w0, pf_w0_bytes, pf_w1, pf_w1_bytes,
     BC: tl.constexpr, TB: tl.constexpr, HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr,
     WRITE_FINAL: tl.constexpr, OUT_SLOTS: tl.constexpr, PDL: tl.constexpr = False,
-    PF_ST: tl.constexpr = False, PF_W: tl.constexpr = False,
 ):
     pdl_enter(PDL)
     # _conv_verify_kernel for W = 4 (every fla GDN checkpoint), one program per (channel tile, row).
@@ -595,16 +593,6 @@ def _conv4_verify_kernel(
     eos = tl.load(cu_seqlens + i_r + 1).to(tl.int64)
     T = eos - bos
     slot = tl.load(slots + i_r).to(tl.int64)
-    # L2 prefetches for the launches after this one (conv_verify(prefetch_state=, prefetch=)): the
-    # recurrence reads the row's state slot next, then o_proj / gate|up stream their weights; at
-    # batch 1 this conv and the recurrence leave the DRAM mostly idle
-    if PF_ST:  # row i_r's slot, split over the row's channel tiles
-        prefetch_l2_share(pf_st + slot * pf_st_bytes, pf_st_bytes, i_c, tl.num_programs(0))
-    if PF_W:  # two weight ranges, split over all programs
-        i_all = i_r * tl.num_programs(0) + i_c
-        n_all = tl.num_programs(0) * tl.num_programs(1)
-        prefetch_l2_share(pf_w0, pf_w0_bytes, i_all, n_all)
-        prefetch_l2_share(pf_w1, pf_w1_bytes, i_all, n_all)
     o_c = i_c * BC + tl.arange(0, BC)
     mc = o_c < C
     p_cs = conv_state + slot * 3 * C
@@ -666,13 +654,6 @@ def _conv4_verify_kernel(
         tl.store(p_out + 2 * C + o_c, s2.to(dt), mask=mc)
 
 
-def l2_prefetch_enabled(x: torch.Tensor) -> bool:
-    """Whether :func:`conv_verify` issues its L2 prefetches for ``x``: an NVIDIA GPU of compute
-    capability 9.0+ (``cp.async.bulk.prefetch.L2``), not Triton's interpreter (inline PTX)."""
-    return _pdl.enabled(x) or (x.is_cuda and torch.version.hip is None and not _pdl.interpreting()
-                               and torch.cuda.get_device_capability(x.device) >= (9, 0))
-
-
 def _conv4_config(R: int, C: int, N: int) -> tuple[int, int, int]:
     """``(BC, TB, num_warps)`` of :func:`_conv4_verify_kernel` for ``R`` rows, ``C`` channels and
     ``N`` tokens (any ``TB`` is correct: the chunk loop covers every window). Measured on the H200
@@ -699,20 +680,11 @@ def conv_verify(
     read_bank: torch.Tensor | None = None,
     write_final_state: bool = False,
     out_slots: torch.Tensor | None = None,
-    prefetch_state: torch.Tensor | None = None,
-    prefetch: tuple = (),
 ) -> torch.Tensor:
     """Triton verify-window conv; same arguments, semantics and return as
     :func:`vllm_specla.ops.reference.conv_verify_ref` (``y [N, C]`` float32). ``out_slots``: as
     :func:`chain_verify` (with ``write_final_state`` and no bank: the window after the row goes to
     ``conv_state[out_slots[r]]``, the read slot is left as it was).
-
-    L2 prefetch hints for the launches that follow (:func:`check_l2_prefetch`; they change no value,
-    and are issued only where :func:`l2_prefetch_enabled`, by the 4-tap kernel): ``prefetch_state``
-    (a contiguous state ``[S, ...]``, e.g. the recurrent state ``[S, HV, V, K]`` float32): each
-    row's slot ``slots[r]`` (the slot the recurrence reads next); ``prefetch``: up to two
-    ``(tensor, nbytes)``: the first ``nbytes`` of each (e.g. ``o_proj``'s weight, then the first of
-    gate|up's), split over the launch's programs.
 
     The two factor banks of a slot ping-pong: a row's ``write_bank`` must differ from its
     ``read_bank`` (the runtime swaps them every step); the generic kernel (``W != 4``) reads the
@@ -745,13 +717,8 @@ def conv_verify(
     if has_bank:
         _bounds_check(cu_seqlens, tmax)
     on = _pdl.enabled(x)
-    pf_st, pf_w = check_l2_prefetch(x, prefetch_state, prefetch)
     if W == 4:  # rolling-window kernel
         BC, TB, nw = _conv4_config(R, C, N)
-        pf_on = l2_prefetch_enabled(x)
-        st8 = pf_st.view(torch.uint8) if pf_on and pf_st is not None else None
-        (w0, n0), (w1, n1) = (pf_w + [(None, 0)] * 2)[:2] if pf_on else [(None, 0)] * 2
-        u8 = y.view(torch.uint8)
         _conv4_verify_kernel[(triton.cdiv(C, BC), R)](
             x, weight, y, cu_seqlens, conv_state, slots, out_slots,
             bank_x if bank_x is not None else y,
@@ -759,11 +726,8 @@ def conv_verify(
             pending_len if has_pending else slots,
             read_bank if has_pending else slots,
             tmax, C, x.stride(0),
-            st8 if st8 is not None else u8, st8[0].numel() if st8 is not None else 0,
-            w0 if w0 is not None else u8, n0, w1 if w1 is not None else u8, n1,
             BC=BC, TB=TB, HAS_BANK=has_bank, HAS_PENDING=has_pending, WRITE_FINAL=bool(write_final_state),
-            OUT_SLOTS=has_out, PDL=on, PF_ST=st8 is not None, PF_W=w0 is not None,
-            num_warps=nw, **_pdl.launch_kw(on),
+            OUT_SLOTS=has_out, PDL=on, num_warps=nw, **_pdl.launch_kw(on),
         )
         return y
     BC = min(1024, triton.next_power_of_2(C))

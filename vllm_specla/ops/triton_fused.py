@@ -38,23 +38,6 @@ def pdl_enter(PDL: tl.constexpr):
 
 
 @triton.jit
-def prefetch_l2_share(base, nbytes, i, n):
-    """Program ``i`` of ``n`` issues its share of ``[base, base + nbytes)`` (``base`` a uint8 pointer,
-    16-byte aligned; ``nbytes`` a multiple of 16) into L2 with sm_90's ``cp.async.bulk.prefetch.L2``
-    (no data returned, nothing to wait for), from thread 0, in pieces of at most 1 MiB. A hint: it
-    changes no value. Not for Triton's interpreter (inline PTX): callers compile it out there."""
-    share = ((nbytes + n - 1) // n + 15) // 16 * 16
-    lo = i.to(tl.int64) * share
-    nb = tl.minimum(share, nbytes - lo)
-    for off in range(0, nb, 1 << 20):
-        piece = tl.minimum(nb - off, 1 << 20)
-        tl.inline_asm_elementwise(
-            "{ .reg .pred %pf0; .reg .b32 %pft; mov.u32 %pft, %tid.x; setp.eq.u32 %pf0, %pft, 0; "
-            "@%pf0 cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r", [(base + lo + off).to(tl.int64), piece.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
 def _rms_norm_kernel(x, w, y, sx, sy, D, eps, BD: tl.constexpr, PDL: tl.constexpr):
     pdl_enter(PDL)
     i = tl.program_id(0).to(tl.int64)
@@ -342,10 +325,26 @@ GEMV_ROWS_MAX_M = 1  # token rows the dispatch gives the row GEMV (2+ rows: 1.15
 # BN, BK (0: one tile, BK = next power of two >= K), num_warps: the best AR step at batch 1 with the
 # prologues fused (s11c); (1, 0, 4) was the best bare GEMM set (s11a / s11b)
 GEMV_ROWS_CONFIG = (8, 1024, 8)
+# bf16 / fp16 one-row GEMMs of at most GEMV_ROWS_NARROW_N outputs (o_proj and down_proj: N = 2048, one wave of 256
+# programs at GEMV_ROWS_CONFIG) at this config instead, where set; None: GEMV_ROWS_CONFIG. An A/B knob
+# (bench_e2e.py --gemv-rows-narrow; benchmarks/RESULTS.md "Session 31")
+GEMV_ROWS_CONFIG_NARROW: tuple[int, int, int] | None = None
+GEMV_ROWS_NARROW_N = 4096
 # float8 weights (w_scale): the same bytes per program as GEMV_ROWS_CONFIG's bf16 chunk (8 rows x 2048 k x 1 byte)
 GEMV_ROWS_FP8_CONFIG = (8, 2048, 8)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 _PROLOGUES = {None: 0, "rms_norm": 1, "silu_mul": 2, "gated_rms_norm": 3}
+
+
+def rows_config(N: int, fp8: bool) -> tuple[int, int, int]:
+    """The ``(BN, BK, num_warps)`` :func:`gemv_rows` runs without ``config``, for ``N`` outputs
+    (float8 weights: :data:`GEMV_ROWS_FP8_CONFIG`; else :data:`GEMV_ROWS_CONFIG_NARROW` up to
+    :data:`GEMV_ROWS_NARROW_N` outputs where set, else :data:`GEMV_ROWS_CONFIG`)."""
+    if fp8:
+        return tuple(GEMV_ROWS_FP8_CONFIG)
+    if GEMV_ROWS_CONFIG_NARROW is not None and N <= GEMV_ROWS_NARROW_N:
+        return tuple(GEMV_ROWS_CONFIG_NARROW)
+    return tuple(GEMV_ROWS_CONFIG)
 
 
 def _spans_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -396,7 +395,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
         ``w`` must not be written by the kernels just before this call in the stream (under PDL its
         first chunk is read before the wait for them, ``ops/pdl.py``): model weights, set once.
         config: ``(BN, BK, num_warps)``, BN a power of two, BK 0 (one tile) or a power of two;
-            default :data:`GEMV_ROWS_CONFIG`.
+            default :func:`rows_config`.
         pdl: launch with programmatic dependent launch (``ops/pdl.py``); default
             ``pdl.enabled(x)``.
         gating: ``(gb, a0, A_log, dt_bias, allow_neg_eigval)``: the GDN gating of
@@ -477,7 +476,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
     elif out_dtype is not None and out_dtype != w.dtype:
         raise ValueError(f"gemv_rows: out_dtype goes with a float8 w (w_scale); the output of a {w.dtype} w is "
                          f"{w.dtype}, got out_dtype {out_dtype}")
-    cfg = tuple(config or (GEMV_ROWS_FP8_CONFIG if w_scale is not None else GEMV_ROWS_CONFIG))
+    cfg = tuple(config or rows_config(N, w_scale is not None))
     if len(cfg) != 3:
         raise ValueError(f"gemv_rows: config must be (BN, BK, num_warps), got {cfg}")
     BN, BK, nw = cfg

@@ -55,14 +55,6 @@ from vllm_specla.ops.recover import conv_commit
 from vllm_specla.ops.tree_verify import tree_conv, tree_verify
 
 MODES = ("ar", "ar_read", "verify", "commit", "snapshot", "tree")
-# L2 prefetches issued by each layer's conv launch on CUDA (ops/triton_chain.py conv_verify(prefetch_state=, prefetch=)),
-# for the launches after it, while the conv and the recurrence leave the DRAM mostly idle (batch 1): the state slots the
-# recurrence reads (modes that read st.ssm at ctrl.slots, while the batch's slots total at most CONV_PREFETCH_STATE_MAX
-# bytes) and the first CONV_PREFETCH_BYTES of the o_proj weight followed by gate|up's (0: none). Hints: no value
-# changes. Measured in benchmarks/RESULTS.md "Session 31"
-CONV_PREFETCH_STATE = False
-CONV_PREFETCH_STATE_MAX = 16 << 20
-CONV_PREFETCH_BYTES = 0
 
 
 @dataclass
@@ -137,25 +129,6 @@ class _Layer:
         self.eps = c.norm_eps
 
 
-def _conv_prefetch(st: LayerState, mode: str, B: int, Lt: _Layer) -> dict:
-    """``conv_verify``'s L2 prefetch arguments for one layer (:data:`CONV_PREFETCH_STATE`,
-    :data:`CONV_PREFETCH_BYTES`); ``B`` rows, ``Lt`` the layer whose ``o_proj`` / gate|up run next."""
-    kw = {}
-    if CONV_PREFETCH_STATE and mode in ("ar", "ar_read", "verify", "commit"):
-        if B * st.ssm[0].numel() * st.ssm.element_size() <= CONV_PREFETCH_STATE_MAX:
-            kw["prefetch_state"] = st.ssm
-    if CONV_PREFETCH_BYTES > 0:
-        ranges, left = [], CONV_PREFETCH_BYTES
-        for w in (Lt.w_o, Lt.w_gu):
-            t = fused._fp8_parts(w)[0]
-            nb = min(left, t.numel() * t.element_size()) // 16 * 16
-            if nb:
-                ranges.append((t, nb))
-            left -= nb
-        kw["prefetch"] = tuple(ranges)
-    return kw
-
-
 class FusedGDN:
     """Fused uniform-batch forward over a stack of GDN blocks.
 
@@ -211,17 +184,15 @@ class FusedGDN:
                                          prefetch=L.w_o)
         xc = p[:, :C]
         gate = p[:, C : C + G] if G else None
-        Lt = L if tail is None else tail
         # ---- short conv (+ SiLU) ----
         out = dict(out_slots=ctrl.out_slots) if mode == "ar" and ctrl.out_slots is not None else {}
-        pf = _conv_prefetch(st, mode, h.shape[0] // T, Lt) if h.is_cuda else {}
         if mode == "ar":
-            y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, write_final_state=True, **out, **pf)
+            y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, write_final_state=True, **out)
         elif mode == "ar_read":  # no bank, no pending, no final state: the window is only read
-            y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, **pf)
+            y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots)
         elif mode == "commit":
             y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, bank_x=st.bank_x,
-                            write_bank=ctrl.zeros, **pf)
+                            write_bank=ctrl.zeros)
             conv_commit(st.conv, ctrl.slots, st.bank_x, ctrl.zeros, ctrl.valid_len)
         elif mode == "tree":
             y = tree_conv(xc, L.conv_w, ctrl.cu_seqlens, ctrl.parents, st.conv, ctrl.slots, bank_x=st.bank_x,
@@ -229,7 +200,7 @@ class FusedGDN:
                           chain=False)
         else:  # verify / snapshot: deferred conv commit through bank_x
             y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, bank_x=st.bank_x,
-                            write_bank=ctrl.write_bank, pending_len=ctrl.pending_len, read_bank=ctrl.read_bank, **pf)
+                            write_bank=ctrl.write_bank, pending_len=ctrl.pending_len, read_bank=ctrl.read_bank)
         N = y.shape[0]
         q = y[:, : d.key_dim].view(N, d.H, d.K)
         k = y[:, d.key_dim : 2 * d.key_dim].view(N, d.H, d.K)
@@ -253,6 +224,7 @@ class FusedGDN:
             o = chain_verify_snapshots(q, k, v, g, beta, state=snap.view(-1, *snap.shape[2:]), snap=snap, **kw)
         else:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        Lt = L if tail is None else tail
         if out_rows is not None:  # only the rows read later: a new [M, D] stream
             h = fused.gated_norm_linear(o, gate, L.o_norm_w, L.eps, c.output_gate_activation, Lt.w_o, residual=h,
                                         prefetch=Lt.w_gu, rows=out_rows)
