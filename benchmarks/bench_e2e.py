@@ -406,6 +406,9 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--gemv-rows-narrow", default=None, type=gemv_config_flag,
                     help="BN,BK,warps of the row GEMV for bf16 one-row GEMMs of <= 4096 outputs (o_proj, down_proj; "
                          "triton_fused.GEMV_ROWS_CONFIG_NARROW; unset: the --gemv-rows / default config)")
+    ap.add_argument("--fp8-narrow", default=None, type=gemv_config_flag,
+                    help="BN,BK,warps of the row GEMV for float8 one-row GEMMs of <= 4096 outputs "
+                         "(triton_fused.GEMV_ROWS_FP8_CONFIG_NARROW; --draft-weights fp8)")
     ap.add_argument("--fp8-config", default=None, type=gemv_config_flag,
                     help="BN,BK,warps of the row GEMV on float8 weights (triton_fused.GEMV_ROWS_FP8_CONFIG; "
                          "--draft-weights fp8)")
@@ -504,6 +507,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         triton_fused.GEMV_ROWS_MAX_M = args.rows_max_m
     if getattr(args, "gemv_rows_narrow", None):
         triton_fused.GEMV_ROWS_CONFIG_NARROW = tuple(int(v) for v in args.gemv_rows_narrow.split(","))
+    if getattr(args, "fp8_narrow", None):
+        triton_fused.GEMV_ROWS_FP8_CONFIG_NARROW = tuple(int(v) for v in args.fp8_narrow.split(","))
     if getattr(args, "fp8_config", None):
         triton_fused.GEMV_ROWS_FP8_CONFIG = tuple(int(v) for v in args.fp8_config.split(","))
     if args.pdl:
@@ -525,7 +530,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
     # (s11e's records had None for both the default and "off": the state is read back here)
     return dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG),
                 max_m=triton_fused.GEMV_ROWS_MAX_M,
-                narrow_config=list(triton_fused.GEMV_ROWS_CONFIG_NARROW or ()) or None, fp8_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG),
+                narrow_config=list(triton_fused.GEMV_ROWS_CONFIG_NARROW or ()) or None,
+                fp8_narrow_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG_NARROW or ()) or None, fp8_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG),
                 fp8_max_tokens=_fp8_max_tokens(), pdl=pdl.enabled(torch.empty(0, device="cuda")),
                 gating=fused.GEMV_ROWS_GATING, draft_glue_prologues=fused.DRAFT_GLUE_PROLOGUES,
                 skinny_fp8=fused.USE_SKINNY_FP8, fp8_gather_one_launch=fused.FP8_GATHER_ONE_LAUNCH,

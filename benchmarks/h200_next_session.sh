@@ -53,6 +53,20 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s31c)  # session 31, call 3: after s31b's (8, 2048, 8) for the N = 2048 GEMMs: longer K tiles there (BK 4096, BN
+        # 16), the same tile for every bf16 one-row GEMM (--gemv-rows), and float8 narrow configs for the drafter's
+        # passes; the long-tile GPU tests first; batch 1, K = 7, float8 draft passes; the default first and last
+      skinny_build
+      pytest_log s31c 150 -rs tests/test_fused_gpu.py -k "long_k or narrow"
+      for C in "" "--gemv-rows-narrow 8,2048,8" "--gemv-rows-narrow 8,4096,8" "--gemv-rows-narrow 16,2048,8" \
+               "--gemv-rows-narrow 8,2048,8 --gemv-rows 8,2048,8,pro" "--gemv-rows-narrow 8,2048,8 --fp8-narrow 8,4096,8" \
+               "--gemv-rows-narrow 8,2048,8 --fp8-narrow 16,2048,8" ""; do
+        T=$(echo "${C:-default}" | tr -d ' -' | tr , _)
+        timeout 55 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 7 --alphas 0.8 \
+            --snapshot-ks "" --skinny-gemm on --draft-weights fp8 $C --tag "s31c_$T" \
+            --out "$OUT/e2e_s31c.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
+      ;;
   s31b)  # session 31, call 2: the row GEMV's config for the N = 2048 GEMMs (o_proj, down_proj: one wave of 256
         # programs at (8, 1024, 8)), triton_fused.GEMV_ROWS_CONFIG_NARROW: its GPU test, then batch 1, K = 7, float8
         # draft passes, at six narrow configs and the default (first and last)

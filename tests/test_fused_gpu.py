@@ -138,13 +138,16 @@ def test_gemv_rows(M, norm, res, config):
 def test_gemv_rows_narrow_config(monkeypatch):
     """``GEMV_ROWS_CONFIG_NARROW`` is the config of bf16 / fp32 one-row GEMMs of at most
     ``GEMV_ROWS_NARROW_N`` outputs (float8 weights keep theirs): ``gemv_rows`` without ``config`` gives
-    the bits of the narrow config, equal to ``linear_ref``, and the gated-norm dispatch checks the head
+    the bits of the narrow config, equal to ``linear_ref`` (``GEMV_ROWS_FP8_CONFIG_NARROW`` likewise for
+    float8 weights), and the gated-norm dispatch checks the head
     size against that config's BK (a BK the head size does not divide goes to the unfused path, no error)."""
     monkeypatch.setattr(tf, "GEMV_ROWS_CONFIG_NARROW", (4, 128, 4))
     monkeypatch.setattr(tf, "GEMV_ROWS_NARROW_N", 70)
     assert tf.rows_config(70, False) == (4, 128, 4)
     assert tf.rows_config(71, False) == tuple(tf.GEMV_ROWS_CONFIG)
     assert tf.rows_config(70, True) == tuple(tf.GEMV_ROWS_FP8_CONFIG)
+    monkeypatch.setattr(tf, "GEMV_ROWS_FP8_CONFIG_NARROW", (2, 256, 4))
+    assert tf.rows_config(70, True) == (2, 256, 4) and tf.rows_config(71, True) == tuple(tf.GEMV_ROWS_FP8_CONFIG)
     g = torch.Generator().manual_seed(77)
     dt = torch.bfloat16 if HAVE_CUDA else torch.float32
     K = 300
@@ -165,6 +168,45 @@ def test_gemv_rows_narrow_config(monkeypatch):
     got = F_ref.gated_norm_linear(o, gate, nw, 1e-6, "silu", w)
     want = F_ref.linear_ref(F_ref.gated_rms_norm_ref(o, gate, nw, 1e-6, "silu", dt).reshape(1, -1), w)
     assert rel(got, want) < (1e-2 if dt == torch.bfloat16 else 1e-5)
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="interpreter time: 2-4 K tiles of 2048-4096 columns")
+@pytest.mark.parametrize("config", [(8, 2048, 8), (8, 4096, 8), (16, 2048, 8), (4, 2048, 8)])
+@pytest.mark.parametrize("fp8", [False, True])
+@pytest.mark.parametrize("pro", [None, "silu_mul", "gated_rms_norm"])
+def test_gemv_rows_long_k_tiles(config, fp8, pro):
+    """The K tiles session 31 timed for the N = 2048 GEMMs (``GEMV_ROWS_CONFIG_NARROW`` /
+    ``GEMV_ROWS_FP8_CONFIG_NARROW``), at o_proj's / down_proj's K (3072, 5632: a masked last tile)
+    with their prologues and the in-place residual, bf16 and float8 weights, against the references
+    (rel < 1e-2: bf16 activations)."""
+    g = torch.Generator().manual_seed(config[0] * 7 + config[1] + 3 * fp8 + len(pro or ""))
+    dt = torch.bfloat16
+    N, V = 200, 512
+    K = 5632 if pro == "silu_mul" else 3072
+    wr = torch.randn(N, K, generator=g) * 0.03
+    w8 = F_ref.quantize_fp8(wr.to(DEV), dt) if fp8 else None
+    w = w8.weight if fp8 else wr.to(DEV, dt)
+    lin = (lambda a, r: w8.ref_linear(a, r)) if fp8 else (lambda a, r: F_ref.linear_ref(a, w, None, 1e-6, r))
+    r = torch.randn(1, N, generator=g).to(DEV, dt)
+    kw = dict(config=config, w_scale=w8.scale if fp8 else None)
+    r2 = r.clone()
+    if pro == "silu_mul":
+        x = torch.randn(1, 2 * K, generator=g).to(DEV, dt)
+        ref = lin(F_ref.silu_mul_ref(x), r)
+        got = tf.gemv_rows(x, w, residual=r2, out=r2, prologue="silu_mul", **kw)
+    elif pro == "gated_rms_norm":
+        o = torch.randn(1, K // V, V, generator=g).to(DEV)
+        gate = torch.randn(1, K, generator=g).to(DEV, dt)
+        nw = (torch.rand(V, generator=g) + 0.5).to(DEV)
+        ref = lin(F_ref.gated_rms_norm_ref(o.to(dt), gate, nw, 1e-6, "silu", dt), r)
+        got = tf.gemv_rows(o.reshape(1, K).to(dt), w, nw, 1e-6, r2, out=r2, prologue="gated_rms_norm", gate=gate,
+                           head_dim=V, **kw)
+    else:
+        x = torch.randn(1, K, generator=g).to(DEV, dt)
+        ref = lin(x, r)
+        got = tf.gemv_rows(x, w, residual=r2, out=r2, **kw)
+    assert got.data_ptr() == r2.data_ptr()
+    assert rel(got, ref) < 1e-2
 
 
 @pytest.mark.parametrize("M", [1, 3])

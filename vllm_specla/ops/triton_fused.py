@@ -332,19 +332,22 @@ GEMV_ROWS_CONFIG_NARROW: tuple[int, int, int] | None = None
 GEMV_ROWS_NARROW_N = 4096
 # float8 weights (w_scale): the same bytes per program as GEMV_ROWS_CONFIG's bf16 chunk (8 rows x 2048 k x 1 byte)
 GEMV_ROWS_FP8_CONFIG = (8, 2048, 8)
+# float8 one-row GEMMs of at most GEMV_ROWS_NARROW_N outputs at this config instead, where set (as
+# GEMV_ROWS_CONFIG_NARROW; bench_e2e.py --fp8-narrow)
+GEMV_ROWS_FP8_CONFIG_NARROW: tuple[int, int, int] | None = None
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 _PROLOGUES = {None: 0, "rms_norm": 1, "silu_mul": 2, "gated_rms_norm": 3}
 
 
 def rows_config(N: int, fp8: bool) -> tuple[int, int, int]:
-    """The ``(BN, BK, num_warps)`` :func:`gemv_rows` runs without ``config``, for ``N`` outputs
-    (float8 weights: :data:`GEMV_ROWS_FP8_CONFIG`; else :data:`GEMV_ROWS_CONFIG_NARROW` up to
-    :data:`GEMV_ROWS_NARROW_N` outputs where set, else :data:`GEMV_ROWS_CONFIG`)."""
-    if fp8:
-        return tuple(GEMV_ROWS_FP8_CONFIG)
-    if GEMV_ROWS_CONFIG_NARROW is not None and N <= GEMV_ROWS_NARROW_N:
-        return tuple(GEMV_ROWS_CONFIG_NARROW)
-    return tuple(GEMV_ROWS_CONFIG)
+    """The ``(BN, BK, num_warps)`` :func:`gemv_rows` runs without ``config``, for ``N`` outputs:
+    up to :data:`GEMV_ROWS_NARROW_N` outputs :data:`GEMV_ROWS_CONFIG_NARROW` (float8 weights:
+    :data:`GEMV_ROWS_FP8_CONFIG_NARROW`) where set, else :data:`GEMV_ROWS_CONFIG`
+    (:data:`GEMV_ROWS_FP8_CONFIG`)."""
+    narrow = GEMV_ROWS_FP8_CONFIG_NARROW if fp8 else GEMV_ROWS_CONFIG_NARROW
+    if narrow is not None and N <= GEMV_ROWS_NARROW_N:
+        return tuple(narrow)
+    return tuple(GEMV_ROWS_FP8_CONFIG if fp8 else GEMV_ROWS_CONFIG)
 
 
 def _spans_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
