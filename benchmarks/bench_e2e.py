@@ -392,6 +392,11 @@ def gemv_config_flag(v: str) -> str:
     return v
 
 
+def narrow_config_flag(v: str) -> str:
+    """``--gemv-rows-narrow`` / ``--fp8-narrow``: ``off`` or ``BN,BK,warps`` (:func:`gemv_config_flag`)."""
+    return v if v == "off" else gemv_config_flag(v)
+
+
 def positive_int(v: str) -> int:
     if not v.isdigit() or int(v) < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {v!r}")
@@ -403,12 +408,13 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--gemv-rows", default=None,
                     help="BN,BK,warps[,pro]: the row GEMV (triton_fused.gemv_rows) for one-row GEMMs at this config "
                          "(bench_blas.py), ',pro': its fused prologues (fused.GEMV_ROWS_PROLOGUE); 'off': cuBLAS")
-    ap.add_argument("--gemv-rows-narrow", default=None, type=gemv_config_flag,
+    ap.add_argument("--gemv-rows-narrow", default=None, type=narrow_config_flag,
                     help="BN,BK,warps of the row GEMV for bf16 one-row GEMMs of <= 4096 outputs (o_proj, down_proj; "
-                         "triton_fused.GEMV_ROWS_CONFIG_NARROW; unset: the --gemv-rows / default config)")
-    ap.add_argument("--fp8-narrow", default=None, type=gemv_config_flag,
+                         "triton_fused.GEMV_ROWS_CONFIG_NARROW, default 8,2048,8), or 'off': the --gemv-rows config")
+    ap.add_argument("--fp8-narrow", default=None, type=narrow_config_flag,
                     help="BN,BK,warps of the row GEMV for float8 one-row GEMMs of <= 4096 outputs "
-                         "(triton_fused.GEMV_ROWS_FP8_CONFIG_NARROW; --draft-weights fp8)")
+                         "(triton_fused.GEMV_ROWS_FP8_CONFIG_NARROW, default 8,4096,8; --draft-weights fp8), or 'off': "
+                         "the --fp8-config config")
     ap.add_argument("--fp8-config", default=None, type=gemv_config_flag,
                     help="BN,BK,warps of the row GEMV on float8 weights (triton_fused.GEMV_ROWS_FP8_CONFIG; "
                          "--draft-weights fp8)")
@@ -506,9 +512,11 @@ def apply_kernel_flags(args, device: str) -> dict | None:
     if args.rows_max_m is not None:
         triton_fused.GEMV_ROWS_MAX_M = args.rows_max_m
     if getattr(args, "gemv_rows_narrow", None):
-        triton_fused.GEMV_ROWS_CONFIG_NARROW = tuple(int(v) for v in args.gemv_rows_narrow.split(","))
+        triton_fused.GEMV_ROWS_CONFIG_NARROW = (None if args.gemv_rows_narrow == "off"
+                                                else tuple(int(v) for v in args.gemv_rows_narrow.split(",")))
     if getattr(args, "fp8_narrow", None):
-        triton_fused.GEMV_ROWS_FP8_CONFIG_NARROW = tuple(int(v) for v in args.fp8_narrow.split(","))
+        triton_fused.GEMV_ROWS_FP8_CONFIG_NARROW = (None if args.fp8_narrow == "off"
+                                                    else tuple(int(v) for v in args.fp8_narrow.split(",")))
     if getattr(args, "fp8_config", None):
         triton_fused.GEMV_ROWS_FP8_CONFIG = tuple(int(v) for v in args.fp8_config.split(","))
     if args.pdl:

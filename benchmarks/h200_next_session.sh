@@ -53,6 +53,21 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s31d)  # session 31, call 4: the shipped defaults after s31c (the row GEMV's narrow configs: bf16 (8, 2048, 8),
+        # float8 (8, 4096, 8) for <= 4096 outputs): the runtime's and the row GEMV's GPU tests, batch 1 K = 6 / 7
+        # twice, `auto` at batch 1
+      skinny_build
+      pytest_log s31d 200 -rs tests/test_fused_gpu.py tests/test_decode_runtime_gpu.py \
+          -k "gemv_rows or runtime_drafter or prologues or batch1 or fp8 or real_drafts or acceptance_control"
+      for R in 1 2; do
+        timeout 50 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,7 --alphas 0.8 \
+            --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --tag "s31d_r$R" \
+            --out "$OUT/e2e_s31d.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
+      timeout 70 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,7 --alphas 0.8 --auto \
+          --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --tag "s31d_auto" \
+          --out "$OUT/e2e_s31d.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      ;;
   s31c)  # session 31, call 3: after s31b's (8, 2048, 8) for the N = 2048 GEMMs: longer K tiles there (BK 4096, BN
         # 16), the same tile for every bf16 one-row GEMM (--gemv-rows), and float8 narrow configs for the drafter's
         # passes; the long-tile GPU tests first; batch 1, K = 7, float8 draft passes; the default first and last

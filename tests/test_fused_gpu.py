@@ -145,6 +145,7 @@ def test_gemv_rows_narrow_config(monkeypatch):
     monkeypatch.setattr(tf, "GEMV_ROWS_NARROW_N", 70)
     assert tf.rows_config(70, False) == (4, 128, 4)
     assert tf.rows_config(71, False) == tuple(tf.GEMV_ROWS_CONFIG)
+    monkeypatch.setattr(tf, "GEMV_ROWS_FP8_CONFIG_NARROW", None)
     assert tf.rows_config(70, True) == tuple(tf.GEMV_ROWS_FP8_CONFIG)
     monkeypatch.setattr(tf, "GEMV_ROWS_FP8_CONFIG_NARROW", (2, 256, 4))
     assert tf.rows_config(70, True) == (2, 256, 4) and tf.rows_config(71, True) == tuple(tf.GEMV_ROWS_FP8_CONFIG)

@@ -323,18 +323,24 @@ GEMV_ROWS_BLOCK = 16  # token rows per launch of the row GEMV (its MR is a compi
 GEMV_ROWS_MAX_M = 1  # token rows the dispatch gives the row GEMV (2+ rows: 1.15-1.98x cuBLAS at M = 2, s11a;
 # 2.2-5x at M = 5 and 7 with each weight chunk loaded once for all rows, s12b)
 # BN, BK (0: one tile, BK = next power of two >= K), num_warps: the best AR step at batch 1 with the
-# prologues fused (s11c); (1, 0, 4) was the best bare GEMM set (s11a / s11b)
+# prologues fused (s11c); (1, 0, 4) was the best bare GEMM set (s11a / s11b). Since session 31 for GEMMs of more
+# than GEMV_ROWS_NARROW_N outputs (the in-projection, gate|up, the LM head), see GEMV_ROWS_CONFIG_NARROW
 GEMV_ROWS_CONFIG = (8, 1024, 8)
-# bf16 / fp16 one-row GEMMs of at most GEMV_ROWS_NARROW_N outputs (o_proj and down_proj: N = 2048, one wave of 256
-# programs at GEMV_ROWS_CONFIG) at this config instead, where set; None: GEMV_ROWS_CONFIG. An A/B knob
-# (bench_e2e.py --gemv-rows-narrow; benchmarks/RESULTS.md "Session 31")
-GEMV_ROWS_CONFIG_NARROW: tuple[int, int, int] | None = None
+# bf16 / fp16 / fp32 one-row GEMMs of at most GEMV_ROWS_NARROW_N outputs (o_proj and down_proj: N = 2048, one wave
+# of 256 programs) run this config instead (None: GEMV_ROWS_CONFIG). Each program's first K tile is loaded before
+# its PDL wait, so a 2048-wide tile streams 2/3 of o_proj's K = 3072 (down_proj's 5632: 36 %) while the previous
+# kernel finishes, against 1/3 (18 %) at BK = 1024. AR step at batch 1: flame 1.012 -> 0.969 ms, map 1.067 -> 1.009
+# (s31b / s31c, two calls); BK 4096 (1.008 / 1.063), BN 16 (0.986 / 1.015), BN 4 / 2 and BK 512 were slower, and
+# the same 2048 tile for the wide GEMMs too (--gemv-rows 8,2048,8) gave 1.001 / 1.028 (benchmarks/RESULTS.md
+# "Session 31"; bench_e2e.py --gemv-rows-narrow)
+GEMV_ROWS_CONFIG_NARROW: tuple[int, int, int] | None = (8, 2048, 8)
 GEMV_ROWS_NARROW_N = 4096
 # float8 weights (w_scale): the same bytes per program as GEMV_ROWS_CONFIG's bf16 chunk (8 rows x 2048 k x 1 byte)
 GEMV_ROWS_FP8_CONFIG = (8, 2048, 8)
-# float8 one-row GEMMs of at most GEMV_ROWS_NARROW_N outputs at this config instead, where set (as
-# GEMV_ROWS_CONFIG_NARROW; bench_e2e.py --fp8-narrow)
-GEMV_ROWS_FP8_CONFIG_NARROW: tuple[int, int, int] | None = None
+# float8 one-row GEMMs of at most GEMV_ROWS_NARROW_N outputs (the drafter's fc, o_proj, down_proj) at this config
+# instead (None: GEMV_ROWS_FP8_CONFIG), for the reason of GEMV_ROWS_CONFIG_NARROW: SpecLA's batch-1 K = 7 step 3-7 us
+# faster (s31c; BN 16 at BK 2048 was 10 us slower; bench_e2e.py --fp8-narrow)
+GEMV_ROWS_FP8_CONFIG_NARROW: tuple[int, int, int] | None = (8, 4096, 8)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 _PROLOGUES = {None: 0, "rms_norm": 1, "silu_mul": 2, "gated_rms_norm": 3}
 
