@@ -392,9 +392,20 @@ def gemv_config_flag(v: str) -> str:
     return v
 
 
-def narrow_config_flag(v: str) -> str:
-    """``--gemv-rows-narrow`` / ``--fp8-narrow``: ``off`` or ``BN,BK,warps`` (:func:`gemv_config_flag`)."""
-    return v if v == "off" else gemv_config_flag(v)
+def narrow_config_flag(flag: str):
+    """The parser of ``--gemv-rows-narrow`` / ``--fp8-narrow`` (``flag``): ``off``, or ``BN,BK,warps``
+    as ``triton_fused.gemv_rows`` takes them (BN a power of two, BK 0 = one tile or a power of two,
+    warps a power of two up to 32), checked before any run."""
+    def parse(v: str) -> str:
+        parts = v.split(",")
+        pow2 = lambda n: n > 0 and n & (n - 1) == 0  # noqa: E731
+        if v == "off" or (len(parts) == 3 and all(p.isdigit() for p in parts)
+                          and pow2(int(parts[0])) and (int(parts[1]) == 0 or pow2(int(parts[1])))
+                          and pow2(int(parts[2])) and int(parts[2]) <= 32):
+            return v
+        raise argparse.ArgumentTypeError(f"{flag} must be 'off' or BN,BK,warps (BN a power of two, BK 0 or a power of "
+                                         f"two, warps a power of two <= 32), got {v!r}")
+    return parse
 
 
 def positive_int(v: str) -> int:
@@ -407,12 +418,13 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     """The decode-GEMM / launch switches shared by this script and ``step_breakdown.py``."""
     ap.add_argument("--gemv-rows", default=None,
                     help="BN,BK,warps[,pro]: the row GEMV (triton_fused.gemv_rows) for one-row GEMMs at this config "
-                         "(bench_blas.py), ',pro': its fused prologues (fused.GEMV_ROWS_PROLOGUE); 'off': cuBLAS")
-    ap.add_argument("--gemv-rows-narrow", default=None, type=narrow_config_flag,
-                    help="BN,BK,warps of the row GEMV for bf16 one-row GEMMs of <= 4096 outputs (o_proj, down_proj; "
+                         "(bench_blas.py; since session 31 only those --gemv-rows-narrow does not cover, unless it is "
+                         "'off'), ',pro': its fused prologues (fused.GEMV_ROWS_PROLOGUE); 'off': cuBLAS")
+    ap.add_argument("--gemv-rows-narrow", default=None, type=narrow_config_flag("--gemv-rows-narrow"),
+                    help="BN,BK,warps of the row GEMV for bf16 one-row GEMMs of <= 2048 outputs (o_proj, down_proj; "
                          "triton_fused.GEMV_ROWS_CONFIG_NARROW, default 8,2048,8), or 'off': the --gemv-rows config")
-    ap.add_argument("--fp8-narrow", default=None, type=narrow_config_flag,
-                    help="BN,BK,warps of the row GEMV for float8 one-row GEMMs of <= 4096 outputs "
+    ap.add_argument("--fp8-narrow", default=None, type=narrow_config_flag("--fp8-narrow"),
+                    help="BN,BK,warps of the row GEMV for float8 one-row GEMMs of <= 2048 outputs "
                          "(triton_fused.GEMV_ROWS_FP8_CONFIG_NARROW, default 8,4096,8; --draft-weights fp8), or 'off': "
                          "the --fp8-config config")
     ap.add_argument("--fp8-config", default=None, type=gemv_config_flag,
@@ -539,7 +551,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
     return dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG),
                 max_m=triton_fused.GEMV_ROWS_MAX_M,
                 narrow_config=list(triton_fused.GEMV_ROWS_CONFIG_NARROW or ()) or None,
-                fp8_narrow_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG_NARROW or ()) or None, fp8_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG),
+                fp8_narrow_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG_NARROW or ()) or None,
+                fp8_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG),
                 fp8_max_tokens=_fp8_max_tokens(), pdl=pdl.enabled(torch.empty(0, device="cuda")),
                 gating=fused.GEMV_ROWS_GATING, draft_glue_prologues=fused.DRAFT_GLUE_PROLOGUES,
                 skinny_fp8=fused.USE_SKINNY_FP8, fp8_gather_one_launch=fused.FP8_GATHER_ONE_LAUNCH,

@@ -86,7 +86,7 @@ def bench_shape(shape: str, modes, rows: int, passes: int, replays: int) -> list
         nbytes = sum(w.numel() * (1 if fp8 else w.element_size()) + (w.shape[0] * 4 if fp8 else 0) for _, w in ws)
         rec = dict(bench="fp8_gemv", shape=shape, mode=mode, rows=rows, ms_per_pass=ms, weight_bytes=nbytes,
                    tbps=nbytes / ms / 1e9, rel_vs_ref=rel, passes=passes,
-                   config=list(triton_fused.GEMV_ROWS_FP8_CONFIG if fp8 else triton_fused.GEMV_ROWS_CONFIG),
+                   config={n: list(triton_fused.rows_config(w.shape[0], fp8, rows)) for n, w in ws},
                    skinny_built=bool(_cpp.GEMM_LOADED),
                    weights={n: list(w.shape) for n, w in ws}, gpu=torch.cuda.get_device_name())
         if mode == "bf16":

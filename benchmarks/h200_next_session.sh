@@ -53,7 +53,8 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s31d)  # (as run: the pytest line timed out at 200 s, ~90 % through test_fused_gpu.py) session 31, call 4: the shipped defaults after s31c (the row GEMV's narrow configs: bf16 (8, 2048, 8),
+  s31d)  # (as run: the pytest line timed out at 200 s after 210 of its 218 tests, none failed) session 31, call 4:
+        # the shipped defaults after s31c (the row GEMV's narrow configs: bf16 (8, 2048, 8),
         # float8 (8, 4096, 8) for <= 4096 outputs): the runtime's and the row GEMV's GPU tests, batch 1 K = 6 / 7
         # twice, `auto` at batch 1
       skinny_build

@@ -120,10 +120,11 @@ def test_skinny_config_flags():
     for bad in ("16,2", "8,8,0", "8", "a,b", "0,4", ""):
         with pytest.raises(argparse.ArgumentTypeError, match="'W,U'"):
             bench_e2e.skinny_flag(bad)
-    assert [bench_e2e.narrow_config_flag(v) for v in ("off", "8,2048,8")] == ["off", "8,2048,8"]
-    for bad in ("on", "8,2048", "8,0,8", ""):
-        with pytest.raises(argparse.ArgumentTypeError, match="BN,BK,warps"):
-            bench_e2e.narrow_config_flag(bad)
+    narrow = bench_e2e.narrow_config_flag("--fp8-narrow")
+    assert [narrow(v) for v in ("off", "8,2048,8", "8,0,4")] == ["off", "8,2048,8", "8,0,4"]
+    for bad in ("on", "8,2048", "3,2048,8", "8,3000,8", "8,2048,64", "0,2048,8", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="--fp8-narrow must be 'off' or BN,BK,warps"):
+            narrow(bad)
     assert [bench_e2e.prefetch_flag(v) for v in ("0", "4", "64")] == [0, 4 << 20, 64 << 20]
     for bad in ("-1", "65", "1.5", "4M", ""):
         with pytest.raises(argparse.ArgumentTypeError, match="--skinny-prefetch must be whole MiB"):

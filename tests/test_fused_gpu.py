@@ -135,43 +135,63 @@ def test_gemv_rows(M, norm, res, config):
         assert rel(r2, ref) < tol
 
 
+def _spy_gemv_launch(monkeypatch) -> list:
+    """Records ``(BN, BK, num_warps, PRO)`` of every ``_gemv_rows_kernel`` launch (then launches it)."""
+    log, real = [], tf._gemv_rows_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def run(*a, **kw):
+                log.append((kw["BN"], kw["BK"], kw["num_warps"], kw["PRO"]))
+                return real[grid](*a, **kw)
+            return run
+
+    monkeypatch.setattr(tf, "_gemv_rows_kernel", Spy())
+    return log
+
+
 def test_gemv_rows_narrow_config(monkeypatch):
-    """``GEMV_ROWS_CONFIG_NARROW`` is the config of bf16 / fp32 one-row GEMMs of at most
-    ``GEMV_ROWS_NARROW_N`` outputs (float8 weights keep theirs): ``gemv_rows`` without ``config`` gives
-    the bits of the narrow config, equal to ``linear_ref`` (``GEMV_ROWS_FP8_CONFIG_NARROW`` likewise for
-    float8 weights), and the gated-norm dispatch checks the head
-    size against that config's BK (a BK the head size does not divide goes to the unfused path, no error)."""
+    """``rows_config``: one-row GEMMs of at most ``GEMV_ROWS_NARROW_N`` outputs launch
+    ``GEMV_ROWS_CONFIG_NARROW`` (float8 weights: ``GEMV_ROWS_FP8_CONFIG_NARROW``), wider ones and two
+    or more rows the plain configs (BK clamped to the next power of two >= K), with correct values;
+    the gated-norm dispatch fuses its prologue only where the head size divides the BK that
+    ``gemv_rows`` will launch (else the unfused norm, then the GEMV: no error)."""
     monkeypatch.setattr(tf, "GEMV_ROWS_CONFIG_NARROW", (4, 128, 4))
+    monkeypatch.setattr(tf, "GEMV_ROWS_FP8_CONFIG_NARROW", (2, 256, 4))
     monkeypatch.setattr(tf, "GEMV_ROWS_NARROW_N", 70)
-    assert tf.rows_config(70, False) == (4, 128, 4)
+    assert tf.rows_config(70, False) == (4, 128, 4) and tf.rows_config(70, True) == (2, 256, 4)
     assert tf.rows_config(71, False) == tuple(tf.GEMV_ROWS_CONFIG)
+    assert tf.rows_config(71, True) == tuple(tf.GEMV_ROWS_FP8_CONFIG)
+    assert tf.rows_config(70, False, M=2) == tuple(tf.GEMV_ROWS_CONFIG)
     monkeypatch.setattr(tf, "GEMV_ROWS_FP8_CONFIG_NARROW", None)
     assert tf.rows_config(70, True) == tuple(tf.GEMV_ROWS_FP8_CONFIG)
-    monkeypatch.setattr(tf, "GEMV_ROWS_FP8_CONFIG_NARROW", (2, 256, 4))
-    assert tf.rows_config(70, True) == (2, 256, 4) and tf.rows_config(71, True) == tuple(tf.GEMV_ROWS_FP8_CONFIG)
+    log = _spy_gemv_launch(monkeypatch)
     g = torch.Generator().manual_seed(77)
     dt = torch.bfloat16 if HAVE_CUDA else torch.float32
-    K = 300
-    x = torch.randn(1, K, generator=g).to(DEV, dt)
-    for N in (70, 71):
+    K, dflt = 300, tuple(tf.GEMV_ROWS_CONFIG)
+    for N, M, want in ((70, 1, (4, 128, 4)), (71, 1, dflt), (70, 2, dflt)):
+        x = torch.randn(M, K, generator=g).to(DEV, dt)
         w = (torch.randn(N, K, generator=g) * 0.05).to(DEV, dt)
+        log.clear()
         got = tf.gemv_rows(x, w)
-        want_cfg = (4, 128, 4) if N == 70 else tuple(tf.GEMV_ROWS_CONFIG)
-        assert torch.equal(got, tf.gemv_rows(x, w, config=want_cfg))
+        assert log == [(want[0], min(want[1], 512), want[2], 0)], (N, M, log)
         assert rel(got, F_ref.linear_ref(x, w)) < (1e-2 if dt == torch.bfloat16 else 1e-5)
-    # gated RMSNorm prologue, head size 256 against the narrow BK 128: not fusable, still correct
-    monkeypatch.setattr(tf, "GEMV_ROWS_NARROW_N", 4096)
+    # the gated RMSNorm prologue (head size V = 256) through the dispatch: fused at a narrow BK of 512, not at 128
+    _spy_row_gemv(monkeypatch, True, True)
     HV, V, N = 2, 256, 64
     o = torch.randn(1, HV, V, generator=g).to(DEV)
     gate = torch.randn(1, HV * V, generator=g).to(DEV, dt)
     nw = (torch.rand(V, generator=g) + 0.5).to(DEV)
     w = (torch.randn(N, HV * V, generator=g) * 0.05).to(DEV, dt)
-    got = F_ref.gated_norm_linear(o, gate, nw, 1e-6, "silu", w)
     want = F_ref.linear_ref(F_ref.gated_rms_norm_ref(o, gate, nw, 1e-6, "silu", dt).reshape(1, -1), w)
-    assert rel(got, want) < (1e-2 if dt == torch.bfloat16 else 1e-5)
+    for narrow, pro in (((4, 128, 4), 0), ((4, 512, 4), 3)):
+        monkeypatch.setattr(tf, "GEMV_ROWS_CONFIG_NARROW", narrow)
+        log.clear()
+        got = F_ref.gated_norm_linear(o, gate, nw, 1e-6, "silu", w)
+        assert log == [(4, narrow[1], 4, pro)], (narrow, log)
+        assert rel(got, want) < (1e-2 if dt == torch.bfloat16 else 1e-5)
 
 
-@pytest.mark.skipif(not HAVE_CUDA, reason="interpreter time: 2-4 K tiles of 2048-4096 columns")
 @pytest.mark.parametrize("config", [(8, 2048, 8), (8, 4096, 8), (16, 2048, 8), (4, 2048, 8)])
 @pytest.mark.parametrize("fp8", [False, True])
 @pytest.mark.parametrize("pro", [None, "silu_mul", "gated_rms_norm"])
@@ -179,7 +199,7 @@ def test_gemv_rows_long_k_tiles(config, fp8, pro):
     """The K tiles session 31 timed for the N = 2048 GEMMs (``GEMV_ROWS_CONFIG_NARROW`` /
     ``GEMV_ROWS_FP8_CONFIG_NARROW``), at o_proj's / down_proj's K (3072, 5632: a masked last tile)
     with their prologues and the in-place residual, bf16 and float8 weights, against the references
-    (rel < 1e-2: bf16 activations)."""
+    (rel < 1e-2: bf16 activations; under the interpreter too, ~16 s)."""
     g = torch.Generator().manual_seed(config[0] * 7 + config[1] + 3 * fp8 + len(pro or ""))
     dt = torch.bfloat16
     N, V = 200, 512

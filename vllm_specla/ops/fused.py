@@ -500,7 +500,7 @@ def gated_norm_linear(o, gate, norm_weight, eps, act, w, residual=None, residual
     any_x = rows is not None and FP8_GATHER_ONE_LAUNCH and isinstance(w, Fp8Weight)
     impl = _rows_impl(on[:M], w, None if residual is None else residual[:M], True, norm_weight, any_x) \
         if on is not None else None
-    BK = impl.rows_config(w.shape[0], isinstance(w, Fp8Weight))[1] if impl is not None else 0
+    BK = impl.rows_config(w.shape[0], isinstance(w, Fp8Weight), M)[1] if impl is not None else 0
     if (impl is not None and V & (V - 1) == 0 and (BK <= 0 or BK % V == 0)
             and (gate is None or (gate.dim() == 2 and gate.stride(-1) == 1))):
         ww, wsc = _fp8_parts(w)

@@ -323,18 +323,20 @@ GEMV_ROWS_BLOCK = 16  # token rows per launch of the row GEMV (its MR is a compi
 GEMV_ROWS_MAX_M = 1  # token rows the dispatch gives the row GEMV (2+ rows: 1.15-1.98x cuBLAS at M = 2, s11a;
 # 2.2-5x at M = 5 and 7 with each weight chunk loaded once for all rows, s12b)
 # BN, BK (0: one tile, BK = next power of two >= K), num_warps: the best AR step at batch 1 with the
-# prologues fused (s11c); (1, 0, 4) was the best bare GEMM set (s11a / s11b). Since session 31 for GEMMs of more
-# than GEMV_ROWS_NARROW_N outputs (the in-projection, gate|up, the LM head), see GEMV_ROWS_CONFIG_NARROW
+# prologues fused (s11c); (1, 0, 4) was the best bare GEMM set (s11a / s11b). Since session 31 not for one-row GEMMs
+# of at most GEMV_ROWS_NARROW_N outputs (the in-projection, gate|up and the LM head keep it), see
+# GEMV_ROWS_CONFIG_NARROW
 GEMV_ROWS_CONFIG = (8, 1024, 8)
-# bf16 / fp16 / fp32 one-row GEMMs of at most GEMV_ROWS_NARROW_N outputs (o_proj and down_proj: N = 2048, one wave
-# of 256 programs) run this config instead (None: GEMV_ROWS_CONFIG). Each program's first K tile is loaded before
-# its PDL wait, so a 2048-wide tile streams 2/3 of o_proj's K = 3072 (down_proj's 5632: 36 %) while the previous
-# kernel finishes, against 1/3 (18 %) at BK = 1024. AR step at batch 1: flame 1.012 -> 0.969 ms, map 1.067 -> 1.009
-# (s31b / s31c, two calls); BK 4096 (1.008 / 1.063), BN 16 (0.986 / 1.015), BN 4 / 2 and BK 512 were slower, and
-# the same 2048 tile for the wide GEMMs too (--gemv-rows 8,2048,8) gave 1.001 / 1.028 (benchmarks/RESULTS.md
-# "Session 31"; bench_e2e.py --gemv-rows-narrow)
+# bf16 / fp16 / fp32 GEMMs of one token row and at most GEMV_ROWS_NARROW_N outputs (o_proj and down_proj: N = 2048,
+# one wave of 256 programs) run this config instead (None: GEMV_ROWS_CONFIG). Each program's first K tile is loaded
+# before its PDL wait, so a 2048-wide tile streams 2/3 of o_proj's K = 3072 (down_proj's 5632: 36 %) while the
+# previous kernel finishes, against 1/3 (18 %) at BK = 1024. AR step at batch 1, same call (s31c): flame 1.012 ->
+# 0.969 ms, map 1.067 -> 1.009 (s31b agrees); BK 4096 (1.008 / 1.063), BN 16 (0.986 / 1.015), BN 4 / 2 and BK 512
+# were slower, and the same 2048 tile for the wide GEMMs too (--gemv-rows 8,2048,8) gave 1.001 / 1.028
+# (benchmarks/RESULTS.md "Session 31"; bench_e2e.py --gemv-rows-narrow). Measured at N = 2048 only, so the bound
+# stops there; two or more rows keep the measured configs too
 GEMV_ROWS_CONFIG_NARROW: tuple[int, int, int] | None = (8, 2048, 8)
-GEMV_ROWS_NARROW_N = 4096
+GEMV_ROWS_NARROW_N = 2048
 # float8 weights (w_scale): the same bytes per program as GEMV_ROWS_CONFIG's bf16 chunk (8 rows x 2048 k x 1 byte)
 GEMV_ROWS_FP8_CONFIG = (8, 2048, 8)
 # float8 one-row GEMMs of at most GEMV_ROWS_NARROW_N outputs (the drafter's fc, o_proj, down_proj) at this config
@@ -345,13 +347,13 @@ FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 _PROLOGUES = {None: 0, "rms_norm": 1, "silu_mul": 2, "gated_rms_norm": 3}
 
 
-def rows_config(N: int, fp8: bool) -> tuple[int, int, int]:
-    """The ``(BN, BK, num_warps)`` :func:`gemv_rows` runs without ``config``, for ``N`` outputs:
-    up to :data:`GEMV_ROWS_NARROW_N` outputs :data:`GEMV_ROWS_CONFIG_NARROW` (float8 weights:
-    :data:`GEMV_ROWS_FP8_CONFIG_NARROW`) where set, else :data:`GEMV_ROWS_CONFIG`
-    (:data:`GEMV_ROWS_FP8_CONFIG`)."""
+def rows_config(N: int, fp8: bool, M: int = 1) -> tuple[int, int, int]:
+    """The ``(BN, BK, num_warps)`` :func:`gemv_rows` runs without ``config`` for ``M`` token rows
+    and ``N`` outputs: one row and up to :data:`GEMV_ROWS_NARROW_N` outputs
+    :data:`GEMV_ROWS_CONFIG_NARROW` (float8 weights: :data:`GEMV_ROWS_FP8_CONFIG_NARROW`) where
+    set, else :data:`GEMV_ROWS_CONFIG` (:data:`GEMV_ROWS_FP8_CONFIG`)."""
     narrow = GEMV_ROWS_FP8_CONFIG_NARROW if fp8 else GEMV_ROWS_CONFIG_NARROW
-    if narrow is not None and N <= GEMV_ROWS_NARROW_N:
+    if narrow is not None and M == 1 and N <= GEMV_ROWS_NARROW_N:
         return tuple(narrow)
     return tuple(GEMV_ROWS_FP8_CONFIG if fp8 else GEMV_ROWS_CONFIG)
 
@@ -485,7 +487,7 @@ def gemv_rows(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
     elif out_dtype is not None and out_dtype != w.dtype:
         raise ValueError(f"gemv_rows: out_dtype goes with a float8 w (w_scale); the output of a {w.dtype} w is "
                          f"{w.dtype}, got out_dtype {out_dtype}")
-    cfg = tuple(config or rows_config(N, w_scale is not None))
+    cfg = tuple(config or rows_config(N, w_scale is not None, M))
     if len(cfg) != 3:
         raise ValueError(f"gemv_rows: config must be (BN, BK, num_warps), got {cfg}")
     BN, BK, nw = cfg
