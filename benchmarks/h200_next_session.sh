@@ -53,6 +53,13 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s32a)  # session 32, call 1: where a batch-1 step's device time goes at today's defaults (eager, torch.profiler,
+        # per kernel with calls per step): AR and SpecLA K = 7 (float8 draft passes), flame and map
+      skinny_build
+      timeout 240 python benchmarks/step_breakdown.py --shapes flame,map --batches 1 --k 7 --modes ar,specla \
+          --skinny-gemm on --draft-weights fp8 --steps 10 --top 40 --out "$OUT/breakdown_s32a.json" 2>&1 | \
+          grep -v "^USDT\|^STAGE\|Warning"
+      ;;
   s31d)  # (as run: the pytest line timed out at 200 s after 210 of its 218 tests, none failed) session 31, call 4:
         # the shipped defaults after s31c (the row GEMV's narrow configs: bf16 (8, 2048, 8),
         # float8 (8, 4096, 8) for <= 4096 outputs): the runtime's and the row GEMV's GPU tests, batch 1 K = 6 / 7

@@ -129,6 +129,7 @@ def breakdown(rt: DecodeRuntime, prompts, steps: int) -> dict:
     uninstrument(rt)
     fams: dict = defaultdict(float)
     kernels: dict = defaultdict(float)
+    calls: dict = defaultdict(float)
     total = 0.0
     for ev in prof.key_averages():
         if ev.device_type != torch.autograd.DeviceType.CUDA or ev.key in PHASES + ("step",):
@@ -136,6 +137,7 @@ def breakdown(rt: DecodeRuntime, prompts, steps: int) -> dict:
         us = ev.self_device_time_total / steps
         fams[family(ev.key)] += us
         kernels[ev.key[:90]] += us
+        calls[ev.key[:90]] += ev.count / steps
         total += us
     phases: dict = defaultdict(float)
     for ev in prof.events():  # host-side ranges: device time of the kernels launched inside them
@@ -144,7 +146,8 @@ def breakdown(rt: DecodeRuntime, prompts, steps: int) -> dict:
     phases = dict(phases)
     phases["rest"] = phases.get("step", 0.0) - sum(phases.get(p, 0.0) for p in PHASES)
     out = dict(total_us=total, families=dict(fams), phases=phases,
-               top_kernels=dict(sorted(kernels.items(), key=lambda kv: -kv[1])[:25]))
+               top_kernels=dict(sorted(kernels.items(), key=lambda kv: -kv[1])[:40]),
+               calls_per_step={k: calls[k] for k in kernels})
     return out
 
 
@@ -161,7 +164,10 @@ def main() -> None:
     ap.add_argument("--tree-width", type=int, default=1,
                     help="W >= 2: the specla mode verifies draft trees of W branches of depth --k (as bench_e2e)")
     ap.add_argument("--cuda-csrc", action="store_true", help="build and dispatch to the CUDA csrc op (as bench_e2e)")
+    ap.add_argument("--draft-weights", default="model", choices=["model", "fp8"],
+                    help="the drafter's one-token passes on the model weights or float8 (as bench_e2e)")
     add_kernel_flags(ap)  # --gemv-rows, --rows-max-m, --gating-epilogue, --pdl (as bench_e2e)
+    ap.add_argument("--top", type=int, default=12, help="kernels printed per record (the JSON keeps 40)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--dry-cpu", action="store_true", help="tiny shape on the CPU: the code path once (no device times)")
     args = ap.parse_args()
@@ -182,6 +188,8 @@ def main() -> None:
             cfg = tgt.config
         else:
             cfg, tgt, dr = build(shape, DEV, torch.bfloat16 if DEV == "cuda" else torch.float32)
+        if dr is not None and args.draft_weights != "model":
+            dr = dr.with_draft_weights(args.draft_weights)
         for B in [int(b) for b in args.batches.split(",")]:
             prompts = torch.randint(3, cfg.vocab_size, (B, 16), generator=torch.Generator().manual_seed(B))
             if trained and args.prompts:
@@ -203,15 +211,15 @@ def main() -> None:
                 r = breakdown(rt, prompts, args.steps)
                 W = args.tree_width if mode == "specla" else 1
                 rec = dict(shape=shape, batch=B, mode=mode, K=0 if mode == "ar" else args.k,
-                           alpha=None if trained else args.alpha, tree_width=W,
+                           alpha=None if trained else args.alpha, tree_width=W, draft_weights=args.draft_weights,
                            cuda_csrc=args.cuda_csrc, gemv_rows=rows, gpu=torch.cuda.get_device_name() if DEV == "cuda" else "cpu", **r)
                 recs.append(rec)
                 ph = " ".join(f"{p}={r['phases'].get(p, 0.0):.0f}" for p in PHASES)
                 fm = " ".join(f"{f}={v:.0f}" for f, v in sorted(r["families"].items(), key=lambda kv: -kv[1]))
                 print(f"{shape} B={B} {mode:8s} K={rec['K']} W={W} device {r['total_us']:.0f} us/step | {ph} | {fm}",
                       flush=True)
-                for kname, us in list(r["top_kernels"].items())[:12]:
-                    print(f"    {us:8.1f}  {kname}")
+                for kname, us in list(r["top_kernels"].items())[: args.top]:
+                    print(f"    {us:8.1f} us {r['calls_per_step'][kname]:5.1f}x  {kname}")
                 if rt is not ar:
                     del rt
             del ar
