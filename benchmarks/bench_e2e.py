@@ -408,6 +408,17 @@ def narrow_config_flag(flag: str):
     return parse
 
 
+def conv_step_flag(v: str) -> str:
+    """``--conv-step``: ``on``, ``off`` or ``BV,warps,KI`` (powers of two; checked before any run)."""
+    parts = v.split(",")
+    pow2 = lambda n: n > 0 and n & (n - 1) == 0  # noqa: E731
+    if v in ("on", "off") or (len(parts) == 3 and all(p.isdigit() and pow2(int(p)) for p in parts)
+                              and int(parts[1]) <= 32):
+        return v
+    raise argparse.ArgumentTypeError(f"--conv-step must be 'on', 'off' or BV,warps,KI (powers of two, warps <= 32), "
+                                     f"got {v!r}")
+
+
 def positive_int(v: str) -> int:
     if not v.isdigit() or int(v) < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {v!r}")
@@ -446,6 +457,10 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--fp8-max-tokens", type=positive_int, default=None,
                     help="drafter passes of at most this many tokens per row read the float8 weights with "
                          "--draft-weights fp8 (runtime/fused_model.py FP8_MAX_TOKENS; 1: draft passes only)")
+    ap.add_argument("--conv-step", default=None, type=conv_step_flag,
+                    help="on / off, or BV,warps,KI (on at that config): one-token steps (AR, the drafter's one-token "
+                         "passes) run the conv and the recurrence as one Triton launch (ops/chain_verify.py CONV_STEP, "
+                         "triton_chain.conv_chain_step; default off, VLLM_SPECLA_CONV_STEP) instead of two")
     ap.add_argument("--rows-max-m", type=int, default=None,
                     help="token rows up to which GEMMs run the row GEMV (triton_fused.GEMV_ROWS_MAX_M; 1..16)")
     ap.add_argument("--gating-epilogue", default=None, choices=["on", "off"],
@@ -533,6 +548,12 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         triton_fused.GEMV_ROWS_FP8_CONFIG = tuple(int(v) for v in args.fp8_config.split(","))
     if args.pdl:
         pdl.ENABLED = args.pdl == "on"
+    from vllm_specla.ops import chain_verify as _cv, triton_chain as _tc  # noqa: PLC0415
+
+    if getattr(args, "conv_step", None):
+        _cv.CONV_STEP = args.conv_step != "off"
+        if args.conv_step not in ("on", "off"):
+            _tc.STEP_CONFIG_OVERRIDE = tuple(int(v) for v in args.conv_step.split(","))
     from vllm_specla.ops import _cpp  # noqa: PLC0415
 
     sg = getattr(args, "skinny_gemm", None)
@@ -563,7 +584,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
                 skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_prefetch=fused.SKINNY_PREFETCH_BYTES if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_max_m=fused.SKINNY_MAX_M if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
-                triton_accept=_steps.USE_TRITON_ACCEPT, triton_glue=fused.USE_TRITON_EMBED and _steps.USE_TRITON_CONTROL)
+                triton_accept=_steps.USE_TRITON_ACCEPT, triton_glue=fused.USE_TRITON_EMBED and _steps.USE_TRITON_CONTROL,
+                conv_step=(list(_tc.STEP_CONFIG_OVERRIDE or _tc.STEP_CONFIG) if _cv.CONV_STEP else None))
 
 
 def main() -> None:

@@ -125,6 +125,11 @@ def test_skinny_config_flags():
     for bad in ("on", "8,2048", "3,2048,8", "8,3000,8", "8,2048,64", "0,2048,8", ""):
         with pytest.raises(argparse.ArgumentTypeError, match="--fp8-narrow must be 'off' or BN,BK,warps"):
             narrow(bad)
+    assert [bench_e2e.conv_step_flag(v) for v in ("on", "off", "4,1,256", "16,4,32")] == ["on", "off", "4,1,256",
+                                                                                           "16,4,32"]
+    for bad in ("yes", "4,1", "3,1,256", "4,64,256", "4,1,0", "4,1,256,1", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="--conv-step must be 'on', 'off' or BV,warps,KI"):
+            bench_e2e.conv_step_flag(bad)
     assert [bench_e2e.prefetch_flag(v) for v in ("0", "4", "64")] == [0, 4 << 20, 64 << 20]
     for bad in ("-1", "65", "1.5", "4M", ""):
         with pytest.raises(argparse.ArgumentTypeError, match="--skinny-prefetch must be whole MiB"):

@@ -105,6 +105,30 @@ def test_batch1_row_gemv_matches_cpu(models, K, pro, monkeypatch):
     assert agree >= 0.9, f"only {agree:.1%} of the draft tokens agree between CPU and CUDA"
 
 
+@pytest.mark.parametrize("B,K,W", [(1, 4, 1), (2, 3, 1), (1, 3, 2)])
+def test_conv_step_matches_cpu(models, B, K, W, monkeypatch):
+    """One-token steps with the conv and the recurrence in one launch (``chain_verify.CONV_STEP``: the AR
+    steps, the drafter's first draft step onto scratch slots, the read-only last one) under CUDA graphs:
+    lossless, and the same drafts as the CPU path (the 90 % rule above); the one-launch kernel must run."""
+    from vllm_specla.ops import chain_verify as cv, triton_chain as tc
+
+    calls = []
+    real = tc.conv_chain_step
+    monkeypatch.setattr(cv, "CONV_STEP", True)
+    monkeypatch.setattr(tc, "conv_chain_step", lambda *a, **k: calls.append(k.get("write")) or real(*a, **k))
+    tm, dm = models
+    prompts = torch.randint(3, 8000, (B, 8), generator=torch.Generator().manual_seed(13))
+    res = {dev: _run(tm, dm, dev, B, K, W, 16, prompts) for dev in ("cpu", "cuda")}
+    assert set(calls) == {True, False}, set(calls)  # "ar" (AR, draft steps) and "ar_read" (the last draft step)
+    for dev, (ar_out, sp_out, _) in res.items():
+        for a, s in zip(ar_out, sp_out):
+            n = min(len(a), len(s))
+            assert n >= 16 and a[:n] == s[:n], dev
+    w_cpu, w_gpu = res["cpu"][2], res["cuda"][2]
+    agree = float((w_cpu[:, :, 1:] == w_gpu[:, :, 1:]).float().mean())
+    assert agree >= 0.9, f"only {agree:.1%} of the draft tokens agree between CPU and CUDA"
+
+
 @pytest.mark.parametrize("size,W", [(1000, 1), (4096, 1), (1000, 2)])
 def test_draft_vocab_on_cuda_matches_cpu(models, size, W):
     """A frequency-ranked draft vocabulary (``draft_vocab_size``; 1000 rows: not a multiple of the

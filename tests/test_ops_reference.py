@@ -204,3 +204,62 @@ def test_conv_prefill_verify_and_commit_every_prefix():
                              write_bank=torch.tensor([0]), pending_len=torch.tensor([2]), read_bank=torch.tensor([1]))
     torch.testing.assert_close(y_next, y_full[17:19], atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(c[1], x[:17][-(W - 1):])
+
+
+@pytest.mark.parametrize("mode", ["write", "out_slots", "read"])
+def test_conv_chain_step_dispatcher_and_reference(mode):
+    """``chain_verify.conv_chain_step`` (the two-launch form every backend runs: conv_verify, then chain_verify
+    on the conv output's q | k | v slices; the C++ CPU op when built) and ``conv_chain_step_ref`` against a
+    direct oracle written here: a 4-tap causal conv + SiLU over (window ++ x), then the per-token recurrence,
+    per row and head group. ``out_slots``: the state and window after the token land there, the read slots
+    keep theirs; ``read``: nothing is written. Untouched slots keep their random contents. fp32, ATOL."""
+    from vllm_specla.ops.chain_verify import conv_chain_step  # noqa: PLC0415
+    from vllm_specla.ops.reference import conv_chain_step_ref  # noqa: PLC0415
+
+    H, HV, K, V, R, S = 2, 4, 16, 24, 3, 8
+    C = 2 * H * K + HV * V
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(R, C + 8, generator=gen)[:, :C]  # a column slice, as the runtime passes it
+    w = torch.randn(C, 4, generator=gen) * 0.5
+    win = torch.randn(S, 3, C, generator=gen)
+    g = -torch.rand(R, HV, generator=gen) * 0.5 - 0.01
+    beta = torch.rand(R, HV, generator=gen)
+    st = torch.randn(S, HV, V, K, generator=gen) * 0.2
+    slots = torch.tensor([5, 0, 3])
+    outs = torch.tensor([1, 7, 2]) if mode == "out_slots" else None
+    write = mode != "read"
+    scale = K ** -0.5
+    # oracle
+    dst = outs if outs is not None else slots
+    o_want = torch.empty(R, HV, V)
+    st_want, win_want = st.clone(), win.clone()
+    for r in range(R):
+        hist = torch.cat([win[slots[r]], x[r : r + 1]], 0)  # [4, C]
+        y = torch.nn.functional.silu((hist * w.t()).sum(0))
+        q = l2norm(y[: H * K].view(H, K)) * scale
+        k = l2norm(y[H * K : 2 * H * K].view(H, K))
+        v = y[2 * H * K :].view(HV, V)
+        for hv in range(HV):
+            hh = hv // (HV // H)
+            M = st[slots[r], hv]  # [V, K]
+            eg = torch.exp(g[r, hv])
+            vt = beta[r, hv] * (v[hv] - eg * (M @ k[hh]))
+            Mn = eg * M + vt[:, None] * k[hh][None, :]
+            o_want[r, hv] = Mn @ q[hh]
+            if write:
+                st_want[dst[r], hv] = Mn
+        if write:
+            win_want[dst[r]] = hist[1:]
+    kw = dict(scale=scale, write=write, **(dict(out_slots=outs) if outs is not None else {}))
+    for fn, extra in ((conv_chain_step, dict(cu_seqlens=torch.arange(R + 1))), (conv_chain_step_ref, {})):
+        s2, w2 = st.clone(), win.clone()
+        o = fn(x, w, w2, g, beta, state=s2, slots=slots, **kw, **extra)
+        assert torch.allclose(o, o_want, atol=ATOL), fn.__name__
+        assert torch.allclose(s2, st_want, atol=ATOL), fn.__name__
+        assert torch.equal(w2, win_want), fn.__name__
+    with pytest.raises(ValueError, match="channels"):
+        conv_chain_step(x[:, 1:], w[1:], win[..., 1:], g, beta, scale=scale, state=st, slots=slots,
+                        cu_seqlens=torch.arange(R + 1))
+    with pytest.raises(ValueError, match="out_slots needs write"):
+        conv_chain_step_ref(x, w, win, g, beta, scale=scale, state=st, slots=slots, write=False,
+                            out_slots=torch.tensor([1, 7, 2]))

@@ -267,3 +267,50 @@ def conv_verify(x, weight, cu_seqlens, conv_state, slots, **kw) -> torch.Tensor:
     elif _cpp.use("conv_verify", x, conv_state):
         return _cpp.conv_verify(x, weight, cu_seqlens, conv_state, slots, **kw)
     return conv_verify_ref(x, weight, cu_seqlens, conv_state, slots, **kw)
+
+
+# One-token steps (AR decode, the drafter's one-token passes) on CUDA: the conv and the recurrence in one
+# Triton launch (triton_chain.conv_chain_step) instead of two. Off until measured on the H200 (benchmarks/
+# h200_next_session.sh s32b; bench_e2e.py --conv-step); VLLM_SPECLA_CONV_STEP=1 turns it on.
+_CONV_STEP_ENV = os.environ.get("VLLM_SPECLA_CONV_STEP") or "0"
+if _CONV_STEP_ENV not in ("0", "1"):
+    raise ValueError(f"VLLM_SPECLA_CONV_STEP must be '0' (conv and recurrence as two launches, the default) or '1' "
+                     f"(one launch for one-token steps on CUDA), got {_CONV_STEP_ENV!r}")
+CONV_STEP = _CONV_STEP_ENV == "1"
+
+
+def conv_chain_step(x, conv_w, conv_state, g, beta, *, scale, state, slots, cu_seqlens, write=True,
+                    out_slots=None) -> torch.Tensor:
+    """The short conv (+ SiLU) and chain verify of a step of one token per row: ``o [R, HV, V]`` float32.
+
+    ``x [R, C]`` (q | k | v conv inputs, ``C = 2 H K + HV V``), ``conv_w [C, W]``, ``conv_state [S, W-1, C]``,
+    ``g`` / ``beta [R, HV]``, ``state [S, HV, V, K]`` float32, ``slots`` / ``cu_seqlens`` as
+    :func:`chain_verify` (``cu_seqlens = arange(R + 1)``: one token per row). ``write``: store the state and
+    conv window after the token (AR decode, to ``out_slots`` when given); False: only read them (the last
+    draft step). With :data:`CONV_STEP` on CUDA (4 taps): one Triton launch
+    (``triton_chain.conv_chain_step``); otherwise :func:`conv_verify` then :func:`chain_verify` on the conv
+    output's column slices (every backend; the reference composition is ``reference.conv_chain_step_ref``).
+
+    Raises:
+        ValueError: ``C`` not of the form ``2 H K + HV V``; ``out_slots`` without ``write``.
+    """
+    R, C = x.shape
+    S, HV, V, K = state.shape
+    H = (C - HV * V) // (2 * K) if C > HV * V else 0
+    if H < 1 or 2 * H * K + HV * V != C or HV % H:
+        raise ValueError(f"conv_chain_step: x has {C} channels, not 2 * H * {K} + {HV} * {V} for a key head count "
+                         f"H dividing HV = {HV}")
+    if out_slots is not None and not write:
+        raise ValueError("conv_chain_step: out_slots needs write=True (the state after the token goes there)")
+    if CONV_STEP and x.is_cuda and conv_w.shape[-1] == 4 and _triton_impl() is not None:
+        tc = _triton_impl()
+        if tc.step_counters(x.device, R * H) is not None:
+            return tc.conv_chain_step(x, conv_w, conv_state, g, beta, scale=scale, state=state, slots=slots,
+                                      write=write, out_slots=out_slots)
+    out = dict(out_slots=out_slots) if out_slots is not None else {}
+    y = conv_verify(x, conv_w, cu_seqlens, conv_state, slots, write_final_state=write, **out)
+    q = y[:, : H * K].view(R, H, K)
+    k = y[:, H * K : 2 * H * K].view(R, H, K)
+    v = y[:, 2 * H * K :].view(R, HV, V)
+    return chain_verify(q, k, v, g, beta, scale=scale, state=state, slots=slots, cu_seqlens=cu_seqlens,
+                        write_final_state=write, **out)

@@ -428,6 +428,57 @@ def conv_verify_ref(
     return y
 
 
+def conv_chain_step_ref(
+    x: torch.Tensor,
+    conv_w: torch.Tensor,
+    conv_state: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    *,
+    scale: float,
+    state: torch.Tensor,
+    slots: torch.Tensor,
+    write: bool = True,
+    out_slots: torch.Tensor | None = None,
+    use_qk_l2norm: bool = True,
+) -> torch.Tensor:
+    """One token per row through the short conv and the gated delta rule: :func:`conv_verify_ref` then
+    :func:`chain_verify_ref` on the conv output's q | k | v column slices, ``cu_seqlens = arange(R + 1)``
+    (the oracle of ``triton_chain.conv_chain_step``, which does both in one launch).
+
+    Args:
+        x: ``[R, C]`` conv inputs, ``C = 2 H K + HV V`` (q | k | v channels); conv_w ``[C, W]``;
+            conv_state ``[S, W-1, C]``; g, beta ``[R, HV]``; state ``[S, HV, V, K]`` float32; slots ``[R]``.
+        write: the state and window after the token are stored (AR); False: both only read.
+        out_slots: ``[R]`` slots that receive them instead of ``slots`` (``write`` only).
+    Returns:
+        ``o [R, HV, V]`` float32.
+    Raises:
+        ValueError: ``C`` not of the form ``2 H K + HV V``, or ``out_slots`` without ``write``.
+    """
+    R, C = x.shape
+    S, HV, V, K = state.shape
+    H = (C - HV * V) // (2 * K) if C > HV * V else 0
+    if H < 1 or 2 * H * K + HV * V != C or HV % H:
+        raise ValueError(f"conv_chain_step: x has {C} channels, not 2 * H * {K} + {HV} * {V} for a key head count "
+                         f"H dividing HV = {HV}")
+    if out_slots is not None and not write:
+        raise ValueError("conv_chain_step: out_slots needs write=True (the state after the token goes there)")
+    slots = slots[:R].to(device=state.device, dtype=torch.long)
+    if out_slots is not None:  # run in place on the out slots, from copies of the read slots
+        out = out_slots[:R].to(device=state.device, dtype=torch.long)
+        state.index_copy_(0, out, state.index_select(0, slots))
+        conv_state.index_copy_(0, out, conv_state.index_select(0, slots))
+        slots = out
+    cu = torch.arange(R + 1, device=x.device)
+    y = conv_verify_ref(x, conv_w, cu, conv_state, slots, write_final_state=write)
+    q = y[:, : H * K].reshape(R, H, K)
+    k = y[:, H * K : 2 * H * K].reshape(R, H, K)
+    v = y[:, 2 * H * K :].reshape(R, HV, V)
+    return chain_verify_ref(q, k, v, g, beta, scale=scale, state=state, slots=slots, cu_seqlens=cu,
+                            write_final_state=write, use_qk_l2norm=use_qk_l2norm)
+
+
 def conv_commit_ref(
     conv_state: torch.Tensor,
     slots: torch.Tensor,

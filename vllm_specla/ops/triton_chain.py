@@ -449,6 +449,227 @@ def chain_verify_snapshots(q, k, v, g, beta, *, scale, state, slots, cu_seqlens,
 
 
 # ------------------------------------------------------------------------------------------------
+# One-token step: the short conv (+ SiLU) and the recurrence in one launch
+# ------------------------------------------------------------------------------------------------
+
+# (BV, num_warps, KI) of _conv_chain_step_kernel when not None (benchmark sweeps, tests)
+STEP_CONFIG_OVERRIDE: tuple[int, int, int] | None = None
+# The default: a [4, K/KI, KI] state tile per one-warp program as the one-token chain kernel at batch 1-2
+# ("ar_small"), with KI = K so the warp's 32 threads hold distinct key columns (4 V rows each): the q / k
+# conv inputs (4 taps, 3 window rows, the new input, for 2 x K channels) are then not replicated over the
+# threads, 8 floats per thread and vector at K = 256 instead of 32 with KI = 32. Not measured yet.
+STEP_CONFIG: tuple[int, int, int] = (4, 1, 256)
+# q / k window writers: one int32 counter per (row, key head), zero between launches (the last program of a
+# (row, key head) to read the window writes it, then resets the counter). Allocated outside CUDA-graph capture.
+_STEP_COUNTERS: dict = {}
+
+
+def step_counters(device: torch.device, n: int) -> torch.Tensor | None:
+    """The zeroed int32 counters of :func:`conv_chain_step` (at least ``n``, one per (row, key head)) on
+    ``device``, allocated on first use (4096 or ``n``, whichever is larger); None when more are needed
+    during CUDA-graph capture, where allocating them could hand a graph's private memory to later launches
+    (the dispatcher then runs the two-launch form). Launches on one device share them: they must not run
+    concurrently on two streams."""
+    key = (device.type, device.index)
+    buf = _STEP_COUNTERS.get(key)
+    if buf is None or buf.numel() < n:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return None
+        buf = torch.zeros(max(4096, n), dtype=torch.int32, device=device)
+        _STEP_COUNTERS[key] = buf
+    return buf
+
+
+@triton.jit
+def _conv_chain_step_kernel(
+    x, conv_w, conv_state, g, beta, o,
+    state, slots, out_slots, counters,
+    scale, SX, sg, sb,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BV: tl.constexpr, KO: tl.constexpr, KI: tl.constexpr,
+    WRITE: tl.constexpr, L2NORM: tl.constexpr, PDL: tl.constexpr = False,
+):
+    """One token per row: ``y = SiLU(conv4(window ++ x))`` for the program's q / k channels (its key head,
+    all ``K``) and v channels (its ``BV`` slice), then the gated delta rule on the ``[BV, K]`` state tile,
+    as ``_conv4_verify_kernel`` + ``_chain_verify_kernel_2d`` for windows of one token. Grid ``(V / BV, HV,
+    rows)``. Every program of a (row, key head) computes the q / k conv (redundantly; the inputs are in
+    L2). ``WRITE``: the state and the window after the token go to ``out_slots[r]``; the v channels' window
+    rows by their one reader (the program), the q / k channels' by the last program of the (row, key head)
+    to finish reading them (an acquire-release counter, reset by that program), after a barrier: no program
+    can see a window row it did not read. The conv taps are model weights: loaded before the PDL wait."""
+    i_v = tl.program_id(0)
+    i_hv = tl.program_id(1)
+    i_r = tl.program_id(2).to(tl.int64)
+    G: tl.constexpr = HV // H
+    C: tl.constexpr = 2 * H * K + HV * V
+    i_h = i_hv // G
+
+    o_kk = tl.arange(0, KO)[:, None] * KI + tl.arange(0, KI)[None, :]  # [KO, KI] key index
+    o_v = i_v * BV + tl.arange(0, BV)
+    mk = o_kk < K
+    mv = o_v < V
+    c_q = i_h * K + o_kk
+    c_k = H * K + i_h * K + o_kk
+    c_v = 2 * H * K + i_hv * V + o_v
+    wq0 = tl.load(conv_w + c_q * 4, mask=mk, other=0.0)
+    wq1 = tl.load(conv_w + c_q * 4 + 1, mask=mk, other=0.0)
+    wq2 = tl.load(conv_w + c_q * 4 + 2, mask=mk, other=0.0)
+    wq3 = tl.load(conv_w + c_q * 4 + 3, mask=mk, other=0.0)
+    wk0 = tl.load(conv_w + c_k * 4, mask=mk, other=0.0)
+    wk1 = tl.load(conv_w + c_k * 4 + 1, mask=mk, other=0.0)
+    wk2 = tl.load(conv_w + c_k * 4 + 2, mask=mk, other=0.0)
+    wk3 = tl.load(conv_w + c_k * 4 + 3, mask=mk, other=0.0)
+    wv0 = tl.load(conv_w + c_v * 4, mask=mv, other=0.0)
+    wv1 = tl.load(conv_w + c_v * 4 + 1, mask=mv, other=0.0)
+    wv2 = tl.load(conv_w + c_v * 4 + 2, mask=mv, other=0.0)
+    wv3 = tl.load(conv_w + c_v * 4 + 3, mask=mv, other=0.0)
+    if PDL:  # (ops/pdl.py: nothing but model weights before the wait)
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
+    slot = tl.load(slots + i_r).to(tl.int64)
+    p_cs = conv_state + slot * 3 * C
+    p_x = x + i_r * SX
+    p_s = state + (slot * HV + i_hv) * (V * K) + o_v[:, None, None] * K + o_kk[None, :, :]
+    mh = mv[:, None, None] & mk[None, :, :]
+    b_h = tl.load(p_s, mask=mh, other=0.0)
+    xq = tl.load(p_x + c_q, mask=mk, other=0.0).to(tl.float32)
+    xk = tl.load(p_x + c_k, mask=mk, other=0.0).to(tl.float32)
+    xv = tl.load(p_x + c_v, mask=mv, other=0.0).to(tl.float32)
+    aq = (wq0 * tl.load(p_cs + c_q, mask=mk, other=0.0).to(tl.float32)
+          + wq1 * tl.load(p_cs + C + c_q, mask=mk, other=0.0).to(tl.float32)
+          + wq2 * tl.load(p_cs + 2 * C + c_q, mask=mk, other=0.0).to(tl.float32) + wq3 * xq)
+    ak = (wk0 * tl.load(p_cs + c_k, mask=mk, other=0.0).to(tl.float32)
+          + wk1 * tl.load(p_cs + C + c_k, mask=mk, other=0.0).to(tl.float32)
+          + wk2 * tl.load(p_cs + 2 * C + c_k, mask=mk, other=0.0).to(tl.float32) + wk3 * xk)
+    v1 = tl.load(p_cs + C + c_v, mask=mv, other=0.0).to(tl.float32)
+    v2 = tl.load(p_cs + 2 * C + c_v, mask=mv, other=0.0).to(tl.float32)
+    av = wv0 * tl.load(p_cs + c_v, mask=mv, other=0.0).to(tl.float32) + wv1 * v1 + wv2 * v2 + wv3 * xv
+    b_q = aq * tl.sigmoid(aq)
+    b_k = ak * tl.sigmoid(ak)
+    b_v = av * tl.sigmoid(av)
+    b_g = tl.load(g + i_r * sg + i_hv).to(tl.float32)
+    b_beta = tl.load(beta + i_r * sb + i_hv).to(tl.float32)
+
+    if L2NORM:
+        b_q = b_q * tl.rsqrt(tl.sum(tl.sum(b_q * b_q, 1), 0) + 1e-6)
+        b_k = b_k * tl.rsqrt(tl.sum(tl.sum(b_k * b_k, 1), 0) + 1e-6)
+    b_q = b_q * scale
+    eg = tl.exp(b_g)
+    hk = tl.sum(tl.sum(b_h * b_k[None, :, :], 2), 1)  # (M k): [BV]
+    hq = tl.sum(tl.sum(b_h * b_q[None, :, :], 2), 1)
+    b_vt = b_beta * (b_v - eg * hk)
+    kq = tl.sum(tl.sum(b_k * b_q, 1), 0)
+    tl.store(o + (i_r * HV + i_hv) * V + o_v, eg * hq + b_vt * kq, mask=mv)
+    if WRITE:
+        oslot = tl.load(out_slots + i_r).to(tl.int64)
+        p_out = conv_state + oslot * 3 * C
+        dt = conv_state.dtype.element_ty
+        tl.debug_barrier()  # every thread has read the v window rows this program owns
+        tl.store(p_out + c_v, v1.to(dt), mask=mv)
+        tl.store(p_out + C + c_v, v2.to(dt), mask=mv)
+        tl.store(p_out + 2 * C + c_v, xv.to(dt), mask=mv)
+        b_h = b_h * eg + b_vt[:, None, None] * b_k[None, :, :]
+        tl.store(state + (oslot * HV + i_hv) * (V * K) + o_v[:, None, None] * K + o_kk[None, :, :], b_h, mask=mh)
+        # the q / k window: its G * V / BV readers count in; the last one shifts it (rows 1, 2 and the input,
+        # re-read: nobody else writes them) and resets the counter for the next launch
+        NR: tl.constexpr = G * ((V + BV - 1) // BV)
+        tl.debug_barrier()
+        p_cnt = counters + i_r * H + i_h
+        seen = tl.atomic_add(p_cnt, 1, sem="acq_rel")
+        if seen == NR - 1:
+            q1 = tl.load(p_cs + C + c_q, mask=mk, other=0.0)
+            q2 = tl.load(p_cs + 2 * C + c_q, mask=mk, other=0.0)
+            k1 = tl.load(p_cs + C + c_k, mask=mk, other=0.0)
+            k2 = tl.load(p_cs + 2 * C + c_k, mask=mk, other=0.0)
+            xq2 = tl.load(p_x + c_q, mask=mk, other=0.0)
+            xk2 = tl.load(p_x + c_k, mask=mk, other=0.0)
+            tl.debug_barrier()  # (in place: the loads above before any store)
+            tl.store(p_out + c_q, q1.to(dt), mask=mk)
+            tl.store(p_out + C + c_q, q2.to(dt), mask=mk)
+            tl.store(p_out + 2 * C + c_q, xq2.to(tl.float32).to(dt), mask=mk)
+            tl.store(p_out + c_k, k1.to(dt), mask=mk)
+            tl.store(p_out + C + c_k, k2.to(dt), mask=mk)
+            tl.store(p_out + 2 * C + c_k, xk2.to(tl.float32).to(dt), mask=mk)
+            tl.store(p_cnt, 0)
+
+
+def conv_chain_step(
+    x: torch.Tensor,
+    conv_w: torch.Tensor,
+    conv_state: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    *,
+    scale: float,
+    state: torch.Tensor,
+    slots: torch.Tensor,
+    write: bool = True,
+    out_slots: torch.Tensor | None = None,
+    use_qk_l2norm: bool = True,
+    counters: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The short conv and the chain verify of one token per row in one launch (AR decode and the drafter's
+    one-token passes at batch 1: one launch per layer fewer, and the conv's inputs load beside the state
+    tile instead of one kernel earlier).
+
+    Same result as :func:`conv_verify` (``W = 4``, no bank, no pending) followed by :func:`chain_verify` on
+    ``y``'s q / k / v column slices with ``cu_seqlens = arange(R + 1)`` (``reference.conv_chain_step_ref``).
+
+    Args:
+        x: ``[R, C]`` conv inputs, one token per row (``C = 2 H K + HV V``: q | k | v channels; row stride
+            free, unit channel stride; bf16 / fp16 / fp32).
+        conv_w: ``[C, 4]`` float32 taps. conv_state: ``[S, 3, C]`` windows (fp32 or the model dtype),
+            contiguous. g, beta: ``[R, HV]`` log-decay and beta (unit head stride).
+        state: ``[S, HV, V, K]`` float32, contiguous. slots: ``[R]`` distinct read slots.
+        write: store the state and window after the token (``"ar"``); False: only read them (``"ar_read"``).
+        out_slots: ``[R]`` write slots (``write`` only; default ``slots``), as :func:`chain_verify`'s.
+        counters: int32, at least ``R * H`` zeros (default :func:`step_counters`); left zero.
+    Returns:
+        ``o [R, HV, V]`` float32.
+    Raises:
+        ValueError: a channel count that is not ``2 H K + HV V`` for a whole ``H`` dividing ``HV``, a conv
+            that is not 4 taps, or ``out_slots`` without ``write``.
+    """
+    R, C = x.shape
+    S, HV, V, K = state.shape
+    H = (C - HV * V) // (2 * K) if C > HV * V else 0
+    if H < 1 or 2 * H * K + HV * V != C or HV % H:
+        raise ValueError(f"conv_chain_step: x has {C} channels, not 2 * H * {K} + {HV} * {V} for a key head count "
+                         f"H dividing HV = {HV}")
+    if conv_w.shape != (C, 4) or conv_state.shape[1:] != (3, C):
+        raise ValueError(f"conv_chain_step: conv_w must be [{C}, 4] and conv_state [S, 3, {C}] (a 4-tap conv), got "
+                         f"{tuple(conv_w.shape)} and {tuple(conv_state.shape)}")
+    if out_slots is not None and not write:
+        raise ValueError("conv_chain_step: out_slots needs write=True (the state after the token goes there)")
+    assert state.dtype == torch.float32 and state.is_contiguous() and conv_state.is_contiguous()
+    x = x if x.stride(1) == 1 else x.contiguous()
+    g, beta = (t if t.stride(1) == 1 else t.contiguous() for t in (g, beta))
+    conv_w = conv_w.contiguous()
+    slots = slots.contiguous()
+    out_slots = slots if out_slots is None else out_slots.contiguous()
+    o = torch.empty(R, HV, V, dtype=torch.float32, device=x.device)
+    if R == 0:
+        return o
+    if write:
+        counters = step_counters(x.device, R * H) if counters is None else counters
+        if counters is None or counters.numel() < R * H:
+            raise ValueError(f"conv_chain_step: {R * H} zeroed int32 counters needed (one per row and key head)")
+    BV, nw, KI = STEP_CONFIG_OVERRIDE if STEP_CONFIG_OVERRIDE is not None else STEP_CONFIG
+    BK = triton.next_power_of_2(K)
+    BV = max(1, min(BV, triton.next_power_of_2(V)))
+    KI = min(KI, BK)
+    on = _pdl.enabled(x)
+    _conv_chain_step_kernel[(triton.cdiv(V, BV), HV, R)](
+        x, conv_w, conv_state, g, beta, o, state, slots, out_slots, counters if write else slots,
+        float(scale), x.stride(0), g.stride(0), beta.stride(0),
+        H=H, HV=HV, K=K, V=V, BV=BV, KO=BK // KI, KI=KI, WRITE=bool(write), L2NORM=bool(use_qk_l2norm),
+        PDL=on, num_warps=nw, num_stages=1, **_pdl.launch_kw(on),
+    )
+    return o
+
+
+# ------------------------------------------------------------------------------------------------
 # Verify-window conv (depthwise causal conv + SiLU) with deferred conv commit
 # ------------------------------------------------------------------------------------------------
 

@@ -50,7 +50,7 @@ from vllm_specla.core.draft_vocab import draft_head
 from vllm_specla.core.state import LayerState
 from vllm_specla.models.gdn import GDNDims, GatedDeltaNetBlock, GatedDeltaNetForCausalLM
 from vllm_specla.ops import fused
-from vllm_specla.ops.chain_verify import chain_verify, chain_verify_snapshots, conv_verify
+from vllm_specla.ops.chain_verify import chain_verify, chain_verify_snapshots, conv_chain_step, conv_verify
 from vllm_specla.ops.recover import conv_commit
 from vllm_specla.ops.tree_verify import tree_conv, tree_verify
 
@@ -186,6 +186,10 @@ class FusedGDN:
         gate = p[:, C : C + G] if G else None
         # ---- short conv (+ SiLU) ----
         out = dict(out_slots=ctrl.out_slots) if mode == "ar" and ctrl.out_slots is not None else {}
+        if mode in ("ar", "ar_read") and T == 1:  # one token per row: conv + recurrence (one launch with CONV_STEP)
+            o = conv_chain_step(xc, L.conv_w, st.conv, g, beta, scale=d.scale, state=st.ssm, slots=ctrl.slots,
+                                cu_seqlens=ctrl.cu_seqlens, write=mode == "ar", **out)
+            return self._tail(h, o, gate, L, tail, out_rows, next_w)
         if mode == "ar":
             y = conv_verify(xc, L.conv_w, ctrl.cu_seqlens, st.conv, ctrl.slots, write_final_state=True, **out)
         elif mode == "ar_read":  # no bank, no pending, no final state: the window is only read
@@ -224,6 +228,14 @@ class FusedGDN:
             o = chain_verify_snapshots(q, k, v, g, beta, state=snap.view(-1, *snap.shape[2:]), snap=snap, **kw)
         else:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        return self._tail(h, o, gate, L, tail, out_rows, next_w)
+
+    @staticmethod
+    def _tail(h: torch.Tensor, o: torch.Tensor, gate: torch.Tensor | None, L: _Layer, tail: _Layer | None,
+              out_rows: torch.Tensor | None, next_w: torch.Tensor | None) -> torch.Tensor:
+        """The block past its recurrence (``o [N, HV, V]``): gated RMSNorm + ``o_proj`` with the residual
+        add, [RMSNorm +] gate|up, SwiGLU + ``down_proj`` with the residual add (:meth:`layer_forward`)."""
+        c = L.config
         Lt = L if tail is None else tail
         if out_rows is not None:  # only the rows read later: a new [M, D] stream
             h = fused.gated_norm_linear(o, gate, L.o_norm_w, L.eps, c.output_gate_activation, Lt.w_o, residual=h,
