@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: none prepared. Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
+# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s32a, s32b (prepared in session 32, which was lent no device). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
 # as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them; s29e's out_dtype
 # after it, commit 637b841). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
@@ -53,12 +53,29 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s32a)  # session 32, call 1: where a batch-1 step's device time goes at today's defaults (eager, torch.profiler,
-        # per kernel with calls per step): AR and SpecLA K = 7 (float8 draft passes), flame and map
+  s32a)  # session 32, call 1 (prepared, not run: no device was lent in session 32): where a batch-1 step's device
+        # time goes at today's defaults, and with the one-launch conv + recurrence: eager kernel durations per kernel
+        # (calls per step) and the CUDA graph's per-kernel increments of the step's span (--graph: 20 profiled
+        # replays, as bench_e2e runs it), AR and SpecLA K = 7 (float8 draft passes), flame and map
       skinny_build
-      timeout 240 python benchmarks/step_breakdown.py --shapes flame,map --batches 1 --k 7 --modes ar,specla \
-          --skinny-gemm on --draft-weights fp8 --steps 10 --top 40 --out "$OUT/breakdown_s32a.json" 2>&1 | \
+      timeout 200 python benchmarks/step_breakdown.py --shapes flame,map --batches 1 --k 7 --modes ar,specla \
+          --skinny-gemm on --draft-weights fp8 --steps 10 --graph 20 --top 30 --out "$OUT/breakdown_s32a.json" 2>&1 | \
           grep -v "^USDT\|^STAGE\|Warning"
+      timeout 120 python benchmarks/step_breakdown.py --shapes flame --batches 1 --k 7 --modes ar,specla \
+          --skinny-gemm on --draft-weights fp8 --steps 10 --graph 20 --top 12 --conv-step on \
+          --out "$OUT/breakdown_s32a_convstep.json" 2>&1 | grep -v "^USDT\|^STAGE\|Warning"
+      ;;
+  s32b)  # session 32, call 2 (prepared, not run): the one-launch conv + recurrence of one-token steps
+        # (triton_chain.conv_chain_step, chain_verify.CONV_STEP, off by default): its GPU tests (the kernel on the
+        # GDN-1.3B head shapes and odd ones, in a CUDA graph; the runtime against the CPU path), then batch 1, K = 7,
+        # float8 draft passes: off, on at the default (4, 1, 256) and at three other (BV, warps, KI), off again
+      skinny_build
+      pytest_log s32b 150 -rs tests/test_conv_step_gpu.py tests/test_decode_runtime_gpu.py -k "conv_step"
+      for C in off on 8,2,256 16,4,256 4,1,32 off; do
+        timeout 50 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 7 --alphas 0.8 \
+            --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --conv-step "$C" --tag "s32b_$C" \
+            --out "$OUT/e2e_s32b.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
       ;;
   s31d)  # (as run: the pytest line timed out at 200 s after 210 of its 218 tests, none failed) session 31, call 4:
         # the shipped defaults after s31c (the row GEMV's narrow configs: bf16 (8, 2048, 8),

@@ -151,6 +151,65 @@ def breakdown(rt: DecodeRuntime, prompts, steps: int) -> dict:
     return out
 
 
+def short_name(name: str) -> str:
+    """A kernel's name without template arguments / parameter lists, at most 60 characters."""
+    n = re.sub(r"<.*", "", re.sub(r"\(.*", "", name.replace("(anonymous namespace)", ""))).strip()
+    n = n.split()[-1].split("::")[-1] if n else ""
+    return n[:60] or name[:60]
+
+
+@torch.no_grad()
+def graph_timeline(rt: DecodeRuntime, prompts, replays: int) -> dict:
+    """The step as the benchmark runs it: captured as one CUDA graph (``rt.capture()``), ``replays`` replays
+    under ``torch.profiler``; each kernel node's start / end on the device. With programmatic dependent launch a
+    kernel starts before its predecessor ends (its pre-wait part, then ``griddepcontrol.wait``), so durations
+    overlap; the *increment* of kernel i, ``end_i - end_{i-1}``, is what it adds to the step's span (the
+    increments sum to the span). Returns per-family and per-kernel-name increments (us per step), the median
+    replay's span, and that replay's kernel list (name, start, end, relative to its first kernel's start)."""
+    rt.capture()
+    rt.prefill(prompts)
+    for _ in range(3):
+        rt.step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            rt.step()
+        torch.cuda.synchronize()
+    evs = sorted(((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                  if e.device_type == torch.autograd.DeviceType.CUDA and "memcpy" not in e.name.lower()
+                  and "memset" not in e.name.lower()), key=lambda t: t[0])
+    return timeline_stats(evs, replays)
+
+
+def timeline_stats(evs: list[tuple[float, float, str]], replays: int) -> dict:
+    """:func:`graph_timeline`'s numbers from the device events ``(start_us, end_us, kernel name)`` of
+    ``replays`` replays, sorted by start (every replay the same kernels). A kernel's increment is
+    ``max(0, end - latest end so far)``: overlapped work adds nothing, a gap counts toward the kernel after it."""
+    if not evs or len(evs) % replays:
+        return dict(graph_error=f"{len(evs)} kernel events for {replays} replays (graph kernels not traced?)")
+    n = len(evs) // replays
+    reps = [evs[i * n : (i + 1) * n] for i in range(replays)]
+    spans = [max(e[1] for e in r) - r[0][0] for r in reps]
+    med = sorted(range(replays), key=lambda i: spans[i])[replays // 2]
+    fams: dict = defaultdict(float)
+    incs: dict = defaultdict(float)
+    calls: dict = defaultdict(int)
+    for r in reps:
+        prev_end = r[0][0]
+        for st, en, name in r:
+            inc = max(0.0, en - prev_end)
+            prev_end = max(prev_end, en)
+            fams[family(name)] += inc / replays
+            incs[short_name(name)] += inc / replays
+            calls[short_name(name)] += 1
+    r = reps[med]
+    t0 = r[0][0]
+    return dict(graph_span_us=spans[med], graph_span_us_all=spans, graph_kernels=n, graph_families=dict(fams),
+                graph_increments=dict(sorted(incs.items(), key=lambda kv: -kv[1])),
+                graph_calls={k: v / replays for k, v in calls.items()},
+                graph_timeline=[(short_name(nm), round(st - t0, 2), round(en - t0, 2)) for st, en, nm in r])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", default="flame", help="flame / map / tiny (random weights, the acceptance-controlled "
@@ -167,6 +226,9 @@ def main() -> None:
     ap.add_argument("--draft-weights", default="model", choices=["model", "fp8"],
                     help="the drafter's one-token passes on the model weights or float8 (as bench_e2e)")
     add_kernel_flags(ap)  # --gemv-rows, --rows-max-m, --gating-epilogue, --pdl (as bench_e2e)
+    ap.add_argument("--graph", type=int, default=0, metavar="REPLAYS",
+                    help="also time the step captured as a CUDA graph (as bench_e2e.py runs it) over REPLAYS profiled "
+                         "replays: per-kernel increments of the step's span (graph_timeline); CUDA only")
     ap.add_argument("--top", type=int, default=12, help="kernels printed per record (the JSON keeps 40)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--dry-cpu", action="store_true", help="tiny shape on the CPU: the code path once (no device times)")
@@ -209,6 +271,12 @@ def main() -> None:
                     rt = DecodeRuntime(tgt, B, mode, args.k, dr, output_capacity=L, alpha=None if trained else args.alpha,
                                        trace=None if trained else trace, use_cuda_graphs=False, tree_width=args.tree_width if mode == "specla" else 1)
                 r = breakdown(rt, prompts, args.steps)
+                if args.graph and DEV == "cuda":
+                    g_rt = DecodeRuntime(tgt, B, "ar", output_capacity=L) if mode == "ar" else DecodeRuntime(
+                        tgt, B, mode, args.k, dr, output_capacity=L, alpha=None if trained else args.alpha,
+                        trace=None if trained else trace, tree_width=args.tree_width if mode == "specla" else 1)
+                    r.update(graph_timeline(g_rt, prompts, args.graph))
+                    del g_rt
                 W = args.tree_width if mode == "specla" else 1
                 rec = dict(shape=shape, batch=B, mode=mode, K=0 if mode == "ar" else args.k,
                            alpha=None if trained else args.alpha, tree_width=W, draft_weights=args.draft_weights,
@@ -220,6 +288,13 @@ def main() -> None:
                       flush=True)
                 for kname, us in list(r["top_kernels"].items())[: args.top]:
                     print(f"    {us:8.1f} us {r['calls_per_step'][kname]:5.1f}x  {kname}")
+                if "graph_span_us" in r:
+                    gf = " ".join(f"{f}={v:.0f}" for f, v in sorted(r["graph_families"].items(), key=lambda kv: -kv[1]))
+                    print(f"  graph: span {r['graph_span_us']:.1f} us/step, {r['graph_kernels']} kernels | increments: {gf}")
+                    for kname, us in list(r["graph_increments"].items())[: args.top]:
+                        print(f"    {us:8.1f} us {r['graph_calls'][kname]:5.1f}x  {kname}")
+                elif "graph_error" in r:
+                    print("  graph:", r["graph_error"])
                 if rt is not ar:
                     del rt
             del ar

@@ -224,3 +224,24 @@ def test_ncu_details_metrics(tmp_path):
     (tmp_path / "bad.csv").write_text('"Address","Source"\n')
     with pytest.raises(ValueError, match="Metric Name"):
         nd.read_metrics(str(tmp_path / "bad.csv"), {"Duration"})
+
+
+def test_step_breakdown_graph_increments():
+    """``step_breakdown.timeline_stats``: each kernel's increment is what it adds to the replay's span
+    (overlapped work adds nothing, a gap counts toward the kernel after it), the increments sum to the span,
+    families and names are summed per replay, and uneven event counts are reported, not divided."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import step_breakdown as sb  # noqa: PLC0415
+
+    one = [(0.0, 10.0, "void gemv_rows_kernel<8>(float*)"), (8.0, 12.0, "_conv4_verify_kernel"),
+           (11.0, 15.0, "_chain_verify_kernel"), (17.0, 30.0, "void gemv_rows_kernel<8>(float*)")]
+    evs = one + [(s + 100.0, e + 100.0, n) for s, e, n in one]
+    r = sb.timeline_stats(evs, 2)
+    assert r["graph_span_us"] == 30.0 and r["graph_kernels"] == 4
+    assert r["graph_increments"] == {"gemv_rows_kernel": 25.0, "_conv4_verify_kernel": 2.0,
+                                     "_chain_verify_kernel": 3.0}
+    assert abs(sum(r["graph_increments"].values()) - 30.0) < 1e-9
+    assert r["graph_families"] == {"gemm": 25.0, "conv": 2.0, "recurrent": 3.0}
+    assert r["graph_calls"]["gemv_rows_kernel"] == 2.0
+    assert r["graph_timeline"][1] == ("_conv4_verify_kernel", 8.0, 12.0)
+    assert "graph_error" in sb.timeline_stats(evs[:-1], 2)
