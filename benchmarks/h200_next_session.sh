@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s32a, s32b (prepared in session 32, which was lent no device). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
+# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s32c first, then s32a, s32b (prepared in session 32, which was lent no device). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
 # as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them; s29e's out_dtype
 # after it, commit 637b841). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
@@ -76,6 +76,29 @@ case "${1:-}" in
             --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --conv-step "$C" --tag "s32b_$C" \
             --out "$OUT/e2e_s32b.jsonl" 2>&1 | grep "^{" | python -c "$S"
       done
+      ;;
+  s32c)  # session 32, call 3 (prepared, not run): the skinny GEMM's first weight batch before the PDL wait. Until
+        # session 32 ptxas issued it after griddepcontrol.wait (its .nc loads may move across the wait; nvrtc_check.py
+        # --sass); VLLM_SPECLA_SKINNY_PRE=coherent builds it with coherent loads, which stay before the wait, and
+        # --skinny-deep 16 / 20 deepens that batch for the long-K GEMMs (o_proj, down). x is now read with coherent
+        # loads in both builds (a correctness fix: the read-only path is not valid for data the previous kernel
+        # writes). Tests on both builds, the GEMM chain (5 / 8 rows), then batch 1 K = 7 float8 draft passes
+        skinny_build
+      pytest_log s32c_nc 120 -rs tests/test_skinny_gemm_gpu.py
+      timeout 60 python benchmarks/bench_blas.py --shapes flame,map --ms 5,8 --settings skinny:0:0,skinny:8:16,skinny:8:20 \
+          --out "$OUT/blas_s32c_nc.json" 2>&1 | grep -v Warn | tail -8
+      export VLLM_SPECLA_SKINNY_PRE=coherent
+      skinny_build
+      pytest_log s32c_coherent 120 -rs tests/test_skinny_gemm_gpu.py
+      timeout 60 python benchmarks/bench_blas.py --shapes flame,map --ms 5,8 --settings skinny:0:0,skinny:8:16,skinny:8:20 \
+          --out "$OUT/blas_s32c_coherent.json" 2>&1 | grep -v Warn | tail -8
+      for C in "nc 0" "coherent 0" "coherent 16" "coherent 20" "nc 0"; do
+        set -- $C
+        VLLM_SPECLA_SKINNY_PRE=$1 timeout 50 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 7 \
+            --alphas 0.8 --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --skinny-deep "$2" --tag "s32c_$1_$2" \
+            --out "$OUT/e2e_s32c.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
+      unset VLLM_SPECLA_SKINNY_PRE
       ;;
   s31d)  # (as run: the pytest line timed out at 200 s after 210 of its 218 tests, none failed) session 31, call 4:
         # the shipped defaults after s31c (the row GEMV's narrow configs: bf16 (8, 2048, 8),

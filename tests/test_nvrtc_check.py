@@ -29,6 +29,10 @@ def test_kernel_list_matches_the_dispatch():
                             src.split("#undef SG8_CASE")[0].split("#define SG8_CASE")[1]))
     names = nvrtc_check.kernels()
     split = [n for n in names if re.search(r"skinny_gemm_kernel<[^>]+, (true|false), true>$", n)]  # SPLIT
+    deep = [n for n in names if re.search(r"skinny_gemm_kernel<[^>]+, (true|false), true, \d+>$", n)]  # SPLIT, U0
+    assert {re.search(r", (\d+)>$", n).group(1) for n in deep} == {"16", "20"} and len(deep) == 8
+    assert all(f"dispatch_res<{t}, 1, 8, 8, true, {u}>" in src for t in ("__nv_bfloat16", "__half") for u in (16, 20))
+    names = [n for n in names if n not in deep]
     bf = [n for n in names if "skinny_gemm_kernel<" in n and n not in split]
     f8 = [n for n in names if "skinny_gemm_fp8_kernel<" in n]
     got = {tuple(re.search(r"<[^,]+, \d, (\d+), (\d+),", n).groups()) for n in bf}
@@ -82,6 +86,56 @@ def test_device_code_compiles_without_spills():
     n = len(nvrtc_check.kernels())
     assert sum(" regs " in line for line in r.stdout.splitlines()) == n
     assert f"{n} kernels compiled for sm_90; 0 with spills" in r.stdout
+
+
+def test_sass_load_parsing():
+    """``sass_pre_wait_loads`` splits an ``nvdisasm -c`` listing per function at the first ``ACQBULK``
+    (``griddepcontrol.wait``), predicated loads included; ``pdl_violations`` names the functions that load
+    anything but ``L1::no_allocate`` weights (``.NA``) before it."""
+    listing = """
+        .text._Z1aPf:
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+        /*0010*/              @!P0 LDG.E.NA.128 R4, desc[UR4][R2.64] ;
+        /*0020*/                   ACQBULK ;
+        /*0030*/                   LDG.E.128 R8, desc[UR4][R6.64] ;
+        .text._Z1bPf:
+        /*0000*/                   LDG.E.128.CONSTANT R8, desc[UR4][R6.64] ;
+        /*0010*/                   ACQBULK ;
+        /*0020*/                   LDG.E.NA.128.CONSTANT R4, desc[UR4][R2.64] ;
+        .text._Z1cPf:
+        /*0000*/                   LDG.E R2, desc[UR4][R2.64] ;
+"""
+    loads = nvrtc_check.sass_pre_wait_loads(listing)
+    assert loads == {"_Z1aPf": (["LDG.E.NA.128"], 2), "_Z1bPf": (["LDG.E.128.CONSTANT"], 2), "_Z1cPf": (["LDG.E"], 1)}
+    assert nvrtc_check.pdl_violations(loads) == ["_Z1bPf", "_Z1cPf"]
+
+
+@pytest.mark.skipif(not _have_wheels() or nvrtc_check.nvdisasm() is None,
+                    reason="needs the CUDA 12 wheels and an nvdisasm (Triton's wheel ships one)")
+@pytest.mark.parametrize("pre", ["nc", "coherent"])
+def test_sass_reads_only_weights_before_the_pdl_wait(pre):
+    """Both first-batch builds (``VLLM_SPECLA_SKINNY_PRE``): no kernel reads activations, residuals or scales
+    before ``griddepcontrol.wait`` in SASS (with x as ``const __restrict__`` NVVM used the read-only path, which
+    ptxas moved above the wait in the coherent build); the coherent build issues its first weight batch (2 U or
+    2 U0 loads per lane) before the wait, the ``.nc`` build none (ptxas places the wait first)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONOPTIMIZE"}
+    args = ["--sass"] + (["--pre-coherent"] if pre == "coherent" else [])
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "csrc", "cuda", "nvrtc_check.py")] + args,
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    rows = [re.match(r"\s*(\d+) of\s+(\d+) global loads before griddepcontrol.wait\s+(.*)$", line)
+            for line in r.stdout.splitlines()]
+    rows = [m for m in rows if m]
+    assert len(rows) == len(nvrtc_check.kernels())
+    for m in rows:
+        pre_n, name = int(m.group(1)), m.group(3)
+        if pre == "nc":
+            assert pre_n == 0, name
+        else:
+            u = re.search(r"skinny_gemm(?:_fp8)?_kernel<(?:[^,]+, )?\d+, \d+, (\d+), .*?(?:, (\d+))?>", name)
+            assert u, name
+            first = int(u.group(2) or u.group(1)) if "fp8" not in name else int(u.group(1))
+            assert pre_n == 2 * first, (pre_n, name)
 
 
 @pytest.mark.skipif(not _have_wheels() or shutil.which("g++") is None, reason="needs the CUDA 12 wheels and g++")

@@ -24,6 +24,7 @@ import importlib.util
 import itertools
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,8 +37,8 @@ def kernels() -> list[str]:
     return [f"vllm_specla_skinny::skinny_gemm_kernel<{t}, {nt}, {w}, {u}, {res}>"
             for t, nt, (w, u), res in itertools.product(("__nv_bfloat16", "__half"), (1, 2),
                                                         [(w, u) for w in (4, 8, 16) for u in (4, 8)], ("false", "true"))
-            ] + [f"vllm_specla_skinny::skinny_gemm_kernel<{t}, 1, 8, 8, {res}, true>"
-                 for t, res in itertools.product(("__nv_bfloat16", "__half"), ("false", "true"))
+            ] + [f"vllm_specla_skinny::skinny_gemm_kernel<{t}, 1, 8, 8, {res}, true{u0}>"
+                 for t, res, u0 in itertools.product(("__nv_bfloat16", "__half"), ("false", "true"), ("", ", 16", ", 20"))
             ] + [f"vllm_specla_skinny::skinny_gemm_fp8_kernel<1, {w}, {u}, {res}>"
                  for (w, u), res in itertools.product([(4, 4), (8, 4), (16, 4), (8, 8)], ("false", "true"))]
 
@@ -63,15 +64,17 @@ def _nvrtc(rc: int, what: str) -> None:
         raise SystemExit(f"NVRTC {what} failed with status {rc}")
 
 
-def compile_ptx(lib: ctypes.CDLL, src: str, include: str, names: list[str], arch: str) -> str:
+def compile_ptx(lib: ctypes.CDLL, src: str, include: str, names: list[str], arch: str,
+                defines: tuple[str, ...] = ()) -> str:
     """NVRTC: ``src`` with every kernel of ``names`` instantiated -> PTX (raises SystemExit with the
-    log on an error)."""
+    log on an error). ``defines``: ``NAME=VALUE`` macros (``-D``)."""
     prog = ctypes.c_void_p()
     _nvrtc(lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"skinny_gemm_check.cu", 0, None, None),
            "nvrtcCreateProgram")
     for n in names:
         _nvrtc(lib.nvrtcAddNameExpression(prog, f"&{n}".encode()), f"nvrtcAddNameExpression({n})")
-    opts = [f"--gpu-architecture={arch}", f"-I{include}", f"-I{HERE}", "-std=c++17", "-default-device"]
+    opts = [f"--gpu-architecture={arch}", f"-I{include}", f"-I{HERE}", "-std=c++17", "-default-device"] + [
+        f"-D{d}" for d in defines]
     arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
     rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
     size = ctypes.c_size_t()
@@ -113,6 +116,55 @@ def check(ptxas_log: str) -> tuple[list[dict], list[str]]:
         if r["spill"] or r["stack"]:
             problems.append(f"{_demangle(r['name'])}: {r['spill']} bytes spilled, {r['stack']} bytes stack frame")
     return recs, problems
+
+
+def nvdisasm() -> str | None:
+    """An ``nvdisasm`` binary: on PATH, or the one Triton's wheel ships (the CUDA 12 wheels have none)."""
+    found = shutil.which("nvdisasm")
+    if found:
+        return found
+    spec = importlib.util.find_spec("triton")
+    if spec and spec.origin:
+        p = os.path.join(os.path.dirname(spec.origin), "backends", "nvidia", "bin", "nvdisasm")
+        if os.path.exists(p):
+            return p
+    return None
+
+
+def sass_pre_wait_loads(sass: str) -> dict[str, tuple[list[str], int]]:
+    """Per function of an ``nvdisasm -c`` listing: (the opcodes of its global loads before the first ``ACQBULK``,
+    its number of global loads). ``ACQBULK`` is ``griddepcontrol.wait``; a kernel without one lists every load."""
+    out: dict[str, tuple[list[str], int]] = {}
+    name = None
+    pre: list[str] = []
+    total = 0
+    seen_wait = False
+    for line in sass.splitlines():
+        m = re.match(r"\s*\.text\.(\S+):", line)
+        if m:
+            if name is not None:
+                out[name] = (pre, total)
+            name, pre, total, seen_wait = m.group(1), [], 0, False
+            continue
+        if name is None or not re.search(r"/\*[0-9a-f]{4}\*/", line):
+            continue
+        op = re.sub(r"^@!?U?P\w+\s+", "", re.sub(r".*?/\*[0-9a-f]{4}\*/\s*", "", line).strip())
+        if op.startswith("ACQBULK"):
+            seen_wait = True
+        elif op.startswith("LDG"):
+            total += 1
+            if not seen_wait:
+                pre.append(op.split()[0])
+    if name is not None:
+        out[name] = (pre, total)
+    return out
+
+
+def pdl_violations(loads: dict[str, tuple[list[str], int]]) -> list[str]:
+    """The kernels that read anything but the weight stream before ``griddepcontrol.wait``: every weight load
+    of the skinny kernels is ``L1::no_allocate`` (``.NA`` in SASS); activations, residuals and scales are not,
+    and under PDL the previous kernel may still be writing them (ops/pdl.py's contract)."""
+    return [fn for fn, (pre, _) in loads.items() if any(".NA" not in op for op in pre)]
 
 
 # --host: what nvcc provides to a .cu beyond the CUDA headers, for a syntax-only g++ pass, and stand-ins
@@ -174,6 +226,13 @@ def main() -> int:
     ap.add_argument("--arch", default="sm_90", help="a real GPU architecture, sm_XY (default sm_90)")
     ap.add_argument("--ptx-out", default=None, help="also write the PTX here")
     ap.add_argument("--host", action="store_true", help="also check skinny_gemm.cu's host code with g++ -fsyntax-only")
+    ap.add_argument("--pre-coherent", action="store_true",
+                    help="build with VLLM_SPECLA_SKINNY_PRE_COHERENT=1 (the first load batch as coherent loads, which "
+                         "ptxas keeps before griddepcontrol.wait; ops/_cpp.py VLLM_SPECLA_SKINNY_PRE=coherent)")
+    ap.add_argument("--sass", action="store_true",
+                    help="also disassemble (nvdisasm) and print each kernel's global loads before griddepcontrol.wait "
+                         "(ACQBULK); exit 1 if one reads anything but weights (L1::no_allocate loads) before it, or, "
+                         "with --pre-coherent, reads nothing before it")
     args = ap.parse_args()
     if not re.fullmatch(r"sm_\d+a?", args.arch):
         raise SystemExit(f"--arch must be a real architecture such as sm_90 or sm_80, got {args.arch!r}")
@@ -183,7 +242,8 @@ def main() -> int:
     ptxas = _find(roots, "cuda_nvcc", "bin", "ptxas")
     names = kernels()
     src = '#include "skinny_gemm_kernels.cuh"\n'
-    ptx = compile_ptx(lib, src, include, names, args.arch.replace("sm_", "compute_"))
+    defines = ("VLLM_SPECLA_SKINNY_PRE_COHERENT=1",) if args.pre_coherent else ()
+    ptx = compile_ptx(lib, src, include, names, args.arch.replace("sm_", "compute_"), defines)
     if args.ptx_out:
         try:
             with open(args.ptx_out, "w") as f:
@@ -199,6 +259,20 @@ def main() -> int:
                                capture_output=True, text=True)
         except OSError as e:
             raise SystemExit(f"could not run ptxas at {ptxas} ({e}; unzipped wheels lose the exec bit: chmod +x)")
+        sass_bad = 0
+        if args.sass and r.returncode == 0:
+            dis = nvdisasm()
+            if dis is None:
+                print("--sass: no nvdisasm found (PATH, Triton's wheel)")
+                sass_bad = 1
+            else:
+                listing = subprocess.run([dis, "-c", os.path.join(d, "k.cubin")], capture_output=True, text=True).stdout
+                loads = sass_pre_wait_loads(listing)
+                bad = set(pdl_violations(loads))
+                for fn, (pre, total) in sorted(loads.items()):
+                    flag = "  READS NON-WEIGHT DATA BEFORE THE WAIT" if fn in bad else ""
+                    print(f"  {len(pre):3d} of {total:3d} global loads before griddepcontrol.wait  {_demangle(fn)}{flag}")
+                    sass_bad += fn in bad or (args.pre_coherent and not pre)
     if r.returncode:
         print(r.stdout + r.stderr)
         return 1
@@ -212,7 +286,10 @@ def main() -> int:
         return 1
     print(f"{len(recs)} kernels compiled for {args.arch}; {len(problems)} with spills or a stack frame")
     host = host_check(roots) if args.host else 0
-    return 1 if problems or host else 0
+    if sass_bad:
+        print(f"--sass: {sass_bad} kernel(s) read non-weight data before griddepcontrol.wait"
+              + (" or no weights before it" if args.pre_coherent else ""))
+    return 1 if problems or host or sass_bad else 0
 
 
 def _demangle(name: str) -> str:

@@ -14,12 +14,38 @@ using uint32_t = unsigned int;
 
 namespace vllm_specla_skinny {
 
+template <int N>
+struct IntC {  // a compile-time count passed to a generic lambda (no <type_traits> under NVRTC)
+  static constexpr int value = N;
+};
+
 __device__ __forceinline__ uint4 ld_stream(const void* p) {
   uint4 r;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "l"(p));
   return r;
+}
+
+// The pre-wait (first) load batch. ptxas treats ld.global.nc (the read-only path: data constant for the kernel's
+// lifetime) as free to move across griddepcontrol.wait (ACQBULK in SASS) and schedules the wait first, so with
+// ld_stream the "first batch before the wait" is issued after it (the SASS of every build up to session 31; seen
+// with nvdisasm in session 32). A coherent load (ld.global.L1::no_allocate, no .nc) stays where the code puts it.
+// VLLM_SPECLA_SKINNY_PRE_COHERENT=1 (ops/_cpp.py load_cuda_gemm, VLLM_SPECLA_SKINNY_PRE=coherent) builds the first
+// batch with it; 0 (the default until measured on the H200) keeps the measured .nc form.
+#ifndef VLLM_SPECLA_SKINNY_PRE_COHERENT
+#define VLLM_SPECLA_SKINNY_PRE_COHERENT 0
+#endif
+__device__ __forceinline__ uint4 ld_first(const void* p) {
+#if VLLM_SPECLA_SKINNY_PRE_COHERENT
+  uint4 r;
+  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+#else
+  return ld_stream(p);
+#endif
 }
 
 __device__ __forceinline__ void griddep_wait() {
@@ -75,7 +101,8 @@ struct Mma<__half> {
 
 // Both kernels' weight loads: chunks c .. c + U of KC k each (KC / 4 per lane t, one 16-byte load per row), rows
 // g and g + 8 (w0 / w1, already offset by the lane's k), predicated off past the warp's range, K, or N.
-template <int U, int KC, typename W>
+// FIRST: the batch issued before griddepcontrol.wait (ld_first).
+template <int U, int KC, bool FIRST = false, typename W>
 __device__ __forceinline__ void load_chunks(uint4 (&wa)[U], uint4 (&wb)[U], const W* w0, const W* w1, int c, int ce,
                                             int K, int t, bool ok0, bool ok1) {
   const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
@@ -83,8 +110,13 @@ __device__ __forceinline__ void load_chunks(uint4 (&wa)[U], uint4 (&wb)[U], cons
   for (int u = 0; u < U; ++u) {
     const int ch = c + u, k = ch * KC + t * (KC / 4);
     const bool in = ch < ce && k < K;
-    wa[u] = in && ok0 ? ld_stream(w0 + ch * KC) : z4;
-    wb[u] = in && ok1 ? ld_stream(w1 + ch * KC) : z4;
+    if constexpr (FIRST) {
+      wa[u] = in && ok0 ? ld_first(w0 + ch * KC) : z4;
+      wb[u] = in && ok1 ? ld_first(w1 + ch * KC) : z4;
+    } else {
+      wa[u] = in && ok0 ? ld_stream(w0 + ch * KC) : z4;
+      wb[u] = in && ok1 ? ld_stream(w1 + ch * KC) : z4;
+    }
   }
 }
 
@@ -116,12 +148,26 @@ __device__ __forceinline__ void reduce_store(const float (&acc)[NT][4], int warp
   }
 }
 
+// x (the activations, written by the previous kernel) is not __restrict__: with it NVVM loaded x through the
+// read-only path (ld.global.nc), which the PTX ISA allows only for data constant during the kernel's lifetime, and
+// under PDL the previous kernel may still be writing it; ptxas moves such loads across griddepcontrol.wait (a
+// build with coherent first-batch loads had 23 of its x loads before the wait in SASS). Without it they are coherent
+// loads, which stay after the wait. (Until session 32 the shipped builds were safe by scheduling only: ptxas put
+// the wait before every load.)
 // NT: 8-token tiles (M <= 8 NT); WARPS: warps per CTA (K split); U: chunks of 32 k per load batch. SPLIT (NT = 1):
 // the odd chunks accumulate into a second C fragment, added to the first after the loop, so the MMAs form two
 // dependency chains of U instead of one of 2U (session 30's Nsight Compute: 14 % of the warps' stall samples at 8
 // rows were fixed-latency waits; s30e: the step's GEMM chain 2.7-4.5 % faster; skinny_gemm.cu's automatic config).
-template <typename T, int NT, int WARPS, int U, bool RES, bool SPLIT = false>
-__global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* __restrict__ x, int64_t ldx,
+//
+// U0 (> U; 1-8 rows, SPLIT): the chunks of the first load batch, the one issued before the programmatic dependent
+// launch wait, when it differs from U: a warp whose K range has more than U chunks (o_proj's 12 at K = 3072, the
+// down-projection's 22 at K = 5632, 8 warps) requests up to U0 of them before the wait instead of U (67 % / 36 % of
+// those ranges at U = 8), as the row GEMV's 2048-wide first tile did for the one-row GEMMs (benchmarks/RESULTS.md
+// "Session 31"). Only with VLLM_SPECLA_SKINNY_PRE_COHERENT=1 (ld_first): with .nc loads ptxas issues every load
+// after the wait anyway. Registers (nvrtc_check.py --pre-coherent, sm_90): U0 = 16 178, U0 = 20 240, U0 = 24
+// spilled; one CTA per SM, which the N <= 2048 GEMMs' 128 CTAs are anyway. Session 32; not measured yet.
+template <typename T, int NT, int WARPS, int U, bool RES, bool SPLIT = false, int U0 = U>
+__global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* x, int64_t ldx,
                                                                  const T* __restrict__ w, const T* res,
                                                                  int64_t ldr, T* out, int64_t ldo, int M, int N,
                                                                  int K, const unsigned char* pf, long long pf_bytes,
@@ -146,12 +192,11 @@ __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* __rest
 
   auto load = [&](int c) { load_chunks<U, 32>(wa, wb, w0, w1, c, ce, K, t, ok0, ok1); };
 
-  load(cb);  // constant weights: before the wait (ops/pdl.py)
-  griddep_wait();
-  for (int c = cb; c < ce; c += U) {
-    if (c != cb) load(c);
+  // the MMAs of UU loaded chunks from chunk c on (rows g / g + 8 in wa_ / wb_)
+  auto mma = [&](const auto& wa_, const auto& wb_, int c, auto uu) {
+    constexpr int UU = decltype(uu)::value;
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
+    for (int u = 0; u < UU; ++u) {
       const int ch = c + u, k = ch * 32 + t * 8;
       const bool in = ch < ce && k < K;
 #pragma unroll
@@ -160,9 +205,30 @@ __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* __rest
         const uint4 xv =
             in && tok < M ? *reinterpret_cast<const uint4*>(x + static_cast<int64_t>(tok) * ldx + k) : z4;
         float(&a)[4] = SPLIT && (u & 1) ? acc_odd : acc[nt];
-        Mma<T>::run(a, wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
-        Mma<T>::run(a, wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
+        Mma<T>::run(a, wa_[u].x, wb_[u].x, wa_[u].y, wb_[u].y, xv.x, xv.y);
+        Mma<T>::run(a, wa_[u].z, wb_[u].z, wa_[u].w, wb_[u].w, xv.z, xv.w);
       }
+    }
+  };
+
+  if constexpr (U0 == U) {
+    load_chunks<U, 32, true>(wa, wb, w0, w1, cb, ce, K, t, ok0, ok1);  // constant weights: before the wait (ops/pdl.py)
+    griddep_wait();
+    for (int c = cb; c < ce; c += U) {
+      if (c != cb) load(c);
+      mma(wa, wb, c, IntC<U>{});
+    }
+  } else {
+    static_assert(U0 > U && NT == 1, "U0: a deeper first batch, one 8-token tile");
+    {
+      uint4 wa0[U0], wb0[U0];
+      load_chunks<U0, 32, true>(wa0, wb0, w0, w1, cb, ce, K, t, ok0, ok1);  // constant weights: before the wait
+      griddep_wait();
+      mma(wa0, wb0, cb, IntC<U0>{});
+    }
+    for (int c = cb + U0; c < ce; c += U) {
+      load(c);
+      mma(wa, wb, c, IntC<U>{});
     }
   }
   if constexpr (SPLIT) {
@@ -225,7 +291,7 @@ __device__ __forceinline__ void e4m3x16_f16(const uint4& v, uint32_t (&r)[8]) {
 // so logical k slots 2t+e / 2t+8+e are physical k0 + 16t + 4j + e / + 2 + e for A and B alike.
 template <int NT, int WARPS, int U, bool RES>
 __global__ void __launch_bounds__(WARPS * 32)
-    skinny_gemm_fp8_kernel(const __nv_bfloat16* __restrict__ x, int64_t ldx, const unsigned char* __restrict__ w,
+    skinny_gemm_fp8_kernel(const __nv_bfloat16* x, int64_t ldx, const unsigned char* __restrict__ w,
                            const float* __restrict__ ws, const __nv_bfloat16* res, int64_t ldr, __nv_bfloat16* out,
                            int64_t ldo, int M, int N, int K) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -246,7 +312,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 
   auto load = [&](int c) { load_chunks<U, 64>(wa, wb, w0, w1, c, ce, K, t, ok0, ok1); };
 
-  load(cb);  // constant weights: before the wait (ops/pdl.py)
+  load_chunks<U, 64, true>(wa, wb, w0, w1, cb, ce, K, t, ok0, ok1);  // constant weights: before the wait (ops/pdl.py)
   griddep_wait();
   for (int c = cb; c < ce; c += U) {
     if (c != cb) load(c);

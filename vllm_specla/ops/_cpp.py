@@ -105,20 +105,35 @@ def load_cuda(verbose: bool = False) -> bool:
     return True
 
 
-def _jit_cuda(name: str, files: list[str], verbose: bool) -> None:
+def _jit_cuda(name: str, files: list[str], verbose: bool, defines: tuple[str, ...] = ()) -> None:
     """``torch.utils.cpp_extension.load`` of ``csrc/cuda/<files>`` as extension ``name`` (-O3;
-    ``VLLM_SPECLA_CUDA_LINEINFO=1`` adds ``-lineinfo``), registering its ops."""
+    ``VLLM_SPECLA_CUDA_LINEINFO=1`` adds ``-lineinfo``; ``defines``: ``NAME=VALUE`` macros for nvcc), registering
+    its ops."""
     from torch.utils.cpp_extension import load  # noqa: PLC0415
 
     lineinfo = os.environ.get("VLLM_SPECLA_CUDA_LINEINFO", "0") not in ("", "0")
     load(name=name, sources=[os.path.join(_csrc_dir(), "cuda", f) for f in files], extra_cflags=["-O3"],
-         extra_cuda_cflags=["-O3"] + (["-lineinfo"] if lineinfo else []), is_python_module=False, verbose=verbose)
+         extra_cuda_cflags=["-O3"] + (["-lineinfo"] if lineinfo else []) + [f"-D{d}" for d in defines],
+         is_python_module=False, verbose=verbose)
+
+
+# How the skinny GEMM loads its first (pre-wait) weight batch (csrc/cuda/skinny_gemm_kernels.cuh ld_first):
+# "nc" (the read-only path; ptxas then issues it after griddepcontrol.wait, as every build until session 32 did) or
+# "coherent" (coherent loads, which stay before the wait, so the weights stream while the previous kernel finishes).
+# Chosen at build time (a separately cached extension each); "nc" until the H200 measures "coherent"
+# (benchmarks/h200_next_session.sh s32c).
+SKINNY_PRE_CHOICES = ("nc", "coherent")
+SKINNY_PRE = os.environ.get("VLLM_SPECLA_SKINNY_PRE") or "nc"
+if SKINNY_PRE not in SKINNY_PRE_CHOICES:
+    raise ValueError(f"VLLM_SPECLA_SKINNY_PRE must be one of {SKINNY_PRE_CHOICES} (how the skinny GEMM loads its "
+                     f"first weight batch), got {SKINNY_PRE!r}")
 
 
 # skinny_gemm's default prefetch size: the best on the step's GEMMs (RESULTS.md session 17; ops/fused.py
 # SKINNY_PREFETCH_BYTES starts from it)
 SKINNY_PREFETCH_DEFAULT_BYTES = 4 << 20
 GEMM_LOADED = False  # set by load_cuda_gemm(): torch.ops.vllm_specla.skinny_gemm is registered for CUDA tensors
+GEMM_PRE: str | None = None  # the SKINNY_PRE of the loaded build
 
 
 def load_cuda_gemm(verbose: bool = False) -> bool:
@@ -135,13 +150,20 @@ def load_cuda_gemm(verbose: bool = False) -> bool:
     """
     if not torch.cuda.is_available():
         return False
-    _jit_cuda("vllm_specla_gemm_jit", ["skinny_gemm.cu"], verbose)
-    global GEMM_LOADED
-    GEMM_LOADED = True
+    global GEMM_LOADED, GEMM_PRE
+    if GEMM_PRE is not None and GEMM_PRE != SKINNY_PRE:
+        raise RuntimeError(f"load_cuda_gemm: the skinny GEMM was loaded with SKINNY_PRE={GEMM_PRE!r} in this process; "
+                           f"{SKINNY_PRE!r} needs a new process (both builds register the same op names)")
+    coherent = SKINNY_PRE == "coherent"
+    _jit_cuda("vllm_specla_gemm_jit" + ("_pre" if coherent else ""), ["skinny_gemm.cu"], verbose,
+              ("VLLM_SPECLA_SKINNY_PRE_COHERENT=1",) if coherent else ())
+    GEMM_LOADED, GEMM_PRE = True, SKINNY_PRE
     return True
 
 
-_SKINNY_CONFIGS = {(w, u) for w in (4, 8, 16) for u in (4, 8)} | {(0, 0)}
+# (8, 16) / (8, 20): the automatic config with a first load batch of 16 / 20 chunks (1-8 rows; fused.SKINNY_DEEP_FIRST)
+_SKINNY_DEEP = {(8, 16), (8, 20)}
+_SKINNY_CONFIGS = {(w, u) for w in (4, 8, 16) for u in (4, 8)} | {(0, 0)} | _SKINNY_DEEP
 
 
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -213,7 +235,10 @@ def skinny_problem(x, w, residual=None, out=None, warps=0, unroll=0, prefetch=No
                 0 <= prefetch_bytes <= nb and prefetch_bytes % 16 == 0):
             return f"prefetch_bytes must be a multiple of 16 in 0..{nb} (the prefetch tensor's bytes), got {prefetch_bytes!r}"
     if (warps, unroll) not in _SKINNY_CONFIGS:
-        return f"(warps, unroll) must be (4|8|16, 4|8) or (0, 0) for the automatic choice, got ({warps!r}, {unroll!r})"
+        return (f"(warps, unroll) must be (4|8|16, 4|8), (8, 16|20) or (0, 0) for the automatic choice, got "
+                f"({warps!r}, {unroll!r})")
+    if (warps, unroll) in _SKINNY_DEEP and x.shape[0] > 8:
+        return f"(warps, unroll) = ({warps}, {unroll}) takes 1..8 rows, x has {x.shape[0]}"
     return None
 
 

@@ -253,8 +253,9 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
     x = x.to(w.dtype)
     if _skinny_takes(x, w, residual):
         pf, pf_bytes = _prefetch_args(prefetch, w)
+        warps, unroll = _skinny_config(x, w)
         return _cpp.skinny_gemm(x, w, residual, out=residual if residual is not None and residual_inplace else None,
-                                warps=SKINNY_CONFIG[0], unroll=SKINNY_CONFIG[1], prefetch=pf, prefetch_bytes=pf_bytes)
+                                warps=warps, unroll=unroll, prefetch=pf, prefetch_bytes=pf_bytes)
     if residual is None:
         return x @ w.t()
     return residual.addmm_(x, w.t()) if residual_inplace else torch.addmm(residual, x, w.t())
@@ -307,6 +308,19 @@ USE_SKINNY_GEMM = _SKINNY_ENV == "1"
 SKINNY_MAX_M = 8
 # (warps, unroll) of ops/_cpp.py skinny_gemm; (0, 0): its automatic choice
 SKINNY_CONFIG = (0, 0)
+# 16 / 20: with the automatic config, GEMMs of 1-8 rows whose K gives a warp more than 8 chunks (K > 2048 at 8 warps:
+# o_proj at K = 3072, the down-projection at 5632) run (8, SKINNY_DEEP_FIRST): a first load batch of that many
+# chunks instead of 8 (csrc/cuda/skinny_gemm_kernels.cuh U0; the same bits). It only moves loads before the PDL
+# wait with _cpp.SKINNY_PRE == "coherent". 0: off (the default until h200_next_session.sh s32c measures it).
+SKINNY_DEEP_FIRST = 0
+
+
+def _skinny_config(x: torch.Tensor, w: torch.Tensor) -> tuple[int, int]:
+    """``(warps, unroll)`` for ``_cpp.skinny_gemm``: :data:`SKINNY_CONFIG`, or ``(8, SKINNY_DEEP_FIRST)`` for the
+    long-K GEMMs it names (shapes only)."""
+    if SKINNY_DEEP_FIRST and SKINNY_CONFIG == (0, 0) and x.shape[0] <= 8 and w.shape[1] > 8 * 8 * 32:
+        return (8, SKINNY_DEEP_FIRST)
+    return SKINNY_CONFIG
 
 
 # The skinny GEMM's L2 prefetch of the next GEMM's weight (``linear(prefetch=)``, ops/_cpp.py skinny_gemm):
