@@ -19,7 +19,13 @@ import os
 import torch
 
 from vllm_specla.ops import _cpp
-from vllm_specla.ops.reference import check_out_slots, chain_verify_ref, chain_verify_snapshots_ref, conv_verify_ref
+from vllm_specla.ops.reference import (
+    check_out_slots,
+    chain_verify_ref,
+    chain_verify_snapshots_ref,
+    conv_step_heads,
+    conv_verify_ref,
+)
 
 
 def _triton_impl():
@@ -295,13 +301,8 @@ def conv_chain_step(x, conv_w, conv_state, g, beta, *, scale, state, slots, cu_s
         ValueError: ``C`` not of the form ``2 H K + HV V``; ``out_slots`` without ``write``.
     """
     R, C = x.shape
+    H = conv_step_heads(C, state, write, out_slots)
     S, HV, V, K = state.shape
-    H = (C - HV * V) // (2 * K) if C > HV * V else 0
-    if H < 1 or 2 * H * K + HV * V != C or HV % H:
-        raise ValueError(f"conv_chain_step: x has {C} channels, not 2 * H * {K} + {HV} * {V} for a key head count "
-                         f"H dividing HV = {HV}")
-    if out_slots is not None and not write:
-        raise ValueError("conv_chain_step: out_slots needs write=True (the state after the token goes there)")
     if CONV_STEP and x.is_cuda and conv_w.shape[-1] == 4 and _triton_impl() is not None:
         tc = _triton_impl()
         if tc.step_counters(x.device, R * H) is not None:

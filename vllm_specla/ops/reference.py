@@ -428,6 +428,23 @@ def conv_verify_ref(
     return y
 
 
+def conv_step_heads(C: int, state: torch.Tensor, write: bool, out_slots: torch.Tensor | None) -> int:
+    """The key head count ``H`` of a one-token conv step (``conv_chain_step``) with ``C`` conv channels over a
+    ``[S, HV, V, K]`` state: ``C = 2 H K + HV V`` (q | k | v) with ``H`` dividing ``HV``.
+
+    Raises:
+        ValueError: no such ``H``; ``out_slots`` given with ``write=False``.
+    """
+    HV, V, K = state.shape[1:]
+    H = (C - HV * V) // (2 * K) if C > HV * V else 0
+    if H < 1 or 2 * H * K + HV * V != C or HV % H:
+        raise ValueError(f"conv_chain_step: x has {C} channels, not 2 * H * {K} + {HV} * {V} for a key head count "
+                         f"H dividing HV = {HV}")
+    if out_slots is not None and not write:
+        raise ValueError("conv_chain_step: out_slots needs write=True (the state after the token goes there)")
+    return H
+
+
 def conv_chain_step_ref(
     x: torch.Tensor,
     conv_w: torch.Tensor,
@@ -457,13 +474,8 @@ def conv_chain_step_ref(
         ValueError: ``C`` not of the form ``2 H K + HV V``, or ``out_slots`` without ``write``.
     """
     R, C = x.shape
+    H = conv_step_heads(C, state, write, out_slots)
     S, HV, V, K = state.shape
-    H = (C - HV * V) // (2 * K) if C > HV * V else 0
-    if H < 1 or 2 * H * K + HV * V != C or HV % H:
-        raise ValueError(f"conv_chain_step: x has {C} channels, not 2 * H * {K} + {HV} * {V} for a key head count "
-                         f"H dividing HV = {HV}")
-    if out_slots is not None and not write:
-        raise ValueError("conv_chain_step: out_slots needs write=True (the state after the token goes there)")
     slots = slots[:R].to(device=state.device, dtype=torch.long)
     if out_slots is not None:  # run in place on the out slots, from copies of the read slots
         out = out_slots[:R].to(device=state.device, dtype=torch.long)

@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 
 from vllm_specla.ops import pdl as _pdl
-from vllm_specla.ops.reference import check_out_slots
+from vllm_specla.ops.reference import check_out_slots, conv_step_heads
 from vllm_specla.ops.triton_fused import pdl_enter
 
 # (BV, num_warps[, KI[, prefetch]]) forced for every chain/recover/tree launch when not None
@@ -632,16 +632,11 @@ def conv_chain_step(
             that is not 4 taps, or ``out_slots`` without ``write``.
     """
     R, C = x.shape
+    H = conv_step_heads(C, state, write, out_slots)
     S, HV, V, K = state.shape
-    H = (C - HV * V) // (2 * K) if C > HV * V else 0
-    if H < 1 or 2 * H * K + HV * V != C or HV % H:
-        raise ValueError(f"conv_chain_step: x has {C} channels, not 2 * H * {K} + {HV} * {V} for a key head count "
-                         f"H dividing HV = {HV}")
     if conv_w.shape != (C, 4) or conv_state.shape[1:] != (3, C):
         raise ValueError(f"conv_chain_step: conv_w must be [{C}, 4] and conv_state [S, 3, {C}] (a 4-tap conv), got "
                          f"{tuple(conv_w.shape)} and {tuple(conv_state.shape)}")
-    if out_slots is not None and not write:
-        raise ValueError("conv_chain_step: out_slots needs write=True (the state after the token goes there)")
     assert state.dtype == torch.float32 and state.is_contiguous() and conv_state.is_contiguous()
     x = x if x.stride(1) == 1 else x.contiguous()
     g, beta = (t if t.stride(1) == 1 else t.contiguous() for t in (g, beta))
