@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s32c first, then s32a, s32b (prepared in session 32, which was lent no device). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
+# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s32c first, then s32a, s32b, s32d (prepared in session 32, which was lent no device). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
 # as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them; s29e's out_dtype
 # after it, commit 637b841). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
@@ -99,6 +99,14 @@ case "${1:-}" in
             --out "$OUT/e2e_s32c.jsonl" 2>&1 | grep "^{" | python -c "$S"
       done
       unset VLLM_SPECLA_SKINNY_PRE
+      ;;
+  s32d)  # session 32, call 4 (prepared, not run; optional): the PDL contract in the SASS of the JIT-built extensions
+        # (benchmarks/sass_pdl_check.py: global loads issued before griddepcontrol.wait per kernel). The chain-verify
+        # kernels read q / k / v / g / beta with __ldg, which ptxas may move above the wait: any load before it is a
+        # race with the previous kernel. Builds the chain kernels (~2-4 min) and both skinny builds
+      export MAX_JOBS=16
+      timeout 420 python benchmarks/sass_pdl_check.py --build 2>&1 | tail -40
+      VLLM_SPECLA_SKINNY_PRE=coherent timeout 120 python benchmarks/sass_pdl_check.py --build 2>&1 | tail -6
       ;;
   s31d)  # (as run: the pytest line timed out at 200 s after 210 of its 218 tests, none failed) session 31, call 4:
         # the shipped defaults after s31c (the row GEMV's narrow configs: bf16 (8, 2048, 8),

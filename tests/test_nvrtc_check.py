@@ -150,3 +150,26 @@ def test_host_code_syntax_and_a_mutation(tmp_path):
     (tmp_path / "skinny_gemm.cu").write_text(bad)
     shutil.copy(os.path.join(ROOT, "csrc", "cuda", "skinny_gemm_kernels.cuh"), tmp_path)
     assert nvrtc_check.host_check(roots, str(tmp_path / "skinny_gemm.cu")) != 0
+
+
+def test_cuobjdump_listing_for_the_gpu_check():
+    """``benchmarks/sass_pdl_check.py`` (run on the GPU machine over the JIT-built extensions) reads
+    ``cuobjdump -sass`` output through the same parser: ``Function : NAME`` headers, encodings after each op."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import sass_pdl_check  # noqa: PLC0415
+
+    text = """
+	code for sm_90
+		Function : _Z1kPf
+	.headerflags	@"EF_CUDA_TEXMODE_UNIFIED EF_CUDA_64BIT_ADDRESS EF_CUDA_SM90"
+        /*0040*/                   LDG.E.NA R0, desc[UR4][R2.64] ;         /* 0x0000000402007981 */
+                                                                           /* 0x001ea8000c5e1900 */
+        /*0060*/                   ACQBULK ;                               /* 0x000000000000782e */
+        /*0070*/                   LDG.E R6, desc[UR4][R4.64] ;            /* 0x0000000404067981 */
+		Function : _Z1jPf
+        /*0000*/              @!P0 LDG.E.CONSTANT R6, desc[UR4][R4.64] ;   /* 0x0000000404067981 */
+        /*0010*/                   ACQBULK ;                               /* 0x000000000000782e */
+"""
+    loads = nvrtc_check.sass_pre_wait_loads(sass_pdl_check.cuobjdump_to_listing(text))
+    assert loads == {"_Z1kPf": (["LDG.E.NA"], 2), "_Z1jPf": (["LDG.E.CONSTANT"], 1)}
+    assert nvrtc_check.pdl_violations(loads) == ["_Z1jPf"]
