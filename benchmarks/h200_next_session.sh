@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s32c first, then s32a, s32b, s32d (prepared in session 32, which was lent no device). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
+# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s32c, s32e, s32a, s32b, then s32d if time is left (prepared in session 32, which was lent no device). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
 # as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them; s29e's out_dtype
 # after it, commit 637b841). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
@@ -24,9 +24,9 @@ set -u
 S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r.get("alpha"),r.get("tree_width"),r.get("draft_vocab"),r.get("draft_weights"),round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows"),r.get("tag"),r.get("policy")) for r in map(json.loads,sys.stdin)]'
 # the session-15+ skinny GEMM calls: its JIT build, and a GPU test run kept whole under $OUT (s15a's pytest crash was
 # cut from the tail of the output)
-skinny_build() {
+skinny_build() {  # [TIMEOUT]
   export MAX_JOBS=16
-  timeout 240 python -c "from vllm_specla.ops import _cpp; print('skinny built', _cpp.load_cuda_gemm())" 2>&1 | tail -3
+  timeout "${1:-240}" python -c "from vllm_specla.ops import _cpp; print('skinny built', _cpp.load_cuda_gemm())" 2>&1 | tail -3
 }
 pytest_log() {  # NAME TIMEOUT PYTEST_ARGS...
   local name=$1 t=$2
@@ -53,60 +53,71 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s32a)  # session 32, call 1 (prepared, not run: no device was lent in session 32): where a batch-1 step's device
-        # time goes at today's defaults, and with the one-launch conv + recurrence: eager kernel durations per kernel
-        # (calls per step) and the CUDA graph's per-kernel increments of the step's span (--graph: 20 profiled
-        # replays, as bench_e2e runs it), AR and SpecLA K = 7 (float8 draft passes), flame and map
-      skinny_build
-      timeout 200 python benchmarks/step_breakdown.py --shapes flame,map --batches 1 --k 7 --modes ar,specla \
+  # Session 32 prepared these without a device (none was lent). Priority: s32c, s32e, s32a, s32b (about 26 minutes
+  # with the start-up overheads); s32d if time is left. The sums of each case's timeouts stay under 600 s.
+  s32c)  # session 32, call 1: the skinny GEMM's first weight batch before the PDL wait. ptxas 12.9 (nvrtc_check.py
+        # --sass) issues the .nc first batch after griddepcontrol.wait; VLLM_SPECLA_SKINNY_PRE=coherent builds it with
+        # coherent loads, which stay before it, and --skinny-deep 16 deepens it for o_proj / down (coherent build
+        # only). x is now read with coherent loads in both builds (the read-only path is not valid for data the
+        # previous kernel writes), so the nc arm is the changed default. Both builds, then batch 1 K = 7, float8
+        # draft passes: nc, coherent, coherent + deep 16, nc again (timeouts 150 + 150 + 4 x 60 = 540 s)
+      skinny_build 150
+      VLLM_SPECLA_SKINNY_PRE=coherent skinny_build 150
+      for C in "nc 0" "coherent 0" "coherent 16" "nc 0"; do
+        set -- $C
+        VLLM_SPECLA_SKINNY_PRE=$1 timeout 60 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 7 \
+            --alphas 0.8 --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --skinny-deep "$2" --tag "s32c_$1_$2" \
+            --out "$OUT/e2e_s32c.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
+      ;;
+  s32e)  # session 32, call 2: the skinny GEMM's GPU tests on both builds (the deep configs' bits against the
+        # automatic config's), the GEMM chain at 5 / 8 rows (automatic, (8, 16), (8, 20)) on both, and coherent +
+        # deep 20 end to end (timeouts 2 x (120 + 70 + 70) + 60 = 580 s; a cold build takes ~60 s)
+      skinny_build 120
+      pytest_log s32e_nc 70 -rs tests/test_skinny_gemm_gpu.py
+      timeout 70 python benchmarks/bench_blas.py --shapes flame,map --ms 5,8 --settings skinny:0:0,skinny:8:16,skinny:8:20 \
+          --out "$OUT/blas_s32e_nc.json" 2>&1 | grep -v Warn | tail -8
+      export VLLM_SPECLA_SKINNY_PRE=coherent
+      skinny_build 120
+      pytest_log s32e_coherent 70 -rs tests/test_skinny_gemm_gpu.py
+      timeout 70 python benchmarks/bench_blas.py --shapes flame,map --ms 5,8 --settings skinny:0:0,skinny:8:16,skinny:8:20 \
+          --out "$OUT/blas_s32e_coherent.json" 2>&1 | grep -v Warn | tail -8
+      timeout 60 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 7 --alphas 0.8 --snapshot-ks "" \
+          --skinny-gemm on --draft-weights fp8 --skinny-deep 20 --tag s32e_coherent_20 --out "$OUT/e2e_s32e.jsonl" \
+          2>&1 | grep "^{" | python -c "$S"
+      unset VLLM_SPECLA_SKINNY_PRE
+      ;;
+  s32a)  # session 32, call 3: where a batch-1 step's device time goes: eager kernel durations (calls per step) and the
+        # CUDA graph's per-kernel increments of the step's span (--graph: 20 profiled replays, as bench_e2e runs
+        # it), AR and SpecLA K = 7 (float8 draft passes), flame and map; then flame with --conv-step on
+        # (timeouts 150 + 240 + 150 = 540 s)
+      skinny_build 150
+      timeout 240 python benchmarks/step_breakdown.py --shapes flame,map --batches 1 --k 7 --modes ar,specla \
           --skinny-gemm on --draft-weights fp8 --steps 10 --graph 20 --top 30 --out "$OUT/breakdown_s32a.json" 2>&1 | \
           grep -v "^USDT\|^STAGE\|Warning"
-      timeout 120 python benchmarks/step_breakdown.py --shapes flame --batches 1 --k 7 --modes ar,specla \
+      timeout 150 python benchmarks/step_breakdown.py --shapes flame --batches 1 --k 7 --modes ar,specla \
           --skinny-gemm on --draft-weights fp8 --steps 10 --graph 20 --top 12 --conv-step on \
           --out "$OUT/breakdown_s32a_convstep.json" 2>&1 | grep -v "^USDT\|^STAGE\|Warning"
       ;;
-  s32b)  # session 32, call 2 (prepared, not run): the one-launch conv + recurrence of one-token steps
-        # (triton_chain.conv_chain_step, chain_verify.CONV_STEP, off by default): its GPU tests (the kernel on the
-        # GDN-1.3B head shapes and odd ones, in a CUDA graph; the runtime against the CPU path), then batch 1, K = 7,
-        # float8 draft passes: off, on at the default (4, 1, 256) and at three other (BV, warps, KI), off again
-      skinny_build
-      pytest_log s32b 150 -rs tests/test_conv_step_gpu.py tests/test_decode_runtime_gpu.py -k "conv_step"
-      for C in off on 8,2,256 16,4,256 4,1,32 off; do
+  s32b)  # session 32, call 4: the one-launch conv + recurrence of one-token steps (triton_chain.conv_chain_step,
+        # chain_verify.CONV_STEP, off by default): its GPU tests (the kernel on the flame 1B and m-a-p 1.3B head
+        # shapes and odd ones, in a CUDA graph; the runtime against the CPU path), then batch 1, K = 7, float8 draft
+        # passes: off, on (4, 1, 256), (8, 2, 256), (16, 4, 256), off (timeouts 150 + 120 + 5 x 50 = 520 s)
+      skinny_build 150
+      pytest_log s32b 120 -rs tests/test_conv_step_gpu.py tests/test_decode_runtime_gpu.py -k "conv_step"
+      for C in off on 8,2,256 16,4,256 off; do
         timeout 50 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 7 --alphas 0.8 \
             --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --conv-step "$C" --tag "s32b_$C" \
             --out "$OUT/e2e_s32b.jsonl" 2>&1 | grep "^{" | python -c "$S"
       done
       ;;
-  s32c)  # session 32, call 3 (prepared, not run): the skinny GEMM's first weight batch before the PDL wait. Until
-        # session 32 ptxas issued it after griddepcontrol.wait (its .nc loads may move across the wait; nvrtc_check.py
-        # --sass); VLLM_SPECLA_SKINNY_PRE=coherent builds it with coherent loads, which stay before the wait, and
-        # --skinny-deep 16 / 20 deepens that batch for the long-K GEMMs (o_proj, down). x is now read with coherent
-        # loads in both builds (a correctness fix: the read-only path is not valid for data the previous kernel
-        # writes). Tests on both builds, the GEMM chain (5 / 8 rows), then batch 1 K = 7 float8 draft passes
-        skinny_build
-      pytest_log s32c_nc 120 -rs tests/test_skinny_gemm_gpu.py
-      timeout 60 python benchmarks/bench_blas.py --shapes flame,map --ms 5,8 --settings skinny:0:0,skinny:8:16,skinny:8:20 \
-          --out "$OUT/blas_s32c_nc.json" 2>&1 | grep -v Warn | tail -8
-      export VLLM_SPECLA_SKINNY_PRE=coherent
-      skinny_build
-      pytest_log s32c_coherent 120 -rs tests/test_skinny_gemm_gpu.py
-      timeout 60 python benchmarks/bench_blas.py --shapes flame,map --ms 5,8 --settings skinny:0:0,skinny:8:16,skinny:8:20 \
-          --out "$OUT/blas_s32c_coherent.json" 2>&1 | grep -v Warn | tail -8
-      for C in "nc 0" "coherent 0" "coherent 16" "coherent 20" "nc 0"; do
-        set -- $C
-        VLLM_SPECLA_SKINNY_PRE=$1 timeout 50 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 7 \
-            --alphas 0.8 --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --skinny-deep "$2" --tag "s32c_$1_$2" \
-            --out "$OUT/e2e_s32c.jsonl" 2>&1 | grep "^{" | python -c "$S"
-      done
-      unset VLLM_SPECLA_SKINNY_PRE
-      ;;
-  s32d)  # session 32, call 4 (prepared, not run; optional): the PDL contract in the SASS of the JIT-built extensions
+  s32d)  # session 32, call 5 (optional): the PDL contract in the SASS of the JIT-built extensions
         # (benchmarks/sass_pdl_check.py: global loads issued before griddepcontrol.wait per kernel). The chain-verify
-        # kernels read q / k / v / g / beta with __ldg, which ptxas may move above the wait: any load before it is a
-        # race with the previous kernel. Builds the chain kernels (~2-4 min) and both skinny builds
+        # kernels read q / k / v / g / beta with __ldg after pdl_enter(); ptxas may move such loads above the wait.
+        # Builds the chain kernels (~2-4 min) and the coherent skinny build (timeouts 420 + 150 = 570 s)
       export MAX_JOBS=16
       timeout 420 python benchmarks/sass_pdl_check.py --build 2>&1 | tail -40
-      VLLM_SPECLA_SKINNY_PRE=coherent timeout 120 python benchmarks/sass_pdl_check.py --build 2>&1 | tail -6
+      VLLM_SPECLA_SKINNY_PRE=coherent timeout 150 python benchmarks/sass_pdl_check.py --build 2>&1 | tail -6
       ;;
   s31d)  # (as run: the pytest line timed out at 200 s after 210 of its 218 tests, none failed) session 31, call 4:
         # the shipped defaults after s31c (the row GEMV's narrow configs: bf16 (8, 2048, 8),

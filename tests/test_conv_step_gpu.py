@@ -143,6 +143,9 @@ def test_conv_chain_step_errors():
     with pytest.raises(ValueError, match="4-tap"):
         tc.conv_chain_step(c.x, c.conv_w[:, :3], c.conv_state, c.g, c.beta, scale=c.scale, state=c.state,
                            slots=c.slots)
+    with pytest.raises(ValueError, match="out_slots \\(1\\) must cover the 2 rows"):
+        tc.conv_chain_step(c.x, c.conv_w, c.conv_state, c.g, c.beta, scale=c.scale, state=c.state, slots=c.slots,
+                           out_slots=c.out_slots[:1])
     with pytest.raises(ValueError, match="counters"):
         tc.conv_chain_step(c.x, c.conv_w, c.conv_state, c.g, c.beta, scale=c.scale, state=c.state, slots=c.slots,
                            counters=torch.zeros(1, dtype=torch.int32, device=DEV))
@@ -167,6 +170,8 @@ def test_dispatcher_conv_step(on, monkeypatch):
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
+        step()  # compile and load the kernels outside the capture (a module load is not allowed while capturing)
+        torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=s):
             o = step()
@@ -176,3 +181,45 @@ def test_dispatcher_conv_step(on, monkeypatch):
     graph.replay()
     torch.cuda.synchronize()
     _check(a, (o, st, cs), torch.bfloat16)
+
+
+@pytest.mark.skipif(HAVE_CUDA, reason="CUDA runs the real dispatcher: tests/test_decode_runtime_gpu.py test_conv_step_*")
+def test_runtime_tokens_with_conv_step_interpreted(monkeypatch):
+    """The decode runtime (tiny random-weight shape, fp32, batch 2) with every one-token step's conv + recurrence on
+    the one-launch kernel under Triton's interpreter (the dispatcher takes it on CUDA tensors only, so the runtime's
+    call is pointed at it here): the AR tokens, the SpecLA tokens (K = 3) and every draft window equal the two-launch
+    path's, and all three call kinds ran (AR, a draft step onto scratch slots, the read-only last draft step)."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    from bench_e2e import build
+
+    from vllm_specla.runtime import fused_model
+    from vllm_specla.runtime.decode import DecodeRuntime
+
+    cfg, tgt, dr = build("tiny", "cpu", torch.float32)
+    two_launch = fused_model.conv_chain_step
+    kinds = set()
+
+    def one_launch(x, conv_w, conv_state, g, beta, *, scale, state, slots, cu_seqlens, write=True, out_slots=None):
+        kinds.add((write, out_slots is not None))
+        return tc.conv_chain_step(x, conv_w, conv_state, g, beta, scale=scale, state=state, slots=slots, write=write,
+                                  out_slots=out_slots)
+
+    prompts = torch.randint(3, cfg.vocab_size, (2, 8), generator=torch.Generator().manual_seed(0))
+    res = {}
+    for fn in (two_launch, one_launch):
+        monkeypatch.setattr(fused_model, "conv_chain_step", fn)
+        ar = DecodeRuntime(tgt, 2, "ar", output_capacity=64, use_cuda_graphs=False)
+        ar.prefill(prompts)
+        ar.run(12)
+        sp = DecodeRuntime(tgt, 2, "specla", 3, dr, output_capacity=64, use_cuda_graphs=False)
+        sp.prefill(prompts)
+        windows = []
+        for _ in range(5):
+            sp.step()
+            windows.append(sp.window.clone())
+        res[fn] = (ar.outputs(), sp.outputs(), torch.stack(windows))
+    (a1, s1, w1), (a2, s2, w2) = res[two_launch], res[one_launch]
+    assert a1 == a2 and s1 == s2 and torch.equal(w1, w2)
+    assert kinds == {(True, False), (True, True), (False, False)}, kinds

@@ -467,9 +467,10 @@ def test_fp8_gathered_o_proj_dispatch(monkeypatch, one):
 
 
 def test_skinny_deep_first_config(monkeypatch):
-    """``fused.SKINNY_DEEP_FIRST`` (16 / 20): with the automatic config, GEMMs of <= 8 rows whose K gives 8 warps
-    more than 8 chunks each (K > 2048) call the op with ``(8, SKINNY_DEEP_FIRST)``; K <= 2048, 9+ rows, an explicit
-    config or the knob at 0 keep ``SKINNY_CONFIG``. The op's own check accepts what the route passes and refuses
+    """``fused.SKINNY_DEEP_FIRST`` (16 / 20): in the coherent build, with the automatic config, GEMMs of <= 8 rows and
+    <= 2048 outputs whose K gives 8 warps more than 8 chunks each (K > 2048) call the op with
+    ``(8, SKINNY_DEEP_FIRST)``; K <= 2048, 9+ rows, > 2048 outputs, the .nc build, an explicit config or the knob at
+    0 keep ``SKINNY_CONFIG``. The op's own check accepts what the route passes and refuses
     the deep configs past 8 rows, naming the config."""
     from vllm_specla.ops import fused
 
@@ -477,6 +478,7 @@ def test_skinny_deep_first_config(monkeypatch):
     monkeypatch.setattr(fused, "_on_gpu", lambda x: True)
     monkeypatch.setattr(fused, "USE_GEMV_ROWS", False)
     monkeypatch.setattr(_cpp, "GEMM_LOADED", True)
+    monkeypatch.setattr(_cpp, "GEMM_PRE", "coherent")
     seen = []
 
     def fake(x, w_, residual=None, out=None, warps=0, unroll=0, pdl=None, prefetch=None, prefetch_bytes=None):
@@ -493,6 +495,14 @@ def test_skinny_deep_first_config(monkeypatch):
             fused.linear(torch.randn(m, k).to(bf), torch.randn(64, k).to(bf))
         want = [(m, k) + ((8, deep) if deep and k > 2048 else (0, 0)) for m, k in shapes]
         assert seen == want, (deep, seen)
+    seen.clear()  # more than 2048 outputs (more CTAs than SMs at one per SM): not deep
+    fused.linear(torch.randn(5, 5632).to(bf), torch.randn(2056, 5632).to(bf))
+    assert seen == [(5, 5632, 0, 0)]
+    monkeypatch.setattr(_cpp, "GEMM_PRE", "nc")  # the .nc build: its first batch is not before the wait anyway
+    seen.clear()
+    fused.linear(torch.randn(5, 5632).to(bf), torch.randn(64, 5632).to(bf))
+    assert seen == [(5, 5632, 0, 0)]
+    monkeypatch.setattr(_cpp, "GEMM_PRE", "coherent")
     monkeypatch.setattr(fused, "SKINNY_CONFIG", (8, 8))  # an explicit config stays
     seen.clear()
     fused.linear(torch.randn(5, 5632).to(bf), torch.randn(64, 5632).to(bf))

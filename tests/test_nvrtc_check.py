@@ -104,10 +104,17 @@ def test_sass_load_parsing():
         /*0020*/                   LDG.E.NA.128.CONSTANT R4, desc[UR4][R2.64] ;
         .text._Z1cPf:
         /*0000*/                   LDG.E R2, desc[UR4][R2.64] ;
+        .text._Z1dPf:
+        /*fff0*/                   LDGSTS.E.128 [R3], desc[UR4][R4.64] ;
+        /*10000*/                  LDGDEPBAR ;
+        /*10010*/                  LD.E R5, desc[UR4][R6.64] ;
+        /*10020*/                  ACQBULK ;
+        /*10030*/                  LDS R7, [R3] ;
 """
     loads = nvrtc_check.sass_pre_wait_loads(listing)
-    assert loads == {"_Z1aPf": (["LDG.E.NA.128"], 2), "_Z1bPf": (["LDG.E.128.CONSTANT"], 2), "_Z1cPf": (["LDG.E"], 1)}
-    assert nvrtc_check.pdl_violations(loads) == ["_Z1bPf", "_Z1cPf"]
+    assert loads == {"_Z1aPf": (["LDG.E.NA.128"], 2), "_Z1bPf": (["LDG.E.128.CONSTANT"], 2), "_Z1cPf": (["LDG.E"], 1),
+                     "_Z1dPf": (["LD.E"], 1)}  # (async copies, barriers, shared loads are not counted; 5-digit offsets)
+    assert nvrtc_check.pdl_violations(loads) == ["_Z1bPf", "_Z1cPf", "_Z1dPf"]
 
 
 @pytest.mark.skipif(not _have_wheels() or nvrtc_check.nvdisasm() is None,

@@ -146,12 +146,12 @@ def sass_pre_wait_loads(sass: str) -> dict[str, tuple[list[str], int]]:
                 out[name] = (pre, total)
             name, pre, total, seen_wait = m.group(1), [], 0, False
             continue
-        if name is None or not re.search(r"/\*[0-9a-f]{4}\*/", line):
+        if name is None or not re.search(r"/\*[0-9a-f]{4,}\*/", line):
             continue
-        op = re.sub(r"^@!?U?P\w+\s+", "", re.sub(r".*?/\*[0-9a-f]{4}\*/\s*", "", line).strip())
+        op = re.sub(r"^@!?U?P\w+\s+", "", re.sub(r".*?/\*[0-9a-f]{4,}\*/\s*", "", line).strip())
         if op.startswith("ACQBULK"):
             seen_wait = True
-        elif op.startswith("LDG"):
+        elif re.match(r"(LDG|LD)(\.|\s|$)", op):  # global / generic loads (not LDGSTS, LDGDEPBAR, LDS, LDC)
             total += 1
             if not seen_wait:
                 pre.append(op.split()[0])

@@ -308,17 +308,20 @@ USE_SKINNY_GEMM = _SKINNY_ENV == "1"
 SKINNY_MAX_M = 8
 # (warps, unroll) of ops/_cpp.py skinny_gemm; (0, 0): its automatic choice
 SKINNY_CONFIG = (0, 0)
-# 16 / 20: with the automatic config, GEMMs of 1-8 rows whose K gives a warp more than 8 chunks (K > 2048 at 8 warps:
-# o_proj at K = 3072, the down-projection at 5632) run (8, SKINNY_DEEP_FIRST): a first load batch of that many
-# chunks instead of 8 (csrc/cuda/skinny_gemm_kernels.cuh U0; the same bits). It only moves loads before the PDL
-# wait with _cpp.SKINNY_PRE == "coherent". 0: off (the default until h200_next_session.sh s32c measures it).
+# 16 / 20: in the VLLM_SPECLA_SKINNY_PRE=coherent build, with the automatic config, GEMMs of 1-8 rows and at most
+# 2048 outputs (128 CTAs: one per SM, which the deep kernels' 178 / 240 registers allow) whose K gives a warp more
+# than 8 chunks (K > 2048 at 8 warps: o_proj at K = 3072, the down-projection at 5632) run (8, SKINNY_DEEP_FIRST):
+# a first load batch of that many chunks instead of 8 (csrc/cuda/skinny_gemm_kernels.cuh U0; the same bits). In the
+# .nc build ptxas issues every load after the wait anyway (and compiles these kernels to 58-64 registers), so the
+# rule skips it. 0: off (the default until h200_next_session.sh s32c measures it).
 SKINNY_DEEP_FIRST = 0
 
 
 def _skinny_config(x: torch.Tensor, w: torch.Tensor) -> tuple[int, int]:
     """``(warps, unroll)`` for ``_cpp.skinny_gemm``: :data:`SKINNY_CONFIG`, or ``(8, SKINNY_DEEP_FIRST)`` for the
-    long-K GEMMs it names (shapes only)."""
-    if SKINNY_DEEP_FIRST and SKINNY_CONFIG == (0, 0) and x.shape[0] <= 8 and w.shape[1] > 8 * 8 * 32:
+    GEMMs it names (shapes and the loaded build only)."""
+    if (SKINNY_DEEP_FIRST and SKINNY_CONFIG == (0, 0) and _cpp.GEMM_PRE == "coherent" and x.shape[0] <= 8
+            and w.shape[0] <= 2048 and w.shape[1] > 8 * 8 * 32):
         return (8, SKINNY_DEEP_FIRST)
     return SKINNY_CONFIG
 

@@ -462,6 +462,7 @@ STEP_CONFIG: tuple[int, int, int] = (4, 1, 256)
 # q / k window writers: one int32 counter per (row, key head), zero between launches (the last program of a
 # (row, key head) to read the window writes it, then resets the counter). Allocated outside CUDA-graph capture.
 _STEP_COUNTERS: dict = {}
+_STEP_COUNTERS_OLD: list = []  # replaced buffers, kept alive: a CUDA graph captured before may still use them
 
 
 def step_counters(device: torch.device, n: int) -> torch.Tensor | None:
@@ -475,6 +476,8 @@ def step_counters(device: torch.device, n: int) -> torch.Tensor | None:
     if buf is None or buf.numel() < n:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return None
+        if buf is not None:
+            _STEP_COUNTERS_OLD.append(buf)
         buf = torch.zeros(max(4096, n), dtype=torch.int32, device=device)
         _STEP_COUNTERS[key] = buf
     return buf
@@ -638,6 +641,9 @@ def conv_chain_step(
         raise ValueError(f"conv_chain_step: conv_w must be [{C}, 4] and conv_state [S, 3, {C}] (a 4-tap conv), got "
                          f"{tuple(conv_w.shape)} and {tuple(conv_state.shape)}")
     assert state.dtype == torch.float32 and state.is_contiguous() and conv_state.is_contiguous()
+    assert slots.numel() >= R, f"slots ({slots.numel()}) must cover the {R} rows"
+    if out_slots is not None:
+        check_out_slots(out_slots, R, write)
     x = x if x.stride(1) == 1 else x.contiguous()
     g, beta = (t if t.stride(1) == 1 else t.contiguous() for t in (g, beta))
     conv_w = conv_w.contiguous()
