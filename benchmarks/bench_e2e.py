@@ -591,6 +591,7 @@ def apply_kernel_flags(args, device: str) -> dict | None:
                 skinny_prefetch=fused.SKINNY_PREFETCH_BYTES if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_max_m=fused.SKINNY_MAX_M if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_pre=_cpp.GEMM_PRE if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
+                skinny_early=_cpp.GEMM_EARLY if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_deep_first=fused.SKINNY_DEEP_FIRST if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 triton_accept=_steps.USE_TRITON_ACCEPT, triton_glue=fused.USE_TRITON_EMBED and _steps.USE_TRITON_CONTROL,
                 conv_step=(list(_tc.STEP_CONFIG_OVERRIDE or _tc.STEP_CONFIG) if _cv.CONV_STEP else None))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s32c, s32e, s32a, s32b, then s32d if time is left (prepared in session 32, which was lent no device). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
+# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s32c, s32e, s32f, s32a, s32b, then s32d if time is left (prepared in session 32, which was lent no device). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
 # as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them; s29e's out_dtype
 # after it, commit 637b841). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
@@ -53,8 +53,9 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  # Session 32 prepared these without a device (none was lent). Priority: s32c, s32e, s32a, s32b (about 26 minutes
-  # with the start-up overheads); s32d if time is left. The sums of each case's timeouts stay under 600 s.
+  # Session 32 prepared these without a device (none was lent). Priority: s32c, s32e, s32f, s32a, s32b (more than
+  # the 30 minutes with the start-up overheads: drop from the end), s32d if time is left. Each case's timeouts sum
+  # to under 600 s.
   s32c)  # session 32, call 1: the skinny GEMM's first weight batch before the PDL wait. ptxas 12.9 (nvrtc_check.py
         # --sass) issues the .nc first batch after griddepcontrol.wait; VLLM_SPECLA_SKINNY_PRE=coherent builds it with
         # coherent loads, which stay before it, and --skinny-deep 16 deepens it for o_proj / down (coherent build
@@ -70,13 +71,11 @@ case "${1:-}" in
             --out "$OUT/e2e_s32c.jsonl" 2>&1 | grep "^{" | python -c "$S"
       done
       ;;
-  s32e)  # session 32, call 2: the skinny GEMM's GPU tests on both builds (the deep configs' bits against the
-        # automatic config's), the GEMM chain at 5 / 8 rows (automatic, (8, 16), (8, 20)) on both, and coherent +
-        # deep 20 end to end (timeouts 2 x (120 + 70 + 70) + 60 = 580 s; a cold build takes ~60 s)
+  s32e)  # session 32, call 2: the skinny GEMM's GPU tests on both builds (the deep configs' output bits against the
+        # automatic config's), the GEMM chain at 5 / 8 rows on the coherent build (automatic, (8, 16), (8, 20)), and
+        # coherent + deep 20 end to end (timeouts 120 + 70 + 120 + 70 + 70 + 60 = 510 s; a cold build takes ~60 s)
       skinny_build 120
       pytest_log s32e_nc 70 -rs tests/test_skinny_gemm_gpu.py
-      timeout 70 python benchmarks/bench_blas.py --shapes flame,map --ms 5,8 --settings skinny:0:0,skinny:8:16,skinny:8:20 \
-          --out "$OUT/blas_s32e_nc.json" 2>&1 | grep -v Warn | tail -8
       export VLLM_SPECLA_SKINNY_PRE=coherent
       skinny_build 120
       pytest_log s32e_coherent 70 -rs tests/test_skinny_gemm_gpu.py
@@ -87,7 +86,21 @@ case "${1:-}" in
           2>&1 | grep "^{" | python -c "$S"
       unset VLLM_SPECLA_SKINNY_PRE
       ;;
-  s32a)  # session 32, call 3: where a batch-1 step's device time goes: eager kernel durations (calls per step) and the
+  s32f)  # session 32, call 3: the skinny GEMM letting its dependent launch right after its PDL wait
+        # (VLLM_SPECLA_SKINNY_EARLY=1, its own build) on the coherent build: tests, then batch 1 K = 7: coherent,
+        # coherent + early, coherent + early + deep 16 (timeouts 150 + 70 + 3 x 60 = 400 s)
+      export VLLM_SPECLA_SKINNY_PRE=coherent VLLM_SPECLA_SKINNY_EARLY=1
+      skinny_build 150
+      pytest_log s32f 70 -rs tests/test_skinny_gemm_gpu.py
+      for C in "0 0" "1 0" "1 16"; do
+        set -- $C
+        VLLM_SPECLA_SKINNY_EARLY=$1 timeout 60 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 7 \
+            --alphas 0.8 --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --skinny-deep "$2" \
+            --tag "s32f_coherent_early$1_$2" --out "$OUT/e2e_s32f.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
+      unset VLLM_SPECLA_SKINNY_PRE VLLM_SPECLA_SKINNY_EARLY
+      ;;
+  s32a)  # session 32, call 4: where a batch-1 step's device time goes: eager kernel durations (calls per step) and the
         # CUDA graph's per-kernel increments of the step's span (--graph: 20 profiled replays, as bench_e2e runs
         # it), AR and SpecLA K = 7 (float8 draft passes), flame and map; then flame with --conv-step on
         # (timeouts 150 + 240 + 150 = 540 s)
@@ -99,7 +112,7 @@ case "${1:-}" in
           --skinny-gemm on --draft-weights fp8 --steps 10 --graph 20 --top 12 --conv-step on \
           --out "$OUT/breakdown_s32a_convstep.json" 2>&1 | grep -v "^USDT\|^STAGE\|Warning"
       ;;
-  s32b)  # session 32, call 4: the one-launch conv + recurrence of one-token steps (triton_chain.conv_chain_step,
+  s32b)  # session 32, call 5: the one-launch conv + recurrence of one-token steps (triton_chain.conv_chain_step,
         # chain_verify.CONV_STEP, off by default): its GPU tests (the kernel on the flame 1B and m-a-p 1.3B head
         # shapes and odd ones, in a CUDA graph; the runtime against the CPU path), then batch 1, K = 7, float8 draft
         # passes: off, on (4, 1, 256), (8, 2, 256), (16, 4, 256), off (timeouts 150 + 120 + 5 x 50 = 520 s)
@@ -111,7 +124,7 @@ case "${1:-}" in
             --out "$OUT/e2e_s32b.jsonl" 2>&1 | grep "^{" | python -c "$S"
       done
       ;;
-  s32d)  # session 32, call 5 (optional): the PDL contract in the SASS of the JIT-built extensions
+  s32d)  # session 32, call 6 (optional): the PDL contract in the SASS of the JIT-built extensions
         # (benchmarks/sass_pdl_check.py: global loads issued before griddepcontrol.wait per kernel). The chain-verify
         # kernels read q / k / v / g / beta with __ldg after pdl_enter(); ptxas may move such loads above the wait.
         # Builds the chain kernels (~2-4 min) and the coherent skinny build (timeouts 420 + 150 = 570 s)

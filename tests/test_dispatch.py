@@ -521,6 +521,7 @@ def test_skinny_deep_first_config(monkeypatch):
 @pytest.mark.parametrize("var,module,msg", [
     ("VLLM_SPECLA_SKINNY_PRE", "vllm_specla.ops._cpp", "VLLM_SPECLA_SKINNY_PRE must be one of ('nc', 'coherent')"),
     ("VLLM_SPECLA_CONV_STEP", "vllm_specla.ops.chain_verify", "VLLM_SPECLA_CONV_STEP must be '0'"),
+    ("VLLM_SPECLA_SKINNY_EARLY", "vllm_specla.ops._cpp", "VLLM_SPECLA_SKINNY_EARLY must be '0'"),
 ])
 def test_build_and_dispatch_env_values(var, module, msg):
     """A bad value of the skinny GEMM's first-batch build switch or of the one-launch conv step fails at import with
@@ -531,7 +532,7 @@ def test_build_and_dispatch_env_values(var, module, msg):
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=root)
-    for val, ok in (("bogus", False), ("", True), ("1" if "CONV" in var else "coherent", True)):
+    for val, ok in (("bogus", False), ("", True), ("coherent" if var.endswith("PRE") else "1", True)):
         r = subprocess.run([sys.executable, "-c", f"import {module}"], env=dict(env, **{var: val}), capture_output=True,
                            text=True, timeout=300)
         assert (r.returncode == 0) == ok, r.stderr[-2000:]

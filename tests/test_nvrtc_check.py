@@ -119,14 +119,15 @@ def test_sass_load_parsing():
 
 @pytest.mark.skipif(not _have_wheels() or nvrtc_check.nvdisasm() is None,
                     reason="needs the CUDA 12 wheels and an nvdisasm (Triton's wheel ships one)")
-@pytest.mark.parametrize("pre", ["nc", "coherent"])
+@pytest.mark.parametrize("pre", ["nc", "coherent", "coherent-early"])
 def test_sass_reads_only_weights_before_the_pdl_wait(pre):
     """Both first-batch builds (``VLLM_SPECLA_SKINNY_PRE``): no kernel reads activations, residuals or scales
     before ``griddepcontrol.wait`` in SASS (with x as ``const __restrict__`` NVVM used the read-only path, which
     ptxas moved above the wait in the coherent build); the coherent build issues its first weight batch (2 U or
-    2 U0 loads per lane) before the wait, the ``.nc`` build none (ptxas places the wait first)."""
+    2 U0 loads per lane) before the wait, the ``.nc`` build none (ptxas places the wait first); the early-launch
+    build (``launch_dependents`` right after the wait) the same as the coherent one."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONOPTIMIZE"}
-    args = ["--sass"] + (["--pre-coherent"] if pre == "coherent" else [])
+    args = ["--sass"] + (["--pre-coherent"] if pre.startswith("coherent") else []) + (["--early"] if "early" in pre else [])
     r = subprocess.run([sys.executable, os.path.join(ROOT, "csrc", "cuda", "nvrtc_check.py")] + args,
                        capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]

@@ -229,6 +229,9 @@ def main() -> int:
     ap.add_argument("--pre-coherent", action="store_true",
                     help="build with VLLM_SPECLA_SKINNY_PRE_COHERENT=1 (the first load batch as coherent loads, which "
                          "ptxas keeps before griddepcontrol.wait; ops/_cpp.py VLLM_SPECLA_SKINNY_PRE=coherent)")
+    ap.add_argument("--early", action="store_true",
+                    help="build with VLLM_SPECLA_SKINNY_EARLY_LAUNCH=1 (launch_dependents right after the PDL wait; "
+                         "ops/_cpp.py VLLM_SPECLA_SKINNY_EARLY=1)")
     ap.add_argument("--sass", action="store_true",
                     help="also disassemble (nvdisasm) and print each kernel's global loads before griddepcontrol.wait "
                          "(ACQBULK); exit 1 if one reads anything but weights (L1::no_allocate loads) before it, or, "
@@ -242,7 +245,8 @@ def main() -> int:
     ptxas = _find(roots, "cuda_nvcc", "bin", "ptxas")
     names = kernels()
     src = '#include "skinny_gemm_kernels.cuh"\n'
-    defines = ("VLLM_SPECLA_SKINNY_PRE_COHERENT=1",) if args.pre_coherent else ()
+    defines = (("VLLM_SPECLA_SKINNY_PRE_COHERENT=1",) if args.pre_coherent else ()) + (
+        ("VLLM_SPECLA_SKINNY_EARLY_LAUNCH=1",) if args.early else ())
     ptx = compile_ptx(lib, src, include, names, args.arch.replace("sm_", "compute_"), defines)
     if args.ptx_out:
         try:

@@ -48,14 +48,25 @@ __device__ __forceinline__ uint4 ld_first(const void* p) {
 #endif
 }
 
+// VLLM_SPECLA_SKINNY_EARLY_LAUNCH=1 (ops/_cpp.py VLLM_SPECLA_SKINNY_EARLY=1): griddepcontrol.launch_dependents right
+// after the wait, as the Triton row GEMV does, instead of after the MMA loop. The dependent (in a verify window: a
+// norm / gating / SwiGLU kernel that waits first) then launches while this GEMM streams, not at its end; its own
+// wait still holds it until this grid has finished. Session 32; not measured yet.
+#ifndef VLLM_SPECLA_SKINNY_EARLY_LAUNCH
+#define VLLM_SPECLA_SKINNY_EARLY_LAUNCH 0
+#endif
+
 __device__ __forceinline__ void griddep_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#if VLLM_SPECLA_SKINNY_EARLY_LAUNCH
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
 #endif
 }
 
-__device__ __forceinline__ void griddep_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void griddep_launch_dependents() {  // (after the MMA loop; see griddep_wait)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !VLLM_SPECLA_SKINNY_EARLY_LAUNCH
   asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
 }

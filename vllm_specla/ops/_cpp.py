@@ -127,6 +127,14 @@ SKINNY_PRE = os.environ.get("VLLM_SPECLA_SKINNY_PRE") or "nc"
 if SKINNY_PRE not in SKINNY_PRE_CHOICES:
     raise ValueError(f"VLLM_SPECLA_SKINNY_PRE must be one of {SKINNY_PRE_CHOICES} (how the skinny GEMM loads its "
                      f"first weight batch), got {SKINNY_PRE!r}")
+# VLLM_SPECLA_SKINNY_EARLY=1: the skinny GEMM lets its dependent kernel launch right after its PDL wait instead of
+# after its MMA loop (skinny_gemm_kernels.cuh VLLM_SPECLA_SKINNY_EARLY_LAUNCH; its own cached build). "0" (the
+# default until measured, h200_next_session.sh s32c).
+_EARLY_ENV = os.environ.get("VLLM_SPECLA_SKINNY_EARLY") or "0"
+if _EARLY_ENV not in ("0", "1"):
+    raise ValueError(f"VLLM_SPECLA_SKINNY_EARLY must be '0' (launch the dependent kernel after the MMA loop, the "
+                     f"default) or '1' (right after the PDL wait), got {_EARLY_ENV!r}")
+SKINNY_EARLY = _EARLY_ENV == "1"
 
 
 # skinny_gemm's default prefetch size: the best on the step's GEMMs (RESULTS.md session 17; ops/fused.py
@@ -134,6 +142,7 @@ if SKINNY_PRE not in SKINNY_PRE_CHOICES:
 SKINNY_PREFETCH_DEFAULT_BYTES = 4 << 20
 GEMM_LOADED = False  # set by load_cuda_gemm(): torch.ops.vllm_specla.skinny_gemm is registered for CUDA tensors
 GEMM_PRE: str | None = None  # the SKINNY_PRE of the loaded build
+GEMM_EARLY: bool | None = None  # its SKINNY_EARLY
 
 
 def load_cuda_gemm(verbose: bool = False) -> bool:
@@ -150,14 +159,17 @@ def load_cuda_gemm(verbose: bool = False) -> bool:
     """
     if not torch.cuda.is_available():
         return False
-    global GEMM_LOADED, GEMM_PRE
-    if GEMM_PRE is not None and GEMM_PRE != SKINNY_PRE:
-        raise RuntimeError(f"load_cuda_gemm: the skinny GEMM was loaded with SKINNY_PRE={GEMM_PRE!r} in this process; "
-                           f"{SKINNY_PRE!r} needs a new process (both builds register the same op names)")
+    global GEMM_LOADED, GEMM_PRE, GEMM_EARLY
+    if GEMM_PRE is not None and (GEMM_PRE, GEMM_EARLY) != (SKINNY_PRE, SKINNY_EARLY):
+        raise RuntimeError(f"load_cuda_gemm: the skinny GEMM was loaded with SKINNY_PRE={GEMM_PRE!r}, "
+                           f"SKINNY_EARLY={GEMM_EARLY} in this process; another build needs a new process (every build "
+                           f"registers the same op names)")
     coherent = SKINNY_PRE == "coherent"
-    _jit_cuda("vllm_specla_gemm_jit" + ("_pre" if coherent else ""), ["skinny_gemm.cu"], verbose,
-              ("VLLM_SPECLA_SKINNY_PRE_COHERENT=1",) if coherent else ())
-    GEMM_LOADED, GEMM_PRE = True, SKINNY_PRE
+    defines = (("VLLM_SPECLA_SKINNY_PRE_COHERENT=1",) if coherent else ()) + (
+        ("VLLM_SPECLA_SKINNY_EARLY_LAUNCH=1",) if SKINNY_EARLY else ())
+    _jit_cuda("vllm_specla_gemm_jit" + ("_pre" if coherent else "") + ("_early" if SKINNY_EARLY else ""),
+              ["skinny_gemm.cu"], verbose, defines)
+    GEMM_LOADED, GEMM_PRE, GEMM_EARLY = True, SKINNY_PRE, SKINNY_EARLY
     return True
 
 
