@@ -115,10 +115,11 @@ case "${1:-}" in
   s32b)  # session 32, call 5: the one-launch conv + recurrence of one-token steps (triton_chain.conv_chain_step,
         # chain_verify.CONV_STEP, off by default): its GPU tests (the kernel on the flame 1B and m-a-p 1.3B head
         # shapes and odd ones, in a CUDA graph; the runtime against the CPU path), then batch 1, K = 7, float8 draft
-        # passes: off, on (4, 1, 256), (8, 2, 256), (16, 4, 256), off (timeouts 150 + 120 + 5 x 50 = 520 s)
+        # passes: off, on (4, 1, 256), (4, 1, 32) (the AR chain kernel's tile), (8, 2, 256), (16, 4, 256), off
+        # (timeouts 150 + 120 + 6 x 50 = 570 s)
       skinny_build 150
       pytest_log s32b 120 -rs tests/test_conv_step_gpu.py tests/test_decode_runtime_gpu.py -k "conv_step"
-      for C in off on 8,2,256 16,4,256 off; do
+      for C in off on 4,1,32 8,2,256 16,4,256 off; do
         timeout 50 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 7 --alphas 0.8 \
             --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --conv-step "$C" --tag "s32b_$C" \
             --out "$OUT/e2e_s32b.jsonl" 2>&1 | grep "^{" | python -c "$S"
