@@ -1,6 +1,7 @@
 """``csrc/cuda/nvrtc_check.py``: the skinny GEMM's device code compiles for sm_90 with NVRTC + ptxas,
 with no register spills, for every instantiation ``skinny_gemm.cu`` launches, and its host code passes
-``g++ -fsyntax-only``. The compile tests skip unless the CUDA 12 NVRTC / runtime-header / nvcc / CCCL
+``g++ -fsyntax-only``; the chain-verify kernels (``chain_verify*.cu``, ``--chain``) compile and read nothing before
+their PDL wait. The compile tests skip unless the CUDA 12 NVRTC / runtime-header / nvcc / CCCL
 wheels are installed (``make setup`` installs them, so CI runs them)."""
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def test_device_code_compiles_without_spills():
 
 def test_sass_load_parsing():
     """``sass_pre_wait_loads`` splits an ``nvdisasm -c`` listing per function at the first ``ACQBULK``
-    (``griddepcontrol.wait``), predicated loads included; ``pdl_violations`` names the functions that load
+    (``griddepcontrol.wait``), predicated loads and ``cp.async`` copies (``LDGSTS``) included; ``pdl_violations`` names the functions that load
     anything but ``L1::no_allocate`` weights (``.NA``) before it."""
     listing = """
         .text._Z1aPf:
@@ -113,7 +114,8 @@ def test_sass_load_parsing():
 """
     loads = nvrtc_check.sass_pre_wait_loads(listing)
     assert loads == {"_Z1aPf": (["LDG.E.NA.128"], 2), "_Z1bPf": (["LDG.E.128.CONSTANT"], 2), "_Z1cPf": (["LDG.E"], 1),
-                     "_Z1dPf": (["LD.E"], 1)}  # (async copies, barriers, shared loads are not counted; 5-digit offsets)
+                     "_Z1dPf": (["LDGSTS.E.128", "LD.E"], 2)}  # (async copies count; barriers, shared loads do not;
+    # 5-digit offsets)
     assert nvrtc_check.pdl_violations(loads) == ["_Z1bPf", "_Z1cPf", "_Z1dPf"]
 
 
@@ -181,3 +183,67 @@ def test_cuobjdump_listing_for_the_gpu_check():
     loads = nvrtc_check.sass_pre_wait_loads(sass_pdl_check.cuobjdump_to_listing(text))
     assert loads == {"_Z1kPf": (["LDG.E.NA"], 2), "_Z1jPf": (["LDG.E.CONSTANT"], 1)}
     assert nvrtc_check.pdl_violations(loads) == ["_Z1jPf"]
+
+
+def _chain_sources() -> str:
+    return "".join(open(os.path.join(ROOT, "csrc", "cuda", f)).read() for f in ("chain_verify.cu", "chain_verify_ut.cu"))
+
+
+def test_chain_kernel_lists_cover_every_launched_kernel():
+    """``--chain`` compiles every ``__global__`` template of ``chain_verify*.cu`` that a launch names: each kernel
+    template appears in ``chain_kernels()`` / ``ut_kernels()``, no instantiation twice, and each instantiation's
+    argument count matches its template's parameter count (NVRTC would reject a wrong one, but a default
+    argument could hide a missing one)."""
+    src = _chain_sources()
+    kernels = {name: params.count(",") + 1 for params, name in
+               re.findall(r"template <([^>]*)>\s*__global__ void __launch_bounds__\(.*?\)\s*(\w+)\(", src, re.DOTALL)}
+    referenced = set(re.findall(r"\b(chain_verify\w*_kernel\w*)<", src))  # (launches, occupancy queries)
+    names = nvrtc_check.chain_kernels() + nvrtc_check.ut_kernels()
+    assert len(names) == len(set(names))
+    used = {re.search(r"::(\w+)<", n).group(1) for n in names}
+    assert set(kernels) == used == referenced, (set(kernels), used, referenced)
+    for n in names:
+        name, args = re.search(r"::(\w+)<(.*)>$", n).groups()
+        assert args.count(",") + 1 == kernels[name], n
+
+
+@pytest.mark.skipif(not _have_wheels() or nvrtc_check.nvdisasm() is None,
+                    reason="needs the CUDA 12 wheels and an nvdisasm (Triton's wheel ships one)")
+def test_chain_kernels_read_nothing_before_the_pdl_wait():
+    """``--chain --sass``: every chain-verify kernel instantiation (``chain_verify.cu``, ``chain_verify_ut.cu``)
+    compiles for sm_90 and issues no global read (loads, ``cp.async``, bulk copies) before ``griddepcontrol.wait``
+    in SASS. They read q / k / v / g / beta, banks and the state through ``__ldg`` (``ld.global.nc``) as well, which
+    ptxas may move across the wait: this is what the source order cannot show."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONOPTIMIZE"}
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "csrc", "cuda", "nvrtc_check.py"), "--chain", "--sass"],
+                       capture_output=True, text=True, timeout=900, env=env, check=False)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    rows = re.findall(r"^\s*(\d+) of\s+(\d+) global reads before griddepcontrol.wait\s+(.*)$", r.stdout, re.MULTILINE)
+    assert len(rows) == len(nvrtc_check.chain_kernels()) + len(nvrtc_check.ut_kernels())
+    assert all(int(pre) == 0 and int(total) > 0 for pre, total, _ in rows)
+    assert "--sass: 0 kernel(s) read global memory before griddepcontrol.wait" in r.stdout
+
+
+@pytest.mark.skipif(not _have_wheels() or nvrtc_check.nvdisasm() is None,
+                    reason="needs the CUDA 12 wheels and an nvdisasm (Triton's wheel ships one)")
+def test_chain_check_flags_a_read_before_the_wait(tmp_path):
+    """A copy of the sources whose sb kernel reads ``g`` (coherently, which ptxas keeps in source order) before
+    ``pdl_enter()`` fails ``--chain --sass`` with each of its instantiations named; the unmodified sb kernels pass."""
+    for f in ("chain_verify.cu", "chain_verify_ut.cu", "chain_verify.cuh"):
+        shutil.copy(os.path.join(ROOT, "csrc", "cuda", f), tmp_path)
+    src = (tmp_path / "chain_verify.cu").read_text()
+    head = "__global__ void __launch_bounds__(32) chain_verify_sb_kernel(const ChainVerifyParams p) {\n  pdl_enter();"
+    assert head in src
+    (tmp_path / "chain_verify.cu").write_text(src.replace(head, head.replace(
+        "  pdl_enter();", "  const float g0 = p.g[blockIdx.z];\n  pdl_enter();\n  if (g0 == 12345.f) p.o[0] = g0;")))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONOPTIMIZE"}
+    base = [sys.executable, os.path.join(ROOT, "csrc", "cuda", "nvrtc_check.py"), "--chain", "--sass",
+            "--kernels", "sb_kernel"]
+    good = subprocess.run(base, capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert good.returncode == 0, good.stdout[-2000:] + good.stderr[-2000:]
+    bad = subprocess.run(base + ["--src-dir", str(tmp_path)], capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert bad.returncode == 1, bad.stdout[-2000:] + bad.stderr[-2000:]
+    flagged = re.findall(r"^\s*1 of\s+\d+ global reads before griddepcontrol.wait\s+.*chain_verify_sb_kernel<(\d, \d+)>"
+                         r".*READS BEFORE THE WAIT$", bad.stdout, re.MULTILINE)
+    assert sorted(flagged) == ["1, 16", "1, 32", "2, 16", "2, 32"]
+    assert "--sass: 4 kernel(s) read global memory before griddepcontrol.wait" in bad.stdout

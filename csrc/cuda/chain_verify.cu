@@ -118,8 +118,10 @@
 
 #include <cuda_bf16.h>
 
+#ifndef __CUDACC_RTC__
 #include <algorithm>
 #include <type_traits>
+#endif
 
 namespace vllm_specla {
 namespace cuda {
@@ -553,6 +555,7 @@ __global__ void __launch_bounds__(32, MINB) chain_verify_kernel_capped(const Cha
   chain_verify_body<TIn, KPL, VEC, BV>(p);
 }
 
+#ifndef __CUDACC_RTC__  // host code (NVRTC compiles the kernels only: csrc/cuda/nvrtc_check.py --chain)
 template <typename TIn, int KPL, bool VEC, int BV>
 cudaError_t launch(const ChainVerifyParams& p, cudaStream_t stream) {
   const dim3 grid((p.V + BV - 1) / BV, p.HV, p.R);
@@ -563,6 +566,7 @@ cudaError_t launch(const ChainVerifyParams& p, cudaStream_t stream) {
   }
   return launch_pdl(chain_verify_kernel<TIn, KPL, VEC, BV>, grid, dim3(32), 0, stream, p.pdl, p);
 }
+#endif  // !__CUDACC_RTC__
 
 // ---- small-batch variant: row-group layout ----------------------------------------------------------
 // lane = (row group rg = lane / LPR, sub-lane s = lane % LPR); the warp's BV = (32 / LPR) * RPL value
@@ -1323,6 +1327,7 @@ __global__ void __launch_bounds__(32) chain_verify_rg_kernel(const ChainVerifyPa
     chain_verify_rg_body<TIn, LPR, RPL, KPL, PW>(p);
 }
 
+#ifndef __CUDACC_RTC__  // host code (NVRTC compiles the kernels only: csrc/cuda/nvrtc_check.py --chain)
 // query(dev) for the current device, asked once per device and call site (each lambda type has its own cache; a
 // mutex guards it, since host threads may launch concurrently).
 template <typename Query>
@@ -1411,6 +1416,7 @@ cudaError_t launch_rg(const ChainVerifyParams& p, cudaStream_t stream) {
   }
   return launch_pdl(chain_verify_rg_kernel<TIn, LPR, RPL, K / LPR, PF, 8>, grid, dim3(32), 0, stream, p.pdl, p);
 }
+#endif  // !__CUDACC_RTC__
 
 // ---- small-batch lean kernel (kLayoutSB) --------------------------------------------------------------
 // Triton's small configs ([BV, K/32, 32] tile, 1 warp; RESULTS.md) in CUDA: lane = (row group rg =
@@ -1666,6 +1672,7 @@ __global__ void __launch_bounds__(32) chain_verify_sb_kernel(const ChainVerifyPa
   chain_verify_sb_body<RPL, KPL>(p);
 }
 
+#ifndef __CUDACC_RTC__  // host code (NVRTC compiles the kernels only: csrc/cuda/nvrtc_check.py --chain)
 template <int K, int RPL>
 cudaError_t launch_sb(const ChainVerifyParams& p, cudaStream_t stream) {
   const dim3 grid((p.V + 4 * RPL - 1) / (4 * RPL), p.HV, p.R);
@@ -1791,8 +1798,10 @@ cudaError_t dispatch_k(const ChainVerifyParams& p, cudaStream_t stream) {
   return cudaErrorInvalidValue;
 }
 
+#endif  // !__CUDACC_RTC__
 }  // namespace
 
+#ifndef __CUDACC_RTC__  // host code (NVRTC compiles the kernels only: csrc/cuda/nvrtc_check.py --chain)
 cudaError_t chain_verify(const ChainVerifyParams& p, cudaStream_t stream) {
   if (p.R == 0) return cudaSuccess;
   // the UT-form kernel (chain_verify_ut.cu): forced (kLayoutUT: strict, cudaErrorNotSupported where it
@@ -1804,6 +1813,7 @@ cudaError_t chain_verify(const ChainVerifyParams& p, cudaStream_t stream) {
   }
   return p.in_bf16 ? dispatch_k<__nv_bfloat16>(p, stream) : dispatch_k<float>(p, stream);
 }
+#endif  // !__CUDACC_RTC__
 
 }  // namespace cuda
 }  // namespace vllm_specla

@@ -7,6 +7,24 @@
 // with `nvcc -arch=sm_90` and run against chain_verify_ref in a host emulation of the warp.
 #pragma once
 
+// NVRTC (csrc/cuda/nvrtc_check.py --chain) compiles the device code only: __CUDACC_RTC__ hides the host code
+// (it has no C++ standard library: the few names the device code uses are defined here)
+#ifdef __CUDACC_RTC__
+using int64_t = long long;
+using uint32_t = unsigned int;
+using uint64_t = unsigned long long;
+using uintptr_t = unsigned long long;
+namespace std {
+template <class A, class B>
+struct is_same {
+  static constexpr bool value = false;
+};
+template <class A>
+struct is_same<A, A> {
+  static constexpr bool value = true;
+};
+}  // namespace std
+#else
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -14,6 +32,7 @@
 #include <utility>
 
 #include <cuda_runtime.h>
+#endif
 
 namespace vllm_specla {
 namespace cuda {
@@ -97,6 +116,10 @@ constexpr int kLayoutAuto = 0, kLayoutRowGroup = 1, kLayoutRowGroup8 = 2, kLayou
 // memory access (the previous kernel in the stream has completed and its writes are visible), then
 // griddepcontrol.launch_dependents (the next PDL-launched kernel may start its own launch while this one
 // runs). Code for older architectures has neither; launch_pdl then launches plainly.
+// The kernels read their inputs through __ldg (ld.global.nc), which ptxas may move across the wait in either
+// direction (session 32, the skinny GEMM; a coherent load stays where the source puts it). With the ptxas of CUDA
+// 12.9 no instantiation issues a global read before the wait (csrc/cuda/nvrtc_check.py --chain --sass, run by
+// tests/test_nvrtc_check.py); benchmarks/sass_pdl_check.py checks the nvcc builds on the GPU machine.
 __device__ __forceinline__ void pdl_enter() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -104,6 +127,7 @@ __device__ __forceinline__ void pdl_enter() {
 #endif
 }
 
+#ifndef __CUDACC_RTC__
 // Whether kernel `kern`, as loaded for the current device, was compiled from sm_90+ PTX (so its pdl_enter()
 // waits): asked once per (device, kernel), in a mutex-guarded cache (host threads may launch concurrently).
 inline bool pdl_capable(const void* kern) {
@@ -153,6 +177,8 @@ cudaError_t chain_verify_ut(const ChainVerifyParams& p, cudaStream_t stream);
 // Launches one single-warp CTA per (value tile of 4 or 8 rows, value head, row); returns the
 // launch error.
 cudaError_t chain_verify(const ChainVerifyParams& p, cudaStream_t stream);
+
+#endif  // !__CUDACC_RTC__
 
 }  // namespace cuda
 }  // namespace vllm_specla

@@ -78,9 +78,11 @@
 
 #include <cuda_bf16.h>
 
+#ifndef __CUDACC_RTC__
 #include <algorithm>
 #include <type_traits>
 #include <cstdlib>
+#endif
 
 namespace vllm_specla {
 namespace cuda {
@@ -842,6 +844,7 @@ __global__ void __launch_bounds__(NW * 32, ONE ? 1 : ut_min_blocks<VAR, NW>())
   }
 }
 
+#ifndef __CUDACC_RTC__  // host code (NVRTC compiles the kernels only: csrc/cuda/nvrtc_check.py --chain)
 // Whether the current device runs this module's sm_90 code (the TMA refills of variants 2 / 3): its
 // loaded binary comes from sm_90+ PTX (a module built for, e.g., compute_80 PTX and JIT-compiled on
 // an H100 has the TMA code compiled out: ut_mbar_init traps there). Cached per device.
@@ -1074,8 +1077,10 @@ cudaError_t dispatch_ut(const ChainVerifyParams& p, const int tb, const int pb, 
   return small ? dispatch_nw<TIn, 128, 8>(p, tb, pb, stream) : dispatch_nw<TIn, 128, 16>(p, tb, pb, stream);
 }
 
+#endif  // !__CUDACC_RTC__
 }  // namespace
 
+#ifndef __CUDACC_RTC__  // host code (NVRTC compiles the kernels only: csrc/cuda/nvrtc_check.py --chain)
 bool chain_verify_ut_bounds(const ChainVerifyParams& p, int* tb, int* pb) {
   if (!p.vec_ok || (p.K != 128 && p.K != 256) || p.R <= 0 || p.V <= 0) return false;
   // longest possible window: N tokens (rows may be empty), and a recorded window fits the bank
@@ -1108,6 +1113,8 @@ cudaError_t chain_verify_ut(const ChainVerifyParams& p, cudaStream_t stream) {
   if (!chain_verify_ut_bounds(p, &tb, &pb)) return cudaErrorNotSupported;
   return p.in_bf16 ? dispatch_ut<__nv_bfloat16>(p, tb, pb, stream) : dispatch_ut<float>(p, tb, pb, stream);
 }
+
+#endif  // !__CUDACC_RTC__
 
 }  // namespace cuda
 }  // namespace vllm_specla

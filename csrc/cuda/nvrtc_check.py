@@ -14,6 +14,12 @@ and ptxas (``--host``: also CCCL, g++ and torch's headers), e.g.::
 (``--root DIR``: a folder with those wheels unzipped instead of the installed ``nvidia`` package).
 Exit status 1 on a compile error, a spill or a stack frame (register arrays in local memory), or
 when ptxas does not report every kernel.
+
+``--chain`` checks the chain-verify kernels instead (``chain_verify.cu``, ``chain_verify_ut.cu``: their host code
+is hidden from NVRTC by ``__CUDACC_RTC__``): every instantiation their dispatch launches compiles (spills are
+noted, not failures), and with ``--sass`` none reads global memory before ``griddepcontrol.wait`` (~90 s)::
+
+    python csrc/cuda/nvrtc_check.py --chain --sass
 """
 
 from __future__ import annotations
@@ -65,15 +71,15 @@ def _nvrtc(rc: int, what: str) -> None:
 
 
 def compile_ptx(lib: ctypes.CDLL, src: str, include: str, names: list[str], arch: str,
-                defines: tuple[str, ...] = ()) -> str:
+                defines: tuple[str, ...] = (), src_dir: str = HERE) -> str:
     """NVRTC: ``src`` with every kernel of ``names`` instantiated -> PTX (raises SystemExit with the
-    log on an error). ``defines``: ``NAME=VALUE`` macros (``-D``)."""
+    log on an error). ``defines``: ``NAME=VALUE`` macros (``-D``); ``src_dir``: where its includes are."""
     prog = ctypes.c_void_p()
     _nvrtc(lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"skinny_gemm_check.cu", 0, None, None),
            "nvrtcCreateProgram")
     for n in names:
         _nvrtc(lib.nvrtcAddNameExpression(prog, f"&{n}".encode()), f"nvrtcAddNameExpression({n})")
-    opts = [f"--gpu-architecture={arch}", f"-I{include}", f"-I{HERE}", "-std=c++17", "-default-device"] + [
+    opts = [f"--gpu-architecture={arch}", f"-I{include}", f"-I{src_dir}", "-std=c++17", "-default-device"] + [
         f"-D{d}" for d in defines]
     arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
     rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
@@ -132,8 +138,10 @@ def nvdisasm() -> str | None:
 
 
 def sass_pre_wait_loads(sass: str) -> dict[str, tuple[list[str], int]]:
-    """Per function of an ``nvdisasm -c`` listing: (the opcodes of its global loads before the first ``ACQBULK``,
-    its number of global loads). ``ACQBULK`` is ``griddepcontrol.wait``; a kernel without one lists every load."""
+    """Per function of an ``nvdisasm -c`` listing: (the opcodes of its global reads before the first ``ACQBULK``,
+    its number of global reads). Reads: global / generic loads (``LDG``, ``LD``), ``cp.async`` copies (``LDGSTS``)
+    and bulk / TMA copies (``UBLKCP``, ``UTMALDG``). ``ACQBULK`` is ``griddepcontrol.wait``; a kernel without one
+    lists every read."""
     out: dict[str, tuple[list[str], int]] = {}
     name = None
     pre: list[str] = []
@@ -151,7 +159,8 @@ def sass_pre_wait_loads(sass: str) -> dict[str, tuple[list[str], int]]:
         op = re.sub(r"^@!?U?P\w+\s+", "", re.sub(r".*?/\*[0-9a-f]{4,}\*/\s*", "", line).strip())
         if op.startswith("ACQBULK"):
             seen_wait = True
-        elif re.match(r"(LDG|LD)(\.|\s|$)", op):  # global / generic loads (not LDGSTS, LDGDEPBAR, LDS, LDC)
+        elif re.match(r"(LDG|LD|LDGSTS|UBLKCP|UTMALDG)(\.|\s|$)", op):  # global / generic loads, async and bulk
+            # (TMA) copies from global memory (not LDGDEPBAR, LDS, LDC)
             total += 1
             if not seen_wait:
                 pre.append(op.split()[0])
@@ -220,6 +229,112 @@ def host_check(roots: list[str], src: str | None = None) -> int:
     return r.returncode
 
 
+def ptxas_build(ptxas: str, ptx: str, arch: str, sass: bool) -> tuple[subprocess.CompletedProcess, str | None]:
+    """ptxas -v of ``ptx`` for ``arch`` -> (ptxas' result, the ``nvdisasm -c`` listing of the cubin when ``sass``
+    and it compiled; ``None`` otherwise). Raises SystemExit when ptxas cannot run."""
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "k.ptx")
+        with open(p, "w") as f:
+            f.write(ptx)
+        try:
+            r = subprocess.run([ptxas, f"-arch={arch}", "-v", p, "-o", os.path.join(d, "k.cubin")],
+                               capture_output=True, text=True, check=False)
+        except OSError as e:
+            raise SystemExit(f"could not run ptxas at {ptxas} ({e}; unzipped wheels lose the exec bit: chmod +x)")
+        listing = None
+        if sass and r.returncode == 0:
+            dis = nvdisasm()
+            if dis is not None:
+                listing = subprocess.run([dis, "-c", os.path.join(d, "k.cubin")], capture_output=True, text=True,
+                                         check=False).stdout
+    return r, listing
+
+
+def chain_kernels() -> list[str]:
+    """The kernel instantiations ``chain_verify.cu``'s dispatch can launch (``dispatch_k``: v3 ``dispatch_bv`` with
+    its register-capped variants (``min_blocks``), the row-group bodies of ``launch_rg``, the AR bodies, the sb
+    kernel), both input dtypes."""
+    ns = "vllm_specla::cuda::"
+    out = []
+    for t in ("float", "__nv_bfloat16"):
+        for kpl, vec in [(4, True), (8, True), (16, True), (1, False), (2, False), (4, False), (8, False), (16, False)]:
+            v = "true" if vec else "false"
+            for bv in ((4, 8) if kpl < 16 else (4,) if vec else (2,)):
+                out.append(f"{ns}chain_verify_kernel<{t}, {kpl}, {v}, {bv}>")
+                minb = 16 if (not vec and kpl >= 16) else (16 if bv == 8 else 24) if (vec and kpl == 8) else 0
+                if minb:
+                    out.append(f"{ns}chain_verify_kernel_capped<{t}, {kpl}, {v}, {bv}, {minb}>")
+        for k in (128, 256):
+            for pf in ("false", "true"):
+                for lpr, rpl in [(32, 1), (16, 1), (8, 1), (8, 2), (4, 1)]:
+                    if lpr == 32 and k < 256:
+                        continue
+                    for pw in ((4, 8) if pf == "false" else (8,)):
+                        out.append(f"{ns}chain_verify_rg_kernel<{t}, {lpr}, {rpl}, {k // lpr}, {pf}, {pw}>")
+            out.append(f"{ns}chain_verify_rg_ar_raw_kernel<{t}, 8, 1, {k // 8}>")
+            out += [f"{ns}chain_verify_rg_ar_kernel<{t}, 8, 1, {k // 8}, {rec}>" for rec in ("false", "true")]
+    out += [f"{ns}chain_verify_sb_kernel<{rpl}, {kpl}>" for rpl in (1, 2) for kpl in (16, 32)]
+    return out
+
+
+def ut_kernels() -> list[str]:
+    """The UT-form kernel instantiations ``chain_verify_ut.cu``'s dispatch can launch (``dispatch_ut`` ->
+    ``dispatch_nw``: K 128 / 256, TM 8 / 16, 1 warp (variants 1-3) or 4 (variant 1; 2 and 3 in phase-5 forms 0,
+    and 1 / 2 at K = 256, TM = 8), one value tile per CTA or several), both input dtypes."""
+    ns = "vllm_specla::cuda::"
+    out = []
+    for t in ("float", "__nv_bfloat16"):
+        for k, tm in itertools.product((256, 128), (8, 16)):
+            for one in ("true", "false"):
+                out += [f"{ns}chain_verify_ut_kernel<{t}, {k}, {tm}, 1, {one}, {var}, 0>" for var in (1, 2, 3)]
+                out.append(f"{ns}chain_verify_ut_kernel<{t}, {k}, {tm}, 4, {one}, 1, 0>")
+                out += [f"{ns}chain_verify_ut_kernel<{t}, {k}, {tm}, 4, {one}, {var}, {p5}>" for var in (2, 3)
+                        for p5 in ((0, 1, 2) if (k, tm) == (256, 8) else (0,))]
+    return out
+
+
+def chain_main(args, lib, include: str, ptxas: str) -> int:
+    """``--chain``: compile ``chain_verify.cu`` and ``chain_verify_ut.cu`` (their device code: ``__CUDACC_RTC__``
+    hides the host code) for every kernel of :func:`chain_kernels` / :func:`ut_kernels`; print registers (spills
+    noted: they are reported, not failures, since the forced A/B bodies may spill) and, with ``--sass``, the global
+    reads before ``griddepcontrol.wait``: these kernels read no weights, so any is a violation (exit 1)."""
+    bad = 0
+    for src, names in (("chain_verify.cu", chain_kernels()), ("chain_verify_ut.cu", ut_kernels())):
+        names = [n for n in names if re.search(args.kernels or "", n)]
+        if not names:
+            continue
+        ptx = compile_ptx(lib, f'#include "{src}"\n', include, names, args.arch.replace("sm_", "compute_"),
+                          src_dir=args.src_dir)
+        r, listing = ptxas_build(ptxas, ptx, args.arch, args.sass)
+        if r.returncode:
+            print(r.stdout + r.stderr)
+            return 1
+        recs, problems = check(r.stdout + r.stderr)
+        for rec in recs:
+            print(f"{rec['regs'] or 0:4d} regs {rec['smem']:6d} B smem  {_demangle(rec['name'])}")
+        for prob in problems:
+            print(f"note: spill {prob}")
+        if len(recs) != len(names) or any(rec["regs"] is None for rec in recs):
+            print(f"{src}: ptxas reported {len(recs)} entry functions with register counts for {len(names)} kernels")
+            return 1
+        print(f"{src}: {len(recs)} kernels compiled for {args.arch}; {len(problems)} with spills or a stack frame")
+        if args.sass:
+            if listing is None:
+                print("--sass: no nvdisasm found (PATH, Triton's wheel)")
+                return 1
+            loads = sass_pre_wait_loads(listing)
+            if len(loads) != len(names):
+                print(f"--sass: {len(loads)} functions in the listing for {len(names)} kernels")
+                return 1
+            for fn, (pre, total) in sorted(loads.items()):
+                flag = "  READS BEFORE THE WAIT" if pre else ""
+                print(f"  {len(pre):3d} of {total:3d} global reads before griddepcontrol.wait  {_demangle(fn)}{flag}")
+                bad += bool(pre)
+    if args.sass:
+        print(f"--sass: {bad} kernel(s) read global memory before griddepcontrol.wait")
+    return 1 if bad else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", default=None, help="a folder with the nvidia wheels unzipped (default: installed)")
@@ -233,9 +348,17 @@ def main() -> int:
                     help="build with VLLM_SPECLA_SKINNY_EARLY_LAUNCH=1 (launch_dependents right after the PDL wait; "
                          "ops/_cpp.py VLLM_SPECLA_SKINNY_EARLY=1)")
     ap.add_argument("--sass", action="store_true",
-                    help="also disassemble (nvdisasm) and print each kernel's global loads before griddepcontrol.wait "
+                    help="also disassemble (nvdisasm) and print each kernel's global reads before griddepcontrol.wait "
                          "(ACQBULK); exit 1 if one reads anything but weights (L1::no_allocate loads) before it, or, "
-                         "with --pre-coherent, reads nothing before it")
+                         "with --pre-coherent, reads nothing before it (--chain: if one reads anything before it)")
+    ap.add_argument("--chain", action="store_true",
+                    help="check the chain-verify kernels (chain_verify.cu, chain_verify_ut.cu) instead of the skinny "
+                         "GEMM: every instantiation their dispatch launches compiles; with --sass none reads global "
+                         "memory before griddepcontrol.wait")
+    ap.add_argument("--kernels", default=None, metavar="REGEX",
+                    help="--chain: only the kernels whose name matches REGEX (Python re.search), e.g. sb_kernel")
+    ap.add_argument("--src-dir", default=HERE, help="--chain: the folder with chain_verify*.cu / .cuh (default: this "
+                                                    "script's; tests point it at a modified copy)")
     args = ap.parse_args()
     if not re.fullmatch(r"sm_\d+a?", args.arch):
         raise SystemExit(f"--arch must be a real architecture such as sm_90 or sm_80, got {args.arch!r}")
@@ -243,6 +366,20 @@ def main() -> int:
     lib = ctypes.CDLL(_find(roots, "cuda_nvrtc", "lib", "libnvrtc.so.12"))
     include = os.path.dirname(_find(roots, "cuda_runtime", "include", "cuda_bf16.h"))
     ptxas = _find(roots, "cuda_nvcc", "bin", "ptxas")
+    if args.chain:
+        if args.host or args.pre_coherent or args.early or args.ptx_out:
+            raise SystemExit("--chain takes only --root, --arch, --sass, --kernels and --src-dir (--host / "
+                             "--pre-coherent / --early / --ptx-out are the skinny GEMM's)")
+        if args.kernels is not None:
+            try:
+                re.compile(args.kernels)
+            except re.error as e:
+                raise SystemExit(f"--kernels must be a Python regular expression, got {args.kernels!r}: {e}")
+            if not any(re.search(args.kernels, n) for n in chain_kernels() + ut_kernels()):
+                raise SystemExit(f"--kernels {args.kernels!r} matches none of the chain-verify kernels")
+        return chain_main(args, lib, include, ptxas)
+    if args.kernels is not None or args.src_dir != HERE:
+        raise SystemExit("--kernels and --src-dir go with --chain")
     names = kernels()
     src = '#include "skinny_gemm_kernels.cuh"\n'
     defines = (("VLLM_SPECLA_SKINNY_PRE_COHERENT=1",) if args.pre_coherent else ()) + (
@@ -254,29 +391,19 @@ def main() -> int:
                 f.write(ptx)
         except OSError as e:
             print(f"--ptx-out: could not write {args.ptx_out!r}: {e}", file=sys.stderr)
-    with tempfile.TemporaryDirectory() as d:
-        p = os.path.join(d, "k.ptx")
-        with open(p, "w") as f:
-            f.write(ptx)
-        try:
-            r = subprocess.run([ptxas, f"-arch={args.arch}", "-v", p, "-o", os.path.join(d, "k.cubin")],
-                               capture_output=True, text=True)
-        except OSError as e:
-            raise SystemExit(f"could not run ptxas at {ptxas} ({e}; unzipped wheels lose the exec bit: chmod +x)")
-        sass_bad = 0
-        if args.sass and r.returncode == 0:
-            dis = nvdisasm()
-            if dis is None:
-                print("--sass: no nvdisasm found (PATH, Triton's wheel)")
-                sass_bad = 1
-            else:
-                listing = subprocess.run([dis, "-c", os.path.join(d, "k.cubin")], capture_output=True, text=True).stdout
-                loads = sass_pre_wait_loads(listing)
-                bad = set(pdl_violations(loads))
-                for fn, (pre, total) in sorted(loads.items()):
-                    flag = "  READS NON-WEIGHT DATA BEFORE THE WAIT" if fn in bad else ""
-                    print(f"  {len(pre):3d} of {total:3d} global loads before griddepcontrol.wait  {_demangle(fn)}{flag}")
-                    sass_bad += fn in bad or (args.pre_coherent and not pre)
+    r, listing = ptxas_build(ptxas, ptx, args.arch, args.sass)
+    sass_bad = 0
+    if args.sass and r.returncode == 0:
+        if listing is None:
+            print("--sass: no nvdisasm found (PATH, Triton's wheel)")
+            sass_bad = 1
+        else:
+            loads = sass_pre_wait_loads(listing)
+            bad = set(pdl_violations(loads))
+            for fn, (pre, total) in sorted(loads.items()):
+                flag = "  READS NON-WEIGHT DATA BEFORE THE WAIT" if fn in bad else ""
+                print(f"  {len(pre):3d} of {total:3d} global loads before griddepcontrol.wait  {_demangle(fn)}{flag}")
+                sass_bad += fn in bad or (args.pre_coherent and not pre)
     if r.returncode:
         print(r.stdout + r.stderr)
         return 1
