@@ -9,7 +9,12 @@ into ``.cache/data``), formats each first turn with the model's chat template an
 ``LLM(...).generate()`` on the embedded default model (``models/specla-gdn-tiny``). With a
 speculative config it runs AR first and SpecLA second (one engine at a time), prints outputs,
 tokens/s of both, mean acceptance length and per-position acceptance, and with
-``--check-lossless`` a last line ``lossless: N/N identical`` (greedy, fp32).
+``--check-lossless`` a last line ``lossless: N/N identical`` (greedy, fp32; exit status 1 when an output differs).
+
+Two regimes per engine: all prompts submitted at once (up to ``--max-num-seqs`` decoding together: throughput),
+then the first ``--single-stream`` prompts one request at a time (each ``generate()`` call returns before the next
+starts: batch 1, the latency regime speculative decoding is for). On the 2-core CPU the forward pass of 16 requests
+is compute-bound, so verifying 1 + K tokens per request costs several AR steps there; at batch 1 it does not.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ def parse_args():
     p.add_argument("--num-prompts", type=int, default=80)
     p.add_argument("--max-tokens", type=int, default=96)
     p.add_argument("--dtype", default="float32")
-    p.add_argument("--max-num-seqs", type=int, default=16)
+    p.add_argument("--max-num-seqs", type=int, default=16, help="requests decoding together in the batched run")
+    p.add_argument("--single-stream", type=int, default=16, metavar="N",
+                   help="then run the first N prompts one request at a time (batch 1; default 16, 0: skip)")
     p.add_argument("--check-lossless", action="store_true", help="compare SpecLA with AR token for token")
     p.add_argument("--show", type=int, default=6, help="how many answers to print in full")
     p.add_argument("--json-out", default=None, help="write a JSON summary here")
@@ -58,6 +65,17 @@ def run(model: str, prompts: list[str], args, speculative_config=None):
     t0 = time.time()
     outs = llm.generate(prompts, sp, use_tqdm=False)
     elapsed = time.time() - t0
+    single = None
+    if args.single_stream > 0:
+        # one request at a time; a short untimed request first builds the batch-1 shapes' kernels (both engines)
+        llm.generate(prompts[:1], SamplingParams(temperature=0.0, max_tokens=8), use_tqdm=False)
+        t0 = time.time()
+        one = [llm.generate([p], sp, use_tqdm=False)[0] for p in prompts[:args.single_stream]]
+        s_elapsed = time.time() - t0
+        s_toks = [list(o.outputs[0].token_ids) for o in one]
+        n = sum(len(t) for t in s_toks)
+        single = {"tokens": s_toks, "elapsed_s": s_elapsed, "output_tokens": n, "tokens_per_s": n / s_elapsed,
+                  "num_prompts": len(one)}
     metrics = {m.name: (m.values if hasattr(m, "values") else m.value) for m in llm.get_metrics()
                if m.name.startswith("vllm:spec_decode")}
     llm.llm_engine.engine_core.shutdown()
@@ -67,7 +85,7 @@ def run(model: str, prompts: list[str], args, speculative_config=None):
     texts = [o.outputs[0].text for o in outs]
     n_out = sum(len(t) for t in toks)
     return {"tokens": toks, "texts": texts, "elapsed_s": elapsed, "startup_s": startup,
-            "output_tokens": n_out, "tokens_per_s": n_out / elapsed, "metrics": metrics}
+            "output_tokens": n_out, "tokens_per_s": n_out / elapsed, "metrics": metrics, "single": single}
 
 
 def acceptance(metrics: dict) -> dict:
@@ -100,34 +118,57 @@ def main():
     print(f"# {len(prompts)} MT-Bench prompts (first turn), model {os.path.relpath(args.model, REPO)}, "
           f"greedy, max_tokens={args.max_tokens}, dtype={args.dtype}")
     ar = run(args.model, prompts, args)
-    summary = {"num_prompts": len(prompts), "max_tokens": args.max_tokens,
-               "ar": {k: ar[k] for k in ("output_tokens", "elapsed_s", "tokens_per_s")}}
+    keys = ("output_tokens", "elapsed_s", "tokens_per_s")
+    summary = {"num_prompts": len(prompts), "max_tokens": args.max_tokens, "max_num_seqs": args.max_num_seqs,
+               "ar": {k: ar[k] for k in keys}}
+    if ar["single"]:
+        summary["ar"]["single_stream"] = {k: ar["single"][k] for k in keys + ("num_prompts",)}
     spec = None
     if args.speculative_config:
         spec = run(args.model, prompts, args, speculative_config=args.speculative_config)
-        summary["specla"] = {k: spec[k] for k in ("output_tokens", "elapsed_s", "tokens_per_s")}
+        summary["specla"] = {k: spec[k] for k in keys}
+        if spec["single"]:
+            summary["specla"]["single_stream"] = {k: spec["single"][k] for k in keys + ("num_prompts",)}
         summary["specla"].update(acceptance(spec["metrics"]))
     shown = spec or ar
     for i in range(min(args.show, len(prompts))):
         q = prompts[i].replace("\n", " ")[-120:]
         print(f"\n--- [{i}] ...{q}\n{shown['texts'][i].strip()}")
-    print(f"\nAR:     {ar['output_tokens']} tokens in {ar['elapsed_s']:.1f} s = {ar['tokens_per_s']:.1f} tok/s")
+    print(f"\n{len(prompts)} prompts submitted at once (up to {args.max_num_seqs} decoding together):")
+    print(f"AR:     {ar['output_tokens']} tokens in {ar['elapsed_s']:.1f} s = {ar['tokens_per_s']:.1f} tok/s")
     if spec is not None:
-        a = summary["specla"]
         print(f"SpecLA: {spec['output_tokens']} tokens in {spec['elapsed_s']:.1f} s = {spec['tokens_per_s']:.1f} tok/s "
               f"({spec['tokens_per_s'] / ar['tokens_per_s']:.2f}x AR on this CPU)")
-        print(f"        mean acceptance length {a['mean_acceptance_length']:.2f} tokens/verify step "
-              f"(incl. bonus), per-position acceptance "
+    if ar["single"]:
+        s_ar = ar["single"]
+        print(f"the first {s_ar['num_prompts']} prompts one request at a time (batch 1):")
+        print(f"AR:     {s_ar['output_tokens']} tokens in {s_ar['elapsed_s']:.1f} s = {s_ar['tokens_per_s']:.1f} tok/s")
+        if spec is not None:
+            s = spec["single"]
+            print(f"SpecLA: {s['output_tokens']} tokens in {s['elapsed_s']:.1f} s = {s['tokens_per_s']:.1f} tok/s "
+                  f"({s['tokens_per_s'] / s_ar['tokens_per_s']:.2f}x AR on this CPU)")
+    if spec is not None:
+        a = summary["specla"]
+        print(f"mean acceptance length {a['mean_acceptance_length']:.2f} tokens/verify step "
+              f"(incl. bonus; both runs), per-position acceptance "
               + " ".join(f"{x:.2f}" for x in a["per_position_acceptance"]))
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump(summary, f, indent=1)
+    failed = False
     if args.check_lossless:
         if spec is None:
             sys.exit("--check-lossless needs --speculative-config")
-        same = sum(a == b for a, b in zip(ar["tokens"], spec["tokens"]))
-        summary["lossless"] = f"{same}/{len(prompts)}"
-        print(f"lossless: {same}/{len(prompts)} identical")
+        pairs = list(zip(ar["tokens"], spec["tokens"]))
+        if ar["single"]:
+            pairs += list(zip(ar["single"]["tokens"], spec["single"]["tokens"]))
+        same = sum(a == b for a, b in pairs)
+        summary["lossless"] = f"{same}/{len(pairs)}"
+        what = f" ({len(prompts)} at once, {ar['single']['num_prompts']} one at a time)" if ar["single"] else ""
+        print(f"lossless: {same}/{len(pairs)} identical{what}")
+        failed = same != len(pairs)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(summary, f, indent=1)
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

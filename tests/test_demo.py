@@ -1,0 +1,45 @@
+"""``make demo`` (``examples/offline_generate.py``) end to end through vLLM on the embedded model, shortened: the
+same script and config a new user runs, on 3 MT-Bench prompts (12 tokens each) submitted at once and 2 one request at
+a time. It starts its own two engines (AR, then SpecLA), ~1 minute on the 2-core CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TARGET = os.path.join(REPO, "models", "specla-gdn-tiny", "target")
+
+pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not os.path.isdir(TARGET), reason="default model not present")]
+
+
+def test_demo_script_reports_both_regimes_and_is_lossless(tmp_path):
+    """Exit status 0; the summary prints tokens/s of AR and SpecLA for the batched and the one-at-a-time runs and
+    ends with ``lossless: 5/5 identical``; the JSON summary has SpecLA emitting as many tokens as AR in both runs,
+    verify steps, a mean acceptance length in [1, 1 + K] and K = 4 per-position acceptance rates in [0, 1]."""
+    out = tmp_path / "demo.json"
+    cmd = [sys.executable, os.path.join(REPO, "examples", "offline_generate.py"), "--speculative-config",
+           os.path.join(REPO, "examples", "specla.json"), "--check-lossless", "--num-prompts", "3", "--max-tokens", "12",
+           "--single-stream", "2", "--show", "1", "--json-out", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO, check=False)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    text = r.stdout
+    assert "3 prompts submitted at once (up to 16 decoding together):" in text
+    assert "the first 2 prompts one request at a time (batch 1):" in text
+    assert len(re.findall(r"^AR: +\d+ tokens in [\d.]+ s = [\d.]+ tok/s$", text, re.MULTILINE)) == 2
+    assert len(re.findall(r"^SpecLA: \d+ tokens in [\d.]+ s = [\d.]+ tok/s \([\d.]+x AR on this CPU\)$", text,
+                          re.MULTILINE)) == 2
+    assert text.rstrip().endswith("lossless: 5/5 identical (3 at once, 2 one at a time)")
+    s = json.loads(out.read_text())
+    assert s["lossless"] == "5/5" and s["num_prompts"] == 3 and s["max_num_seqs"] == 16
+    assert s["specla"]["output_tokens"] == s["ar"]["output_tokens"] > 0
+    assert s["specla"]["single_stream"]["output_tokens"] == s["ar"]["single_stream"]["output_tokens"] > 0
+    assert s["specla"]["single_stream"]["num_prompts"] == 2
+    assert s["specla"]["verify_steps"] > 0 and 1.0 <= s["specla"]["mean_acceptance_length"] <= 5.0
+    rates = s["specla"]["per_position_acceptance"]
+    assert len(rates) == 4 and all(0.0 <= a <= 1.0 for a in rates)
