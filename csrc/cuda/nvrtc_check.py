@@ -250,6 +250,22 @@ def ptxas_build(ptxas: str, ptx: str, arch: str, sass: bool) -> tuple[subprocess
     return r, listing
 
 
+def report(log: str, names: list[str], arch: str, spill_tag: str, label: str = "") -> list[str] | None:
+    """Print ptxas' per-kernel registers / shared memory, the spills (each line led by ``spill_tag``) and a summary
+    line (led by ``label``) -> the spill problems, or None (after saying so) when ptxas did not report a register
+    count for each of ``names``."""
+    recs, problems = check(log)
+    for rec in recs:
+        print(f"{rec['regs'] or 0:4d} regs {rec['smem']:6d} B smem  {_demangle(rec['name'])}")
+    for prob in problems:
+        print(f"{spill_tag} {prob}")
+    if len(recs) != len(names) or any(rec["regs"] is None for rec in recs):
+        print(f"{label}ptxas reported {len(recs)} entry functions with register counts for {len(names)} kernels")
+        return None
+    print(f"{label}{len(recs)} kernels compiled for {arch}; {len(problems)} with spills or a stack frame")
+    return problems
+
+
 def chain_kernels() -> list[str]:
     """The kernel instantiations ``chain_verify.cu``'s dispatch can launch (``dispatch_k``: v3 ``dispatch_bv`` with
     its register-capped variants (``min_blocks``), the row-group bodies of ``launch_rg``, the AR bodies, the sb
@@ -309,15 +325,8 @@ def chain_main(args, lib, include: str, ptxas: str) -> int:
         if r.returncode:
             print(r.stdout + r.stderr)
             return 1
-        recs, problems = check(r.stdout + r.stderr)
-        for rec in recs:
-            print(f"{rec['regs'] or 0:4d} regs {rec['smem']:6d} B smem  {_demangle(rec['name'])}")
-        for prob in problems:
-            print(f"note: spill {prob}")
-        if len(recs) != len(names) or any(rec["regs"] is None for rec in recs):
-            print(f"{src}: ptxas reported {len(recs)} entry functions with register counts for {len(names)} kernels")
+        if report(r.stdout + r.stderr, names, args.arch, "note: spill", f"{src}: ") is None:
             return 1
-        print(f"{src}: {len(recs)} kernels compiled for {args.arch}; {len(problems)} with spills or a stack frame")
         if args.sass:
             if listing is None:
                 print("--sass: no nvdisasm found (PATH, Triton's wheel)")
@@ -407,15 +416,9 @@ def main() -> int:
     if r.returncode:
         print(r.stdout + r.stderr)
         return 1
-    recs, problems = check(r.stdout + r.stderr)
-    for rec in recs:
-        print(f"{rec['regs'] or 0:4d} regs {rec['smem']:6d} B smem  {_demangle(rec['name'])}")
-    for prob in problems:
-        print(f"SPILL {prob}")
-    if len(recs) != len(names) or any(rec["regs"] is None for rec in recs):
-        print(f"ptxas reported {len(recs)} entry functions with register counts for {len(names)} kernels")
+    problems = report(r.stdout + r.stderr, names, args.arch, "SPILL")
+    if problems is None:
         return 1
-    print(f"{len(recs)} kernels compiled for {args.arch}; {len(problems)} with spills or a stack frame")
     host = host_check(roots) if args.host else 0
     if sass_bad:
         print(f"--sass: {sass_bad} kernel(s) read non-weight data before griddepcontrol.wait"
