@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import time
+from types import SimpleNamespace
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MODEL = os.path.join(REPO, "models", "specla-gdn-tiny", "target")
@@ -34,16 +35,40 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=DEFAULT_MODEL, help="gated_deltanet checkpoint dir (default: embedded model)")
     p.add_argument("--speculative-config", default=None, help="specla.json path or inline JSON")
-    p.add_argument("--num-prompts", type=int, default=80)
-    p.add_argument("--max-tokens", type=int, default=96)
+    p.add_argument("--num-prompts", type=_at_least(1), default=80, help="MT-Bench questions, 1..80 (default 80)")
+    p.add_argument("--max-tokens", type=_at_least(1), default=96)
     p.add_argument("--dtype", default="float32")
-    p.add_argument("--max-num-seqs", type=int, default=16, help="requests decoding together in the batched run")
-    p.add_argument("--single-stream", type=int, default=16, metavar="N",
+    p.add_argument("--max-num-seqs", type=_at_least(1), default=16,
+                   help="requests decoding together in the batched run")
+    p.add_argument("--single-stream", type=_at_least(0), default=16, metavar="N",
                    help="then run the first N prompts one request at a time (batch 1; default 16, 0: skip)")
     p.add_argument("--check-lossless", action="store_true", help="compare SpecLA with AR token for token")
-    p.add_argument("--show", type=int, default=6, help="how many answers to print in full")
+    p.add_argument("--show", type=_at_least(0), default=6, help="how many answers to print in full")
     p.add_argument("--json-out", default=None, help="write a JSON summary here")
-    return p.parse_args()
+    args = p.parse_args()
+    if args.check_lossless and not args.speculative_config:
+        p.error("--check-lossless needs --speculative-config")
+    if args.json_out:
+        d = os.path.dirname(os.path.abspath(args.json_out))
+        if not os.path.isdir(d) or not os.access(d, os.W_OK):
+            p.error(f"--json-out: folder {d!r} does not exist or is not writable")
+    return args
+
+
+def _at_least(lo: int):
+    def parse(s: str) -> int:
+        try:
+            v = int(s)
+        except ValueError:
+            v = lo - 1
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {s!r}")
+        return v
+    return parse
+
+
+def _n(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
 
 
 def build_prompts(tokenizer, n: int) -> list[str]:
@@ -113,6 +138,17 @@ def main():
     import vllm_specla
 
     vllm_specla.register()
+    from vllm_specla.config import SpecLAConfigError
+    from vllm_specla.worker.patches import translate_speculative_config
+
+    with open(os.path.join(args.model, "config.json")) as f:
+        hf = json.load(f)
+    target = SimpleNamespace(model=args.model, hf_config=SimpleNamespace(model_type=hf.get("model_type"),
+                                                                         vocab_size=hf.get("vocab_size")))
+    try:  # a bad config (fields, drafter, its vocabulary) fails here, in one line, before the AR run
+        translate_speculative_config(args.speculative_config, target)
+    except SpecLAConfigError as e:
+        sys.exit(f"Error: {e}")
     tok = AutoTokenizer.from_pretrained(args.model)
     prompts = build_prompts(tok, args.num_prompts)
     print(f"# {len(prompts)} MT-Bench prompts (first turn), model {os.path.relpath(args.model, REPO)}, "
@@ -125,7 +161,10 @@ def main():
         summary["ar"]["single_stream"] = {k: ar["single"][k] for k in keys + ("num_prompts",)}
     spec = None
     if args.speculative_config:
-        spec = run(args.model, prompts, args, speculative_config=args.speculative_config)
+        try:  # (what needs the target too: e.g. a drafter with another vocabulary)
+            spec = run(args.model, prompts, args, speculative_config=args.speculative_config)
+        except SpecLAConfigError as e:
+            sys.exit(f"Error: {e}")
         summary["specla"] = {k: spec[k] for k in keys}
         if spec["single"]:
             summary["specla"]["single_stream"] = {k: spec["single"][k] for k in keys + ("num_prompts",)}
@@ -134,14 +173,14 @@ def main():
     for i in range(min(args.show, len(prompts))):
         q = prompts[i].replace("\n", " ")[-120:]
         print(f"\n--- [{i}] ...{q}\n{shown['texts'][i].strip()}")
-    print(f"\n{len(prompts)} prompts submitted at once (up to {args.max_num_seqs} decoding together):")
+    print(f"\n{_n(len(prompts), 'prompt')} submitted at once (up to {args.max_num_seqs} decoding together):")
     print(f"AR:     {ar['output_tokens']} tokens in {ar['elapsed_s']:.1f} s = {ar['tokens_per_s']:.1f} tok/s")
     if spec is not None:
         print(f"SpecLA: {spec['output_tokens']} tokens in {spec['elapsed_s']:.1f} s = {spec['tokens_per_s']:.1f} tok/s "
               f"({spec['tokens_per_s'] / ar['tokens_per_s']:.2f}x AR on this CPU)")
     if ar["single"]:
         s_ar = ar["single"]
-        print(f"the first {s_ar['num_prompts']} prompts one request at a time (batch 1):")
+        print(f"the first {_n(s_ar['num_prompts'], 'prompt')} one request at a time (batch 1):")
         print(f"AR:     {s_ar['output_tokens']} tokens in {s_ar['elapsed_s']:.1f} s = {s_ar['tokens_per_s']:.1f} tok/s")
         if spec is not None:
             s = spec["single"]
@@ -150,12 +189,10 @@ def main():
     if spec is not None:
         a = summary["specla"]
         print(f"mean acceptance length {a['mean_acceptance_length']:.2f} tokens/verify step "
-              f"(incl. bonus; both runs), per-position acceptance "
+              f"(incl. bonus{'; both runs' if ar['single'] else ''}), per-position acceptance "
               + " ".join(f"{x:.2f}" for x in a["per_position_acceptance"]))
     failed = False
     if args.check_lossless:
-        if spec is None:
-            sys.exit("--check-lossless needs --speculative-config")
         pairs = list(zip(ar["tokens"], spec["tokens"]))
         if ar["single"]:
             pairs += list(zip(ar["single"]["tokens"], spec["single"]["tokens"]))

@@ -7,6 +7,8 @@ engine process starts (these tests start no engine).
 from __future__ import annotations
 
 import json
+import os
+import shutil
 
 import pytest
 
@@ -88,6 +90,23 @@ def test_translate_to_vllm_custom_class(tmp_path, tiny_dir):
     with pytest.raises(SpecLAConfigError, match="recovery='snapshot'"):
         translate_speculative_config({"method": "specla", "num_speculative_tokens": 2, "drafter": tiny_dir["same"],
                                       "recovery": "snapshot"})
+
+
+@pytest.mark.parametrize("method", ["specla", "SpecLA", "SPECLA"])
+def test_file_relative_drafter_in_any_letter_case(tmp_path, tiny_dir, monkeypatch, method):
+    """A relative ``drafter`` in a config file resolves against the file's folder whatever the letter case of
+    ``method`` (normalize_method accepts any), not against the working directory."""
+    pytest.importorskip("vllm")
+    from vllm_specla.worker.patches import translate_speculative_config
+
+    (tmp_path / "cfg").mkdir()
+    shutil.copytree(tiny_dir["same"], tmp_path / "models" / "d")
+    f = tmp_path / "cfg" / "s.json"
+    f.write_text(json.dumps({"method": method, "num_speculative_tokens": 2, "drafter": "../models/d"}))
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "a" / "b")  # (where ../models/d does not exist)
+    _, specla = translate_speculative_config(str(f))
+    assert os.path.realpath(specla["drafter"]) == os.path.realpath(tmp_path / "models" / "d")
 
 
 def _llm_error(model, **kw):

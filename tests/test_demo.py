@@ -24,8 +24,8 @@ def test_demo_script_reports_both_regimes_and_is_lossless(tmp_path):
     verify steps, a mean acceptance length in [1, 1 + K] and K = 4 per-position acceptance rates in [0, 1]."""
     out = tmp_path / "demo.json"
     cmd = [sys.executable, os.path.join(REPO, "examples", "offline_generate.py"), "--speculative-config",
-           os.path.join(REPO, "examples", "specla.json"), "--check-lossless", "--num-prompts", "3", "--max-tokens", "12",
-           "--single-stream", "2", "--show", "1", "--json-out", str(out)]
+           os.path.join(REPO, "examples", "specla.json"), "--check-lossless", "--num-prompts", "3",
+           "--max-tokens", "12", "--single-stream", "2", "--show", "1", "--json-out", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO, check=False)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     text = r.stdout
@@ -43,3 +43,22 @@ def test_demo_script_reports_both_regimes_and_is_lossless(tmp_path):
     assert s["specla"]["verify_steps"] > 0 and 1.0 <= s["specla"]["mean_acceptance_length"] <= 5.0
     rates = s["specla"]["per_position_acceptance"]
     assert len(rates) == 4 and all(0.0 <= a <= 1.0 for a in rates)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--speculative-config",
+      '{"method": "specla", "num_speculative_tokens": 0, "drafter": "models/specla-gdn-tiny/drafter"}'],
+     'Error: speculative_config.num_speculative_tokens: must be an integer 1..16 or "auto" (got 0)'),
+    (["--speculative-config", '{"method": "SpecLA", "num_speculative_tokens": 2, "drafter": "models/nope"}'],
+     "Error: speculative_config.drafter: "),
+    (["--num-prompts", "0"], "argument --num-prompts: must be an integer >= 1, got '0'"),
+    (["--check-lossless"], "--check-lossless needs --speculative-config"),
+])
+def test_demo_script_rejects_bad_input_before_running(args, message):
+    """A bad speculative config or argument ends the script with one line naming it (exit status 1 or argparse's 2),
+    before any engine starts (nothing is printed to stdout) and without a traceback."""
+    cmd = [sys.executable, os.path.join(REPO, "examples", "offline_generate.py")] + args
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO, check=False)
+    assert r.returncode in (1, 2), r.stdout[-2000:] + r.stderr[-2000:]
+    assert message in r.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in r.stderr and r.stdout.strip() == ""

@@ -52,9 +52,10 @@ def load_spec_file(path: str) -> dict:
     """Read a speculative-config JSON file; a relative SpecLA ``drafter`` (or ``step_cost_table``)
     path that does not exist from the working directory is resolved against the file's folder."""
     spec = load_json_file(path)
+    specla = str(spec.get("method", "")).lower() == "specla"  # (any letter case, as normalize_method)
     for key in ("drafter", "step_cost_table"):
-        d = spec.get(key)
-        if spec.get("method") == "specla" and isinstance(d, str) and d and not os.path.isabs(d) and not os.path.exists(d):
+        d = spec.get(key) if specla else None
+        if isinstance(d, str) and d and not os.path.isabs(d) and not os.path.exists(d):
             cand = os.path.join(os.path.dirname(os.path.abspath(path)), d)
             if os.path.exists(cand):
                 spec[key] = cand
