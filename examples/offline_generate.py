@@ -205,7 +205,7 @@ def main():
         with open(args.json_out, "w") as f:
             json.dump(summary, f, indent=1)
     if failed:
-        sys.exit(1)
+        sys.exit(f"lossless check failed: {len(pairs) - same} of {len(pairs)} SpecLA outputs differ from AR's")
 
 
 if __name__ == "__main__":
