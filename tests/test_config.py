@@ -333,3 +333,52 @@ def test_integer_fields_refuse_booleans(field, want):
     """pydantic would read ``true`` as 1 (max_num_requests: true capped vLLM at one request)."""
     with pytest.raises(SpecLAConfigError, match=rf"speculative_config\.{field}: must be an integer {want}"):
         SpecLAConfig.parse({"num_speculative_tokens": 2, "drafter": "d", field: True})
+
+
+def test_executor_inline_drafts_patch():
+    """patches.py item 5 on a stand-in executor: the drafts a blocking ``sample_tokens`` output
+    carries are returned once by ``take_draft_token_ids`` (no RPC); without them (a future, an
+    output without the attribute, a second call, a new ``execute_model``) the RPC runs as before."""
+    from vllm_specla.worker.patches import patch_executor_inline_drafts
+    from vllm_specla.worker.settings import INLINE_DRAFTS_ATTR
+
+    class Out:
+        pass
+
+    class Executor:
+        def __init__(self):
+            self.rpcs, self.next = 0, None
+
+        def execute_model(self, scheduler_output, non_block=False):
+            return None
+
+        def sample_tokens(self, grammar_output, non_block=False):
+            return self.next
+
+        def take_draft_token_ids(self):
+            self.rpcs += 1
+            return "rpc"
+
+    assert patch_executor_inline_drafts(Executor) and not patch_executor_inline_drafts(Executor)
+    ex = Executor()
+    carried = Out()
+    setattr(carried, INLINE_DRAFTS_ATTR, ("drafts",))
+    ex.execute_model(None)
+    ex.next = carried
+    assert ex.sample_tokens(None) is carried
+    assert ex.take_draft_token_ids() == "drafts" and ex.rpcs == 0
+    assert ex.take_draft_token_ids() == "rpc" and ex.rpcs == 1  # used once
+    none_carried = Out()
+    setattr(none_carried, INLINE_DRAFTS_ATTR, (None,))  # "no drafts this step" is an answer too
+    ex.execute_model(None)
+    ex.next = none_carried
+    ex.sample_tokens(None)
+    assert ex.take_draft_token_ids() is None and ex.rpcs == 1
+    ex.execute_model(None)
+    ex.next = Out()  # an output without drafts (e.g. async scheduling): the RPC
+    ex.sample_tokens(None)
+    assert ex.take_draft_token_ids() == "rpc" and ex.rpcs == 2
+    ex.next = carried
+    ex.sample_tokens(None)
+    ex.execute_model(None)  # the next step began: the stash is stale
+    assert ex.take_draft_token_ids() == "rpc" and ex.rpcs == 3

@@ -12,12 +12,12 @@ import torch
 
 from helpers import assert_greedy_equal
 from vllm_specla.config import SpecLAConfig, SpecLAConfigError
-from vllm_specla.core.drafting import DraftModelDrafter, EagleDrafterRunner
+from vllm_specla.core.drafting import DraftModelDrafter, DraftRow, EagleDrafterRunner
 from vllm_specla.core.policy import (AcceptanceEstimator, DraftLengthPolicy, StepCostModel, chain_tau,
                                      load_cost_table)
 from vllm_specla.models.drafter import load_eagle_drafter
 from vllm_specla.models.gdn import load_fla_checkpoint
-from vllm_specla.runtime.engine import SpecLAEngine
+from vllm_specla.runtime.engine import LAZY_ABSORB_MAX, HeldInputs, SpecLAEngine, hold_or_absorb, merge_draft_rows
 
 
 def _policy(table, alpha, k_max=8, draft=0.0, **kw):
@@ -203,7 +203,8 @@ def test_respects_k_max_and_exploration_schedule():
     p = _policy(flat, 0.99, k_max=3)
     assert p.best(2) == 3 and max(p.choose(2) for _ in range(50)) == 3
     # warm-up explores steps 2, 4, 8, then every 16th step: AR, best-1, best+1 in turn
-    p = _policy({"2": {str(t): 0.01 + 0.001 * t for t in range(1, 20)}}, 0.8, k_max=8, explore_every=16)
+    p = _policy({"2": {str(t): 0.01 + 0.001 * t for t in range(1, 20)}}, 0.8, k_max=8, explore_every=16,
+                explore_regret=None)
     best = p.best(2)
     assert 1 < best < 8
     ks = [p.choose(2) for _ in range(64)]
@@ -211,14 +212,43 @@ def test_respects_k_max_and_exploration_schedule():
     assert [i for i in range(1, 65) if p.is_exploration_step(i)] == steps
     assert [ks[i - 1] for i in steps] == [0, best - 1, best + 1] * 2 + [0]
     assert all(k == best for i, k in enumerate(ks, 1) if i not in steps)
-    q = _policy({"2": {str(t): 0.01 + 0.001 * t for t in range(1, 20)}}, 0.8, k_max=8, explore_every=16)
+    q = _policy({"2": {str(t): 0.01 + 0.001 * t for t in range(1, 20)}}, 0.8, k_max=8, explore_every=16,
+                explore_regret=None)
     assert [q.choose(2) for _ in range(64)] == ks  # deterministic
     assert p.summary()["explored"] == 7 and p.choose(0) == 0
     # at the top the neighbours stay in range; from AR it probes K = 1
     top = _policy(flat, 0.99, k_max=3, explore_every=2)
     assert {top.choose(2) for _ in range(12)} <= {0, 2, 3}
-    ar = _policy({"64": {str(t): 0.004 * t for t in range(1, 10)}}, 0.5, explore_every=2)
+    ar = _policy({"64": {str(t): 0.004 * t for t in range(1, 10)}}, 0.5, explore_every=2, explore_regret=None)
     assert [ar.choose(64) for _ in range(4)] == [0, 1, 0, 1]
+
+
+def test_exploration_gap_grows_with_the_candidates_regret():
+    """explore_regret: a candidate the model expects to be r slower is explored every
+    explore_every * (1 + r / explore_regret) steps (warm-up unchanged, at most 16x apart), so the
+    expected loss stays below explore_regret / explore_every of the steps."""
+    # AR best by far: K = 1 costs 3x an AR step at alpha 0.5 (rate ratio 1.5 / 3 -> regret 0.5)
+    table = {"16": {"1": 0.01, "2": 0.03}}
+    p = _policy(table, 0.5, k_max=1, explore_every=16, explore_regret=0.1)
+    assert p.best(16) == 0
+    regret = 1 - p.expected_rate(16, 1) / p.expected_rate(16, 0)
+    assert regret == pytest.approx(0.5)
+    ks = [p.choose(16) for _ in range(400)]
+    explored = [i for i, k in enumerate(ks, 1) if k == 1]
+    assert explored[:3] == [2, 4, 8]  # the warm-up
+    gaps = {b - a for a, b in zip(explored[3:], explored[4:])}
+    assert explored[3] == 96 and gaps == {96}  # 16 * (1 + 0.5 / 0.1)
+    loss = sum(regret for i in explored[3:]) / len(ks)
+    assert loss < 0.1 / 16
+    # a close candidate (regret 0) keeps the fixed gap; a hopeless one is capped at 16x
+    flat = _policy({"16": {"1": 0.01, "2": 0.01}}, 0.01, k_max=1, explore_every=16, explore_regret=0.1, margin=0.5)
+    ks = [flat.choose(16) for _ in range(64)]
+    assert [i for i, k in enumerate(ks, 1) if k == 1] == [2, 4, 8, 16, 32, 48, 64]
+    far = _policy({"16": {"1": 0.01, "2": 100.0}}, 0.5, k_max=1, explore_every=4, explore_regret=0.05)
+    ks = [far.choose(16) for _ in range(200)]
+    assert [i for i, k in enumerate(ks, 1) if k == 1] == [2, 64, 128, 192]
+    with pytest.raises(ValueError, match="explore_regret"):
+        DraftLengthPolicy(4, explore_regret=0)
 
 
 def test_learns_to_stop_speculating_from_measured_costs():
@@ -345,8 +375,40 @@ def test_engine_with_unprofitable_costs_proposes_no_drafts(models, prompts, ar_o
     out = eng.generate(prompts, MAX_TOKENS)
     assert assert_greedy_equal(models["target"], prompts, ar_out, out) == 0
     assert set(eng.step_k) == {0} and sum(eng.stats.num_drafts) == 0
-    # the drafter only ran to absorb inputs held back past LAZY_ABSORB_MAX tokens (the 40-token prompt)
-    assert all(k == 0 for c in calls for k in c) and len(calls) <= 2
+    # every request's inputs (prompt + outputs <= 51 tokens) stay within LAZY_ABSORB_MAX: all held,
+    # so the drafter never runs, prompts included
+    assert max(n + m for n, m in zip(LENS, MAX_TOKENS)) <= LAZY_ABSORB_MAX and calls == []
+
+
+def test_hold_or_absorb_absorbs_only_the_rows_past_the_cap():
+    """A K = 0 step: each row joins what its request holds; only a request past the cap is
+    absorbed (alone), a fresh row (a restarted request) replaces stale held inputs, and held
+    features are copies, joined in order when absorbed."""
+    g = torch.Generator().manual_seed(3)
+    f = lambda n: torch.randn(n, 8, generator=g)  # noqa: E731
+    buf = f(12)  # a reused buffer, as vLLM's hidden states
+    f0, f2, f3 = f(2), f(6), f(1)
+    held = [HeldInputs(DraftRow(0, [1, 2], f0)), None, HeldInputs(DraftRow(2, [5] * 6, f2)),
+            HeldInputs(DraftRow(3, [9], f3, fresh=True))]
+    rows = [DraftRow(0, [3], buf[0:1]), DraftRow(1, [7] * 4, buf[1:5], fresh=True),
+            DraftRow(2, [6, 6], buf[5:7]), DraftRow(3, [4] * 5, buf[7:12], fresh=True)]
+    want = {0: torch.cat([f0, buf[0:1]]), 1: buf[1:5].clone(), 3: buf[7:12].clone()}
+    hold, absorb = hold_or_absorb(held, rows, cap=7)
+    assert [h.slot for h in hold] == [0, 1, 3] and [r.slot for r in absorb] == [2]
+    assert hold[0] is held[0] and len(hold[0]) == 3  # extended in place
+    assert absorb[0].tokens == [5] * 6 + [6, 6] and not absorb[0].fresh
+    assert torch.equal(absorb[0].feats, torch.cat([f2, buf[5:7]]))
+    buf.zero_()  # the caller reuses its buffer: what is held must not change
+    got = {h.slot: h.row() for h in hold}
+    assert got[0].tokens == [1, 2, 3] and not got[0].fresh and got[0].num_drafts == 0
+    assert got[1].tokens == [7] * 4 and got[1].fresh
+    assert got[3].tokens == [4] * 5 and got[3].fresh  # the restart dropped what the old run held
+    assert all(torch.equal(got[k].feats, want[k]) for k in want)
+    # a drafting step: held inputs, then this step's row, which sets num_drafts
+    m = merge_draft_rows(hold[0], DraftRow(0, [8], f(1), num_drafts=3))
+    assert m.tokens == [1, 2, 3, 8] and m.num_drafts == 3 and m.feats.shape == (4, 8)
+    with pytest.raises(ValueError):
+        hold_or_absorb(held[:2], rows)
 
 
 class ScriptedPolicy:

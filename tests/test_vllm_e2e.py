@@ -93,6 +93,7 @@ def test_vllm_specla_lossless(tiny_dir, prompts, reference, drafter, K, deferred
             assert 0 < acc < drafts
         c = llm.collective_rpc("specla_counters")[0]
         assert c["verify_rows"] > 0
+        assert c["draft_rpcs"] == 0  # every step's drafts rode back with its sampled tokens (patches.py item 5)
         if drafter == "random_eagle":
             assert c["draft_vocab_size"] == spec.get("draft_vocab_size", 96)
         if extra.get("max_num_batched_tokens"):

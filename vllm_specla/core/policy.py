@@ -21,8 +21,9 @@ and returns 0 (no speculation) unless the best K beats AR by ``margin`` (2 %). T
   ``tau(K) = 1 + sum_{k=1..K} prod_{i=1..k} alpha_i``, which for i.i.d. ``alpha`` is the
   closed form ``(1 - alpha^(K+1)) / (1 - alpha)`` of §9b (:func:`chain_tau`).
 * :class:`DraftLengthPolicy` — the argmax above, with a deterministic exploration schedule (steps
-  2, 4, 8, ... while warming up, then every ``explore_every``-th step tries a neighbouring K or
-  AR) so that costs of windows other than the chosen one, AR's included, get measured.
+  2, 4, 8, ... while warming up, then every ``explore_every``-th step, or further apart the
+  slower the model expects the candidate to be, tries a neighbouring K or AR) so that costs of
+  windows other than the chosen one, AR's included, get measured.
 
 Units: seconds for costs, tokens for ``tau``, tokens per second for rates. Nothing here imports
 torch or vLLM; the runtime engine and the vLLM proposer time their own steps and feed the policy.
@@ -401,6 +402,17 @@ class DraftLengthPolicy:
             different from the best, sorted, taken in turn (exploration i takes candidate
             ``i mod count``, so AR is measured first whenever the best K is > 1); 0 = never.
             Deterministic (step counters), so runs and tests are reproducible.
+        explore_regret: after the warm-up, the gap between explorations grows with how much
+            slower the model expects the candidate to be: an exploration comes once at least
+            ``explore_every * (1 + regret / explore_regret)`` steps (at most 16 * explore_every)
+            passed since the last one, ``regret = max(0, 1 - rate(candidate) / rate(best))`` at
+            the step's batch size. Each exploration is expected to cost ``regret`` of a step, so
+            exploring costs less than ``explore_regret / explore_every`` of the steps (0.6 % by
+            default) however poor the candidates look, while close candidates (regret -> 0) are
+            still tried every ``explore_every`` steps. Why: with K = 0 best at large batch
+            (vLLM-CPU, 16 requests), every fixed 16th step drafted for the whole batch, absorbing
+            what each request held back. None: every ``explore_every``-th step
+            (:meth:`is_exploration_step`).
 
     Per step the caller does: ``k = policy.choose(B)``; proposes up to k drafts per request;
     after the verify, ``policy.observe_step(B, 1 + drafts, seconds)``,
@@ -410,11 +422,13 @@ class DraftLengthPolicy:
 
     def __init__(self, k_max: int = 8, costs: StepCostModel | None = None,
                  acceptance: AcceptanceEstimator | None = None, *, margin: float = 0.02,
-                 explore_every: int = 16):
+                 explore_every: int = 16, explore_regret: float | None = 0.1):
         if not 1 <= k_max <= 64:
             raise ValueError(f"DraftLengthPolicy: k_max={k_max} must be in 1..64")
         if explore_every < 0 or margin < 0:
             raise ValueError(f"DraftLengthPolicy: explore_every={explore_every} and margin={margin} must be >= 0")
+        if explore_regret is not None and not explore_regret > 0:
+            raise ValueError(f"DraftLengthPolicy: explore_regret={explore_regret} must be > 0 or None")
         self.k_max = k_max
         self.costs = costs if costs is not None else StepCostModel()
         self.acceptance = acceptance if acceptance is not None else AcceptanceEstimator(k_max)
@@ -422,6 +436,8 @@ class DraftLengthPolicy:
             raise ValueError(f"DraftLengthPolicy: acceptance tracks {self.acceptance.k_max} positions < k_max={k_max}")
         self.margin = margin
         self.explore_every = explore_every
+        self.explore_regret = explore_regret
+        self.last_explored = 0  # step of the last exploration after the warm-up
         self.steps = 0
         self.explored = 0
         self.chosen: dict[int, int] = {}  # K -> steps it was chosen (exploration included)
@@ -446,17 +462,34 @@ class DraftLengthPolicy:
             return 0
         self.steps += 1
         k = self.best(batch_size)
-        if self.is_exploration_step(self.steps):
-            cands = [c for c in sorted({k - 1, k + 1, 0} - {k}) if 0 <= c <= self.k_max]
-            if cands:
-                k = cands[self.explored % len(cands)]
-                self.explored += 1
+        cands = [c for c in sorted({k - 1, k + 1, 0} - {k}) if 0 <= c <= self.k_max]
+        if cands and self._explore_now(batch_size, k, cands[self.explored % len(cands)]):
+            k = cands[self.explored % len(cands)]
+            self.explored += 1
         self.chosen[k] = self.chosen.get(k, 0) + 1
         return k
 
+    def _explore_now(self, batch_size: int, best: int, cand: int) -> bool:
+        """Whether this step (``self.steps``) explores ``cand`` instead of ``best`` (class doc:
+        ``explore_every``, ``explore_regret``)."""
+        n, s = self.explore_every, self.steps
+        if not n:
+            return False
+        if s < n:  # warm-up
+            return self.is_exploration_step(s)
+        gap = n
+        if self.explore_regret is not None:
+            regret = max(0.0, 1.0 - self.expected_rate(batch_size, cand) / self.expected_rate(batch_size, best))
+            gap = min(16 * n, n * (1.0 + regret / self.explore_regret))
+        if s - self.last_explored >= gap:
+            self.last_explored = s
+            return True
+        return False
+
     def is_exploration_step(self, step: int) -> bool:
-        """Step ``step`` (1-based count of :meth:`choose` calls) explores: a multiple of
-        ``explore_every``, or a power of two >= 2 below it."""
+        """The fixed schedule (``explore_regret=None``): step ``step`` (1-based count of
+        :meth:`choose` calls) explores when it is a multiple of ``explore_every``, or a power of
+        two >= 2 below it (the warm-up, which ``explore_regret`` leaves as is)."""
         n = self.explore_every
         if not n:
             return False

@@ -14,8 +14,8 @@ K is chosen per step by the draft-length policy: the engine times each pure-deco
 forward + acceptance (``time.perf_counter``; a step that also prefills new requests is not timed)
 and its drafting pass, and feeds those times and the acceptance outcomes back. When a step's K is
 0 the drafter is not run: the committed inputs are kept per request and absorbed with the next
-drafting pass (at most ``LAZY_ABSORB_MAX`` tokens are kept), so a K = 0 step does no drafter
-work.
+drafting pass (up to ``LAZY_ABSORB_MAX`` tokens per request; past it the request is absorbed alone),
+so a K = 0 step does no drafter work beyond such requests.
 """
 
 from __future__ import annotations
@@ -46,19 +46,83 @@ class _Req:
     slot: int = -1
     drafts: list[int] = field(default_factory=list)
     tree: DraftTree | None = None
-    pending_rows: DraftRow | None = None  # committed inputs not yet absorbed by the drafter (K = 0 steps)
+    pending_rows: HeldInputs | None = None  # committed inputs not yet absorbed by the drafter (K = 0 steps)
     done: bool = False
 
 
-LAZY_ABSORB_MAX = 64  # tokens a request may hold back from the drafter during K = 0 steps
+LAZY_ABSORB_MAX = 256  # tokens a request may hold back from the drafter during K = 0 steps
 
 
-def merge_draft_rows(held: DraftRow | None, row: DraftRow) -> DraftRow:
-    """``row`` preceded by the inputs ``held`` back from earlier steps (one absorb chunk)."""
+class HeldInputs:
+    """One request's drafter inputs held back over K = 0 steps (``slot``, ``tokens``, ``fresh`` as
+    in :class:`DraftRow`; ``feats``: a list of ``[n_i, D]`` chunks, EAGLE only, else None).
+
+    Steps append chunks (copies of the features: the caller may reuse its buffers, e.g. vLLM's
+    hidden states); they are joined once, when the request is absorbed (:meth:`row`), so holding
+    costs O(new inputs) per step.
+    """
+
+    __slots__ = ("feats", "fresh", "slot", "tokens")
+
+    def __init__(self, row: DraftRow):
+        self.slot, self.tokens, self.fresh = row.slot, list(row.tokens), row.fresh
+        self.feats = None if row.feats is None else [row.feats.clone()]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def add(self, row: DraftRow) -> None:
+        """Append a later step's inputs of the same request (not a fresh restart)."""
+        self.tokens += row.tokens
+        if self.feats is not None:
+            self.feats.append(row.feats.clone())
+
+    def row(self, then: DraftRow | None = None) -> DraftRow:
+        """The held inputs, followed by ``then`` (this step's row, whose ``num_drafts`` it takes),
+        as one :class:`DraftRow` (one absorb chunk)."""
+        feats = self.feats if then is None or then.feats is None else [*self.feats, then.feats]
+        return DraftRow(self.slot, self.tokens + (then.tokens if then is not None else []),
+                        None if feats is None else torch.cat(feats), fresh=self.fresh,
+                        num_drafts=then.num_drafts if then is not None else 0)
+
+
+def merge_draft_rows(held: HeldInputs | None, row: DraftRow) -> DraftRow:
+    """``row`` preceded by the inputs ``held`` back from earlier steps (one absorb chunk); a fresh
+    ``row`` (the request restarted, e.g. after preemption) drops them."""
     if held is None or row.fresh:
         return row
-    feats = None if row.feats is None else torch.cat([held.feats, row.feats])
-    return DraftRow(row.slot, held.tokens + row.tokens, feats, fresh=held.fresh, num_drafts=row.num_drafts)
+    return held.row(then=row)
+
+
+def hold_or_absorb(held: list[HeldInputs | None], rows: list[DraftRow],
+                   cap: int = LAZY_ABSORB_MAX) -> tuple[list[HeldInputs], list[DraftRow]]:
+    """Split a K = 0 step's drafter inputs (no row drafts) into requests to hold back and rows to
+    absorb now.
+
+    Each row's new inputs join what its request already holds (``held[i]``, None for nothing; a
+    fresh row replaces it). A request whose inputs stay within ``cap`` tokens is held (``held[i]``
+    is extended in place, or a new :class:`HeldInputs` made); the others are absorbed now, by
+    themselves: one long prompt does not make the whole batch absorb. Memory held: at most ``cap``
+    tokens (EAGLE: ``[cap, D]`` features) per request.
+
+    Returns:
+        ``(hold, absorb)``: ``HeldInputs`` and merged ``DraftRow`` lists, together one per row, in
+        row order.
+
+    Raises:
+        ValueError: ``held`` and ``rows`` differ in length.
+    """
+    hold, absorb = [], []
+    for h, r in zip(held, rows, strict=True):
+        h = None if r.fresh else h
+        if (len(h) if h is not None else 0) + len(r.tokens) > cap:
+            absorb.append(merge_draft_rows(h, r))
+        elif h is None:
+            hold.append(HeldInputs(r))
+        else:
+            h.add(r)
+            hold.append(h)
+    return hold, absorb
 
 
 @dataclass
@@ -188,17 +252,20 @@ class SpecLAEngine:
             conv_commit(st.conv, slots, st.bank_x, banks, n)
 
     def _draft_with_policy(self, rows: list[DraftRow], byslot: dict, timed: bool) -> None:
-        """Draft under the policy: skip the drafter on a K = 0 step (inputs held back per request,
-        up to ``LAZY_ABSORB_MAX`` tokens), else absorb held + new inputs in one chunk; time it."""
+        """Draft under the policy: on a K = 0 step hold the inputs back per request (up to
+        ``LAZY_ABSORB_MAX`` tokens; a request past it is absorbed alone, :func:`hold_or_absorb`),
+        else absorb held + new inputs in one chunk and draft; time it."""
         held = [byslot[dr.slot].pending_rows for dr in rows]
-        too_many = any((len(h.tokens) if h is not None else 0) + len(dr.tokens) > LAZY_ABSORB_MAX
-                       for h, dr in zip(held, rows))
-        if all(dr.num_drafts == 0 for dr in rows) and not too_many:
+        if all(dr.num_drafts == 0 for dr in rows):
+            hold, absorb = hold_or_absorb(held, rows)
+            for dr in hold:
+                byslot[dr.slot].pending_rows = dr
+            if absorb:
+                self.drafter.step(absorb)
             for dr in rows:
-                r = byslot[dr.slot]
-                feats = None if dr.feats is None else dr.feats.clone()
-                r.pending_rows = merge_draft_rows(r.pending_rows, DraftRow(dr.slot, dr.tokens, feats, dr.fresh))
-                r.drafts = []
+                byslot[dr.slot].drafts = []
+            for dr in absorb:
+                byslot[dr.slot].pending_rows = None
             return
         rows = [merge_draft_rows(h, dr) for h, dr in zip(held, rows)]
         t0 = time.perf_counter()

@@ -13,6 +13,13 @@
    when ``worker_cls`` is ``"auto"`` and turn prefix caching off with one log line (the state
    pages hold SpecLA factor banks, and vLLM's mamba "align" copies are Triton-only on CPU).
 4. Opt-in (``VLLM_SPECLA_CPU_RAY=1``): Ray on the vLLM-CPU platform (``worker/ray_cpu.py``).
+5. Drafts without an extra RPC: without async scheduling vLLM's engine core asks the workers for
+   the step's drafts with one more RPC (``take_draft_token_ids``) after ``sample_tokens``. Our
+   runner attaches those drafts to ``sample_tokens``' output (``runner.py``), and the executor
+   classes' ``take_draft_token_ids`` returns them when the last blocking ``sample_tokens``
+   since the last ``execute_model`` carried them, else makes the RPC as before. Applies to
+   ``MultiprocExecutor`` and the Ray executors loaded in the engine-core process;
+   ``VLLM_SPECLA_INLINE_DRAFTS=0`` turns it off.
 
 (``vllm serve`` on vLLM-CPU itself is made to start by ``vllm_specla/compat.py``, a
 ``vllm.platform_plugins`` entry point, because the failing lookup happens before general plugins
@@ -31,7 +38,8 @@ import sys
 
 from vllm_specla.config import (SpecLAConfig, SpecLAConfigError, is_inline_json, load_json_file, normalize_method,
                                 parse_inline_json)
-from vllm_specla.worker.settings import ADDITIONAL_CONFIG_KEY, PROPOSER_QUALNAME
+from vllm_specla.worker.settings import (ADDITIONAL_CONFIG_KEY, INLINE_DRAFTS_ATTR, PROPOSER_QUALNAME,
+                                         inline_drafts_enabled)
 
 # under "vllm.": vLLM configures that namespace's handlers, so these lines reach its log
 logger = logging.getLogger("vllm.specla")
@@ -288,6 +296,57 @@ def cpu_ray_requested() -> bool:
     return os.environ.get("VLLM_SPECLA_CPU_RAY", "0").strip().lower() in ("1", "true", "yes", "on")
 
 
+_INLINE_EXECUTORS = (("vllm.v1.executor.multiproc_executor", "MultiprocExecutor"),
+                     ("vllm.v1.executor.ray_executor", "RayDistributedExecutor"),
+                     ("vllm.v1.executor.ray_executor_v2", "RayExecutorV2"))
+
+
+def patch_executor_inline_drafts(cls) -> bool:
+    """Item 5 on one executor class (idempotent; returns whether it patched now).
+
+    ``execute_model`` forgets any stashed drafts; a blocking ``sample_tokens`` whose output
+    carries ``INLINE_DRAFTS_ATTR`` stashes them; ``take_draft_token_ids`` returns the stash once,
+    else calls the original (the RPC). A ``sample_tokens`` future (batch queue) carries no stash.
+    """
+    if cls.__dict__.get("_specla_inline_drafts", False):
+        return False
+    orig_execute, orig_sample, orig_take = cls.execute_model, cls.sample_tokens, cls.take_draft_token_ids
+
+    def execute_model(self, *args, **kwargs):
+        self._specla_drafts = None
+        return orig_execute(self, *args, **kwargs)
+
+    def sample_tokens(self, *args, **kwargs):
+        out = orig_sample(self, *args, **kwargs)
+        self._specla_drafts = getattr(out, INLINE_DRAFTS_ATTR, None)
+        return out
+
+    def take_draft_token_ids(self):
+        carried, self._specla_drafts = getattr(self, "_specla_drafts", None), None
+        if isinstance(carried, tuple) and len(carried) == 1:
+            return carried[0]
+        return orig_take(self)
+
+    for f, orig in ((execute_model, orig_execute), (sample_tokens, orig_sample), (take_draft_token_ids, orig_take)):
+        f.__wrapped__, f.__doc__, f.__name__ = orig, orig.__doc__, orig.__name__
+    cls.execute_model, cls.sample_tokens, cls.take_draft_token_ids = execute_model, sample_tokens, take_draft_token_ids
+    cls._specla_inline_drafts = True
+    return True
+
+
+def _patch_inline_drafts() -> None:
+    """Item 5 on the executor classes this process has loaded (the engine core loads its
+    executor class before it loads plugins; importing Ray's here would import Ray everywhere)."""
+    if not inline_drafts_enabled():
+        return
+    import vllm.v1.executor.multiproc_executor  # noqa: F401, PLC0415 (the default executor; cheap)
+
+    for mod, name in _INLINE_EXECUTORS:
+        cls = getattr(sys.modules.get(mod), name, None)
+        if cls is not None:
+            patch_executor_inline_drafts(cls)
+
+
 def apply_patches() -> None:
     """Install every patch once (idempotent; called from ``vllm_specla.register``)."""
     global _applied
@@ -301,6 +360,7 @@ def apply_patches() -> None:
     from vllm.model_executor.models.config import MODELS_CONFIG_MAP  # noqa: PLC0415
 
     MODELS_CONFIG_MAP[ARCH] = SpeclaGDNConfigHook
+    _patch_inline_drafts()
     if cpu_ray_requested():  # opt-in Ray on vLLM-CPU (worker/ray_cpu.py)
         from vllm_specla.worker.ray_cpu import install  # noqa: PLC0415
 

@@ -19,10 +19,11 @@ K_max) and feeds it back:
 * **acceptance** = per row, the drafts this proposer gave the request last step (cut to what the
   scheduler kept) and ``len(sampled tokens) - 1`` accepted.
 
-When the step's K is 0 (no row gets drafts) and no row is a prefill row, the drafter is not run:
-the committed inputs (tokens, and for EAGLE the target's features, copied) are held per request
-and absorbed with the next drafting pass (at most ``LAZY_ABSORB_MAX`` tokens), so a K = 0 step
-does no drafter work. With tensor parallelism, TP rank 0's K is broadcast (the EAGLE
+When the step's K is 0 (no row gets drafts), prefill rows included, the drafter is not run: the
+committed inputs (tokens, and for EAGLE the target's features, copied) are held per request and
+absorbed with the next drafting pass; a request whose held inputs would pass ``LAZY_ABSORB_MAX``
+tokens (e.g. a long new prompt) is absorbed then, alone. So a K = 0 step does no drafter work
+beyond such requests, and a request that finishes before the next drafting pass is never absorbed. With tensor parallelism, TP rank 0's K is broadcast (the EAGLE
 drafter runs collectives through the target's embedding and LM head, so every rank must draft
 the same number of steps).
 """
@@ -41,7 +42,7 @@ from vllm_specla.core.drafting import DraftModelDrafter, DraftRow, EagleDrafterR
 from vllm_specla.core.policy import DraftLengthPolicy, StepCostModel
 from vllm_specla.models.drafter import load_eagle_drafter
 from vllm_specla.models.gdn import load_fla_checkpoint
-from vllm_specla.runtime.engine import LAZY_ABSORB_MAX
+from vllm_specla.runtime.engine import HeldInputs, hold_or_absorb
 from vllm_specla.runtime.engine import merge_draft_rows as _merge
 from vllm_specla.worker.settings import specla_settings
 
@@ -88,7 +89,7 @@ class SpeclaProposer:
         self.policy: DraftLengthPolicy | None = None
         if self.settings.auto_draft_length:
             self.policy = DraftLengthPolicy(k_max=self.K, costs=StepCostModel(table=self.settings.step_cost_table))
-        self._held: dict[str, DraftRow] = {}  # inputs held back from the drafter (K = 0 steps)
+        self._held: dict[str, HeldInputs] = {}  # inputs held back from the drafter (K = 0 steps)
         self._last_drafts: dict[str, int] = {}  # drafts proposed per request last step
         self._t_end: float | None = None  # end of the last propose_for_batch call (perf_counter)
         self.policy_counts = {"steps_timed": 0, "drafter_skipped": 0}
@@ -287,16 +288,19 @@ class SpeclaProposer:
         return max(0, min(self.K, k))
 
     def _draft_with_policy(self, input_batch, rows: list[DraftRow], row_of: list[int], drafts, pure_decode: bool):
-        """Run the drafter, or on a pure-decode K = 0 step hold the inputs back; time drafting."""
+        """Run the drafter, or on a K = 0 step hold the inputs back (a request past
+        ``LAZY_ABSORB_MAX`` held tokens is absorbed alone, :func:`hold_or_absorb`); time drafting."""
         rids = [input_batch.req_ids[i] for i in row_of]
         held = [self._held.pop(rid, None) for rid in rids]
-        too_many = any((len(h.tokens) if h is not None else 0) + len(r.tokens) > LAZY_ABSORB_MAX
-                       for h, r in zip(held, rows))
-        if pure_decode and not too_many and all(r.num_drafts == 0 for r in rows):
-            for rid, h, r in zip(rids, held, rows):
-                feats = None if r.feats is None else r.feats.clone()  # vLLM reuses its hidden-state buffer
-                self._held[rid] = _merge(h, DraftRow(r.slot, r.tokens, feats, fresh=r.fresh))
-            self.policy_counts["drafter_skipped"] += 1
+        if all(r.num_drafts == 0 for r in rows):
+            hold, absorb = hold_or_absorb(held, rows)
+            rid_of = dict(zip((r.slot for r in rows), rids))
+            for r in hold:
+                self._held[rid_of[r.slot]] = r
+            if absorb:
+                self.drafter.step(absorb)
+            else:
+                self.policy_counts["drafter_skipped"] += 1
             self._last_drafts = {}
             self._t_end = time.perf_counter()
             return drafts

@@ -13,6 +13,9 @@ subclasses — carry a step:
   (``(output_token_ids != -1).sum(1)``) becomes the slot's pending factors (deferred commit) or
   is committed right away with DeltaConstruct (``deferred_commit: false``).
 * ``propose_draft_token_ids``: our drafter drafts from the target's hidden states.
+* ``sample_tokens``: the step's drafts ride back to the engine core with the sampled tokens
+  (``patches.py`` item 5), so the engine core does not spend one more RPC per step on
+  ``take_draft_token_ids``.
 
 The GPU runner class is the same mixin on vLLM's ``GPUModelRunner``; it cannot be run on any
 machine we have (no vLLM on the GPU machine) and is kept a thin mirror of the tested CPU path.
@@ -27,7 +30,7 @@ from vllm_specla.core.acceptance import greedy_accept_tree
 from vllm_specla.core.sampling import accept_tree_residual, apply_sampling_transforms
 from vllm_specla.core.state import build_step_plan
 from vllm_specla.ops.tree_reference import compact_path_factors
-from vllm_specla.worker.settings import specla_settings
+from vllm_specla.worker.settings import INLINE_DRAFTS_ATTR, inline_drafts_enabled, specla_settings
 
 
 class SpeclaRunnerMixin:
@@ -41,7 +44,7 @@ class SpeclaRunnerMixin:
         accepted tokens, steps."""
         if self._specla_counters is None:
             self._specla_counters = dict(steps=0, verify_rows=0, zero_draft_rows=0, prefill_rows=0,
-                                         accepted_tokens=0, flushes=0)
+                                         accepted_tokens=0, flushes=0, draft_rpcs=0)
         tc = getattr(getattr(getattr(self, "drafter", None), "drafter", None), "tree_counts", None)
         if tc:  # tree drafting: candidate / kept nodes -> pruned fraction
             self._specla_counters["tree_candidates"] = tc["candidates"]
@@ -258,6 +261,27 @@ class SpeclaRunnerMixin:
             book.set_pending(slots, num_accepted)
         else:
             model.commit(slots, num_accepted)
+
+    # ---- drafts back to the engine core ----------------------------------------------------------
+    def sample_tokens(self, grammar_output):
+        """vLLM's ``sample_tokens``; with speculation on, the step's drafts (what
+        ``take_draft_token_ids`` would return next) are attached to the returned
+        ``ModelRunnerOutput`` as ``(DraftTokenIds | None,)`` under ``INLINE_DRAFTS_ATTR``, for the
+        executor patch to hand to the scheduler without an RPC. Async-scheduling outputs and
+        vLLM's shared empty output are returned untouched."""
+        from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput  # noqa: PLC0415
+
+        out = super().sample_tokens(grammar_output)
+        if (self.speculative_config is not None and type(out) is ModelRunnerOutput
+                and out is not EMPTY_MODEL_RUNNER_OUTPUT and inline_drafts_enabled()):
+            setattr(out, INLINE_DRAFTS_ATTR, (super().take_draft_token_ids(),))
+        return out
+
+    def take_draft_token_ids(self):
+        """vLLM's RPC for the step's drafts (counted in ``specla_counters()["draft_rpcs"]``: 0 while
+        the drafts travel with ``sample_tokens``' output)."""
+        self.specla_counters()["draft_rpcs"] += 1
+        return super().take_draft_token_ids()
 
     # ---- drafting -----------------------------------------------------------------------------
     def propose_draft_token_ids(self, scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from vllm_specla.config import SpecLAConfig
 
 ADDITIONAL_CONFIG_KEY = "specla"
 PROPOSER_QUALNAME = "vllm_specla.worker.proposer.SpeclaProposer"
+# ModelRunnerOutput attribute carrying a step's drafts to the engine core (runner.py, patches.py)
+INLINE_DRAFTS_ATTR = "specla_draft_token_ids"
+
+
+def inline_drafts_enabled() -> bool:
+    """Drafts travel with ``sample_tokens``' output (default); ``VLLM_SPECLA_INLINE_DRAFTS=0``
+    restores vLLM's separate ``take_draft_token_ids`` RPC per step."""
+    return os.environ.get("VLLM_SPECLA_INLINE_DRAFTS", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def specla_settings(vllm_config: Any) -> SpecLAConfig | None:
