@@ -245,3 +245,28 @@ def test_step_breakdown_graph_increments():
     assert r["graph_calls"]["gemv_rows_kernel"] == 2.0
     assert r["graph_timeline"][1] == ("_conv4_verify_kernel", 8.0, 12.0)
     assert "graph_error" in sb.timeline_stats(evs[:-1], 2)
+
+
+@pytest.mark.vllm
+def test_bench_vllm_ab_small(tmp_path):
+    """The vLLM A/B script runs its engines round by round, pins an "auto" engine at K = 0 with
+    force_k, checks outputs against the first engine and writes per-round ratios; a malformed
+    --engine is a one-line argparse error."""
+    pytest.importorskip("vllm")
+    script = os.path.join(ROOT, "benchmarks", "bench_vllm_ab.py")
+    env = dict(os.environ, PYTHONPATH=ROOT, VLLM_CPU_KVCACHE_SPACE="1", VLLM_LOGGING_LEVEL="WARNING")
+    auto = json.dumps({"method": "specla", "num_speculative_tokens": "auto", "max_num_speculative_tokens": 2,
+                       "drafter": "models/specla-gdn-tiny/drafter"})
+    out = tmp_path / "ab.json"
+    subprocess.run([sys.executable, script, "--rounds", "2", "--num-prompts", "3", "--max-tokens", "6",
+                    "--max-num-seqs", "2", "--engine", "ar=none", "--engine", f"k0={auto}:force_k=0",
+                    "--json-out", str(out)], check=True, env=env, capture_output=True, timeout=600)
+    rec = json.loads(out.read_text())
+    ar, k0 = rec["engines"]
+    assert [ar["engine"], k0["engine"]] == ["ar", "k0"] and k0["identical"]
+    assert len(k0["seconds"]) == len(k0["speed_vs_base"]) == 2 and ar["speed_vs_base"] == [1.0, 1.0]
+    assert k0["output_tokens"] == ar["output_tokens"] == 3 * 6
+    assert k0["draft_tokens"] == 0 and ar["draft_tokens"] is None  # force_k=0 pinned the policy
+    bad = subprocess.run([sys.executable, script, "--engine", "no-equals-sign"], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "expected NAME=SPEC[:force_k=K]" in bad.stderr

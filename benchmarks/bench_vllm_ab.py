@@ -1,0 +1,148 @@
+#!/usr/bin/env python
+"""A/B of vLLM engines on this machine: several engines alive in one process, ``generate()`` on the
+80 MT-Bench prompts alternated round by round, so machine-wide drift (this shared 2-core CPU moves
+by 10-20 % between runs) hits every engine alike. Prints a table and writes JSON.
+
+    python benchmarks/bench_vllm_ab.py --rounds 4 --engine ar=none \\
+        --engine auto='{"method": "specla", "num_speculative_tokens": "auto", "drafter": "models/specla-gdn-tiny/drafter"}' \\
+        --engine k0=<same json>:force_k=0 --json-out benchmarks/vllm_ab_cpu.json
+
+``--engine NAME=SPEC[:force_k=K]``: SPEC is ``none`` (AR), a speculative-config JSON file or inline
+JSON. ``force_k=K`` (``"auto"`` configs only) replaces the draft-length policy's choice by K every
+step (a diagnostic: ``force_k=0`` is the spec-decode path with the drafter never drafting).
+The first engine is the baseline of the ratios. Rounds alternate the engine order (1, 2, 3 then 3, 2,
+1). Greedy, fp32, max_tokens 96, the embedded default model; outputs are checked identical to the
+baseline's (the script exits 1 when one differs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "examples"))
+
+
+class FixedK:
+    """A draft-length policy stand-in that always answers ``k`` (``force_k``)."""
+
+    def __init__(self, policy, k: int):
+        self.policy, self.k = policy, k
+
+    def choose(self, batch_size: int) -> int:
+        return self.k if batch_size else 0
+
+    def __getattr__(self, name):  # observe_*, summary, ... go to the real policy
+        return getattr(self.policy, name)
+
+
+def _force_k(worker, k: int) -> int:
+    """(collective_rpc) make the worker's SpecLA proposer draft ``k`` per step."""
+    proposer = worker.model_runner.drafter
+    if getattr(proposer, "policy", None) is None:
+        raise ValueError("force_k needs a num_speculative_tokens: \"auto\" config")
+    proposer.policy = FixedK(proposer.policy, k)
+    return k
+
+
+def parse_engine(arg: str) -> tuple[str, dict | None, int | None]:
+    name, sep, rest = arg.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"--engine {arg!r}: expected NAME=SPEC[:force_k=K]")
+    force = None
+    if ":force_k=" in rest:
+        rest, _, k = rest.rpartition(":force_k=")
+        try:
+            force = int(k)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"--engine {name}: force_k must be an integer, got {k!r}") from None
+    if rest == "none":
+        return name, None, force
+    from vllm_specla.worker.patches import load_spec_file
+
+    try:
+        spec = load_spec_file(rest) if os.path.isfile(rest) else json.loads(rest)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"--engine {name}: SPEC is none, a JSON file or inline JSON ({e})") from None
+    d = spec.get("drafter")
+    if isinstance(d, str) and not os.path.isabs(d) and not os.path.exists(d):
+        spec["drafter"] = os.path.join(REPO, d)
+    return name, spec, force
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--engine", action="append", required=True, type=parse_engine,
+                    help="NAME=SPEC[:force_k=K] (repeat)")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--num-prompts", type=int, default=80)
+    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--max-num-seqs", type=int, default=16)
+    ap.add_argument("--single-stream", type=int, default=0,
+                    help="time the first N prompts one request at a time instead of all at once")
+    ap.add_argument("--json-out", default=None)
+    args = ap.parse_args()
+    engines_arg = args.engine
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # collective_rpc(_force_k)
+    from vllm import LLM, SamplingParams
+
+    import offline_generate as og
+
+    engines = []
+    for name, spec, force in engines_arg:
+        llm = LLM(model=og.DEFAULT_MODEL, dtype="float32", enforce_eager=True, max_model_len=2048,
+                  max_num_seqs=args.max_num_seqs, gpu_memory_utilization=0.15, seed=0, speculative_config=spec,
+                  disable_log_stats=False)
+        if force is not None:
+            llm.collective_rpc(_force_k, args=(force,))
+        engines.append((name, llm))
+    prompts = og.build_prompts(engines[0][1].get_tokenizer(), args.num_prompts)
+    if args.single_stream:
+        prompts = prompts[: args.single_stream]
+    sp = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
+    times: dict[str, list[float]] = {n: [] for n, _ in engines}
+    tokens: dict[str, int] = {}
+    same: dict[str, bool] = {}
+    base = engines[0][0]
+    for r in range(args.rounds):
+        outs = {}
+        for name, llm in engines if r % 2 == 0 else engines[::-1]:
+            t0 = time.perf_counter()
+            if args.single_stream:
+                o = [llm.generate([p], sp, use_tqdm=False)[0] for p in prompts]
+            else:
+                o = llm.generate(prompts, sp, use_tqdm=False)
+            times[name].append(time.perf_counter() - t0)
+            outs[name] = [list(x.outputs[0].token_ids) for x in o]
+            tokens[name] = sum(len(t) for t in outs[name])
+        for name in outs:
+            same[name] = same.get(name, True) and outs[name] == outs[base]
+        print(f"round {r}: " + "  ".join(f"{n} {v[-1]:.2f} s" for n, v in times.items()), flush=True)
+    rows = []
+    print(f"\n| engine | median s | tok/s | speed vs {base} per round | median | identical |")
+    print("|---|---|---|---|---|---|")
+    for name, v in times.items():
+        ratios = [a / b for a, b in zip(times[base], v)]
+        llm = dict(engines)[name]
+        drafted = sum(m.value for m in llm.get_metrics() if m.name == "vllm:spec_decode_num_draft_tokens")
+        spec_on = llm.llm_engine.vllm_config.speculative_config is not None
+        row = {"engine": name, "draft_tokens": drafted if spec_on else None, "seconds": v, "median_s": statistics.median(v), "output_tokens": tokens[name],
+               "speed_vs_base": ratios, "median_speed_vs_base": statistics.median(ratios), "identical": same[name]}
+        rows.append(row)
+        print(f"| {name} | {row['median_s']:.2f} | {tokens[name] / row['median_s']:.1f} | "
+              f"{' '.join(f'{x:.3f}' for x in ratios)} | {row['median_speed_vs_base']:.3f}x | {same[name]} |")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"args": {**vars(args), "engine": [f"{n}={json.dumps(sp)}" + (f":force_k={k}" if k is not None else "")
+                                                          for n, sp, k in args.engine]}, "engines": rows}, f, indent=1)
+    return 0 if all(same.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
