@@ -139,7 +139,7 @@ def main() -> int:
               f"{' '.join(f'{x:.3f}' for x in ratios)} | {row['median_speed_vs_base']:.3f}x | {same[name]} |")
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump({"args": {**vars(args), "engine": [f"{n}={json.dumps(sp)}" + (f":force_k={k}" if k is not None else "")
+            json.dump({"args": {**vars(args), "json_out": os.path.relpath(args.json_out, REPO), "engine": [f"{n}={json.dumps(sp)}" + (f":force_k={k}" if k is not None else "")
                                                           for n, sp, k in args.engine]}, "engines": rows}, f, indent=1)
     return 0 if all(same.values()) else 1
 

@@ -382,3 +382,18 @@ def test_executor_inline_drafts_patch():
     ex.sample_tokens(None)
     ex.execute_model(None)  # the next step began: the stash is stale
     assert ex.take_draft_token_ids() == "rpc" and ex.rpcs == 3
+
+
+def test_inline_drafts_patch_installed_on_vllm_executors():
+    """Item 5 is on vLLM's multiprocess executor, and on any executor class get_class picks."""
+    pytest.importorskip("vllm")
+    from vllm.v1.executor.abstract import Executor
+    from vllm.v1.executor.multiproc_executor import MultiprocExecutor
+
+    from vllm_specla.worker.patches import _patch_inline_drafts
+
+    _patch_inline_drafts()
+    _patch_inline_drafts()  # idempotent
+    assert MultiprocExecutor.__dict__.get("_specla_inline_drafts")
+    assert getattr(Executor.get_class, "_specla", False)
+    assert not getattr(Executor.get_class.__wrapped__, "_specla", False)  # wrapped once

@@ -247,6 +247,23 @@ def test_exploration_gap_grows_with_the_candidates_regret():
     far = _policy({"16": {"1": 0.01, "2": 100.0}}, 0.5, k_max=1, explore_every=4, explore_regret=0.05)
     ks = [far.choose(16) for _ in range(200)]
     assert [i for i, k in enumerate(ks, 1) if k == 1] == [2, 64, 128, 192]
+    # several candidates: each has its own gap, so the close neighbours of the best K are not held
+    # back by a costly AR (at most one exploration per 16 steps)
+    p = _policy({"2": {str(t): 0.01 + 0.001 * t for t in range(1, 20)}}, 0.8, k_max=8, explore_every=16,
+                explore_regret=0.1)
+    best = p.best(2)
+    reg = {c: 1 - p.expected_rate(2, c) / p.expected_rate(2, best) for c in (0, best - 1, best + 1)}
+    assert reg[0] > 0.5 and max(reg[best - 1], reg[best + 1]) < 0.02
+    ks = [p.choose(2) for _ in range(400)]
+    after = [(i, k) for i, k in enumerate(ks, 1) if k != best and i >= 16]
+    steps = [i for i, _ in after]
+    assert min(b - a for a, b in zip(steps, steps[1:])) >= 16
+    for c in (best - 1, best + 1):
+        tried = [16] + [i for i, k in after if k == c] + [400]
+        assert max(b - a for a, b in zip(tried, tried[1:])) <= 3 * 16 + 2  # (the other, or AR, in between)
+    ar = [i for i, k in after if k == 0]
+    gap_ar = 16 * (1 + reg[0] / 0.1)
+    assert len(ar) == int(400 // gap_ar) and ar[0] >= gap_ar
     with pytest.raises(ValueError, match="explore_regret"):
         DraftLengthPolicy(4, explore_regret=0)
 
@@ -435,10 +452,15 @@ class ScriptedPolicy:
         return {"steps": self.i}
 
 
-@pytest.mark.parametrize("kind", ["perturbed", "random"])
-def test_lazy_absorb_gives_the_same_drafts(models, prompts, ar_out, kind):
+@pytest.mark.parametrize("kind,cap", [("perturbed", None), ("random", None), ("random", 6)])
+def test_lazy_absorb_gives_the_same_drafts(models, prompts, ar_out, kind, cap, monkeypatch):
     """K = 0 steps skip the drafter and absorb later in one chunk: the drafts are the same as when
-    the drafter absorbs every step (draft budget path, K fixed by the same schedule)."""
+    the drafter absorbs every step (draft budget path, K fixed by the same schedule). With a cap of
+    6 held tokens, requests past it are absorbed alone on K = 0 steps, prompts included."""
+    if cap is not None:
+        import vllm_specla.runtime.engine as engine_mod
+
+        monkeypatch.setattr(engine_mod, "LAZY_ABSORB_MAX", cap)
     seq = [2, 0, 0, 3, 0, 1, 0, 0, 0, 4, 2]
 
     def run(lazy):
@@ -447,6 +469,7 @@ def test_lazy_absorb_gives_the_same_drafts(models, prompts, ar_out, kind):
         step = d.step
 
         def recording_step(rows):
+            calls.append([r.num_drafts for r in rows])
             outs = step(rows)
             seen.extend((r.slot, o) for r, o in zip(rows, outs))
             return outs
@@ -461,7 +484,10 @@ def test_lazy_absorb_gives_the_same_drafts(models, prompts, ar_out, kind):
         out = eng.generate(prompts, MAX_TOKENS)
         return out, [x for x in seen if x[1]], eng.stats
 
+    calls = []
     lazy_out, lazy_drafts, lazy_stats = run(True)
+    absorb_alone = [c for c in calls if c == [0]]  # K = 0 steps that absorbed one request past the cap
+    assert (len(absorb_alone) > 0) == (cap is not None)
     eager_out, eager_drafts, eager_stats = run(False)
     assert lazy_out == eager_out
     assert assert_greedy_equal(models["target"], prompts, ar_out, lazy_out) == 0

