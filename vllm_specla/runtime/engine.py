@@ -127,6 +127,36 @@ def hold_or_absorb(held: list[HeldInputs | None], rows: list[DraftRow],
     return hold, absorb
 
 
+def draft_or_hold(drafter: SlotDrafter, held: list[HeldInputs | None],
+                  rows: list[DraftRow]) -> tuple[list[HeldInputs | None], list[list[int]], float | None]:
+    """One drafting step under the draft-length policy (the runtime engine and the vLLM proposer).
+
+    A K = 0 step (no row drafts) holds each request's inputs back (:func:`hold_or_absorb`; a
+    request past the cap is absorbed alone); otherwise every request's held inputs and this step's
+    row are absorbed in one chunk and the drafts proposed, timed.
+
+    Args:
+        drafter: the :class:`SlotDrafter`.
+        held: per row, what its request holds (None: nothing).
+        rows: this step's :class:`DraftRow` per request.
+
+    Returns:
+        ``(held_after, drafts, seconds)``: per row, what its request holds after the step (None:
+        nothing) and its drafts (``[]`` on a K = 0 step); ``seconds`` the drafting pass's wall
+        time (None on a K = 0 step).
+    """
+    if all(r.num_drafts == 0 for r in rows):
+        hold, absorb = hold_or_absorb(held, rows)
+        if absorb:
+            drafter.step(absorb)
+        kept = {h.slot: h for h in hold}
+        return [kept.get(r.slot) for r in rows], [[] for _ in rows], None
+    merged = [merge_draft_rows(h, r) for h, r in zip(held, rows, strict=True)]
+    t0 = time.perf_counter()
+    outs = drafter.step(merged)
+    return [None] * len(rows), outs, time.perf_counter() - t0
+
+
 @dataclass
 class SpecStats:
     """Per verify step: drafts proposed and drafts accepted (ALGORITHMS.md §9b)."""
@@ -254,30 +284,13 @@ class SpecLAEngine:
             conv_commit(st.conv, slots, st.bank_x, banks, n)
 
     def _draft_with_policy(self, rows: list[DraftRow], byslot: dict, timed: bool) -> None:
-        """Draft under the policy: on a K = 0 step hold the inputs back per request (up to
-        ``LAZY_ABSORB_MAX`` tokens; a request past it is absorbed alone, :func:`hold_or_absorb`),
-        else absorb held + new inputs in one chunk and draft; time it."""
-        held = [byslot[dr.slot].pending_rows for dr in rows]
-        if all(dr.num_drafts == 0 for dr in rows):
-            hold, absorb = hold_or_absorb(held, rows)
-            for dr in hold:
-                byslot[dr.slot].pending_rows = dr
-            if absorb:
-                self.drafter.step(absorb)
-            for dr in rows:
-                byslot[dr.slot].drafts = []
-            for dr in absorb:
-                byslot[dr.slot].pending_rows = None
-            return
-        rows = [merge_draft_rows(h, dr) for h, dr in zip(held, rows)]
-        t0 = time.perf_counter()
-        outs = self.drafter.step(rows)
+        """Draft under the policy (:func:`draft_or_hold`); feed a timed drafting pass back."""
+        held, outs, seconds = draft_or_hold(self.drafter, [byslot[dr.slot].pending_rows for dr in rows], rows)
+        for dr, h, d in zip(rows, held, outs):
+            byslot[dr.slot].pending_rows, byslot[dr.slot].drafts = h, d
         k = max(dr.num_drafts for dr in rows)
-        if timed and k > 0:
-            self.policy.observe_draft(len(rows), k, time.perf_counter() - t0)
-        for dr, d in zip(rows, outs):
-            byslot[dr.slot].pending_rows = None
-            byslot[dr.slot].drafts = d
+        if timed and seconds is not None and k > 0:
+            self.policy.observe_draft(len(rows), k, seconds)
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], max_tokens: int | list[int]) -> list[list[int]]:

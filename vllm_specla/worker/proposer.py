@@ -23,9 +23,10 @@ When the step's K is 0 (no row gets drafts), prefill rows included, the drafter 
 committed inputs (tokens, and for EAGLE the target's features, copied) are held per request and
 absorbed with the next drafting pass; a request whose held inputs would pass ``LAZY_ABSORB_MAX``
 tokens (e.g. a long new prompt) is absorbed then, alone. So a K = 0 step does no drafter work
-beyond such requests, and a request that finishes before the next drafting pass is never absorbed. With tensor parallelism, TP rank 0's K is broadcast (the EAGLE
-drafter runs collectives through the target's embedding and LM head, so every rank must draft
-the same number of steps).
+beyond such requests, and a request that finishes before the next drafting pass is never
+absorbed. With tensor parallelism, TP rank 0's K is broadcast (the EAGLE drafter runs
+collectives through the target's embedding and LM head, so every rank must draft the same number
+of steps).
 """
 
 from __future__ import annotations
@@ -42,8 +43,7 @@ from vllm_specla.core.drafting import DraftModelDrafter, DraftRow, EagleDrafterR
 from vllm_specla.core.policy import DraftLengthPolicy, StepCostModel
 from vllm_specla.models.drafter import load_eagle_drafter
 from vllm_specla.models.gdn import load_fla_checkpoint
-from vllm_specla.runtime.engine import HeldInputs, hold_or_absorb
-from vllm_specla.runtime.engine import merge_draft_rows as _merge
+from vllm_specla.runtime.engine import HeldInputs, draft_or_hold
 from vllm_specla.worker.settings import specla_settings
 
 # under "vllm.": vLLM configures that namespace's handlers, so these lines reach its log
@@ -288,32 +288,22 @@ class SpeclaProposer:
         return max(0, min(self.K, k))
 
     def _draft_with_policy(self, input_batch, rows: list[DraftRow], row_of: list[int], drafts, pure_decode: bool):
-        """Run the drafter, or on a K = 0 step hold the inputs back (a request past
-        ``LAZY_ABSORB_MAX`` held tokens is absorbed alone, :func:`hold_or_absorb`); time drafting."""
+        """Run the drafter, or on a K = 0 step hold the inputs back (:func:`draft_or_hold`); feed a
+        pure-decode step's drafting time back."""
         rids = [input_batch.req_ids[i] for i in row_of]
-        held = [self._held.pop(rid, None) for rid in rids]
-        if all(r.num_drafts == 0 for r in rows):
-            hold, absorb = hold_or_absorb(held, rows)
-            rid_of = dict(zip((r.slot for r in rows), rids))
-            for r in hold:
-                self._held[rid_of[r.slot]] = r
-            if absorb:
-                self.drafter.step(absorb)
-            else:
-                self.policy_counts["drafter_skipped"] += 1
-            self._last_drafts = {}
-            self._t_end = time.perf_counter()
-            return drafts
-        rows = [_merge(h, r) for h, r in zip(held, rows)]
-        t0 = time.perf_counter()
-        outs = self.drafter.step(rows) if rows else []
+        held, outs, seconds = draft_or_hold(self.drafter, [self._held.pop(rid, None) for rid in rids], rows)
         self._t_end = time.perf_counter()
+        for rid, h in zip(rids, held):
+            if h is not None:
+                self._held[rid] = h
+        if seconds is None:
+            self.policy_counts["drafter_skipped"] += all(h is not None for h in held)
         k = max((r.num_drafts for r in rows), default=0)
-        if pure_decode and k > 0:
-            self.policy.observe_draft(len(rows), k, self._t_end - t0)
+        if pure_decode and seconds is not None and k > 0:
+            self.policy.observe_draft(len(rows), k, seconds)
         for i, d in zip(row_of, outs):
             drafts[i] = d
-        self._last_drafts = {rid: len(d) for rid, d in zip(rids, outs)}
+        self._last_drafts = {rid: len(d) for rid, d in zip(rids, outs) if d}
         return drafts
 
 
