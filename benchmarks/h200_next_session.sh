@@ -88,7 +88,7 @@ case "${1:-}" in
       ;;
   s32f)  # session 32, call 3: the skinny GEMM letting its dependent launch right after its PDL wait
         # (VLLM_SPECLA_SKINNY_EARLY=1, its own build) on the coherent build: tests, then batch 1 K = 7: coherent,
-        # coherent + early, coherent + early + deep 16 (timeouts 150 + 70 + 3 x 60 = 400 s)
+        # coherent + early, coherent + early + deep 16 (timeouts 150 + 70 + 3 x 60 = 400 s), then `auto`
       export VLLM_SPECLA_SKINNY_PRE=coherent VLLM_SPECLA_SKINNY_EARLY=1
       skinny_build 150
       pytest_log s32f 70 -rs tests/test_skinny_gemm_gpu.py
@@ -99,6 +99,12 @@ case "${1:-}" in
             --tag "s32f_coherent_early$1_$2" --out "$OUT/e2e_s32f.jsonl" 2>&1 | grep "^{" | python -c "$S"
       done
       unset VLLM_SPECLA_SKINNY_PRE VLLM_SPECLA_SKINNY_EARLY
+      # then `auto` at batch 1 on the default build: session 34's policy (per-candidate exploration gaps,
+      # explore_regret = 0.1) against s31d's fixed schedule, which met >= 0.98 (timeouts + 60 + 70 = 530 s)
+      skinny_build 60
+      timeout 70 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,7 --alphas 0.8 --auto \
+          --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --tag "s32f_auto" \
+          --out "$OUT/e2e_s32f.jsonl" 2>&1 | grep "^{" | python -c "$S"
       ;;
   s32a)  # session 32, call 4: where a batch-1 step's device time goes: eager kernel durations (calls per step) and the
         # CUDA graph's per-kernel increments of the step's span (--graph: 20 profiled replays, as bench_e2e runs
