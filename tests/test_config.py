@@ -179,6 +179,10 @@ def test_prefix_caching_turned_off_with_one_log_line(tiny_dir):
         def emit(self, record):
             records.append(record)
 
+    # vLLM sets up its logging (dictConfig: the "vllm" logger's handlers replaced) on a process's
+    # first engine config; let that happen before attaching the handler, so the test does not
+    # depend on an earlier test having built an engine config
+    _engine_config(model=tiny_dir["target"])
     keep = _Keep(logging.INFO)
     vllm_logger = logging.getLogger("vllm")
     level = vllm_logger.level
