@@ -471,10 +471,6 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
                     help="on, or W,U (its warps, unroll: fused.SKINNY_CONFIG): JIT-build the CUDA skinny GEMM (ops/_cpp.py "
                          "load_cuda_gemm, needs nvcc) so 2-8-row GEMMs run it instead of cuBLAS (fused.USE_SKINNY_GEMM); "
                          "off / unset: cuBLAS")
-    ap.add_argument("--skinny-deep", default=None, type=int, choices=[0, 16, 20],
-                    help="with the skinny GEMM's automatic config: long-K GEMMs (K > 2048, 1-8 rows) load a first batch "
-                         "of 16 / 20 chunks instead of 8 (fused.SKINNY_DEEP_FIRST; 0: off, the default). It moves loads "
-                         "before the PDL wait only in the VLLM_SPECLA_SKINNY_PRE=coherent build (set in the environment)")
     ap.add_argument("--skinny-max-m", default=None, type=int, choices=range(2, 17), metavar="{2..16}",
                     help="token rows up to which bf16 GEMMs run the skinny GEMM (fused.SKINNY_MAX_M, default 8; 9-16: "
                          "two 8-token tiles, slower than cuBLAS in session 30)")
@@ -529,7 +525,7 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         _decode.ABSORB_ACCEPTED_ROWS = args.absorb_rows != "off"
         fused_model.ABSORB_ROWS_FP8 = args.absorb_rows == "fp8"
     if device != "cuda":
-        for flag in ("skinny_gemm", "skinny_prefetch", "skinny_max_m", "skinny_deep"):
+        for flag in ("skinny_gemm", "skinny_prefetch", "skinny_max_m"):
             if getattr(args, flag, None) is not None:
                 print(f"--{flag.replace('_', '-')} {getattr(args, flag)}: ignored on {device} (a CUDA kernel)",
                       file=sys.stderr)
@@ -572,8 +568,6 @@ def apply_kernel_flags(args, device: str) -> dict | None:
         fused.SKINNY_PREFETCH_BYTES = args.skinny_prefetch
     if getattr(args, "skinny_max_m", None) is not None:
         fused.SKINNY_MAX_M = args.skinny_max_m
-    if getattr(args, "skinny_deep", None) is not None:
-        fused.SKINNY_DEEP_FIRST = args.skinny_deep
     # (s11e's records had None for both the default and "off": the state is read back here)
     return dict(on=fused.USE_GEMV_ROWS, prologue=fused.GEMV_ROWS_PROLOGUE, config=list(triton_fused.GEMV_ROWS_CONFIG),
                 max_m=triton_fused.GEMV_ROWS_MAX_M,
@@ -590,9 +584,6 @@ def apply_kernel_flags(args, device: str) -> dict | None:
                 skinny=list(fused.SKINNY_CONFIG) if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_prefetch=fused.SKINNY_PREFETCH_BYTES if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 skinny_max_m=fused.SKINNY_MAX_M if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
-                skinny_pre=_cpp.GEMM_PRE if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
-                skinny_early=_cpp.GEMM_EARLY if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
-                skinny_deep_first=fused.SKINNY_DEEP_FIRST if fused.USE_SKINNY_GEMM and _cpp.GEMM_LOADED else None,
                 triton_accept=_steps.USE_TRITON_ACCEPT, triton_glue=fused.USE_TRITON_EMBED and _steps.USE_TRITON_CONTROL,
                 conv_step=(list(_tc.STEP_CONFIG_OVERRIDE or _tc.STEP_CONFIG) if _cv.CONV_STEP else None))
 

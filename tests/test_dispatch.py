@@ -466,73 +466,17 @@ def test_fp8_gathered_o_proj_dispatch(monkeypatch, one):
     assert calls[-1].get("x_rows") is None and calls[-1].get("out_dtype") is None
 
 
-def test_skinny_deep_first_config(monkeypatch):
-    """``fused.SKINNY_DEEP_FIRST`` (16 / 20): in the coherent build, with the automatic config, GEMMs of <= 8 rows and
-    <= 2048 outputs whose K gives 8 warps more than 8 chunks each (K > 2048) call the op with
-    ``(8, SKINNY_DEEP_FIRST)``; K <= 2048, 9+ rows, > 2048 outputs, the .nc build, an explicit config or the knob at
-    0 keep ``SKINNY_CONFIG``. The op's own check accepts what the route passes and refuses
-    the deep configs past 8 rows, naming the config."""
-    from vllm_specla.ops import fused
-
-    bf = torch.bfloat16
-    monkeypatch.setattr(fused, "_on_gpu", lambda x: True)
-    monkeypatch.setattr(fused, "USE_GEMV_ROWS", False)
-    monkeypatch.setattr(_cpp, "GEMM_LOADED", True)
-    monkeypatch.setattr(_cpp, "GEMM_PRE", "coherent")
-    seen = []
-
-    def fake(x, w_, residual=None, out=None, warps=0, unroll=0, pdl=None, prefetch=None, prefetch_bytes=None):
-        seen.append((x.shape[0], w_.shape[1], warps, unroll))
-        assert _cpp.skinny_problem(x, w_, residual, out, warps, unroll) is None
-        return fused.linear_ref(x, w_, residual=residual)
-
-    monkeypatch.setattr(_cpp, "skinny_gemm", fake)
-    shapes = [(5, 5632), (8, 3072), (5, 2048), (2, 2056)]
-    for deep in (0, 16, 20):
-        monkeypatch.setattr(fused, "SKINNY_DEEP_FIRST", deep)
-        seen.clear()
-        for m, k in shapes:
-            fused.linear(torch.randn(m, k).to(bf), torch.randn(64, k).to(bf))
-        want = [(m, k) + ((8, deep) if deep and k > 2048 else (0, 0)) for m, k in shapes]
-        assert seen == want, (deep, seen)
-    seen.clear()  # more than 2048 outputs (more CTAs than SMs at one per SM): not deep
-    fused.linear(torch.randn(5, 5632).to(bf), torch.randn(2056, 5632).to(bf))
-    assert seen == [(5, 5632, 0, 0)]
-    monkeypatch.setattr(_cpp, "GEMM_PRE", "nc")  # the .nc build: its first batch is not before the wait anyway
-    seen.clear()
-    fused.linear(torch.randn(5, 5632).to(bf), torch.randn(64, 5632).to(bf))
-    assert seen == [(5, 5632, 0, 0)]
-    monkeypatch.setattr(_cpp, "GEMM_PRE", "coherent")
-    monkeypatch.setattr(fused, "SKINNY_CONFIG", (8, 8))  # an explicit config stays
-    seen.clear()
-    fused.linear(torch.randn(5, 5632).to(bf), torch.randn(64, 5632).to(bf))
-    assert seen == [(5, 5632, 8, 8)]
-    monkeypatch.setattr(fused, "SKINNY_CONFIG", (0, 0))
-    monkeypatch.setattr(fused, "SKINNY_MAX_M", 9)  # 9 rows (bench --skinny-max-m 9): not the deep config
-    seen.clear()
-    fused.linear(torch.randn(9, 5632).to(bf), torch.randn(64, 5632).to(bf))
-    assert seen == [(9, 5632, 0, 0)]
-    msg = _cpp.skinny_problem(torch.randn(9, 32).to(bf), torch.randn(64, 32).to(bf), warps=8, unroll=16)
-    assert msg is not None and "(8, 16) takes 1..8 rows" in msg
-    assert "(8, 16|20)" in _cpp.skinny_problem(torch.randn(4, 32).to(bf), torch.randn(64, 32).to(bf), warps=8,
-                                               unroll=24)
-
-
-@pytest.mark.parametrize("var,module,msg", [
-    ("VLLM_SPECLA_SKINNY_PRE", "vllm_specla.ops._cpp", "VLLM_SPECLA_SKINNY_PRE must be one of ('nc', 'coherent')"),
-    ("VLLM_SPECLA_CONV_STEP", "vllm_specla.ops.chain_verify", "VLLM_SPECLA_CONV_STEP must be '0'"),
-    ("VLLM_SPECLA_SKINNY_EARLY", "vllm_specla.ops._cpp", "VLLM_SPECLA_SKINNY_EARLY must be '0'"),
-])
-def test_build_and_dispatch_env_values(var, module, msg):
-    """A bad value of the skinny GEMM's first-batch build switch or of the one-launch conv step fails at import with
-    the variable and the allowed values named; the valid ones import."""
+def test_conv_step_env_values():
+    """A bad value of the one-launch conv step's switch fails at import with the variable and the allowed values
+    named; the valid ones import."""
     import os
     import subprocess
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=root)
-    for val, ok in (("bogus", False), ("", True), ("coherent" if var.endswith("PRE") else "1", True)):
+    var, module, msg = "VLLM_SPECLA_CONV_STEP", "vllm_specla.ops.chain_verify", "VLLM_SPECLA_CONV_STEP must be '0'"
+    for val, ok in (("bogus", False), ("", True), ("1", True)):
         r = subprocess.run([sys.executable, "-c", f"import {module}"], env=dict(env, **{var: val}), capture_output=True,
                            text=True, timeout=300)
         assert (r.returncode == 0) == ok, r.stderr[-2000:]

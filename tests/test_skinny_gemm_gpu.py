@@ -81,25 +81,6 @@ def test_configs_dtypes(gemm, warps, unroll, dtype, M):
         assert torch.equal(y, gemm(x, w, warps=warps, unroll=unroll))
 
 
-@pytest.mark.parametrize("unroll", [16, 20])
-@pytest.mark.parametrize("M", [1, 3, 8])
-def test_deep_first_batch_same_bits(gemm, M, unroll):
-    """(8, 16) / (8, 20): the automatic config with a deeper first load batch (skinny_gemm_kernels.cuh U0)
-    assigns every chunk to the same MMA chain in the same order, so its output has the automatic config's bits:
-    K ranges shorter than the first batch (2048), longer (3072, 5632: a loop after it), a tail (72), the
-    residual in place. Both VLLM_SPECLA_SKINNY_PRE builds run it (h200_next_session.sh s32c)."""
-    for N, K in [(2048, 5632), (2048, 3072), (300, 2048), (50, 72)]:
-        x, w = _rand(M, K, dtype=torch.bfloat16, seed=K + M), _rand(N, K, dtype=torch.bfloat16, seed=N + unroll)
-        y = gemm(x, w, warps=8, unroll=unroll)
-        _check(y, x, w)
-        assert torch.equal(y, gemm(x, w))
-        r = _rand(M, N, dtype=torch.bfloat16, seed=N + 1)
-        assert torch.equal(gemm(x, w, r.clone(), warps=8, unroll=unroll), gemm(x, w, r.clone()))
-    with pytest.raises(ValueError, match="takes 1..8 rows"):
-        gemm(_rand(9, 64, dtype=torch.bfloat16, seed=2), _rand(32, 64, dtype=torch.bfloat16, seed=3), warps=8,
-             unroll=unroll)
-
-
 def test_prefetch_changes_no_bits(gemm):
     """``prefetch=`` (an L2 prefetch of the next GEMM's weight by the last CTAs) leaves the result
     bit-identical, eager and inside a CUDA graph with PDL, for a grid larger than one wave (577

@@ -43,8 +43,8 @@ def kernels() -> list[str]:
     return [f"vllm_specla_skinny::skinny_gemm_kernel<{t}, {nt}, {w}, {u}, {res}>"
             for t, nt, (w, u), res in itertools.product(("__nv_bfloat16", "__half"), (1, 2),
                                                         [(w, u) for w in (4, 8, 16) for u in (4, 8)], ("false", "true"))
-            ] + [f"vllm_specla_skinny::skinny_gemm_kernel<{t}, 1, 8, 8, {res}, true{u0}>"
-                 for t, res, u0 in itertools.product(("__nv_bfloat16", "__half"), ("false", "true"), ("", ", 16", ", 20"))
+            ] + [f"vllm_specla_skinny::skinny_gemm_kernel<{t}, 1, 8, 8, {res}, true>"
+                 for t, res in itertools.product(("__nv_bfloat16", "__half"), ("false", "true"))
             ] + [f"vllm_specla_skinny::skinny_gemm_fp8_kernel<1, {w}, {u}, {res}>"
                  for (w, u), res in itertools.product([(4, 4), (8, 4), (16, 4), (8, 8)], ("false", "true"))]
 
@@ -70,17 +70,15 @@ def _nvrtc(rc: int, what: str) -> None:
         raise SystemExit(f"NVRTC {what} failed with status {rc}")
 
 
-def compile_ptx(lib: ctypes.CDLL, src: str, include: str, names: list[str], arch: str,
-                defines: tuple[str, ...] = (), src_dir: str = HERE) -> str:
+def compile_ptx(lib: ctypes.CDLL, src: str, include: str, names: list[str], arch: str, src_dir: str = HERE) -> str:
     """NVRTC: ``src`` with every kernel of ``names`` instantiated -> PTX (raises SystemExit with the
-    log on an error). ``defines``: ``NAME=VALUE`` macros (``-D``); ``src_dir``: where its includes are."""
+    log on an error). ``src_dir``: where its includes are."""
     prog = ctypes.c_void_p()
     _nvrtc(lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"skinny_gemm_check.cu", 0, None, None),
            "nvrtcCreateProgram")
     for n in names:
         _nvrtc(lib.nvrtcAddNameExpression(prog, f"&{n}".encode()), f"nvrtcAddNameExpression({n})")
-    opts = [f"--gpu-architecture={arch}", f"-I{include}", f"-I{src_dir}", "-std=c++17", "-default-device"] + [
-        f"-D{d}" for d in defines]
+    opts = [f"--gpu-architecture={arch}", f"-I{include}", f"-I{src_dir}", "-std=c++17", "-default-device"]
     arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
     rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
     size = ctypes.c_size_t()
@@ -350,16 +348,10 @@ def main() -> int:
     ap.add_argument("--arch", default="sm_90", help="a real GPU architecture, sm_XY (default sm_90)")
     ap.add_argument("--ptx-out", default=None, help="also write the PTX here")
     ap.add_argument("--host", action="store_true", help="also check skinny_gemm.cu's host code with g++ -fsyntax-only")
-    ap.add_argument("--pre-coherent", action="store_true",
-                    help="build with VLLM_SPECLA_SKINNY_PRE_COHERENT=1 (the first load batch as coherent loads, which "
-                         "ptxas keeps before griddepcontrol.wait; ops/_cpp.py VLLM_SPECLA_SKINNY_PRE=coherent)")
-    ap.add_argument("--early", action="store_true",
-                    help="build with VLLM_SPECLA_SKINNY_EARLY_LAUNCH=1 (launch_dependents right after the PDL wait; "
-                         "ops/_cpp.py VLLM_SPECLA_SKINNY_EARLY=1)")
     ap.add_argument("--sass", action="store_true",
                     help="also disassemble (nvdisasm) and print each kernel's global reads before griddepcontrol.wait "
-                         "(ACQBULK); exit 1 if one reads anything but weights (L1::no_allocate loads) before it, or, "
-                         "with --pre-coherent, reads nothing before it (--chain: if one reads anything before it)")
+                         "(ACQBULK); exit 1 if one reads anything but weights (L1::no_allocate loads) before it, or "
+                         "reads nothing before it (--chain: if one reads anything before it)")
     ap.add_argument("--chain", action="store_true",
                     help="check the chain-verify kernels (chain_verify.cu, chain_verify_ut.cu) instead of the skinny "
                          "GEMM: every instantiation their dispatch launches compiles; with --sass none reads global "
@@ -376,9 +368,9 @@ def main() -> int:
     include = os.path.dirname(_find(roots, "cuda_runtime", "include", "cuda_bf16.h"))
     ptxas = _find(roots, "cuda_nvcc", "bin", "ptxas")
     if args.chain:
-        if args.host or args.pre_coherent or args.early or args.ptx_out:
+        if args.host or args.ptx_out:
             raise SystemExit("--chain takes only --root, --arch, --sass, --kernels and --src-dir (--host / "
-                             "--pre-coherent / --early / --ptx-out are the skinny GEMM's)")
+                             "--ptx-out are the skinny GEMM's)")
         if args.kernels is not None:
             try:
                 re.compile(args.kernels)
@@ -391,9 +383,7 @@ def main() -> int:
         raise SystemExit("--kernels and --src-dir go with --chain")
     names = kernels()
     src = '#include "skinny_gemm_kernels.cuh"\n'
-    defines = (("VLLM_SPECLA_SKINNY_PRE_COHERENT=1",) if args.pre_coherent else ()) + (
-        ("VLLM_SPECLA_SKINNY_EARLY_LAUNCH=1",) if args.early else ())
-    ptx = compile_ptx(lib, src, include, names, args.arch.replace("sm_", "compute_"), defines)
+    ptx = compile_ptx(lib, src, include, names, args.arch.replace("sm_", "compute_"))
     if args.ptx_out:
         try:
             with open(args.ptx_out, "w") as f:
@@ -412,7 +402,7 @@ def main() -> int:
             for fn, (pre, total) in sorted(loads.items()):
                 flag = "  READS NON-WEIGHT DATA BEFORE THE WAIT" if fn in bad else ""
                 print(f"  {len(pre):3d} of {total:3d} global loads before griddepcontrol.wait  {_demangle(fn)}{flag}")
-                sass_bad += fn in bad or (args.pre_coherent and not pre)
+                sass_bad += fn in bad or not pre
     if r.returncode:
         print(r.stdout + r.stderr)
         return 1
@@ -421,8 +411,7 @@ def main() -> int:
         return 1
     host = host_check(roots) if args.host else 0
     if sass_bad:
-        print(f"--sass: {sass_bad} kernel(s) read non-weight data before griddepcontrol.wait"
-              + (" or no weights before it" if args.pre_coherent else ""))
+        print(f"--sass: {sass_bad} kernel(s) read non-weight data or no weights before griddepcontrol.wait")
     return 1 if problems or host or sass_bad else 0
 
 

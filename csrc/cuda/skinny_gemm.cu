@@ -28,12 +28,12 @@
 // chunks (2U 16-byte weight loads per thread) into registers before it computes them, the first U
 // written before the programmatic dependent launch wait (griddepcontrol.wait: model weights are constant,
 // ops/pdl.py's contract), so that with PDL the weight stream starts while the previous kernel finishes. In
-// SASS it did not (session 32, csrc/cuda/nvrtc_check.py --sass): ptxas may move ld.global.nc across the wait
-// and issued the wait (ACQBULK) first; only the VLLM_SPECLA_SKINNY_PRE=coherent build (coherent first-batch
-// loads, skinny_gemm_kernels.cuh ld_first) issues them before it. Not measured yet: the default stays .nc.
+// SASS that needs coherent loads (session 32, csrc/cuda/nvrtc_check.py --sass): ptxas may move ld.global.nc across
+// the wait, and did; the first batch is loaded with ld.global.L1::no_allocate (skinny_gemm_kernels.cuh ld_first),
+// which stays before it (measured: benchmarks/RESULTS.md "Session 35").
 // The warps' C fragments are summed through shared memory in warp order (deterministic), then
 // written coalesced with the residual added in fp32 (as cuBLAS addmm's beta = 1). Weight loads
-// bypass L1 (ld.global.nc.L1::no_allocate: read once per step); x (<= 16 x K elements) stays in L1.
+// bypass L1 (L1::no_allocate: read once per step; .nc after the first batch); x (<= 16 x K elements) stays in L1.
 //
 // Measured (benchmarks/RESULTS.md, session 15): 2.76-2.83 TB/s for the flame / map steps' GEMMs at
 // 5-8 rows against cuBLAS's 2.55-2.64 (one CTA per 16 rows runs the grid in waves: flame's in-projection is
@@ -89,7 +89,7 @@ void launch_ex(Kernel kernel, int grid, int block, cudaStream_t stream, bool pdl
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
-template <typename T, int NT, int WARPS, int U, bool RES, bool SPLIT = false, int U0 = U>
+template <typename T, int NT, int WARPS, int U, bool RES, bool SPLIT = false>
 void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr, at::Tensor& out, bool pdl,
             const unsigned char* pf, int64_t pf_bytes, cudaStream_t stream) {
   const int M = static_cast<int>(x.size(0)), K = static_cast<int>(x.size(1)), N = static_cast<int>(w.size(0));
@@ -101,9 +101,9 @@ void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr,
   static int ptx_version = -1, per_sm = 1;
   if (ptx_version < 0) {
     cudaFuncAttributes fa;
-    C10_CUDA_CHECK(cudaFuncGetAttributes(&fa, skinny_gemm_kernel<T, NT, WARPS, U, RES, SPLIT, U0>));
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&fa, skinny_gemm_kernel<T, NT, WARPS, U, RES, SPLIT>));
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, skinny_gemm_kernel<T, NT, WARPS, U, RES, SPLIT, U0>, WARPS * 32, 0));
+        &per_sm, skinny_gemm_kernel<T, NT, WARPS, U, RES, SPLIT>, WARPS * 32, 0));
     ptx_version = fa.ptxVersion;
   }
   pdl = pdl && ptx_version >= 90;
@@ -116,18 +116,18 @@ void launch(const at::Tensor& x, const at::Tensor& w, const T* res, int64_t ldr,
   if (ptx_version < 90) pf = nullptr;
   const int pf_first =
       pf ? std::max(0, grid - std::max(1, per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount) : 0;
-  launch_ex(skinny_gemm_kernel<T, NT, WARPS, U, RES, SPLIT, U0>, grid, WARPS * 32, stream, pdl, xp, x.stride(0), wp, res,
+  launch_ex(skinny_gemm_kernel<T, NT, WARPS, U, RES, SPLIT>, grid, WARPS * 32, stream, pdl, xp, x.stride(0), wp, res,
             ldr, op, out.stride(0), M, N, K, pf, static_cast<long long>(pf_bytes), pf_first);
 }
 
-template <typename T, int NT, int WARPS, int U, bool SPLIT = false, int U0 = U>
+template <typename T, int NT, int WARPS, int U, bool SPLIT = false>
 void dispatch_res(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
                   at::Tensor& out, bool pdl, const unsigned char* pf, int64_t pf_bytes, cudaStream_t s) {
   if (residual.has_value())
-    launch<T, NT, WARPS, U, true, SPLIT, U0>(x, w, reinterpret_cast<const T*>(residual->data_ptr()),
-                                             residual->stride(0), out, pdl, pf, pf_bytes, s);
+    launch<T, NT, WARPS, U, true, SPLIT>(x, w, reinterpret_cast<const T*>(residual->data_ptr()),
+                                         residual->stride(0), out, pdl, pf, pf_bytes, s);
   else
-    launch<T, NT, WARPS, U, false, SPLIT, U0>(x, w, nullptr, 0, out, pdl, pf, pf_bytes, s);
+    launch<T, NT, WARPS, U, false, SPLIT>(x, w, nullptr, 0, out, pdl, pf, pf_bytes, s);
 }
 
 template <typename T, int NT>
@@ -141,7 +141,7 @@ void dispatch_cfg(const at::Tensor& x, const at::Tensor& w, const std::optional<
   }
   SG_CASE(4, 4) SG_CASE(4, 8) SG_CASE(8, 4) SG_CASE(8, 8) SG_CASE(16, 4) SG_CASE(16, 8)
 #undef SG_CASE
-  TORCH_CHECK(false, "vllm_specla.skinny_gemm: (warps, unroll) must be one of (4|8|16, 4|8), (8, 16|20) or (0, 0)");
+  TORCH_CHECK(false, "vllm_specla.skinny_gemm: (warps, unroll) must be one of (4|8|16, 4|8) or (0, 0)");
 }
 
 // The automatic config: 8 warps x 8 chunks (each warp's K range in one load batch for K <= 2048),
@@ -156,8 +156,7 @@ bool auto_cfg(int64_t& warps, int64_t& unroll, int64_t M) {
   return M <= 8;
 }
 
-// warps (4 | 8 | 16) and unroll (4 | 8), (8, 16 | 20) (the automatic config with a deeper first batch), or 0 / 0
-// for the automatic config. The Python wrapper
+// warps (4 | 8 | 16) and unroll (4 | 8), or 0 / 0 for the automatic config. The Python wrapper
 // (ops/_cpp.py skinny_gemm) checks every input before this runs: a failed TORCH_CHECK inside this
 // JIT-built op crashed the process on the H200 (s15b) instead of raising.
 void skinny_gemm(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual,
@@ -196,20 +195,6 @@ void skinny_gemm(const at::Tensor& x, const at::Tensor& w, const std::optional<a
   }
   const c10::cuda::CUDAGuard guard(x.device());
   cudaStream_t s = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
-  // (8, 16) / (8, 20): the automatic config (two MMA chains, 8-chunk batches) with a first, pre-wait load batch of
-  // 16 / 20 chunks (skinny_gemm_kernels.cuh U0), for 1-8 rows
-  if (warps == 8 && (unroll == 16 || unroll == 20)) {
-    TORCH_CHECK(M <= 8, f, ": the (8, 16) / (8, 20) configs take 1..8 rows");
-    const bool bf = w.scalar_type() == at::kBFloat16;
-    if (unroll == 16) {
-      if (bf) dispatch_res<__nv_bfloat16, 1, 8, 8, true, 16>(x, w, residual, out, pdl, pf, prefetch_bytes, s);
-      else dispatch_res<__half, 1, 8, 8, true, 16>(x, w, residual, out, pdl, pf, prefetch_bytes, s);
-    } else {
-      if (bf) dispatch_res<__nv_bfloat16, 1, 8, 8, true, 20>(x, w, residual, out, pdl, pf, prefetch_bytes, s);
-      else dispatch_res<__half, 1, 8, 8, true, 20>(x, w, residual, out, pdl, pf, prefetch_bytes, s);
-    }
-    return;
-  }
   if (split) {
     if (w.scalar_type() == at::kBFloat16)
       dispatch_res<__nv_bfloat16, 1, 8, 8, true>(x, w, residual, out, pdl, pf, prefetch_bytes, s);

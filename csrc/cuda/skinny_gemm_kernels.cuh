@@ -27,46 +27,30 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
   return r;
 }
 
-// The pre-wait (first) load batch. ptxas treats ld.global.nc (the read-only path: data constant for the kernel's
-// lifetime) as free to move across griddepcontrol.wait (ACQBULK in SASS) and schedules the wait first, so with
-// ld_stream the "first batch before the wait" is issued after it (the SASS of every build up to session 31; seen
-// with nvdisasm in session 32). A coherent load (ld.global.L1::no_allocate, no .nc) stays where the code puts it.
-// VLLM_SPECLA_SKINNY_PRE_COHERENT=1 (ops/_cpp.py load_cuda_gemm, VLLM_SPECLA_SKINNY_PRE=coherent) builds the first
-// batch with it; 0 (the default until measured on the H200) keeps the measured .nc form.
-#ifndef VLLM_SPECLA_SKINNY_PRE_COHERENT
-#define VLLM_SPECLA_SKINNY_PRE_COHERENT 0
-#endif
+// The pre-wait (first) load batch: coherent loads (ld.global.L1::no_allocate, no .nc). ptxas treats ld.global.nc
+// (the read-only path: data constant for the kernel's lifetime) as free to move across griddepcontrol.wait (ACQBULK
+// in SASS) and schedules the wait first, so with ld_stream the "first batch before the wait" was issued after it
+// (the SASS of every build up to session 32: nvdisasm of a CUDA 12.9 build, cuobjdump of the H100's nvcc 13 build,
+// benchmarks/sass_pdl_h100_s35.txt). A coherent load stays where the code puts it, so the weights stream while the
+// previous kernel finishes: a batch-1 SpecLA step (K = 7) 2.152 -> 2.118 ms (flame) and 2.245 -> 2.192 ms (map) on
+// an H100 (benchmarks/RESULTS.md "Session 35"; the .nc form, a deeper first batch for o_proj / down (16 / 20 chunks)
+// and launch_dependents right after the wait were measured there and removed: commit 32bc525 keeps them).
 __device__ __forceinline__ uint4 ld_first(const void* p) {
-#if VLLM_SPECLA_SKINNY_PRE_COHERENT
   uint4 r;
   asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "l"(p));
   return r;
-#else
-  return ld_stream(p);
-#endif
 }
-
-// VLLM_SPECLA_SKINNY_EARLY_LAUNCH=1 (ops/_cpp.py VLLM_SPECLA_SKINNY_EARLY=1): griddepcontrol.launch_dependents right
-// after the wait, as the Triton row GEMV does, instead of after the MMA loop. The dependent (in a verify window: a
-// norm / gating / SwiGLU kernel that waits first) then launches while this GEMM streams, not at its end; its own
-// wait still holds it until this grid has finished. Session 32; not measured yet.
-#ifndef VLLM_SPECLA_SKINNY_EARLY_LAUNCH
-#define VLLM_SPECLA_SKINNY_EARLY_LAUNCH 0
-#endif
 
 __device__ __forceinline__ void griddep_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
-#if VLLM_SPECLA_SKINNY_EARLY_LAUNCH
-  asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
 #endif
 }
 
-__device__ __forceinline__ void griddep_launch_dependents() {  // (after the MMA loop; see griddep_wait)
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !VLLM_SPECLA_SKINNY_EARLY_LAUNCH
+__device__ __forceinline__ void griddep_launch_dependents() {  // (after the MMA loop)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
 }
@@ -170,14 +154,7 @@ __device__ __forceinline__ void reduce_store(const float (&acc)[NT][4], int warp
 // dependency chains of U instead of one of 2U (session 30's Nsight Compute: 14 % of the warps' stall samples at 8
 // rows were fixed-latency waits; s30e: the step's GEMM chain 2.7-4.5 % faster; skinny_gemm.cu's automatic config).
 //
-// U0 (> U; 1-8 rows, SPLIT): the chunks of the first load batch, the one issued before the programmatic dependent
-// launch wait, when it differs from U: a warp whose K range has more than U chunks (o_proj's 12 at K = 3072, the
-// down-projection's 22 at K = 5632, 8 warps) requests up to U0 of them before the wait instead of U (67 % / 36 % of
-// those ranges at U = 8), as the row GEMV's 2048-wide first tile did for the one-row GEMMs (benchmarks/RESULTS.md
-// "Session 31"). Only with VLLM_SPECLA_SKINNY_PRE_COHERENT=1 (ld_first): with .nc loads ptxas issues every load
-// after the wait anyway. Registers (nvrtc_check.py --pre-coherent, sm_90): U0 = 16 178, U0 = 20 240, U0 = 24
-// spilled; one CTA per SM, which the N <= 2048 GEMMs' 128 CTAs are anyway. Session 32; not measured yet.
-template <typename T, int NT, int WARPS, int U, bool RES, bool SPLIT = false, int U0 = U>
+template <typename T, int NT, int WARPS, int U, bool RES, bool SPLIT = false>
 __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* x, int64_t ldx,
                                                                  const T* __restrict__ w, const T* res,
                                                                  int64_t ldr, T* out, int64_t ldo, int M, int N,
@@ -222,25 +199,11 @@ __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* x, int
     }
   };
 
-  if constexpr (U0 == U) {
-    load_chunks<U, 32, true>(wa, wb, w0, w1, cb, ce, K, t, ok0, ok1);  // constant weights: before the wait (ops/pdl.py)
-    griddep_wait();
-    for (int c = cb; c < ce; c += U) {
-      if (c != cb) load(c);
-      mma(wa, wb, c, IntC<U>{});
-    }
-  } else {
-    static_assert(U0 > U && NT == 1, "U0: a deeper first batch, one 8-token tile");
-    {
-      uint4 wa0[U0], wb0[U0];
-      load_chunks<U0, 32, true>(wa0, wb0, w0, w1, cb, ce, K, t, ok0, ok1);  // constant weights: before the wait
-      griddep_wait();
-      mma(wa0, wb0, cb, IntC<U0>{});
-    }
-    for (int c = cb + U0; c < ce; c += U) {
-      load(c);
-      mma(wa, wb, c, IntC<U>{});
-    }
+  load_chunks<U, 32, true>(wa, wb, w0, w1, cb, ce, K, t, ok0, ok1);  // constant weights: before the wait (ops/pdl.py)
+  griddep_wait();
+  for (int c = cb; c < ce; c += U) {
+    if (c != cb) load(c);
+    mma(wa, wb, c, IntC<U>{});
   }
   if constexpr (SPLIT) {
 #pragma unroll

@@ -105,44 +105,21 @@ def load_cuda(verbose: bool = False) -> bool:
     return True
 
 
-def _jit_cuda(name: str, files: list[str], verbose: bool, defines: tuple[str, ...] = ()) -> None:
+def _jit_cuda(name: str, files: list[str], verbose: bool) -> None:
     """``torch.utils.cpp_extension.load`` of ``csrc/cuda/<files>`` as extension ``name`` (-O3;
-    ``VLLM_SPECLA_CUDA_LINEINFO=1`` adds ``-lineinfo``; ``defines``: ``NAME=VALUE`` macros for nvcc), registering
-    its ops."""
+    ``VLLM_SPECLA_CUDA_LINEINFO=1`` adds ``-lineinfo``), registering its ops."""
     from torch.utils.cpp_extension import load  # noqa: PLC0415
 
     lineinfo = os.environ.get("VLLM_SPECLA_CUDA_LINEINFO", "0") not in ("", "0")
     load(name=name, sources=[os.path.join(_csrc_dir(), "cuda", f) for f in files], extra_cflags=["-O3"],
-         extra_cuda_cflags=["-O3"] + (["-lineinfo"] if lineinfo else []) + [f"-D{d}" for d in defines],
+         extra_cuda_cflags=["-O3"] + (["-lineinfo"] if lineinfo else []),
          is_python_module=False, verbose=verbose)
-
-
-# How the skinny GEMM loads its first (pre-wait) weight batch (csrc/cuda/skinny_gemm_kernels.cuh ld_first):
-# "nc" (the read-only path; ptxas then issues it after griddepcontrol.wait, as every build until session 32 did) or
-# "coherent" (coherent loads, which stay before the wait, so the weights stream while the previous kernel finishes).
-# Chosen at build time (a separately cached extension each); "nc" until the H200 measures "coherent"
-# (benchmarks/h200_next_session.sh s32c).
-SKINNY_PRE_CHOICES = ("nc", "coherent")
-SKINNY_PRE = os.environ.get("VLLM_SPECLA_SKINNY_PRE") or "nc"
-if SKINNY_PRE not in SKINNY_PRE_CHOICES:
-    raise ValueError(f"VLLM_SPECLA_SKINNY_PRE must be one of {SKINNY_PRE_CHOICES} (how the skinny GEMM loads its "
-                     f"first weight batch), got {SKINNY_PRE!r}")
-# VLLM_SPECLA_SKINNY_EARLY=1: the skinny GEMM lets its dependent kernel launch right after its PDL wait instead of
-# after its MMA loop (skinny_gemm_kernels.cuh VLLM_SPECLA_SKINNY_EARLY_LAUNCH; its own cached build). "0" (the
-# default until measured, h200_next_session.sh s32c).
-_EARLY_ENV = os.environ.get("VLLM_SPECLA_SKINNY_EARLY") or "0"
-if _EARLY_ENV not in ("0", "1"):
-    raise ValueError(f"VLLM_SPECLA_SKINNY_EARLY must be '0' (launch the dependent kernel after the MMA loop, the "
-                     f"default) or '1' (right after the PDL wait), got {_EARLY_ENV!r}")
-SKINNY_EARLY = _EARLY_ENV == "1"
 
 
 # skinny_gemm's default prefetch size: the best on the step's GEMMs (RESULTS.md session 17; ops/fused.py
 # SKINNY_PREFETCH_BYTES starts from it)
 SKINNY_PREFETCH_DEFAULT_BYTES = 4 << 20
 GEMM_LOADED = False  # set by load_cuda_gemm(): torch.ops.vllm_specla.skinny_gemm is registered for CUDA tensors
-GEMM_PRE: str | None = None  # the SKINNY_PRE of the loaded build
-GEMM_EARLY: bool | None = None  # its SKINNY_EARLY
 
 
 def load_cuda_gemm(verbose: bool = False) -> bool:
@@ -159,23 +136,13 @@ def load_cuda_gemm(verbose: bool = False) -> bool:
     """
     if not torch.cuda.is_available():
         return False
-    global GEMM_LOADED, GEMM_PRE, GEMM_EARLY
-    if GEMM_PRE is not None and (GEMM_PRE, GEMM_EARLY) != (SKINNY_PRE, SKINNY_EARLY):
-        raise RuntimeError(f"load_cuda_gemm: the skinny GEMM was loaded with SKINNY_PRE={GEMM_PRE!r}, "
-                           f"SKINNY_EARLY={GEMM_EARLY} in this process; another build needs a new process (every build "
-                           f"registers the same op names)")
-    coherent = SKINNY_PRE == "coherent"
-    defines = (("VLLM_SPECLA_SKINNY_PRE_COHERENT=1",) if coherent else ()) + (
-        ("VLLM_SPECLA_SKINNY_EARLY_LAUNCH=1",) if SKINNY_EARLY else ())
-    _jit_cuda("vllm_specla_gemm_jit" + ("_pre" if coherent else "") + ("_early" if SKINNY_EARLY else ""),
-              ["skinny_gemm.cu"], verbose, defines)
-    GEMM_LOADED, GEMM_PRE, GEMM_EARLY = True, SKINNY_PRE, SKINNY_EARLY
+    global GEMM_LOADED
+    _jit_cuda("vllm_specla_gemm_jit", ["skinny_gemm.cu"], verbose)
+    GEMM_LOADED = True
     return True
 
 
-# (8, 16) / (8, 20): the automatic config with a first load batch of 16 / 20 chunks (1-8 rows; fused.SKINNY_DEEP_FIRST)
-_SKINNY_DEEP = {(8, 16), (8, 20)}
-_SKINNY_CONFIGS = {(w, u) for w in (4, 8, 16) for u in (4, 8)} | {(0, 0)} | _SKINNY_DEEP
+_SKINNY_CONFIGS = {(w, u) for w in (4, 8, 16) for u in (4, 8)} | {(0, 0)}
 
 
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -247,10 +214,7 @@ def skinny_problem(x, w, residual=None, out=None, warps=0, unroll=0, prefetch=No
                 0 <= prefetch_bytes <= nb and prefetch_bytes % 16 == 0):
             return f"prefetch_bytes must be a multiple of 16 in 0..{nb} (the prefetch tensor's bytes), got {prefetch_bytes!r}"
     if (warps, unroll) not in _SKINNY_CONFIGS:
-        return (f"(warps, unroll) must be (4|8|16, 4|8), (8, 16|20) or (0, 0) for the automatic choice, got "
-                f"({warps!r}, {unroll!r})")
-    if (warps, unroll) in _SKINNY_DEEP and x.shape[0] > 8:
-        return f"(warps, unroll) = ({warps}, {unroll}) takes 1..8 rows, x has {x.shape[0]}"
+        return f"(warps, unroll) must be (4|8|16, 4|8) or (0, 0) for the automatic choice, got ({warps!r}, {unroll!r})"
     return None
 
 

@@ -253,7 +253,7 @@ def linear(x, w, norm_weight=None, eps=1e-6, residual=None, residual_inplace=Fal
     x = x.to(w.dtype)
     if _skinny_takes(x, w, residual):
         pf, pf_bytes = _prefetch_args(prefetch, w)
-        warps, unroll = _skinny_config(x, w)
+        warps, unroll = SKINNY_CONFIG
         return _cpp.skinny_gemm(x, w, residual, out=residual if residual is not None and residual_inplace else None,
                                 warps=warps, unroll=unroll, prefetch=pf, prefetch_bytes=pf_bytes)
     if residual is None:
@@ -308,24 +308,6 @@ USE_SKINNY_GEMM = _SKINNY_ENV == "1"
 SKINNY_MAX_M = 8
 # (warps, unroll) of ops/_cpp.py skinny_gemm; (0, 0): its automatic choice
 SKINNY_CONFIG = (0, 0)
-# 16 / 20: in the VLLM_SPECLA_SKINNY_PRE=coherent build, with the automatic config, GEMMs of 1-8 rows and at most
-# 2048 outputs (128 CTAs: one per SM, which the deep kernels' 178 / 240 registers allow) whose K gives a warp more
-# than 8 chunks (K > 2048 at 8 warps: o_proj at K = 3072, the down-projection at 5632) run (8, SKINNY_DEEP_FIRST):
-# a first load batch of that many chunks instead of 8 (csrc/cuda/skinny_gemm_kernels.cuh U0; the same bits). In the
-# .nc build ptxas issues every load after the wait anyway (and compiles these kernels to 58-64 registers), so the
-# rule skips it. 0: off (the default until h200_next_session.sh s32c measures it).
-SKINNY_DEEP_FIRST = 0
-
-
-def _skinny_config(x: torch.Tensor, w: torch.Tensor) -> tuple[int, int]:
-    """``(warps, unroll)`` for ``_cpp.skinny_gemm``: :data:`SKINNY_CONFIG`, or ``(8, SKINNY_DEEP_FIRST)`` for the
-    GEMMs it names (shapes and the loaded build only)."""
-    if (SKINNY_DEEP_FIRST and SKINNY_CONFIG == (0, 0) and _cpp.GEMM_PRE == "coherent" and x.shape[0] <= 8
-            and w.shape[0] <= 2048 and w.shape[1] > 8 * 8 * 32):
-        return (8, SKINNY_DEEP_FIRST)
-    return SKINNY_CONFIG
-
-
 # The skinny GEMM's L2 prefetch of the next GEMM's weight (``linear(prefetch=)``, ops/_cpp.py skinny_gemm):
 # bytes from its start, 0 = off. The step's GEMM chain (bench_blas.py skinny-pf, RESULTS.md session 17):
 # 4 MiB was the best size or within 0.006 ms of it in every row (flame M = 5 / 8 0.6-2.7 % / 2.1-2.8 % faster
