@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s35a on an H200 (the final code of session 35 there). Session 35 (an H100): benchmarks/RESULTS.md "Session 35" (s32a-s32f as run, on the H100, s32a / s32b with VLLM_SPECLA_SKINNY_PRE=coherent, s32d as `VLLM_SPECLA_CPP_JIT=1 sass_pdl_check.py --build`; the .nc build, VLLM_SPECLA_SKINNY_PRE / _EARLY and --skinny-deep were removed after them, commit 32bc525 keeps them, so s32c / s32e / s32f cannot be rerun as written). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
+# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s35a on an H200 (the final code of session 35 there), then s35b. Session 35 (an H100): benchmarks/RESULTS.md "Session 35" (s32a-s32f as run, on the H100, s32a / s32b with VLLM_SPECLA_SKINNY_PRE=coherent, s32d as `VLLM_SPECLA_CPP_JIT=1 sass_pdl_check.py --build`; the .nc build, VLLM_SPECLA_SKINNY_PRE / _EARLY and --skinny-deep were removed after them, commit 32bc525 keeps them, so s32c / s32e / s32f cannot be rerun as written). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
 # as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them; s29e's out_dtype
 # after it, commit 637b841). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
@@ -70,6 +70,16 @@ case "${1:-}" in
   # Session 32 prepared these without a device (none was lent). Priority: s32c, s32e, s32f, s32a, s32b (more than
   # the 30 minutes with the start-up overheads: drop from the end), s32d if time is left. Each case's timeouts sum
   # to under 600 s.
+  s35b)  # where float8 draft passes stop paying (FusedEagle runs them through the row GEMV at every batch: session 35's
+        # H100 run at batch 16 / 64 had K = 2 steps of 4.51 / 12.77 ms against AR 2.28 / 4.60, where session 28's bf16
+        # drafter on the H200 took 2.50 / 5.20 against 1.93 / 3.58): model vs float8 draft weights at batch 1 / 2 / 4 / 8
+        # / 16, K = 2 / 4, flame and map, one AR baseline per shape and batch; a batch limit for draft_weights="fp8"
+        # follows from it (timeouts 150 + 400 = 550 s)
+      skinny_build 150
+      timeout 400 python benchmarks/bench_e2e.py --shapes flame,map --batches 1,2,4,8,16 --ks 2,4 --alphas 0.8 \
+          --snapshot-ks "" --skinny-gemm on --draft-weights model,fp8 --tag s35b \
+          --out "$OUT/e2e_s35b.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      ;;
   s32c)  # session 32, call 1: the skinny GEMM's first weight batch before the PDL wait. ptxas 12.9 (nvrtc_check.py
         # --sass) issues the .nc first batch after griddepcontrol.wait; VLLM_SPECLA_SKINNY_PRE=coherent builds it with
         # coherent loads, which stay before it, and --skinny-deep 16 deepens it for o_proj / down (coherent build
