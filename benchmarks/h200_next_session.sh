@@ -55,31 +55,33 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
 case "${1:-}" in
   s35a)  # session 35's final code on an H200 (session 35 had only an H100): the coherent first batch is the skinny
         # GEMM's only form now. The skinny GEMM's and the runtime's GPU tests with the CUDA csrc JIT-built, then batch 1,
-        # K = 6 / 7, float8 draft passes, twice, the second time with `auto` at batch 1 (timeouts 150 + 150 + 180 + 50
-        # + 70 = 600 s; on the H100 the tests took 34 s with everything built)
+        # K = 6 / 7, float8 draft passes, twice, the second time with `auto` at batch 1 (timeouts 150 + 150 + 150 + 50
+        # + 70 = 570 s; on the H100 the tests took 27 s with everything built)
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
       timeout 150 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
       skinny_build 150
-      pytest_log s35a 180 -rs tests/test_skinny_gemm_gpu.py tests/test_decode_runtime_gpu.py
+      pytest_log s35a 150 -rs tests/test_skinny_gemm_gpu.py tests/test_decode_runtime_gpu.py
       for R in 1 2; do
         timeout $([ $R = 2 ] && echo 70 || echo 50) python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,7 --alphas 0.8 $( [ $R = 2 ] && echo --auto ) \
             --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --tag "s35a_r$R" \
             --out "$OUT/e2e_s35a.jsonl" 2>&1 | grep "^{" | python -c "$S"
       done
       ;;
-  # Session 32 prepared these without a device (none was lent). Priority: s32c, s32e, s32f, s32a, s32b (more than
-  # the 30 minutes with the start-up overheads: drop from the end), s32d if time is left. Each case's timeouts sum
-  # to under 600 s.
   s35b)  # where float8 draft passes stop paying (FusedEagle runs them through the row GEMV at every batch: session 35's
         # H100 run at batch 16 / 64 had K = 2 steps of 4.51 / 12.77 ms against AR 2.28 / 4.60, where session 28's bf16
         # drafter on the H200 took 2.50 / 5.20 against 1.93 / 3.58): model vs float8 draft weights at batch 1 / 2 / 4 / 8
-        # / 16, K = 2 / 4, flame and map, one AR baseline per shape and batch; a batch limit for draft_weights="fp8"
-        # follows from it (timeouts 150 + 400 = 550 s)
+        # / 16, K = 2 / 4, one AR baseline per shape and batch, one process per shape; a batch limit for
+        # draft_weights="fp8" follows from it (timeouts 150 + 2 x 200 = 550 s)
       skinny_build 150
-      timeout 400 python benchmarks/bench_e2e.py --shapes flame,map --batches 1,2,4,8,16 --ks 2,4 --alphas 0.8 \
-          --snapshot-ks "" --skinny-gemm on --draft-weights model,fp8 --tag s35b \
-          --out "$OUT/e2e_s35b.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      for SH in flame map; do
+        timeout 200 python benchmarks/bench_e2e.py --shapes $SH --batches 1,2,4,8,16 --ks 2,4 --alphas 0.8 \
+            --snapshot-ks "" --skinny-gemm on --draft-weights model,fp8 --tag s35b \
+            --out "$OUT/e2e_s35b.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
       ;;
+  # Session 32 prepared these without a device (none was lent). Priority: s32c, s32e, s32f, s32a, s32b (more than
+  # the 30 minutes with the start-up overheads: drop from the end), s32d if time is left. Each case's timeouts sum
+  # to under 600 s.
   s32c)  # session 32, call 1: the skinny GEMM's first weight batch before the PDL wait. ptxas 12.9 (nvrtc_check.py
         # --sass) issues the .nc first batch after griddepcontrol.wait; VLLM_SPECLA_SKINNY_PRE=coherent builds it with
         # coherent loads, which stay before it, and --skinny-deep 16 deepens it for o_proj / down (coherent build

@@ -6,8 +6,9 @@ it may read only model weights (``ops/pdl.py``). ptxas may move read-only-path l
 ``const __restrict__``) across the wait, so the source order proves nothing: this script disassembles the built
 extensions (``cuobjdump -sass``) and lists, per kernel, the global loads issued before the first ``ACQBULK``.
 
-* ``vllm_specla_gemm_jit*`` (the skinny GEMM): only ``L1::no_allocate`` weight loads (``.NA``) may come first
-  (``csrc/cuda/nvrtc_check.py`` checks the same on an NVRTC build without a GPU).
+* ``vllm_specla_gemm_jit*`` (the skinny GEMM): only ``L1::no_allocate`` weight loads (``.NA``) may come first, and
+  each kernel must issue some (its first weight batch; ``csrc/cuda/nvrtc_check.py --sass`` checks the same on an
+  NVRTC build without a GPU).
 * ``vllm_specla_cuda_jit`` (the chain-verify kernels, ``csrc/cuda/chain_verify*.cu``): they call ``pdl_enter()``
   first and read no weights, so no global load may come first.
 
@@ -41,6 +42,16 @@ def cuobjdump_to_listing(text: str) -> str:
     return "\n".join(out)
 
 
+def rule_violations(loads: dict[str, tuple[list[str], int]], gemm: bool) -> set[str]:
+    """The kernels of ``loads`` (``nvrtc_check.sass_pre_wait_loads``: name -> (load ops before the wait, loads)) that
+    break their extension's rule: the skinny GEMM's (``gemm``) may load only weights (``L1::no_allocate``) before the
+    wait and must load some (a kernel with none lost its pre-wait weight batch, as the ``.nc`` form of sessions 15-34
+    did); the chain kernels may load nothing before it."""
+    if gemm:
+        return set(nvrtc_check.pdl_violations(loads)) | {f for f, (pre, _) in loads.items() if not pre}
+    return {f for f, (pre, _) in loads.items() if pre}
+
+
 def extension_dirs() -> list[str]:
     """Where torch's JIT builds live (``TORCH_EXTENSIONS_DIR`` or torch's default)."""
     from torch.utils.cpp_extension import _get_build_directory  # noqa: PLC0415
@@ -72,12 +83,12 @@ def main() -> int:
                 continue
             loads = nvrtc_check.sass_pre_wait_loads(cuobjdump_to_listing(r.stdout))
             gemm = "gemm" in os.path.basename(d)
-            viol = set(nvrtc_check.pdl_violations(loads)) if gemm else {f for f, (pre, _) in loads.items() if pre}
+            viol = rule_violations(loads, gemm)
             n_pre = sum(1 for pre, _ in loads.values() if pre)
             print(f"{os.path.basename(d)}/{os.path.basename(so)}: {len(loads)} kernels, {n_pre} with loads before the "
-                  f"wait, {len(viol)} breaking the rule ({'weights only' if gemm else 'none'})")
+                  f"wait, {len(viol)} breaking the rule ({'weights only, at least one' if gemm else 'none'})")
             for fn, (pre, total) in sorted(loads.items()):
-                if pre:
+                if pre or fn in viol:
                     tag = "VIOLATION" if fn in viol else "ok"
                     print(f"   {tag:9s} {len(pre):3d} of {total:3d} loads before the wait ({', '.join(sorted(set(pre)))})"
                           f"  {nvrtc_check._demangle(fn)[:140]}")

@@ -171,6 +171,10 @@ def test_cuobjdump_listing_for_the_gpu_check():
     loads = nvrtc_check.sass_pre_wait_loads(sass_pdl_check.cuobjdump_to_listing(text))
     assert loads == {"_Z1kPf": (["LDG.E.NA"], 2), "_Z1jPf": (["LDG.E.CONSTANT"], 1)}
     assert nvrtc_check.pdl_violations(loads) == ["_Z1jPf"]
+    # the rules per extension: the skinny GEMM loads weights only, and some, before the wait; the chain kernels none
+    loads["_Z1wPf"] = ([], 3)
+    assert sass_pdl_check.rule_violations(loads, gemm=True) == {"_Z1jPf", "_Z1wPf"}
+    assert sass_pdl_check.rule_violations(loads, gemm=False) == {"_Z1kPf", "_Z1jPf"}
 
 
 def _chain_sources() -> str:

@@ -400,7 +400,8 @@ def main() -> int:
             loads = sass_pre_wait_loads(listing)
             bad = set(pdl_violations(loads))
             for fn, (pre, total) in sorted(loads.items()):
-                flag = "  READS NON-WEIGHT DATA BEFORE THE WAIT" if fn in bad else ""
+                flag = ("  READS NON-WEIGHT DATA BEFORE THE WAIT" if fn in bad else
+                        "  LOADS NO WEIGHTS BEFORE THE WAIT" if not pre else "")
                 print(f"  {len(pre):3d} of {total:3d} global loads before griddepcontrol.wait  {_demangle(fn)}{flag}")
                 sass_bad += fn in bad or not pre
     if r.returncode:

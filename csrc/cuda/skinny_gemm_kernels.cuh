@@ -153,7 +153,6 @@ __device__ __forceinline__ void reduce_store(const float (&acc)[NT][4], int warp
 // the odd chunks accumulate into a second C fragment, added to the first after the loop, so the MMAs form two
 // dependency chains of U instead of one of 2U (session 30's Nsight Compute: 14 % of the warps' stall samples at 8
 // rows were fixed-latency waits; s30e: the step's GEMM chain 2.7-4.5 % faster; skinny_gemm.cu's automatic config).
-//
 template <typename T, int NT, int WARPS, int U, bool RES, bool SPLIT = false>
 __global__ void __launch_bounds__(WARPS * 32) skinny_gemm_kernel(const T* x, int64_t ldx,
                                                                  const T* __restrict__ w, const T* res,
