@@ -276,8 +276,9 @@ def conv_verify(x, weight, cu_seqlens, conv_state, slots, **kw) -> torch.Tensor:
 
 
 # One-token steps (AR decode, the drafter's one-token passes) on CUDA: the conv and the recurrence in one
-# Triton launch (triton_chain.conv_chain_step) instead of two. Off until measured on the H200 (benchmarks/
-# h200_next_session.sh s32b; bench_e2e.py --conv-step); VLLM_SPECLA_CONV_STEP=1 turns it on.
+# Triton launch (triton_chain.conv_chain_step) instead of two. Off: on an H100 (benchmarks/RESULTS.md "Session 35",
+# s32b; bench_e2e.py --conv-step) the AR step was no faster at any of four tiles (the default tile +0.9 % / +3.8 %,
+# flame / map); not measured on the H200. VLLM_SPECLA_CONV_STEP=1 turns it on.
 _CONV_STEP_ENV = os.environ.get("VLLM_SPECLA_CONV_STEP") or "0"
 if _CONV_STEP_ENV not in ("0", "1"):
     raise ValueError(f"VLLM_SPECLA_CONV_STEP must be '0' (conv and recurrence as two launches, the default) or '1' "

@@ -457,7 +457,8 @@ STEP_CONFIG_OVERRIDE: tuple[int, int, int] | None = None
 # The default: a [4, K/KI, KI] state tile per one-warp program as the one-token chain kernel at batch 1-2
 # ("ar_small"), with KI = K so the warp's 32 threads hold distinct key columns (4 V rows each): the q / k
 # conv inputs (4 taps, 3 window rows, the new input, for 2 x K channels) are then not replicated over the
-# threads, 8 floats per thread and vector at K = 256 instead of 32 with KI = 32. Not measured yet.
+# threads, 8 floats per thread and vector at K = 256 instead of 32 with KI = 32. On an H100 the AR step with it was
+# 0.9 % / 3.8 % slower (flame / map), (16, 4, 256) within noise (RESULTS.md "Session 35", s32b).
 STEP_CONFIG: tuple[int, int, int] = (4, 1, 256)
 # q / k window writers: one int32 counter per (row, key head), zero between launches (the last program of a
 # (row, key head) to read the window writes it, then resets the counter). Allocated outside CUDA-graph capture.
