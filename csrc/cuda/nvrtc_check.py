@@ -17,7 +17,8 @@ when ptxas does not report every kernel.
 
 ``--chain`` checks the chain-verify kernels instead (``chain_verify.cu``, ``chain_verify_ut.cu``: their host code
 is hidden from NVRTC by ``__CUDACC_RTC__``): every instantiation their dispatch launches compiles (spills are
-noted, not failures), and with ``--sass`` none reads global memory before ``griddepcontrol.wait`` (~90 s)::
+noted, not failures), and with ``--sass`` none reads global memory before ``griddepcontrol.wait`` (~2 minutes on 2
+cores: the kernels build in one part per core)::
 
     python csrc/cuda/nvrtc_check.py --chain --sass
 """
@@ -25,6 +26,7 @@ noted, not failures), and with ``--sass`` none reads global memory before ``grid
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import ctypes
 import importlib.util
 import itertools
@@ -312,14 +314,23 @@ def chain_main(args, lib, include: str, ptxas: str) -> int:
     hides the host code) for every kernel of :func:`chain_kernels` / :func:`ut_kernels`; print registers (spills
     noted: they are reported, not failures, since the forced A/B bodies may spill) and, with ``--sass``, the global
     reads before ``griddepcontrol.wait``: these kernels read no weights, so any is a violation (exit 1)."""
-    bad = 0
+    workers = max(1, os.cpu_count() or 1)
+    jobs = []
     for src, names in (("chain_verify.cu", chain_kernels()), ("chain_verify_ut.cu", ut_kernels())):
         names = [n for n in names if re.search(args.kernels or "", n)]
-        if not names:
-            continue
+        parts = min(workers, len(names))  # (each file's kernels in one part per core: NVRTC's parse is repeated)
+        jobs += [(src, names[i::parts]) for i in range(parts)]
+
+    def build(job):  # NVRTC (ctypes: the GIL is released) and ptxas (a process): the parts build in parallel
+        src, names = job
         ptx = compile_ptx(lib, f'#include "{src}"\n', include, names, args.arch.replace("sm_", "compute_"),
                           src_dir=args.src_dir)
-        r, listing = ptxas_build(ptxas, ptx, args.arch, args.sass)
+        return ptxas_build(ptxas, ptx, args.arch, args.sass)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        built = list(pool.map(build, jobs))
+    bad = 0
+    for (src, names), (r, listing) in zip(jobs, built):
         if r.returncode:
             print(r.stdout + r.stderr)
             return 1
