@@ -457,6 +457,10 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--fp8-max-tokens", type=positive_int, default=None,
                     help="drafter passes of at most this many tokens per row read the float8 weights with "
                          "--draft-weights fp8 (runtime/fused_model.py FP8_MAX_TOKENS; 1: draft passes only)")
+    ap.add_argument("--fp8-max-batch", type=positive_int, default=None,
+                    help="with --draft-weights fp8: drafter passes of at most this many rows (requests; requests x "
+                         "branches for a tree) read the float8 weights, larger ones the model weights "
+                         "(runtime/fused_model.py FP8_MAX_BATCH, default 2)")
     ap.add_argument("--conv-step", default=None, type=conv_step_flag,
                     help="on / off, or BV,warps,KI (on at that config): one-token steps (AR, the drafter's one-token "
                          "passes) run the conv and the recurrence as one Triton launch (ops/chain_verify.py CONV_STEP, "
@@ -488,10 +492,10 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
                     help="greedy tokens by our Triton argmax or torch's (fused.USE_TRITON_ARGMAX)")
 
 
-def _fp8_max_tokens() -> int:
+def _fp8_limits() -> dict:
     from vllm_specla.runtime import fused_model  # noqa: PLC0415
 
-    return fused_model.FP8_MAX_TOKENS
+    return dict(fp8_max_tokens=fused_model.FP8_MAX_TOKENS, fp8_max_batch=fused_model.FP8_MAX_BATCH)
 
 
 def apply_kernel_flags(args, device: str) -> dict | None:
@@ -521,6 +525,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
 
     if getattr(args, "fp8_max_tokens", None) is not None:  # (the CPU path reads it too)
         fused_model.FP8_MAX_TOKENS = args.fp8_max_tokens
+    if getattr(args, "fp8_max_batch", None) is not None:
+        fused_model.FP8_MAX_BATCH = args.fp8_max_batch
     if getattr(args, "absorb_rows", None):
         _decode.ABSORB_ACCEPTED_ROWS = args.absorb_rows != "off"
         fused_model.ABSORB_ROWS_FP8 = args.absorb_rows == "fp8"
@@ -574,7 +580,7 @@ def apply_kernel_flags(args, device: str) -> dict | None:
                 narrow_config=list(triton_fused.GEMV_ROWS_CONFIG_NARROW or ()) or None,
                 fp8_narrow_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG_NARROW or ()) or None,
                 fp8_config=list(triton_fused.GEMV_ROWS_FP8_CONFIG),
-                fp8_max_tokens=_fp8_max_tokens(), pdl=pdl.enabled(torch.empty(0, device="cuda")),
+                **_fp8_limits(), pdl=pdl.enabled(torch.empty(0, device="cuda")),
                 gating=fused.GEMV_ROWS_GATING, draft_glue_prologues=fused.DRAFT_GLUE_PROLOGUES,
                 skinny_fp8=fused.USE_SKINNY_FP8, fp8_gather_one_launch=fused.FP8_GATHER_ONE_LAUNCH,
                 absorb_rows=(("fp8" if fused_model.ABSORB_ROWS_FP8 else "model") if _decode.ABSORB_ACCEPTED_ROWS

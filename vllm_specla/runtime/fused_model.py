@@ -295,6 +295,12 @@ DRAFT_WEIGHTS = ("model", "fp8")
 # passes only; K + 1 and more: also the absorb window). A measured choice (benchmarks/RESULTS.md "Session 27"; and
 # "Session 29": the float8 window costs the trained pair more acceptance than it saves in step time)
 FP8_MAX_TOKENS = 1
+# With draft_weights="fp8": only passes of at most this many rows (requests; requests x branches for a tree's branch
+# passes) read the float8 weights; larger passes read the model weights, as with draft_weights="model". On CUDA the
+# float8 GEMMs run the row GEMV, whose cost grows with its rows: on the H100 (benchmarks/RESULTS.md "Session 36", s35b)
+# float8 draft passes made a K = 4 SpecLA step 7 % faster at batch 1, 0.3-0.6 % at batch 2, 6-10 % slower at batch 4
+# and 1.8x slower at batch 16
+FP8_MAX_BATCH = 2
 # With draft_weights="fp8": the absorb pass's GEMMs past its recurrence, which run on each request's accepted row only
 # (FusedEagle.hidden(rows=)), read the float8 weights as the draft passes do (one token row per request); 0.1-0.3 % of
 # the trained pair's acceptance (RESULTS.md "Session 29"; with their o_proj in one launch they were 3-9 us per batch-1
@@ -318,10 +324,13 @@ class FusedEagle:
     (benchmarks/RESULTS.md "Session 27"). The drafter's multi-token passes (its absorb of the
     accepted window, its prefill) keep the model dtype, except the absorb's GEMMs past its
     recurrence where they run on each request's accepted row only (:meth:`hidden` ``rows=``,
-    ``ABSORB_ROWS_FP8``: one token row per request, as a draft pass; "Session 29"). Verification
+    ``ABSORB_ROWS_FP8``: one token row per request, as a draft pass; "Session 29"). Only passes of at
+    most :data:`FP8_MAX_BATCH` rows (2: requests, or requests x branches in a tree's branch passes)
+    read the float8 weights; a larger batch drafts on the model weights ("Session 36": the row
+    GEMV's float8 passes cost more than they save from batch 4 on). Verification
     is untouched, so output is unchanged (lossless); only which tokens get drafted can change (the
-    trained pair's acceptance in RESULTS.md). On CUDA the float8 GEMMs run the row GEMV at every batch
-    (no tensor-core float8 GEMM here), so it is a batch-1 option; off CUDA the torch reference
+    trained pair's acceptance in RESULTS.md). On CUDA the float8 GEMMs run the row GEMV (no
+    tensor-core float8 GEMM here), hence the batch limit; off CUDA the torch reference
     (``Fp8Weight.ref_linear``).
 
     Raises:
@@ -391,7 +400,7 @@ class FusedEagle:
         into ``out``, ``[N]`` int64 of any stride, when given: ``fused.argmax`` maps the draft
         vocabulary's ids and stores in its one launch), or the top-``width`` ``[N * width]``
         (row-major) for a tree's first level (``out`` must then be None)."""
-        if self.head8 is not None:
+        if self.head8 is not None and f.shape[0] <= FP8_MAX_BATCH:
             logits = fused.linear(f, self.head8)
         else:
             logits = self.target.logits(f) if self.head is None else fused.linear(f, self.head.weight)
@@ -405,7 +414,8 @@ class FusedEagle:
     def hidden(self, tokens: torch.Tensor, feats: torch.Tensor, states, mode: str, ctrl: StepCtrl,
                norm: bool = True, rows: torch.Tensor | None = None) -> torch.Tensor:
         """``tokens [B, T]``, ``feats [B*T, D]`` -> predicted next features ``[B*T, D]`` (the float8
-        weights for ``T <= FP8_MAX_TOKENS`` with ``draft_weights="fp8"``). ``norm=False``: the block's
+        weights for ``T <= FP8_MAX_TOKENS`` and ``B <= FP8_MAX_BATCH`` with ``draft_weights="fp8"``).
+        ``norm=False``: the block's
         output before the drafter's final norm (:meth:`draft_from_hidden` applies it with the LM head).
         The embedding gather is the ``fc`` GEMM's prologue where the row GEMV runs it
         (``fused.embed_linear``).
@@ -414,12 +424,14 @@ class FusedEagle:
         ``mode`` says, but only these rows' features are computed and returned, ``[M, D]`` (the
         absorb of an accepted window: each request's accepted row; ``FusedGDN.forward(out_rows=)``).
         Past the last recurrence these are one-row-per-request GEMMs, so with
-        ``draft_weights="fp8"`` they read the float8 weights, as the draft passes do."""
+        ``draft_weights="fp8"`` they read the float8 weights, as the draft passes do (``M <=
+        FP8_MAX_BATCH``)."""
         B, T = tokens.shape
-        q = self.stack8 is not None and T <= FP8_MAX_TOKENS
+        q = self.stack8 is not None and T <= FP8_MAX_TOKENS and B <= FP8_MAX_BATCH
         stack, fc = (self.stack8, self.fc8) if q else (self.stack, self.fc)
         h = fused.embed_linear(self.target.embed, tokens, feats, fc, prefetch=stack.layers[0].w_in)
-        tail = self.stack8 if rows is not None and ABSORB_ROWS_FP8 else None  # (None: this pass's own weights)
+        tail = (self.stack8 if rows is not None and ABSORB_ROWS_FP8 and rows.shape[0] <= FP8_MAX_BATCH
+                else None)  # (None: this pass's own weights)
         h = stack.forward(h, states, mode, ctrl, T,
                           tail_w=self.target.lm_head if self.head is None else self.head.weight, out_rows=rows,
                           tail=tail)
@@ -440,7 +452,9 @@ class FusedEagle:
         tokens and features as ``hidden(norm=True)`` then :meth:`draft_tokens` up to float32
         summation order (the normed features within one ulp; a draft may then differ at a near-tie,
         the output cannot: verification decides)."""
-        w = self.head8 if self.head8 is not None else (self.target.lm_head if self.head is None else self.head.weight)
+        n = h.shape[0] if rows is None else rows.shape[0]
+        w = (self.head8 if self.head8 is not None and n <= FP8_MAX_BATCH
+             else self.target.lm_head if self.head is None else self.head.weight)
         logits, f = fused.norm_rows_linear(h, self.norm_w, self.eps, w, rows, f_out)
         fused.argmax(logits, out=out, ids=None if self.head is None else self.head.ids)
         return f
