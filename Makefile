@@ -21,7 +21,7 @@ $(STAMP): setup.py Makefile
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
 	# fla (pure-python wheels; used as an independent oracle in tests) without pulling CUDA torch
 	$(PY) -m pip install -q --no-deps flash-linear-attention==0.6.0 fla-core==0.6.0
-	$(PY) -m pip install -q pytest ray==2.60.0
+	$(PY) -m pip install -q pytest ray==2.60.0 matplotlib
 	# NVRTC, the CUDA headers and ptxas (no nvcc, no GPU): tests/test_nvrtc_check.py compiles the
 	# skinny GEMM's device code for sm_90 and checks its host code on this CPU machine
 	$(PY) -m pip install -q --no-deps nvidia-cuda-nvrtc-cu12==12.9.86 nvidia-cuda-runtime-cu12==12.9.79 \

@@ -32,6 +32,13 @@ def best_k(recs, shape, mode="specla"):
     return out
 
 
+def panel_title(shape: str, recs: list[dict], label: str = "") -> str:
+    """A panel's title: the shape, the GPU(s) the records name (``gpu``), the setting, and ``label``."""
+    gpus = sorted({r["gpu"] for r in recs if r.get("shape") == shape and r.get("gpu")}) or ["GPU not recorded"]
+    title = f"{shape}: {', '.join(gpus)}, CUDA graphs, greedy, acceptance-controlled drafter"
+    return f"{title}; {label}" if label else title
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("jsonl")
@@ -53,7 +60,11 @@ def main() -> None:
                   f"{ar[(s, B)]['tokens_per_s']:.0f} | {r['speedup']:.2f} | {au_k} | {au_s} |")
     if not args.png:
         return
-    import matplotlib  # noqa: PLC0415
+    try:
+        import matplotlib  # noqa: PLC0415
+    except ImportError:
+        ap.error("--png needs matplotlib (pip install matplotlib; `make setup` installs it); the table above needs "
+                 "nothing")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
@@ -79,7 +90,7 @@ def main() -> None:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch (requests)")
         ax.set_ylabel("speedup over AR (tokens/s)")
-        ax.set_title(f"{s}: H200, CUDA graphs, greedy, acceptance-controlled drafter{args.label}", fontsize=9)
+        ax.set_title(panel_title(s, recs, args.label), fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()

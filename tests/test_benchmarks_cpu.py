@@ -34,9 +34,24 @@ def test_bench_e2e_dry_cpu(tmp_path):
             assert r["state_bytes_per_request"]["factors"] > 0 and r["tau"] >= 1.0
         if r["mode"] == "specla-tree":
             assert r["tree_alpha_model"] == "siblings" and r["tau_expected"] > 1.0
-    table = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "plot_e2e.py"), str(out)],
+    png = tmp_path / "speedup.png"
+    table = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "plot_e2e.py"), str(out), "--png",
+                            str(png), "--label", "dry run"],
                            check=True, env=env, capture_output=True, text=True, timeout=120).stdout
     assert "| shape | B | alpha |" in table
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_panel_title_names_the_recorded_gpu():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import plot_e2e  # noqa: PLC0415
+
+    recs = [{"shape": "flame", "gpu": "NVIDIA H100 80GB HBM3"}, {"shape": "flame", "gpu": "NVIDIA H100 80GB HBM3"},
+            {"shape": "map", "gpu": "NVIDIA H200"}]
+    assert plot_e2e.panel_title("flame", recs, "s36a") == (
+        "flame: NVIDIA H100 80GB HBM3, CUDA graphs, greedy, acceptance-controlled drafter; s36a")
+    assert plot_e2e.panel_title("map", recs).startswith("map: NVIDIA H200, ")
+    assert "GPU not recorded" in plot_e2e.panel_title("tiny", recs)
 
 
 def test_csrc_bench_forced_variants_set_the_switches(monkeypatch):
