@@ -34,7 +34,7 @@ demo: setup
 	$(PY) examples/offline_generate.py --speculative-config examples/specla.json --check-lossless
 
 test: setup
-	$(PY) -m pytest -q -rfEs tests
+	$(PY) -m pytest -q -rfEs --durations=25 tests
 
 test-core: setup
 	$(PY) -m pytest -q -rs tests -m "not vllm"
