@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s36a (an H200 preferred; it ran on an H100 in session 36). Session 36 (an H100 again): benchmarks/RESULTS.md "Session 36" (s35a, s35b, s36a as run). Session 35 (an H100): benchmarks/RESULTS.md "Session 35" (s32a-s32f as run, on the H100, s32a / s32b with VLLM_SPECLA_SKINNY_PRE=coherent, s32d as `VLLM_SPECLA_CPP_JIT=1 sass_pdl_check.py --build`; the .nc build, VLLM_SPECLA_SKINNY_PRE / _EARLY and --skinny-deep were removed after them, commit 32bc525 keeps them, so s32c / s32e / s32f cannot be rerun as written). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
+# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s36b (on an H200 only; it exits at once on another card). Session 36 (an H100 again): benchmarks/RESULTS.md "Session 36" (s35a, s35b, s36a as run). Session 35 (an H100): benchmarks/RESULTS.md "Session 35" (s32a-s32f as run, on the H100, s32a / s32b with VLLM_SPECLA_SKINNY_PRE=coherent, s32d as `VLLM_SPECLA_CPP_JIT=1 sass_pdl_check.py --build`; the .nc build, VLLM_SPECLA_SKINNY_PRE / _EARLY and --skinny-deep were removed after them, commit 32bc525 keeps them, so s32c / s32e / s32f cannot be rerun as written). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
 # as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them; s29e's out_dtype
 # after it, commit 637b841). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
@@ -53,6 +53,22 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s36b)  # the H200 verdicts at today's code, on an H200 only (the run exits at once on another card): batch 1, K = 6 / 7,
+        # float8 draft passes, twice (issue 6's 2.2x; last on the H200: s31d's 2.14x), then s36a's `auto` grid
+        # (timeouts 120 + 2 x 60 + 2 x 170 = 580 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo "not an H200: nothing run"; exit 0; }
+      skinny_build 120
+      for R in 1 2; do
+        timeout 60 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,7 --alphas 0.8 \
+            --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --tag "s36b_r$R" \
+            --out "$OUT/e2e_s36b.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
+      for SH in flame map; do
+        timeout 170 python benchmarks/bench_e2e.py --shapes $SH --batches 1,16,64,256 --ks 2,4,6 --alphas 0.8 --auto \
+            --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --tag s36b_grid \
+            --out "$OUT/e2e_s36b.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
+      ;;
   s36a)  # the float8 drafter's batch limit (fused_model.FP8_MAX_BATCH = 2, from s35b) on the `auto` grid, as users run
         # it (--draft-weights fp8): batch 1 / 16 / 64 / 256, K = 2 / 4 / 6, alpha 0.8, both shapes, the skinny GEMM built,
         # one process per shape (timeouts 120 + 2 x 235 = 590 s)
