@@ -198,7 +198,7 @@ def bench_shape(args, shape: str, device: str) -> None:
                         outcomes[a] = rt.acceptance_outcomes()
                 record(args.out, dict(
                     base, mode=mode, K=K, alpha=a, draft_vocab=drs[dv].draft_vocab_size,
-                    draft_weights=drs[dv].draft_weights,
+                    draft_weights=drs[dv].draft_weights, draft_passes=_draft_passes(drs[dv], B),
                     step_ms=1e3 * r.seconds / r.steps, tokens_per_s=r.tokens_per_s,
                     ms_per_token=r.ms_per_token(B), tau=r.mean_acceptance_length,
                     tau_expected=chain_tau(a, K), speedup=r.tokens_per_s / ar_tps,
@@ -237,6 +237,14 @@ def bench_shape(args, shape: str, device: str) -> None:
 def agree_rows(outs: list[list[int]], ref: list[list[int]]) -> int:
     """Rows whose tokens equal the AR run's over their common length (the lossless count)."""
     return sum(o[: min(len(o), len(a))] == a[: min(len(o), len(a))] for o, a in zip(outs, ref))
+
+
+def _draft_passes(dr, batch: int) -> str:
+    """The weights a chain's one-token draft passes read at ``batch`` requests: ``"fp8"`` or ``"model"``
+    (``draft_weights="fp8"`` drafts on the model weights above ``fused_model.FP8_MAX_BATCH`` rows)."""
+    from vllm_specla.runtime import fused_model  # noqa: PLC0415
+
+    return "fp8" if dr.draft_weights == "fp8" and batch <= fused_model.FP8_MAX_BATCH else "model"
 
 
 def build_trained(device):
@@ -324,7 +332,7 @@ def bench_trained(args, device: str) -> None:
                 outs = rt.outputs()
                 ok = agree_rows(outs, ar_out)
                 record(args.out, dict(base, mode="specla", K=K, draft_vocab=drs[dv].draft_vocab_size,
-                                      draft_weights=drs[dv].draft_weights,
+                                      draft_weights=drs[dv].draft_weights, draft_passes=_draft_passes(drs[dv], B),
                                       step_ms=1e3 * r.seconds / r.steps, tokens_per_s=r.tokens_per_s,
                                       tau=r.mean_acceptance_length, speedup=r.tokens_per_s / r_ar.tokens_per_s,
                                       lossless_rows=f"{ok}/{B}"))
@@ -628,9 +636,9 @@ def main() -> None:
                          "the first Vd ids (no frequencies; the cost is the same), the trained pair its token counts")
     ap.add_argument("--draft-weights", default="model",
                     help="comma list of the drafter's one-token-pass weights to run SpecLA and snapshots with: "
-                         "'model' (the model dtype) and / or 'fp8' (float8 with per-row scales, "
-                         "runtime/fused_model.py FusedEagle); crossed with --draft-vocabs, the first pair feeds "
-                         "--auto and trees")
+                         "'model' (the model dtype) and / or 'fp8' (float8 with per-row scales for passes of at "
+                         "most --fp8-max-batch rows, runtime/fused_model.py FusedEagle); crossed with --draft-vocabs, "
+                         "the first pair feeds --auto and trees")
     ap.add_argument("--out", default=None, help="append JSON lines here")
     ap.add_argument("--dry-cpu", action="store_true", help="tiny shape, eager, CPU: every code path once")
     args = ap.parse_args()

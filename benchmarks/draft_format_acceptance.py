@@ -4,7 +4,9 @@
 The drafter's one-token passes (every draft pass, and the absorb pass's GEMMs on the accepted rows: the
 weights ``FusedEagle(draft_weights="fp8")`` reads as float8) get weights quantized to a format and
 dequantized back (fake quantization: the values a kernel of that format would multiply), so the
-acceptance measured here is the format's, whatever kernel later streams it. Formats:
+acceptance measured here is the format's, whatever kernel later streams it. The runtime reads float8 only
+in passes of at most ``fused_model.FP8_MAX_BATCH`` rows (a speed rule); this script lifts that limit for its
+batch, so every pass runs the format. Formats:
 
 * ``model``: the model weights (fp32 here).
 * ``fp8``: per-output-row e4m3 (``fused.quantize_fp8``; the shipped float8 draft passes).
@@ -94,6 +96,10 @@ def main() -> None:
 
     from vllm_specla.runtime.decode import DecodeRuntime  # noqa: PLC0415
 
+    from vllm_specla.runtime import fused_model  # noqa: PLC0415
+
+    # (the float8 batch limit is a speed rule of the CUDA row GEMV: here every pass must read the format)
+    fused_model.FP8_MAX_BATCH = max(fused_model.FP8_MAX_BATCH, args.batch)
     torch.manual_seed(0)
     tgt, dr = build_trained("cpu")
     with open(args.prompts) as f:

@@ -225,7 +225,8 @@ def main() -> None:
                     help="W >= 2: the specla mode verifies draft trees of W branches of depth --k (as bench_e2e)")
     ap.add_argument("--cuda-csrc", action="store_true", help="build and dispatch to the CUDA csrc op (as bench_e2e)")
     ap.add_argument("--draft-weights", default="model", choices=["model", "fp8"],
-                    help="the drafter's one-token passes on the model weights or float8 (as bench_e2e)")
+                    help="the drafter's one-token passes on the model weights or float8 (up to "
+                         "fused_model.FP8_MAX_BATCH rows; as bench_e2e)")
     add_kernel_flags(ap)  # --gemv-rows, --rows-max-m, --gating-epilogue, --pdl (as bench_e2e)
     ap.add_argument("--graph", type=int, default=0, metavar="REPLAYS",
                     help="also time the step captured as a CUDA graph (as bench_e2e.py runs it) over REPLAYS profiled "

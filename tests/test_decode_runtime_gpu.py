@@ -150,16 +150,19 @@ def test_draft_vocab_on_cuda_matches_cpu(models, size, W):
     assert agree >= 0.9, f"only {agree:.1%} of the draft tokens agree between CPU and CUDA"
 
 
-@pytest.mark.parametrize("B,K,W", [(1, 4, 1), (3, 3, 1), (1, 3, 2)])
-def test_fp8_draft_weights_on_cuda_match_cpu(models, B, K, W, monkeypatch):
+@pytest.mark.parametrize("B,K,W,max_batch", [(1, 4, 1, None), (3, 3, 1, 3), (1, 3, 2, None), (3, 3, 1, None)])
+def test_fp8_draft_weights_on_cuda_match_cpu(models, B, K, W, max_batch, monkeypatch):
     """Float8 draft-pass weights (``draft_weights="fp8"``) under CUDA graphs: lossless, the float8
     row GEMV actually runs (``w_scale`` given), and the same drafts as the CPU reference path
-    (``Fp8Weight.ref_linear``; the 90 % rule of the module docstring). The batch limit raised to 3 so that
-    B = 3 drafts on the float8 weights too."""
+    (``Fp8Weight.ref_linear``; the 90 % rule of the module docstring). ``max_batch`` 3: the batch limit
+    raised so that B = 3 drafts on the float8 weights too; at the default limit (2) B = 3 never runs the
+    float8 row GEMV."""
     from vllm_specla.ops import triton_fused
     from vllm_specla.runtime import fused_model
 
-    monkeypatch.setattr(fused_model, "FP8_MAX_BATCH", 3)
+    if max_batch is not None:
+        monkeypatch.setattr(fused_model, "FP8_MAX_BATCH", max_batch)
+    fp8_expected = B <= fused_model.FP8_MAX_BATCH  # (a tree's first draft pass has B rows)
 
     scaled = []
     real = triton_fused.gemv_rows
@@ -169,7 +172,10 @@ def test_fp8_draft_weights_on_cuda_match_cpu(models, B, K, W, monkeypatch):
     steps = 12
     prompts = torch.randint(3, 8000, (B, 8), generator=torch.Generator().manual_seed(13))
     res = {dev: _run(tm, dm, dev, B, K, W, steps, prompts, draft_weights="fp8") for dev in ("cpu", "cuda")}
-    assert any(scaled), "the float8 row GEMV never ran"
+    if fp8_expected:
+        assert any(scaled), "the float8 row GEMV never ran"
+    else:
+        assert not any(scaled), "float8 weights above the batch limit"
     for dev, (ar_out, sp_out, _) in res.items():
         for a, sp in zip(ar_out, sp_out):
             n = min(len(a), len(sp))

@@ -181,6 +181,36 @@ def test_fp8_draft_passes_equal_a_fake_quantized_drafter(models):
     assert torch.equal(got[0], got[1])
 
 
+def test_fp8_head_only_up_to_the_batch_limit(models, monkeypatch):
+    """The draft head reads the float8 LM head in passes of at most ``FP8_MAX_BATCH`` rows and the
+    model's above: ``draft_tokens`` by its feature rows, ``draft_from_hidden`` by ``rows`` (or all of
+    ``h``). The weight each GEMM got is recorded (argmax alone rarely tells the two heads apart)."""
+    tm, dm = models
+    tgt = FusedTarget(tm, torch.float32, "cpu")
+    dr8 = FusedEagle(dm, tgt, torch.float32, "cpu", draft_weights="fp8")
+    got = []
+    real_linear, real_nrl = fused.linear, fused.norm_rows_linear
+    monkeypatch.setattr(fused, "linear", lambda x, w, *a, **k: got.append(isinstance(w, fused.Fp8Weight))
+                        or real_linear(x, w, *a, **k))
+    monkeypatch.setattr(fused, "norm_rows_linear", lambda h, nw, eps, w, *a, **k: got.append(
+        isinstance(w, fused.Fp8Weight)) or real_nrl(h, nw, eps, w, *a, **k))
+    h = torch.randn(5, tm.config.hidden_size, generator=torch.Generator().manual_seed(8))
+    for n, want in ((1, True), (2, True), (3, False), (5, False)):
+        got.clear()
+        dr8.draft_tokens(h[:n])
+        assert got and set(got) == {want}, n
+        got.clear()
+        dr8.draft_from_hidden(h[:n], torch.empty(n, dtype=torch.long))
+        assert got and set(got) == {want}, n
+        got.clear()
+        dr8.draft_from_hidden(h, torch.empty(n, dtype=torch.long), rows=torch.arange(n))
+        assert got and set(got) == {want}, n
+    monkeypatch.setattr(fused_model, "FP8_MAX_BATCH", 5)
+    got.clear()
+    dr8.draft_tokens(h)
+    assert got and set(got) == {True}
+
+
 @pytest.mark.parametrize("tail_fp8,max_batch", [(True, 3), (False, 3), (True, 2)])
 def test_absorb_pass_on_the_accepted_rows(models, monkeypatch, tail_fp8, max_batch):
     """``FusedEagle.hidden(rows=)`` (the absorb of an accepted window, ``runtime/decode.py``

@@ -89,8 +89,9 @@ class Fp8Weight:
 
     The ops of this module (:func:`linear`, :func:`linear_gating`, :func:`gated_norm_linear`,
     :func:`silu_mul_linear`) take it wherever they take a weight: on CUDA the row GEMV
-    (``triton_fused.gemv_rows(w_scale=)``, sm_89+) for any number of rows (16 per launch; a batch-1
-    option: there is no tensor-core float8 path here) when the activations are in :attr:`dtype`,
+    (``triton_fused.gemv_rows(w_scale=)``, sm_89+) for any number of rows (16 per launch; slower
+    than bf16 from 4 rows on, so the drafter limits it: ``fused_model.FP8_MAX_BATCH``; there is no
+    tensor-core float8 path here) when the activations are in :attr:`dtype`,
     otherwise :meth:`ref_linear` (which builds a float32 copy of the weight per call: the CPU path,
     and a slow one on CUDA). Output values are those of :meth:`ref_linear` up to float32 summation
     order.
@@ -345,7 +346,8 @@ def _skinny_takes(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | Non
 # "Session 27"): for the drafter's absorb pass with runtime/fused_model.py FP8_MAX_TOKENS > 1. Measured in session 29
 # (RESULTS.md "Session 29"): 1.24-1.29x the bf16 skinny GEMM's speed on the absorb pass's GEMMs at 5 / 7 rows, 2-2.6x
 # the float8 row GEMV's, -9..-12 us per batch-1 step with the float8 window; off by default, as that window is (its
-# acceptance cost exceeds its gain on the trained pair), and float8 draft passes at batch 2-8 are unmeasured on it.
+# acceptance cost exceeds its gain on the trained pair); float8 draft passes at batch 2 are unmeasured on it (3+ rows
+# draft on the model weights: fused_model.FP8_MAX_BATCH).
 # benchmarks/bench_e2e.py --skinny-fp8.
 USE_SKINNY_FP8 = False
 

@@ -296,13 +296,16 @@ DRAFT_WEIGHTS = ("model", "fp8")
 # "Session 29": the float8 window costs the trained pair more acceptance than it saves in step time)
 FP8_MAX_TOKENS = 1
 # With draft_weights="fp8": only passes of at most this many rows (requests; requests x branches for a tree's branch
-# passes) read the float8 weights; larger passes read the model weights, as with draft_weights="model". On CUDA the
-# float8 GEMMs run the row GEMV, whose cost grows with its rows: on the H100 (benchmarks/RESULTS.md "Session 36", s35b)
-# float8 draft passes made a K = 4 SpecLA step 7 % faster at batch 1, 0.3-0.6 % at batch 2, 6-10 % slower at batch 4
-# and 1.8x slower at batch 16
+# passes; with FP8_MAX_TOKENS > 1 a window pass's requests, each of up to FP8_MAX_TOKENS tokens) read the float8
+# weights; larger passes read the model weights, as with draft_weights="model". On CUDA the float8 GEMMs run the row
+# GEMV, whose cost grows with its rows: on the H100 (benchmarks/RESULTS.md "Session 36", s35b) float8 draft passes
+# made a K = 4 SpecLA step 7 % faster at batch 1, 0.3-0.5 % at batch 2, 10 % slower at batch 4 and 1.8x slower at
+# batch 16. CPU scripts that measure a float8 format's acceptance at a larger batch raise it
+# (benchmarks/draft_format_acceptance.py)
 FP8_MAX_BATCH = 2
 # With draft_weights="fp8": the absorb pass's GEMMs past its recurrence, which run on each request's accepted row only
-# (FusedEagle.hidden(rows=)), read the float8 weights as the draft passes do (one token row per request); 0.1-0.3 % of
+# (FusedEagle.hidden(rows=)), read the float8 weights as the draft passes do (one token row per request; at most
+# FP8_MAX_BATCH requests); 0.1-0.3 % of
 # the trained pair's acceptance (RESULTS.md "Session 29"; with their o_proj in one launch they were 3-9 us per batch-1
 # step faster than the model weights, s29e; as shipped their o_proj gathers and norms first). False: the absorb pass's own weights (the model dtype, unless FP8_MAX_TOKENS gives the window float8
 # too; an A/B switch, benchmarks/bench_e2e.py --absorb-rows)
@@ -316,8 +319,9 @@ class FusedEagle:
     ``core/draft_vocab.py``; None = the full vocabulary).
 
     ``draft_weights``: ``"model"`` (the model dtype everywhere) or ``"fp8"``: the one-token passes
-    (every draft pass: ``hidden`` with ``T <=`` :data:`FP8_MAX_TOKENS`, 1 by default, and the draft
-    logits of :meth:`draft_tokens`) read
+    of at most :data:`FP8_MAX_BATCH` rows (every such draft pass: ``hidden`` with ``T <=``
+    :data:`FP8_MAX_TOKENS`, 1 by default, and the draft logits of :meth:`draft_tokens` /
+    :meth:`draft_from_hidden`) read
     float8 copies of the drafter's GEMM weights and of its LM head rows, one float32 scale per
     output row (``ops/fused.py`` ``quantize_fp8``, W8A16: activations, norms, states stay as they
     were). At batch 1 a draft pass streams its weights once, so it streams half the bytes
