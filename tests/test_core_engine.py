@@ -135,3 +135,53 @@ def test_state_memory_is_one_state_plus_factors(models):
         assert sp["state"] == ar["state"]  # one recurrent state + conv window, independent of K
         # factor banks grow linearly in K but stay far below one extra state per draft token
         assert sp["factors"] < K * ar["state"]
+
+
+@pytest.mark.parametrize("accepted", [1, 3])
+def test_ar_step_folds_pending_factors(models, accepted):
+    """A speculative verify step, then steps planned as AR on the same slot (what vLLM's runner does
+    when no row of a step has a draft token, ``worker/runner.py`` ``_specla_build_plan``): the AR
+    step folds the pending factors of the accepted prefix into the state before its token, so its
+    logits equal a plain AR run's over the same tokens (fp32: rel < 1e-5), the pending factors are
+    gone, and the bank selection is kept for the next speculative step. A later speculative step on
+    that slot has nothing pending to fold."""
+    from vllm_specla.core.state import SlotBook, allocate_layer_states, build_step_plan
+
+    t = models["target"]
+    g = torch.Generator().manual_seed(11)
+    prompt = torch.randint(3, 96, (7,), generator=g).tolist()
+    window = torch.randint(3, 96, (4,), generator=g).tolist()  # the verify window (token + 3 drafts)
+    tail = torch.randint(3, 96, (3,), generator=g).tolist()  # the AR steps' tokens after the accepted prefix
+
+    def run(speculative_first: bool):
+        states = allocate_layer_states(t.config, 2, 5)
+        book = SlotBook(2)
+        with torch.no_grad():
+            t(torch.tensor(prompt), build_step_plan([7], [1], [True], [False], speculative=True, book=book), states)
+            logits = []
+            if speculative_first:  # verify the window, accept `accepted` tokens, defer the commit
+                t(torch.tensor(window), build_step_plan([4], [1], [False], [True], speculative=True, book=book),
+                  states)
+                book.set_pending(torch.tensor([1]), torch.tensor([accepted]))
+                bank = int(book.bank_sel[1])
+            else:  # the accepted prefix as AR steps
+                for tok in window[:accepted]:
+                    t(torch.tensor([tok]), build_step_plan([1], [1], [False], [True], speculative=False, book=book),
+                      states)
+                bank = None
+            for i, tok in enumerate(tail):
+                plan = build_step_plan([1], [1], [False], [True], speculative=False, book=book)
+                if speculative_first and i == 0:
+                    assert plan.verify.pending_len.tolist() == [accepted]
+                h = t(torch.tensor([tok]), plan, states)
+                logits.append(t.compute_logits(h)[-1])
+                assert int(book.pending_len[1]) == 0
+            if bank is not None:
+                assert int(book.bank_sel[1]) == bank
+            nxt = build_step_plan([2], [1], [False], [True], speculative=True, book=book)
+            assert nxt.verify.pending_len.tolist() == [0]
+        return torch.stack(logits)
+
+    got, want = run(True), run(False)
+    assert float((got - want).norm() / want.norm()) < 1e-5
+    assert torch.equal(got.argmax(-1), want.argmax(-1))

@@ -41,10 +41,11 @@ class SpeclaRunnerMixin:
 
     def specla_counters(self) -> dict:
         """Counters for tests and debugging: verify rows, zero-draft verify rows, prefill rows,
-        accepted tokens, steps."""
+        accepted tokens, steps, and ``ar_steps``: speculative-engine steps whose verify rows had no
+        draft token, run as AR steps (:meth:`_specla_build_plan`)."""
         if self._specla_counters is None:
             self._specla_counters = dict(steps=0, verify_rows=0, zero_draft_rows=0, prefill_rows=0,
-                                         accepted_tokens=0, flushes=0, draft_rpcs=0)
+                                         accepted_tokens=0, flushes=0, draft_rpcs=0, ar_steps=0)
         tc = getattr(getattr(getattr(self, "drafter", None), "drafter", None), "tree_counts", None)
         if tc:  # tree drafting: candidate / kept nodes -> pruned fraction
             self._specla_counters["tree_candidates"] = tc["candidates"]
@@ -111,12 +112,19 @@ class SpeclaRunnerMixin:
         c["steps"] += 1
         c["verify_rows"] += int(is_verify.sum())
         c["prefill_rows"] += int((~is_verify).sum())
+        # A step whose verify rows all come without a draft token (`"auto"` at K = 0; every row's drafts cut at
+        # max_tokens) has nothing to verify: its one token per row is committed whatever is sampled. It runs as an
+        # AR step: each slot's pending factors are folded in and the state written (core/state.py build_step_plan,
+        # AR verify rows), instead of recording factors for a deferred commit by the next step (RESULTS.md
+        # "Session 36"). Steps with drafts on any row keep the speculative plan for all rows.
+        as_ar = spec and bool(is_verify.any()) and bool(np.all(qlen[is_verify] == 1))
         if spec:
             c["zero_draft_rows"] += int((is_verify & (qlen == 1)).sum())
+            c["ar_steps"] += as_ar
         plan = build_step_plan(qlen.tolist(), slots.tolist(), (~is_verify).tolist(), (num_computed > 0).tolist(),
-                               speculative=spec, book=book, device=dev)
+                               speculative=spec and not as_ar, book=book, device=dev)
         self._specla_step = {
-            "spec": spec,
+            "spec": spec and not as_ar,
             "deferred": settings.deferred_commit if spec else True,
             "verify_rows": np.nonzero(is_verify)[0],
             "slots": slots,
