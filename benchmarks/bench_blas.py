@@ -152,29 +152,13 @@ def make_step(weights, head, M: int, D: int, form: str, device, dtype):
     return fn, outs, res
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shapes", default="flame,map")
-    ap.add_argument("--ms", default="1,5,9")
-    ap.add_argument("--settings", default=",".join(SETTINGS))
-    ap.add_argument("--rows-sweep", action="store_true", help="add the ROWS_SWEEP row-GEMV configs (M <= 2)")
-    ap.add_argument("--multi-sweep", action="store_true", help="add the MULTI_SWEEP row-GEMV configs (M >= 2)")
-    ap.add_argument("--skinny-sweep", action="store_true", help="add the SKINNY_SWEEP skinny-GEMM configs (M <= 16)")
-    ap.add_argument("--layers", type=int, default=None, help="use only the first N layers (default: all)")
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--dry-cpu", action="store_true", help="every setting's code path once on tiny CPU tensors")
-    args = ap.parse_args()
-    settings = args.settings.split(",")
-    if args.rows_sweep:
-        settings += [f"rows:{bn}:{bk}:{nw}" for bn, bk, nw in ROWS_SWEEP]
-    if args.multi_sweep:
-        settings += [f"rows:{bn}:{bk}:{nw}" for bn, bk, nw in MULTI_SWEEP if f"rows:{bn}:{bk}:{nw}" not in settings]
-    if args.skinny_sweep:
-        settings += [f"skinny:{w}:{u}" for w, u in SKINNY_SWEEP if f"skinny:{w}:{u}" not in settings]
-    dev = "cpu" if args.dry_cpu else "cuda"
+def check_settings(settings: list[str]) -> None:
+    """Raise ``SystemExit`` naming the first malformed setting (checked before the ~1 minute build):
+    names of :data:`SETTINGS`, ``rows:BN:BK:W`` / ``rows-nopdl:BN:BK:W``, ``skinny:W:U`` /
+    ``skinny-nopdl:W:U`` (W, U one of the op's configs) and ``skinny-pf:W:U:MB``."""
     from vllm_specla.ops import _cpp as _cpp_mod  # noqa: PLC0415
 
-    for n in settings:  # checked before the ~1 minute build
+    for n in settings:
         kind, _, cfg = n.partition(":")
         if n in SETTINGS:
             continue
@@ -203,6 +187,31 @@ def main() -> None:
             if wu not in _cpp_mod._SKINNY_CONFIGS:
                 raise SystemExit(f"setting {n!r}: skinny settings are skinny:W:U / skinny-nopdl:W:U / skinny-pf:W:U:MB "
                                  f"with W in 4 / 8 / 16 and U in 4 / 8 (or 0:0, automatic)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", default="flame,map")
+    ap.add_argument("--ms", default="1,5,9")
+    ap.add_argument("--settings", default=",".join(SETTINGS))
+    ap.add_argument("--rows-sweep", action="store_true", help="add the ROWS_SWEEP row-GEMV configs (M <= 2)")
+    ap.add_argument("--multi-sweep", action="store_true", help="add the MULTI_SWEEP row-GEMV configs (M >= 2)")
+    ap.add_argument("--skinny-sweep", action="store_true", help="add the SKINNY_SWEEP skinny-GEMM configs (M <= 16)")
+    ap.add_argument("--layers", type=int, default=None, help="use only the first N layers (default: all)")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--dry-cpu", action="store_true", help="every setting's code path once on tiny CPU tensors")
+    args = ap.parse_args()
+    settings = args.settings.split(",")
+    if args.rows_sweep:
+        settings += [f"rows:{bn}:{bk}:{nw}" for bn, bk, nw in ROWS_SWEEP]
+    if args.multi_sweep:
+        settings += [f"rows:{bn}:{bk}:{nw}" for bn, bk, nw in MULTI_SWEEP if f"rows:{bn}:{bk}:{nw}" not in settings]
+    if args.skinny_sweep:
+        settings += [f"skinny:{w}:{u}" for w, u in SKINNY_SWEEP if f"skinny:{w}:{u}" not in settings]
+    dev = "cpu" if args.dry_cpu else "cuda"
+    from vllm_specla.ops import _cpp as _cpp_mod  # noqa: PLC0415
+
+    check_settings(settings)
     if any(n.startswith("skinny") for n in settings):
         if args.dry_cpu:
             settings = [n for n in settings if not n.startswith("skinny")]

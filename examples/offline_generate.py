@@ -133,11 +133,6 @@ def main():
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     if not os.path.isdir(args.model):
         sys.exit(f"model directory {args.model!r} not found")
-    from transformers import AutoTokenizer
-
-    import vllm_specla
-
-    vllm_specla.register()
     from vllm_specla.config import SpecLAConfigError
     from vllm_specla.worker.patches import translate_speculative_config
 
@@ -145,10 +140,16 @@ def main():
         hf = json.load(f)
     target = SimpleNamespace(model=args.model, hf_config=SimpleNamespace(model_type=hf.get("model_type"),
                                                                          vocab_size=hf.get("vocab_size")))
-    try:  # a bad config (fields, drafter, its vocabulary) fails here, in one line, before the AR run
+    try:  # a bad config (fields, drafter, its vocabulary) fails here, in one line, before the AR run and before
+        # vLLM / transformers are imported (~0.5 s instead of ~15 s on a 2-core CPU)
         translate_speculative_config(args.speculative_config, target)
     except SpecLAConfigError as e:
         sys.exit(f"Error: {e}")
+    from transformers import AutoTokenizer
+
+    import vllm_specla
+
+    vllm_specla.register()
     tok = AutoTokenizer.from_pretrained(args.model)
     prompts = build_prompts(tok, args.num_prompts)
     print(f"# {len(prompts)} MT-Bench prompts (first turn), model {os.path.relpath(args.model, REPO)}, "
