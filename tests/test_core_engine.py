@@ -137,14 +137,16 @@ def test_state_memory_is_one_state_plus_factors(models):
         assert sp["factors"] < K * ar["state"]
 
 
-@pytest.mark.parametrize("accepted", [1, 3])
+@pytest.mark.parametrize("accepted", [1, 3, 4])
 def test_ar_step_folds_pending_factors(models, accepted):
     """A speculative verify step, then steps planned as AR on the same slot (what vLLM's runner does
     when no row of a step has a draft token, ``worker/runner.py`` ``_specla_build_plan``): the AR
     step folds the pending factors of the accepted prefix into the state before its token, so its
     logits equal a plain AR run's over the same tokens (fp32: rel < 1e-5), the pending factors are
     gone, and the bank selection is kept for the next speculative step. A later speculative step on
-    that slot has nothing pending to fold."""
+    that slot has nothing pending to fold. Two slots step together: slot 1 with pending factors,
+    slot 0 without (its AR tokens from the start), as a batch folds them. ``accepted`` = 4: more
+    pending tokens than the conv window's 3."""
     from vllm_specla.core.state import SlotBook, allocate_layer_states, build_step_plan
 
     t = models["target"]
@@ -152,12 +154,15 @@ def test_ar_step_folds_pending_factors(models, accepted):
     prompt = torch.randint(3, 96, (7,), generator=g).tolist()
     window = torch.randint(3, 96, (4,), generator=g).tolist()  # the verify window (token + 3 drafts)
     tail = torch.randint(3, 96, (3,), generator=g).tolist()  # the AR steps' tokens after the accepted prefix
+    prompt0 = torch.randint(3, 96, (5,), generator=g).tolist()  # slot 0: AR throughout
+    tail0 = torch.randint(3, 96, (3,), generator=g).tolist()
 
     def run(speculative_first: bool):
         states = allocate_layer_states(t.config, 2, 5)
         book = SlotBook(2)
         with torch.no_grad():
-            t(torch.tensor(prompt), build_step_plan([7], [1], [True], [False], speculative=True, book=book), states)
+            t(torch.tensor(prompt0 + prompt),
+              build_step_plan([5, 7], [0, 1], [True, True], [False, False], speculative=True, book=book), states)
             logits = []
             if speculative_first:  # verify the window, accept `accepted` tokens, defer the commit
                 t(torch.tensor(window), build_step_plan([4], [1], [False], [True], speculative=True, book=book),
@@ -169,18 +174,18 @@ def test_ar_step_folds_pending_factors(models, accepted):
                     t(torch.tensor([tok]), build_step_plan([1], [1], [False], [True], speculative=False, book=book),
                       states)
                 bank = None
-            for i, tok in enumerate(tail):
-                plan = build_step_plan([1], [1], [False], [True], speculative=False, book=book)
+            for i, (tok0, tok) in enumerate(zip(tail0, tail)):
+                plan = build_step_plan([1, 1], [0, 1], [False, False], [True, True], speculative=False, book=book)
                 if speculative_first and i == 0:
-                    assert plan.verify.pending_len.tolist() == [accepted]
-                h = t(torch.tensor([tok]), plan, states)
-                logits.append(t.compute_logits(h)[-1])
-                assert int(book.pending_len[1]) == 0
+                    assert plan.verify.pending_len.tolist() == [0, accepted]
+                h = t(torch.tensor([tok0, tok]), plan, states)
+                logits.append(t.compute_logits(h))
+                assert book.pending_len.tolist() == [0, 0]
             if bank is not None:
                 assert int(book.bank_sel[1]) == bank
-            nxt = build_step_plan([2], [1], [False], [True], speculative=True, book=book)
-            assert nxt.verify.pending_len.tolist() == [0]
-        return torch.stack(logits)
+            nxt = build_step_plan([2, 2], [0, 1], [False, False], [True, True], speculative=True, book=book)
+            assert nxt.verify.pending_len.tolist() == [0, 0]
+        return torch.stack(logits)  # [steps, 2 slots, V]
 
     got, want = run(True), run(False)
     assert float((got - want).norm() / want.norm()) < 1e-5

@@ -8,10 +8,13 @@ subclasses — carry a step:
   input batch (rows, their state slots = mamba block ids, prefill vs verify rows, initial state)
   and hand it to the model. Verify rows are vLLM's *spec rows*
   (``num_decode_draft_tokens >= 0``: decode rows with drafts, and zero-draft decode rows), so a
-  zero-draft step after an accepted step still reads the right state (vLLM #39273 class).
+  zero-draft step after an accepted step still reads the right state (vLLM #39273 class). A step
+  whose verify rows all have zero drafts is planned as AR: pending factors folded in, the state
+  written, nothing left pending (counter ``ar_steps``).
 * ``_update_states_after_model_execute``: the accepted count per verify row
   (``(output_token_ids != -1).sum(1)``) becomes the slot's pending factors (deferred commit) or
-  is committed right away with DeltaConstruct (``deferred_commit: false``).
+  is committed right away with DeltaConstruct (``deferred_commit: false``); after an AR-planned
+  step, nothing (its tokens are in the state already; ``accepted_tokens`` does not count them).
 * ``propose_draft_token_ids``: our drafter drafts from the target's hidden states.
 * ``sample_tokens``: the step's drafts ride back to the engine core with the sampled tokens
   (``patches.py`` item 5), so the engine core does not spend one more RPC per step on
