@@ -328,10 +328,10 @@ class FusedEagle:
     (benchmarks/RESULTS.md "Session 27"). The drafter's multi-token passes (its absorb of the
     accepted window, its prefill) keep the model dtype, except the absorb's GEMMs past its
     recurrence where they run on each request's accepted row only (:meth:`hidden` ``rows=``,
-    ``ABSORB_ROWS_FP8``: one token row per request, as a draft pass; "Session 29"). Only passes of at
-    most :data:`FP8_MAX_BATCH` rows (2: requests, or requests x branches in a tree's branch passes)
-    read the float8 weights; a larger batch drafts on the model weights ("Session 36": the row
-    GEMV's float8 passes cost more than they save from batch 4 on). Verification
+    ``ABSORB_ROWS_FP8``: one token row per request, as a draft pass; "Session 29"). The row limit (2:
+    requests, or requests x branches in a tree's branch passes; larger passes read the model weights)
+    is a speed rule: the row GEMV's float8 passes cost more than they save from batch 4 on
+    ("Session 36"). Verification
     is untouched, so output is unchanged (lossless); only which tokens get drafted can change (the
     trained pair's acceptance in RESULTS.md). On CUDA the float8 GEMMs run the row GEMV (no
     tensor-core float8 GEMM here), hence the batch limit; off CUDA the torch reference
