@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s36b (on an H200 only; it exits at once on another card). Session 36 (an H100 again): benchmarks/RESULTS.md "Session 36" (s35a, s35b, s36a as run). Session 35 (an H100): benchmarks/RESULTS.md "Session 35" (s32a-s32f as run, on the H100, s32a / s32b with VLLM_SPECLA_SKINNY_PRE=coherent, s32d as `VLLM_SPECLA_CPP_JIT=1 sass_pdl_check.py --build`; the .nc build, VLLM_SPECLA_SKINNY_PRE / _EARLY and --skinny-deep were removed after them, commit 32bc525 keeps them, so s32c / s32e / s32f cannot be rerun as written). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
+# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s37a (on an H200 it runs s36b; on another card issue 5's kernel tables). Session 36 (an H100 again): benchmarks/RESULTS.md "Session 36" (s35a, s35b, s36a as run). Session 35 (an H100): benchmarks/RESULTS.md "Session 35" (s32a-s32f as run, on the H100, s32a / s32b with VLLM_SPECLA_SKINNY_PRE=coherent, s32d as `VLLM_SPECLA_CPP_JIT=1 sass_pdl_check.py --build`; the .nc build, VLLM_SPECLA_SKINNY_PRE / _EARLY and --skinny-deep were removed after them, commit 32bc525 keeps them, so s32c / s32e / s32f cannot be rerun as written). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
 # as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them; s29e's out_dtype
 # after it, commit 637b841). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
@@ -53,6 +53,21 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s37a)  # session 37's first call: on an H200, s36b (the verdicts); on another card (an H100, as in sessions 35-36),
+        # issue 5's kernel verdicts at today's code on that card: the CUDA step / fused commit vs replay (last: s25d,
+        # H200), recover vs per-token replay (last: the session-2 kernel table), trees vs per-node replay at batch 1 /
+        # 8 / 32 (last: s10b) (timeouts 150 + 100 + 120 + 150 = 520 s)
+      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s36b; fi
+      nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 150 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 100 python benchmarks/bench_commit_cuda.py --impls cuda,triton --batches 32,128 --replays 20 \
+          --out "$OUT/commit_s37a.json" 2>&1 | tail -14
+      timeout 120 python benchmarks/bench_kernels.py --batches 32,128 --Ts 1,5 --budget-s 100 \
+          --json "$OUT/kernels_s37a.json" 2>&1 | grep -E "target|copy|fail" | head -30
+      timeout 150 python benchmarks/bench_tree.py --batches 1,8,32 --nodes 16,32 --trees binary,beam4 \
+          --shapes 6x256x512,8x256x256 --pending 0 --budget-s 120 --out "$OUT/tree_s37a.json" 2>&1 | grep -E "^B=|worst|^--"
+      ;;
   s36b)  # the H200 verdicts at today's code, on an H200 only (the run exits at once on another card): batch 1, K = 6 / 7,
         # float8 draft passes, twice (issue 6's 2.2x; last on the H200: s31d's 2.14x), then s36a's `auto` grid
         # (timeouts 120 + 2 x 60 + 2 x 170 = 580 s)
