@@ -53,6 +53,15 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s37b)  # issue 6's snapshot ratios on this card (last: s26b, H200): batch 64 / 256, K = 4, alpha 0.8, both shapes, the
+        # CUDA csrc (its JIT build is cached on a warm machine after s37a); on an 80 GB card flame's batch-256 snapshot
+        # row (~337 MB a request) does not fit and is skipped (timeouts 150 + 420 = 570 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 150 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 420 python benchmarks/bench_e2e.py --shapes map,flame --batches 64,256 --ks 4 --alphas 0.8 --snapshot-ks 4 \
+          --cuda-csrc --tag s37b --out "$OUT/e2e_s37b.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      ;;
   s37a)  # session 37's first call: on an H200, s36b (the verdicts); on another card (an H100, as in sessions 35-36),
         # issue 5's kernel verdicts at today's code on that card: the CUDA step / fused commit vs replay (last: s25d,
         # H200), recover vs per-token replay (last: the session-2 kernel table), trees vs per-node replay at batch 1 /
