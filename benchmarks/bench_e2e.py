@@ -41,7 +41,7 @@ from vllm_specla.core.policy import chain_tau  # noqa: E402
 from vllm_specla.models.config import GatedDeltaNetConfig  # noqa: E402
 from vllm_specla.models.drafter import EagleDrafter, drafter_config_from_target  # noqa: E402
 from vllm_specla.models.gdn import GatedDeltaNetForCausalLM  # noqa: E402
-from vllm_specla.runtime.decode import DecodeRuntime, controlled_tree_tau  # noqa: E402
+from vllm_specla.runtime.decode import SNAPSHOT_PREFILL_BYTES, DecodeRuntime, controlled_tree_tau  # noqa: E402
 from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget  # noqa: E402
 
 SHAPES = {
@@ -180,29 +180,35 @@ def bench_shape(args, shape: str, device: str) -> None:
             if mode == "snapshot" and K not in args.snapshot_ks:
                 continue
             need = B * (spec_state_bytes(cfg, K, mode) + 2 * spec_state_bytes(cfg, 0, "ar") // cfg.num_hidden_layers)
+            if mode == "snapshot":  # the prefill's plain state, in chunks of rows (runtime/decode.py)
+                need += min(B * spec_state_bytes(cfg, 0, "ar"), max(SNAPSHOT_PREFILL_BYTES, spec_state_bytes(cfg, 0, "ar")))
             if not fits(need, device):
                 record(args.out, dict(base, mode=mode, K=K, skipped=f"needs {need / 2**30:.1f} GiB of state"))
                 continue
             alphas = args.alphas if mode == "specla" else args.snapshot_alphas
-            rt = DecodeRuntime(tgt, B, mode, K, drs[dv], output_capacity=L + 2, alpha=alphas[0], trace=trace)
-            rt.capture()
-            for a in alphas:
-                rt.set_alpha(a)
-                torch.manual_seed(1000 + B + K)
-                r = timed_runtime(rt, prompts, steps)
-                outs = rt.outputs()
-                ok = sum(o == trace[b, : len(o)].tolist() for b, o in enumerate(outs))
-                if mode == "specla" and dv == variants[0]:
-                    step_s[K + 1] = min(step_s.get(K + 1, 1e9), r.seconds / r.steps)
-                    if K == kmax:
-                        outcomes[a] = rt.acceptance_outcomes()
-                record(args.out, dict(
-                    base, mode=mode, K=K, alpha=a, draft_vocab=drs[dv].draft_vocab_size,
-                    draft_weights=drs[dv].draft_weights, draft_passes=_draft_passes(drs[dv], B),
-                    step_ms=1e3 * r.seconds / r.steps, tokens_per_s=r.tokens_per_s,
-                    ms_per_token=r.ms_per_token(B), tau=r.mean_acceptance_length,
-                    tau_expected=chain_tau(a, K), speedup=r.tokens_per_s / ar_tps,
-                    lossless_rows=f"{ok}/{B}", state_bytes_per_request=rt.state_bytes_per_request()))
+            try:
+                rt = DecodeRuntime(tgt, B, mode, K, drs[dv], output_capacity=L + 2, alpha=alphas[0], trace=trace)
+                rt.capture()
+                for a in alphas:
+                    rt.set_alpha(a)
+                    torch.manual_seed(1000 + B + K)
+                    r = timed_runtime(rt, prompts, steps)
+                    outs = rt.outputs()
+                    ok = sum(o == trace[b, : len(o)].tolist() for b, o in enumerate(outs))
+                    if mode == "specla" and dv == variants[0]:
+                        step_s[K + 1] = min(step_s.get(K + 1, 1e9), r.seconds / r.steps)
+                        if K == kmax:
+                            outcomes[a] = rt.acceptance_outcomes()
+                    record(args.out, dict(
+                        base, mode=mode, K=K, alpha=a, draft_vocab=drs[dv].draft_vocab_size,
+                        draft_weights=drs[dv].draft_weights, draft_passes=_draft_passes(drs[dv], B),
+                        step_ms=1e3 * r.seconds / r.steps, tokens_per_s=r.tokens_per_s,
+                        ms_per_token=r.ms_per_token(B), tau=r.mean_acceptance_length,
+                        tau_expected=chain_tau(a, K), speedup=r.tokens_per_s / ar_tps,
+                        lossless_rows=f"{ok}/{B}", state_bytes_per_request=rt.state_bytes_per_request()))
+            except torch.OutOfMemoryError as e:  # the size check above estimates: skip, list, go on
+                record(args.out, dict(base, mode=mode, K=K, skipped=f"out of memory: {str(e).splitlines()[0][:160]}"))
+                rt = None
             del rt
             gc.collect()
             if device == "cuda":

@@ -211,6 +211,35 @@ def test_each_gemm_names_the_next_gemms_weight(models, pair, monkeypatch):
         assert len(seen) == len(ws)
 
 
+@pytest.mark.parametrize("rows_per_chunk", [1, 2])
+def test_snapshot_prefill_in_row_chunks(pair, monkeypatch, rows_per_chunk):
+    """A snapshot-mode prefill runs its temporary plain state in chunks of rows (``SNAPSHOT_PREFILL_BYTES``, so that
+    it fits beside the snapshots at large batch): 3 rows in chunks of 1 or of 2 + 1 give the state, snapshot 0 and
+    outputs of the one-chunk prefill, bit for bit."""
+    import vllm_specla.runtime.decode as decode
+
+    _, tgt, dr = pair
+    B, K = 3, 2
+    prompts = _prompts(B, 8, 5)
+    whole = DecodeRuntime(tgt, B, "snapshot", K, dr, output_capacity=30)
+    whole.prefill(prompts)
+    ref_state = [(st.conv.clone(), sn[:, 0].clone()) for st, sn in zip(whole.states, whole.snaps)]
+    whole.run(6)
+    rt = DecodeRuntime(tgt, B, "snapshot", K, dr, output_capacity=30)
+    per_row = sum(st.conv[0].numel() * st.conv.element_size() + sn[0, 0].numel() * sn.element_size()
+                  for st, sn in zip(rt.states, rt.snaps))
+    monkeypatch.setattr(decode, "SNAPSHOT_PREFILL_BYTES", rows_per_chunk * per_row + per_row // 2)
+    calls = []
+    real = decode.allocate_layer_states
+    monkeypatch.setattr(decode, "allocate_layer_states", lambda *a, **kw: calls.append(a[1]) or real(*a, **kw))
+    rt.prefill(prompts)
+    assert calls == ([1, 1, 1] if rows_per_chunk == 1 else [2, 1])
+    for (conv, snap0), st, sn in zip(ref_state, rt.states, rt.snaps):
+        assert torch.equal(st.conv, conv) and torch.equal(sn[:, 0], snap0)
+    rt.run(6)
+    assert rt.outputs() == whole.outputs()
+
+
 def test_snapshot_mode_ragged_prompts_and_set_alpha(pair):
     _, tgt, dr = pair
     prompts = [list(range(9, 9 + n)) for n in (2, 7)]

@@ -55,6 +55,9 @@ RUNTIME_MODES = ("ar", "specla", "snapshot")
 # the next draft reads (FusedEagle.hidden(rows=): o_proj and the MLP on B rows, not B * (K + 1)). False: every row,
 # then the gather (an A/B switch, benchmarks/bench_e2e.py --absorb-rows)
 ABSORB_ACCEPTED_ROWS = True
+# Bytes of the temporary plain state a snapshot-mode prefill runs each chunk of rows in (at least one
+# row per chunk); the prompt's state then becomes each row's snapshot 0.
+SNAPSHOT_PREFILL_BYTES = 1 << 30
 
 
 def greedy_accept_branches(window: torch.Tensor, argmax: torch.Tensor, W: int, K: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -406,12 +409,22 @@ class DecodeRuntime:
         R, P = prompts.shape
         cP = StepCtrl.uniform(R, P, self.dev, slots=rows)
         if self.mode == "snapshot":  # prefill into a plain state, then it becomes snapshot 0
-            tmp = allocate_layer_states(self.tgt.config, R, 0, self.dev)
-            cT = StepCtrl.uniform(R, P, self.dev)
-            F = self.tgt.hidden(prompts, tmp, "ar", cT)
-            for t, st, sn in zip(tmp, self.states, self.snaps):
-                st.conv.index_copy_(0, rows, t.conv)
-                sn[rows, 0] = t.ssm
+            # in chunks of rows, so that the plain state is a bounded temporary beside the snapshots
+            # (a whole batch's would be 13 GB at map's batch 256, and did not fit beside them on an
+            # 80 GB card, benchmarks/RESULTS.md session 37)
+            per_row = sum(st.conv[0].numel() * st.conv.element_size() + sn[0, 0].numel() * sn.element_size()
+                          for st, sn in zip(self.states, self.snaps))
+            n = max(1, min(R, SNAPSHOT_PREFILL_BYTES // per_row))
+            Fs = []
+            for i in range(0, R, n):
+                m = min(n, R - i)
+                tmp = allocate_layer_states(self.tgt.config, m, 0, self.dev)
+                Fs.append(self.tgt.hidden(prompts[i : i + m], tmp, "ar", StepCtrl.uniform(m, P, self.dev)))
+                for t, st, sn in zip(tmp, self.states, self.snaps):
+                    st.conv.index_copy_(0, rows[i : i + m], t.conv)
+                    sn[rows[i : i + m], 0] = t.ssm
+                del tmp
+            F = Fs[0] if len(Fs) == 1 else torch.cat(Fs)
         else:
             F = self.tgt.hidden(prompts, self.states, "ar", cP)
         first = self._argmax(F.view(R, P, -1)[:, -1])
