@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s37a (on an H200 it runs s36b; on another card issue 5's kernel tables). Session 36 (an H100 again): benchmarks/RESULTS.md "Session 36" (s35a, s35b, s36a as run). Session 35 (an H100): benchmarks/RESULTS.md "Session 35" (s32a-s32f as run, on the H100, s32a / s32b with VLLM_SPECLA_SKINNY_PRE=coherent, s32d as `VLLM_SPECLA_CPP_JIT=1 sass_pdl_check.py --build`; the .nc build, VLLM_SPECLA_SKINNY_PRE / _EARLY and --skinny-deep were removed after them, commit 32bc525 keeps them, so s32c / s32e / s32f cannot be rerun as written). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
+# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s37c (on an H200 it runs s36b; on another card the map batch-256 snapshot row and the UT variants). Session 37 (an H100): s37a, s37b as run. Session 36 (an H100 again): benchmarks/RESULTS.md "Session 36" (s35a, s35b, s36a as run). Session 35 (an H100): benchmarks/RESULTS.md "Session 35" (s32a-s32f as run, on the H100, s32a / s32b with VLLM_SPECLA_SKINNY_PRE=coherent, s32d as `VLLM_SPECLA_CPP_JIT=1 sass_pdl_check.py --build`; the .nc build, VLLM_SPECLA_SKINNY_PRE / _EARLY and --skinny-deep were removed after them, commit 32bc525 keeps them, so s32c / s32e / s32f cannot be rerun as written). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
 # as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them; s29e's out_dtype
 # after it, commit 637b841). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
@@ -53,6 +53,19 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s37c)  # on an H200, s36b (the verdicts); on another card: map's batch-256 snapshot row (s37b ran out of memory before
+        # the snapshot prefill ran in chunks of rows), then the CUDA step / commit table with the UT build variants 2 / 3
+        # forced beside the automatic choice (its cost model was fitted on the H200, session 6) (timeouts 150 + 200 + 150
+        # = 500 s)
+      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s36b; fi
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 150 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      timeout 200 python benchmarks/bench_e2e.py --shapes map --batches 256 --ks 4 --alphas 0.8 --snapshot-ks 4 \
+          --cuda-csrc --tag s37c --out "$OUT/e2e_s37c.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      timeout 150 python benchmarks/bench_commit_cuda.py --impls cuda,cuda_utv2,cuda_utv3 --batches 32,128 --replays 20 \
+          --out "$OUT/commit_s37c.json" 2>&1 | tail -14
+      ;;
   s37b)  # issue 6's snapshot ratios on this card (last: s26b, H200): batch 64 / 256, K = 4, alpha 0.8, both shapes, the
         # CUDA csrc (its JIT build is cached on a warm machine after s37a); on an 80 GB card flame's batch-256 snapshot
         # row (~337 MB a request) does not fit and is skipped (timeouts 150 + 420 = 570 s)
