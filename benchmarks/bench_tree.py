@@ -341,7 +341,20 @@ def main():
     ap.add_argument("--pending", type=int, default=3,
                     help="pending factors folded per row before the tree (0: tree verify alone, as replay)")
     ap.add_argument("--dry-cpu", action="store_true", help="tiny shapes, TRITON_INTERPRET=1, every path once")
+    ap.add_argument("--ut-config", default=None, metavar="BV/WARPS/KC/STAGES",
+                    help="force the UT kernels' config (triton_chain_ut.CONFIG_OVERRIDE), e.g. 32/2/16/3; "
+                         "default: pick_config_ut's choice by shape")
     args = ap.parse_args()
+    if args.ut_config:
+        try:
+            cfg = tuple(int(x) for x in args.ut_config.split("/"))
+            if len(cfg) != 4 or min(cfg) < 1:
+                raise ValueError
+        except ValueError:
+            ap.error(f"--ut-config: expected four positive integers BV/WARPS/KC/STAGES, got {args.ut_config!r}")
+        from vllm_specla.ops import triton_chain_ut as ut  # noqa: PLC0415
+
+        ut.CONFIG_OVERRIDE = cfg
     global DEV, DRY, PENDING
     PENDING = args.pending
     if args.dry_cpu:
@@ -359,7 +372,7 @@ def main():
     warnings.filterwarnings("ignore")
     clock = bk.Clock(args.budget_s)
     out = dict(gpu=torch.cuda.get_device_name() if not DRY else "cpu-dry", torch=torch.__version__,
-               triton=triton.__version__, pending=PENDING, records=[], checks=[], skipped=[],
+               triton=triton.__version__, pending=PENDING, ut_config=args.ut_config, records=[], checks=[], skipped=[],
                rule=dict(TREE_KERNEL=tv.TREE_KERNEL, HLD_MIN_NODES=tv.HLD_MIN_NODES,
                          HLD_MAX_SCRATCH_BYTES=tv.HLD_MAX_SCRATCH_BYTES,
                          HLD_TARGET_PROGRAMS=th.HLD_TARGET_PROGRAMS, HLD_MAX_PARALLEL=th.HLD_MAX_PARALLEL))

@@ -1,5 +1,6 @@
 """Device time per kernel of the UT tree verify (``triton_chain_ut.tree_verify_ut``): the per-(row,
-head) prep kernel vs the V-tile kernel, binary trees, 6x256x512 heads, no pending factors (as
+head) prep kernel vs the V-tile kernel (other: the split launch's products kernel, the rest), binary trees,
+6x256x512 heads (``--shape``), no pending factors (as
 ``bench_tree.py --pending 0``). ``torch.profiler`` over eager calls (each kernel's own device time;
 no launch gaps), mean over ``--reps`` calls. (Session 8 ran it as an A/B of two prep forms, s8e;
 the slower "loop" form was removed afterwards.)
@@ -25,6 +26,9 @@ import torch
 
 sys.path.insert(0, ".")
 from vllm_specla.ops import triton_chain_ut as ut  # noqa: E402
+
+
+SHAPES = {"6x256x512": (6, 6, 256, 512), "8x256x256": (8, 8, 256, 256)}  # (H, HV, K, V), as bench_tree.py
 
 
 def case(B: int, n: int, H=6, HV=6, K=256, V=512, dev="cuda"):
@@ -54,6 +58,7 @@ def main():
     ap.add_argument("--prep-warps", default="1,2,4,8")
     ap.add_argument("--solve-ab", action="store_true")
     ap.add_argument("--chain-Ts", default="5,8,16")
+    ap.add_argument("--shape", default="6x256x512", choices=sorted(SHAPES), help="head shape H x K x V (HV = H)")
     a = ap.parse_args()
     if a.sweep:
         return sweep(a)
@@ -63,9 +68,9 @@ def main():
     print(f"{'B':>4} {'N':>3} {'prep us':>8} {'V-tile us':>9} {'other us':>8}")
     for B in map(int, a.batches.split(",")):
         for n in map(int, a.nodes.split(",")):
-            x, kw = case(B, n)
+            x, kw = case(B, n, *SHAPES[a.shape])
             t = profile(x, kw, a.reps)
-            recs.append(dict(B=B, N=n, prep_us=t["prep"], vtile_us=t["vtile"], other_us=t["other"],
+            recs.append(dict(shape=a.shape, B=B, N=n, prep_us=t["prep"], vtile_us=t["vtile"], other_us=t["other"],
                              gpu=torch.cuda.get_device_name()))
             print(f"{B:4d} {n:3d} {t['prep']:8.1f} {t['vtile']:9.1f} {t['other']:8.1f}", flush=True)
     if a.out:
@@ -97,7 +102,7 @@ def solve_ab(a):
     for B in map(int, a.batches.split(",")):
         for kind, ns in (("tree", a.nodes), ("chain", a.chain_Ts)):
             for n in map(int, ns.split(",")):
-                x, kw = case(B, n)
+                x, kw = case(B, n, *SHAPES[a.shape])
                 fn = ut.tree_verify_ut
                 if kind == "chain":
                     kw = {k: v for k, v in kw.items() if k != "parents"}
@@ -121,11 +126,11 @@ def solve_ab(a):
 
 def sweep(a):
     recs = []
-    print(f"{'B':>4} {'N':>3} {'what':>16} {'prep us':>8} {'V-tile us':>9}")
+    print(f"{'B':>4} {'N':>3} {'what':>16} {'prep us':>8} {'V-tile us':>9} {'other us':>8}")
     w16, w32 = ut.PREP_WARPS, ut.PREP_WARPS_32
     for B in map(int, a.batches.split(",")):
         for n in map(int, a.nodes.split(",")):
-            x, kw = case(B, n)
+            x, kw = case(B, n, *SHAPES[a.shape])
             ref = ut.tree_verify_ut(*x, **kw)
             for what in ["default"] + [f"cfg {c}" for c in a.configs.split(",")] + [
                     f"prep_warps {w}" for w in a.prep_warps.split(",")]:
@@ -140,9 +145,11 @@ def sweep(a):
                 except Exception as e:  # noqa: BLE001
                     print(f"{B:4d} {n:3d} {what:>16} failed: {repr(e)[:200]}", flush=True)
                     continue
-                recs.append(dict(B=B, N=n, what=what, prep_us=t["prep"], vtile_us=t["vtile"], rel_vs_default=err,
+                recs.append(dict(shape=a.shape, B=B, N=n, what=what, prep_us=t["prep"], vtile_us=t["vtile"],
+                                 other_us=t["other"], rel_vs_default=err,
                                  gpu=torch.cuda.get_device_name()))
-                print(f"{B:4d} {n:3d} {what:>16} {t['prep']:8.1f} {t['vtile']:9.1f}   (rel {err:.1e})", flush=True)
+                print(f"{B:4d} {n:3d} {what:>16} {t['prep']:8.1f} {t['vtile']:9.1f} {t['other']:8.1f}   (rel {err:.1e})",
+                      flush=True)
     ut.CONFIG_OVERRIDE, ut.PREP_WARPS, ut.PREP_WARPS_32 = None, w16, w32
     if a.out:
         with open(a.out, "w") as f:
