@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s37d (on an H200 it runs s36b; on another card the UT configs of map's batch-8 trees). Session 37 (an H100): s37a-s37c as run. Session 36 (an H100 again): benchmarks/RESULTS.md "Session 36" (s35a, s35b, s36a as run). Session 35 (an H100): benchmarks/RESULTS.md "Session 35" (s32a-s32f as run, on the H100, s32a / s32b with VLLM_SPECLA_SKINNY_PRE=coherent, s32d as `VLLM_SPECLA_CPP_JIT=1 sass_pdl_check.py --build`; the .nc build, VLLM_SPECLA_SKINNY_PRE / _EARLY and --skinny-deep were removed after them, commit 32bc525 keeps them, so s32c / s32e / s32f cannot be rerun as written). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
+# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s37f (the tree changes' GPU tests and table), then s36b on an H200. Session 37 (an H100): s37a-s37d as run, and s37e (in s37d's warm machine: bench_tree.py --batches 1,2,4 --nodes 16,32 --trees binary,beam4 --shapes 8x256x256,6x256x512 --pending 0, once at the default config and once with --ut-config 32/2/16/3). Session 36 (an H100 again): benchmarks/RESULTS.md "Session 36" (s35a, s35b, s36a as run). Session 35 (an H100): benchmarks/RESULTS.md "Session 35" (s32a-s32f as run, on the H100, s32a / s32b with VLLM_SPECLA_SKINNY_PRE=coherent, s32d as `VLLM_SPECLA_CPP_JIT=1 sass_pdl_check.py --build`; the .nc build, VLLM_SPECLA_SKINNY_PRE / _EARLY and --skinny-deep were removed after them, commit 32bc525 keeps them, so s32c / s32e / s32f cannot be rerun as written). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
 # as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them; s29e's out_dtype
 # after it, commit 637b841). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
@@ -53,6 +53,15 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s37f)  # session 37's tree changes on the card that comes (no H200 branch: a check of code, not a verdict): the UT
+        # kernel's one config (TUNED_UT; the small-batch launches had taken an unswept slower one) and UT for 16-32-node
+        # trees at any batch without a host plan (UT_TREE_SMALL_BATCH_MIN_NODES 25 -> 16). The UT and tree GPU tests,
+        # then the tree table at batch 1 / 8 with today's rule (timeouts 200 + 120 = 320 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      pytest_log s37f 200 -x tests/test_kernel_ut_gpu.py tests/test_tree_hld_gpu.py
+      timeout 120 python benchmarks/bench_tree.py --batches 1,8 --nodes 16,32 --trees binary,beam4 \
+          --shapes 8x256x256,6x256x512 --pending 0 --budget-s 100 --out "$OUT/tree_s37f.json" 2>&1 | grep -E "^B=|worst|^--"
+      ;;
   s37d)  # on an H200, s36b (the verdicts); on another card: why map's 8x256x256 heads miss 8x at batch 8 (s37a: UT 34.0 /
         # 71.2 us at 16 / 32 nodes against flame's 27.1 / 49.9). Its launch has 8 x 8 x 8 = 512 programs at BV = 32,
         # under pick_config_ut's LARGE_PROGRAMS (528), so it takes the unswept "small" config (32/4/16/2); flame's 768

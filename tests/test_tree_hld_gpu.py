@@ -439,18 +439,20 @@ def test_dispatch_rule():
     try:
         tv.TREE_KERNEL = "auto"
         assert tv.pick_tree_kernel(1, 6, 512, 256, nmax=4) == "walk"  # short windows
-        assert tv.pick_tree_kernel(1, 6, 512, 256, nmax=16) == "hld"  # 7 x 3 MiB scratch
-        assert tv.pick_tree_kernel(128, 6, 512, 256, nmax=16) == "ut"  # <= 16 nodes, many rows
-        assert tv.pick_tree_kernel(8, 6, 512, 256, nmax=16) == "ut"
-        assert tv.pick_tree_kernel(2, 6, 512, 256, nmax=16) == "hld"  # 2 x 7 x 3 MiB scratch
+        assert tv.pick_tree_kernel(1, 6, 512, 256, nmax=15) == "hld"  # 7 x 3 MiB scratch
+        assert tv.pick_tree_kernel(128, 6, 512, 256, nmax=15) == "ut"  # <= 16 nodes, many rows
+        assert tv.pick_tree_kernel(8, 6, 512, 256, nmax=8) == "ut"
+        assert tv.pick_tree_kernel(2, 6, 512, 256, nmax=15) == "hld"  # 2 x 7 x 3 MiB scratch
         assert tv.pick_tree_kernel(128, 6, 512, 256, nmax=32) == "ut"  # <= 32 nodes: UT with BT = 32
-        assert tv.pick_tree_kernel(1, 6, 512, 256, nmax=32) == "ut"  # 25-32 nodes: UT at any batch
+        assert tv.pick_tree_kernel(1, 6, 512, 256, nmax=32) == "ut"  # 16-32 nodes: UT at any batch
+        assert tv.pick_tree_kernel(1, 6, 512, 256, nmax=16) == "ut"
         assert tv.pick_tree_kernel(4, 6, 512, 256, nmax=25) == "ut"
         assert tv.pick_tree_kernel(1, 6, 512, 256, nmax=32, scratch_slots=1, host_plan=True) == "hld"  # host plan
+        assert tv.pick_tree_kernel(1, 6, 512, 256, nmax=16, scratch_slots=3, host_plan=True) == "hld"
         assert tv.pick_tree_kernel(1, 6, 512, 256, nmax=32, scratch_slots=15) == "ut"  # a device plan's bound
         assert tv.pick_tree_kernel(8, 6, 512, 256, nmax=32, scratch_slots=1, host_plan=True) == "ut"  # >= 8 rows
-        assert tv.pick_tree_kernel(1, 6, 512, 256, nmax=24) == "hld"  # batch 1: 11 x 3 MiB scratch
-        assert tv.pick_tree_kernel(4, 6, 512, 256, nmax=24) == "walk"  # 4 x 11 x 3 MiB > 64 MiB
+        assert tv.pick_tree_kernel(1, 6, 512, 256, nmax=12) == "hld"  # batch 1: 5 x 3 MiB scratch
+        assert tv.pick_tree_kernel(4, 6, 512, 256, nmax=15) == "walk"  # 4 x 7 x 3 MiB > 64 MiB
         assert tv.pick_tree_kernel(128, 6, 512, 256, nmax=33) == "walk"  # 6 GB scratch
         assert tv.pick_tree_kernel(128, 6, 512, 256, nmax=33, scratch_slots=0) == "hld"  # plan: no boundary
         tv.TREE_KERNEL = "hld"

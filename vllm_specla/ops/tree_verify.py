@@ -331,10 +331,16 @@ TREE_KERNEL = "auto"
 # or faster (UT 0.90-1.87x the best of them). With a host plan (a static tree: the decode runtime's
 # root + W branches) the heavy-light kernel is cheaper on those few-wave trees (8x256x256, B = 1, 4
 # branches: 25.6 vs 33.3 us at 32 nodes, 17.6 vs 32.9 at 17), so planned trees keep it. The
-# 25-node threshold lies between the measured sizes 17 and 32.
+# threshold was 25 nodes until session 37, whose UT config (triton_chain_ut.TUNED_UT: the small-batch
+# launches had taken a slower one) made UT faster than the heavy-light kernel with its device-built
+# schedule and the walk at 16 nodes too, at 1-4 rows, on both head shapes (H100,
+# benchmarks/tree_h100_s37e_*.json, binary and beam-4 trees, no pending: UT 20.0-21.3 us against
+# 26.4-74.7 for the device-planned heavy-light kernel and 27.6-44.1 for the walk); a host-planned
+# heavy-light kernel stayed faster on map's 4-chain tree at batch 1 (15.8 vs 20.0 us). Below 16 nodes
+# UT was not measured with this config.
 UT_TREE_MAX_NODES = 32
 UT_TREE_MIN_ROWS = 8
-UT_TREE_SMALL_BATCH_MIN_NODES = 25
+UT_TREE_SMALL_BATCH_MIN_NODES = 16
 # pick_tree_kernel's thresholds. First guesses from the design, NOT measured yet (tune with
 # benchmarks/bench_tree.py on the GPU):
 HLD_MIN_NODES = 8  # shorter windows: ancestor walk (its walks are short; HLD adds launches/scratch)

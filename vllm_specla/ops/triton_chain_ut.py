@@ -134,17 +134,19 @@ def ut_forms(pairs: int, tree: bool) -> tuple[bool, bool]:
     split = (split_mode == "1" or (split_mode == "auto" and tree)) and pairs <= UT_SPLIT_MAX_PAIRS
     return split, solve_mode == "dot" or (solve_mode == "auto" and tree)
 
-# (BV, num_warps, KC, num_stages) by regime. KC: key-dim chunk in which the [BV, K] state tile is
-# streamed through registers (the tile is never whole in registers); num_stages > 1 lets Triton
-# prefetch the next chunk. "large": from the H200 sweep of benchmarks/bench_ut.py (ut_v5_h200.json;
-# verify T = 8 at B = 128: 32/2/16/3 217 / 169 us for 6x256x512 / 8x256x256, 64/4/32/2 219 / 170,
-# 64/4/16/2 271 / 197, 128/8/16/2 314 / 238); "small" (fewer than LARGE_PROGRAMS programs at the
-# large BV: batch 1-2, where the dispatcher uses the serial kernel anyway) unswept.
+# (BV, num_warps, KC, num_stages) of every UT launch. KC: key-dim chunk in which the [BV, K] state tile
+# is streamed through registers (the tile is never whole in registers); num_stages > 1 lets Triton
+# prefetch the next chunk. From the H200 sweep of benchmarks/bench_ut.py (ut_v5_h200.json; verify
+# T = 8 at B = 128: 32/2/16/3 217 / 169 us for 6x256x512 / 8x256x256, 64/4/32/2 219 / 170, 64/4/16/2
+# 271 / 197, 128/8/16/2 314 / 238). Launches of fewer than 4 x 132 programs took an unswept "small"
+# config (32, 4, 16, 2) until session 37, which measured it on trees, the UT kernel's small-batch use
+# (H100, bench_tree.py --pending 0, graph-timed, benchmarks/tree_h100_s37{d,e}_*.json): this config
+# was faster in every row, 16 / 32 nodes at batch 1 / 2 / 4 / 8, both GDN-1.3B head shapes (8x256x256
+# B = 8: 34.5 -> 23.9 us at 16 nodes, 71.2 -> 38.9 at 32; 6x256x512 B = 4: 30.1 -> 21.3 / 48.1 -> 33.7;
+# B = 1: 22.3 -> 20.4 / 31.9 -> 31.5), so it is now the only one.
 TUNED_UT: dict[str, tuple[int, int, int, int]] = {
     "large": (32, 2, 16, 3),
-    "small": (32, 4, 16, 2),
 }
-LARGE_PROGRAMS = 4 * 132
 
 
 def pick_config_ut(num_rows: int, HV: int, V: int, K: int, tokens_per_row: float = 1.0) -> tuple[int, int, int, int]:
@@ -152,17 +154,15 @@ def pick_config_ut(num_rows: int, HV: int, V: int, K: int, tokens_per_row: float
     CUDA-graph safe); ``(BV, num_warps)`` are the grid / CTA choice, ``KC, num_stages`` how the
     state tile is streamed.
 
-    ``BV`` is the M dim of the state products; smaller ``BV`` gives more programs at small batch
-    (the per-(row, head) window work runs once, in the prep kernel). ``tokens_per_row`` is unused
-    (one chunk per verify window).
+    ``BV`` is the M dim of the state products (the per-(row, head) window work runs once, in the
+    prep kernel). ``num_rows`` and ``tokens_per_row`` are unused: one config at every batch
+    (:data:`TUNED_UT`; one chunk per verify window).
     """
     if CONFIG_OVERRIDE is not None:
         cfg = tuple(CONFIG_OVERRIDE)
         return (cfg + (64, 4, 16, 1)[len(cfg):])[:4]
     BK = max(16, triton.next_power_of_2(K))
-    large = TUNED_UT["large"]
-    progs = num_rows * HV * triton.cdiv(V, large[0])
-    BV, nw, KC, ns = large if progs >= LARGE_PROGRAMS else TUNED_UT["small"]
+    BV, nw, KC, ns = TUNED_UT["large"]
     BV = max(16, min(BV, triton.next_power_of_2(V)))
     KC = min(KC, BK)
     return BV, nw, KC, ns
