@@ -363,7 +363,7 @@ def pick_tree_kernel(num_rows: int, HV: int, V: int, K: int, nmax: int, scratch_
     boundary costs a state-sized store and load, cheap while the scratch stays in L2 (small
     batches) and a full HBM pass each at large batch, where the walk's single state read wins.
     ``nmax`` is a bound on the nodes per row (``max_nodes``, the plan's, else the factor bank's
-    length), not the batch's actual count: with a bank of 25-32 positions and no ``max_nodes`` a
+    length), not the batch's actual count: with a bank of 16-32 positions and no ``max_nodes`` a
     smaller tree at batch 1-7 goes to UT too.
     """
     if TREE_KERNEL in ("ut", "hld", "walk"):
