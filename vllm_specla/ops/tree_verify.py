@@ -335,7 +335,7 @@ TREE_KERNEL = "auto"
 # launches had taken a slower one) made UT faster than the heavy-light kernel with its device-built
 # schedule and the walk at 16 nodes too, at 1-4 rows, on both head shapes (H100,
 # benchmarks/tree_h100_s37e_*.json, binary and beam-4 trees, no pending: UT 20.0-21.3 us against
-# 26.4-74.7 for the device-planned heavy-light kernel and 27.6-44.1 for the walk); a host-planned
+# 21.8-74.7 for the device-planned heavy-light kernel and 27.6-44.1 for the walk); a host-planned
 # heavy-light kernel stayed faster on map's 4-chain tree at batch 1 (15.8 vs 20.0 us). Below 16 nodes
 # UT was not measured with this config.
 UT_TREE_MAX_NODES = 32
