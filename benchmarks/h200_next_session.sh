@@ -53,6 +53,16 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s37g)  # the batch-1 half of s36b on an H200 only (it exits at once on another card): issue 6's 2.2x, K = 6 / 7, float8
+        # draft passes, twice (for the end of a session with ~6 minutes of device time left) (timeouts 120 + 2 x 60 = 240 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo "not an H200: nothing run"; exit 0; }
+      skinny_build 120
+      for R in 1 2; do
+        timeout 60 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,7 --alphas 0.8 \
+            --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --tag "s37g_r$R" \
+            --out "$OUT/e2e_s37g.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      done
+      ;;
   s37f)  # session 37's tree changes on the card that comes (no H200 branch: a check of code, not a verdict): the UT
         # kernel's one config (TUNED_UT; the small-batch launches had taken an unswept slower one) and UT for 16-32-node
         # trees at any batch without a host plan (UT_TREE_SMALL_BATCH_MIN_NODES 25 -> 16). The UT and tree GPU tests,
