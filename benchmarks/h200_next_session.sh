@@ -53,6 +53,13 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s37h)  # (review of s37f) the new tree rule sends every tree of a 16-32-position bank at batch 1-7 to UT, also trees
+        # smaller than 16 nodes, and s37d-s37f ran with no pending factors: UT against the heavy-light / walk kernels
+        # at 8 / 12 / 16 nodes, batch 1 / 2 / 4, 3 pending factors (as a step folds), both head shapes (timeout 150 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      timeout 150 python benchmarks/bench_tree.py --batches 1,2,4 --nodes 8,12,16 --trees binary,beam4 \
+          --shapes 8x256x256,6x256x512 --pending 3 --budget-s 130 --out "$OUT/tree_s37h.json" 2>&1 | grep -E "^B=|^--"
+      ;;
   s37g)  # the batch-1 half of s36b on an H200 only (it exits at once on another card): issue 6's 2.2x, K = 6 / 7, float8
         # draft passes, twice (for the end of a session with ~6 minutes of device time left) (timeouts 120 + 2 x 60 = 240 s)
       nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo "not an H200: nothing run"; exit 0; }
