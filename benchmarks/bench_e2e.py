@@ -207,7 +207,9 @@ def bench_shape(args, shape: str, device: str) -> None:
                         tau_expected=chain_tau(a, K), speedup=r.tokens_per_s / ar_tps,
                         lossless_rows=f"{ok}/{B}", state_bytes_per_request=rt.state_bytes_per_request()))
             except torch.OutOfMemoryError as e:  # the size check above estimates: skip, list, go on
-                record(args.out, dict(base, mode=mode, K=K, skipped=f"out of memory: {str(e).splitlines()[0][:160]}"))
+                msg = (str(e).splitlines() or [""])[0][:160]
+                record(args.out, dict(base, mode=mode, K=K, draft_vocab=drs[dv].draft_vocab_size,
+                                      draft_weights=drs[dv].draft_weights, skipped=f"out of memory: {msg}"))
                 rt = None
             del rt
             gc.collect()

@@ -433,8 +433,15 @@ def test_big_head_shape_small_tree():
     check_against_ref(c, got, exp, True)
 
 
-@needs_triton
 def test_dispatch_rule():
+    """The kernel choices by shape (pure Python: runs on the CPU too), and the UT kernel's one config at every batch
+    (session 37: launches under 4 x 132 programs had taken a slower, unswept one)."""
+    pytest.importorskip("triton")
+    from vllm_specla.ops import tree_verify as tv  # noqa: PLC0415
+    from vllm_specla.ops import triton_chain_ut as ut  # noqa: PLC0415
+
+    for HV, V in ((6, 512), (8, 256)):
+        assert {ut.pick_config_ut(R, HV, V, 256) for R in (1, 2, 8, 128)} == {ut.TUNED_UT["large"]} == {(32, 2, 16, 3)}
     old = tv.TREE_KERNEL
     try:
         tv.TREE_KERNEL = "auto"
@@ -459,7 +466,11 @@ def test_dispatch_rule():
         assert tv.pick_tree_kernel(128, 6, 512, 256, nmax=4) == "hld"
     finally:
         tv.TREE_KERNEL = old
-    # tree_verify passes host_plan only for host-built plans (a device plan's counts are bounds)
+
+
+@needs_triton
+def test_hld_plan_kinds():
+    """tree_verify passes host_plan only for host-built plans (a device plan's counts are bounds); the launch mode."""
     par, cu = torch.tensor([-1, 0, 0, 1], dtype=torch.int32), torch.tensor([0, 4], dtype=torch.int32)
     assert th.hld_plan(par, cu, device=DEV).host
     assert not th.hld_device_plan(par.to(DEV), cu.to(DEV), 4).host

@@ -332,12 +332,17 @@ TREE_KERNEL = "auto"
 # root + W branches) the heavy-light kernel is cheaper on those few-wave trees (8x256x256, B = 1, 4
 # branches: 25.6 vs 33.3 us at 32 nodes, 17.6 vs 32.9 at 17), so planned trees keep it. The
 # threshold was 25 nodes until session 37, whose UT config (triton_chain_ut.TUNED_UT: the small-batch
-# launches had taken a slower one) made UT faster than the heavy-light kernel with its device-built
-# schedule and the walk at 16 nodes too, at 1-4 rows, on both head shapes (H100,
-# benchmarks/tree_h100_s37e_*.json, binary and beam-4 trees, no pending: UT 20.0-21.3 us against
-# 21.8-74.7 for the device-planned heavy-light kernel and 27.6-44.1 for the walk); a host-planned
-# heavy-light kernel stayed faster on map's 4-chain tree at batch 1 (15.8 vs 20.0 us). Below 16 nodes
-# UT was not measured with this config.
+# launches had taken a slower one) made UT faster at 16 nodes too, at 1-4 rows, on both head shapes,
+# than the heavy-light kernel with its device-built schedule and than the walk (H100, binary and
+# beam-4 trees; no pending, benchmarks/tree_h100_s37e_*.json: UT 20.0-21.3 us against 21.8-74.7 and
+# 27.6-44.1; 3 pending, tree_h100_s37h.json: UT 21.0-30.1 against 24.0-82.1 and 29.9-49.4); a
+# host-planned heavy-light kernel stayed faster on map's 4-chain tree at batch 1 (18.0 vs 21.2 us with
+# 3 pending). nmax is a bound (a factor bank's length), so smaller trees in a 16-position bank take UT
+# too: at 8 / 12 actual nodes with 3 pending (tree_h100_s37h.json, 24 rows at 1-4 rows), against what
+# the old rule picked for that bound (the heavy-light kernel with its device-built schedule; the walk
+# for flame's heads at 4 rows), UT was faster in 17 rows (up to 2x) and 3-24 % slower in 7, mostly
+# 8-node trees (the worst: map's heads, batch 1, an 8-node beam-4 tree, 20.7 vs 16.8 us). At 8 nodes
+# the walk was the fastest kernel in every row.
 UT_TREE_MAX_NODES = 32
 UT_TREE_MIN_ROWS = 8
 UT_TREE_SMALL_BATCH_MIN_NODES = 16
