@@ -143,7 +143,7 @@ def ut_forms(pairs: int, tree: bool) -> tuple[bool, bool]:
 # (H100, bench_tree.py --pending 0, graph-timed, benchmarks/tree_h100_s37{d,e}_*.json): this config
 # was as fast or faster in all 28 rows, 16 / 32 nodes at batch 1 / 2 / 4 on both GDN-1.3B head shapes
 # and at batch 8 on 8x256x256 (whose 512 programs were under the threshold; 6x256x512's 768 had this
-# config already), by 1-12 % at batch 1, 2-21 % at batch 2, 6-45 % at batch 4-8 (8x256x256 B = 8:
+# config already), by 1-12 % at batch 1, 2-21 % at batch 2, 5-45 % at batch 4-8 (8x256x256 B = 8:
 # 34.5 -> 23.9 us at 16 nodes, 71.2 -> 38.9 at 32; 6x256x512 B = 4: 30.1 -> 21.3 / 48.1 -> 33.7; B = 1:
 # 22.3 -> 20.4 / 31.9 -> 31.5), so it is now the only one (the key "large" kept for bench_ut.py).
 TUNED_UT: dict[str, tuple[int, int, int, int]] = {
