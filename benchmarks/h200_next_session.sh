@@ -60,7 +60,7 @@ case "${1:-}" in
       timeout 150 python benchmarks/bench_tree.py --batches 1,2,4 --nodes 8,12,16 --trees binary,beam4 \
           --shapes 8x256x256,6x256x512 --pending 3 --budget-s 130 --out "$OUT/tree_s37h.json" 2>&1 | grep -E "^B=|^--"
       ;;
-  s37g)  # the batch-1 half of s36b on an H200 only (it exits at once on another card): issue 6's 2.2x, K = 6 / 7, float8
+  s37g)  # the batch-1 half of s36b (which runs it first) on an H200 only (it exits at once on another card): issue 6's 2.2x, K = 6 / 7, float8
         # draft passes, twice (for the end of a session with ~6 minutes of device time left) (timeouts 120 + 2 x 60 = 240 s)
       nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo "not an H200: nothing run"; exit 0; }
       skinny_build 120
@@ -141,12 +141,7 @@ print(" ".join(x["what"].split()[1] for x in r[:2]))' "$OUT/ut_sweep_s37d.json" 
         # float8 draft passes, twice (issue 6's 2.2x; last on the H200: s31d's 2.14x), then s36a's `auto` grid
         # (timeouts 120 + 2 x 60 + 2 x 170 = 580 s)
       nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo "not an H200: nothing run"; exit 0; }
-      skinny_build 120
-      for R in 1 2; do
-        timeout 60 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,7 --alphas 0.8 \
-            --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --tag "s36b_r$R" \
-            --out "$OUT/e2e_s36b.jsonl" 2>&1 | grep "^{" | python -c "$S"
-      done
+      bash "$0" s37g  # the batch-1 half (its records: e2e_s37g.jsonl, tags s37g_r1 / s37g_r2)
       for SH in flame map; do
         timeout 170 python benchmarks/bench_e2e.py --shapes $SH --batches 1,16,64,256 --ks 2,4,6 --alphas 0.8 --auto \
             --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --tag s36b_grid \
