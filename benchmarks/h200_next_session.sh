@@ -60,8 +60,9 @@ case "${1:-}" in
       timeout 150 python benchmarks/bench_tree.py --batches 1,2,4 --nodes 8,12,16 --trees binary,beam4 \
           --shapes 8x256x256,6x256x512 --pending 3 --budget-s 130 --out "$OUT/tree_s37h.json" 2>&1 | grep -E "^B=|^--"
       ;;
-  s37g)  # the batch-1 half of s36b (which runs it first) on an H200 only (it exits at once on another card): issue 6's 2.2x, K = 6 / 7, float8
-        # draft passes, twice (for the end of a session with ~6 minutes of device time left) (timeouts 120 + 2 x 60 = 240 s)
+  s37g)  # the batch-1 half of s36b (which runs it first) on an H200 only (it exits at once on another card): issue
+        # 6's 2.2x, K = 6 / 7, float8 draft passes, twice (alone: for the end of a session with ~6 minutes of device time
+        # left) (timeouts 120 + 2 x 60 = 240 s)
       nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo "not an H200: nothing run"; exit 0; }
       skinny_build 120
       for R in 1 2; do
