@@ -344,7 +344,16 @@ def main():
     ap.add_argument("--ut-config", default=None, metavar="BV/WARPS/KC/STAGES",
                     help="force the UT kernels' config (triton_chain_ut.CONFIG_OVERRIDE), e.g. 32/2/16/3; "
                          "default: pick_config_ut's choice by shape")
+    ap.add_argument("--prep-warps", type=int, default=None, metavar="W",
+                    help="force the UT prep kernel's warps at both chunks (triton_chain_ut.PREP_WARPS and "
+                         "PREP_WARPS_32); default: the module's values")
     args = ap.parse_args()
+    if args.prep_warps is not None:
+        if args.prep_warps not in (1, 2, 4, 8):
+            ap.error(f"--prep-warps: allowed values are 1, 2, 4, 8, got {args.prep_warps}")
+        from vllm_specla.ops import triton_chain_ut as ut  # noqa: PLC0415
+
+        ut.PREP_WARPS = ut.PREP_WARPS_32 = args.prep_warps
     if args.ut_config:
         try:
             cfg = tuple(int(x) for x in args.ut_config.split("/"))
@@ -372,7 +381,8 @@ def main():
     warnings.filterwarnings("ignore")
     clock = bk.Clock(args.budget_s)
     out = dict(gpu=torch.cuda.get_device_name() if not DRY else "cpu-dry", torch=torch.__version__,
-               triton=triton.__version__, pending=PENDING, ut_config=args.ut_config, records=[], checks=[], skipped=[],
+               triton=triton.__version__, pending=PENDING, ut_config=args.ut_config, prep_warps=args.prep_warps,
+               records=[], checks=[], skipped=[],
                rule=dict(TREE_KERNEL=tv.TREE_KERNEL, HLD_MIN_NODES=tv.HLD_MIN_NODES,
                          HLD_MAX_SCRATCH_BYTES=tv.HLD_MAX_SCRATCH_BYTES,
                          HLD_TARGET_PROGRAMS=th.HLD_TARGET_PROGRAMS, HLD_MAX_PARALLEL=th.HLD_MAX_PARALLEL))

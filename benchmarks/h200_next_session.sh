@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s36b on an H200 (s37g, its batch-1 half, where little device time is left). Session 37 (an H100): s37a-s37d, s37f, s37h as run (s37d's "default" was the UT kernel's small config, removed after it), and s37e (in s37d's warm machine: bench_tree.py --batches 1,2,4 --nodes 16,32 --trees binary,beam4 --shapes 8x256x256,6x256x512 --pending 0, once at the default config and once with --ut-config 32/2/16/3). Session 36 (an H100 again): benchmarks/RESULTS.md "Session 36" (s35a, s35b, s36a as run). Session 35 (an H100): benchmarks/RESULTS.md "Session 35" (s32a-s32f as run, on the H100, s32a / s32b with VLLM_SPECLA_SKINNY_PRE=coherent, s32d as `VLLM_SPECLA_CPP_JIT=1 sass_pdl_check.py --build`; the .nc build, VLLM_SPECLA_SKINNY_PRE / _EARLY and --skinny-deep were removed after them, commit 32bc525 keeps them, so s32c / s32e / s32f cannot be rerun as written). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
+# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s36b on an H200 (s37g, its batch-1 half, where little device time is left); s38a as session 38's first call. Session 37 (an H100): s37a-s37d, s37f, s37h as run (s37d's "default" was the UT kernel's small config, removed after it), and s37e (in s37d's warm machine: bench_tree.py --batches 1,2,4 --nodes 16,32 --trees binary,beam4 --shapes 8x256x256,6x256x512 --pending 0, once at the default config and once with --ut-config 32/2/16/3). Session 36 (an H100 again): benchmarks/RESULTS.md "Session 36" (s35a, s35b, s36a as run). Session 35 (an H100): benchmarks/RESULTS.md "Session 35" (s32a-s32f as run, on the H100, s32a / s32b with VLLM_SPECLA_SKINNY_PRE=coherent, s32d as `VLLM_SPECLA_CPP_JIT=1 sass_pdl_check.py --build`; the .nc build, VLLM_SPECLA_SKINNY_PRE / _EARLY and --skinny-deep were removed after them, commit 32bc525 keeps them, so s32c / s32e / s32f cannot be rerun as written). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
 # as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them; s29e's out_dtype
 # after it, commit 637b841). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
@@ -53,6 +53,26 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s38a)  # session 38's first call: on an H200, s36b (the verdicts); on another card, where batch-1 trees lose their
+        # time (UT 20-32 us against 60-141 us of per-node replay, 2.9-5.3x, the 8x target's gap): per-kernel device
+        # times at batch 1 / 4 with the prep kernel at 1 / 2 / 4 / 8 warps (its 1-warp [BT, BT] chain is the longest
+        # kernel there), then the graph-timed tree table at batch 1-8 with 3 pending factors at the default prep warps
+        # and at 2 / 4; then issue 5's chain-verify row (B = 128, T = 8, <= 300 us), not run on the H100 (timeouts
+        # 2 x 75 + 3 x 100 + 100 = 550 s)
+      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s36b; fi
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      for SH in 6x256x512 8x256x256; do
+        timeout 75 python benchmarks/prof/ut_prep_split.py --sweep --shape $SH --batches 1,4 --nodes 16,32 \
+            --configs 32/2/16/3 --prep-warps 1,2,4,8 --out "$OUT/ut_sweep_s38a_$SH.json" 2>&1 | grep -v Warn
+      done
+      for W in default 2 4; do
+        timeout 100 python benchmarks/bench_tree.py --batches 1,2,4,8 --nodes 16,32 --trees binary \
+            --shapes 8x256x256,6x256x512 --pending 3 --budget-s 80 $([ $W = default ] || echo --prep-warps $W) \
+            --out "$OUT/tree_s38a_w$W.json" 2>&1 | grep -E "^B=|^--" | sed "s|^|w$W |"
+      done
+      timeout 100 python benchmarks/bench_kernels.py --batches 128 --Ts 8 --budget-s 80 \
+          --json "$OUT/kernels_s38a.json" 2>&1 | grep -E "^GPU|^-- |^128 |T=8|fail" | head -20
+      ;;
   s37h)  # (review of s37f) the new tree rule sends every tree of a 16-32-position bank at batch 1-7 to UT, also trees
         # smaller than 16 nodes, and s37d-s37f ran with no pending factors: UT against the heavy-light / walk kernels
         # at 8 / 12 / 16 nodes, batch 1 / 2 / 4, 3 pending factors (as a step folds), both head shapes (timeout 150 s)
