@@ -53,6 +53,32 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s38b)  # (after s38a: at batch 1-4 the split launch's products kernel, M k / M q of the raw q / k, took 13 / 21 us
+        # at 16 / 32 nodes whatever the batch and head shape, as long as the 1-warp prep; prep at 4 warps 9.9 us did not
+        # move the graph-timed tree, so the products are the critical path) on an H200, s36b; else the products'
+        # per-kernel time at batch 1 over configs of fewer, longer key chunks (KC 32-128) and narrower V tiles, and
+        # with plain tf32 / ieee dots (is it the tf32x3 split?), then the graph-timed tree table at batch 1-8 with
+        # the sweep's best config at 16 nodes, prep at 4 warps (timeouts 2 x 90 + 2 x 100 = 380 s)
+      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s36b; fi
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      for SH in 6x256x512 8x256x256; do
+        timeout 90 python benchmarks/prof/ut_prep_split.py --sweep --shape $SH --batches 1 --nodes 16,32 \
+            --configs 32/2/16/3,32/2/32/3,32/2/64/2,32/4/64/2,32/4/128/1,16/1/64/2,16/2/64/2,16/2/128/1,64/4/64/2,16/1/32/3 \
+            --prep-warps "" --precisions tf32,ieee --out "$OUT/ut_sweep_s38b_$SH.json" 2>&1 | grep -v Warn
+      done
+      BEST=$(python -c 'import json,sys
+r=[x for f in sys.argv[1:] for x in json.load(open(f)) if x["N"]==16 and x["what"].startswith("cfg")]
+tot={}
+[tot.__setitem__(x["what"].split()[1], tot.get(x["what"].split()[1], 0) + x["other_us"] + x["vtile_us"]) for x in r]
+print(min(tot, key=tot.get))' "$OUT"/ut_sweep_s38b_*.json 2>/dev/null)
+      echo "best config at 16 nodes (products + V-tile, both shapes): $BEST"
+      for CFG in default $BEST; do
+        timeout 100 python benchmarks/bench_tree.py --batches 1,2,4,8 --nodes 16,32 --trees binary \
+            --shapes 8x256x256,6x256x512 --pending 3 --budget-s 80 --prep-warps 4 \
+            $([ "$CFG" = default ] || echo --ut-config "$CFG") \
+            --out "$OUT/tree_s38b_${CFG//\//-}.json" 2>&1 | grep -E "^B=|^--" | sed "s|^|$CFG |"
+      done
+      ;;
   s38a)  # session 38's first call: on an H200, s36b (the verdicts); on another card, where batch-1 trees lose their
         # time (UT 20-32 us against 60-141 us of per-node replay, 2.9-5.3x, the 8x target's gap): per-kernel device
         # times at batch 1 / 4 with the prep kernel at 1 / 2 / 4 / 8 warps (its 1-warp [BT, BT] chain is the longest

@@ -14,7 +14,8 @@ of the outputs between the forms.
 
 ``--sweep``: instead, with the default prep form, each V-tile config of ``--configs``
 (``BV/num_warps/KC/num_stages``, through ``CONFIG_OVERRIDE``) and each prep warp count of
-``--prep-warps`` (``PREP_WARPS`` / ``PREP_WARPS_32``), one at a time against the defaults.
+``--prep-warps`` (``PREP_WARPS`` / ``PREP_WARPS_32``) and each dot precision of ``--precisions``
+(``DOT_PRECISION``), one at a time against the defaults.
 """
 from __future__ import annotations
 
@@ -56,6 +57,8 @@ def main():
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--configs", default="16/1/16/2,16/2/16/2,16/4/16/2,32/2/16/3,32/4/16/2,32/2/32/2,64/4/16/2")
     ap.add_argument("--prep-warps", default="1,2,4,8")
+    ap.add_argument("--precisions", default="", help="--sweep: also each tl.dot input precision of this list "
+                    "(triton_chain_ut.DOT_PRECISION: ieee, tf32x3, tf32, bf16x3), e.g. tf32,ieee")
     ap.add_argument("--solve-ab", action="store_true")
     ap.add_argument("--chain-Ts", default="5,8,16")
     ap.add_argument("--shape", default="6x256x512", choices=sorted(SHAPES), help="head shape H x K x V (HV = H)")
@@ -127,18 +130,24 @@ def solve_ab(a):
 def sweep(a):
     recs = []
     print(f"{'B':>4} {'N':>3} {'what':>16} {'prep us':>8} {'V-tile us':>9} {'other us':>8}")
-    w16, w32 = ut.PREP_WARPS, ut.PREP_WARPS_32
+    w16, w32, prec0 = ut.PREP_WARPS, ut.PREP_WARPS_32, ut.DOT_PRECISION
+    for p in filter(None, a.precisions.split(",")):
+        if p not in ut._PREC_CODE:
+            sys.exit(f"--precisions: {p!r} is not one of {', '.join(ut._PREC_CODE)}")
     for B in map(int, a.batches.split(",")):
         for n in map(int, a.nodes.split(",")):
             x, kw = case(B, n, *SHAPES[a.shape])
             ref = ut.tree_verify_ut(*x, **kw)
             for what in ["default"] + [f"cfg {c}" for c in a.configs.split(",")] + [
-                    f"prep_warps {w}" for w in a.prep_warps.split(",")]:
-                ut.CONFIG_OVERRIDE, ut.PREP_WARPS, ut.PREP_WARPS_32 = None, w16, w32
+                    f"prep_warps {w}" for w in filter(None, a.prep_warps.split(","))] + [
+                    f"prec {p}" for p in filter(None, a.precisions.split(","))]:
+                ut.CONFIG_OVERRIDE, ut.PREP_WARPS, ut.PREP_WARPS_32, ut.DOT_PRECISION = None, w16, w32, prec0
                 if what.startswith("cfg"):
                     ut.CONFIG_OVERRIDE = tuple(int(v) for v in what.split()[1].split("/"))
                 elif what.startswith("prep_warps"):
                     ut.PREP_WARPS = ut.PREP_WARPS_32 = int(what.split()[1])
+                elif what.startswith("prec"):
+                    ut.DOT_PRECISION = what.split()[1]
                 try:
                     t = profile(x, kw, a.reps)
                     err = float((ut.tree_verify_ut(*x, **kw) - ref).norm() / ref.norm())
@@ -150,7 +159,7 @@ def sweep(a):
                                  gpu=torch.cuda.get_device_name()))
                 print(f"{B:4d} {n:3d} {what:>16} {t['prep']:8.1f} {t['vtile']:9.1f} {t['other']:8.1f}   (rel {err:.1e})",
                       flush=True)
-    ut.CONFIG_OVERRIDE, ut.PREP_WARPS, ut.PREP_WARPS_32 = None, w16, w32
+    ut.CONFIG_OVERRIDE, ut.PREP_WARPS, ut.PREP_WARPS_32, ut.DOT_PRECISION = None, w16, w32, prec0
     if a.out:
         with open(a.out, "w") as f:
             json.dump(recs, f, indent=1)
