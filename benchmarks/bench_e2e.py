@@ -145,6 +145,17 @@ def record(out_path, rec):
             f.write(json.dumps(rec) + "\n")
 
 
+def skip_oom(out_path, rec: dict, err: BaseException, device: str) -> None:
+    """Record the configuration ``rec`` as skipped for running out of device memory (the first line
+    of ``err``), free what the failed run left, and let the grid go on (issue 6: configurations
+    that do not fit the card are skipped and listed)."""
+    msg = (str(err).splitlines() or [""])[0][:160]
+    record(out_path, dict(rec, skipped=f"out of memory: {msg}"))
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
 def bench_shape(args, shape: str, device: str) -> None:
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     t0 = time.time()
@@ -162,13 +173,19 @@ def bench_shape(args, shape: str, device: str) -> None:
         steps = steps_for(args.steps, B)
         L = steps * (kmax + 1) + kmax + 4
         base = dict(shape=shape, batch=B, gpu=gpu, steps=steps, prompt_len=args.prompt_len)
-        # ---- AR: trace, then the timed run ----
-        ar = DecodeRuntime(tgt, B, "ar", output_capacity=L + 2)
-        ar.capture()
-        ar.prefill(prompts)
-        ar.run(L)
-        trace = torch.stack([torch.tensor(o[: L + 1]) for o in ar.outputs()]).to(device)
-        r_ar = timed_runtime(ar, prompts, steps)
+        # ---- AR: trace, then the timed run (every other run of this batch needs both) ----
+        ar = None
+        try:
+            ar = DecodeRuntime(tgt, B, "ar", output_capacity=L + 2)
+            ar.capture()
+            ar.prefill(prompts)
+            ar.run(L)
+            trace = torch.stack([torch.tensor(o[: L + 1]) for o in ar.outputs()]).to(device)
+            r_ar = timed_runtime(ar, prompts, steps)
+        except torch.OutOfMemoryError as e:
+            ar = None
+            skip_oom(args.out, dict(base, mode="ar", K=0), e, device)
+            continue
         ar_tps = r_ar.tokens_per_s
         record(args.out, dict(base, mode="ar", K=0, alpha=None, step_ms=1e3 * r_ar.seconds / r_ar.steps,
                               tokens_per_s=ar_tps, ms_per_token=r_ar.ms_per_token(B), tau=1.0, speedup=1.0,
@@ -207,32 +224,36 @@ def bench_shape(args, shape: str, device: str) -> None:
                         tau_expected=chain_tau(a, K), speedup=r.tokens_per_s / ar_tps,
                         lossless_rows=f"{ok}/{B}", state_bytes_per_request=rt.state_bytes_per_request()))
             except torch.OutOfMemoryError as e:  # the size check above estimates: skip, list, go on
-                msg = (str(e).splitlines() or [""])[0][:160]
-                record(args.out, dict(base, mode=mode, K=K, draft_vocab=drs[dv].draft_vocab_size,
-                                      draft_weights=drs[dv].draft_weights, skipped=f"out of memory: {msg}"))
                 rt = None
+                skip_oom(args.out, dict(base, mode=mode, K=K, draft_vocab=drs[dv].draft_vocab_size,
+                                        draft_weights=drs[dv].draft_weights), e, device)
             del rt
             gc.collect()
             if device == "cuda":
                 torch.cuda.empty_cache()
             for W in (args.tree_widths if mode == "specla" and dv == variants[0] else ()):
                 # draft trees: W branches of depth K sharing the root
-                rt = DecodeRuntime(tgt, B, "specla", K, drs[dv], output_capacity=L + 2, alpha=args.alphas[0], trace=trace,
-                                   tree_width=W, tree_alpha_model=args.tree_alpha_model)
-                rt.capture()
-                for a in args.alphas:
-                    rt.set_alpha(a)
-                    torch.manual_seed(3000 + B + K + W)
-                    r = timed_runtime(rt, prompts, steps)
-                    ok = sum(o == trace[b, : len(o)].tolist() for b, o in enumerate(rt.outputs()))
-                    record(args.out, dict(
-                        base, mode="specla-tree", K=K, tree_width=W, nodes=1 + W * K, alpha=a,
-                        tree_alpha_model=args.tree_alpha_model,
-                        step_ms=1e3 * r.seconds / r.steps, tokens_per_s=r.tokens_per_s, ms_per_token=r.ms_per_token(B),
-                        tau=r.mean_acceptance_length,
-                        tau_expected=controlled_tree_tau(a, K, W, args.tree_alpha_model),
-                        speedup=r.tokens_per_s / ar_tps, lossless_rows=f"{ok}/{B}",
-                        state_bytes_per_request=rt.state_bytes_per_request()))
+                rt = None
+                try:
+                    rt = DecodeRuntime(tgt, B, "specla", K, drs[dv], output_capacity=L + 2, alpha=args.alphas[0],
+                                       trace=trace, tree_width=W, tree_alpha_model=args.tree_alpha_model)
+                    rt.capture()
+                    for a in args.alphas:
+                        rt.set_alpha(a)
+                        torch.manual_seed(3000 + B + K + W)
+                        r = timed_runtime(rt, prompts, steps)
+                        ok = sum(o == trace[b, : len(o)].tolist() for b, o in enumerate(rt.outputs()))
+                        record(args.out, dict(
+                            base, mode="specla-tree", K=K, tree_width=W, nodes=1 + W * K, alpha=a,
+                            tree_alpha_model=args.tree_alpha_model,
+                            step_ms=1e3 * r.seconds / r.steps, tokens_per_s=r.tokens_per_s,
+                            ms_per_token=r.ms_per_token(B), tau=r.mean_acceptance_length,
+                            tau_expected=controlled_tree_tau(a, K, W, args.tree_alpha_model),
+                            speedup=r.tokens_per_s / ar_tps, lossless_rows=f"{ok}/{B}",
+                            state_bytes_per_request=rt.state_bytes_per_request()))
+                except torch.OutOfMemoryError as e:
+                    rt = None
+                    skip_oom(args.out, dict(base, mode="specla-tree", K=K, tree_width=W, nodes=1 + W * K), e, device)
                 del rt
         if args.auto:
             run_auto(args, base, tgt, dr, B, prompts, trace, steps, step_s, outcomes, ar_tps, L)
@@ -289,13 +310,19 @@ def run_auto(args, base, tgt, dr, B, prompts, trace, steps, step_s, outcomes, ar
     kmax = max(args.ks)
     for a in args.alphas:
         K, pol = auto_k(kmax, B, step_s, outcomes.get(a, []))
-        if K == 0:
-            rt = DecodeRuntime(tgt, B, "ar", output_capacity=L + 2)
-        else:
-            rt = DecodeRuntime(tgt, B, "specla", K, dr, output_capacity=L + 2, alpha=a, trace=trace)
-        rt.capture()
-        torch.manual_seed(2000 + B + K)
-        r = timed_runtime(rt, prompts, steps)
+        rt = None
+        try:
+            if K == 0:
+                rt = DecodeRuntime(tgt, B, "ar", output_capacity=L + 2)
+            else:
+                rt = DecodeRuntime(tgt, B, "specla", K, dr, output_capacity=L + 2, alpha=a, trace=trace)
+            rt.capture()
+            torch.manual_seed(2000 + B + K)
+            r = timed_runtime(rt, prompts, steps)
+        except torch.OutOfMemoryError as e:
+            rt = None
+            skip_oom(args.out, dict(base, mode="specla-auto", K=K, alpha=a), e, str(trace.device.type))
+            continue
         ok = sum(o == trace[b, : len(o)].tolist() for b, o in enumerate(rt.outputs()))
         record(args.out, dict(base, mode="specla-auto", K=K, alpha=a, step_ms=1e3 * r.seconds / r.steps,
                               tokens_per_s=r.tokens_per_s, ms_per_token=r.ms_per_token(B), tau=r.mean_acceptance_length,
