@@ -53,6 +53,25 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s38c)  # (after s38b: with 3 pending factors a tree launch reads and writes the state in the recover kernel, then
+        # reads it again for the products: 39.5 us at batch 8 on map's heads against 24.2 with nothing pending, s37f)
+        # on an H200, s36b; else the pending factors folded into the UT kernel's state pass (UT_FOLD: the committed
+        # chunk written back, 2 state passes instead of 3): the UT / tree GPU tests (both forms), the chain step A/B
+        # (bench_commit_cuda --impls ut: fused = fold, sep = recover + verify) with the fold off / on for chains, the
+        # tree table at batch 1-32 with the fold off / on for trees (timeouts 170 + 2 x 90 + 2 x 90 = 530 s)
+      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s36b; fi
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      pytest_log s38c 170 -x tests/test_kernel_ut_gpu.py tests/test_tree_hld_gpu.py
+      for F in 0 1; do
+        VLLM_SPECLA_UT_FOLD=$F timeout 90 python benchmarks/bench_commit_cuda.py --impls ut,triton --batches 32,128 \
+            --replays 20 --out "$OUT/commit_s38c_fold$F.json" 2>&1 | tail -10 | sed "s|^|fold$F |"
+      done
+      for F in 0 auto; do
+        VLLM_SPECLA_UT_FOLD=$F timeout 90 python benchmarks/bench_tree.py --batches 1,2,4,8,32 --nodes 16,32 \
+            --trees binary --shapes 8x256x256,6x256x512 --pending 3 --budget-s 75 \
+            --out "$OUT/tree_s38c_fold$F.json" 2>&1 | grep -E "^B=|^--" | sed "s|^|fold$F |"
+      done
+      ;;
   s38b)  # (after s38a: at batch 1-4 the split launch's products kernel, M k / M q of the raw q / k, took 13 / 21 us
         # at 16 / 32 nodes whatever the batch and head shape, as long as the 1-warp prep; prep at 4 warps 9.9 us did not
         # move the graph-timed tree, so the products are the critical path) on an H200, s36b; else the products'

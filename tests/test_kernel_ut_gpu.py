@@ -51,13 +51,17 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
 
 
-@pytest.fixture(autouse=True, params=["loop", "dot"])
+@pytest.fixture(autouse=True, params=[("loop", "0"), ("dot", "1")], ids=["loop-recover", "dot-fold"])
 def solve(request, monkeypatch):
     """Every test with both forms of the prep kernel's (I + A)^-1 (``UT_SOLVE``): forward
-    substitution (the default) and the blocked log-depth form."""
+    substitution (the chains' default) and the blocked log-depth form (the trees'), and both forms
+    of the deferred commit (``UT_FOLD``): the recover kernel first (chains) and the pending factors
+    folded into the verify's state pass (trees). The two switches change different kernels (prep /
+    state pass), so pairing them covers each form of each at no extra test time."""
     if HAVE_CUDA or INTERPRET:
-        monkeypatch.setattr(ut, "UT_SOLVE", request.param)
-    return request.param
+        monkeypatch.setattr(ut, "UT_SOLVE", request.param[0])
+        monkeypatch.setattr(ut, "UT_FOLD", request.param[1])
+    return request.param[0]
 
 
 @pytest.fixture

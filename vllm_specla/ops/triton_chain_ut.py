@@ -111,11 +111,17 @@ UT_SOLVE = os.environ.get("VLLM_SPECLA_UT_SOLVE", "auto")
 # (VLLM_SPECLA_UT_SPLIT).
 UT_SPLIT = os.environ.get("VLLM_SPECLA_UT_SPLIT", "auto")
 UT_SPLIT_MAX_PAIRS = 64
-_UT_MODES = {"UT_SOLVE": ("loop", "dot", "auto"), "UT_SPLIT": ("0", "1", "auto")}
+# Deferred commit inside the verify's state pass: the pending factors are folded into each [BV, KC]
+# chunk of the state as it is read (M' = e^{sum g} M + sum_u c_u v~_u k^_u^T, a [BV, P] x [P, KC]
+# tensor-core dot), the committed chunk is written back and the products use it: one state read and
+# one write instead of the recover launch's read and write plus the verify's read. "1" for trees and
+# chains, "0" never (the recover kernel first), "auto" (the default) trees only (VLLM_SPECLA_UT_FOLD).
+UT_FOLD = os.environ.get("VLLM_SPECLA_UT_FOLD", "auto")
+_UT_MODES = {"UT_SOLVE": ("loop", "dot", "auto"), "UT_SPLIT": ("0", "1", "auto"), "UT_FOLD": ("0", "1", "auto")}
 
 
 def _ut_mode(name: str) -> str:
-    """The value of the module switch ``name`` (``UT_SOLVE`` / ``UT_SPLIT``), checked.
+    """The value of the module switch ``name`` (``UT_SOLVE`` / ``UT_SPLIT`` / ``UT_FOLD``), checked.
 
     Raises:
         ValueError: naming the ``VLLM_SPECLA_*`` variable and the allowed values."""
@@ -133,6 +139,13 @@ def ut_forms(pairs: int, tree: bool) -> tuple[bool, bool]:
     split_mode, solve_mode = _ut_mode("UT_SPLIT"), _ut_mode("UT_SOLVE")
     split = (split_mode == "1" or (split_mode == "auto" and tree)) and pairs <= UT_SPLIT_MAX_PAIRS
     return split, solve_mode == "dot" or (solve_mode == "auto" and tree)
+
+def ut_fold(tree: bool) -> bool:
+    """Whether a UT launch with pending factors folds them in its state pass (:data:`UT_FOLD`) instead
+    of launching the recover kernel first; ``tree``: the window is a draft tree. Shape-only (CUDA-graph
+    safe). Raises ``ValueError`` for a switch value outside the allowed ones."""
+    mode = _ut_mode("UT_FOLD")
+    return mode == "1" or (mode == "auto" and tree)
 
 # (BV, num_warps, KC, num_stages) of every UT launch. KC: key-dim chunk in which the [BV, K] state tile
 # is streamed through registers (the tile is never whole in registers); num_stages > 1 lets Triton
@@ -348,11 +361,41 @@ def _ut_prep_kernel(
 
 
 @triton.jit
+def _fold_setup(bank_k, bank_v, bank_g, read_bank, pending_len, slot, i_r, i_hv, i_h, o_v, mv, Tmax,
+                H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BP: tl.constexpr):
+    """The pending factors of row ``i_r`` (``n = min(pending_len[r], Tmax)`` of bank ``read_bank[r]``)
+    for the fold of :func:`_state_products` (the closed form of DeltaConstruct, ALGORITHMS.md §2,
+    ``reference.recover_ref``): ``M' = e^{sum_{u<n} g_u} M + sum_u c_u v~_u k^_u^T`` with
+    ``c_u = exp(sum_{u<i<n} g_i)``. Returns ``(p_kp, mp, b_vp, eGp)``: ``[BP, 1]`` pointers to key 0 of
+    the pending ``k^`` rows and their mask ``u < n`` (``[BP]``), the tile's ``c_u v~_u`` columns
+    (``[BV, BP]`` fp32, zero for ``u >= n``) and ``e^{sum g}`` (scalar). Decay sums are summed
+    directly over same-sign terms (no differences of cumulative sums)."""
+    n = tl.minimum(tl.load(pending_len + i_r).to(tl.int32), Tmax)
+    base = (slot * 2 + tl.load(read_bank + i_r).to(tl.int64)) * Tmax
+    o_p = tl.arange(0, BP)
+    mp = o_p < n
+    b_gp = tl.load(bank_g + (base + o_p) * HV + i_hv, mask=mp, other=0.0)
+    # [u, i]: g_i for u < i (< n: masked g are 0)
+    tail = tl.sum(tl.where(o_p[None, :] > o_p[:, None], b_gp[None, :], 0.0), 1)
+    eGp = tl.exp(tl.sum(b_gp, 0))
+    b_vp = tl.load(bank_v + ((base + o_p[None, :]) * HV + i_hv) * V + o_v[:, None], mask=mv[:, None] & mp[None, :],
+                   other=0.0)
+    b_vp = b_vp * tl.where(mp, tl.exp(tail), 0.0)[None, :]
+    p_kp = bank_k + ((base + o_p[:, None]) * H + i_h) * K
+    return p_kp, mp, b_vp, eGp
+
+
+@triton.jit
 def _state_products(p_st, p_kT, p_qT, mv, mt, K, KC: tl.constexpr, NKC: tl.constexpr, BV: tl.constexpr,
-                    BT: tl.constexpr, PREC: tl.constexpr):
+                    BT: tl.constexpr, PREC: tl.constexpr, FOLD: tl.constexpr = False, p_kp=None, mp=None,
+                    b_vp=None, eGp=None):
     """``(M k_t, M q_t)`` for the window rows ``t`` (``[BV, BT]`` fp32 each) in one pass over
     ``[BV, KC]`` chunks of the state tile (``p_st``: ``[BV, 1]`` row pointers), tensor-core dots;
-    ``p_kT`` / ``p_qT``: ``[1, BT]`` pointers to key 0 of each row's k / q (unit key stride)."""
+    ``p_kT`` / ``p_qT``: ``[1, BT]`` pointers to key 0 of each row's k / q (unit key stride).
+    ``FOLD``: each chunk first takes the pending factors (:func:`_fold_setup`'s ``p_kp, mp, b_vp,
+    eGp``), ``M' = eGp M + b_vp K_p`` (a ``[BV, BP] x [BP, KC]`` dot), is stored back (the committed
+    state, written once) and the products use ``M'``: the deferred commit in the verify's own state
+    pass instead of a recover launch's read and write."""
     o_c = tl.arange(0, KC)
     b_mk = tl.zeros([BV, BT], dtype=tl.float32)
     b_mq = tl.zeros([BV, BT], dtype=tl.float32)
@@ -361,6 +404,10 @@ def _state_products(p_st, p_kT, p_qT, mv, mt, K, KC: tl.constexpr, NKC: tl.const
         mk = o_k < K
         mh = mv[:, None] & mk[None, :]
         b_h = tl.load(p_st + o_k[None, :], mask=mh, other=0.0)  # [BV, KC]
+        if FOLD:
+            b_kp = tl.load(p_kp + o_k[None, :], mask=mp[:, None] & mk[None, :], other=0.0)  # [BP, KC]
+            b_h = b_h * eGp + _mm(b_vp, b_kp, PREC)
+            tl.store(p_st + o_k[None, :], b_h, mask=mh)
         mkt = mk[:, None] & mt[None, :]  # [KC, BT]: q / k loaded transposed (dot B operands)
         b_qT = tl.load(p_qT + o_k[:, None], mask=mkt, other=0.0).to(tl.float32)
         b_kT = tl.load(p_kT + o_k[:, None], mask=mkt, other=0.0).to(tl.float32)
@@ -398,11 +445,12 @@ def _chain_ut_kernel(
     state, slots, cu_seqlens,
     bank_v, write_bank,
     qk_s, mat_s, vec_s, mm_s, sc_s,
+    bank_k, bank_vr, bank_g, read_bank, pending_len,
     Tmax, sv,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     KC: tl.constexpr, NKC: tl.constexpr,
     BV: tl.constexpr, BT: tl.constexpr,
-    HAS_BANK: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr,
+    HAS_BANK: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr, FOLD: tl.constexpr, BP: tl.constexpr,
 ):
     """Per ``(V-tile, value head, row)``: the state part of the window (see the module docstring).
     ``SPLIT``: the products ``M k``, ``M q`` of the raw q / k come from ``mm_s``
@@ -419,8 +467,15 @@ def _chain_ut_kernel(
         b_mk = tl.load(p_mm, mask=mvt, other=0.0) * tl.load(p_sc)[None, :]
         b_mq = tl.load(p_mm + V * BT, mask=mvt, other=0.0) * tl.load(p_sc + BT)[None, :]
     else:
-        # ---- one pass over K-chunks of the slot's state M: M k^, M q^ (tensor cores) ----
-        b_mk, b_mq = _state_products(p_st, p_qk + BT * K, p_qk, mv, mt, K, KC, NKC, BV, BT, PREC)
+        # ---- one pass over K-chunks of the slot's state M: M k^, M q^ (tensor cores); FOLD: the
+        # pending factors folded into each chunk first, the committed state written back ----
+        if FOLD:
+            p_kp, mp, b_vp, eGp = _fold_setup(bank_k, bank_vr, bank_g, read_bank, pending_len, slot, i_r, i_hv,
+                                              i_h, o_v, mv, Tmax, H, HV, K, V, BP)
+            b_mk, b_mq = _state_products(p_st, p_qk + BT * K, p_qk, mv, mt, K, KC, NKC, BV, BT, PREC,
+                                         True, p_kp, mp, b_vp, eGp)
+        else:
+            b_mk, b_mq = _state_products(p_st, p_qk + BT * K, p_qk, mv, mt, K, KC, NKC, BV, BT, PREC)
     p_m = mat_s + (i_r * HV + i_hv) * (2 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
     # ---- the window on [BV, BT] tiles (ALGORITHMS.md §4, chain mask) ----
     b_Ti = tl.load(p_m)
@@ -443,17 +498,25 @@ def _chain_ut_kernel(
 @triton.jit
 def _ut_products_kernel(
     q, k, state, slots, cu_seqlens, mm_s, sq, sk,
+    bank_k, bank_v, bank_g, read_bank, pending_len, Tmax,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     KC: tl.constexpr, NKC: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr,
+    FOLD: tl.constexpr, BP: tl.constexpr,
 ):
     """Per ``(V-tile, value head, row)`` of the split launch: ``M k_t`` and ``M q_t`` of the *raw*
     (not l2-normalised, unscaled) window rows ``t < T`` against the slot's state ``M`` (one pass over
     ``[BV, KC]`` chunks, tensor-core dots as :func:`_chain_ut_kernel`), to ``mm_s[r, hv, 0/1]``
-    (``[V, BT]`` fp32; columns ``t >= T`` zero). Needs nothing of the prep kernel, so it runs beside it."""
+    (``[V, BT]`` fp32; columns ``t >= T`` zero). Needs nothing of the prep kernel, so it runs beside it.
+    ``FOLD``: the pending factors are folded into the state first (:func:`_state_products`)."""
     i_r, i_hv, i_h, slot, o_v, mv, o_t, mt, i_t = _ut_vtile(cu_seqlens, slots, H, HV, V, BV, BT)
     p_st = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K
-    b_mk, b_mq = _state_products(p_st, k + i_t[None, :] * sk + i_h * K, q + i_t[None, :] * sq + i_h * K,
-                                 mv, mt, K, KC, NKC, BV, BT, PREC)
+    p_kT, p_qT = k + i_t[None, :] * sk + i_h * K, q + i_t[None, :] * sq + i_h * K
+    if FOLD:
+        p_kp, mp, b_vp, eGp = _fold_setup(bank_k, bank_v, bank_g, read_bank, pending_len, slot, i_r, i_hv, i_h,
+                                          o_v, mv, Tmax, H, HV, K, V, BP)
+        b_mk, b_mq = _state_products(p_st, p_kT, p_qT, mv, mt, K, KC, NKC, BV, BT, PREC, True, p_kp, mp, b_vp, eGp)
+    else:
+        b_mk, b_mq = _state_products(p_st, p_kT, p_qT, mv, mt, K, KC, NKC, BV, BT, PREC)
     p_mm = mm_s + (i_r * HV + i_hv) * (2 * V * BT) + o_v[:, None] * BT + o_t[None, :]
     m2 = mv[:, None] & (o_t[None, :] < BT)
     tl.store(p_mm, b_mk, mask=m2)
@@ -575,14 +638,17 @@ def _launch_ut(
         side.wait_stream(torch.cuda.current_stream(v.device))
         with torch.cuda.stream(side):
             prep()
-    if has_pending:  # deferred commit of the pending factors: the recover kernel, then verify
+    fold = has_pending and ut_fold(parents is not None)
+    BP = max(16, triton.next_power_of_2(tmax))
+    fold_args = (bank_k, bank_v, bank_g, read_bank, pending_len) if fold else (dummy, dummy, dummy, slots, slots)
+    if has_pending and not fold:  # deferred commit of the pending factors: the recover kernel, then verify
         _tr.recover(state, slots[:R], bank_k, bank_v, bank_g, read_bank[:R], pending_len[:R])
     if not split:
         prep()
     else:
         _ut_products_kernel[grid](
-            q, k, state, slots, cu_seqlens, mm_s, q.stride(0), k.stride(0),
-            H=H, HV=HV, K=K, V=V, KC=KC, NKC=BK // KC, BV=BV, BT=bt, PREC=prec,
+            q, k, state, slots, cu_seqlens, mm_s, q.stride(0), k.stride(0), *fold_args, tmax,
+            H=H, HV=HV, K=K, V=V, KC=KC, NKC=BK // KC, BV=BV, BT=bt, PREC=prec, FOLD=fold, BP=BP,
             num_warps=nw, num_stages=ns,
         )
         if side is None:
@@ -594,9 +660,10 @@ def _launch_ut(
         state, slots, cu_seqlens,
         bank_v if has_bank else dummy, wb_,
         qk_s, mat_s, vec_s, mm_s, sc_s,
+        *fold_args,
         tmax, v.stride(0),
         H=H, HV=HV, K=K, V=V, KC=KC, NKC=BK // KC, BV=BV, BT=bt,
-        HAS_BANK=has_bank, PREC=prec, SPLIT=split,
+        HAS_BANK=has_bank, PREC=prec, SPLIT=split, FOLD=fold and not split, BP=BP,
         num_warps=nw, num_stages=ns,
     )
     return o
