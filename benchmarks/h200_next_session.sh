@@ -53,6 +53,21 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s38d)  # (after s38c) on an H200, s37g (the batch-1 2.2x, K = 6 / 7, within the device time left); else the fold's
+        # rule (UT_FOLD auto: launches that are not split, 16-token chunks) against the fold off once more: trees of
+        # 16 nodes at batch 16-128 (new rows) and the chain steps of s38c (timeouts 2 x 90 + 2 x 90 = 360 s)
+      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s37g; fi
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      for F in 0 auto; do
+        VLLM_SPECLA_UT_FOLD=$F timeout 90 python benchmarks/bench_tree.py --batches 16,32,64,128 --nodes 16 \
+            --trees binary --shapes 8x256x256,6x256x512 --pending 3 --budget-s 75 \
+            --out "$OUT/tree_s38d_fold$F.json" 2>&1 | grep -E "^B=|^--" | sed "s|^|fold$F |"
+      done
+      for F in 0 auto; do
+        VLLM_SPECLA_UT_FOLD=$F timeout 90 python benchmarks/bench_commit_cuda.py --impls ut --batches 32,128 \
+            --replays 20 --out "$OUT/commit_s38d_fold$F.json" 2>&1 | tail -6 | sed "s|^|fold$F |"
+      done
+      ;;
   s38c)  # (after s38b: with 3 pending factors a tree launch reads and writes the state in the recover kernel, then
         # reads it again for the products: 39.5 us at batch 8 on map's heads against 24.2 with nothing pending, s37f)
         # on an H200, s36b; else the pending factors folded into the UT kernel's state pass (UT_FOLD: the committed

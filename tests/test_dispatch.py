@@ -245,6 +245,26 @@ def test_ut_split_and_solve_forms(monkeypatch):
         ut.ut_forms(8, tree=True)
 
 
+def test_ut_fold_rule(monkeypatch):
+    """Where the UT launch folds the pending factors into its state pass (``triton_chain_ut.ut_fold``,
+    ``UT_FOLD``): by default launches that are not split with 16-token chunks (the rows measured faster
+    on the H100, session 38), not split launches or 32-node chunks; the switch forces it on / off; a
+    bad value names the variable and the allowed values."""
+    from vllm_specla.ops import triton_chain_ut as ut
+
+    monkeypatch.setattr(ut, "UT_FOLD", "auto")
+    assert ut.ut_fold(split=False, bt=16)
+    assert not ut.ut_fold(split=True, bt=16)
+    assert not ut.ut_fold(split=False, bt=32)
+    monkeypatch.setattr(ut, "UT_FOLD", "1")
+    assert ut.ut_fold(split=True, bt=32)
+    monkeypatch.setattr(ut, "UT_FOLD", "0")
+    assert not ut.ut_fold(split=False, bt=16)
+    monkeypatch.setattr(ut, "UT_FOLD", "on")
+    with pytest.raises(ValueError, match=r"VLLM_SPECLA_UT_FOLD='on'.*0, 1, auto"):
+        ut.ut_fold(split=False, bt=16)
+
+
 def test_skinny_gemm_rule_and_route(monkeypatch):
     """``fused.linear``'s skinny-GEMM rule (``fused._skinny_takes``; the ``_on_gpu`` seam points it at
     CPU tensors): once built, bf16 / fp16 GEMMs of 2..``SKINNY_MAX_M`` dense rows with ``K % 8 == 0``

@@ -26,9 +26,14 @@ Shapes and dtypes (``ops/__init__.py``)::
 
 Per launch:
 
-0. pending factors (``pending_len``, bank ``read_bank``) are committed by
-   :func:`vllm_specla.ops.triton_recover.recover` (one state read + write). Folding them inside the
-   UT kernel was measured 1.15-1.3x slower on the H200 (benchmarks/RESULTS.md "Session 3");
+0. pending factors (``pending_len``, bank ``read_bank``) are committed either by
+   :func:`vllm_specla.ops.triton_recover.recover` (one state read + write) before the launch, or
+   folded into step 2's state pass (:data:`UT_FOLD`: each ``[BV, KC]`` chunk takes the closed form
+   of DeltaConstruct as a ``[BV, P] x [P, KC]`` dot and is written back; two state passes instead of
+   three). A first fold form (session 3, the serial flush inside the kernel) was 1.15-1.3x slower on
+   the H200 (benchmarks/RESULTS.md "Session 3"); this one was 2-13 % faster on the H100 for
+   launches that are not split and have 16-token chunks, slower for the others (session 38), and is
+   untested on the H200;
 1. ``_ut_prep_kernel``, one program per ``(value head, row)``: everything that does not touch the
    state. Norms and the Gram products ``K K^T``, ``Q K^T`` (tensor-core dots over ``KG``-column
    chunks of the raw q/k; the l2norm, eps 1e-6 as fla, and the q scale applied afterwards), the
@@ -114,8 +119,15 @@ UT_SPLIT_MAX_PAIRS = 64
 # Deferred commit inside the verify's state pass: the pending factors are folded into each [BV, KC]
 # chunk of the state as it is read (M' = e^{sum g} M + sum_u c_u v~_u k^_u^T, a [BV, P] x [P, KC]
 # tensor-core dot), the committed chunk is written back and the products use it: one state read and
-# one write instead of the recover launch's read and write plus the verify's read. "1" for trees and
-# chains, "0" never (the recover kernel first), "auto" (the default) trees only (VLLM_SPECLA_UT_FOLD).
+# one write instead of the recover launch's read and write plus the verify's read. "1" always, "0"
+# never (the recover kernel first), "auto" (the default) for launches that are not split (more than
+# UT_SPLIT_MAX_PAIRS pairs, or chains) with 16-token chunks (VLLM_SPECLA_UT_FOLD). Measured on the H100
+# (RESULTS.md session 38, 3 pending factors, graph-timed, one run each): those launches were faster
+# with the fold in all 6 rows, chain steps T = 5 at B = 32 / 128 (benchmarks/commit_h100_s38c_fold*.json:
+# 147.5 -> 143.7 / 502.4 -> 491.2 us, 6x256x512; 116.0 -> 104.9 / 352.5 -> 340.5, 8x256x256) and
+# 16-node trees at B = 32 (tree_h100_s38c_fold*.json: 157.6 -> 147.7 / 127.1 -> 110.0 us); split launches
+# (B = 8 trees: 48.7 -> 56.9 / 37.0 -> 40.3 at 16 nodes, 72.4 -> 77.3 / 55.9 -> 70.5 at 32) and 32-node
+# chunks at B = 32 (222.2 -> 230.9 / 172.6 -> 174.6) were slower, batch 1-4 trees within -9 / +5 %.
 UT_FOLD = os.environ.get("VLLM_SPECLA_UT_FOLD", "auto")
 _UT_MODES = {"UT_SOLVE": ("loop", "dot", "auto"), "UT_SPLIT": ("0", "1", "auto"), "UT_FOLD": ("0", "1", "auto")}
 
@@ -140,12 +152,13 @@ def ut_forms(pairs: int, tree: bool) -> tuple[bool, bool]:
     split = (split_mode == "1" or (split_mode == "auto" and tree)) and pairs <= UT_SPLIT_MAX_PAIRS
     return split, solve_mode == "dot" or (solve_mode == "auto" and tree)
 
-def ut_fold(tree: bool) -> bool:
+def ut_fold(split: bool, bt: int) -> bool:
     """Whether a UT launch with pending factors folds them in its state pass (:data:`UT_FOLD`) instead
-    of launching the recover kernel first; ``tree``: the window is a draft tree. Shape-only (CUDA-graph
-    safe). Raises ``ValueError`` for a switch value outside the allowed ones."""
+    of launching the recover kernel first; ``split``: the launch takes the split form
+    (:func:`ut_forms`), ``bt``: its window chunk (16 or 32). Shape-only (CUDA-graph safe). Raises
+    ``ValueError`` for a switch value outside the allowed ones."""
     mode = _ut_mode("UT_FOLD")
-    return mode == "1" or (mode == "auto" and tree)
+    return mode == "1" or (mode == "auto" and not split and bt == BT)
 
 # (BV, num_warps, KC, num_stages) of every UT launch. KC: key-dim chunk in which the [BV, K] state tile
 # is streamed through registers (the tile is never whole in registers); num_stages > 1 lets Triton
@@ -638,7 +651,7 @@ def _launch_ut(
         side.wait_stream(torch.cuda.current_stream(v.device))
         with torch.cuda.stream(side):
             prep()
-    fold = has_pending and ut_fold(parents is not None)
+    fold = has_pending and ut_fold(split, bt)
     BP = max(16, triton.next_power_of_2(tmax))
     fold_args = (bank_k, bank_v, bank_g, read_bank, pending_len) if fold else (dummy, dummy, dummy, slots, slots)
     if has_pending and not fold:  # deferred commit of the pending factors: the recover kernel, then verify
