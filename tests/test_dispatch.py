@@ -247,22 +247,29 @@ def test_ut_split_and_solve_forms(monkeypatch):
 
 def test_ut_fold_rule(monkeypatch):
     """Where the UT launch folds the pending factors into its state pass (``triton_chain_ut.ut_fold``,
-    ``UT_FOLD``): by default launches that are not split with 16-token chunks (the rows measured faster
-    on the H100, session 38), not split launches or 32-node chunks; the switch forces it on / off; a
-    bad value names the variable and the allowed values."""
+    ``UT_FOLD``): by default launches that are not split, with 16-token chunks and at least
+    ``UT_FOLD_MIN_STATE_BYTES`` (64 MiB) of state (the rows measured faster on the H100, session 38:
+    from B = 32 on both GDN-1.3B head shapes, not at B = 16), not split launches or 32-node chunks;
+    the switch forces it on / off; a bad value names the variable and the allowed values."""
     from vllm_specla.ops import triton_chain_ut as ut
 
+    def state(B, HV, V, K=256):
+        return B * HV * V * K * 4
+
     monkeypatch.setattr(ut, "UT_FOLD", "auto")
-    assert ut.ut_fold(split=False, bt=16)
-    assert not ut.ut_fold(split=True, bt=16)
-    assert not ut.ut_fold(split=False, bt=32)
+    assert ut.ut_fold(split=False, bt=16, state_bytes=state(32, 8, 256))  # 8x256x256, B = 32: 64 MiB
+    assert ut.ut_fold(split=False, bt=16, state_bytes=state(32, 6, 512))
+    assert not ut.ut_fold(split=False, bt=16, state_bytes=state(16, 6, 512))  # 48 MiB: in the L2
+    assert not ut.ut_fold(split=False, bt=16, state_bytes=state(31, 8, 256))
+    assert not ut.ut_fold(split=True, bt=16, state_bytes=state(128, 8, 256))
+    assert not ut.ut_fold(split=False, bt=32, state_bytes=state(128, 8, 256))
     monkeypatch.setattr(ut, "UT_FOLD", "1")
-    assert ut.ut_fold(split=True, bt=32)
+    assert ut.ut_fold(split=True, bt=32, state_bytes=1)
     monkeypatch.setattr(ut, "UT_FOLD", "0")
-    assert not ut.ut_fold(split=False, bt=16)
+    assert not ut.ut_fold(split=False, bt=16, state_bytes=state(256, 8, 256))
     monkeypatch.setattr(ut, "UT_FOLD", "on")
     with pytest.raises(ValueError, match=r"VLLM_SPECLA_UT_FOLD='on'.*0, 1, auto"):
-        ut.ut_fold(split=False, bt=16)
+        ut.ut_fold(split=False, bt=16, state_bytes=state(32, 8, 256))
 
 
 def test_skinny_gemm_rule_and_route(monkeypatch):

@@ -32,8 +32,8 @@ Per launch:
    of DeltaConstruct as a ``[BV, P] x [P, KC]`` dot and is written back; two state passes instead of
    three). A first fold form (session 3, the serial flush inside the kernel) was 1.15-1.3x slower on
    the H200 (benchmarks/RESULTS.md "Session 3"); this one was 2-13 % faster on the H100 for
-   launches that are not split and have 16-token chunks, slower for the others (session 38), and is
-   untested on the H200;
+   launches that are not split, have 16-token chunks and read more state than the L2 holds, slower
+   or even for the others (session 38), and is untested on the H200;
 1. ``_ut_prep_kernel``, one program per ``(value head, row)``: everything that does not touch the
    state. Norms and the Gram products ``K K^T``, ``Q K^T`` (tensor-core dots over ``KG``-column
    chunks of the raw q/k; the l2norm, eps 1e-6 as fla, and the q scale applied afterwards), the
@@ -121,14 +121,19 @@ UT_SPLIT_MAX_PAIRS = 64
 # tensor-core dot), the committed chunk is written back and the products use it: one state read and
 # one write instead of the recover launch's read and write plus the verify's read. "1" always, "0"
 # never (the recover kernel first), "auto" (the default) for launches that are not split (more than
-# UT_SPLIT_MAX_PAIRS pairs, or chains) with 16-token chunks (VLLM_SPECLA_UT_FOLD). Measured on the H100
-# (RESULTS.md session 38, 3 pending factors, graph-timed, one run each): those launches were faster
-# with the fold in all 6 rows, chain steps T = 5 at B = 32 / 128 (benchmarks/commit_h100_s38c_fold*.json:
-# 147.5 -> 143.7 / 502.4 -> 491.2 us, 6x256x512; 116.0 -> 104.9 / 352.5 -> 340.5, 8x256x256) and
-# 16-node trees at B = 32 (tree_h100_s38c_fold*.json: 157.6 -> 147.7 / 127.1 -> 110.0 us); split launches
-# (B = 8 trees: 48.7 -> 56.9 / 37.0 -> 40.3 at 16 nodes, 72.4 -> 77.3 / 55.9 -> 70.5 at 32) and 32-node
-# chunks at B = 32 (222.2 -> 230.9 / 172.6 -> 174.6) were slower, batch 1-4 trees within -9 / +5 %.
+# UT_SPLIT_MAX_PAIRS pairs, or chains), have 16-token chunks and read at least UT_FOLD_MIN_STATE_BYTES
+# of state (VLLM_SPECLA_UT_FOLD). Measured on the H100 (RESULTS.md session 38, 3 pending factors,
+# graph-timed, fold off -> on; benchmarks/commit_h100_s38{c,d}_fold*.json, tree_h100_s38{c,d}_fold*.json):
+# chain steps T = 5 at B = 32 / 128 were faster in both runs (147.5 -> 143.7-143.8 / 502.4 -> 491.1-491.2
+# us, 6x256x512; 116.0 -> 104.9-105.1 / 352.5-352.8 -> 340.5-340.6, 8x256x256), and so were 16-node trees
+# from B = 32 on (B = 32: 157.5-157.6 -> 147.7 / 158.0, 127.1-128.2 -> 110.0-116.0; B = 64: 287.3 -> 280.6,
+# 215.3 -> 204.9; B = 128: 547.8 -> 537.3, 409.4 -> 394.7). Below, where the state (B = 16: 48 / 32 MiB)
+# stays in the 50 MB L2 and the saved pass costs little, the fold's extra work per chunk showed: B = 16
+# trees 87.0 -> 98.1 (6x256x512) / 65.4 -> 64.8 us; so did split launches (B = 8 trees: 48.7 -> 56.9 /
+# 37.0 -> 40.3 at 16 nodes, 72.4 -> 77.3 / 55.9 -> 70.5 at 32) and 32-node chunks at B = 32
+# (222.2 -> 230.9 / 172.6 -> 174.6); batch 1-4 trees moved within -9 / +5 %.
 UT_FOLD = os.environ.get("VLLM_SPECLA_UT_FOLD", "auto")
+UT_FOLD_MIN_STATE_BYTES = 64 << 20
 _UT_MODES = {"UT_SOLVE": ("loop", "dot", "auto"), "UT_SPLIT": ("0", "1", "auto"), "UT_FOLD": ("0", "1", "auto")}
 
 
@@ -152,13 +157,14 @@ def ut_forms(pairs: int, tree: bool) -> tuple[bool, bool]:
     split = (split_mode == "1" or (split_mode == "auto" and tree)) and pairs <= UT_SPLIT_MAX_PAIRS
     return split, solve_mode == "dot" or (solve_mode == "auto" and tree)
 
-def ut_fold(split: bool, bt: int) -> bool:
+def ut_fold(split: bool, bt: int, state_bytes: int) -> bool:
     """Whether a UT launch with pending factors folds them in its state pass (:data:`UT_FOLD`) instead
     of launching the recover kernel first; ``split``: the launch takes the split form
-    (:func:`ut_forms`), ``bt``: its window chunk (16 or 32). Shape-only (CUDA-graph safe). Raises
-    ``ValueError`` for a switch value outside the allowed ones."""
+    (:func:`ut_forms`), ``bt``: its window chunk (16 or 32), ``state_bytes``: the state its rows read
+    (rows x HV x V x K x 4; "auto" folds from :data:`UT_FOLD_MIN_STATE_BYTES`). Shape-only (CUDA-graph
+    safe). Raises ``ValueError`` for a switch value outside the allowed ones."""
     mode = _ut_mode("UT_FOLD")
-    return mode == "1" or (mode == "auto" and not split and bt == BT)
+    return mode == "1" or (mode == "auto" and not split and bt == BT and state_bytes >= UT_FOLD_MIN_STATE_BYTES)
 
 # (BV, num_warps, KC, num_stages) of every UT launch. KC: key-dim chunk in which the [BV, K] state tile
 # is streamed through registers (the tile is never whole in registers); num_stages > 1 lets Triton
@@ -651,7 +657,7 @@ def _launch_ut(
         side.wait_stream(torch.cuda.current_stream(v.device))
         with torch.cuda.stream(side):
             prep()
-    fold = has_pending and ut_fold(split, bt)
+    fold = has_pending and ut_fold(split, bt, R * HV * V * K * 4)
     BP = max(16, triton.next_power_of_2(tmax))
     fold_args = (bank_k, bank_v, bank_g, read_bank, pending_len) if fold else (dummy, dummy, dummy, slots, slots)
     if has_pending and not fold:  # deferred commit of the pending factors: the recover kernel, then verify
