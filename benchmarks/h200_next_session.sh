@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s36b on an H200 (s37g, its batch-1 half, where little device time is left); s38a as session 38's first call. Session 37 (an H100): s37a-s37d, s37f, s37h as run (s37d's "default" was the UT kernel's small config, removed after it), and s37e (in s37d's warm machine: bench_tree.py --batches 1,2,4 --nodes 16,32 --trees binary,beam4 --shapes 8x256x256,6x256x512 --pending 0, once at the default config and once with --ut-config 32/2/16/3). Session 36 (an H100 again): benchmarks/RESULTS.md "Session 36" (s35a, s35b, s36a as run). Session 35 (an H100): benchmarks/RESULTS.md "Session 35" (s32a-s32f as run, on the H100, s32a / s32b with VLLM_SPECLA_SKINNY_PRE=coherent, s32d as `VLLM_SPECLA_CPP_JIT=1 sass_pdl_check.py --build`; the .nc build, VLLM_SPECLA_SKINNY_PRE / _EARLY and --skinny-deep were removed after them, commit 32bc525 keeps them, so s32c / s32e / s32f cannot be rerun as written). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
+# README/device; the s5* / s6* / s8d-s8f calls need neither). NEXT: s36b on an H200 (s37g, its batch-1 half, where little device time is left); s38a as session 38's first call. Session 38 (an H100): benchmarks/RESULTS.md "Session 38" (s38a-s38f as run). Session 37 (an H100): s37a-s37d, s37f, s37h as run (s37d's "default" was the UT kernel's small config, removed after it), and s37e (in s37d's warm machine: bench_tree.py --batches 1,2,4 --nodes 16,32 --trees binary,beam4 --shapes 8x256x256,6x256x512 --pending 0, once at the default config and once with --ut-config 32/2/16/3). Session 36 (an H100 again): benchmarks/RESULTS.md "Session 36" (s35a, s35b, s36a as run). Session 35 (an H100): benchmarks/RESULTS.md "Session 35" (s32a-s32f as run, on the H100, s32a / s32b with VLLM_SPECLA_SKINNY_PRE=coherent, s32d as `VLLM_SPECLA_CPP_JIT=1 sass_pdl_check.py --build`; the .nc build, VLLM_SPECLA_SKINNY_PRE / _EARLY and --skinny-deep were removed after them, commit 32bc525 keeps them, so s32c / s32e / s32f cannot be rerun as written). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
 # as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them; s29e's out_dtype
 # after it, commit 637b841). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
@@ -53,6 +53,19 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s38f)  # (as run in a warm H100 left by s36b) the fold end to end: batch 64, K = 4, a 2-wide tree, both shapes, the
+        # fold off, then the default (timeouts 2 x 150 s)
+      for F in 0 auto; do
+        VLLM_SPECLA_UT_FOLD=$F timeout 150 python benchmarks/bench_e2e.py --shapes map,flame --batches 64 --ks 4 \
+            --alphas 0.8 --snapshot-ks "" --tree-widths 2 --tag s38f_fold$F --out "$OUT/e2e_s38f.jsonl" 2>&1 \
+            | grep "^{" | python -c "$S" | sed "s|^|fold$F |"
+      done
+      ;;
+  s38e)  # (as run in a warm H100 left by s36b) the decode runtime's and the tree kernels' GPU tests at the fold's final
+        # rule (timeout 250 s)
+      timeout 250 python -m pytest -q -x tests/test_decode_runtime_gpu.py tests/test_tree_hld_gpu.py > "$OUT/pytest_s38e.txt" 2>&1
+      echo "rc $?"; tail -5 "$OUT/pytest_s38e.txt"
+      ;;
   s38d)  # (after s38c) on an H200, s37g (the batch-1 2.2x, K = 6 / 7, within the device time left); else the fold's
         # rule (UT_FOLD auto: launches that are not split, 16-token chunks) against the fold off once more: trees of
         # 16 nodes at batch 16-128 (new rows) and the chain steps of s38c (timeouts 2 x 90 + 2 x 90 = 360 s)
