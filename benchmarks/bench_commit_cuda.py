@@ -2,7 +2,8 @@
 """Deferred (fused) commit and SpecLA step vs replay, per chain-verify kernel (issue 5 targets).
 
 For each kernel in ``--impls`` (``cuda``: the csrc CUDA op, ``_cpp.load_cuda()``; ``triton``: the
-serial Triton kernel; ``ut``: the Triton UT kernel, whose pending path is recover + verify) and
+serial Triton kernel; ``ut``: the Triton UT kernel, whose pending path is recover + verify, or
+the fold in its state pass where ``triton_chain_ut.UT_FOLD`` says: ``VLLM_SPECLA_UT_FOLD=0 / 1``) and
 each head shape and batch, in one process and on the same inputs (bf16 q/k/v as the runtime feeds
 them, fp32 state, Tmax = 8 banks: the longest window, as the runtime sizes them), microseconds per layer (CUDA graph of 21 launches, each layer
 on its own state slots, as ``bench_kernels.py``):

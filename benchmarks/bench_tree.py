@@ -345,15 +345,15 @@ def main():
                     help="force the UT kernels' config (triton_chain_ut.CONFIG_OVERRIDE), e.g. 32/2/16/3; "
                          "default: pick_config_ut's choice by shape")
     ap.add_argument("--prep-warps", type=int, default=None, metavar="W",
-                    help="force the UT prep kernel's warps at both chunks (triton_chain_ut.PREP_WARPS and "
-                         "PREP_WARPS_32); default: the module's values")
+                    help="force the UT prep kernel's warps at both chunks and in both launch forms "
+                         "(triton_chain_ut.PREP_WARPS, PREP_WARPS_SPLIT, PREP_WARPS_32); default: the module's values")
     args = ap.parse_args()
     if args.prep_warps is not None:
         if args.prep_warps not in (1, 2, 4, 8):
             ap.error(f"--prep-warps: allowed values are 1, 2, 4, 8, got {args.prep_warps}")
         from vllm_specla.ops import triton_chain_ut as ut  # noqa: PLC0415
 
-        ut.PREP_WARPS = ut.PREP_WARPS_32 = args.prep_warps
+        ut.PREP_WARPS = ut.PREP_WARPS_SPLIT = ut.PREP_WARPS_32 = args.prep_warps
     if args.ut_config:
         try:
             cfg = tuple(int(x) for x in args.ut_config.split("/"))

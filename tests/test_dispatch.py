@@ -248,8 +248,9 @@ def test_ut_split_and_solve_forms(monkeypatch):
 def test_ut_fold_rule(monkeypatch):
     """Where the UT launch folds the pending factors into its state pass (``triton_chain_ut.ut_fold``,
     ``UT_FOLD``): by default launches that are not split, with 16-token chunks and at least
-    ``UT_FOLD_MIN_STATE_BYTES`` (64 MiB) of state (the rows measured faster on the H100, session 38:
-    from B = 32 on both GDN-1.3B head shapes, not at B = 16), not split launches or 32-node chunks;
+    ``UT_FOLD_MIN_STATE_BYTES`` (64 MiB) of state (from B = 32 on both GDN-1.3B head shapes: the
+    measured H100 rows of session 38 that the fold helped or left even, not B = 16, where one row lost
+    13 %), not split launches or 32-node chunks;
     the switch forces it on / off; a bad value names the variable and the allowed values."""
     from vllm_specla.ops import triton_chain_ut as ut
 

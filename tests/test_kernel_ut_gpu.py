@@ -55,9 +55,10 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def solve(request, monkeypatch):
     """Every test with both forms of the prep kernel's (I + A)^-1 (``UT_SOLVE``): forward
     substitution (the chains' default) and the blocked log-depth form (the trees'), and both forms
-    of the deferred commit (``UT_FOLD``): the recover kernel first (chains) and the pending factors
-    folded into the verify's state pass (trees). The two switches change different kernels (prep /
-    state pass), so pairing them covers each form of each at no extra test time."""
+    of the deferred commit (``UT_FOLD``): the recover kernel first and the pending factors folded into
+    the verify's state pass (by default from 64 MiB of state, launches that are not split, 16-token
+    chunks; ``test_ut_fold_auto_wiring`` runs the default). The two switches change different kernels
+    (prep / state pass), so pairing them covers each form of each at no extra test time."""
     if HAVE_CUDA or INTERPRET:
         monkeypatch.setattr(ut, "UT_SOLVE", request.param[0])
         monkeypatch.setattr(ut, "UT_FOLD", request.param[1])
@@ -434,6 +435,46 @@ def test_ut_minus_inf_decay():
         assert rel(o2, o1) < TOL and rel(s2, s1) < TOL  # finite: rel() checks
         assert rel(b2[0], b1[0]) < TOL and rel(b2[1], b1[1]) < TOL
         assert torch.equal(b2[2], b1[2])  # the g factors, -inf included
+
+
+def test_ut_fold_edges(monkeypatch):
+    """The pending fold (``UT_FOLD=1``) at its edges, chain and tree: more pending factors than the
+    bank holds (clamped to ``Tmax``, as the reference), a log decay of -inf among the pending ones, and
+    a row with nothing pending next to rows that have some; outputs, state and banks as the reference."""
+    monkeypatch.setattr(ut, "UT_FOLD", "1")
+    rng = random.Random(21)
+    c = Case((2, 4, 32, 48), [5, 9, 3], seed=81, Tmax=4, pend=[7, 0, 2])
+    c.bank_g[c.slots[0], c.read_bank[0], 1, 2] = float("-inf")
+    c.bank_g[c.slots[2], c.read_bank[2], 0, 0] = float("-inf")
+    c.lens = [4, 4, 3]  # windows within the 4-position bank
+    c.cu = torch.tensor([0, 4, 8, 11], dtype=torch.int32, device=DEV)
+    n = 11
+    c.q, c.k, c.v, c.g, c.beta = (x[:n] for x in (c.q, c.k, c.v, c.g, c.beta))
+    for (o1, s1, b1), (o2, s2, b2) in (run_both(c, pending=True, final=False),
+                                       run_tree(c, _trees(rng, c.lens), pending=True)):
+        assert rel(o2, o1) < TOL and rel(s2, s1) < TOL  # finite: rel() checks
+        assert rel(b2[0], b1[0]) < TOL and rel(b2[1], b1[1]) < TOL
+        assert torch.equal(b2[2], b1[2])  # the g factors, -inf included
+
+
+def test_ut_fold_auto_wiring(monkeypatch):
+    """``UT_FOLD=auto`` as launched: a chain launch that is not split folds (no recover launch) once its
+    state reaches ``UT_FOLD_MIN_STATE_BYTES``, and not below it; a split tree launch runs the recover
+    kernel first. Each result equals the reference."""
+    monkeypatch.setattr(ut, "UT_FOLD", "auto")
+    calls = []
+    real = ut._tr.recover
+    monkeypatch.setattr(ut._tr, "recover", lambda *a, **kw: (calls.append(1), real(*a, **kw))[1])
+    c = Case((2, 4, 32, 48), [5, 9], seed=82, pend=[2, 3])
+    monkeypatch.setattr(ut, "UT_FOLD_MIN_STATE_BYTES", 0)
+    check(*run_both(c, pending=True, final=False))
+    assert calls == []  # folded
+    monkeypatch.setattr(ut, "UT_FOLD_MIN_STATE_BYTES", 1 << 62)
+    check(*run_both(c, pending=True, final=False))
+    assert calls == [1]  # below the threshold: recover first
+    monkeypatch.setattr(ut, "UT_FOLD_MIN_STATE_BYTES", 0)
+    check(*run_tree(c, _trees(random.Random(3), c.lens), pending=True))  # 2 rows x 4 heads: split
+    assert calls == [1, 1]
 
 
 def test_ut_tree_forced_dispatch_without_bank_takes_the_tree_size(monkeypatch):

@@ -130,7 +130,7 @@ def solve_ab(a):
 def sweep(a):
     recs = []
     print(f"{'B':>4} {'N':>3} {'what':>16} {'prep us':>8} {'V-tile us':>9} {'other us':>8}")
-    w16, w32, prec0 = ut.PREP_WARPS, ut.PREP_WARPS_32, ut.DOT_PRECISION
+    w16, wsp, w32, prec0 = ut.PREP_WARPS, ut.PREP_WARPS_SPLIT, ut.PREP_WARPS_32, ut.DOT_PRECISION
     for p in filter(None, a.precisions.split(",")):
         if p not in ut._PREC_CODE:
             sys.exit(f"--precisions: {p!r} is not one of {', '.join(ut._PREC_CODE)}")
@@ -141,11 +141,12 @@ def sweep(a):
             for what in ["default"] + [f"cfg {c}" for c in a.configs.split(",")] + [
                     f"prep_warps {w}" for w in filter(None, a.prep_warps.split(","))] + [
                     f"prec {p}" for p in filter(None, a.precisions.split(","))]:
-                ut.CONFIG_OVERRIDE, ut.PREP_WARPS, ut.PREP_WARPS_32, ut.DOT_PRECISION = None, w16, w32, prec0
+                ut.CONFIG_OVERRIDE, ut.PREP_WARPS, ut.PREP_WARPS_SPLIT, ut.PREP_WARPS_32, ut.DOT_PRECISION = (
+                    None, w16, wsp, w32, prec0)
                 if what.startswith("cfg"):
                     ut.CONFIG_OVERRIDE = tuple(int(v) for v in what.split()[1].split("/"))
                 elif what.startswith("prep_warps"):
-                    ut.PREP_WARPS = ut.PREP_WARPS_32 = int(what.split()[1])
+                    ut.PREP_WARPS = ut.PREP_WARPS_SPLIT = ut.PREP_WARPS_32 = int(what.split()[1])
                 elif what.startswith("prec"):
                     ut.DOT_PRECISION = what.split()[1]
                 try:
@@ -159,7 +160,8 @@ def sweep(a):
                                  gpu=torch.cuda.get_device_name()))
                 print(f"{B:4d} {n:3d} {what:>16} {t['prep']:8.1f} {t['vtile']:9.1f} {t['other']:8.1f}   (rel {err:.1e})",
                       flush=True)
-    ut.CONFIG_OVERRIDE, ut.PREP_WARPS, ut.PREP_WARPS_32, ut.DOT_PRECISION = None, w16, w32, prec0
+    ut.CONFIG_OVERRIDE, ut.PREP_WARPS, ut.PREP_WARPS_SPLIT, ut.PREP_WARPS_32, ut.DOT_PRECISION = (
+        None, w16, wsp, w32, prec0)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(recs, f, indent=1)

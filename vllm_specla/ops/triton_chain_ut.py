@@ -31,9 +31,10 @@ Per launch:
    folded into step 2's state pass (:data:`UT_FOLD`: each ``[BV, KC]`` chunk takes the closed form
    of DeltaConstruct as a ``[BV, P] x [P, KC]`` dot and is written back; two state passes instead of
    three). A first fold form (session 3, the serial flush inside the kernel) was 1.15-1.3x slower on
-   the H200 (benchmarks/RESULTS.md "Session 3"); this one was 2-13 % faster on the H100 for
-   launches that are not split, have 16-token chunks and read more state than the L2 holds, slower
-   or even for the others (session 38), and is untested on the H200;
+   the H200 (benchmarks/RESULTS.md "Session 3"); this one, on the H100 (session 38), took chain steps
+   at B = 32 / 128 2-10 % less time and 16-node trees from B = 32 between 13.5 % less and 0.3 %
+   more, and was slower in split launches, at 32-node chunks and for one B = 16 tree (the default
+   folds only from 64 MiB of state, not split, 16-token chunks); untested on the H200;
 1. ``_ut_prep_kernel``, one program per ``(value head, row)``: everything that does not touch the
    state. Norms and the Gram products ``K K^T``, ``Q K^T`` (tensor-core dots over ``KG``-column
    chunks of the raw q/k; the l2norm, eps 1e-6 as fla, and the q scale applied afterwards), the
@@ -97,6 +98,12 @@ _PREC_CODE = {"ieee": 0, "tf32x3": 1, "tf32": 2, "bf16x3": 3}
 BT = 16  # window-token chunk of chain windows (a verify window of <= 16 tokens is one chunk); dot K-dim >= 16
 BT_TREE_MAX = 32  # trees of 17-32 nodes run with a 32-node chunk (tree_verify_ut, _pick_bt)
 PREP_WARPS = 1  # warps of the per-(row, head) prep kernel at BT = 16 (its [BT, BT] work stays in one warp)
+# ... in split launches (<= UT_SPLIT_MAX_PAIRS pairs: batch 1-8 trees), where the prep runs beside the products
+# and its latency can be on the critical path: H100, 16-node trees with 3 pending, graph-timed in one call
+# (benchmarks/tree_h100_s38a_w{default,2}.json, prep at 1 -> 2 warps): faster in 7 of 8 rows (B = 1: 21.2 -> 20.1 /
+# 21.3 -> 20.0 us, 6x256x512 / 8x256x256; B = 2-8 -0.3 to -3.9 %), +0.4 % in the eighth (6x256x512 B = 8); 4
+# warps did not help there (21.2 / 21.4 at B = 1), though they are the fastest prep alone (eager, 9.9 us)
+PREP_WARPS_SPLIT = 2
 PREP_WARPS_32 = 4  # at BT = 32 (each [32, 32] fp32 matrix is 32 registers per thread in one warp)
 PREP_KG = 32  # key-dim chunk of its Gram dots (64 spills at 1 warp)
 # How the prep kernel inverts I + A: "loop" (forward substitution, T - 2 dependent row passes) or
@@ -118,20 +125,22 @@ UT_SPLIT = os.environ.get("VLLM_SPECLA_UT_SPLIT", "auto")
 UT_SPLIT_MAX_PAIRS = 64
 # Deferred commit inside the verify's state pass: the pending factors are folded into each [BV, KC]
 # chunk of the state as it is read (M' = e^{sum g} M + sum_u c_u v~_u k^_u^T, a [BV, P] x [P, KC]
-# tensor-core dot), the committed chunk is written back and the products use it: one state read and
-# one write instead of the recover launch's read and write plus the verify's read. "1" always, "0"
-# never (the recover kernel first), "auto" (the default) for launches that are not split (more than
+# dot), the committed chunk is written back and the products use it: one state read and one write
+# instead of the recover launch's read and write plus the verify's read. "1" always, "0" never (the
+# recover kernel first), "auto" (the default) for launches that are not split (more than
 # UT_SPLIT_MAX_PAIRS pairs, or chains), have 16-token chunks and read at least UT_FOLD_MIN_STATE_BYTES
-# of state (VLLM_SPECLA_UT_FOLD). Measured on the H100 (RESULTS.md session 38, 3 pending factors,
-# graph-timed, fold off -> on; benchmarks/commit_h100_s38{c,d}_fold*.json, tree_h100_s38{c,d}_fold*.json):
-# chain steps T = 5 at B = 32 / 128 were faster in both runs (147.5 -> 143.7-143.8 / 502.4 -> 491.1-491.2
-# us, 6x256x512; 116.0 -> 104.9-105.1 / 352.5-352.8 -> 340.5-340.6, 8x256x256), and so were 16-node trees
-# from B = 32 on (B = 32: 157.5-157.6 -> 147.7 / 158.0, 127.1-128.2 -> 110.0-116.0; B = 64: 287.3 -> 280.6,
-# 215.3 -> 204.9; B = 128: 547.8 -> 537.3, 409.4 -> 394.7). Below, where the state (B = 16: 48 / 32 MiB)
-# stays in the 50 MB L2 and the saved pass costs little, the fold's extra work per chunk showed: B = 16
-# trees 87.0 -> 98.1 (6x256x512) / 65.4 -> 64.8 us; so did split launches (B = 8 trees: 48.7 -> 56.9 /
-# 37.0 -> 40.3 at 16 nodes, 72.4 -> 77.3 / 55.9 -> 70.5 at 32) and 32-node chunks at B = 32
-# (222.2 -> 230.9 / 172.6 -> 174.6); batch 1-4 trees moved within -9 / +5 %.
+# of state (VLLM_SPECLA_UT_FOLD). Measured on the H100 (RESULTS.md session 38; graph-timed, fold off ->
+# on; benchmarks/commit_h100_s38{c,d}_fold*.json, tree_h100_s38{c,d}_fold*.json): chain steps (T = 5,
+# 5 pending) at B = 32 / 128 were faster in both runs (147.5 -> 143.7-143.8 / 502.4 -> 491.1-491.2 us,
+# 6x256x512; 116.0 -> 104.9-105.1 / 352.5-352.8 -> 340.5-340.6, 8x256x256); 16-node trees with 3 pending
+# from B = 32 on moved by -13.5 to +0.3 % (B = 32: 157.6 -> 147.7 and 157.5 -> 158.0 in two runs, 127.1 ->
+# 110.0 and 128.2 -> 116.0; B = 64: 287.3 -> 280.6, 215.3 -> 204.9; B = 128: 547.8 -> 537.3, 409.4 -> 394.7).
+# Not folded, for what was measured there: B = 16 trees (87.0 -> 98.1 us on 6x256x512, 48 MiB of state;
+# 65.4 -> 64.8 on 8x256x256, 32 MiB), split launches (B = 8 trees: 48.7 -> 56.9 / 37.0 -> 40.3 at 16
+# nodes, 72.4 -> 77.3 / 55.9 -> 70.5 at 32; B = 1-4: -8.3 to +5.6 %) and 32-node chunks at B = 32
+# (222.2 -> 230.9 / 172.6 -> 174.6). The threshold sits between the measured 48 and 64 MiB; that the
+# loss at B = 16 comes from the state fitting the H100's 50 MB L2 (the saved pass is cheap there) is a
+# guess, not measured.
 UT_FOLD = os.environ.get("VLLM_SPECLA_UT_FOLD", "auto")
 UT_FOLD_MIN_STATE_BYTES = 64 << 20
 _UT_MODES = {"UT_SOLVE": ("loop", "dot", "auto"), "UT_SPLIT": ("0", "1", "auto"), "UT_FOLD": ("0", "1", "auto")}
@@ -385,10 +394,12 @@ def _fold_setup(bank_k, bank_v, bank_g, read_bank, pending_len, slot, i_r, i_hv,
     """The pending factors of row ``i_r`` (``n = min(pending_len[r], Tmax)`` of bank ``read_bank[r]``)
     for the fold of :func:`_state_products` (the closed form of DeltaConstruct, ALGORITHMS.md §2,
     ``reference.recover_ref``): ``M' = e^{sum_{u<n} g_u} M + sum_u c_u v~_u k^_u^T`` with
-    ``c_u = exp(sum_{u<i<n} g_i)``. Returns ``(p_kp, mp, b_vp, eGp)``: ``[BP, 1]`` pointers to key 0 of
-    the pending ``k^`` rows and their mask ``u < n`` (``[BP]``), the tile's ``c_u v~_u`` columns
-    (``[BV, BP]`` fp32, zero for ``u >= n``) and ``e^{sum g}`` (scalar). Decay sums are summed
-    directly over same-sign terms (no differences of cumulative sums)."""
+    ``c_u = exp(sum_{u<i<n} g_i)``. Returns ``(p_kp, mp, b_vp, eGp, any_p)``: ``[BP, 1]`` pointers to key
+    0 of the pending ``k^`` rows and their mask ``u < n`` (``[BP]``), the tile's ``c_u v~_u`` columns
+    (``[BV, BP]`` fp32, zero for ``u >= n``), ``e^{sum g}`` (scalar) and the keys to store, ``K`` if
+    ``n > 0`` else 0 (a row with nothing pending keeps its state unwritten, as the recover kernel
+    does). Decay sums are summed directly over
+    same-sign terms (no differences of cumulative sums)."""
     n = tl.minimum(tl.load(pending_len + i_r).to(tl.int32), Tmax)
     base = (slot * 2 + tl.load(read_bank + i_r).to(tl.int64)) * Tmax
     o_p = tl.arange(0, BP)
@@ -401,20 +412,21 @@ def _fold_setup(bank_k, bank_v, bank_g, read_bank, pending_len, slot, i_r, i_hv,
                    other=0.0)
     b_vp = b_vp * tl.where(mp, tl.exp(tail), 0.0)[None, :]
     p_kp = bank_k + ((base + o_p[:, None]) * H + i_h) * K
-    return p_kp, mp, b_vp, eGp
+    return p_kp, mp, b_vp, eGp, tl.minimum(n, 1) * K
 
 
 @triton.jit
 def _state_products(p_st, p_kT, p_qT, mv, mt, K, KC: tl.constexpr, NKC: tl.constexpr, BV: tl.constexpr,
                     BT: tl.constexpr, PREC: tl.constexpr, FOLD: tl.constexpr = False, p_kp=None, mp=None,
-                    b_vp=None, eGp=None):
+                    b_vp=None, eGp=None, any_p=None):
     """``(M k_t, M q_t)`` for the window rows ``t`` (``[BV, BT]`` fp32 each) in one pass over
     ``[BV, KC]`` chunks of the state tile (``p_st``: ``[BV, 1]`` row pointers), tensor-core dots;
     ``p_kT`` / ``p_qT``: ``[1, BT]`` pointers to key 0 of each row's k / q (unit key stride).
     ``FOLD``: each chunk first takes the pending factors (:func:`_fold_setup`'s ``p_kp, mp, b_vp,
-    eGp``), ``M' = eGp M + b_vp K_p`` (a ``[BV, BP] x [BP, KC]`` dot), is stored back (the committed
-    state, written once) and the products use ``M'``: the deferred commit in the verify's own state
-    pass instead of a recover launch's read and write."""
+    eGp, any_p``: the keys to store), ``M' = eGp M + b_vp K_p`` (a ``[BV, BP] x [BP, KC]`` dot: ieee where ``PREC`` is,
+    else tf32x3 whatever ``PREC`` says, since the committed state persists), is stored back where
+    anything was pending (the committed state, written once) and the products use ``M'``: the
+    deferred commit in the verify's own state pass instead of a recover launch's read and write."""
     o_c = tl.arange(0, KC)
     b_mk = tl.zeros([BV, BT], dtype=tl.float32)
     b_mq = tl.zeros([BV, BT], dtype=tl.float32)
@@ -425,8 +437,11 @@ def _state_products(p_st, p_kT, p_qT, mv, mt, K, KC: tl.constexpr, NKC: tl.const
         b_h = tl.load(p_st + o_k[None, :], mask=mh, other=0.0)  # [BV, KC]
         if FOLD:
             b_kp = tl.load(p_kp + o_k[None, :], mask=mp[:, None] & mk[None, :], other=0.0)  # [BP, KC]
-            b_h = b_h * eGp + _mm(b_vp, b_kp, PREC)
-            tl.store(p_st + o_k[None, :], b_h, mask=mh)
+            if PREC == 0:
+                b_h = b_h * eGp + _mm(b_vp, b_kp, 0)
+            else:
+                b_h = b_h * eGp + _mm(b_vp, b_kp, 1)
+            tl.store(p_st + o_k[None, :], b_h, mask=mh & (o_k < any_p)[None, :])
         mkt = mk[:, None] & mt[None, :]  # [KC, BT]: q / k loaded transposed (dot B operands)
         b_qT = tl.load(p_qT + o_k[:, None], mask=mkt, other=0.0).to(tl.float32)
         b_kT = tl.load(p_kT + o_k[:, None], mask=mkt, other=0.0).to(tl.float32)
@@ -489,10 +504,10 @@ def _chain_ut_kernel(
         # ---- one pass over K-chunks of the slot's state M: M k^, M q^ (tensor cores); FOLD: the
         # pending factors folded into each chunk first, the committed state written back ----
         if FOLD:
-            p_kp, mp, b_vp, eGp = _fold_setup(bank_k, bank_vr, bank_g, read_bank, pending_len, slot, i_r, i_hv,
-                                              i_h, o_v, mv, Tmax, H, HV, K, V, BP)
+            p_kp, mp, b_vp, eGp, any_p = _fold_setup(bank_k, bank_vr, bank_g, read_bank, pending_len, slot, i_r,
+                                                     i_hv, i_h, o_v, mv, Tmax, H, HV, K, V, BP)
             b_mk, b_mq = _state_products(p_st, p_qk + BT * K, p_qk, mv, mt, K, KC, NKC, BV, BT, PREC,
-                                         True, p_kp, mp, b_vp, eGp)
+                                         True, p_kp, mp, b_vp, eGp, any_p)
         else:
             b_mk, b_mq = _state_products(p_st, p_qk + BT * K, p_qk, mv, mt, K, KC, NKC, BV, BT, PREC)
     p_m = mat_s + (i_r * HV + i_hv) * (2 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
@@ -531,9 +546,10 @@ def _ut_products_kernel(
     p_st = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K
     p_kT, p_qT = k + i_t[None, :] * sk + i_h * K, q + i_t[None, :] * sq + i_h * K
     if FOLD:
-        p_kp, mp, b_vp, eGp = _fold_setup(bank_k, bank_v, bank_g, read_bank, pending_len, slot, i_r, i_hv, i_h,
-                                          o_v, mv, Tmax, H, HV, K, V, BP)
-        b_mk, b_mq = _state_products(p_st, p_kT, p_qT, mv, mt, K, KC, NKC, BV, BT, PREC, True, p_kp, mp, b_vp, eGp)
+        p_kp, mp, b_vp, eGp, any_p = _fold_setup(bank_k, bank_v, bank_g, read_bank, pending_len, slot, i_r, i_hv,
+                                                 i_h, o_v, mv, Tmax, H, HV, K, V, BP)
+        b_mk, b_mq = _state_products(p_st, p_kT, p_qT, mv, mt, K, KC, NKC, BV, BT, PREC, True, p_kp, mp, b_vp, eGp,
+                                     any_p)
     else:
         b_mk, b_mq = _state_products(p_st, p_kT, p_qT, mv, mt, K, KC, NKC, BV, BT, PREC)
     p_mm = mm_s + (i_r * HV + i_hv) * (2 * V * BT) + o_v[:, None] * BT + o_t[None, :]
@@ -649,7 +665,7 @@ def _launch_ut(
             H=H, HV=HV, K=K, BK=BK, KG=min(PREP_KG, BK), BT=bt, HAS_BANK=has_bank,
             L2NORM=bool(use_qk_l2norm), PREC=prec, HAS_TREE=parents is not None,
             LOG2_BT=bt.bit_length() - 1, SOLVE_DOT=solve_dot,
-            SPLIT=split, num_warps=PREP_WARPS if bt == BT else PREP_WARPS_32,
+            SPLIT=split, num_warps=PREP_WARPS_32 if bt != BT else PREP_WARPS_SPLIT if split else PREP_WARPS,
         )
 
     side = _side_stream(v.device) if split and v.device.type == "cuda" else None
