@@ -145,12 +145,18 @@ def record(out_path, rec):
             f.write(json.dumps(rec) + "\n")
 
 
-def skip_oom(out_path, rec: dict, err: BaseException, device: str) -> None:
+def skip_oom(out_path, rec: dict, err: BaseException, note: str = "") -> bool:
     """Record the configuration ``rec`` as skipped for running out of device memory (the first line
-    of ``err``), free what the failed run left, and let the grid go on (issue 6: configurations
-    that do not fit the card are skipped and listed)."""
+    of ``err``, then ``note``) so the grid can go on (issue 6: configurations that do not fit the card
+    are skipped and listed); returns True. The caller frees the failed run after its ``except``
+    block (:func:`free_memory`): inside it the traceback still holds the run's tensors."""
     msg = (str(err).splitlines() or [""])[0][:160]
-    record(out_path, dict(rec, skipped=f"out of memory: {msg}"))
+    record(out_path, dict(rec, skipped=f"out of memory: {msg}{note}"))
+    return True
+
+
+def free_memory(device: str) -> None:
+    """Collect what a finished or failed run left and return the cached blocks to the device."""
     gc.collect()
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -174,7 +180,7 @@ def bench_shape(args, shape: str, device: str) -> None:
         L = steps * (kmax + 1) + kmax + 4
         base = dict(shape=shape, batch=B, gpu=gpu, steps=steps, prompt_len=args.prompt_len)
         # ---- AR: trace, then the timed run (every other run of this batch needs both) ----
-        ar = None
+        ar, oom = None, False
         try:
             ar = DecodeRuntime(tgt, B, "ar", output_capacity=L + 2)
             ar.capture()
@@ -183,8 +189,11 @@ def bench_shape(args, shape: str, device: str) -> None:
             trace = torch.stack([torch.tensor(o[: L + 1]) for o in ar.outputs()]).to(device)
             r_ar = timed_runtime(ar, prompts, steps)
         except torch.OutOfMemoryError as e:
+            oom = skip_oom(args.out, dict(base, mode="ar", K=0), e,
+                           "; this batch's other runs, which need its trace and baseline, not run")
+        if oom:
             ar = None
-            skip_oom(args.out, dict(base, mode="ar", K=0), e, device)
+            free_memory(device)
             continue
         ar_tps = r_ar.tokens_per_s
         record(args.out, dict(base, mode="ar", K=0, alpha=None, step_ms=1e3 * r_ar.seconds / r_ar.steps,
@@ -226,11 +235,9 @@ def bench_shape(args, shape: str, device: str) -> None:
             except torch.OutOfMemoryError as e:  # the size check above estimates: skip, list, go on
                 rt = None
                 skip_oom(args.out, dict(base, mode=mode, K=K, draft_vocab=drs[dv].draft_vocab_size,
-                                        draft_weights=drs[dv].draft_weights), e, device)
+                                        draft_weights=drs[dv].draft_weights), e)
             del rt
-            gc.collect()
-            if device == "cuda":
-                torch.cuda.empty_cache()
+            free_memory(device)
             for W in (args.tree_widths if mode == "specla" and dv == variants[0] else ()):
                 # draft trees: W branches of depth K sharing the root
                 rt = None
@@ -253,8 +260,9 @@ def bench_shape(args, shape: str, device: str) -> None:
                             state_bytes_per_request=rt.state_bytes_per_request()))
                 except torch.OutOfMemoryError as e:
                     rt = None
-                    skip_oom(args.out, dict(base, mode="specla-tree", K=K, tree_width=W, nodes=1 + W * K), e, device)
+                    skip_oom(args.out, dict(base, mode="specla-tree", K=K, tree_width=W, nodes=1 + W * K), e)
                 del rt
+                free_memory(device)
         if args.auto:
             run_auto(args, base, tgt, dr, B, prompts, trace, steps, step_s, outcomes, ar_tps, L)
     del tgt, dr, drs
@@ -310,7 +318,7 @@ def run_auto(args, base, tgt, dr, B, prompts, trace, steps, step_s, outcomes, ar
     kmax = max(args.ks)
     for a in args.alphas:
         K, pol = auto_k(kmax, B, step_s, outcomes.get(a, []))
-        rt = None
+        rt, oom = None, False
         try:
             if K == 0:
                 rt = DecodeRuntime(tgt, B, "ar", output_capacity=L + 2)
@@ -320,8 +328,10 @@ def run_auto(args, base, tgt, dr, B, prompts, trace, steps, step_s, outcomes, ar
             torch.manual_seed(2000 + B + K)
             r = timed_runtime(rt, prompts, steps)
         except torch.OutOfMemoryError as e:
+            oom = skip_oom(args.out, dict(base, mode="specla-auto", K=K, alpha=a), e)
+        if oom:
             rt = None
-            skip_oom(args.out, dict(base, mode="specla-auto", K=K, alpha=a), e, str(trace.device.type))
+            free_memory(trace.device.type)
             continue
         ok = sum(o == trace[b, : len(o)].tolist() for b, o in enumerate(rt.outputs()))
         record(args.out, dict(base, mode="specla-auto", K=K, alpha=a, step_ms=1e3 * r.seconds / r.steps,

@@ -53,6 +53,19 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s38g)  # (after the review of s38a-s38f) on an H200, s37g; else the UT / tree GPU tests at the review's fixes (the fold
+        # leaves rows with nothing pending unwritten, runs its dot at tf32x3, new fold tests), then the prep at 2 warps
+        # in split launches (PREP_WARPS_SPLIT, the default now) against 1 once more: 16-node trees at batch 1-8, both
+        # shapes, 3 pending (timeouts 170 + 2 x 80 = 330 s)
+      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s37g; fi
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      pytest_log s38g 170 -x tests/test_kernel_ut_gpu.py tests/test_tree_hld_gpu.py
+      for W in default 1; do
+        timeout 80 python benchmarks/bench_tree.py --batches 1,2,4,8 --nodes 16 --trees binary,beam4 \
+            --shapes 8x256x256,6x256x512 --pending 3 --budget-s 65 $([ $W = default ] || echo --prep-warps $W) \
+            --out "$OUT/tree_s38g_w$W.json" 2>&1 | grep -E "^B=|^--" | sed "s|^|w$W |"
+      done
+      ;;
   s38f)  # (as run in a warm H100 left by s36b) the fold end to end: batch 64, K = 4, a 2-wide tree, both shapes, the
         # fold off, then the default (timeouts 2 x 150 s)
       for F in 0 auto; do
@@ -68,15 +81,17 @@ case "${1:-}" in
       ;;
   s38d)  # (after s38c) on an H200, s37g (the batch-1 2.2x, K = 6 / 7, within the device time left); else the fold's
         # rule (UT_FOLD auto: launches that are not split, 16-token chunks) against the fold off once more: trees of
-        # 16 nodes at batch 16-128 (new rows) and the chain steps of s38c (timeouts 2 x 90 + 2 x 90 = 360 s)
+        # 16 nodes at batch 16-128 (new rows) and the chain steps of s38c (timeouts 2 x 90 + 2 x 90 = 360 s; run with
+        # `0 auto` at commit 773451f, whose auto folded every launch that is not split with 16-token chunks: for these
+        # rows the `1` below)
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s37g; fi
       nvidia-smi --query-gpu=name --format=csv,noheader
-      for F in 0 auto; do
+      for F in 0 1; do
         VLLM_SPECLA_UT_FOLD=$F timeout 90 python benchmarks/bench_tree.py --batches 16,32,64,128 --nodes 16 \
             --trees binary --shapes 8x256x256,6x256x512 --pending 3 --budget-s 75 \
             --out "$OUT/tree_s38d_fold$F.json" 2>&1 | grep -E "^B=|^--" | sed "s|^|fold$F |"
       done
-      for F in 0 auto; do
+      for F in 0 1; do
         VLLM_SPECLA_UT_FOLD=$F timeout 90 python benchmarks/bench_commit_cuda.py --impls ut --batches 32,128 \
             --replays 20 --out "$OUT/commit_s38d_fold$F.json" 2>&1 | tail -6 | sed "s|^|fold$F |"
       done
@@ -86,7 +101,8 @@ case "${1:-}" in
         # on an H200, s36b; else the pending factors folded into the UT kernel's state pass (UT_FOLD: the committed
         # chunk written back, 2 state passes instead of 3): the UT / tree GPU tests (both forms), the chain step A/B
         # (bench_commit_cuda --impls ut: fused = fold, sep = recover + verify) with the fold off / on for chains, the
-        # tree table at batch 1-32 with the fold off / on for trees (timeouts 170 + 2 x 90 + 2 x 90 = 530 s)
+        # tree table at batch 1-32 with the fold off / on for trees (timeouts 170 + 2 x 90 + 2 x 90 = 530 s; run with
+        # `0 auto` at commit 6cc335f, whose auto folded every tree launch: the `1` below)
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s36b; fi
       nvidia-smi --query-gpu=name --format=csv,noheader
       pytest_log s38c 170 -x tests/test_kernel_ut_gpu.py tests/test_tree_hld_gpu.py
@@ -94,14 +110,14 @@ case "${1:-}" in
         VLLM_SPECLA_UT_FOLD=$F timeout 90 python benchmarks/bench_commit_cuda.py --impls ut,triton --batches 32,128 \
             --replays 20 --out "$OUT/commit_s38c_fold$F.json" 2>&1 | tail -10 | sed "s|^|fold$F |"
       done
-      for F in 0 auto; do
+      for F in 0 1; do
         VLLM_SPECLA_UT_FOLD=$F timeout 90 python benchmarks/bench_tree.py --batches 1,2,4,8,32 --nodes 16,32 \
             --trees binary --shapes 8x256x256,6x256x512 --pending 3 --budget-s 75 \
             --out "$OUT/tree_s38c_fold$F.json" 2>&1 | grep -E "^B=|^--" | sed "s|^|fold$F |"
       done
       ;;
-  s38b)  # (after s38a: at batch 1-4 the split launch's products kernel, M k / M q of the raw q / k, took 13 / 21 us
-        # at 16 / 32 nodes whatever the batch and head shape, as long as the 1-warp prep; prep at 4 warps 9.9 us did not
+  s38b)  # (after s38a: at batch 1-4 the split launch's products kernel, M k / M q of the raw q / k, took 13.1-15.8 /
+        # 21.1-24.8 us at 16 / 32 nodes on both head shapes, about as long as the 1-warp prep; prep at 4 warps 9.9 us did not
         # move the graph-timed tree, so the products are the critical path) on an H200, s36b; else the products'
         # per-kernel time at batch 1 over configs of fewer, longer key chunks (KC 32-128) and narrower V tiles, and
         # with plain tf32 / ieee dots (is it the tf32x3 split?), then the graph-timed tree table at batch 1-8 with

@@ -49,6 +49,7 @@ import sys, torch
 sys.path.insert(0, {bench!r})
 import bench_e2e
 real = bench_e2e.DecodeRuntime
+in_auto = []
 class OOMRuntime(real):  # runs out of device memory where the test says
     def __init__(self, *a, **kw):
         mode = a[2] if len(a) > 2 else kw.get("mode")
@@ -56,6 +57,11 @@ class OOMRuntime(real):  # runs out of device memory where the test says
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (test)")
         super().__init__(*a, **kw)
 bench_e2e.DecodeRuntime = OOMRuntime
+real_auto = bench_e2e.run_auto
+def run_auto(*a, **kw):
+    in_auto.append(1)
+    return real_auto(*a, **kw)
+bench_e2e.run_auto = run_auto
 sys.argv = ["bench_e2e.py", "--dry-cpu", "--auto", "--out", {out!r}]
 bench_e2e.main()
 """
@@ -63,12 +69,13 @@ bench_e2e.main()
 
 @pytest.mark.parametrize("when,skipped", [
     ('kw.get("tree_width")', {"specla-tree"}),  # a tree run: skipped, the other modes and auto still run
-    ('mode == "ar"', {"ar"}),  # the AR run (trace and baseline): the batch is skipped
+    ('mode == "ar" and not in_auto', {"ar"}),  # the AR run (trace and baseline): the batch is skipped
+    ("in_auto", {"specla-auto"}),  # the auto run (whatever K it picked)
 ])
 def test_bench_e2e_out_of_memory_is_skipped(tmp_path, when, skipped):
     """Issue 6: a configuration that does not fit the card is skipped and listed. Where the size check's
     estimate misses and a run raises ``torch.OutOfMemoryError`` (the AR run, a tree run, an auto run,
-    as well as the SpecLA / snapshot runs), ``bench_e2e.py`` records ``"skipped": "out of memory: ..."``
+    as well as the SpecLA / snapshot runs; here the AR, a tree and the auto run), ``bench_e2e.py`` records ``"skipped": "out of memory: ..."``
     for it and goes on with the grid instead of ending the process (s37b's first run lost the rest of
     its grid that way). A stand-in runtime raises it on the CPU dry run."""
     out = tmp_path / "e2e.jsonl"
@@ -83,6 +90,10 @@ def test_bench_e2e_out_of_memory_is_skipped(tmp_path, when, skipped):
     ran = {x["mode"] for x in recs if "skipped" not in x}
     if skipped == {"ar"}:
         assert ran == set()  # nothing of the batch runs without its trace
+        assert "other runs, which need its trace and baseline, not run" in gone[0]["skipped"]
+    elif skipped == {"specla-auto"}:
+        assert {"ar", "specla", "snapshot", "specla-tree"} <= ran and "specla-auto" not in ran
+        assert [x["alpha"] for x in gone] == [0.8]
     else:
         assert {"ar", "specla", "snapshot", "specla-auto"} <= ran and "specla-tree" not in ran
         tree = [x for x in gone if x["mode"] == "specla-tree"]
