@@ -423,18 +423,24 @@ def test_ut_tree_bt_choice_and_limits():
         ut.tree_verify_ut(*c.inputs(), state=c.state.clone(), max_nodes=16, **kw)
 
 
+def check_chain_and_tree_with_inf(c: Case, rng: random.Random):
+    """Chain and tree launches of ``c`` (pending factors folded) against the reference, where some
+    log decays are -inf: outputs, state, ``k^`` / ``v~`` factors within ``TOL`` (finite: ``rel()``
+    checks), the ``g`` factors equal, -inf included."""
+    for (o1, s1, b1), (o2, s2, b2) in (run_both(c, pending=True, final=False),
+                                       run_tree(c, _trees(rng, c.lens), pending=True)):
+        assert rel(o2, o1) < TOL and rel(s2, s1) < TOL
+        assert rel(b2[0], b1[0]) < TOL and rel(b2[1], b1[1]) < TOL
+        assert torch.equal(b2[2], b1[2])
+
+
 def test_ut_minus_inf_decay():
     """A log decay of -inf (a reset: e^g = 0) gives the reference result, not NaN, in the chain
     and the tree form (the prep's decay products clamp g; review finding, session 8)."""
-    rng = random.Random(13)
     c = Case((2, 4, 32, 48), [5, 9], seed=68, pend=[2, 3])
     c.g[1, 0] = float("-inf")
     c.g[8, 2] = float("-inf")
-    for (o1, s1, b1), (o2, s2, b2) in (run_both(c, pending=True, final=False),
-                                       run_tree(c, _trees(rng, c.lens), pending=True)):
-        assert rel(o2, o1) < TOL and rel(s2, s1) < TOL  # finite: rel() checks
-        assert rel(b2[0], b1[0]) < TOL and rel(b2[1], b1[1]) < TOL
-        assert torch.equal(b2[2], b1[2])  # the g factors, -inf included
+    check_chain_and_tree_with_inf(c, random.Random(13))
 
 
 def test_ut_fold_edges(monkeypatch):
@@ -442,19 +448,10 @@ def test_ut_fold_edges(monkeypatch):
     bank holds (clamped to ``Tmax``, as the reference), a log decay of -inf among the pending ones, and
     a row with nothing pending next to rows that have some; outputs, state and banks as the reference."""
     monkeypatch.setattr(ut, "UT_FOLD", "1")
-    rng = random.Random(21)
-    c = Case((2, 4, 32, 48), [5, 9, 3], seed=81, Tmax=4, pend=[7, 0, 2])
+    c = Case((2, 4, 32, 48), [4, 4, 3], seed=81, Tmax=4, pend=[7, 0, 2])  # windows within the 4-position bank
     c.bank_g[c.slots[0], c.read_bank[0], 1, 2] = float("-inf")
     c.bank_g[c.slots[2], c.read_bank[2], 0, 0] = float("-inf")
-    c.lens = [4, 4, 3]  # windows within the 4-position bank
-    c.cu = torch.tensor([0, 4, 8, 11], dtype=torch.int32, device=DEV)
-    n = 11
-    c.q, c.k, c.v, c.g, c.beta = (x[:n] for x in (c.q, c.k, c.v, c.g, c.beta))
-    for (o1, s1, b1), (o2, s2, b2) in (run_both(c, pending=True, final=False),
-                                       run_tree(c, _trees(rng, c.lens), pending=True)):
-        assert rel(o2, o1) < TOL and rel(s2, s1) < TOL  # finite: rel() checks
-        assert rel(b2[0], b1[0]) < TOL and rel(b2[1], b1[1]) < TOL
-        assert torch.equal(b2[2], b1[2])  # the g factors, -inf included
+    check_chain_and_tree_with_inf(c, random.Random(21))
 
 
 def test_ut_fold_auto_wiring(monkeypatch):

@@ -38,8 +38,9 @@ def _triton_impl():
 
 # CUDA kernel for chain verify: "serial" (triton_chain: per-token walk on the state tile), "ut"
 # (triton_chain_ut: tensor-core UT/chunk form, pending factors committed first by the recover
-# kernel, or folded into its state pass: triton_chain_ut.UT_FOLD), or "auto" (default): UT for verify windows of >= UT_MIN_TOKENS tokens per row at
-# >= UT_MIN_ROWS rows, serial otherwise (AR decode, short windows, small batch, write_final_state).
+# kernel, or folded into its state pass: triton_chain_ut.UT_FOLD), or "auto" (default): UT for
+# verify windows of >= UT_MIN_TOKENS tokens per row at >= UT_MIN_ROWS rows, serial otherwise (AR
+# decode, short windows, small batch, write_final_state).
 # Shapes only: no host sync, CUDA-graph safe. Thresholds from the H200 (benchmarks/RESULTS.md,
 # ut_v5_h200.json): at T = 8 the UT path (recover + UT verify) beats the serial fused step by
 # 1.08-1.23x at B = 32-256; at T = 5 the serial kernel is faster.

@@ -102,7 +102,9 @@ PREP_WARPS = 1  # warps of the per-(row, head) prep kernel at BT = 16 (its [BT, 
 # and its latency can be on the critical path: H100, 16-node trees with 3 pending, graph-timed in one call
 # (benchmarks/tree_h100_s38a_w{default,2}.json, prep at 1 -> 2 warps): faster in 7 of 8 rows (B = 1: 21.2 -> 20.1 /
 # 21.3 -> 20.0 us, 6x256x512 / 8x256x256; B = 2-8 -0.3 to -3.9 %), +0.4 % in the eighth (6x256x512 B = 8); 4
-# warps did not help there (21.2 / 21.4 at B = 1), though they are the fastest prep alone (eager, 9.9 us)
+# warps did not help there (21.2 / 21.4 at B = 1), though they are the fastest prep alone (eager, 9.9 us). Rerun
+# after the change (tree_h100_s38g_w{default,1}.json, binary and beam-4 trees, 2 vs 1 warp): B = 1 -4.2 to -6.2 %,
+# B = 2 -1.1 to -1.9 %, B = 4 -0.5 to +0.1 %, B = 8 -1.1 to +0.6 %
 PREP_WARPS_SPLIT = 2
 PREP_WARPS_32 = 4  # at BT = 32 (each [32, 32] fp32 matrix is 32 registers per thread in one warp)
 PREP_KG = 32  # key-dim chunk of its Gram dots (64 spills at 1 warp)
@@ -166,6 +168,7 @@ def ut_forms(pairs: int, tree: bool) -> tuple[bool, bool]:
     split = (split_mode == "1" or (split_mode == "auto" and tree)) and pairs <= UT_SPLIT_MAX_PAIRS
     return split, solve_mode == "dot" or (solve_mode == "auto" and tree)
 
+
 def ut_fold(split: bool, bt: int, state_bytes: int) -> bool:
     """Whether a UT launch with pending factors folds them in its state pass (:data:`UT_FOLD`) instead
     of launching the recover kernel first; ``split``: the launch takes the split form
@@ -174,6 +177,7 @@ def ut_fold(split: bool, bt: int, state_bytes: int) -> bool:
     safe). Raises ``ValueError`` for a switch value outside the allowed ones."""
     mode = _ut_mode("UT_FOLD")
     return mode == "1" or (mode == "auto" and not split and bt == BT and state_bytes >= UT_FOLD_MIN_STATE_BYTES)
+
 
 # (BV, num_warps, KC, num_stages) of every UT launch. KC: key-dim chunk in which the [BV, K] state tile
 # is streamed through registers (the tile is never whole in registers); num_stages > 1 lets Triton
@@ -394,12 +398,12 @@ def _fold_setup(bank_k, bank_v, bank_g, read_bank, pending_len, slot, i_r, i_hv,
     """The pending factors of row ``i_r`` (``n = min(pending_len[r], Tmax)`` of bank ``read_bank[r]``)
     for the fold of :func:`_state_products` (the closed form of DeltaConstruct, ALGORITHMS.md §2,
     ``reference.recover_ref``): ``M' = e^{sum_{u<n} g_u} M + sum_u c_u v~_u k^_u^T`` with
-    ``c_u = exp(sum_{u<i<n} g_i)``. Returns ``(p_kp, mp, b_vp, eGp, any_p)``: ``[BP, 1]`` pointers to key
-    0 of the pending ``k^`` rows and their mask ``u < n`` (``[BP]``), the tile's ``c_u v~_u`` columns
-    (``[BV, BP]`` fp32, zero for ``u >= n``), ``e^{sum g}`` (scalar) and the keys to store, ``K`` if
-    ``n > 0`` else 0 (a row with nothing pending keeps its state unwritten, as the recover kernel
-    does). Decay sums are summed directly over
-    same-sign terms (no differences of cumulative sums)."""
+    ``c_u = exp(sum_{u<i<n} g_i)``. Returns ``(p_kp, mp, b_vp, eGp, keys_st)``: ``[BP, 1]`` pointers to
+    key 0 of the pending ``k^`` rows and their mask ``u < n`` (``[BP]``), the tile's ``c_u v~_u``
+    columns (``[BV, BP]`` fp32, zero for ``u >= n``), ``e^{sum g}`` (scalar) and the keys to store,
+    ``K`` if ``n > 0`` else 0 (a row with nothing pending keeps its state unwritten, as the recover
+    kernel does). Decay sums are summed directly over same-sign terms (no differences of cumulative
+    sums)."""
     n = tl.minimum(tl.load(pending_len + i_r).to(tl.int32), Tmax)
     base = (slot * 2 + tl.load(read_bank + i_r).to(tl.int64)) * Tmax
     o_p = tl.arange(0, BP)
@@ -418,15 +422,15 @@ def _fold_setup(bank_k, bank_v, bank_g, read_bank, pending_len, slot, i_r, i_hv,
 @triton.jit
 def _state_products(p_st, p_kT, p_qT, mv, mt, K, KC: tl.constexpr, NKC: tl.constexpr, BV: tl.constexpr,
                     BT: tl.constexpr, PREC: tl.constexpr, FOLD: tl.constexpr = False, p_kp=None, mp=None,
-                    b_vp=None, eGp=None, any_p=None):
+                    b_vp=None, eGp=None, keys_st=None):
     """``(M k_t, M q_t)`` for the window rows ``t`` (``[BV, BT]`` fp32 each) in one pass over
     ``[BV, KC]`` chunks of the state tile (``p_st``: ``[BV, 1]`` row pointers), tensor-core dots;
     ``p_kT`` / ``p_qT``: ``[1, BT]`` pointers to key 0 of each row's k / q (unit key stride).
-    ``FOLD``: each chunk first takes the pending factors (:func:`_fold_setup`'s ``p_kp, mp, b_vp,
-    eGp, any_p``: the keys to store), ``M' = eGp M + b_vp K_p`` (a ``[BV, BP] x [BP, KC]`` dot: ieee where ``PREC`` is,
-    else tf32x3 whatever ``PREC`` says, since the committed state persists), is stored back where
-    anything was pending (the committed state, written once) and the products use ``M'``: the
-    deferred commit in the verify's own state pass instead of a recover launch's read and write."""
+    ``FOLD``: each chunk first takes the pending factors (:func:`_fold_setup`'s ``p_kp, mp, b_vp, eGp,
+    keys_st``), ``M' = eGp M + b_vp K_p`` (a ``[BV, BP] x [BP, KC]`` dot: ieee where ``PREC`` is, else
+    tf32x3 whatever ``PREC`` says, since the committed state persists), is stored back where anything
+    was pending (the committed state, written once) and the products use ``M'``: the deferred commit
+    in the verify's own state pass instead of a recover launch's read and write."""
     o_c = tl.arange(0, KC)
     b_mk = tl.zeros([BV, BT], dtype=tl.float32)
     b_mq = tl.zeros([BV, BT], dtype=tl.float32)
@@ -441,7 +445,7 @@ def _state_products(p_st, p_kT, p_qT, mv, mt, K, KC: tl.constexpr, NKC: tl.const
                 b_h = b_h * eGp + _mm(b_vp, b_kp, 0)
             else:
                 b_h = b_h * eGp + _mm(b_vp, b_kp, 1)
-            tl.store(p_st + o_k[None, :], b_h, mask=mh & (o_k < any_p)[None, :])
+            tl.store(p_st + o_k[None, :], b_h, mask=mh & (o_k < keys_st)[None, :])
         mkt = mk[:, None] & mt[None, :]  # [KC, BT]: q / k loaded transposed (dot B operands)
         b_qT = tl.load(p_qT + o_k[:, None], mask=mkt, other=0.0).to(tl.float32)
         b_kT = tl.load(p_kT + o_k[:, None], mask=mkt, other=0.0).to(tl.float32)
@@ -504,10 +508,10 @@ def _chain_ut_kernel(
         # ---- one pass over K-chunks of the slot's state M: M k^, M q^ (tensor cores); FOLD: the
         # pending factors folded into each chunk first, the committed state written back ----
         if FOLD:
-            p_kp, mp, b_vp, eGp, any_p = _fold_setup(bank_k, bank_vr, bank_g, read_bank, pending_len, slot, i_r,
+            p_kp, mp, b_vp, eGp, keys_st = _fold_setup(bank_k, bank_vr, bank_g, read_bank, pending_len, slot, i_r,
                                                      i_hv, i_h, o_v, mv, Tmax, H, HV, K, V, BP)
             b_mk, b_mq = _state_products(p_st, p_qk + BT * K, p_qk, mv, mt, K, KC, NKC, BV, BT, PREC,
-                                         True, p_kp, mp, b_vp, eGp, any_p)
+                                         True, p_kp, mp, b_vp, eGp, keys_st)
         else:
             b_mk, b_mq = _state_products(p_st, p_qk + BT * K, p_qk, mv, mt, K, KC, NKC, BV, BT, PREC)
     p_m = mat_s + (i_r * HV + i_hv) * (2 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
@@ -546,10 +550,10 @@ def _ut_products_kernel(
     p_st = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K
     p_kT, p_qT = k + i_t[None, :] * sk + i_h * K, q + i_t[None, :] * sq + i_h * K
     if FOLD:
-        p_kp, mp, b_vp, eGp, any_p = _fold_setup(bank_k, bank_v, bank_g, read_bank, pending_len, slot, i_r, i_hv,
+        p_kp, mp, b_vp, eGp, keys_st = _fold_setup(bank_k, bank_v, bank_g, read_bank, pending_len, slot, i_r, i_hv,
                                                  i_h, o_v, mv, Tmax, H, HV, K, V, BP)
         b_mk, b_mq = _state_products(p_st, p_kT, p_qT, mv, mt, K, KC, NKC, BV, BT, PREC, True, p_kp, mp, b_vp, eGp,
-                                     any_p)
+                                     keys_st)
     else:
         b_mk, b_mq = _state_products(p_st, p_kT, p_qT, mv, mt, K, KC, NKC, BV, BT, PREC)
     p_mm = mm_s + (i_r * HV + i_hv) * (2 * V * BT) + o_v[:, None] * BT + o_t[None, :]
