@@ -63,7 +63,9 @@ def rel(a, b):
 
 
 def run_kind(bn: "bk.Bench", impl: str, kind: str, T: int, A: int = 0, config=None, precision=None) -> float:
-    """Microseconds per layer of one kind for ``impl`` in ("ser", "ut", "base")."""
+    """Microseconds per layer of one kind for ``impl`` in ("ser", "ut", "ut1", "base"): the serial kernel,
+    the UT kernel's multi-launch form (prep [+ products] + V-tile kernel), its one-launch form
+    (``triton_chain_ut.UT_ONE``), the per-token replay's one-token kernel."""
     (q, k, v, g, beta), cu, per_tok = bn.tokens(T)
     scale = bn.K ** -0.5
     L = bn.L
@@ -78,7 +80,7 @@ def run_kind(bn: "bk.Bench", impl: str, kind: str, T: int, A: int = 0, config=No
         return ut._launch_ut(q, k, v, g, beta, scale, bn.state, bn.slots[l], cu,
                              kw.get("bank_k"), kw.get("bank_v"), kw.get("bank_g"), kw.get("write_bank"),
                              kw.get("pending_len"), kw.get("read_bank"), kw.get("write_final_state", False), True,
-                             config=config, precision=precision)
+                             config=config, precision=precision, one=impl == "ut1")
 
     if kind == "verify":
         body = lambda: [call(l, **banks) for l in range(L)]  # noqa: E731
@@ -162,6 +164,12 @@ def main():
     ap.add_argument("--replay-Ts", default="5,8", help="window lengths with the per-token replay baseline")
     ap.add_argument("--budget-s", type=float, default=200.0, help="stop starting new measurements after this")
     ap.add_argument("--dry-cpu", action="store_true")
+    ap.add_argument("--impls", default="ser,ut", help="kernels of the main table: ser (serial), ut (UT, prep + "
+                    "V-tile launches), ut1 (UT in one launch, triton_chain_ut.UT_ONE)")
+    ap.add_argument("--ut1-configs", default="", metavar="BV/WARPS/KC/STAGES,...",
+                    help="also time ut1 at these configs (impl names ut1:BV/WARPS/KC/STAGES)")
+    ap.add_argument("--kinds", default="ar,verify,step,fused,sep,replay", help="kinds of the main table")
+    ap.add_argument("--no-accuracy", action="store_true")
     args = ap.parse_args()
     global SWEEP
     if args.dry_cpu:
@@ -213,7 +221,7 @@ def main():
         return rec(sname, bn, impl, kind, T, A, us, kw.get("config"))
 
     # ---------------- accuracy (device) ----------------
-    for sname in shapes:
+    for sname in shapes if not args.no_accuracy else []:
         out["accuracy"][sname] = accuracy(SHAPES[sname])
         worst = {key: max(v.values()) if "error" not in v else v["error"] for key, v in out["accuracy"][sname].items()}
         print(f"accuracy {sname} (max norm-wise rel. error of o/state/bank_k/bank_v vs chain_verify_ref): "
@@ -271,6 +279,18 @@ def main():
     # ---------------- main table ----------------
     Ts = [int(t) for t in args.Ts.split(",")]
     replay_Ts = {int(t) for t in args.replay_Ts.split(",") if t}
+    kinds_on = set(args.kinds.split(","))
+    impls = [(i, None) for i in args.impls.split(",") if i]
+    impls += [(f"ut1:{c}", tuple(int(x) for x in c.split("/"))) for c in args.ut1_configs.split(",") if c]
+
+    def measure_impl(sname, bn, impl, kind, T, A=0):
+        base, cfg = (impl, None) if ":" not in impl else ("ut1", next(c for i, c in impls if i == impl))
+        if base == "ut1" and kind == "ar":
+            return None  # write_final_state windows run the serial kernel
+        r = measure(sname, bn, base, kind, T, A, **({"config": cfg} if cfg else {}))
+        if r:
+            r["impl"] = impl
+        return r
     for B in [int(b) for b in args.batches.split(",")]:
         for sname in shapes:
             if clock.left() < 10:
@@ -280,21 +300,21 @@ def main():
             line = []
             for T in Ts:
                 kinds = ["ar", "verify"] if T == 1 else ["verify", "step"]
-                for kind in kinds:
-                    for impl in ("ser", "ut"):
-                        r = measure(sname, bn, impl, kind, T)
+                for kind in (k for k in kinds if k in kinds_on):
+                    for impl, _ in impls:
+                        r = measure_impl(sname, bn, impl, kind, T)
                         if r:
                             line.append(f"{kind}{T}:{impl}={r['us']:.1f}")
-                if T in replay_Ts:
+                if T in replay_Ts and "replay" in kinds_on:
                     r = measure(sname, bn, "base", "replay", T)
                     if r:
                         line.append(f"replay{T}={r['us']:.1f}")
             for T, A in ((5, 3), (8, 5)):
                 if T not in Ts and not bk.DRY:
                     continue
-                for kind in ("fused", "sep"):
-                    for impl in ("ser", "ut"):
-                        r = measure(sname, bn, impl, kind, T, A)
+                for kind in (k for k in ("fused", "sep") if k in kinds_on):
+                    for impl, _ in impls:
+                        r = measure_impl(sname, bn, impl, kind, T, A)
                         if r:
                             line.append(f"{kind}{T}/{A}:{impl}={r['us']:.1f}")
             print(f"[{clock.left():.0f}s left] {sname} B={B}: " + " ".join(line), flush=True)
