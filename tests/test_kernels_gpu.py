@@ -227,6 +227,49 @@ def test_chain_tile_configs(config, strong_decay, monkeypatch):
             assert rel(x, y) < TOL
 
 
+@pytest.mark.parametrize("depths", [(2, 0), (1, 1), (2, 2), (1, 3), (2, 4)])
+@pytest.mark.parametrize("strong_decay", [False, True])
+def test_chain_prefetch_depths(depths, strong_decay, monkeypatch):
+    """The token and pending-factor prefetch depths (``TOKEN_PREFETCH``, ``PENDING_PREFETCH``) change
+    only when loads are issued: outputs, state and banks are bit for bit those of the default depths
+    (1, 0) and match the reference, with pending counts 0, 1, below, at and above the depth, a full bank
+    and more than the bank holds (clamped), with and without the state written, under strong decay
+    (the scaled state renormalised inside the fold)."""
+    monkeypatch.setattr(tc, "CONFIG_OVERRIDE", (4, 1, 16, 1))
+    c = Case((1, 2, 32, 12), [7, 1, 8, 4, 2, 3], seed=63, Tmax=8)  # GVA 2, 3 V-tiles (few interpreted programs)
+    c.pending_len = torch.tensor([0, 1, 3, 4, 8, 11], device=DEV)
+    if strong_decay:
+        gen = torch.Generator().manual_seed(64)
+        c.g = (-torch.rand(c.g.shape, generator=gen) * 40).to(DEV)
+        c.bank_g = (-torch.rand(c.bank_g.shape, generator=gen) * 40).to(DEV)
+        c.bank_g[..., ::3, :] = -100.0
+    for final in (False, True):
+        kw = dict(scale=c.scale, slots=c.slots, cu_seqlens=c.cu, write_bank=c.write_bank, write_final_state=final,
+                  pending_len=c.pending_len, read_bank=c.read_bank)
+        runs = []
+        for tok, pend in ((1, 0), depths):
+            monkeypatch.setattr(tc, "TOKEN_PREFETCH", tok)
+            monkeypatch.setattr(tc, "PENDING_PREFETCH", pend)
+            st, b = c.state.clone(), c.banks()
+            runs.append((tc.chain_verify(*c.inputs(), state=st, bank_k=b[0], bank_v=b[1], bank_g=b[2], **kw), st, b))
+        (o0, s0, b0), (o1, s1, b1) = runs
+        assert torch.equal(o1, o0) and torch.equal(s1, s0)
+        for x, y in zip(b1, b0):
+            assert torch.equal(x, y)
+        sr, br = c.state.clone(), c.banks()
+        orf = ref.chain_verify_ref(*c.inputs(), state=sr, bank_k=br[0], bank_v=br[1], bank_g=br[2], **kw)
+        assert rel(o1, orf) < TOL and rel(s1, sr) < TOL
+
+
+def test_chain_prefetch_env_values(monkeypatch):
+    """A prefetch depth outside the allowed values is a ValueError naming the variable and the values."""
+    monkeypatch.setenv("VLLM_SPECLA_PENDING_PREFETCH", "8")
+    with pytest.raises(ValueError, match=r"VLLM_SPECLA_PENDING_PREFETCH='8': allowed values are 0, 1, 2, 3, 4"):
+        tc._env_choice("VLLM_SPECLA_PENDING_PREFETCH", "0", ("0", "1", "2", "3", "4"))
+    monkeypatch.setenv("VLLM_SPECLA_TOKEN_PREFETCH", "")
+    assert tc._env_choice("VLLM_SPECLA_TOKEN_PREFETCH", "1", ("1", "2")) == 1
+
+
 def test_chain_window_too_long():
     c = Case(SMALL[0], [3, 5], seed=1, Tmax=4)
     with pytest.raises(ValueError):

@@ -33,6 +33,8 @@ Rows must use distinct slots (two rows on one slot would race, as in any state-s
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -67,6 +69,26 @@ TUNED: dict[str, tuple[int, ...]] = {
     "recover": (8, 1),
 }
 SMALL_PAIRS = 16  # (row, head) pairs at or below which the "small" configs apply
+
+
+def _env_choice(name: str, default: str, allowed: tuple[str, ...]) -> int:
+    """The integer value of environment variable ``name`` (``default`` when unset or empty).
+
+    Raises:
+        ValueError: a value outside ``allowed``, naming the variable and the allowed values."""
+    val = os.environ.get(name) or default
+    if val not in allowed:
+        raise ValueError(f"{name}={val!r}: allowed values are {', '.join(allowed)}")
+    return int(val)
+
+
+# How many tokens ahead _chain_verify_kernel loads q / k / v / g / beta where its config prefetches
+# (TUNED's fourth entry): 1 or 2 (VLLM_SPECLA_TOKEN_PREFETCH); and how many pending factors ahead its
+# deferred commit loads them: 0 (each factor's loads after the fold of the one before), 1-4
+# (VLLM_SPECLA_PENDING_PREFETCH). Session 39: at batch 1 a SpecLA step of 8 tokens with 8 pending took
+# 13.2 us against 7.9 without pending (H100, benchmarks/ut_h100_s39a.json): ~0.66 us per factor, a load latency.
+TOKEN_PREFETCH = _env_choice("VLLM_SPECLA_TOKEN_PREFETCH", "1", ("1", "2"))
+PENDING_PREFETCH = _env_choice("VLLM_SPECLA_PENDING_PREFETCH", "0", ("0", "1", "2", "3", "4"))
 
 
 def pick_config(num_rows: int, HV: int, V: int, K: int, tokens_per_row: float = 1.0) -> tuple[int, int, int, int]:
@@ -195,6 +217,30 @@ _RESCALE_MIN = 1e-12
 
 
 @triton.jit
+def _tok_load(q, k, v, g, beta, i, sq, sk, sv, sg, sb, i_h, i_hv, o_kk, mk, o_v, mv, K: tl.constexpr, V: tl.constexpr):
+    """Token ``i``'s ``q``, ``k`` (``[KO, KI]``), ``v`` (the tile's ``[BV]``), ``g``, ``beta``, float32."""
+    b_q = tl.load(q + i * sq + i_h * K + o_kk, mask=mk, other=0.0).to(tl.float32)
+    b_k = tl.load(k + i * sk + i_h * K + o_kk, mask=mk, other=0.0).to(tl.float32)
+    b_v = tl.load(v + i * sv + i_hv * V + o_v, mask=mv, other=0.0).to(tl.float32)
+    b_g = tl.load(g + i * sg + i_hv).to(tl.float32)
+    b_b = tl.load(beta + i * sb + i_hv).to(tl.float32)
+    return b_q, b_k, b_v, b_g, b_b
+
+
+@triton.jit
+def _pend_load(bank_k, bank_v, bank_g, base, u, n_p, i_h, i_hv, o_kk, mk, o_v, mv, H: tl.constexpr, HV: tl.constexpr,
+               K: tl.constexpr, V: tl.constexpr):
+    """Pending factor ``u`` of the read bank (``base``: its position 0): ``k^`` (``[KO, KI]``), the tile's
+    ``v~`` (``[BV]``) and ``g``. ``u`` is clamped to ``n_p - 1`` (``n_p >= 1``): a prefetch past the last
+    pending factor re-reads it (in bounds; unused)."""
+    u = tl.minimum(u, n_p - 1)
+    b_pk = tl.load(bank_k + ((base + u) * H + i_h) * K + o_kk, mask=mk, other=0.0)
+    b_pv = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
+    b_pg = tl.load(bank_g + (base + u) * HV + i_hv)
+    return b_pk, b_pv, b_pg
+
+
+@triton.jit
 def _chain_verify_kernel(
     q, k, v, g, beta, o,
     state, slots, out_slots, cu_seqlens,
@@ -205,7 +251,7 @@ def _chain_verify_kernel(
     BV: tl.constexpr, KO: tl.constexpr, KI: tl.constexpr,
     HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, WRITE_FINAL: tl.constexpr,
     L2NORM: tl.constexpr, SNAPSHOT: tl.constexpr, RESCALE_MIN: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, PEND_PF: tl.constexpr = 0,
 ):
     """State tile as ``[BV, KO, KI]`` (key index ``ko * KI + ki``): Triton gives the warp's threads
     to ``KI`` (4 floats each) and then to ``BV`` (the leading dim wins the tie), so with ``KI`` = 16/32
@@ -219,7 +265,10 @@ def _chain_verify_kernel(
     ``s < RESCALE_MIN`` and multiplied by ``s`` when stored.
 
     ``PREFETCH``: token ``t+1``'s q/k/v/g/beta are loaded while token ``t`` computes (manual software
-    pipelining: the per-token chain is otherwise load latency -> norms -> reductions -> update).
+    pipelining: the per-token chain is otherwise load latency -> norms -> reductions -> update); 2:
+    tokens ``t+1`` and ``t+2`` (:data:`TOKEN_PREFETCH`). ``PEND_PF``: the same for the pending factors
+    of the deferred commit, ``PEND_PF`` factors ahead (0: each factor's loads wait for the fold of the
+    one before; :data:`PENDING_PREFETCH`).
     """
     pdl_enter(PDL)
     i_v = tl.program_id(0)
@@ -250,10 +299,41 @@ def _chain_verify_kernel(
         if n_p > 0:
             rb = tl.load(read_bank + i_r).to(tl.int64)
             base = (slot * 2 + rb) * Tmax
+            if PEND_PF > 0:  # factors u + 1 .. u + PEND_PF in flight while u is folded
+                pa_k, pa_v, pa_g = _pend_load(bank_k, bank_v, bank_g, base, 0, n_p, i_h, i_hv, o_kk, mk, o_v, mv,
+                                              H, HV, K, V)
+                if PEND_PF > 1:
+                    pb_k, pb_v, pb_g = _pend_load(bank_k, bank_v, bank_g, base, 1, n_p, i_h, i_hv, o_kk, mk, o_v,
+                                                  mv, H, HV, K, V)
+                if PEND_PF > 2:
+                    pc_k, pc_v, pc_g = _pend_load(bank_k, bank_v, bank_g, base, 2, n_p, i_h, i_hv, o_kk, mk, o_v,
+                                                  mv, H, HV, K, V)
+                if PEND_PF > 3:
+                    pd_k, pd_v, pd_g = _pend_load(bank_k, bank_v, bank_g, base, 3, n_p, i_h, i_hv, o_kk, mk, o_v,
+                                                  mv, H, HV, K, V)
             for u in range(0, n_p):
-                b_pk = tl.load(bank_k + ((base + u) * H + i_h) * K + o_kk, mask=mk, other=0.0)
-                b_pv = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
-                b_pg = tl.load(bank_g + (base + u) * HV + i_hv)
+                if PEND_PF > 0:
+                    b_pk, b_pv, b_pg = pa_k, pa_v, pa_g
+                    if PEND_PF == 1:
+                        pa_k, pa_v, pa_g = _pend_load(bank_k, bank_v, bank_g, base, u + 1, n_p, i_h, i_hv, o_kk, mk,
+                                                      o_v, mv, H, HV, K, V)
+                    else:
+                        pa_k, pa_v, pa_g = pb_k, pb_v, pb_g
+                    if PEND_PF == 2:
+                        pb_k, pb_v, pb_g = _pend_load(bank_k, bank_v, bank_g, base, u + 2, n_p, i_h, i_hv, o_kk, mk,
+                                                      o_v, mv, H, HV, K, V)
+                    elif PEND_PF > 2:
+                        pb_k, pb_v, pb_g = pc_k, pc_v, pc_g
+                    if PEND_PF == 3:
+                        pc_k, pc_v, pc_g = _pend_load(bank_k, bank_v, bank_g, base, u + 3, n_p, i_h, i_hv, o_kk, mk,
+                                                      o_v, mv, H, HV, K, V)
+                    elif PEND_PF > 3:
+                        pc_k, pc_v, pc_g = pd_k, pd_v, pd_g
+                        pd_k, pd_v, pd_g = _pend_load(bank_k, bank_v, bank_g, base, u + 4, n_p, i_h, i_hv, o_kk, mk,
+                                                      o_v, mv, H, HV, K, V)
+                else:
+                    b_pk, b_pv, b_pg = _pend_load(bank_k, bank_v, bank_g, base, u, n_p, i_h, i_hv, o_kk, mk, o_v, mv,
+                                                  H, HV, K, V)
                 sc = sc * tl.exp(b_pg)
                 if sc < RESCALE_MIN:
                     b_h = b_h * sc
@@ -268,31 +348,28 @@ def _chain_verify_kernel(
 
     # ---- the window, state tile on chip ----
     T = eos - bos
-    if PREFETCH:
+    if PREFETCH > 0:
         # clamped indices instead of masks: always a valid token (the launcher disables PREFETCH
-        # for N == 0); a row's last iteration re-reads its last token, unused
-        i_0 = tl.maximum(tl.minimum(bos, eos - 1), 0)
-        n_q = tl.load(q + i_0 * sq + i_h * K + o_kk, mask=mk, other=0.0).to(tl.float32)
-        n_k = tl.load(k + i_0 * sk + i_h * K + o_kk, mask=mk, other=0.0).to(tl.float32)
-        n_v = tl.load(v + i_0 * sv + i_hv * V + o_v, mask=mv, other=0.0).to(tl.float32)
-        n_g = tl.load(g + i_0 * sg + i_hv).to(tl.float32)
-        n_b = tl.load(beta + i_0 * sb + i_hv).to(tl.float32)
+        # for N == 0); a row's last iterations re-read its last token, unused
+        n_q, n_k, n_v, n_g, n_b = _tok_load(q, k, v, g, beta, tl.maximum(tl.minimum(bos, eos - 1), 0), sq, sk, sv, sg,
+                                            sb, i_h, i_hv, o_kk, mk, o_v, mv, K, V)
+        if PREFETCH > 1:
+            m_q, m_k, m_v, m_g, m_b = _tok_load(q, k, v, g, beta, tl.maximum(tl.minimum(bos + 1, eos - 1), 0), sq, sk,
+                                                sv, sg, sb, i_h, i_hv, o_kk, mk, o_v, mv, K, V)
     for t in range(0, T):
         i_t = bos + t
-        if PREFETCH:
+        if PREFETCH > 0:
             b_q, b_k, b_v, b_g, b_beta = n_q, n_k, n_v, n_g, n_b
-            i_n = tl.minimum(i_t + 1, eos - 1)
-            n_q = tl.load(q + i_n * sq + i_h * K + o_kk, mask=mk, other=0.0).to(tl.float32)
-            n_k = tl.load(k + i_n * sk + i_h * K + o_kk, mask=mk, other=0.0).to(tl.float32)
-            n_v = tl.load(v + i_n * sv + i_hv * V + o_v, mask=mv, other=0.0).to(tl.float32)
-            n_g = tl.load(g + i_n * sg + i_hv).to(tl.float32)
-            n_b = tl.load(beta + i_n * sb + i_hv).to(tl.float32)
+            if PREFETCH > 1:  # tokens t + 1 and t + 2 in flight
+                n_q, n_k, n_v, n_g, n_b = m_q, m_k, m_v, m_g, m_b
+                m_q, m_k, m_v, m_g, m_b = _tok_load(q, k, v, g, beta, tl.minimum(i_t + 2, eos - 1), sq, sk, sv, sg, sb,
+                                                    i_h, i_hv, o_kk, mk, o_v, mv, K, V)
+            else:
+                n_q, n_k, n_v, n_g, n_b = _tok_load(q, k, v, g, beta, tl.minimum(i_t + 1, eos - 1), sq, sk, sv, sg, sb,
+                                                    i_h, i_hv, o_kk, mk, o_v, mv, K, V)
         else:
-            b_q = tl.load(q + i_t * sq + i_h * K + o_kk, mask=mk, other=0.0).to(tl.float32)
-            b_k = tl.load(k + i_t * sk + i_h * K + o_kk, mask=mk, other=0.0).to(tl.float32)
-            b_v = tl.load(v + i_t * sv + i_hv * V + o_v, mask=mv, other=0.0).to(tl.float32)
-            b_g = tl.load(g + i_t * sg + i_hv).to(tl.float32)
-            b_beta = tl.load(beta + i_t * sb + i_hv).to(tl.float32)
+            b_q, b_k, b_v, b_g, b_beta = _tok_load(q, k, v, g, beta, i_t, sq, sk, sv, sg, sb, i_h, i_hv, o_kk, mk, o_v,
+                                                   mv, K, V)
         if L2NORM:
             b_q = b_q * tl.rsqrt(tl.sum(tl.sum(b_q * b_q, 1), 0) + 1e-6)
             b_k = b_k * tl.rsqrt(tl.sum(tl.sum(b_k * b_k, 1), 0) + 1e-6)
@@ -373,8 +450,7 @@ def _launch_chain(
     cfg = config if config is not None else pick_config(R, HV, V, K, N / R)
     BV, nw = cfg[0], cfg[1]
     KI = cfg[2] if len(cfg) > 2 else 0
-    PF = bool(cfg[3]) if len(cfg) > 3 else False
-    PF = PF and N > 0
+    PF = (TOKEN_PREFETCH if N > R else 1) if len(cfg) > 3 and cfg[3] and N > 0 else 0  # (one token per row: 1)
     grid = (triton.cdiv(V, BV), HV, R)
     args = (
         q, k, v, g, beta, o,
@@ -397,7 +473,8 @@ def _launch_chain(
     else:
         KI = min(KI, BK)
         _chain_verify_kernel[grid](*args, H=H, HV=HV, K=K, V=V, BV=BV, KO=BK // KI, KI=KI, **flags,
-                                   RESCALE_MIN=_RESCALE_MIN, PREFETCH=PF, num_warps=nw, num_stages=1)
+                                   RESCALE_MIN=_RESCALE_MIN, PREFETCH=PF, PEND_PF=PENDING_PREFETCH if has_pending else 0,
+                                   num_warps=nw, num_stages=1)
     return o
 
 
