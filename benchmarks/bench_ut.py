@@ -63,9 +63,8 @@ def rel(a, b):
 
 
 def run_kind(bn: "bk.Bench", impl: str, kind: str, T: int, A: int = 0, config=None, precision=None) -> float:
-    """Microseconds per layer of one kind for ``impl`` in ("ser", "ut", "ut1", "base"): the serial kernel,
-    the UT kernel's multi-launch form (prep [+ products] + V-tile kernel), its one-launch form
-    (``triton_chain_ut.UT_ONE``), the per-token replay's one-token kernel."""
+    """Microseconds per layer of one kind for ``impl`` in ("ser", "ut", "base"): the serial kernel, the UT
+    kernel, the per-token replay's one-token kernel."""
     (q, k, v, g, beta), cu, per_tok = bn.tokens(T)
     scale = bn.K ** -0.5
     L = bn.L
@@ -80,7 +79,7 @@ def run_kind(bn: "bk.Bench", impl: str, kind: str, T: int, A: int = 0, config=No
         return ut._launch_ut(q, k, v, g, beta, scale, bn.state, bn.slots[l], cu,
                              kw.get("bank_k"), kw.get("bank_v"), kw.get("bank_g"), kw.get("write_bank"),
                              kw.get("pending_len"), kw.get("read_bank"), kw.get("write_final_state", False), True,
-                             config=config, precision=precision, one=impl == "ut1")
+                             config=config, precision=precision)
 
     if kind == "verify":
         body = lambda: [call(l, **banks) for l in range(L)]  # noqa: E731
@@ -164,10 +163,12 @@ def main():
     ap.add_argument("--replay-Ts", default="5,8", help="window lengths with the per-token replay baseline")
     ap.add_argument("--budget-s", type=float, default=200.0, help="stop starting new measurements after this")
     ap.add_argument("--dry-cpu", action="store_true")
-    ap.add_argument("--impls", default="ser,ut", help="kernels of the main table: ser (serial), ut (UT, prep + "
-                    "V-tile launches), ut1 (UT in one launch, triton_chain_ut.UT_ONE)")
-    ap.add_argument("--ut1-configs", default="", metavar="BV/WARPS/KC/STAGES,...",
-                    help="also time ut1 at these configs (impl names ut1:BV/WARPS/KC/STAGES)")
+    ap.add_argument("--impls", default="ser,ut", help="kernels of the main table: ser (serial), ut (UT)")
+    ap.add_argument("--ut-configs", default="", metavar="BV/WARPS/KC/STAGES,...",
+                    help="also time the UT kernel at these configs (impl names ut:BV/WARPS/KC/STAGES)")
+    ap.add_argument("--ser-configs", default="", metavar="BV/WARPS/KI/PREFETCH,...",
+                    help="also time the serial kernel at these configs (impl names ser:BV/WARPS/KI/PREFETCH; "
+                    "triton_chain.CONFIG_OVERRIDE)")
     ap.add_argument("--kinds", default="ar,verify,step,fused,sep,replay", help="kinds of the main table")
     ap.add_argument("--no-accuracy", action="store_true")
     args = ap.parse_args()
@@ -281,15 +282,22 @@ def main():
     replay_Ts = {int(t) for t in args.replay_Ts.split(",") if t}
     kinds_on = set(args.kinds.split(","))
     impls = [(i, None) for i in args.impls.split(",") if i]
-    impls += [(f"ut1:{c}", tuple(int(x) for x in c.split("/"))) for c in args.ut1_configs.split(",") if c]
+    impls += [(f"ut:{c}", tuple(int(x) for x in c.split("/"))) for c in args.ut_configs.split(",") if c]
+    impls += [(f"ser:{c}", tuple(int(x) for x in c.split("/"))) for c in args.ser_configs.split(",") if c]
 
     def measure_impl(sname, bn, impl, kind, T, A=0):
-        base, cfg = (impl, None) if ":" not in impl else ("ut1", next(c for i, c in impls if i == impl))
-        if base == "ut1" and kind == "ar":
-            return None  # write_final_state windows run the serial kernel
-        r = measure(sname, bn, base, kind, T, A, **({"config": cfg} if cfg else {}))
+        base, cfg = impl.split(":")[0], next(c for i, c in impls if i == impl)
+        if base == "ser" and cfg:  # the serial kernel takes its config from CONFIG_OVERRIDE (read at launch)
+            tc.CONFIG_OVERRIDE = cfg
+            try:
+                r = measure(sname, bn, base, kind, T, A)
+            finally:
+                tc.CONFIG_OVERRIDE = None
+        else:
+            r = measure(sname, bn, base, kind, T, A, **({"config": cfg} if cfg else {}))
         if r:
             r["impl"] = impl
+            r["config"] = list(cfg) if cfg else None
         return r
     for B in [int(b) for b in args.batches.split(",")]:
         for sname in shapes:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 39: s39a (the one-launch UT form; s39b not run), s39c (the serial kernel's prefetch depths), s39d (pending prefetch and the glue kernels' late launch end to end). NEXT: s36b on an H200 (s37g, its batch-1 half, where little device time is left); s38a as session 38's first call. Session 38 (an H100): benchmarks/RESULTS.md "Session 38" (s38a-s38h as run; s38c / s38d ran `auto` where they now say `1`). Session 37 (an H100): s37a-s37d, s37f, s37h as run (s37d's "default" was the UT kernel's small config, removed after it), and s37e (in s37d's warm machine: bench_tree.py --batches 1,2,4 --nodes 16,32 --trees binary,beam4 --shapes 8x256x256,6x256x512 --pending 0, once at the default config and once with --ut-config 32/2/16/3). Session 36 (an H100 again): benchmarks/RESULTS.md "Session 36" (s35a, s35b, s36a as run). Session 35 (an H100): benchmarks/RESULTS.md "Session 35" (s32a-s32f as run, on the H100, s32a / s32b with VLLM_SPECLA_SKINNY_PRE=coherent, s32d as `VLLM_SPECLA_CPP_JIT=1 sass_pdl_check.py --build`; the .nc build, VLLM_SPECLA_SKINNY_PRE / _EARLY and --skinny-deep were removed after them, commit 32bc525 keeps them, so s32c / s32e / s32f cannot be rerun as written). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 39 (an H100): benchmarks/RESULTS.md "Session 39" (s39a, s39c, s39d as run; s39b never ran; the one-launch UT form of s39a / s39b was removed after s39a, commit bf76235 keeps it; s39c's token depth 2 and s39d's late glue launch were removed after s39d, commit 08293f2 keeps them, so those arms cannot be rerun as written). NEXT: s36b on an H200 (s37g, its batch-1 half, where little device time is left); s38a as session 38's first call. Session 38 (an H100): benchmarks/RESULTS.md "Session 38" (s38a-s38h as run; s38c / s38d ran `auto` where they now say `1`). Session 37 (an H100): s37a-s37d, s37f, s37h as run (s37d's "default" was the UT kernel's small config, removed after it), and s37e (in s37d's warm machine: bench_tree.py --batches 1,2,4 --nodes 16,32 --trees binary,beam4 --shapes 8x256x256,6x256x512 --pending 0, once at the default config and once with --ut-config 32/2/16/3). Session 36 (an H100 again): benchmarks/RESULTS.md "Session 36" (s35a, s35b, s36a as run). Session 35 (an H100): benchmarks/RESULTS.md "Session 35" (s32a-s32f as run, on the H100, s32a / s32b with VLLM_SPECLA_SKINNY_PRE=coherent, s32d as `VLLM_SPECLA_CPP_JIT=1 sass_pdl_check.py --build`; the .nc build, VLLM_SPECLA_SKINNY_PRE / _EARLY and --skinny-deep were removed after them, commit 32bc525 keeps them, so s32c / s32e / s32f cannot be rerun as written). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
 # as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them; s29e's out_dtype
 # after it, commit 637b841). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
 # --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
@@ -53,7 +53,23 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s39c)  # the serial chain kernel's prefetch depths (TOKEN_PREFETCH, PENDING_PREFETCH): its GPU tests, then per-layer
+  s39e)  # session 39's final code: on an H200, s37g (issue 6's batch-1 verdict rows, with the pending prefetch); else
+        # the chain kernel's and the runtime's GPU tests, the serial kernel's configs for batch-1 / 2 SpecLA steps
+        # now that the pending factors load ahead (TUNED verify_small 8/1/32/1 was swept on verify windows with
+        # nothing pending), then batch 1, K = 6 / 7 end to end at the defaults (timeouts 150 + 60 + 120 + 90 = 420 s)
+      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s37g; fi
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      pytest_log s39e 150 tests/test_kernels_gpu.py tests/test_decode_runtime_gpu.py \
+          -k "prefetch or tile_configs or accepted or chain or batch1 or fp8_draft or acceptance_control"
+      timeout 60 python benchmarks/bench_ut.py --no-sweep --no-accuracy --batches 1,2 --Ts 5,8 --impls ser \
+          --ser-configs 4/1/32/1,4/1/16/1,8/1/16/1,16/2/32/1 --kinds verify,step --budget-s 55 \
+          --out "$OUT/ut_s39e.json" 2>&1 | grep -E "^\[|^fail"
+      skinny_build 120
+      timeout 90 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,7 --alphas 0.8 --snapshot-ks "" \
+          --skinny-gemm on --draft-weights fp8 --tag s39e --out "$OUT/e2e_s39e.jsonl" 2>&1 | grep "^{" | python -c "$S"
+      ;;
+  s39c)  # (as run; TOKEN_PREFETCH was removed after it)
+        # the serial chain kernel's prefetch depths (TOKEN_PREFETCH, PENDING_PREFETCH): its GPU tests, then per-layer
         # times at batch 1 / 2 (verify and SpecLA-step windows of 5 / 8 tokens, the steps with as many pending factors)
         # at five depth pairs, the default first and last (timeouts 120 + 6 x 45 = 390 s)
       nvidia-smi --query-gpu=name --format=csv,noheader
@@ -64,7 +80,8 @@ case "${1:-}" in
             --budget-s 40 --out "$OUT/ut_s39c_${TP/,/_}.json" 2>&1 | grep -E "^\[|^fail" | sed "s|^|tok,pend $TP |"
       done
       ;;
-  s39d)  # end to end at batch 1 (K = 7, float8 draft passes, the skinny GEMM built, both shapes): the serial kernel's
+  s39d)  # (as run; GLUE_LATE_LAUNCH was removed after it)
+        # end to end at batch 1 (K = 7, float8 draft passes, the skinny GEMM built, both shapes): the serial kernel's
         # pending-factor prefetch (PENDING_PREFETCH 4: s39c's best) and the glue kernels' late dependent launch
         # (GLUE_LATE_LAUNCH), each alone and together, between two runs of the defaults (timeouts 120 + 5 x 75 = 495 s)
       nvidia-smi --query-gpu=name --format=csv,noheader
@@ -76,7 +93,8 @@ case "${1:-}" in
             2>&1 | grep "^{" | python -c "$S" | sed "s|^|pend,late $A |"
       done
       ;;
-  s39a)  # session 39's one-launch UT form (UT_ONE) on the card that comes: its GPU tests (the "one" runs of the UT
+  s39a)  # (as run; UT_ONE and bench_ut.py's ut1 impl were removed after it)
+        # session 39's one-launch UT form (UT_ONE) on the card that comes: its GPU tests (the "one" runs of the UT
         # file, the wiring test), then per-layer kernel times at batch 1 / 2 / 4 (verify and SpecLA-step windows of 5
         # and 8 tokens; the serial kernel, the multi-launch UT form, the one-launch form at its default config and
         # four others), then 16 / 32-node trees with 3 pending at batch 1 / 4, UT_ONE off then on
@@ -92,7 +110,8 @@ case "${1:-}" in
             | grep -E "^B=|^--" | sed "s|^|one$O |"
       done
       ;;
-  s39b)  # the one-launch form end to end at batch 1 (K = 6 / 7, float8 draft passes, the skinny GEMM built): UT_ONE off
+  s39b)  # (never run; UT_ONE was removed)
+        # the one-launch form end to end at batch 1 (K = 6 / 7, float8 draft passes, the skinny GEMM built): UT_ONE off
         # / auto / off, both shapes; on an H200 the off rows are also issue 6's verdict rows (s37g's runs)
         # (timeouts 120 + 3 x 90 = 390 s)
       nvidia-smi --query-gpu=name --format=csv,noheader

@@ -46,33 +46,6 @@ def test_ut_rule(monkeypatch):
     assert not cv._use_ut(*_kw(1, 2, tmax=32))  # forced, but windows could exceed 16: serial
 
 
-def test_ut_one_launch_rule(monkeypatch):
-    """``triton_chain_ut.UT_ONE``: off ("0", the default), chain windows stay on the serial kernel at few
-    pairs; "auto" / "1" send windows of more than one token per row at <= ``UT_ONE_MAX_PAIRS`` (row, value
-    head) pairs to the UT kernel (its one-launch form), never AR / commit windows, one-token windows or
-    windows the UT kernel cannot bound; a bad value is a ValueError naming the variable."""
-    ut = cv._ut_impl()
-    if ut is None:
-        pytest.skip("triton not importable")
-    monkeypatch.setattr(cv, "VERIFY_KERNEL", "auto")
-    monkeypatch.setattr(_cpp, "CUDA_LOADED", False)
-    monkeypatch.setattr(ut, "UT_ONE", "0")
-    assert not cv._use_ut(*_kw(1, 8))
-    for mode in ("auto", "1"):
-        monkeypatch.setattr(ut, "UT_ONE", mode)
-        assert cv._use_ut(*_kw(1, 8)) and cv._use_ut(*_kw(2, 5, pending=True))  # 6 / 12 pairs
-        assert cv._use_ut(*_kw(8, 2, HV=8))  # 64 pairs
-        assert not cv._use_ut(*_kw(9, 2, HV=8))  # 72 pairs: the serial kernel (or csrc)
-        assert not cv._use_ut(*_kw(1, 1))  # one token per row
-        assert not cv._use_ut(*_kw(1, 8, final=True))
-        assert not cv._use_ut(*_kw(1, 8, tmax=None)) and not cv._use_ut(*_kw(1, 8, tmax=24))
-        assert ut.ut_one(64) and ut.ut_one(65) == (mode == "1")
-        assert ut.ut_fold(False, 32, 0, one=True)  # the one-launch form folds whatever the state size
-    monkeypatch.setattr(ut, "UT_ONE", "yes")
-    with pytest.raises(ValueError, match="VLLM_SPECLA_UT_ONE='yes'"):
-        cv._use_ut(*_kw(1, 8))
-
-
 def test_cuda_csrc_rule(monkeypatch):
     monkeypatch.setattr(_cpp, "CUDA_LOADED", False)
     assert not cv._use_cuda_csrc(_kw(64, 5)[1])  # not built: Triton

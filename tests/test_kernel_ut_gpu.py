@@ -51,21 +51,17 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
 
 
-@pytest.fixture(autouse=True, params=[("loop", "0", "0"), ("dot", "1", "0"), ("auto", "auto", "1")],
-                ids=["loop-recover", "dot-fold", "one"])
+@pytest.fixture(autouse=True, params=[("loop", "0"), ("dot", "1")], ids=["loop-recover", "dot-fold"])
 def solve(request, monkeypatch):
     """Every test with both forms of the prep kernel's (I + A)^-1 (``UT_SOLVE``): forward
     substitution (the chains' default) and the blocked log-depth form (the trees'), and both forms
     of the deferred commit (``UT_FOLD``): the recover kernel first and the pending factors folded into
     the verify's state pass (by default from 64 MiB of state, launches that are not split, 16-token
     chunks; ``test_ut_fold_auto_wiring`` runs the default). The two switches change different kernels
-    (prep / state pass), so pairing them covers each form of each at no extra test time. The third
-    run takes the one-launch form (``UT_ONE=1``: the prep's math in the V-tile kernel, the pending
-    factors folded) at the default solve and fold rules (chains: substitution, trees: blocked)."""
+    (prep / state pass), so pairing them covers each form of each at no extra test time."""
     if HAVE_CUDA or INTERPRET:
         monkeypatch.setattr(ut, "UT_SOLVE", request.param[0])
         monkeypatch.setattr(ut, "UT_FOLD", request.param[1])
-        monkeypatch.setattr(ut, "UT_ONE", request.param[2])
     return request.param[0]
 
 
@@ -463,7 +459,6 @@ def test_ut_fold_auto_wiring(monkeypatch):
     state reaches ``UT_FOLD_MIN_STATE_BYTES``, and not below it; a split tree launch runs the recover
     kernel first. Each result equals the reference."""
     monkeypatch.setattr(ut, "UT_FOLD", "auto")
-    monkeypatch.setattr(ut, "UT_ONE", "0")
     calls = []
     real = ut._tr.recover
     monkeypatch.setattr(ut._tr, "recover", lambda *a, **kw: (calls.append(1), real(*a, **kw))[1])
@@ -477,47 +472,6 @@ def test_ut_fold_auto_wiring(monkeypatch):
     monkeypatch.setattr(ut, "UT_FOLD_MIN_STATE_BYTES", 0)
     check(*run_tree(c, _trees(random.Random(3), c.lens), pending=True))  # 2 rows x 4 heads: split
     assert calls == [1, 1]
-
-
-class _Launches:
-    """Stands in for a Triton kernel object: records the kernel's name at each launch, then launches."""
-
-    def __init__(self, kernel, name: str, log: list):
-        self.kernel, self.name, self.log = kernel, name, log
-
-    def __getitem__(self, grid):
-        def launch(*a, **kw):
-            self.log.append(self.name)
-            return self.kernel[grid](*a, **kw)
-        return launch
-
-
-def test_ut_one_launch_wiring(monkeypatch):
-    """``UT_ONE=auto`` as launched: at most ``UT_ONE_MAX_PAIRS`` (row, value head) pairs a chain or tree
-    window is one launch of the V-tile kernel (no prep, products or recover launch: the pending factors
-    are folded), above it the prep kernel runs; ``UT_FOLD=0`` still commits with the recover kernel
-    first. Each result equals the reference."""
-    monkeypatch.setattr(ut, "UT_ONE", "auto")
-    monkeypatch.setattr(ut, "UT_FOLD", "auto")
-    log = []
-    for name in ("_ut_prep_kernel", "_ut_products_kernel", "_chain_ut_kernel"):
-        monkeypatch.setattr(ut, name, _Launches(getattr(ut, name), name, log))
-    real = ut._tr.recover
-    monkeypatch.setattr(ut._tr, "recover", lambda *a, **kw: (log.append("recover"), real(*a, **kw))[1])
-    c = Case((2, 4, 32, 48), [5, 9], seed=83, pend=[2, 3])  # 2 rows x 4 value heads
-    monkeypatch.setattr(ut, "UT_ONE_MAX_PAIRS", 8)
-    check(*run_both(c, pending=True, final=False))
-    check(*run_tree(c, _trees(random.Random(4), c.lens), pending=True))
-    assert log == ["_chain_ut_kernel"] * 2
-    log.clear()
-    monkeypatch.setattr(ut, "UT_FOLD", "0")
-    check(*run_both(c, pending=True, final=False))
-    assert log == ["recover", "_chain_ut_kernel"]
-    log.clear()
-    monkeypatch.setattr(ut, "UT_FOLD", "auto")
-    monkeypatch.setattr(ut, "UT_ONE_MAX_PAIRS", 7)
-    check(*run_both(c, pending=True, final=False))
-    assert log[-2:] == ["_ut_prep_kernel", "_chain_ut_kernel"]
 
 
 def test_ut_tree_forced_dispatch_without_bank_takes_the_tree_size(monkeypatch):
@@ -612,7 +566,6 @@ def test_ut_strided_index_tensors_and_padded_slots():
 
 @pytest.fixture
 def split(monkeypatch):
-    monkeypatch.setattr(ut, "UT_ONE", "0")
     monkeypatch.setattr(ut, "UT_SPLIT", "1")
     monkeypatch.setattr(ut, "UT_SPLIT_MAX_PAIRS", 1 << 30)
 

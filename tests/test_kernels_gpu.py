@@ -227,14 +227,14 @@ def test_chain_tile_configs(config, strong_decay, monkeypatch):
             assert rel(x, y) < TOL
 
 
-@pytest.mark.parametrize("depths", [(2, 0), (1, 1), (2, 2), (1, 3), (2, 4)])
+@pytest.mark.parametrize("depth", [0, 1, 2, 3])
 @pytest.mark.parametrize("strong_decay", [False, True])
-def test_chain_prefetch_depths(depths, strong_decay, monkeypatch):
-    """The token and pending-factor prefetch depths (``TOKEN_PREFETCH``, ``PENDING_PREFETCH``) change
-    only when loads are issued: outputs, state and banks are bit for bit those of the default depths
-    (1, 0) and match the reference, with pending counts 0, 1, below, at and above the depth, a full bank
-    and more than the bank holds (clamped), with and without the state written, under strong decay
-    (the scaled state renormalised inside the fold)."""
+def test_chain_pending_prefetch_depths(depth, strong_decay, monkeypatch):
+    """The pending factors' prefetch depth (``PENDING_PREFETCH``) changes only when loads are issued:
+    outputs, state and banks are bit for bit those of the default depth (4) and match the reference,
+    with pending counts 0, 1, below, at and above the depth, a full bank and more than the bank holds
+    (clamped), with and without the state written, under strong decay (the scaled state renormalised
+    inside the fold)."""
     monkeypatch.setattr(tc, "CONFIG_OVERRIDE", (4, 1, 16, 1))
     c = Case((1, 2, 32, 12), [7, 1, 8, 4, 2, 3], seed=63, Tmax=8)  # GVA 2, 3 V-tiles (few interpreted programs)
     c.pending_len = torch.tensor([0, 1, 3, 4, 8, 11], device=DEV)
@@ -247,9 +247,8 @@ def test_chain_prefetch_depths(depths, strong_decay, monkeypatch):
         kw = dict(scale=c.scale, slots=c.slots, cu_seqlens=c.cu, write_bank=c.write_bank, write_final_state=final,
                   pending_len=c.pending_len, read_bank=c.read_bank)
         runs = []
-        for tok, pend in ((1, 0), depths):
-            monkeypatch.setattr(tc, "TOKEN_PREFETCH", tok)
-            monkeypatch.setattr(tc, "PENDING_PREFETCH", pend)
+        for d in (4, depth):
+            monkeypatch.setattr(tc, "PENDING_PREFETCH", d)
             st, b = c.state.clone(), c.banks()
             runs.append((tc.chain_verify(*c.inputs(), state=st, bank_k=b[0], bank_v=b[1], bank_g=b[2], **kw), st, b))
         (o0, s0, b0), (o1, s1, b1) = runs
@@ -262,12 +261,13 @@ def test_chain_prefetch_depths(depths, strong_decay, monkeypatch):
 
 
 def test_chain_prefetch_env_values(monkeypatch):
-    """A prefetch depth outside the allowed values is a ValueError naming the variable and the values."""
+    """A prefetch depth outside the allowed values is a ValueError naming the variable and the values;
+    unset or empty gives the default."""
     monkeypatch.setenv("VLLM_SPECLA_PENDING_PREFETCH", "8")
     with pytest.raises(ValueError, match=r"VLLM_SPECLA_PENDING_PREFETCH='8': allowed values are 0, 1, 2, 3, 4"):
-        tc._env_choice("VLLM_SPECLA_PENDING_PREFETCH", "0", ("0", "1", "2", "3", "4"))
-    monkeypatch.setenv("VLLM_SPECLA_TOKEN_PREFETCH", "")
-    assert tc._env_choice("VLLM_SPECLA_TOKEN_PREFETCH", "1", ("1", "2")) == 1
+        tc._env_choice("VLLM_SPECLA_PENDING_PREFETCH", "4", ("0", "1", "2", "3", "4"))
+    monkeypatch.setenv("VLLM_SPECLA_PENDING_PREFETCH", "")
+    assert tc._env_choice("VLLM_SPECLA_PENDING_PREFETCH", "4", ("0", "1", "2", "3", "4")) == 4
 
 
 def test_chain_window_too_long():

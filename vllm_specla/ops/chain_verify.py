@@ -112,12 +112,7 @@ def _use_ut(q: torch.Tensor, kw: dict, k: torch.Tensor | None = None) -> bool:
     if VERIFY_KERNEL == "ut":
         return True
     rows = kw["cu_seqlens"].numel() - 1
-    if rows >= UT_MIN_ROWS and q.shape[0] >= UT_MIN_TOKENS * max(rows, 1):
-        return True
-    # windows of more than one token per row at few (row, value head) pairs: the UT kernel's one-launch
-    # form where it is switched on (triton_chain_ut.UT_ONE, ut_one_takes_chains)
-    ut = _ut_impl()
-    return ut is not None and q.shape[0] > rows and ut.ut_one_takes_chains(rows * kw["state"].shape[1])
+    return rows >= UT_MIN_ROWS and q.shape[0] >= UT_MIN_TOKENS * max(rows, 1)
 
 
 # The CUDA csrc chain verify (csrc/cuda) once _cpp.load_cuda() has JIT-built it: used for verify and

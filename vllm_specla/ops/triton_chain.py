@@ -82,13 +82,16 @@ def _env_choice(name: str, default: str, allowed: tuple[str, ...]) -> int:
     return int(val)
 
 
-# How many tokens ahead _chain_verify_kernel loads q / k / v / g / beta where its config prefetches
-# (TUNED's fourth entry): 1 or 2 (VLLM_SPECLA_TOKEN_PREFETCH); and how many pending factors ahead its
-# deferred commit loads them: 0 (each factor's loads after the fold of the one before), 1-4
-# (VLLM_SPECLA_PENDING_PREFETCH). Session 39: at batch 1 a SpecLA step of 8 tokens with 8 pending took
-# 13.2 us against 7.9 without pending (H100, benchmarks/ut_h100_s39a.json): ~0.66 us per factor, a load latency.
-TOKEN_PREFETCH = _env_choice("VLLM_SPECLA_TOKEN_PREFETCH", "1", ("1", "2"))
-PENDING_PREFETCH = _env_choice("VLLM_SPECLA_PENDING_PREFETCH", "0", ("0", "1", "2", "3", "4"))
+# How many pending factors ahead _chain_verify_kernel's deferred commit loads them: 0 (each factor's
+# loads wait for the fold of the one before), 1-4 (VLLM_SPECLA_PENDING_PREFETCH). Session 39 (H100,
+# RESULTS.md; bench_ut.py, graph-timed, us per layer, benchmarks/ut_h100_s39c_*.json): SpecLA steps of 5 and
+# 8 tokens with as many pending factors, depth 0 -> 4: 9.8 -> 9.1 / 13.2 -> 12.2 us (6x256x512, batch 1),
+# 8.9 -> 8.0 / 12.2 -> 11.1 (8x256x256), 13.8 -> 13.2 / 18.2 -> 17.3 and 10.6 -> 9.8 / 14.1 -> 13.1 (batch
+# 2); verify windows (nothing pending) within 0.1 us; end to end at batch 1, K = 7, a step 2.115 / 2.117
+# -> 2.111 ms (flame) and 2.189 / 2.189 -> 2.180 (map; e2e_h100_s39d.jsonl). Loading tokens two ahead
+# instead of one was measured there too and removed (0.2-0.3 us slower on 6x256x512, within 0.15 us on
+# 8x256x256; commit 08293f2 keeps it).
+PENDING_PREFETCH = _env_choice("VLLM_SPECLA_PENDING_PREFETCH", "4", ("0", "1", "2", "3", "4"))
 
 
 def pick_config(num_rows: int, HV: int, V: int, K: int, tokens_per_row: float = 1.0) -> tuple[int, int, int, int]:
@@ -265,10 +268,9 @@ def _chain_verify_kernel(
     ``s < RESCALE_MIN`` and multiplied by ``s`` when stored.
 
     ``PREFETCH``: token ``t+1``'s q/k/v/g/beta are loaded while token ``t`` computes (manual software
-    pipelining: the per-token chain is otherwise load latency -> norms -> reductions -> update); 2:
-    tokens ``t+1`` and ``t+2`` (:data:`TOKEN_PREFETCH`). ``PEND_PF``: the same for the pending factors
-    of the deferred commit, ``PEND_PF`` factors ahead (0: each factor's loads wait for the fold of the
-    one before; :data:`PENDING_PREFETCH`).
+    pipelining: the per-token chain is otherwise load latency -> norms -> reductions -> update).
+    ``PEND_PF``: the same for the pending factors of the deferred commit, ``PEND_PF`` factors ahead (0:
+    each factor's loads wait for the fold of the one before; :data:`PENDING_PREFETCH`).
     """
     pdl_enter(PDL)
     i_v = tl.program_id(0)
@@ -348,25 +350,17 @@ def _chain_verify_kernel(
 
     # ---- the window, state tile on chip ----
     T = eos - bos
-    if PREFETCH > 0:
+    if PREFETCH:
         # clamped indices instead of masks: always a valid token (the launcher disables PREFETCH
-        # for N == 0); a row's last iterations re-read its last token, unused
+        # for N == 0); a row's last iteration re-reads its last token, unused
         n_q, n_k, n_v, n_g, n_b = _tok_load(q, k, v, g, beta, tl.maximum(tl.minimum(bos, eos - 1), 0), sq, sk, sv, sg,
                                             sb, i_h, i_hv, o_kk, mk, o_v, mv, K, V)
-        if PREFETCH > 1:
-            m_q, m_k, m_v, m_g, m_b = _tok_load(q, k, v, g, beta, tl.maximum(tl.minimum(bos + 1, eos - 1), 0), sq, sk,
-                                                sv, sg, sb, i_h, i_hv, o_kk, mk, o_v, mv, K, V)
     for t in range(0, T):
         i_t = bos + t
-        if PREFETCH > 0:
+        if PREFETCH:
             b_q, b_k, b_v, b_g, b_beta = n_q, n_k, n_v, n_g, n_b
-            if PREFETCH > 1:  # tokens t + 1 and t + 2 in flight
-                n_q, n_k, n_v, n_g, n_b = m_q, m_k, m_v, m_g, m_b
-                m_q, m_k, m_v, m_g, m_b = _tok_load(q, k, v, g, beta, tl.minimum(i_t + 2, eos - 1), sq, sk, sv, sg, sb,
-                                                    i_h, i_hv, o_kk, mk, o_v, mv, K, V)
-            else:
-                n_q, n_k, n_v, n_g, n_b = _tok_load(q, k, v, g, beta, tl.minimum(i_t + 1, eos - 1), sq, sk, sv, sg, sb,
-                                                    i_h, i_hv, o_kk, mk, o_v, mv, K, V)
+            n_q, n_k, n_v, n_g, n_b = _tok_load(q, k, v, g, beta, tl.minimum(i_t + 1, eos - 1), sq, sk, sv, sg, sb,
+                                                i_h, i_hv, o_kk, mk, o_v, mv, K, V)
         else:
             b_q, b_k, b_v, b_g, b_beta = _tok_load(q, k, v, g, beta, i_t, sq, sk, sv, sg, sb, i_h, i_hv, o_kk, mk, o_v,
                                                    mv, K, V)
@@ -450,7 +444,8 @@ def _launch_chain(
     cfg = config if config is not None else pick_config(R, HV, V, K, N / R)
     BV, nw = cfg[0], cfg[1]
     KI = cfg[2] if len(cfg) > 2 else 0
-    PF = (TOKEN_PREFETCH if N > R else 1) if len(cfg) > 3 and cfg[3] and N > 0 else 0  # (one token per row: 1)
+    PF = bool(cfg[3]) if len(cfg) > 3 else False
+    PF = PF and N > 0
     grid = (triton.cdiv(V, BV), HV, R)
     args = (
         q, k, v, g, beta, o,

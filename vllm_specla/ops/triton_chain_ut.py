@@ -86,11 +86,9 @@ import torch
 import triton
 import triton.language as tl
 
-from vllm_specla.ops import pdl as _pdl
 from vllm_specla.ops import triton_chain as _tc
 from vllm_specla.ops import triton_recover as _tr
 from vllm_specla.ops.triton_chain import _rows_dense
-from vllm_specla.ops.triton_fused import pdl_enter
 
 # (BV, num_warps, KC, num_stages) forced for every launch when not None (tests, benchmark sweeps).
 CONFIG_OVERRIDE: tuple[int, ...] | None = None
@@ -147,18 +145,7 @@ UT_SPLIT_MAX_PAIRS = 64
 # guess, not measured.
 UT_FOLD = os.environ.get("VLLM_SPECLA_UT_FOLD", "auto")
 UT_FOLD_MIN_STATE_BYTES = 64 << 20
-# One-launch form: at few (row, value head) pairs (batch-1 verify windows and trees), where every kernel of
-# the window is latency-bound, one launch of the V-tile kernel does it all: each (V-tile, value head, row)
-# program streams its state tile and the raw q / k chunks once, forming the state products, the window's
-# Gram products and norms together, then the prep's [BT, BT] math itself (redundant across the V-tiles of a
-# head: ~BT^2 K FMAs) and the combine; pending factors folded into the same pass. No prep / products
-# kernels, no scratch, no second stream; launched with programmatic dependent launch. "1" always, "0" never
-# (the default until measured), "auto" at most UT_ONE_MAX_PAIRS pairs (VLLM_SPECLA_UT_ONE). With it on,
-# chain verify windows at those pair counts take this kernel too (ops/chain_verify.py _use_ut).
-UT_ONE = os.environ.get("VLLM_SPECLA_UT_ONE", "0")
-UT_ONE_MAX_PAIRS = 64
-_UT_MODES = {"UT_SOLVE": ("loop", "dot", "auto"), "UT_SPLIT": ("0", "1", "auto"), "UT_FOLD": ("0", "1", "auto"),
-             "UT_ONE": ("0", "1", "auto")}
+_UT_MODES = {"UT_SOLVE": ("loop", "dot", "auto"), "UT_SPLIT": ("0", "1", "auto"), "UT_FOLD": ("0", "1", "auto")}
 
 
 def _ut_mode(name: str) -> str:
@@ -182,32 +169,14 @@ def ut_forms(pairs: int, tree: bool) -> tuple[bool, bool]:
     return split, solve_mode == "dot" or (solve_mode == "auto" and tree)
 
 
-def ut_one(pairs: int) -> bool:
-    """Whether a UT launch of ``pairs`` (row, value head) pairs takes the one-launch form
-    (:data:`UT_ONE`; "auto": at most :data:`UT_ONE_MAX_PAIRS`). Shape-only (CUDA-graph safe). Raises
-    ``ValueError`` for a switch value outside the allowed ones."""
-    mode = _ut_mode("UT_ONE")
-    return mode == "1" or (mode == "auto" and pairs <= UT_ONE_MAX_PAIRS)
-
-
-def ut_one_takes_chains(pairs: int) -> bool:
-    """Whether chain verify windows (more than one token per row, no ``write_final_state``) of ``pairs``
-    (row, value head) pairs go to this kernel's one-launch form instead of the serial kernel
-    (``ops/chain_verify.py``): :data:`UT_ONE` not "0" and at most :data:`UT_ONE_MAX_PAIRS` pairs.
-    Shape-only. Raises ``ValueError`` for a switch value outside the allowed ones."""
-    return _ut_mode("UT_ONE") != "0" and pairs <= UT_ONE_MAX_PAIRS
-
-
-def ut_fold(split: bool, bt: int, state_bytes: int, one: bool = False) -> bool:
+def ut_fold(split: bool, bt: int, state_bytes: int) -> bool:
     """Whether a UT launch with pending factors folds them in its state pass (:data:`UT_FOLD`) instead
     of launching the recover kernel first; ``split``: the launch takes the split form
     (:func:`ut_forms`), ``bt``: its window chunk (16 or 32), ``state_bytes``: the state its rows read
-    (rows x HV x V x K x 4; "auto" folds from :data:`UT_FOLD_MIN_STATE_BYTES`), ``one``: the one-launch
-    form (:func:`ut_one`; "auto" always folds there: a recover launch would undo the point). Shape-only
-    (CUDA-graph safe). Raises ``ValueError`` for a switch value outside the allowed ones."""
+    (rows x HV x V x K x 4; "auto" folds from :data:`UT_FOLD_MIN_STATE_BYTES`). Shape-only (CUDA-graph
+    safe). Raises ``ValueError`` for a switch value outside the allowed ones."""
     mode = _ut_mode("UT_FOLD")
-    return mode == "1" or (mode == "auto" and (one or (not split and bt == BT
-                                                        and state_bytes >= UT_FOLD_MIN_STATE_BYTES)))
+    return mode == "1" or (mode == "auto" and not split and bt == BT and state_bytes >= UT_FOLD_MIN_STATE_BYTES)
 
 
 # (BV, num_warps, KC, num_stages) of every UT launch. KC: key-dim chunk in which the [BV, K] state tile
@@ -257,79 +226,6 @@ def _mm(a, b, PREC: tl.constexpr):
     else:
         r = tl.dot(a, b, input_precision="bf16x3")
     return r
-
-
-@triton.jit
-def _window_mats(b_kk, b_qk, b_g, b_b, parents, bos, T, o_t, mt, BT: tl.constexpr, HAS_TREE: tl.constexpr,
-                 LOG2_BT: tl.constexpr, SOLVE_DOT: tl.constexpr):
-    """The window's ``[BT, BT]`` matrices from its l2-normalised Gram products ``b_kk = K^ K^^T``,
-    ``b_qk = Q^ K^^T`` (``[BT, BT]`` fp32, zero rows / columns ``t >= T``), log decays ``b_g`` and write
-    strengths ``b_b`` (``[BT]``, zero for ``t >= T``): returns ``(Tinv, W, e^Γ)`` as documented in
-    :func:`_ut_prep_kernel` (the prep kernel's and the one-launch kernel's shared math; ``parents`` /
-    ``bos``: the tree's row-local parent array and the row's first token, read when ``HAS_TREE``)."""
-    m_e = o_t[:, None] == o_t[None, :]
-    # the ancestor matrix and the decay sums as [BT, BT] dots, not one pass per node (the session-3
-    # form, 2-3 loops of T steps of [BT, BT] reductions, took 1.11-1.24x this prep's time for trees
-    # on the H200, RESULTS.md session 8; the chain form uses the same dot, not timed alone); exact
-    # (0 / 1 products) or sums of terms of one sign (no cancellation)
-    if HAS_TREE:
-        # ancestor-or-self matrix: the closure of I + P (P[t, parent(t)] = 1) by LOG2_BT squarings,
-        # paths of up to 2^LOG2_BT >= BT - 1 edges (exact: 0 / 1 entries, fp32 FMA dots)
-        b_par = tl.load(parents + bos + o_t, mask=mt, other=-1).to(tl.int32)
-        anc = tl.where(m_e | (o_t[None, :] == b_par[:, None]), 1.0, 0.0)
-        for _ in tl.static_range(LOG2_BT):
-            anc = tl.minimum(tl.dot(anc, anc, input_precision="ieee"), 1.0)
-        m_i = anc > 0.0
-        m_s = m_i & (o_t[:, None] != o_t[None, :])
-        # log D[t, u] = sum of g over path(t) \ path(u) (for u on the path of t: the nodes after u),
-        # Γ_t = sum of g over path(t); both summed directly (terms of one sign: no cancellation)
-        # [t, s]: g_s for s on path(t); g clamped for the products only (0 * -inf would be NaN;
-        # e^-1e30 = e^-inf = 0, so a finite or -inf g gives the same decays)
-        b_ga = anc * tl.maximum(b_g, -1e30)[None, :]
-        b_S = tl.dot(b_ga, tl.trans(1.0 - anc), input_precision="ieee")
-        eG = tl.exp(tl.sum(b_ga, 1))
-    else:
-        m_s = o_t[:, None] > o_t[None, :]  # strictly lower: u < t
-        m_i = o_t[:, None] >= o_t[None, :]  # lower incl. the diagonal
-        # Γ_t - Γ_u = sum_{u < s <= t} g_s summed directly, not as a difference of cumulative sums
-        # (which loses ~1e-4 absolute when Γ reaches -1600 under strong decay): the tree form with
-        # anc = the lower triangle
-        b_low = tl.where(m_i, 1.0, 0.0)
-        b_S = tl.dot(b_low * tl.maximum(b_g, -1e30)[None, :], tl.trans(1.0 - b_low), input_precision="ieee")
-        eG = tl.exp(tl.cumsum(b_g, 0))
-    b_D = tl.exp(tl.where(m_i, b_S, 0.0))
-    b_A = tl.where(m_s, b_b[:, None] * b_kk * b_D, 0.0)
-    b_W = tl.where(m_i, b_qk * b_D, 0.0)
-    if SOLVE_DOT:
-        # (I + A)^-1 by blocks of doubling size (the merge of fla solve_tril): N holds the inverses of
-        # the s x s diagonal blocks of I + A; one level merges pairs of blocks,
-        # N <- N - N A_off N (A_off: A's entries below the diagonal blocks inside each 2s block,
-        # [[N11, 0], [-N22 A21 N11, N22]]). Levels while s < T (A is strictly lower: ancestors precede
-        # their nodes), the first (s = 1, N = I) without dots: ceil(log2 T) - 1 levels of two fp32
-        # FMA dots instead of T - 2 dependent row passes. As stable as the substitution (the Neumann
-        # product prod (I + (-A)^(2^j)) has the same dot count but cancels catastrophically when A is
-        # near the all-ones matrix: a deep chain of nearly parallel keys, review of session 9)
-        r_t, c_t = o_t[:, None], o_t[None, :]
-        b_Ti = tl.where(m_e, 1.0, 0.0) - tl.where((r_t // 2 == c_t // 2) & (r_t % 2 == 1) & (c_t % 2 == 0), b_A, 0.0)
-        n_lv = T * 0
-        for j in tl.static_range(1, LOG2_BT + 1):
-            n_lv += ((1 << j) < T).to(n_lv.dtype)
-        s_blk = T * 0 + 2
-        for _ in range(n_lv):
-            m_off = (r_t // (2 * s_blk) == c_t // (2 * s_blk)) & ((r_t // s_blk) % 2 == 1) & ((c_t // s_blk) % 2 == 0)
-            b_Ao = tl.where(m_off, b_A, 0.0)
-            b_Ti = b_Ti - tl.dot(tl.dot(b_Ti, b_Ao, input_precision="ieee"), b_Ti, input_precision="ieee")
-            s_blk = s_blk * 2
-    else:
-        # N = (I + A)^-1 - I row by row: N_i = -A_i - sum_{j<i} A_ij N_j (fla solve_tril); rows 0, 1
-        # of -A are already exact
-        b_N = -b_A
-        for i in range(2, T):
-            b_a = -tl.sum(tl.where(o_t[:, None] == i, b_A, 0.0), 0)  # -A[i, :]
-            b_a = b_a + tl.sum(b_a[:, None] * b_N, 0)
-            b_N = tl.where(o_t[:, None] == i, b_a[None, :], b_N)
-        b_Ti = b_N + tl.where(m_e, 1.0, 0.0)
-    return b_Ti, b_W, eG
 
 
 @triton.jit
@@ -400,7 +296,68 @@ def _ut_prep_kernel(
 
     b_g = tl.load(g + i_t * sg + i_hv, mask=mt, other=0.0).to(tl.float32)
     b_b = tl.load(beta + i_t * sb + i_hv, mask=mt, other=0.0).to(tl.float32)
-    b_Ti, b_W, eG = _window_mats(b_kk, b_qk, b_g, b_b, parents, bos, T, o_t, mt, BT, HAS_TREE, LOG2_BT, SOLVE_DOT)
+    m_e = o_t[:, None] == o_t[None, :]
+    # the ancestor matrix and the decay sums as [BT, BT] dots, not one pass per node (the session-3
+    # form, 2-3 loops of T steps of [BT, BT] reductions, took 1.11-1.24x this prep's time for trees
+    # on the H200, RESULTS.md session 8; the chain form uses the same dot, not timed alone); exact
+    # (0 / 1 products) or sums of terms of one sign (no cancellation)
+    if HAS_TREE:
+        # ancestor-or-self matrix: the closure of I + P (P[t, parent(t)] = 1) by LOG2_BT squarings,
+        # paths of up to 2^LOG2_BT >= BT - 1 edges (exact: 0 / 1 entries, fp32 FMA dots)
+        b_par = tl.load(parents + bos + o_t, mask=mt, other=-1).to(tl.int32)
+        anc = tl.where(m_e | (o_t[None, :] == b_par[:, None]), 1.0, 0.0)
+        for _ in tl.static_range(LOG2_BT):
+            anc = tl.minimum(tl.dot(anc, anc, input_precision="ieee"), 1.0)
+        m_i = anc > 0.0
+        m_s = m_i & (o_t[:, None] != o_t[None, :])
+        # log D[t, u] = sum of g over path(t) \ path(u) (for u on the path of t: the nodes after u),
+        # Γ_t = sum of g over path(t); both summed directly (terms of one sign: no cancellation)
+        # [t, s]: g_s for s on path(t); g clamped for the products only (0 * -inf would be NaN;
+        # e^-1e30 = e^-inf = 0, so a finite or -inf g gives the same decays)
+        b_ga = anc * tl.maximum(b_g, -1e30)[None, :]
+        b_S = tl.dot(b_ga, tl.trans(1.0 - anc), input_precision="ieee")
+        eG = tl.exp(tl.sum(b_ga, 1))
+    else:
+        m_s = o_t[:, None] > o_t[None, :]  # strictly lower: u < t
+        m_i = o_t[:, None] >= o_t[None, :]  # lower incl. the diagonal
+        # Γ_t - Γ_u = sum_{u < s <= t} g_s summed directly, not as a difference of cumulative sums
+        # (which loses ~1e-4 absolute when Γ reaches -1600 under strong decay): the tree form with
+        # anc = the lower triangle
+        b_low = tl.where(m_i, 1.0, 0.0)
+        b_S = tl.dot(b_low * tl.maximum(b_g, -1e30)[None, :], tl.trans(1.0 - b_low), input_precision="ieee")
+        eG = tl.exp(tl.cumsum(b_g, 0))
+    b_D = tl.exp(tl.where(m_i, b_S, 0.0))
+    b_A = tl.where(m_s, b_b[:, None] * b_kk * b_D, 0.0)
+    b_W = tl.where(m_i, b_qk * b_D, 0.0)
+    if SOLVE_DOT:
+        # (I + A)^-1 by blocks of doubling size (the merge of fla solve_tril): N holds the inverses of
+        # the s x s diagonal blocks of I + A; one level merges pairs of blocks,
+        # N <- N - N A_off N (A_off: A's entries below the diagonal blocks inside each 2s block,
+        # [[N11, 0], [-N22 A21 N11, N22]]). Levels while s < T (A is strictly lower: ancestors precede
+        # their nodes), the first (s = 1, N = I) without dots: ceil(log2 T) - 1 levels of two fp32
+        # FMA dots instead of T - 2 dependent row passes. As stable as the substitution (the Neumann
+        # product prod (I + (-A)^(2^j)) has the same dot count but cancels catastrophically when A is
+        # near the all-ones matrix: a deep chain of nearly parallel keys, review of session 9)
+        r_t, c_t = o_t[:, None], o_t[None, :]
+        b_Ti = tl.where(m_e, 1.0, 0.0) - tl.where((r_t // 2 == c_t // 2) & (r_t % 2 == 1) & (c_t % 2 == 0), b_A, 0.0)
+        n_lv = T * 0
+        for j in tl.static_range(1, LOG2_BT + 1):
+            n_lv += ((1 << j) < T).to(n_lv.dtype)
+        s_blk = T * 0 + 2
+        for _ in range(n_lv):
+            m_off = (r_t // (2 * s_blk) == c_t // (2 * s_blk)) & ((r_t // s_blk) % 2 == 1) & ((c_t // s_blk) % 2 == 0)
+            b_Ao = tl.where(m_off, b_A, 0.0)
+            b_Ti = b_Ti - tl.dot(tl.dot(b_Ti, b_Ao, input_precision="ieee"), b_Ti, input_precision="ieee")
+            s_blk = s_blk * 2
+    else:
+        # N = (I + A)^-1 - I row by row: N_i = -A_i - sum_{j<i} A_ij N_j (fla solve_tril); rows 0, 1
+        # of -A are already exact
+        b_N = -b_A
+        for i in range(2, T):
+            b_a = -tl.sum(tl.where(o_t[:, None] == i, b_A, 0.0), 0)  # -A[i, :]
+            b_a = b_a + tl.sum(b_a[:, None] * b_N, 0)
+            b_N = tl.where(o_t[:, None] == i, b_a[None, :], b_N)
+        b_Ti = b_N + tl.where(m_e, 1.0, 0.0)
 
     p_m = mat_s + (i_r * HV + i_hv) * (2 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
     tl.store(p_m, b_Ti)
@@ -465,7 +422,7 @@ def _fold_setup(bank_k, bank_v, bank_g, read_bank, pending_len, slot, i_r, i_hv,
 @triton.jit
 def _state_products(p_st, p_kT, p_qT, mv, mt, K, KC: tl.constexpr, NKC: tl.constexpr, BV: tl.constexpr,
                     BT: tl.constexpr, PREC: tl.constexpr, FOLD: tl.constexpr = False, p_kp=None, mp=None,
-                    b_vp=None, eGp=None, keys_st=None, GRAM: tl.constexpr = False):
+                    b_vp=None, eGp=None, keys_st=None):
     """``(M k_t, M q_t)`` for the window rows ``t`` (``[BV, BT]`` fp32 each) in one pass over
     ``[BV, KC]`` chunks of the state tile (``p_st``: ``[BV, 1]`` row pointers), tensor-core dots;
     ``p_kT`` / ``p_qT``: ``[1, BT]`` pointers to key 0 of each row's k / q (unit key stride).
@@ -473,18 +430,10 @@ def _state_products(p_st, p_kT, p_qT, mv, mt, K, KC: tl.constexpr, NKC: tl.const
     keys_st``), ``M' = eGp M + b_vp K_p`` (a ``[BV, BP] x [BP, KC]`` dot: ieee where ``PREC`` is, else
     tf32x3 whatever ``PREC`` says, since the committed state persists), is stored back where anything
     was pending (the committed state, written once) and the products use ``M'``: the deferred commit
-    in the verify's own state pass instead of a recover launch's read and write.
-
-    Returns ``(b_mk, b_mq, b_kk, b_qk, ssk, ssq)``: with ``GRAM`` (the one-launch kernel, whose q / k
-    rows are raw) also the window's Gram products ``K K^T``, ``Q K^T`` (``[BT, BT]``) and the squared
-    row norms of k / q (``[BT]``), accumulated over the same key chunks; zeros without it."""
+    in the verify's own state pass instead of a recover launch's read and write."""
     o_c = tl.arange(0, KC)
     b_mk = tl.zeros([BV, BT], dtype=tl.float32)
     b_mq = tl.zeros([BV, BT], dtype=tl.float32)
-    b_kk = tl.zeros([BT, BT], dtype=tl.float32)
-    b_qk = tl.zeros([BT, BT], dtype=tl.float32)
-    ssk = tl.zeros([BT], dtype=tl.float32)
-    ssq = tl.zeros([BT], dtype=tl.float32)
     for kc in range(0, NKC):
         o_k = kc * KC + o_c
         mk = o_k < K
@@ -502,12 +451,7 @@ def _state_products(p_st, p_kT, p_qT, mv, mt, K, KC: tl.constexpr, NKC: tl.const
         b_kT = tl.load(p_kT + o_k[:, None], mask=mkt, other=0.0).to(tl.float32)
         b_mk += _mm(b_h, b_kT, PREC)
         b_mq += _mm(b_h, b_qT, PREC)
-        if GRAM:
-            ssk += tl.sum(b_kT * b_kT, 0)
-            ssq += tl.sum(b_qT * b_qT, 0)
-            b_kk += _mm(tl.trans(b_kT), b_kT, PREC)
-            b_qk += _mm(tl.trans(b_qT), b_kT, PREC)
-    return b_mk, b_mq, b_kk, b_qk, ssk, ssq
+    return b_mk, b_mq
 
 
 @triton.jit
@@ -541,55 +485,20 @@ def _chain_ut_kernel(
     qk_s, mat_s, vec_s, mm_s, sc_s,
     bank_k, bank_vr, bank_g, read_bank, pending_len,
     Tmax, sv,
-    q, k, g, beta, parents, scale, sq, sk, sg, sb,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     KC: tl.constexpr, NKC: tl.constexpr,
     BV: tl.constexpr, BT: tl.constexpr,
     HAS_BANK: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr, FOLD: tl.constexpr, BP: tl.constexpr,
-    ONE: tl.constexpr = False, L2NORM: tl.constexpr = True, HAS_TREE: tl.constexpr = False,
-    LOG2_BT: tl.constexpr = 4, SOLVE_DOT: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
     """Per ``(V-tile, value head, row)``: the state part of the window (see the module docstring).
     ``SPLIT``: the products ``M k``, ``M q`` of the raw q / k come from ``mm_s``
     (:func:`_ut_products_kernel`) and are scaled here by the prep's l2norm scales (the combine kernel
-    of the split launch). ``ONE`` (:data:`UT_ONE`): the whole window in this one launch, no prep
-    kernel and no scratch: the products run on the raw q / k (``q``, ``k``, ``sq``, ``sk``) and the
-    same key chunks give the window's Gram products and norms, from which each program forms
-    ``Tinv``, ``W`` and ``e^Γ`` itself (:func:`_window_mats`, the prep's math, once per V-tile);
-    ``g`` / ``beta`` / ``parents`` as the prep reads them; the programs of V-tile 0 write the ``g``
-    factors and (first value head of each GVA group) the ``k^`` factors. ``PDL``: programmatic
-    dependent launch (``ops/pdl.py``: the wait comes before any memory access)."""
-    pdl_enter(PDL)
+    of the split launch)."""
     i_r, i_hv, i_h, slot, o_v, mv, o_t, mt, i_t = _ut_vtile(cu_seqlens, slots, H, HV, V, BV, BT)
     p_st = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K  # [BV, 1] row pointers of the tile
     p_qk = qk_s + (i_r * H + i_h) * (2 * BT * K) + o_t[None, :] * K  # [1, BT]: q^ rows (k^ at + BT*K)
 
-    if ONE:  # products of the raw q / k with the Gram products and norms of the same chunks, then the prep's math
-        p_kT, p_qT = k + i_t[None, :] * sk + i_h * K, q + i_t[None, :] * sq + i_h * K
-        if FOLD:
-            p_kp, mp, b_vp, eGp, keys_st = _fold_setup(bank_k, bank_vr, bank_g, read_bank, pending_len, slot, i_r,
-                                                     i_hv, i_h, o_v, mv, Tmax, H, HV, K, V, BP)
-            b_mk, b_mq, b_kk, b_qk, ssk, ssq = _state_products(p_st, p_kT, p_qT, mv, mt, K, KC, NKC, BV, BT, PREC,
-                                                               True, p_kp, mp, b_vp, eGp, keys_st, GRAM=True)
-        else:
-            b_mk, b_mq, b_kk, b_qk, ssk, ssq = _state_products(p_st, p_kT, p_qT, mv, mt, K, KC, NKC, BV, BT, PREC,
-                                                               GRAM=True)
-        if L2NORM:
-            rk = tl.rsqrt(ssk + 1e-6)
-            rq = tl.rsqrt(ssq + 1e-6) * scale
-        else:
-            rk = tl.full([BT], 1.0, dtype=tl.float32)
-            rq = tl.full([BT], 1.0, dtype=tl.float32) * scale
-        b_mk = b_mk * rk[None, :]
-        b_mq = b_mq * rq[None, :]
-        b_kk = b_kk * rk[:, None] * rk[None, :]
-        b_qk = b_qk * rq[:, None] * rk[None, :]
-        bos = tl.load(cu_seqlens + i_r).to(tl.int64)
-        T = tl.minimum(tl.load(cu_seqlens + i_r + 1).to(tl.int64) - bos, BT)
-        b_g = tl.load(g + i_t * sg + i_hv, mask=mt, other=0.0).to(tl.float32)
-        b_b = tl.load(beta + i_t * sb + i_hv, mask=mt, other=0.0).to(tl.float32)
-        b_Ti, b_W, eG = _window_mats(b_kk, b_qk, b_g, b_b, parents, bos, T, o_t, mt, BT, HAS_TREE, LOG2_BT, SOLVE_DOT)
-    elif SPLIT:  # products of the raw q / k (_ut_products_kernel), scaled by the l2norm scales
+    if SPLIT:  # products of the raw q / k (_ut_products_kernel), scaled by the l2norm scales
         p_mm = mm_s + (i_r * HV + i_hv) * (2 * V * BT) + o_v[:, None] * BT + o_t[None, :]
         p_sc = sc_s + (i_r * HV + i_hv) * (2 * BT) + o_t
         mvt = mv[:, None] & (o_t[None, :] < BT)
@@ -601,18 +510,17 @@ def _chain_ut_kernel(
         if FOLD:
             p_kp, mp, b_vp, eGp, keys_st = _fold_setup(bank_k, bank_vr, bank_g, read_bank, pending_len, slot, i_r,
                                                      i_hv, i_h, o_v, mv, Tmax, H, HV, K, V, BP)
-            b_mk, b_mq, _, _, _, _ = _state_products(p_st, p_qk + BT * K, p_qk, mv, mt, K, KC, NKC, BV, BT, PREC,
-                                                     True, p_kp, mp, b_vp, eGp, keys_st)
+            b_mk, b_mq = _state_products(p_st, p_qk + BT * K, p_qk, mv, mt, K, KC, NKC, BV, BT, PREC,
+                                         True, p_kp, mp, b_vp, eGp, keys_st)
         else:
-            b_mk, b_mq, _, _, _, _ = _state_products(p_st, p_qk + BT * K, p_qk, mv, mt, K, KC, NKC, BV, BT, PREC)
-    if not ONE:  # the prep kernel's matrices from its scratch
-        p_m = mat_s + (i_r * HV + i_hv) * (2 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
-        b_Ti = tl.load(p_m)
-        b_W = tl.load(p_m + BT * BT)
-        p_e = vec_s + (i_r * HV + i_hv) * (2 * BT) + o_t
-        eG = tl.load(p_e)
-        b_b = tl.load(p_e + BT)
+            b_mk, b_mq = _state_products(p_st, p_qk + BT * K, p_qk, mv, mt, K, KC, NKC, BV, BT, PREC)
+    p_m = mat_s + (i_r * HV + i_hv) * (2 * BT * BT) + o_t[:, None] * BT + o_t[None, :]
     # ---- the window on [BV, BT] tiles (ALGORITHMS.md §4, chain mask) ----
+    b_Ti = tl.load(p_m)
+    b_W = tl.load(p_m + BT * BT)
+    p_e = vec_s + (i_r * HV + i_hv) * (2 * BT) + o_t
+    eG = tl.load(p_e)
+    b_b = tl.load(p_e + BT)
     b_vT = tl.load(v + i_t[None, :] * sv + i_hv * V + o_v[:, None],
                    mask=mv[:, None] & mt[None, :], other=0.0).to(tl.float32)  # [BV, BT]
     b_r = b_b[None, :] * (b_vT - eG[None, :] * b_mk)  # beta (v - e^Γ M k^)
@@ -623,18 +531,6 @@ def _chain_ut_kernel(
         mb = mt & (o_t < Tmax)
         pw = (slot * 2 + tl.load(write_bank + i_r).to(tl.int64)) * Tmax + o_t
         tl.store(bank_v + (pw[None, :] * HV + i_hv) * V + o_v[:, None], b_x, mask=mv[:, None] & mb[None, :])
-        if ONE:  # the prep's bank writes, one writer per element: V-tile 0 (k^: the first value head of its group)
-            if tl.program_id(0) == 0:
-                tl.store(bank_g + pw * HV + i_hv, b_g, mask=mb)
-                if i_hv % (HV // H) == 0:
-                    o_c = tl.arange(0, KC)
-                    for kc in range(0, NKC):
-                        o_k = kc * KC + o_c
-                        mkc = (o_k < K)[None, :]
-                        b_kc = tl.load(k + i_t[:, None] * sk + i_h * K + o_k[None, :], mask=mt[:, None] & mkc,
-                                       other=0.0).to(tl.float32)
-                        tl.store(bank_k + (pw[:, None] * H + i_h) * K + o_k[None, :], b_kc * rk[:, None],
-                                 mask=mb[:, None] & mkc)
 
 
 @triton.jit
@@ -656,10 +552,10 @@ def _ut_products_kernel(
     if FOLD:
         p_kp, mp, b_vp, eGp, keys_st = _fold_setup(bank_k, bank_v, bank_g, read_bank, pending_len, slot, i_r, i_hv,
                                                  i_h, o_v, mv, Tmax, H, HV, K, V, BP)
-        b_mk, b_mq, _, _, _, _ = _state_products(p_st, p_kT, p_qT, mv, mt, K, KC, NKC, BV, BT, PREC, True, p_kp, mp,
-                                                 b_vp, eGp, keys_st)
+        b_mk, b_mq = _state_products(p_st, p_kT, p_qT, mv, mt, K, KC, NKC, BV, BT, PREC, True, p_kp, mp, b_vp, eGp,
+                                     keys_st)
     else:
-        b_mk, b_mq, _, _, _, _ = _state_products(p_st, p_kT, p_qT, mv, mt, K, KC, NKC, BV, BT, PREC)
+        b_mk, b_mq = _state_products(p_st, p_kT, p_qT, mv, mt, K, KC, NKC, BV, BT, PREC)
     p_mm = mm_s + (i_r * HV + i_hv) * (2 * V * BT) + o_v[:, None] * BT + o_t[None, :]
     m2 = mv[:, None] & (o_t[None, :] < BT)
     tl.store(p_mm, b_mk, mask=m2)
@@ -716,7 +612,7 @@ def _pick_bt(max_nodes: int | None) -> int:
 def _launch_ut(
     q, k, v, g, beta, scale, state, slots, cu_seqlens,
     bank_k, bank_v, bank_g, write_bank, pending_len, read_bank,
-    write_final_state, use_qk_l2norm, config=None, precision=None, parents=None, max_nodes=None, one=None,
+    write_final_state, use_qk_l2norm, config=None, precision=None, parents=None, max_nodes=None,
 ):
     if write_final_state:
         assert parents is None, "a draft tree never writes its node states"
@@ -754,14 +650,11 @@ def _launch_ut(
     KC = min(KC, BK)
     prec = _PREC_CODE[precision or DOT_PRECISION]
     split, solve_dot = ut_forms(R * HV, parents is not None)
-    one = ut_one(R * HV) if one is None else bool(one)
-    split = split and not one
     # per-(row, head) scratch of the prep kernel (fp32): q^/k^ rows (not in the split launch),
-    # Tinv/W, e^Γ/beta; in the split launch the l2norm scales of k / q (sc_s) and the products (mm_s);
-    # none in the one-launch form
-    qk_s = dummy if split or one else torch.empty(R, H, 2, bt, K, dtype=torch.float32, device=v.device)
-    mat_s = dummy if one else torch.empty(R, HV, 2, bt, bt, dtype=torch.float32, device=v.device)
-    vec_s = dummy if one else torch.empty(R, HV, 2, bt, dtype=torch.float32, device=v.device)
+    # Tinv/W, e^Γ/beta; in the split launch the l2norm scales of k / q (sc_s) and the products (mm_s)
+    qk_s = dummy if split else torch.empty(R, H, 2, bt, K, dtype=torch.float32, device=v.device)
+    mat_s = torch.empty(R, HV, 2, bt, bt, dtype=torch.float32, device=v.device)
+    vec_s = torch.empty(R, HV, 2, bt, dtype=torch.float32, device=v.device)
     sc_s = torch.empty(R, HV, 2, bt, dtype=torch.float32, device=v.device) if split else dummy
     mm_s = torch.empty(R, HV, 2, V, bt, dtype=torch.float32, device=v.device) if split else dummy
     wb_ = write_bank if has_bank else slots
@@ -779,25 +672,17 @@ def _launch_ut(
             SPLIT=split, num_warps=PREP_WARPS_32 if bt != BT else PREP_WARPS_SPLIT if split else PREP_WARPS,
         )
 
-    pdl = one and _pdl.enabled(v)
     side = _side_stream(v.device) if split and v.device.type == "cuda" else None
     if side is not None:  # the prep beside the pending commit and the products (fork)
         side.wait_stream(torch.cuda.current_stream(v.device))
         with torch.cuda.stream(side):
             prep()
-    fold = has_pending and ut_fold(split, bt, R * HV * V * K * 4, one)
+    fold = has_pending and ut_fold(split, bt, R * HV * V * K * 4)
     BP = max(16, triton.next_power_of_2(tmax))
-    if fold:
-        fold_args = (bank_k, bank_v, bank_g, read_bank, pending_len)
-    elif one and has_bank:  # (the one-launch kernel writes the k^ / g factors through these)
-        fold_args = (bank_k, bank_v, bank_g, slots, slots)
-    else:
-        fold_args = (dummy, dummy, dummy, slots, slots)
+    fold_args = (bank_k, bank_v, bank_g, read_bank, pending_len) if fold else (dummy, dummy, dummy, slots, slots)
     if has_pending and not fold:  # deferred commit of the pending factors: the recover kernel, then verify
         _tr.recover(state, slots[:R], bank_k, bank_v, bank_g, read_bank[:R], pending_len[:R])
-    if one:
-        pass
-    elif not split:
+    if not split:
         prep()
     else:
         _ut_products_kernel[grid](
@@ -816,12 +701,9 @@ def _launch_ut(
         qk_s, mat_s, vec_s, mm_s, sc_s,
         *fold_args,
         tmax, v.stride(0),
-        q, k, g, beta, parents if parents is not None else slots, float(scale),
-        q.stride(0), k.stride(0), g.stride(0), beta.stride(0),
         H=H, HV=HV, K=K, V=V, KC=KC, NKC=BK // KC, BV=BV, BT=bt,
         HAS_BANK=has_bank, PREC=prec, SPLIT=split, FOLD=fold and not split, BP=BP,
-        ONE=one, L2NORM=bool(use_qk_l2norm), HAS_TREE=parents is not None, LOG2_BT=bt.bit_length() - 1,
-        SOLVE_DOT=solve_dot, PDL=pdl, num_warps=nw, num_stages=ns, **_pdl.launch_kw(pdl),
+        num_warps=nw, num_stages=ns,
     )
     return o
 

@@ -21,8 +21,6 @@ token-strided (column slices of one projection output) as long as the feature di
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -31,31 +29,17 @@ from vllm_specla.ops import pdl as _pdl
 
 
 @triton.jit
-def pdl_enter(PDL: tl.constexpr, LATE: tl.constexpr = False):
+def pdl_enter(PDL: tl.constexpr):
     """The start of a kernel that reads only its predecessors' results: wait for them, then let
-    the next kernel launch (``ops/pdl.py``; a no-op without PDL). ``LATE``: do not let it launch
-    early: it launches as this kernel's programs exit (:data:`GLUE_LATE_LAUNCH`)."""
+    the next kernel launch (``ops/pdl.py``; a no-op without PDL)."""
     if PDL:
         tl.extra.cuda.gdc_wait()
-        if not LATE:
-            tl.extra.cuda.gdc_launch_dependents()
-
-
-# The verify window's glue kernels before a skinny GEMM (RMSNorm, gated RMSNorm, SwiGLU: ops/fused.py's
-# unfused paths for 2-8 rows) let that GEMM launch only as they exit, not at their start: the GEMM loads
-# its first weight batch before its PDL wait, and in session 32's timeline of a batch-1 K = 7 step (H100,
-# benchmarks/breakdown_h100_s32a.json) each RMSNorm (8 rows x 2048, 4 warps) ended 4.6-4.7 us after the GEMM
-# before it, against 1.1 us for the gating kernel, whose successor (the conv) loads almost nothing
-# early. VLLM_SPECLA_GLUE_LATE_LAUNCH: "1" on, "0" off (the default until measured end to end).
-_GLUE_LATE_ENV = os.environ.get("VLLM_SPECLA_GLUE_LATE_LAUNCH") or "0"
-if _GLUE_LATE_ENV not in ("0", "1"):
-    raise ValueError(f"VLLM_SPECLA_GLUE_LATE_LAUNCH={_GLUE_LATE_ENV!r}: allowed values are 0, 1")
-GLUE_LATE_LAUNCH = _GLUE_LATE_ENV == "1"
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 @triton.jit
-def _rms_norm_kernel(x, w, y, sx, sy, D, eps, BD: tl.constexpr, PDL: tl.constexpr, LATE: tl.constexpr = False):
-    pdl_enter(PDL, LATE)
+def _rms_norm_kernel(x, w, y, sx, sy, D, eps, BD: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     i = tl.program_id(0).to(tl.int64)
     o = tl.arange(0, BD)
     m = o < D
@@ -73,7 +57,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch
     if N:
         BD = triton.next_power_of_2(D)
         on = _pdl.enabled(x)
-        _rms_norm_kernel[(N,)](x, weight, y, x.stride(0), y.stride(0), D, eps, BD=BD, PDL=on, LATE=GLUE_LATE_LAUNCH,
+        _rms_norm_kernel[(N,)](x, weight, y, x.stride(0), y.stride(0), D, eps, BD=BD, PDL=on,
                                num_warps=_rms_norm_warps(N, BD), **_pdl.launch_kw(on))
     return y
 
@@ -86,10 +70,9 @@ def _rms_norm_warps(N: int, BD: int) -> int:
 
 @triton.jit
 def _gated_rms_norm_kernel(o, gate, w, y, so, sg, sy, HV, V, eps, BH: tl.constexpr, BV: tl.constexpr,
-                           HAS_GATE: tl.constexpr, SIGMOID: tl.constexpr, PDL: tl.constexpr,
-                           LATE: tl.constexpr = False):
+                           HAS_GATE: tl.constexpr, SIGMOID: tl.constexpr, PDL: tl.constexpr):
     # one program per (token, BH value heads): a [BH, BV] tile, RMS per head (row of the tile)
-    pdl_enter(PDL, LATE)
+    pdl_enter(PDL)
     i = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1) * BH + tl.arange(0, BH)
     c = tl.arange(0, BV)
@@ -134,14 +117,13 @@ def gated_rms_norm(o: torch.Tensor, gate: torch.Tensor | None, weight: torch.Ten
             o, gate if gate is not None else o, weight, y, o.stride(0),
             gate.stride(0) if gate is not None else 0, y.stride(0), HV, V, eps,
             BH=BH, BV=triton.next_power_of_2(V), HAS_GATE=gate is not None, SIGMOID=act == "sigmoid", PDL=on,
-            LATE=GLUE_LATE_LAUNCH,
             num_warps=nw, **_pdl.launch_kw(on))
     return y
 
 
 @triton.jit
-def _silu_mul_kernel(x, y, sx, sy, I, BI: tl.constexpr, PDL: tl.constexpr, LATE: tl.constexpr = False):
-    pdl_enter(PDL, LATE)
+def _silu_mul_kernel(x, y, sx, sy, I, BI: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     i = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1) * BI + tl.arange(0, BI)
     m = c < I
@@ -159,8 +141,8 @@ def silu_mul(x: torch.Tensor) -> torch.Tensor:
     if N:
         BI = min(2048, triton.next_power_of_2(I))
         on = _pdl.enabled(x)
-        _silu_mul_kernel[(N, triton.cdiv(I, BI))](x, y, x.stride(0), y.stride(0), I, BI=BI, PDL=on,
-                                                  LATE=GLUE_LATE_LAUNCH, num_warps=4, **_pdl.launch_kw(on))
+        _silu_mul_kernel[(N, triton.cdiv(I, BI))](x, y, x.stride(0), y.stride(0), I, BI=BI, PDL=on, num_warps=4,
+                                                  **_pdl.launch_kw(on))
     return y
 
 
