@@ -53,6 +53,26 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s39f)  # the serial kernels' key-tile sums in-thread first (REDUCE_KO_FIRST; 200 -> 95 shuffles per window token in
+        # the CPU-compiled SASS): their GPU tests, per-layer times (AR T = 1, verify / step T = 5 / 8 at batch 1 / 2) in
+        # the old order then the new, then batch 1 end to end (K = 7, float8 draft passes): old, new, new with the
+        # one-token conv + recurrence launch (CONV_STEP, whose step kernel had the same sums) (timeouts 100 + 2 x 35 +
+        # 120 + 3 x 75 = 515 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      pytest_log s39f 100 tests/test_kernels_gpu.py tests/test_conv_step_gpu.py -k "chain or step or prefetch or accepted or tile"
+      for KF in 0 1; do
+        VLLM_SPECLA_REDUCE_KO_FIRST=$KF timeout 35 python benchmarks/bench_ut.py --no-sweep --no-accuracy --batches 1,2 \
+            --Ts 1,5,8 --impls ser --kinds ar,verify,step --budget-s 30 --out "$OUT/ut_s39f_ko$KF.json" 2>&1 \
+            | grep -E "^\[|^fail" | sed "s|^|ko_first $KF |"
+      done
+      skinny_build 120
+      for A in 0,0 1,0 1,1; do
+        VLLM_SPECLA_REDUCE_KO_FIRST=${A%,*} VLLM_SPECLA_CONV_STEP=${A#*,} timeout 75 python benchmarks/bench_e2e.py \
+            --shapes flame,map --batches 1 --ks 7 --alphas 0.8 --snapshot-ks "" --skinny-gemm on --draft-weights fp8 \
+            --tag "s39f_ko${A%,*}_step${A#*,}" --out "$OUT/e2e_s39f.jsonl" 2>&1 | grep "^{" | python -c "$S" \
+            | sed "s|^|ko,step $A |"
+      done
+      ;;
   s39e)  # session 39's final code: on an H200, s37g (issue 6's batch-1 verdict rows, with the pending prefetch); else
         # the chain kernel's and the runtime's GPU tests, the serial kernel's configs for batch-1 / 2 SpecLA steps
         # now that the pending factors load ahead (TUNED verify_small 8/1/32/1 was swept on verify windows with
