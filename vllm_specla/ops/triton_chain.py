@@ -92,11 +92,6 @@ def _env_choice(name: str, default: str, allowed: tuple[str, ...]) -> int:
 # instead of one was measured there too and removed (0.2-0.3 us slower on 6x256x512, within 0.15 us on
 # 8x256x256; commit 08293f2 keeps it).
 PENDING_PREFETCH = _env_choice("VLLM_SPECLA_PENDING_PREFETCH", "4", ("0", "1", "2", "3", "4"))
-# The serial kernels' key-tile sums (the q / k norms, k.q, and the one-token step's M k / M q) reduce the
-# in-thread key chunks first, then across lanes once (VLLM_SPECLA_REDUCE_KO_FIRST=1, the default); 0: the
-# order before session 39, one lane reduction per key chunk (ptxas 12.9, sm_90, 6x256x512 at the verify
-# config 8/1/32/1: 200 -> 95 shuffles and 1055 -> 833 SASS instructions per window token).
-REDUCE_KO_FIRST = bool(_env_choice("VLLM_SPECLA_REDUCE_KO_FIRST", "1", ("0", "1")))
 
 
 def pick_config(num_rows: int, HV: int, V: int, K: int, tokens_per_row: float = 1.0) -> tuple[int, int, int, int]:
@@ -225,18 +220,6 @@ _RESCALE_MIN = 1e-12
 
 
 @triton.jit
-def _sum_kk(x, KO_FIRST: tl.constexpr):
-    """The sum of a ``[KO, KI]`` key tile (a scalar). The warp's lanes hold the ``KI`` columns and each
-    thread ``KO`` rows, so the ``KO`` sum first (in-thread) leaves one lane reduction (log2(lanes)
-    shuffles); ``KI`` first costs one lane reduction per row (:data:`REDUCE_KO_FIRST`)."""
-    if KO_FIRST:
-        r = tl.sum(tl.sum(x, 0), 0)
-    else:
-        r = tl.sum(tl.sum(x, 1), 0)
-    return r
-
-
-@triton.jit
 def _tok_load(q, k, v, g, beta, i, sq, sk, sv, sg, sb, i_h, i_hv, o_kk, mk, o_v, mv, K: tl.constexpr, V: tl.constexpr):
     """Token ``i``'s ``q``, ``k`` (``[KO, KI]``), ``v`` (the tile's ``[BV]``), ``g``, ``beta``, float32."""
     b_q = tl.load(q + i * sq + i_h * K + o_kk, mask=mk, other=0.0).to(tl.float32)
@@ -271,7 +254,7 @@ def _chain_verify_kernel(
     BV: tl.constexpr, KO: tl.constexpr, KI: tl.constexpr,
     HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, WRITE_FINAL: tl.constexpr,
     L2NORM: tl.constexpr, SNAPSHOT: tl.constexpr, RESCALE_MIN: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr = False, PEND_PF: tl.constexpr = 0, KO_FIRST: tl.constexpr = True,
+    PDL: tl.constexpr = False, PEND_PF: tl.constexpr = 0,
 ):
     """State tile as ``[BV, KO, KI]`` (key index ``ko * KI + ki``): Triton gives the warp's threads
     to ``KI`` (4 floats each) and then to ``BV`` (the leading dim wins the tie), so with ``KI`` = 16/32
@@ -382,8 +365,8 @@ def _chain_verify_kernel(
             b_q, b_k, b_v, b_g, b_beta = _tok_load(q, k, v, g, beta, i_t, sq, sk, sv, sg, sb, i_h, i_hv, o_kk, mk, o_v,
                                                    mv, K, V)
         if L2NORM:
-            b_q = b_q * tl.rsqrt(_sum_kk(b_q * b_q, KO_FIRST) + 1e-6)
-            b_k = b_k * tl.rsqrt(_sum_kk(b_k * b_k, KO_FIRST) + 1e-6)
+            b_q = b_q * tl.rsqrt(tl.sum(tl.sum(b_q * b_q, 1), 0) + 1e-6)
+            b_k = b_k * tl.rsqrt(tl.sum(tl.sum(b_k * b_k, 1), 0) + 1e-6)
         b_q = b_q * scale
         sc = sc * tl.exp(b_g)
         if sc < RESCALE_MIN:
@@ -392,7 +375,7 @@ def _chain_verify_kernel(
         hk = tl.sum(tl.sum(b_h * b_k[None, :, :], 1), 1)  # (Mt k): [BV]
         hq = tl.sum(tl.sum(b_h * b_q[None, :, :], 1), 1)
         b_vt = b_beta * (b_v - sc * hk)
-        kq = _sum_kk(b_k * b_q, KO_FIRST)
+        kq = tl.sum(tl.sum(b_k * b_q, 1), 0)
         b_o = sc * hq + b_vt * kq
         b_h += (b_vt / sc)[:, None, None] * b_k[None, :, :]
         tl.store(o + (i_t * HV + i_hv) * V + o_v, b_o, mask=mv)
@@ -486,7 +469,6 @@ def _launch_chain(
         KI = min(KI, BK)
         _chain_verify_kernel[grid](*args, H=H, HV=HV, K=K, V=V, BV=BV, KO=BK // KI, KI=KI, **flags,
                                    RESCALE_MIN=_RESCALE_MIN, PREFETCH=PF, PEND_PF=PENDING_PREFETCH if has_pending else 0,
-                                   KO_FIRST=REDUCE_KO_FIRST,
                                    num_warps=nw, num_stages=1)
     return o
 
@@ -581,7 +563,7 @@ def _conv_chain_step_kernel(
     scale, SX, sg, sb,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BV: tl.constexpr, KO: tl.constexpr, KI: tl.constexpr,
-    WRITE: tl.constexpr, L2NORM: tl.constexpr, PDL: tl.constexpr = False, KO_FIRST: tl.constexpr = True,
+    WRITE: tl.constexpr, L2NORM: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """One token per row: ``y = SiLU(conv4(window ++ x))`` for the program's q / k channels (its key head,
     all ``K``) and v channels (its ``BV`` slice), then the gated delta rule on the ``[BV, K]`` state tile,
@@ -646,18 +628,14 @@ def _conv_chain_step_kernel(
     b_beta = tl.load(beta + i_r * sb + i_hv).to(tl.float32)
 
     if L2NORM:
-        b_q = b_q * tl.rsqrt(_sum_kk(b_q * b_q, KO_FIRST) + 1e-6)
-        b_k = b_k * tl.rsqrt(_sum_kk(b_k * b_k, KO_FIRST) + 1e-6)
+        b_q = b_q * tl.rsqrt(tl.sum(tl.sum(b_q * b_q, 1), 0) + 1e-6)
+        b_k = b_k * tl.rsqrt(tl.sum(tl.sum(b_k * b_k, 1), 0) + 1e-6)
     b_q = b_q * scale
     eg = tl.exp(b_g)
-    if KO_FIRST:  # the in-thread key chunks (KO) first, then one lane reduction per value row
-        hk = tl.sum(tl.sum(b_h * b_k[None, :, :], 1), 1)  # (M k): [BV]
-        hq = tl.sum(tl.sum(b_h * b_q[None, :, :], 1), 1)
-    else:
-        hk = tl.sum(tl.sum(b_h * b_k[None, :, :], 2), 1)
-        hq = tl.sum(tl.sum(b_h * b_q[None, :, :], 2), 1)
+    hk = tl.sum(tl.sum(b_h * b_k[None, :, :], 2), 1)  # (M k): [BV]
+    hq = tl.sum(tl.sum(b_h * b_q[None, :, :], 2), 1)
     b_vt = b_beta * (b_v - eg * hk)
-    kq = _sum_kk(b_k * b_q, KO_FIRST)
+    kq = tl.sum(tl.sum(b_k * b_q, 1), 0)
     tl.store(o + (i_r * HV + i_hv) * V + o_v, eg * hq + b_vt * kq, mask=mv)
     if WRITE:
         oslot = tl.load(out_slots + i_r).to(tl.int64)
@@ -760,7 +738,7 @@ def conv_chain_step(
         x, conv_w, conv_state, g, beta, o, state, slots, out_slots, counters if write else slots,
         float(scale), x.stride(0), g.stride(0), beta.stride(0),
         H=H, HV=HV, K=K, V=V, BV=BV, KO=BK // KI, KI=KI, WRITE=bool(write), L2NORM=bool(use_qk_l2norm),
-        PDL=on, KO_FIRST=REDUCE_KO_FIRST, num_warps=nw, num_stages=1, **_pdl.launch_kw(on),
+        PDL=on, num_warps=nw, num_stages=1, **_pdl.launch_kw(on),
     )
     return o
 
