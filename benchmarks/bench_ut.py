@@ -168,10 +168,14 @@ def main():
                     help="also time the UT kernel at these configs (impl names ut:BV/WARPS/KC/STAGES)")
     ap.add_argument("--ser-configs", default="", metavar="BV/WARPS/KI/PREFETCH,...",
                     help="also time the serial kernel at these configs (impl names ser:BV/WARPS/KI/PREFETCH; "
-                    "triton_chain.CONFIG_OVERRIDE)")
+                    "triton_chain.CONFIG_OVERRIDE, which in the sep kind also sets the recover kernel's tile)")
     ap.add_argument("--kinds", default="ar,verify,step,fused,sep,replay", help="kinds of the main table")
     ap.add_argument("--no-accuracy", action="store_true")
     args = ap.parse_args()
+    for name, got, allowed in (("--kinds", set(args.kinds.split(",")), ("ar", "verify", "step", "fused", "sep", "replay")),
+                               ("--impls", {i for i in args.impls.split(",") if i}, ("ser", "ut"))):
+        if not got <= set(allowed):
+            ap.error(f"{name}: unknown {sorted(got - set(allowed))}; allowed: {', '.join(allowed)}")
     global SWEEP
     if args.dry_cpu:
         bk.DEV, bk.DRY = "cpu", True

@@ -10,6 +10,10 @@ and the environment switches.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -44,6 +48,34 @@ def test_ut_rule(monkeypatch):
     assert cv._use_ut(*_kw(1, 2))
     assert not cv._use_ut(*_kw(1, 2, final=True))
     assert not cv._use_ut(*_kw(1, 2, tmax=32))  # forced, but windows could exceed 16: serial
+
+
+def test_pending_prefetch_rule_and_env():
+    """The serial kernel's pending-factor prefetch depth (``triton_chain.PENDING_PREFETCH``, from
+    ``VLLM_SPECLA_PENDING_PREFETCH``, default 4) goes only to launches of the measured regime: windows of more
+    than one token per row with pending factors at <= ``SMALL_PAIRS`` (row, value head) pairs; the module
+    reads the variable at import, and a value outside 0-4 is a ValueError naming it and the allowed values."""
+    tc = cv._triton_impl()
+    if tc is None:
+        pytest.skip("triton not importable")
+    d = tc.PENDING_PREFETCH
+    assert tc._pend_prefetch(True, 8, 1, 6) == d and tc._pend_prefetch(True, 16, 2, 8) == d  # 6 / 16 pairs
+    assert tc._pend_prefetch(True, 24, 3, 6) == 0  # 18 pairs
+    assert tc._pend_prefetch(True, 1, 1, 6) == 0 and tc._pend_prefetch(True, 2, 2, 6) == 0  # one token per row
+    assert tc._pend_prefetch(False, 8, 1, 6) == 0  # nothing pending
+    code = "from vllm_specla.ops import triton_chain as tc; print(tc.PENDING_PREFETCH)"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_SPECLA_PENDING_PREFETCH"}
+    env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    for val, want in ((None, "4"), ("2", "2")):
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                             env=env if val is None else dict(env, VLLM_SPECLA_PENDING_PREFETCH=val))
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert run.stdout.split()[-1] == want
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(env, VLLM_SPECLA_PENDING_PREFETCH="8"))
+    assert run.returncode != 0
+    assert "VLLM_SPECLA_PENDING_PREFETCH='8': allowed values are 0, 1, 2, 3, 4" in run.stderr
 
 
 def test_cuda_csrc_rule(monkeypatch):

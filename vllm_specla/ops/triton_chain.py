@@ -88,10 +88,18 @@ def _env_choice(name: str, default: str, allowed: tuple[str, ...]) -> int:
 # 8 tokens with as many pending factors, depth 0 -> 4: 9.8 -> 9.1 / 13.2 -> 12.2 us (6x256x512, batch 1),
 # 8.9 -> 8.0 / 12.2 -> 11.1 (8x256x256), 13.8 -> 13.2 / 18.2 -> 17.3 and 10.6 -> 9.8 / 14.1 -> 13.1 (batch
 # 2); verify windows (nothing pending) within 0.1 us; end to end at batch 1, K = 7, a step 2.115 / 2.117
-# -> 2.111 ms (flame) and 2.189 / 2.189 -> 2.180 (map; e2e_h100_s39d.jsonl). Loading tokens two ahead
-# instead of one was measured there too and removed (0.2-0.3 us slower on 6x256x512, within 0.15 us on
-# 8x256x256; commit 08293f2 keeps it).
+# -> 2.111 ms (flame) and 2.189 / 2.189 -> 2.180 (map; e2e_h100_s39d.jsonl). Only launches of that regime take
+# it (_pend_prefetch). Loading tokens two ahead instead of one was measured there too and removed (commit 08293f2
+# keeps it; RESULTS.md: slower verify windows, faster 6x256x512 steps at pending depth 4, no end-to-end run).
 PENDING_PREFETCH = _env_choice("VLLM_SPECLA_PENDING_PREFETCH", "4", ("0", "1", "2", "3", "4"))
+
+
+def _pend_prefetch(has_pending: bool, N: int, R: int, HV: int) -> int:
+    """``PEND_PF`` of a ``_chain_verify_kernel`` launch: :data:`PENDING_PREFETCH` where it was measured,
+    windows of more than one token per row with pending factors at <= :data:`SMALL_PAIRS` (row, value head)
+    pairs (the ``verify_small`` regime: batch-1 / 2 SpecLA steps); 0 elsewhere (one-token windows with
+    pending factors, larger batches: unmeasured, and the prefetched factors cost registers). Shapes only."""
+    return PENDING_PREFETCH if has_pending and N > R and R * HV <= SMALL_PAIRS else 0
 
 
 def pick_config(num_rows: int, HV: int, V: int, K: int, tokens_per_row: float = 1.0) -> tuple[int, int, int, int]:
@@ -468,7 +476,7 @@ def _launch_chain(
     else:
         KI = min(KI, BK)
         _chain_verify_kernel[grid](*args, H=H, HV=HV, K=K, V=V, BV=BV, KO=BK // KI, KI=KI, **flags,
-                                   RESCALE_MIN=_RESCALE_MIN, PREFETCH=PF, PEND_PF=PENDING_PREFETCH if has_pending else 0,
+                                   RESCALE_MIN=_RESCALE_MIN, PREFETCH=PF, PEND_PF=_pend_prefetch(has_pending, N, R, HV),
                                    num_warps=nw, num_stages=1)
     return o
 
