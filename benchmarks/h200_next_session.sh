@@ -53,6 +53,13 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s39g)  # session 39's last code (the pending prefetch only in its measured regime, _pend_prefetch): on an H200, s37g
+        # (issue 6's batch-1 verdict rows); else the chain kernel's and the runtime's GPU tests (timeout 150 s)
+      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s37g; fi
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      pytest_log s39g 150 tests/test_kernels_gpu.py tests/test_decode_runtime_gpu.py tests/test_dispatch.py \
+          -k "prefetch or tile_configs or accepted or chain or batch1 or fp8_draft or acceptance_control or rule"
+      ;;
   s39f)  # (as run; REDUCE_KO_FIRST was removed after it, commit a8b5c85 keeps it)
         # the serial kernels' key-tile sums in-thread first (REDUCE_KO_FIRST; 200 -> 95 shuffles per window token in
         # the CPU-compiled SASS): their GPU tests, per-layer times (AR T = 1, verify / step T = 5 / 8 at batch 1 / 2) in
