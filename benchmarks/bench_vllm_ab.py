@@ -7,9 +7,11 @@ by 10-20 % between runs) hits every engine alike. Prints a table and writes JSON
         --engine auto='{"method": "specla", "num_speculative_tokens": "auto", "drafter": "models/specla-gdn-tiny/drafter"}' \\
         --engine k0=<same json>:force_k=0 --json-out benchmarks/vllm_ab_cpu.json
 
-``--engine NAME=SPEC[:force_k=K]``: SPEC is ``none`` (AR), a speculative-config JSON file or inline
-JSON. ``force_k=K`` (``"auto"`` configs only) replaces the draft-length policy's choice by K every
-step (a diagnostic: ``force_k=0`` is the spec-decode path with the drafter never drafting).
+``--engine NAME=SPEC[:force_k=K][:resync=W]``: SPEC is ``none`` (AR), a speculative-config JSON file
+or inline JSON. ``force_k=K`` (``"auto"`` configs only) replaces the draft-length policy's choice by K
+every step (a diagnostic: ``force_k=0`` is the spec-decode path with the drafter never drafting).
+``resync=W`` sets the worker's ``runtime.engine.LAZY_RESYNC_WINDOW`` (``none`` or an int: what a
+request held back over K = 0 steps keeps past ``LAZY_ABSORB_MAX``).
 The first engine is the baseline of the ratios. Rounds alternate the engine order (1, 2, 3 then 3, 2,
 1). Greedy, fp32, max_tokens 96, the embedded default model; outputs are checked identical to the
 baseline's (the script exits 1 when one differs).
@@ -51,19 +53,33 @@ def _force_k(worker, k: int) -> int:
     return k
 
 
-def parse_engine(arg: str) -> tuple[str, dict | None, int | None]:
+def _set_resync(worker, w: int | None) -> int | None:
+    """(collective_rpc) set ``LAZY_RESYNC_WINDOW`` in the worker's process."""
+    import vllm_specla.runtime.engine as engine_mod  # noqa: PLC0415
+
+    engine_mod.LAZY_RESYNC_WINDOW = w
+    return w
+
+
+def parse_engine(arg: str) -> tuple[str, dict | None, dict]:
     name, sep, rest = arg.partition("=")
     if not sep or not name:
-        raise argparse.ArgumentTypeError(f"--engine {arg!r}: expected NAME=SPEC[:force_k=K]")
-    force = None
-    if ":force_k=" in rest:
-        rest, _, k = rest.rpartition(":force_k=")
+        raise argparse.ArgumentTypeError(f"--engine {arg!r}: expected NAME=SPEC[:force_k=K][:resync=W]")
+    opts: dict = {}
+    while True:
+        head, _, tail = rest.rpartition(":")
+        key, eq, val = tail.partition("=")
+        if not head or not eq or key not in ("force_k", "resync"):
+            break
         try:
-            force = int(k)
+            opts[key] = None if key == "resync" and val == "none" else int(val)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"--engine {name}: force_k must be an integer, got {k!r}") from None
+            raise argparse.ArgumentTypeError(f"--engine {name}: {key} must be an integer"
+                                             f"{' or none' if key == 'resync' else ''}, got {val!r}") from None
+        rest = head
+    opts = dict(reversed(opts.items()))  # as given, left to right
     if rest == "none":
-        return name, None, force
+        return name, None, opts
     from vllm_specla.worker.patches import load_spec_file
 
     try:
@@ -73,13 +89,13 @@ def parse_engine(arg: str) -> tuple[str, dict | None, int | None]:
     d = spec.get("drafter")
     if isinstance(d, str) and not os.path.isabs(d) and not os.path.exists(d):
         spec["drafter"] = os.path.join(REPO, d)
-    return name, spec, force
+    return name, spec, opts
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--engine", action="append", required=True, type=parse_engine,
-                    help="NAME=SPEC[:force_k=K] (repeat)")
+                    help="NAME=SPEC[:force_k=K][:resync=W] (repeat)")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--num-prompts", type=int, default=80)
     ap.add_argument("--max-tokens", type=int, default=96)
@@ -95,12 +111,14 @@ def main() -> int:
     import offline_generate as og
 
     engines = []
-    for name, spec, force in engines_arg:
+    for name, spec, opts in engines_arg:
         llm = LLM(model=og.DEFAULT_MODEL, dtype="float32", enforce_eager=True, max_model_len=2048,
                   max_num_seqs=args.max_num_seqs, gpu_memory_utilization=0.15, seed=0, speculative_config=spec,
                   disable_log_stats=False)
-        if force is not None:
-            llm.collective_rpc(_force_k, args=(force,))
+        if "force_k" in opts:
+            llm.collective_rpc(_force_k, args=(opts["force_k"],))
+        if "resync" in opts:
+            llm.collective_rpc(_set_resync, args=(opts["resync"],))
         engines.append((name, llm))
     prompts = og.build_prompts(engines[0][1].get_tokenizer(), args.num_prompts)
     if args.single_stream:
@@ -139,8 +157,8 @@ def main() -> int:
               f"{' '.join(f'{x:.3f}' for x in ratios)} | {row['median_speed_vs_base']:.3f}x | {same[name]} |")
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump({"args": {**vars(args), "json_out": os.path.relpath(args.json_out, REPO), "engine": [f"{n}={json.dumps(sp)}" + (f":force_k={k}" if k is not None else "")
-                                                          for n, sp, k in args.engine]}, "engines": rows}, f, indent=1)
+            json.dump({"args": {**vars(args), "json_out": os.path.relpath(args.json_out, REPO), "engine": [f"{n}={json.dumps(sp)}" + "".join(f":{k}={v}" for k, v in o.items())
+                                                          for n, sp, o in args.engine]}, "engines": rows}, f, indent=1)
     return 0 if all(same.values()) else 1
 
 

@@ -4,6 +4,7 @@ the records. Keeps ``benchmarks/bench_e2e.py`` from rotting between GPU sessions
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -328,6 +329,25 @@ def test_step_breakdown_graph_increments():
     assert "graph_error" in sb.timeline_stats(evs[:-1], 2)
 
 
+def test_bench_vllm_ab_engine_options():
+    """``--engine NAME=SPEC[:force_k=K][:resync=W]``: options in any order after the SPEC (whose
+    JSON may hold colons), ``resync=none``; a bad value names the option."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import bench_vllm_ab as ab
+    finally:
+        sys.path.pop(0)
+    spec = '{"method": "specla", "drafter": "/x:y"}'
+    assert ab.parse_engine("ar=none") == ("ar", None, {})
+    assert ab.parse_engine(f"a={spec}:resync=32:force_k=0") == ("a", {"method": "specla", "drafter": "/x:y"},
+                                                                 {"force_k": 0, "resync": 32})
+    assert ab.parse_engine("b=none:resync=none") == ("b", None, {"resync": None})
+    for arg, msg in (("a=none:resync=x", "resync must be an integer or none"),
+                     ("a=none:force_k=none", "force_k must be an integer"), ("noequals", "expected NAME=SPEC")):
+        with pytest.raises(argparse.ArgumentTypeError, match=msg):
+            ab.parse_engine(arg)
+
+
 @pytest.mark.vllm
 def test_bench_vllm_ab_small(tmp_path):
     """The vLLM A/B script runs its engines round by round, pins an "auto" engine at K = 0 with
@@ -340,7 +360,7 @@ def test_bench_vllm_ab_small(tmp_path):
                        "drafter": "models/specla-gdn-tiny/drafter"})
     out = tmp_path / "ab.json"
     subprocess.run([sys.executable, script, "--rounds", "2", "--num-prompts", "3", "--max-tokens", "6",
-                    "--max-num-seqs", "2", "--engine", "ar=none", "--engine", f"k0={auto}:force_k=0",
+                    "--max-num-seqs", "2", "--engine", "ar=none", "--engine", f"k0={auto}:force_k=0:resync=0",
                     "--json-out", str(out)], check=True, env=env, capture_output=True, timeout=600)
     rec = json.loads(out.read_text())
     ar, k0 = rec["engines"]
@@ -348,6 +368,7 @@ def test_bench_vllm_ab_small(tmp_path):
     assert len(k0["seconds"]) == len(k0["speed_vs_base"]) == 2 and ar["speed_vs_base"] == [1.0, 1.0]
     assert k0["output_tokens"] == ar["output_tokens"] == 3 * 6
     assert k0["draft_tokens"] == 0 and ar["draft_tokens"] is None  # force_k=0 pinned the policy
+    assert rec["args"]["engine"][1].endswith(":force_k=0:resync=0")
     bad = subprocess.run([sys.executable, script, "--engine", "no-equals-sign"], env=env, capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and "expected NAME=SPEC[:force_k=K]" in bad.stderr

@@ -398,9 +398,9 @@ def test_engine_with_unprofitable_costs_proposes_no_drafts(models, prompts, ar_o
 
 
 def test_hold_or_absorb_absorbs_only_the_rows_past_the_cap():
-    """A K = 0 step: each row joins what its request holds; only a request past the cap is
-    absorbed (alone), a fresh row (a restarted request) replaces stale held inputs, and held
-    features are copies, joined in order when absorbed."""
+    """A K = 0 step, the resync window off: each row joins what its request holds; only a
+    request past the cap is absorbed (alone), a fresh row (a restarted request) replaces stale
+    held inputs, and held features are copies, joined in order when absorbed."""
     g = torch.Generator().manual_seed(3)
     f = lambda n: torch.randn(n, 8, generator=g)  # noqa: E731
     buf = f(12)  # a reused buffer, as vLLM's hidden states
@@ -410,7 +410,7 @@ def test_hold_or_absorb_absorbs_only_the_rows_past_the_cap():
     rows = [DraftRow(0, [3], buf[0:1]), DraftRow(1, [7] * 4, buf[1:5], fresh=True),
             DraftRow(2, [6, 6], buf[5:7]), DraftRow(3, [4] * 5, buf[7:12], fresh=True)]
     want = {0: torch.cat([f0, buf[0:1]]), 1: buf[1:5].clone(), 3: buf[7:12].clone()}
-    hold, absorb = hold_or_absorb(held, rows, cap=7)
+    hold, absorb = hold_or_absorb(held, rows, cap=7, resync=None)
     assert [h.slot for h in hold] == [0, 1, 3] and [r.slot for r in absorb] == [2]
     assert hold[0] is held[0] and len(hold[0]) == 3  # extended in place
     assert absorb[0].tokens == [5] * 6 + [6, 6] and not absorb[0].fresh
@@ -426,6 +426,69 @@ def test_hold_or_absorb_absorbs_only_the_rows_past_the_cap():
     assert m.tokens == [1, 2, 3, 8] and m.num_drafts == 3 and m.feats.shape == (4, 8)
     with pytest.raises(ValueError):
         hold_or_absorb(held[:2], rows)
+
+
+def test_hold_or_absorb_resync_window_keeps_the_last_inputs_fresh():
+    """With a resync window W nothing is absorbed on a K = 0 step: a request holding more than
+    min(2 W, cap) inputs keeps its last W (tokens and features, in order) and restarts fresh; the
+    others are held whole. Bad windows are refused, naming the field."""
+    g = torch.Generator().manual_seed(4)
+    f = lambda n: torch.randn(n, 8, generator=g)  # noqa: E731
+    f0, f1 = f(5), f(2)
+    held = [HeldInputs(DraftRow(0, [1, 2, 3, 4, 5], f0)), HeldInputs(DraftRow(1, [6], f(1))), None]
+    buf = f(9)
+    rows = [DraftRow(0, [7, 8], buf[0:2]), DraftRow(1, [9] * 2, f1), DraftRow(2, list(range(10, 17)), buf[2:9])]
+    hold, absorb = hold_or_absorb(held, rows, cap=256, resync=3)
+    assert absorb == [] and [h.slot for h in hold] == [0, 1, 2]
+    assert hold[0].tokens == [5, 7, 8] and hold[0].fresh  # 7 > 2 W = 6 inputs: the last 3 kept
+    assert torch.equal(hold[0].row().feats, torch.cat([f0[4:], buf[0:2]]))
+    assert len(hold[1]) == 3 and not hold[1].fresh  # 3 <= 6: held whole, drafter state kept
+    assert hold[2].tokens == [14, 15, 16] and hold[2].fresh
+    want2 = buf[6:9].clone()
+    buf.zero_()  # held features are copies
+    assert torch.equal(hold[2].row().feats, want2)
+    # W = 0: a request keeps nothing and restarts from the next drafting pass's own inputs
+    h0, a0 = hold_or_absorb([None], [DraftRow(4, [1, 2], f(2))], cap=256, resync=0)
+    assert a0 == [] and len(h0[0]) == 0 and h0[0].fresh
+    m = merge_draft_rows(h0[0], DraftRow(4, [3], f(1), num_drafts=2))
+    assert m.tokens == [3] and m.fresh and m.feats.shape == (1, 8)
+    # the cap still bounds what is held when 2 W > cap
+    h1, _ = hold_or_absorb([None], [DraftRow(5, list(range(9)), f(9))], cap=8, resync=5)
+    assert h1[0].tokens == [4, 5, 6, 7, 8] and h1[0].fresh
+    h2, _ = hold_or_absorb([None], [DraftRow(6, list(range(9)), f(9))], cap=4, resync=10)
+    assert h2[0].tokens == [5, 6, 7, 8] and h2[0].fresh  # W above the cap: the cap's worth kept
+    for bad in (-1, 2.5, True, "32"):
+        with pytest.raises(ValueError, match="resync"):
+            hold_or_absorb([None], [DraftRow(0, [1])], cap=256, resync=bad)
+
+
+@pytest.mark.parametrize("kind,window", [("perturbed", 2), ("perturbed", 0), ("random", 3)])
+def test_resync_window_stays_lossless_and_never_absorbs_on_k0_steps(models, prompts, ar_out, kind, window,
+                                                                   monkeypatch):
+    """With LAZY_RESYNC_WINDOW set, K = 0 steps never run the drafter, a drafting pass absorbs at
+    most 2 W held inputs per request (plus the step's own), the output equals AR, and a request's
+    drafter slot restarts from its window."""
+    import vllm_specla.runtime.engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "LAZY_RESYNC_WINDOW", window)
+    seq = [2, 0, 0, 3, 0, 1, 0, 0, 0, 4, 2]
+    d = _drafter(models, kind)
+    calls = []
+    step = d.step
+
+    def recording_step(rows):
+        calls.append([(r.num_drafts, len(r.tokens), r.fresh) for r in rows])
+        return step(rows)
+
+    d.step = recording_step
+    eng = SpecLAEngine(models["target"], d, num_speculative_tokens=ScriptedPolicy(seq, 4), max_batch=4)
+    out = eng.generate(prompts, MAX_TOKENS)
+    assert assert_greedy_equal(models["target"], prompts, ar_out, out) == 0
+    assert calls and all(any(n > 0 for n, _, _ in c) for c in calls)  # no call on a K = 0 step
+    # a request's drafter slot kept (not fresh): held (<= 2 W) + one verify step's tokens (<= K + 1)
+    assert all(t <= 2 * window + 5 for c in calls for _, t, fr in c if not fr)
+    assert any(fr and t <= window + 5 for c in calls for _, t, fr in c)  # restarted from its window
+    assert sum(eng.stats.num_drafts) > 0
 
 
 class ScriptedPolicy:
@@ -456,7 +519,11 @@ class ScriptedPolicy:
 def test_lazy_absorb_gives_the_same_drafts(models, prompts, ar_out, kind, cap, monkeypatch):
     """K = 0 steps skip the drafter and absorb later in one chunk: the drafts are the same as when
     the drafter absorbs every step (draft budget path, K fixed by the same schedule). With a cap of
-    6 held tokens, requests past it are absorbed alone on K = 0 steps, prompts included."""
+    6 held tokens, requests past it are absorbed alone on K = 0 steps, prompts included (the
+    resync window off: past the cap a request is absorbed, not restarted)."""
+    import vllm_specla.runtime.engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "LAZY_RESYNC_WINDOW", None)
     if cap is not None:
         import vllm_specla.runtime.engine as engine_mod
 

