@@ -608,3 +608,27 @@ def test_vllm_auto_lossless(tiny_dir, monkeypatch):
         drafts = m["vllm:spec_decode_num_draft_tokens"] - drafts0
         acc = (m.get("vllm:spec_decode_num_accepted_tokens") or 0) - acc0
         assert drafts > 0 and acc >= 0.9 * drafts  # identical drafter: in sync across skipped steps
+        # K = 0 steps are sampled by vLLM's plain sampler, as AR steps: pinned at K = 0, seeded
+        # sampling with logprobs gives AR's tokens and logprobs (prompts of >= 2 tokens: vLLM 0.32
+        # draws a 1-token prompt's seeded first token differently in spec mode, VLLM_NOTES.md)
+        plain0 = c["plain_sampler_steps"]
+        assert plain0 > 0
+        assert llm.collective_rpc(_install_scripted_policy, args=([0],)) == [4]
+        long_ps = [p for p in ps if len(p) >= 2]
+        k0 = _seeded_samples(llm, long_ps)
+        assert llm.collective_rpc("specla_counters")[0]["plain_sampler_steps"] > plain0
+    with vllm_engine(tiny_dir["target"], skip_tokenizer_init=True, max_num_seqs=4) as ar_llm:
+        assert _seeded_samples(ar_llm, long_ps) == k0
+
+
+def _seeded_samples(llm, prompts):
+    """(tokens, rounded logprobs of the emitted tokens) per request: temperature 0.9, top-p 0.95,
+    a per-request seed, 10 tokens, 1 logprob."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
+                        [SamplingParams(temperature=0.9, top_p=0.95, seed=11 + i, max_tokens=10, ignore_eos=True,
+                                        detokenize=False, logprobs=1) for i in range(len(prompts))], use_tqdm=False)
+    return [(list(o.outputs[0].token_ids),
+             [round(lp[t].logprob, 4) for t, lp in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]) for o in outs]

@@ -44,11 +44,13 @@ class SpeclaRunnerMixin:
 
     def specla_counters(self) -> dict:
         """Counters for tests and debugging: verify rows, zero-draft verify rows, prefill rows,
-        accepted tokens, steps, and ``ar_steps``: speculative-engine steps whose verify rows had no
-        draft token, run as AR steps (:meth:`_specla_build_plan`)."""
+        accepted tokens, steps, ``ar_steps``: speculative-engine steps whose verify rows had no
+        draft token, run as AR steps (:meth:`_specla_build_plan`), and ``plain_sampler_steps``:
+        steps with no draft token on any row, sampled by vLLM's plain sampler (:meth:`_sample`)."""
         if self._specla_counters is None:
             self._specla_counters = dict(steps=0, verify_rows=0, zero_draft_rows=0, prefill_rows=0,
-                                         accepted_tokens=0, flushes=0, draft_rpcs=0, ar_steps=0)
+                                         accepted_tokens=0, flushes=0, draft_rpcs=0, ar_steps=0,
+                                         plain_sampler_steps=0)
         tc = getattr(getattr(getattr(self, "drafter", None), "drafter", None), "tree_counts", None)
         if tc:  # tree drafting: candidate / kept nodes -> pruned fraction
             self._specla_counters["tree_candidates"] = tc["candidates"]
@@ -244,6 +246,15 @@ class SpeclaRunnerMixin:
         return self._specla_generator
 
     def _sample(self, logits, spec_decode_metadata):
+        """vLLM's ``_sample``; a step with no draft token on any row (``"auto"`` at K = 0) goes to
+        vLLM's plain sampler, as an AR step would, instead of its rejection sampler: with zero
+        drafts the rejection sampler's only token per row is its bonus token, drawn by the same
+        sampler from the same logits (``vllm/v1/sample/rejection_sampler.py`` ``forward``), so the
+        tokens are the same; the empty draft pass is skipped (counter ``plain_sampler_steps``)."""
+        if (spec_decode_metadata is not None and spec_decode_metadata.max_spec_len == 0
+                and not getattr(self, "_specla_tree_emitted", None)):
+            self.specla_counters()["plain_sampler_steps"] += 1
+            spec_decode_metadata = None
         out = super()._sample(logits, spec_decode_metadata)
         emitted = getattr(self, "_specla_tree_emitted", None)
         if emitted:
