@@ -148,9 +148,14 @@ def main() -> int:
     for name, v in times.items():
         ratios = [a / b for a, b in zip(times[base], v)]
         llm = dict(engines)[name]
-        drafted = sum(m.value for m in llm.get_metrics() if m.name == "vllm:spec_decode_num_draft_tokens")
         spec_on = llm.llm_engine.vllm_config.speculative_config is not None
-        row = {"engine": name, "draft_tokens": drafted if spec_on else None, "seconds": v, "median_s": statistics.median(v), "output_tokens": tokens[name],
+        # the worker's own counters: LLM.get_metrics() reads the process-wide Prometheus registry, which
+        # each new engine re-registers, so with several engines it holds only the last one's counts
+        counters = llm.collective_rpc("specla_counters")[0] if spec_on else {}
+        drafted = counters.get("draft_tokens_proposed")
+        row = {"engine": name, "draft_tokens": drafted if spec_on else None,
+               "k_chosen": (counters.get("policy") or {}).get("chosen"), "seconds": v,
+               "median_s": statistics.median(v), "output_tokens": tokens[name],
                "speed_vs_base": ratios, "median_speed_vs_base": statistics.median(ratios), "identical": same[name]}
         rows.append(row)
         print(f"| {name} | {row['median_s']:.2f} | {tokens[name] / row['median_s']:.1f} | "

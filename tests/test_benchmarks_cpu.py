@@ -350,8 +350,9 @@ def test_bench_vllm_ab_engine_options():
 
 @pytest.mark.vllm
 def test_bench_vllm_ab_small(tmp_path):
-    """The vLLM A/B script runs its engines round by round, pins an "auto" engine at K = 0 with
-    force_k, checks outputs against the first engine and writes per-round ratios; a malformed
+    """The vLLM A/B script runs its engines round by round, pins "auto" engines at K = 1 / 0 with
+    force_k, counts each engine's drafts, checks outputs against the first engine and writes
+    per-round ratios; a malformed
     --engine is a one-line argparse error."""
     pytest.importorskip("vllm")
     script = os.path.join(ROOT, "benchmarks", "bench_vllm_ab.py")
@@ -360,15 +361,19 @@ def test_bench_vllm_ab_small(tmp_path):
                        "drafter": "models/specla-gdn-tiny/drafter"})
     out = tmp_path / "ab.json"
     subprocess.run([sys.executable, script, "--rounds", "2", "--num-prompts", "3", "--max-tokens", "6",
-                    "--max-num-seqs", "2", "--engine", "ar=none", "--engine", f"k0={auto}:force_k=0:resync=0",
+                    "--max-num-seqs", "2", "--engine", "ar=none", "--engine", f"k1={auto}:force_k=1",
+                    "--engine", f"k0={auto}:force_k=0:resync=0",
                     "--json-out", str(out)], check=True, env=env, capture_output=True, timeout=600)
     rec = json.loads(out.read_text())
-    ar, k0 = rec["engines"]
-    assert [ar["engine"], k0["engine"]] == ["ar", "k0"] and k0["identical"]
+    ar, k1, k0 = rec["engines"]
+    assert [ar["engine"], k1["engine"], k0["engine"]] == ["ar", "k1", "k0"] and k0["identical"] and k1["identical"]
     assert len(k0["seconds"]) == len(k0["speed_vs_base"]) == 2 and ar["speed_vs_base"] == [1.0, 1.0]
     assert k0["output_tokens"] == ar["output_tokens"] == 3 * 6
     assert k0["draft_tokens"] == 0 and ar["draft_tokens"] is None  # force_k=0 pinned the policy
-    assert rec["args"]["engine"][1].endswith(":force_k=0:resync=0")
+    # per engine (the worker's counters), though the K = 0 engine started last: every request of
+    # each round (3 prompts x 2 rounds) drafts at least once before its 6 tokens are out
+    assert k1["draft_tokens"] >= 2 * 3
+    assert rec["args"]["engine"][2].endswith(":force_k=0:resync=0")
     bad = subprocess.run([sys.executable, script, "--engine", "no-equals-sign"], env=env, capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and "expected NAME=SPEC[:force_k=K]" in bad.stderr

@@ -46,11 +46,14 @@ class SpeclaRunnerMixin:
         """Counters for tests and debugging: verify rows, zero-draft verify rows, prefill rows,
         accepted tokens, steps, ``ar_steps``: speculative-engine steps whose verify rows had no
         draft token, run as AR steps (:meth:`_specla_build_plan`), and ``plain_sampler_steps``:
-        steps with no draft token on any row, sampled by vLLM's plain sampler (:meth:`_sample`)."""
+        steps with no draft token on any row, sampled by vLLM's plain sampler (:meth:`_sample`);
+        ``draft_tokens_proposed``: draft tokens our proposer returned (before any scheduler cut).
+        Per engine, unlike ``LLM.get_metrics()`` in a process holding several engines (each new
+        engine re-registers vLLM's Prometheus metrics)."""
         if self._specla_counters is None:
             self._specla_counters = dict(steps=0, verify_rows=0, zero_draft_rows=0, prefill_rows=0,
                                          accepted_tokens=0, flushes=0, draft_rpcs=0, ar_steps=0,
-                                         plain_sampler_steps=0)
+                                         plain_sampler_steps=0, draft_tokens_proposed=0)
         tc = getattr(getattr(getattr(self, "drafter", None), "drafter", None), "tree_counts", None)
         if tc:  # tree drafting: candidate / kept nodes -> pruned fraction
             self._specla_counters["tree_candidates"] = tc["candidates"]
@@ -317,8 +320,10 @@ class SpeclaRunnerMixin:
             return super().propose_draft_token_ids(
                 scheduler_output, sampled_token_ids, sampling_metadata, hidden_states, sample_hidden_states,
                 aux_hidden_states, spec_decode_metadata, common_attn_metadata, slot_mappings)
-        return self.drafter.propose_for_batch(self.input_batch, self._specla_step, scheduler_output,
-                                              sampled_token_ids, hidden_states, requests=self.requests)
+        drafts = self.drafter.propose_for_batch(self.input_batch, self._specla_step, scheduler_output,
+                                                sampled_token_ids, hidden_states, requests=self.requests)
+        self.specla_counters()["draft_tokens_proposed"] += sum(len(d) for d in drafts)
+        return drafts
 
 
 def cpu_runner_cls():
