@@ -10,8 +10,9 @@ by 10-20 % between runs) hits every engine alike. Prints a table and writes JSON
 ``--engine NAME=SPEC[:force_k=K][:resync=W]``: SPEC is ``none`` (AR), a speculative-config JSON file
 or inline JSON. ``force_k=K`` (``"auto"`` configs only) replaces the draft-length policy's choice by K
 every step (a diagnostic: ``force_k=0`` is the spec-decode path with the drafter never drafting).
-``resync=W`` sets the worker's ``runtime.engine.LAZY_RESYNC_WINDOW`` (``none`` or an int: what a
-request held back over K = 0 steps keeps past ``LAZY_ABSORB_MAX``).
+``resync=W`` sets the worker's ``runtime.engine.LAZY_RESYNC_WINDOW`` (an int: a request holding
+more than 2 W inputs over K = 0 steps keeps its last W and restarts its drafter slot; ``none``: the
+old rule, absorbed alone past ``LAZY_ABSORB_MAX``).
 The first engine is the baseline of the ratios. Rounds alternate the engine order (1, 2, 3 then 3, 2,
 1). Greedy, fp32, max_tokens 96, the embedded default model; outputs are checked identical to the
 baseline's (the script exits 1 when one differs).
@@ -162,7 +163,7 @@ def main() -> int:
               f"{' '.join(f'{x:.3f}' for x in ratios)} | {row['median_speed_vs_base']:.3f}x | {same[name]} |")
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump({"args": {**vars(args), "json_out": os.path.relpath(args.json_out, REPO), "engine": [f"{n}={json.dumps(sp)}" + "".join(f":{k}={v}" for k, v in o.items())
+            json.dump({"args": {**vars(args), "json_out": os.path.relpath(args.json_out, REPO), "engine": [f"{n}={json.dumps(sp)}" + "".join(f":{k}={'none' if v is None else v}" for k, v in o.items())
                                                           for n, sp, o in args.engine]}, "engines": rows}, f, indent=1)
     return 0 if all(same.values()) else 1
 

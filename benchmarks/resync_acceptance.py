@@ -2,15 +2,16 @@
 """What the drafter's resync window costs in acceptance (CPU, vLLM-free engine, embedded pair).
 
 Under ``num_speculative_tokens: "auto"`` a K = 0 step holds each request's drafter inputs back
-(``runtime/engine.py`` ``hold_or_absorb``). Past ``LAZY_ABSORB_MAX`` held tokens a request is either
-absorbed alone (``LAZY_RESYNC_WINDOW`` None: the drafter's state sees every token) or keeps only its
-last W inputs and restarts its drafter slot from them (W an int: K = 0 steps never run the drafter,
-resuming absorbs at most W tokens per request). This script decodes MT-Bench prompts greedily with a
-scripted K per step (K = 0 for the first ``--hold-steps`` steps, then ``--k``) and a small cap, so
-every request passes the cap while held, and reports the acceptance length after resuming for each
-W, the drafter's absorbed tokens and wall time, and that every output equals AR.
+(``runtime/engine.py`` ``hold_or_absorb``). With ``LAZY_RESYNC_WINDOW`` = W a request holding more
+than min(2 W, ``LAZY_ABSORB_MAX``) inputs keeps only its last W and restarts its drafter slot from
+them (K = 0 steps never run the drafter; resuming absorbs at most 2 W held inputs per request); with
+None it is absorbed alone past ``LAZY_ABSORB_MAX`` (the drafter's state sees every token). This
+script decodes MT-Bench prompts greedily with a scripted K per step (K = 0 for the first
+``--hold-steps`` steps of the run, then ``--k``; with ``--prompts`` <= ``--batch`` every request is
+held over those steps) and reports, per W, the acceptance length tau over the drafting steps, the
+drafter's absorbed tokens and wall time, and that every output equals AR.
 
-    python benchmarks/resync_acceptance.py --prompts 32 --windows none,0,8,32,64 \
+    python benchmarks/resync_acceptance.py --prompts 16 --cap 256 --windows none,0,8,16,32,64 \
         --json benchmarks/resync_acceptance_cpu_s40.json
 """
 
@@ -54,12 +55,12 @@ class Schedule:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prompts", type=int, default=32, help="first N MT-Bench questions (first turn)")
+    ap.add_argument("--prompts", type=int, default=16, help="first N MT-Bench questions (first turn)")
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--batch", type=int, default=16, help="state slots (requests decoded together)")
     ap.add_argument("--k", type=int, default=4, help="draft tokens per step after the held steps")
     ap.add_argument("--hold-steps", type=int, default=24, help="K = 0 steps at the start")
-    ap.add_argument("--cap", type=int, default=64, help="LAZY_ABSORB_MAX for the run")
+    ap.add_argument("--cap", type=int, default=256, help="LAZY_ABSORB_MAX for the run (256: the default)")
     ap.add_argument("--windows", default="none,0,8,32,64", help="LAZY_RESYNC_WINDOW values ('none' = absorb)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()

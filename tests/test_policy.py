@@ -455,8 +455,12 @@ def test_hold_or_absorb_resync_window_keeps_the_last_inputs_fresh():
     # the cap still bounds what is held when 2 W > cap
     h1, _ = hold_or_absorb([None], [DraftRow(5, list(range(9)), f(9))], cap=8, resync=5)
     assert h1[0].tokens == [4, 5, 6, 7, 8] and h1[0].fresh
-    h2, _ = hold_or_absorb([None], [DraftRow(6, list(range(9)), f(9))], cap=4, resync=10)
+    f9 = f(9)
+    h2, _ = hold_or_absorb([None], [DraftRow(6, list(range(9)), f9)], cap=4, resync=10)
     assert h2[0].tokens == [5, 6, 7, 8] and h2[0].fresh  # W above the cap: the cap's worth kept
+    assert torch.equal(h2[0].row().feats, f9[5:])
+    short = HeldInputs(DraftRow(7, [1, 2], f(2))).keep_last(5)  # fewer than n: all kept
+    assert short.tokens == [1, 2] and short.feats[0].shape == (2, 8) and short.fresh
     for bad in (-1, 2.5, True, "32"):
         with pytest.raises(ValueError, match="resync"):
             hold_or_absorb([None], [DraftRow(0, [1])], cap=256, resync=bad)
@@ -467,10 +471,15 @@ def test_resync_window_stays_lossless_and_never_absorbs_on_k0_steps(models, prom
                                                                    monkeypatch):
     """With LAZY_RESYNC_WINDOW set, K = 0 steps never run the drafter, a drafting pass absorbs at
     most 2 W held inputs per request (plus the step's own), the output equals AR, and a request's
-    drafter slot restarts from its window."""
+    drafter slot restarts from its window. The cap is 6 held tokens, so without the window the
+    requests past it (prompts of up to 40 tokens) would be absorbed on K = 0 steps."""
     import vllm_specla.runtime.engine as engine_mod
 
     monkeypatch.setattr(engine_mod, "LAZY_RESYNC_WINDOW", window)
+    monkeypatch.setattr(engine_mod, "LAZY_ABSORB_MAX", 6)
+    kept = []
+    keep_last = HeldInputs.keep_last
+    monkeypatch.setattr(HeldInputs, "keep_last", lambda self, n: kept.append(n) or keep_last(self, n))
     seq = [2, 0, 0, 3, 0, 1, 0, 0, 0, 4, 2]
     d = _drafter(models, kind)
     calls = []
@@ -485,8 +494,9 @@ def test_resync_window_stays_lossless_and_never_absorbs_on_k0_steps(models, prom
     out = eng.generate(prompts, MAX_TOKENS)
     assert assert_greedy_equal(models["target"], prompts, ar_out, out) == 0
     assert calls and all(any(n > 0 for n, _, _ in c) for c in calls)  # no call on a K = 0 step
-    # a request's drafter slot kept (not fresh): held (<= 2 W) + one verify step's tokens (<= K + 1)
-    assert all(t <= 2 * window + 5 for c in calls for _, t, fr in c if not fr)
+    assert kept and set(kept) == {min(window, 6)}  # requests were cut to their window
+    # a request's drafter slot kept (not fresh): held (<= min(2 W, 6)) + one verify step's tokens (<= K + 1)
+    assert all(t <= min(2 * window, 6) + 5 for c in calls for _, t, fr in c if not fr)
     assert any(fr and t <= window + 5 for c in calls for _, t, fr in c)  # restarted from its window
     assert sum(eng.stats.num_drafts) > 0
 

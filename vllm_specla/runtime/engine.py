@@ -54,12 +54,11 @@ class _Req:
 
 LAZY_ABSORB_MAX = 256  # tokens a request may hold back from the drafter during K = 0 steps
 # None: a request past LAZY_ABSORB_MAX held inputs is absorbed alone (its drafter state sees every
-# token). An int W: a request holding more than min(2 W, LAZY_ABSORB_MAX) inputs keeps only its last W
-# and its drafter slot restarts from them (``fresh``), so K = 0 steps never run the drafter and a
-# drafting pass absorbs at most 2 W held inputs per request (lossless either way: only the drafts
-# depend on the drafter's state)
-# 32: tau -0.1 % on MT-Bench after 24 held steps (benchmarks/resync_acceptance.py); vLLM-CPU `auto` at
-# 16 requests 0.922x -> 0.949x AR (benchmarks/RESULTS.md, session 40)
+# token). An int W: a request holding more than min(2 W, LAZY_ABSORB_MAX) inputs keeps only its last
+# min(W, LAZY_ABSORB_MAX) and its drafter slot restarts from them (``fresh``), so K = 0 steps never run
+# the drafter and a drafting pass absorbs at most min(2 W, LAZY_ABSORB_MAX) held inputs per request
+# (lossless either way: only the drafts depend on the drafter's state). 32: benchmarks/RESULTS.md
+# "Session 40" (the acceptance cost of W, benchmarks/resync_acceptance.py; vLLM-CPU `auto` at 16 requests)
 LAZY_RESYNC_WINDOW: int | None = 32
 
 
@@ -88,12 +87,13 @@ class HeldInputs:
             self.feats.append(row.feats.clone())
 
     def keep_last(self, n: int) -> HeldInputs:
-        """Drop all but the last ``n`` inputs and mark the request ``fresh``: its drafter slot
-        restarts from them (the absorb gets no initial state). Returns self."""
-        self.tokens = self.tokens[len(self.tokens) - n:] if n else []
+        """Drop all but the last ``n`` inputs (all kept when there are fewer) and mark the request
+        ``fresh``: its drafter slot restarts from them (the absorb gets no initial state). Returns
+        self."""
+        self.tokens = self.tokens[max(0, len(self.tokens) - n):]
         if self.feats is not None:
             f = torch.cat(self.feats)
-            self.feats = [f[f.shape[0] - n:].clone()]
+            self.feats = [f[max(0, f.shape[0] - n):].clone()]
         self.fresh = True
         return self
 
@@ -120,17 +120,19 @@ def hold_or_absorb(held: list[HeldInputs | None], rows: list[DraftRow], cap: int
     absorb now.
 
     Each row's new inputs join what its request already holds (``held[i]``, None for nothing; a
-    fresh row replaces it). A request whose inputs stay within ``cap`` tokens is held (``held[i]``
-    is extended in place, or a new :class:`HeldInputs` made); the others are absorbed now, by
-    themselves: one long prompt does not make the whole batch absorb. Memory held: at most ``cap``
-    tokens (EAGLE: ``[cap, D]`` features) per request. ``cap`` None: ``LAZY_ABSORB_MAX`` (read at
-    call time).
+    fresh row replaces it). A request whose inputs stay within the limit is held (``held[i]`` is
+    extended in place, or a new :class:`HeldInputs` made). The limit and what happens past it:
 
-    With ``resync`` = W (an int >= 0) nothing is absorbed: a request holding more than
-    ``min(2 W, cap)`` inputs keeps only its last ``min(W, cap)`` and is marked ``fresh``
-    (:meth:`HeldInputs.keep_last`), so its drafter slot restarts from them at the next drafting
-    pass (truncating at 2 W, not W, copies the held features once per W steps, not every step).
-    ``resync`` "default": ``LAZY_RESYNC_WINDOW`` (read at call time; None = absorb past the cap).
+    * ``resync`` = W (an int >= 0; the default, ``LAZY_RESYNC_WINDOW`` = 32): nothing is absorbed;
+      a request holding more than ``min(2 W, cap)`` inputs keeps only its last ``min(W, cap)`` and
+      is marked ``fresh`` (:meth:`HeldInputs.keep_last`), so its drafter slot restarts from them at
+      the next drafting pass. Truncating at 2 W, not W, copies the held features once per ~W
+      steps, not every step (every step when ``cap`` <= W).
+    * ``resync`` None: past ``cap`` tokens a request is absorbed now, by itself (one long prompt
+      does not make the whole batch absorb).
+
+    Memory held: at most ``cap`` tokens (EAGLE: ``[cap, D]`` features) per request. ``cap`` None:
+    ``LAZY_ABSORB_MAX``; ``resync`` "default": ``LAZY_RESYNC_WINDOW`` (both read at call time).
 
     Returns:
         ``(hold, absorb)``: ``HeldInputs`` and merged ``DraftRow`` lists, together one per row, in
@@ -152,11 +154,13 @@ def hold_or_absorb(held: list[HeldInputs | None], rows: list[DraftRow], cap: int
             if resync is None:
                 absorb.append(merge_draft_rows(h, r))
                 continue
-            if h is None:
-                h = HeldInputs(r)
+            keep = min(resync, limit)
+            if h is None:  # (a long new prompt: copy only the features kept)
+                tail = len(r.tokens) - keep
+                h = HeldInputs(DraftRow(r.slot, r.tokens[tail:], None if r.feats is None else r.feats[tail:]))
             else:
                 h.add(r)
-            hold.append(h.keep_last(min(resync, limit)))
+            hold.append(h.keep_last(keep))
         elif h is None:
             hold.append(HeldInputs(r))
         else:
@@ -169,9 +173,11 @@ def draft_or_hold(drafter: SlotDrafter, held: list[HeldInputs | None],
                   rows: list[DraftRow]) -> tuple[list[HeldInputs | None], list[list[int]], float | None]:
     """One drafting step under the draft-length policy (the runtime engine and the vLLM proposer).
 
-    A K = 0 step (no row drafts) holds each request's inputs back (:func:`hold_or_absorb`; a
-    request past the cap is absorbed alone); otherwise every request's held inputs and this step's
-    row are absorbed in one chunk and the drafts proposed, timed.
+    A K = 0 step (no row drafts) holds each request's inputs back (:func:`hold_or_absorb`: past
+    ``2 * LAZY_RESYNC_WINDOW`` held inputs a request keeps its last ``LAZY_RESYNC_WINDOW`` and
+    restarts its drafter slot; with the window None, past ``LAZY_ABSORB_MAX`` it is absorbed alone);
+    otherwise every request's held inputs and this step's row are absorbed in one chunk and the
+    drafts proposed, timed.
 
     Args:
         drafter: the :class:`SlotDrafter`.
