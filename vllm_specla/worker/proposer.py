@@ -25,9 +25,9 @@ absorbed with the next drafting pass; a request holding more than ``2 * LAZY_RES
 inputs (e.g. a long new prompt) keeps only its last ``LAZY_RESYNC_WINDOW`` and its drafter slot
 restarts from them (``runtime/engine.py`` ``hold_or_absorb``; only draft quality depends on the
 drafter's state). So a K = 0 step does no drafter work, resuming absorbs at most ~64 inputs per
-request, and a request that finishes before the next drafting pass is never absorbed. With tensor parallelism, TP rank 0's K is broadcast (the EAGLE drafter runs
-collectives through the target's embedding and LM head, so every rank must draft the same number
-of steps).
+request, and a request that finishes before the next drafting pass is never absorbed. With tensor
+parallelism, TP rank 0's K is broadcast (the EAGLE drafter runs collectives through the target's
+embedding and LM head, so every rank must draft the same number of steps).
 """
 
 from __future__ import annotations
