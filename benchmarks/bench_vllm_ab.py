@@ -62,6 +62,23 @@ def _set_resync(worker, w: int | None) -> int | None:
     return w
 
 
+def _policy_describe(worker) -> dict | None:
+    """(collective_rpc) the worker's draft-length policy model (``DraftLengthPolicy.describe``)."""
+    policy = getattr(worker.model_runner.drafter, "policy", None)
+    return policy.describe() if policy is not None else None
+
+
+def _k_diff(now: dict | None, before: dict | None) -> dict:
+    """Per-batch-bucket K counts of one round: cumulative ``chosen_by_batch`` now minus before."""
+    out = {}
+    for b, row in (now or {}).items():
+        prev = (before or {}).get(b, {})
+        d = {k: n - prev.get(k, 0) for k, n in row.items() if n - prev.get(k, 0)}
+        if d:
+            out[str(b)] = {str(k): n for k, n in d.items()}
+    return out
+
+
 def parse_engine(arg: str) -> tuple[str, dict | None, dict]:
     name, sep, rest = arg.partition("=")
     if not sep or not name:
@@ -128,6 +145,8 @@ def main() -> int:
     times: dict[str, list[float]] = {n: [] for n, _ in engines}
     tokens: dict[str, int] = {}
     same: dict[str, bool] = {}
+    k_rounds: dict[str, list[dict]] = {n: [] for n, _ in engines}  # per round: {B bucket: {K: steps}}
+    k_seen: dict[str, dict | None] = {n: None for n, _ in engines}
     base = engines[0][0]
     for r in range(args.rounds):
         outs = {}
@@ -138,6 +157,10 @@ def main() -> int:
             else:
                 o = llm.generate(prompts, sp, use_tqdm=False)
             times[name].append(time.perf_counter() - t0)
+            if llm.llm_engine.vllm_config.speculative_config is not None:
+                now = (llm.collective_rpc("specla_counters")[0].get("policy") or {}).get("chosen_by_batch")
+                k_rounds[name].append(_k_diff(now, k_seen[name]))
+                k_seen[name] = now
             outs[name] = [list(x.outputs[0].token_ids) for x in o]
             tokens[name] = sum(len(t) for t in outs[name])
         for name in outs:
@@ -155,7 +178,8 @@ def main() -> int:
         counters = llm.collective_rpc("specla_counters")[0] if spec_on else {}
         drafted = counters.get("draft_tokens_proposed")
         row = {"engine": name, "draft_tokens": drafted if spec_on else None,
-               "k_chosen": (counters.get("policy") or {}).get("chosen"), "seconds": v,
+               "k_chosen": (counters.get("policy") or {}).get("chosen"), "k_by_batch_per_round": k_rounds[name] or None,
+               "policy_model": llm.collective_rpc(_policy_describe)[0] if spec_on else None, "seconds": v,
                "median_s": statistics.median(v), "output_tokens": tokens[name],
                "speed_vs_base": ratios, "median_speed_vs_base": statistics.median(ratios), "identical": same[name]}
         rows.append(row)

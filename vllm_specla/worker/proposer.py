@@ -292,7 +292,7 @@ class SpeclaProposer:
         """Run the drafter, or on a K = 0 step hold the inputs back (:func:`draft_or_hold`); feed a
         pure-decode step's drafting time back."""
         rids = [input_batch.req_ids[i] for i in row_of]
-        held, outs, seconds = draft_or_hold(self.drafter, [self._held.pop(rid, None) for rid in rids], rows)
+        held, outs, seconds, backlog = draft_or_hold(self.drafter, [self._held.pop(rid, None) for rid in rids], rows)
         self._t_end = time.perf_counter()
         for rid, h in zip(rids, held):
             if h is not None:
@@ -301,7 +301,7 @@ class SpeclaProposer:
             self.policy_counts["drafter_skipped"] += all(h is not None for h in held)
         k = max((r.num_drafts for r in rows), default=0)
         if pure_decode and seconds is not None and k > 0:
-            self.policy.observe_draft(len(rows), k, seconds)
+            self.policy.observe_draft(len(rows), k, seconds, backlog)
         for i, d in zip(row_of, outs):
             drafts[i] = d
         self._last_drafts = {rid: len(d) for rid, d in zip(rids, outs) if d}
