@@ -352,7 +352,7 @@ def test_bench_vllm_ab_engine_options():
 def test_bench_vllm_ab_small(tmp_path):
     """The vLLM A/B script runs its engines round by round, pins "auto" engines at K = 1 / 0 with
     force_k, counts each engine's drafts, checks outputs against the first engine and writes
-    per-round ratios; a malformed
+    per-round ratios and the policy's model; a malformed
     --engine is a one-line argparse error."""
     pytest.importorskip("vllm")
     script = os.path.join(ROOT, "benchmarks", "bench_vllm_ab.py")
@@ -374,6 +374,14 @@ def test_bench_vllm_ab_small(tmp_path):
     # each round (3 prompts x 2 rounds) drafts at least once before its 6 tokens are out
     assert k1["draft_tokens"] >= 2 * 3
     assert rec["args"]["engine"][2].endswith(":force_k=0:resync=0")
+    # the policy's model as the worker ends (force_k pins choose(), not the cost model), and the K
+    # histogram per round (empty while pinned: the pinned choice does not reach the policy)
+    assert ar["policy_model"] is None and ar["k_by_batch_per_round"] is None
+    assert k1["k_by_batch_per_round"] == [{}, {}]
+    pm = k1["policy_model"]
+    assert set(pm) == {"by_batch", "step_costs", "draft_costs", "switch_costs", "alpha"} and len(pm["alpha"]) == 2
+    assert pm["by_batch"]["1"]["best"] in (0, 1, 2) and set(pm["by_batch"]["1"]["rate_vs_ar"]) == {"1", "2"}
+    assert any("2" in row for row in pm["step_costs"].values())  # K = 1 verify steps were timed
     bad = subprocess.run([sys.executable, script, "--engine", "no-equals-sign"], env=env, capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and "expected NAME=SPEC[:force_k=K]" in bad.stderr
