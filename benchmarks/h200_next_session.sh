@@ -54,6 +54,12 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s41a)  # (any card) session 41's prefill op: fla's chunk kernel on CUDA against the reference, its GPU tests and
+        # speed side by side (fla wheels in .whl); then, on an H200 only, the next call is s36b
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      pytest_log prefill 330 tests/test_prefill_gpu.py
+      timeout 240 python benchmarks/bench_prefill.py --rows 1,16,64 --lens 512,2048 --out "$OUT/prefill_s41a.json" 2>&1 | tail -16
+      ;;
   s39g)  # session 39's last code (the pending prefetch only in its measured regime, _pend_prefetch): on an H200, s37g
         # (issue 6's batch-1 verdict rows); else the chain kernel's and the runtime's GPU tests (timeout 150 s)
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s37g; fi

@@ -25,6 +25,7 @@ from vllm_specla.core.state import LayerState, StepPlan
 from vllm_specla.models.config import GatedDeltaNetConfig, check_supported
 from vllm_specla.ops import fused
 from vllm_specla.ops.chain_verify import chain_verify, conv_verify
+from vllm_specla.ops.prefill import chunk_prefill
 from vllm_specla.ops.tree_verify import tree_conv, tree_verify
 from vllm_specla.ops.reference import (
     causal_conv1d_prefill_ref,
@@ -134,7 +135,7 @@ def gdn_mix(
         init = state.ssm.index_select(0, pf.slots)
         # fresh slots may hold garbage (vLLM does not zero new blocks): select, never multiply
         init = torch.where(pf.has_initial_state[:, None, None, None], init, torch.zeros_like(init))
-        o_pf, final = chunk_gated_delta_rule_ref(
+        o_pf, final = chunk_prefill(  # fla's chunk kernel on CUDA, the torch reference elsewhere
             pick(q, idx), pick(k, idx), pick(v, idx), pick(g_all, idx), pick(beta_all, idx),
             dims.scale, pf.cu_seqlens, initial_state=init)
         state.ssm.index_copy_(0, pf.slots, final)

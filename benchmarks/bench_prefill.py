@@ -1,0 +1,106 @@
+#!/usr/bin/env python
+"""Prefill of one GDN layer's recurrence (``ops/prefill.py`` ``chunk_prefill``): fla's chunk kernel
+against the plain-torch reference the vLLM path used before (``chunk_gated_delta_rule_ref``: a
+Python loop over rows and 64-token chunks), side by side in one run.
+
+Per case (head shape, R prompts of P tokens each, fp32 q/k/v as ``gdn_mix`` passes them, random
+initial states): the median wall time of ``--iters`` calls after a warm-up, CUDA-synchronised
+(eager: the reference launches hundreds of kernels and cannot be graph-captured with its host-side
+row loop; fla's wrapper computes chunk indices on the host). Also the relative error of fla's
+output against the reference. Prints a table and writes JSON to ``--out``.
+
+    python benchmarks/bench_prefill.py --rows 1,16,64 --lens 512,2048 --out $OUT/prefill.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from vllm_specla.ops import prefill  # noqa: E402
+from vllm_specla.ops.reference import chunk_gated_delta_rule_ref  # noqa: E402
+
+SHAPES = {"flame": (6, 6, 256, 512), "map": (8, 8, 256, 256)}  # (H, HV, K, V), GPU_BASELINE.md
+
+
+def inputs(shape, R, P, dev, seed=0):
+    H, HV, K, V = shape
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    N = R * P
+    q = torch.randn(N, H, K, device=dev, generator=gen)
+    k = torch.randn(N, H, K, device=dev, generator=gen)
+    v = torch.randn(N, HV, V, device=dev, generator=gen)
+    g = -torch.rand(N, HV, device=dev, generator=gen) * 0.3 - 0.01
+    beta = torch.rand(N, HV, device=dev, generator=gen) * 0.9 + 0.05
+    cu = torch.arange(R + 1, device=dev) * P
+    h0 = torch.randn(R, HV, V, K, device=dev, generator=gen) * 0.1
+    return q, k, v, g, beta, K ** -0.5, cu, h0
+
+
+def timed(fn, iters: int) -> float:
+    fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shapes", default="flame,map")
+    ap.add_argument("--rows", default="1,16,64")
+    ap.add_argument("--lens", default="512,2048")
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--ref-max-tokens", type=int, default=64 * 2048,
+                    help="skip the reference above this many tokens per call (it is slow)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("needs CUDA")
+        return 1
+    os.environ["VLLM_SPECLA_PREFILL"] = "auto"
+    rows_out = []
+    print(f"{torch.cuda.get_device_name()}, fp32 inputs, one layer's recurrence, median of {args.iters} calls")
+    print("| shape | rows | tokens/row | fla ms | reference ms | speedup | rel err |")
+    print("|---|---|---|---|---|---|---|")
+    for name in args.shapes.split(","):
+        for R in map(int, args.rows.split(",")):
+            for P in map(int, args.lens.split(",")):
+                a = inputs(SHAPES[name], R, P, "cuda")
+                assert prefill.prefill_backend(a[0]) == "fla"
+                t_fla = timed(lambda: prefill.chunk_prefill(*a), args.iters)  # noqa: B023
+                rec = dict(shape=name, heads=SHAPES[name], rows=R, tokens_per_row=P, fla_ms=1e3 * t_fla,
+                           ref_ms=None, speedup=None, rel_err=None, device=torch.cuda.get_device_name())
+                if R * P <= args.ref_max_tokens:
+                    t_ref = timed(lambda: chunk_gated_delta_rule_ref(*a[:7], initial_state=a[7]),  # noqa: B023
+                                  max(1, args.iters // 2))
+                    o, f = prefill.chunk_prefill(*a)
+                    o_r, f_r = chunk_gated_delta_rule_ref(*a[:7], initial_state=a[7])
+                    err = max(float((o - o_r).norm() / o_r.norm()), float((f - f_r).norm() / f_r.norm()))
+                    rec.update(ref_ms=1e3 * t_ref, speedup=t_ref / t_fla, rel_err=err)
+                rows_out.append(rec)
+                ref = "-" if rec["ref_ms"] is None else f"{rec['ref_ms']:.2f}"
+                sp = "-" if rec["speedup"] is None else f"{rec['speedup']:.1f}x"
+                er = "-" if rec["rel_err"] is None else f"{rec['rel_err']:.1e}"
+                print(f"| {name} | {R} | {P} | {rec['fla_ms']:.3f} | {ref} | {sp} | {er} |", flush=True)
+                del a
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(rows_out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
