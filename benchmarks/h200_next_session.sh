@@ -54,6 +54,11 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s41b)  # (any card) after the review of s41a: the prefill GPU tests again (fla calls spied on, beta in (0, 2)) and the
+        # CUDA-vs-CPU state-slot model test, whose prefill now forces the reference (fla's tf32 is compared at 5e-3)
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      pytest_log prefill_b 420 tests/test_prefill_gpu.py "tests/test_fused_gpu.py::test_state_slot_model_cuda_matches_cpu"
+      ;;
   s41a)  # (any card) session 41's prefill op: fla's chunk kernel on CUDA against the reference, its GPU tests and
         # speed side by side (fla wheels in .whl); then, on an H200 only, the next call is s36b
       nvidia-smi --query-gpu=name --format=csv,noheader

@@ -3,7 +3,7 @@
 The dispatch tests run everywhere (CPU tensors must take the reference, bit for bit); the fla
 comparisons need CUDA and fla and skip cleanly without them. Inputs are random (never zeros):
 varlen rows of 1..200 tokens (across fla's 64-token chunks), random initial states, grouped value
-heads. Shapes (H, HV, K, V): 6x6x256x512 ("flame 1B"), 8x8x256x256 ("m-a-p 1.3B") and small odd
+heads, beta in (0, 1) and in (0, 2) (``allow_neg_eigval``). Shapes (H, HV, K, V): 6x6x256x512 ("flame 1B"), 8x8x256x256 ("m-a-p 1.3B") and small odd
 GVA shapes (2, 4, 32, 48), (1, 3, 16, 20). Error: norm-wise relative ``||x - ref|| / ||ref||``
 against the fp32 reference on the same device, ``TOL = 5e-3`` (fla's dots take tf32 on fp32
 inputs, 10-bit mantissas: 1.5e-3 measured on an H100 at both GDN-1.3B head shapes over 512-2,048
@@ -28,7 +28,7 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
 
 
-def make(shape, lens, device, seed=0, init=True):
+def make(shape, lens, device, seed=0, init=True, neg_eig=False):
     H, HV, K, V = shape
     gen = torch.Generator().manual_seed(seed)
     N, R = sum(lens), len(lens)
@@ -36,7 +36,7 @@ def make(shape, lens, device, seed=0, init=True):
     k = torch.randn(N, H, K, generator=gen)
     v = torch.randn(N, HV, V, generator=gen)
     g = -torch.rand(N, HV, generator=gen) * 0.3 - 0.01  # log decay in [-0.31, -0.01]
-    beta = torch.rand(N, HV, generator=gen) * 0.9 + 0.05
+    beta = (torch.rand(N, HV, generator=gen) * 0.9 + 0.05) * (2 if neg_eig else 1)  # (0, 2): allow_neg_eigval
     cu = torch.tensor([0] + lens).cumsum(0)
     h0 = torch.randn(R, HV, V, K, generator=gen) * 0.1 if init else None
     mv = lambda t: None if t is None else t.to(device)  # noqa: E731
@@ -63,9 +63,9 @@ gpu = pytest.mark.skipif(not HAVE_CUDA or prefill._fla_chunk() is None, reason="
 @gpu
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("lens", [[1], [64], [5, 200, 63, 1, 130]])
-@pytest.mark.parametrize("init", [True, False])
-def test_fla_prefill_matches_the_reference(shape, lens, init):
-    args = make(shape, lens, "cuda", seed=len(lens) + shape[3], init=init)
+@pytest.mark.parametrize("init,neg_eig", [(True, False), (False, False), (True, True)])
+def test_fla_prefill_matches_the_reference(shape, lens, init, neg_eig):
+    args = make(shape, lens, "cuda", seed=len(lens) + shape[3], init=init, neg_eig=neg_eig)
     assert prefill.prefill_backend(args[0]) == "fla"
     o, f = prefill.chunk_prefill(*args)
     o_ref, f_ref = chunk_gated_delta_rule_ref(*args[:7], initial_state=args[7])
@@ -103,7 +103,9 @@ def test_gdn_model_prefill_on_cuda(monkeypatch):
     gen = torch.Generator().manual_seed(3)
     first = [torch.randint(3, 500, (n,), generator=gen).tolist() for n in (1, 9, 40)]
     second = [torch.randint(3, 500, (n,), generator=gen).tolist() for n in (5, 70, 130)]
-    res = {}
+    res, calls = {}, []
+    real = prefill._fla_chunk()
+    monkeypatch.setattr(prefill, "_fla_chunk", lambda: lambda *a, **kw: calls.append(1) or real(*a, **kw))
     for mode in ("ref", "auto"):
         monkeypatch.setenv("VLLM_SPECLA_PREFILL", mode)
         states = allocate_layer_states(t.config, 4, 1, device="cuda")
@@ -115,5 +117,6 @@ def test_gdn_model_prefill_on_cuda(monkeypatch):
                                   device="cuda"), states)
             last = torch.tensor([5, 75, 205], device="cuda") - 1
             res[mode] = (t.compute_logits(h[last]), torch.stack([st.ssm[[2, 0, 1, 3]] for st in states]))
+        assert len(calls) == (0 if mode == "ref" else 2 * t.config.num_hidden_layers)  # fla ran each prefill
     assert prefill.prefill_backend(torch.zeros(1, 1, t.config.head_k_dim, device="cuda")) == "fla"
     assert rel(res["auto"][0], res["ref"][0]) < TOL and rel(res["auto"][1], res["ref"][1]) < TOL

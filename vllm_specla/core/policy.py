@@ -132,8 +132,8 @@ class _Surface:
 
     ``estimate(B, x)``: the values known at ``B`` for each ``x'`` (from points no further than a
     factor 2 away: interpolated over B between them; beyond them, the value at the nearest one
-    times the change of the best-covered ``x'`` curve, i.e. the ratio to that curve held constant,
-    so that every ``x'`` moves alike outside its data: extrapolated each on its own line, a
+    times the change of the best-covered ``x'`` curve among those known at ``B``, i.e. the ratio
+    to that curve held constant, so that every ``x'`` moves alike outside its data: extrapolated each on its own line, a
     vLLM-CPU run with data up to 16 requests put a T = 9 verify step at 32 requests at the cost of
     its T = 3 step and rated K = 8 at 1.48x AR where 16 requests gave 0.70x), then
     piecewise-linear in ``x`` over those; with a single
@@ -195,11 +195,11 @@ class _Surface:
     def _known_at(self, pts: dict, b: float) -> dict[int, float]:
         known = self._known.get(b)
         if known is None:
-            ref = pts[max(pts, key=lambda x: (len(pts[x]), -x))]  # the best-covered curve
+            near = {x: p for x, p in pts.items() if p[0][0] / 2 <= b <= 2 * p[-1][0]}
+            # the best-covered curve among those known at b (more points, then the smaller x)
+            ref = near[max(near, key=lambda x: (len(near[x]), -x))] if near else None
             known = {}
-            for x, p in pts.items():
-                if not p[0][0] / 2 <= b <= 2 * p[-1][0]:
-                    continue
+            for x, p in near.items():
                 if p is ref or p[0][0] <= b <= p[-1][0]:
                     known[x] = _interp(p, b)
                 else:  # outside x's own batch sizes: its ratio to the reference curve held constant
@@ -258,7 +258,9 @@ class StepCostModel:
     when there are two or more, never below the AR step (T = 1); with one known window the prior's
     shape is used.
     Batch sizes are interpolated linearly between observed ones (bucketed: exact up to 8, then a
-    quarter-octave grid).
+    quarter-octave grid); beyond a window's own batch sizes (up to 2x) its ratio to the
+    best-covered window's curve is held (:class:`_Surface`). The switch cost (:meth:`switch_cost`)
+    is learnt per request.
     """
 
     def __init__(self, table=None, *, draft_table=None, draft_seconds_per_token: float | None = None,
@@ -288,15 +290,17 @@ class StepCostModel:
 
     def observe_switch(self, batch_size: int, seconds: float) -> None:
         """Record the extra ``seconds`` (>= 0) a drafting pass took to absorb what a run of K = 0
-        steps held back, beyond a steady drafting pass of ``batch_size`` requests."""
+        steps held back, beyond a steady drafting pass of ``batch_size`` requests. Kept per
+        request (each request's backlog is absorbed alike), so other batch sizes scale it."""
         if self.learn and batch_size > 0 and seconds >= 0:
-            self.switch.observe(batch_size, 1, max(seconds, 1e-9))
+            self.switch.observe(batch_size, 1, max(seconds / batch_size, 1e-12))
 
     def switch_cost(self, batch_size: int) -> float:
-        """Extra seconds of the first drafting pass after a run of K = 0 steps (0 before any was
-        seen)."""
+        """Extra seconds of the first drafting pass after a run of K = 0 steps for ``batch_size``
+        requests: the learnt seconds per request (interpolated over batch size, the nearest batch
+        size's beyond the data) times ``batch_size``; 0 before any was seen."""
         v = self.switch.estimate(batch_size, 1)
-        return v if v is not None else 0.0
+        return v * batch_size if v is not None else 0.0
 
     def cost(self, batch_size: int, window: int) -> float:
         """Seconds for a target step of ``batch_size`` requests verifying ``window`` tokens each."""
@@ -596,6 +600,6 @@ class DraftLengthPolicy:
         for k, pts in self.costs.draft.points().items():
             for b, s in pts:
                 drafts.setdefault(str(int(round(b))), {})[str(k)] = s
-        switch = {str(int(round(b))): v for b, v in self.costs.switch.points().get(1, [])}
+        switch = {str(int(round(b))): v * b for b, v in self.costs.switch.points().get(1, [])}
         return {"by_batch": rel, "step_costs": self.costs.to_table(), "draft_costs": drafts, "switch_costs": switch,
                 "alpha": [round(self.acceptance.alpha(i), 4) for i in range(1, self.k_max + 1)]}

@@ -81,7 +81,7 @@ def chunk_prefill(
     Returns:
         ``(o, final)``: outputs ``[N, HV, V]`` float32 and final states ``[R, HV, V, K]`` float32.
         The fla path matches the reference within tests/test_prefill_gpu.py's tolerance (most of
-        fla's dots take tf32 on fp32 inputs); bf16 inputs run its bf16 dots.
+        fla's dots take tf32 on fp32 inputs; ``gdn_mix`` passes fp32, the only dtype tested).
 
     Raises:
         ValueError: see :func:`prefill_backend`.

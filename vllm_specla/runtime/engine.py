@@ -170,7 +170,7 @@ def hold_or_absorb(held: list[HeldInputs | None], rows: list[DraftRow], cap: int
 
 
 def draft_or_hold(drafter: SlotDrafter, held: list[HeldInputs | None],
-                  rows: list[DraftRow]) -> tuple[list[HeldInputs | None], list[list[int]], float | None]:
+                  rows: list[DraftRow]) -> tuple[list[HeldInputs | None], list[list[int]], float | None, float]:
     """One drafting step under the draft-length policy (the runtime engine and the vLLM proposer).
 
     A K = 0 step (no row drafts) holds each request's inputs back (:func:`hold_or_absorb`: past
