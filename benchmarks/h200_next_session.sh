@@ -54,6 +54,12 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s41c)  # (any card; s41b cut to what fits little device time) the model prefill test with fla's calls spied on, the
+        # forced reference, beta in (0, 2) at the small GVA shape, and the CUDA-vs-CPU state-slot model test
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      pytest_log prefill_c 280 -k "model_prefill or forced or True-True-lens2-shape0 or state_slot_model" \
+          tests/test_prefill_gpu.py tests/test_fused_gpu.py
+      ;;
   s41b)  # (any card) after the review of s41a: the prefill GPU tests again (fla calls spied on, beta in (0, 2)) and the
         # CUDA-vs-CPU state-slot model test, whose prefill now forces the reference (fla's tf32 is compared at 5e-3)
       nvidia-smi --query-gpu=name --format=csv,noheader
