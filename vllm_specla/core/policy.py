@@ -450,10 +450,11 @@ class DraftLengthPolicy:
             ``explore_every``-th step, candidates in turn (:meth:`is_exploration_step`). While the
             best K is 0, a candidate K > 0 also pays the switch: the measured extra seconds of
             the drafting pass that absorbs what the K = 0 steps held back, over the AR step, is
-            added to its regret (vLLM-CPU, 16 requests: 0.13 s, 2.8 AR steps; with the drafting
+            added to its regret (vLLM-CPU, 16 requests: 0.13 s, 2.7-2.8 AR steps; with the drafting
             cost learnt from steady passes only and no switch cost, the policy explored K = 1
             every ~25 steps, each exploration paying that absorb, and ``auto`` ran 0.93x AR where
-            K pinned at 0 ran 0.99x; with it, 0.97x; RESULTS.md session 41).
+            K pinned at 0 ran 0.99x; with it, 0.97-0.98x, within 1.6 % of K pinned at 0 in two runs;
+            RESULTS.md session 41).
         switch_backlog: the mean held inputs per request from which a drafting pass counts as a
             switch out of a run of K = 0 steps (:meth:`observe_draft`).
 
