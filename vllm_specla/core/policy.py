@@ -133,11 +133,10 @@ class _Surface:
     ``estimate(B, x)``: the values known at ``B`` for each ``x'`` (from points no further than a
     factor 2 away: interpolated over B between them; beyond them, the value at the nearest one
     times the change of the best-covered ``x'`` curve among those known at ``B``, i.e. the ratio
-    to that curve held constant, so that every ``x'`` moves alike outside its data: extrapolated each on its own line, a
-    vLLM-CPU run with data up to 16 requests put a T = 9 verify step at 32 requests at the cost of
-    its T = 3 step and rated K = 8 at 1.48x AR where 16 requests gave 0.70x), then
-    piecewise-linear in ``x`` over those; with a single
-    known ``x0``, ``value(x0) * shape(B, x) / shape(B, x0)``; with nothing known at ``B``, the
+    to that curve held constant, so that every ``x'`` moves alike outside its data: extrapolated
+    each on its own line, a vLLM-CPU run with data up to 16 requests put a T = 9 verify step at
+    32 requests at the cost of its T = 3 step and rated K = 8 at 1.48x AR where 16 requests gave
+    0.70x), then piecewise-linear in ``x`` over those; with a single known ``x0``, ``value(x0) * shape(B, x) / shape(B, x0)``; with nothing known at ``B``, the
     curve of the nearest batch size that has data. None when there is no data at all.
     ``split``: windows ``x >= split`` are estimated from the known ``x' >= split`` only (and
     ``x < split`` from ``x' < split``) where at least two are known there, and never below the
