@@ -9,6 +9,11 @@ initial states): the median wall time of ``--iters`` calls after a warm-up, CUDA
 row loop; fla's wrapper computes chunk indices on the host). Also the relative error of fla's
 output against the reference. Prints a table and writes JSON to ``--out``.
 
+Then the prompt's short conv (``causal_conv1d_prefill_batched``: all rows at once, no host
+sync) against its per-row reference (``causal_conv1d_prefill_ref``: two host syncs per row), same
+cases, 4 taps over ``C = 2 H K + HV V`` channels, records with ``"op": "conv"`` (their outputs are
+checked equal bit for bit). ``--device cpu`` times only the conv.
+
     python benchmarks/bench_prefill.py --rows 1,16,64 --lens 512,2048 --out $OUT/prefill.json
 """
 
@@ -26,7 +31,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from vllm_specla.ops import prefill  # noqa: E402
-from vllm_specla.ops.reference import chunk_gated_delta_rule_ref  # noqa: E402
+from vllm_specla.ops.reference import causal_conv1d_prefill_ref, chunk_gated_delta_rule_ref  # noqa: E402
 
 SHAPES = {"flame": (6, 6, 256, 512), "map": (8, 8, 256, 256)}  # (H, HV, K, V), GPU_BASELINE.md
 
@@ -46,15 +51,50 @@ def inputs(shape, R, P, dev, seed=0):
 
 
 def timed(fn, iters: int) -> float:
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     fn()
-    torch.cuda.synchronize()
+    sync()
     ts = []
     for _ in range(iters):
         t0 = time.perf_counter()
         fn()
-        torch.cuda.synchronize()
+        sync()
         ts.append(time.perf_counter() - t0)
     return statistics.median(ts)
+
+
+def conv_rows(args, dev: str) -> list[dict]:
+    """The prompt conv, batched against the per-row reference (one layer, 4 taps, random windows)."""
+    out = []
+    name_dev = torch.cuda.get_device_name() if dev == "cuda" else "cpu"
+    print(f"\n{name_dev}: the prompt's short conv, one layer, median of {args.iters} calls")
+    print("| shape | rows | tokens/row | channels | batched ms | per-row reference ms | speedup |")
+    print("|---|---|---|---|---|---|---|")
+    for name in args.shapes.split(","):
+        H, HV, K, V = SHAPES[name]
+        C = 2 * H * K + HV * V
+        for R in map(int, args.rows.split(",")):
+            for P in map(int, args.lens.split(",")):
+                gen = torch.Generator(device=dev).manual_seed(R * 7 + P)
+                x = torch.randn(R * P, C, device=dev, generator=gen)
+                w = torch.randn(C, 4, device=dev, generator=gen)
+                cu = torch.arange(R + 1, device=dev) * P
+                conv = torch.randn(R, 3, C, device=dev, generator=gen)
+                slots = torch.arange(R, device=dev)
+                has_init = torch.arange(R, device=dev) % 2 == 0  # half the rows continue an earlier state
+                c1, c2 = conv.clone(), conv.clone()
+                same = torch.equal(prefill.causal_conv1d_prefill_batched(x, w, cu, c1, slots, has_init),
+                                   causal_conv1d_prefill_ref(x, w, cu, c2, slots, has_init)) and torch.equal(c1, c2)
+                t_new = timed(lambda: prefill.causal_conv1d_prefill_batched(x, w, cu, conv, slots, has_init),  # noqa: B023
+                              args.iters)
+                t_ref = timed(lambda: causal_conv1d_prefill_ref(x, w, cu, conv, slots, has_init),  # noqa: B023
+                              args.iters)
+                rec = dict(op="conv", shape=name, channels=C, rows=R, tokens_per_row=P, batched_ms=1e3 * t_new,
+                           ref_ms=1e3 * t_ref, speedup=t_ref / t_new, bitwise_equal=same, device=name_dev)
+                out.append(rec)
+                print(f"| {name} | {R} | {P} | {C} | {rec['batched_ms']:.3f} | {rec['ref_ms']:.3f} | "
+                      f"{rec['speedup']:.1f}x{'' if same else ' (NOT EQUAL)'} |", flush=True)
+    return out
 
 
 def main() -> int:
@@ -65,13 +105,21 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--ref-max-tokens", type=int, default=64 * 2048,
                     help="skip the reference above this many tokens per call (it is slow)")
+    ap.add_argument("--ops", default="chunk,conv", help="which ops to time: chunk (fla vs reference), conv")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                    help="cpu: only the conv rows (fla needs CUDA)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.device == "cpu":
+        return finish(args, conv_rows(args, "cpu"))
     if not torch.cuda.is_available():
-        print("needs CUDA")
+        print("needs CUDA (or --device cpu for the conv rows)")
         return 1
     os.environ["VLLM_SPECLA_PREFILL"] = "auto"
-    rows_out = []
+    ops = args.ops.split(",")
+    rows_out = [] if "chunk" in ops else None
+    if rows_out is None:
+        return finish(args, conv_rows(args, "cuda"))
     print(f"{torch.cuda.get_device_name()}, fp32 inputs, one layer's recurrence, median of {args.iters} calls")
     print("| shape | rows | tokens/row | fla ms | reference ms | speedup | rel err |")
     print("|---|---|---|---|---|---|---|")
@@ -95,7 +143,12 @@ def main() -> int:
                 sp = "-" if rec["speedup"] is None else f"{rec['speedup']:.1f}x"
                 er = "-" if rec["rel_err"] is None else f"{rec['rel_err']:.1e}"
                 print(f"| {name} | {R} | {P} | {rec['fla_ms']:.3f} | {ref} | {sp} | {er} |", flush=True)
-                del a
+    if "conv" in ops:
+        rows_out += conv_rows(args, "cuda")
+    return finish(args, rows_out)
+
+
+def finish(args, rows_out: list[dict]) -> int:
     if args.out:
         with open(args.out, "w") as f:
             json.dump(rows_out, f, indent=1)

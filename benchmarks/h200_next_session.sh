@@ -55,10 +55,18 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s42a)  # session 42's ask: on an H200, s36b (issue 6's verdicts); on another card, s41b (the prefill GPU tests that
-        # never ran: beta in (0, 2) at both GDN-1.3B shapes, fla's calls spied on)
+  s42a)  # session 42's ask: on an H200, s36b (issue 6's verdicts); on another card, s42b
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s36b; fi
-      exec bash "$0" s41b
+      exec bash "$0" s42b
+      ;;
+  s42b)  # (any card) the batched prompt conv (bit for bit against the per-row reference, no host sync) and its speed
+        # side by side, then s41b (the prefill GPU tests that never ran: beta in (0, 2) at both GDN-1.3B shapes, fla's
+        # calls and the batched conv spied on in the model) (timeouts 60 + 90 + 420 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      pytest_log prefill_conv 60 tests/test_prefill_conv.py
+      timeout 90 python benchmarks/bench_prefill.py --ops conv --rows 1,16,64 --lens 512,2048 \
+          --out "$OUT/prefill_conv_s42b.json" 2>&1 | tail -12
+      bash "$0" s41b
       ;;
   s41c)  # (any card; s41b cut to what fits little device time) the model prefill test with fla's calls spied on, the
         # forced reference, beta in (0, 2) at the small GVA shape, and the CUDA-vs-CPU state-slot model test

@@ -25,10 +25,9 @@ from vllm_specla.core.state import LayerState, StepPlan
 from vllm_specla.models.config import GatedDeltaNetConfig, check_supported
 from vllm_specla.ops import fused
 from vllm_specla.ops.chain_verify import chain_verify, conv_verify
-from vllm_specla.ops.prefill import chunk_prefill
+from vllm_specla.ops.prefill import causal_conv1d_prefill, chunk_prefill
 from vllm_specla.ops.tree_verify import tree_conv, tree_verify
 from vllm_specla.ops.reference import (
-    causal_conv1d_prefill_ref,
     chunk_gated_delta_rule_ref,
     gdn_gating_ref,
 )
@@ -114,7 +113,7 @@ def gdn_mix(
                 state.bank_x[int(vf.slots[r]), int(vf.write_bank[r]), : e - s] = xv[s:e]
     else:
         if pf is not None:
-            put(y, pf.token_idx, causal_conv1d_prefill_ref(
+            put(y, pf.token_idx, causal_conv1d_prefill(  # CUDA: all rows at once, no host sync; CPU: the per-row reference
                 pick(x, pf.token_idx), conv_weight, pf.cu_seqlens, state.conv, pf.slots, pf.has_initial_state))
         if vf is not None and vf.parents is not None:
             put(y, vf.token_idx, tree_conv(

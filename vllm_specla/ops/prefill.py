@@ -8,8 +8,13 @@ Triton, chunked UT/WY form, varlen ``cu_seqlens``, state in our ``[N, HV, V, K]`
 64-token chunks: fine for CPU prompts; on an H100 5.6-50x slower than fla for 1-64 prompts of
 512-2,048 tokens, e.g. 246 ms against 7.0 ms per layer for 16 prompts of 2,048 tokens at
 6x256x512 heads, benchmarks/prefill_h100_s41a.json, RESULTS.md session 41).
-``VLLM_SPECLA_PREFILL=ref`` forces the reference, ``fla`` fails loudly where fla cannot run
-(read at call time).
+``VLLM_SPECLA_PREFILL=ref`` forces the references (recurrence and conv), ``fla`` fails loudly where
+fla cannot run (read at call time).
+
+The prompt's short conv (:func:`causal_conv1d_prefill`) on CUDA is plain torch over all rows at once,
+with no per-row loop and no host sync (the per-row reference,
+:func:`vllm_specla.ops.reference.causal_conv1d_prefill_ref`, synchronises with the GPU twice per row and
+layer); on CPU the reference's loop is the faster of the two and stays.
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ import functools
 import os
 
 import torch
+import torch.nn.functional as F
 
-from vllm_specla.ops.reference import chunk_gated_delta_rule_ref
+from vllm_specla.ops.reference import causal_conv1d_prefill_ref, chunk_gated_delta_rule_ref
 
-__all__ = ["FLA_MAX_HEAD_DIM", "chunk_prefill", "prefill_backend"]
+__all__ = ["FLA_MAX_HEAD_DIM", "causal_conv1d_prefill", "causal_conv1d_prefill_batched", "chunk_prefill",
+           "prefill_backend"]
 
 # fla's chunk kernels tile the key dimension up to 256 (fla/ops/common/chunk_delta_h.py asserts
 # K <= 256); larger key heads stay on the reference.
@@ -37,6 +44,13 @@ def _fla_chunk():
     return chunk_gated_delta_rule
 
 
+def _mode() -> str:
+    mode = os.environ.get("VLLM_SPECLA_PREFILL", "auto") or "auto"
+    if mode not in ("auto", "fla", "ref"):
+        raise ValueError(f"VLLM_SPECLA_PREFILL must be auto, fla or ref, got {mode!r}")
+    return mode
+
+
 def prefill_backend(q: torch.Tensor) -> str:
     """``"fla"`` or ``"ref"``: which implementation :func:`chunk_prefill` runs for these inputs.
 
@@ -44,9 +58,7 @@ def prefill_backend(q: torch.Tensor) -> str:
         ValueError: ``VLLM_SPECLA_PREFILL`` is not ``auto``, ``fla`` or ``ref``; or it is ``fla``
         and fla cannot run here (CPU tensors, fla not importable, key head dim > 256).
     """
-    mode = os.environ.get("VLLM_SPECLA_PREFILL", "auto") or "auto"
-    if mode not in ("auto", "fla", "ref"):
-        raise ValueError(f"VLLM_SPECLA_PREFILL must be auto, fla or ref, got {mode!r}")
+    mode = _mode()
     if mode == "ref":
         return "ref"
     ok = q.is_cuda and q.shape[-1] <= FLA_MAX_HEAD_DIM and _fla_chunk() is not None
@@ -97,3 +109,87 @@ def chunk_prefill(
         scale=scale, initial_state=h0, output_final_state=True, use_qk_l2norm_in_kernel=True,
         state_v_first=True, cu_seqlens=cu_seqlens.long())
     return o[0].float(), final.float()
+
+
+def causal_conv1d_prefill(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    conv_state: torch.Tensor,
+    slots: torch.Tensor,
+    has_initial_state: torch.Tensor,
+) -> torch.Tensor:
+    """The prompt's short conv: :func:`causal_conv1d_prefill_batched` on CUDA, the per-row reference
+    :func:`vllm_specla.ops.reference.causal_conv1d_prefill_ref` on CPU and under
+    ``VLLM_SPECLA_PREFILL=ref`` (bit-identical results).
+
+    On CPU the per-row loop is the faster one (each row's few MB stay in cache; batched over 16 rows
+    of 128-512 tokens at 6,144 channels it took ~2x the loop's time on this project's 2-core CPU,
+    ``bench_prefill.py --device cpu``); on CUDA the loop's two host syncs per row and layer stall the
+    launch queue. Same arguments and result as :func:`causal_conv1d_prefill_batched`.
+
+    Raises:
+        ValueError: ``VLLM_SPECLA_PREFILL`` is not ``auto``, ``fla`` or ``ref``.
+    """
+    mode = _mode()
+    fn = causal_conv1d_prefill_batched if x.is_cuda and mode != "ref" else causal_conv1d_prefill_ref
+    return fn(x, weight, cu_seqlens, conv_state, slots, has_initial_state)
+
+
+def causal_conv1d_prefill_batched(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    conv_state: torch.Tensor,
+    slots: torch.Tensor,
+    has_initial_state: torch.Tensor,
+) -> torch.Tensor:
+    """Depthwise causal conv + SiLU over varlen prompt rows; commits each row's new conv window.
+
+    Same contract and arithmetic as :func:`vllm_specla.ops.reference.causal_conv1d_prefill_ref`
+    (the same multiply-adds in the same order, so the same bits: tests/test_prefill_conv.py),
+    batched: every row's history (``W - 1`` conv inputs) and tokens are laid out one after another
+    in one buffer, the conv runs over that buffer with ``W`` shifted slices (a few rows between
+    rows are computed and dropped), the tokens' outputs are gathered from it, and the new windows
+    go back with one ``index_copy_``. No Python loop over rows and no host synchronisation, on CPU and CUDA alike.
+
+    Args:
+        x: ``[N, C]`` raw conv inputs (the q | k | v projections), any float dtype.
+        weight: ``[C, W]`` depthwise conv taps.
+        cu_seqlens: ``[R + 1]`` int row offsets into the ``N`` tokens (rows may be empty).
+        conv_state: ``[num_slots, W - 1, C]``, updated in place: ``conv_state[slots[r]]`` becomes
+            the last ``W - 1`` inputs of history ++ row ``r``. The ``slots[:R]`` must be distinct.
+        slots: ``[>= R]`` int state slots of the rows.
+        has_initial_state: ``[>= R]`` bool; False: the row's history is zeros (the slot's contents,
+            possibly garbage in a fresh vLLM block, are never read into the output).
+
+    Returns:
+        ``y [N, C]`` float32.
+    """
+    N, C = x.shape
+    W = weight.shape[-1]
+    R = cu_seqlens.numel() - 1
+    x32, w32 = x.float(), weight.float()
+    if R <= 0:
+        return torch.empty_like(x32)
+    dev = x.device
+    cu = cu_seqlens.to(device=dev, dtype=torch.long)
+    slots = slots[:R].to(device=dev, dtype=torch.long)
+    hist = conv_state.index_select(0, slots).float()  # [R, W-1, C]
+    hist = torch.where(has_initial_state[:R].to(dev)[:, None, None], hist, torch.zeros_like(hist))
+    # row r is hist_r ++ x[cu[r]:cu[r+1]] at ext[cu[r] + r (W-1) : cu[r+1] + (r+1) (W-1)]
+    tok = torch.arange(N, device=dev)
+    row = torch.searchsorted(cu[1:], tok, right=True)  # the row of each token
+    base = tok + row * (W - 1)  # ext index of the token's first tap
+    head = cu[:-1] + torch.arange(R, device=dev) * (W - 1)  # ext index of each row's history
+    taps = torch.arange(W - 1, device=dev)
+    ext = x32.new_empty(N + R * (W - 1), C)
+    ext[base + (W - 1)] = x32
+    ext[(head[:, None] + taps).reshape(-1)] = hist.reshape(-1, C)
+    L = N + (R - 1) * (W - 1)  # conv over the whole buffer with slices; the tokens' rows are picked after
+    acc = x32.new_zeros(L, C)
+    for i in range(W):  # the reference's order: y = (((0 + w0 z0) + w1 z1) + ...)
+        acc = acc + w32[:, i] * ext[i : i + L]
+    window = ext[((cu[1:] + torch.arange(R, device=dev) * (W - 1))[:, None] + taps).reshape(-1)]
+    conv_state.index_copy_(0, slots, window.view(R, W - 1, C).to(conv_state.dtype))
+    return F.silu(acc.index_select(0, base))

@@ -1,0 +1,112 @@
+"""The prompt's short conv (``ops/prefill.causal_conv1d_prefill_batched``, what CUDA runs) against
+the per-row reference (what CPU runs).
+
+Random inputs and conv states (never zeros), varlen rows including empty rows and rows shorter
+than the conv window, rows with and without an earlier state (a fresh slot holds garbage that must
+not be read), slots out of order, fp32 and bf16 conv states, conv widths 2-4. The batched op does
+the reference's multiply-adds in the same order, so outputs and committed windows must be equal
+bit for bit (CPU here; CUDA in the GPU tests below, which skip without CUDA).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vllm_specla.ops.prefill import causal_conv1d_prefill, causal_conv1d_prefill_batched
+from vllm_specla.ops.reference import causal_conv1d_prefill_ref
+
+HAVE_CUDA = torch.cuda.is_available()
+LENS = [[5, 0, 1, 2, 130, 3], [7], [0, 0], [64, 65, 1]]
+
+
+def make(lens, W, C=96, dtype=torch.float32, seed=0, num_slots=10):
+    gen = torch.Generator().manual_seed(seed)
+    N, R = sum(lens), len(lens)
+    x = torch.randn(N, C, generator=gen)
+    w = torch.randn(C, W, generator=gen)
+    cu = torch.tensor([0] + lens).cumsum(0)
+    conv = torch.randn(num_slots, W - 1, C, generator=gen).to(dtype)
+    slots = torch.cat([torch.randperm(num_slots, generator=gen)[:R], torch.tensor([num_slots - 1])])  # one spare
+    has_init = torch.rand(R, generator=gen) > 0.5
+    has_init[0] = True
+    if R > 1:
+        has_init[1] = False
+    return x, w, cu, conv, slots, has_init
+
+
+def check(args, device):
+    x, w, cu, conv, slots, has_init = (t.to(device) for t in args)
+    conv_ref, conv_new = conv.clone(), conv.clone()
+    y_ref = causal_conv1d_prefill_ref(x, w, cu, conv_ref, slots, has_init)
+    y = causal_conv1d_prefill_batched(x, w, cu, conv_new, slots, has_init)
+    assert y.dtype == torch.float32 and y.shape == x.shape
+    assert torch.equal(y, y_ref)
+    assert torch.equal(conv_new, conv_ref)  # rows' windows committed, every other slot untouched
+    R = cu.numel() - 1
+    moved = torch.zeros(conv.shape[0], dtype=torch.bool, device=device)
+    moved[slots[:R]] = True
+    assert torch.equal(conv_new[~moved], conv[~moved])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("W", [4, 3, 2])
+@pytest.mark.parametrize("lens", LENS)
+def test_matches_reference_bitwise_cpu(lens, W, dtype):
+    check(make(lens, W, dtype=dtype, seed=W + len(lens)), "cpu")
+
+
+def test_garbage_in_fresh_slots_is_not_read():
+    x, w, cu, conv, slots, has_init = make([3, 9], 4)
+    has_init[:] = False
+    y1 = causal_conv1d_prefill_batched(x, w, cu, conv.clone(), slots, has_init)
+    conv2 = conv.clone()
+    conv2[slots[:2]] = float("nan")
+    y2 = causal_conv1d_prefill_batched(x, w, cu, conv2, slots, has_init)
+    assert torch.equal(y1, y2) and torch.isfinite(conv2[slots[:2]]).all()
+
+
+def test_zero_rows():
+    x, w, _, conv, slots, has_init = make([4], 4)
+    conv_before = conv.clone()
+    y = causal_conv1d_prefill_batched(x[:0], w, torch.tensor([0]), conv, slots[:0], has_init[:0])
+    assert y.shape == (0, x.shape[1]) and torch.equal(conv, conv_before)
+
+
+def test_dispatch_cpu_takes_the_reference(monkeypatch):
+    import vllm_specla.ops.prefill as prefill  # noqa: PLC0415
+
+    calls = []
+    monkeypatch.setattr(prefill, "causal_conv1d_prefill_ref", lambda *a: calls.append("ref") or "ref")
+    monkeypatch.setattr(prefill, "causal_conv1d_prefill_batched", lambda *a: calls.append("batched") or "batched")
+    x, w, cu, conv, slots, has_init = make([3, 9], 4)
+    assert causal_conv1d_prefill(x, w, cu, conv, slots, has_init) == "ref" and calls == ["ref"]
+    if HAVE_CUDA:
+        assert causal_conv1d_prefill(x.cuda(), w, cu, conv, slots, has_init) == "batched"
+        monkeypatch.setenv("VLLM_SPECLA_PREFILL", "ref")
+        assert causal_conv1d_prefill(x.cuda(), w, cu, conv, slots, has_init) == "ref"
+    monkeypatch.setenv("VLLM_SPECLA_PREFILL", "fast")
+    with pytest.raises(ValueError, match="VLLM_SPECLA_PREFILL must be auto, fla or ref, got 'fast'"):
+        causal_conv1d_prefill(x, w, cu, conv, slots, has_init)
+
+
+gpu = pytest.mark.skipif(not HAVE_CUDA, reason="needs CUDA")
+
+
+@gpu
+@pytest.mark.parametrize("W", [4, 2])
+@pytest.mark.parametrize("lens", LENS)
+def test_matches_reference_bitwise_cuda(lens, W):
+    check(make(lens, W, C=6144 if W == 4 else 96, seed=W + len(lens)), "cuda")
+
+
+@gpu
+def test_no_host_sync_cuda():
+    x, w, cu, conv, slots, has_init = (t.cuda() for t in make([5, 0, 300, 2], 4, C=1024))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        y = causal_conv1d_prefill_batched(x, w, cu, conv, slots, has_init)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.isfinite(y).all()
