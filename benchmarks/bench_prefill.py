@@ -91,9 +91,24 @@ def conv_rows(args, dev: str) -> list[dict]:
                               args.iters)
                 rec = dict(op="conv", shape=name, channels=C, rows=R, tokens_per_row=P, batched_ms=1e3 * t_new,
                            ref_ms=1e3 * t_ref, speedup=t_ref / t_new, bitwise_equal=same, device=name_dev)
+                if dev == "cuda":  # the Triton verify-window conv on whole prompts (fresh slots zeroed first)
+                    from vllm_specla.ops import triton_chain  # noqa: PLC0415
+
+                    def tri(cs):
+                        keep = has_init[:, None, None]  # noqa: B023
+                        cs.index_copy_(0, slots, torch.where(keep, cs.index_select(0, slots), 0.0))  # noqa: B023
+                        return triton_chain.conv_verify(x, w, cu, cs, slots, write_final_state=True)  # noqa: B023
+
+                    c3, c4 = conv.clone(), conv.clone()
+                    y3 = tri(c3)
+                    y4 = causal_conv1d_prefill_ref(x, w, cu, c4, slots, has_init)
+                    err = max(float((y3 - y4).abs().max()), float((c3 - c4).abs().max()))
+                    t_tri = timed(lambda: tri(conv), args.iters)  # noqa: B023
+                    rec.update(triton_ms=1e3 * t_tri, triton_max_abs_err=err)
                 out.append(rec)
+                tri_s = f" triton {rec['triton_ms']:.3f} ms (err {rec['triton_max_abs_err']:.1e})" if "triton_ms" in rec else ""
                 print(f"| {name} | {R} | {P} | {C} | {rec['batched_ms']:.3f} | {rec['ref_ms']:.3f} | "
-                      f"{rec['speedup']:.1f}x{'' if same else ' (NOT EQUAL)'} |", flush=True)
+                      f"{rec['speedup']:.1f}x{'' if same else ' (NOT EQUAL)'} |{tri_s}", flush=True)
     return out
 
 
