@@ -105,8 +105,16 @@ def conv_rows(args, dev: str) -> list[dict]:
                     err = max(float((y3 - y4).abs().max()), float((c3 - c4).abs().max()))
                     t_tri = timed(lambda: tri(conv), args.iters)  # noqa: B023
                     rec.update(triton_ms=1e3 * t_tri, triton_max_abs_err=err)
+                    if prefill._fla_conv() is not None:  # fla's Triton varlen conv (the CUDA default)
+                        c3 = conv.clone()
+                        y3 = prefill.causal_conv1d_prefill_fla(x, w, cu, c3, slots, has_init)
+                        err = max(float((y3 - y4).abs().max()), float((c3 - c4).abs().max()))
+                        t_fla = timed(lambda: prefill.causal_conv1d_prefill_fla(x, w, cu, conv, slots,  # noqa: B023
+                                                                                has_init), args.iters)  # noqa: B023
+                        rec.update(fla_ms=1e3 * t_fla, fla_max_abs_err=err, fla_speedup_vs_ref=t_ref / t_fla)
                 out.append(rec)
                 tri_s = f" triton {rec['triton_ms']:.3f} ms (err {rec['triton_max_abs_err']:.1e})" if "triton_ms" in rec else ""
+                tri_s += f" fla {rec['fla_ms']:.3f} ms (err {rec['fla_max_abs_err']:.1e})" if "fla_ms" in rec else ""
                 print(f"| {name} | {R} | {P} | {C} | {rec['batched_ms']:.3f} | {rec['ref_ms']:.3f} | "
                       f"{rec['speedup']:.1f}x{'' if same else ' (NOT EQUAL)'} |{tri_s}", flush=True)
     return out

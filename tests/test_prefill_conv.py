@@ -1,11 +1,13 @@
-"""The prompt's short conv (``ops/prefill.causal_conv1d_prefill_batched``, what CUDA runs) against
-the per-row reference (what CPU runs).
+"""The prompt's short conv (``ops/prefill.py``): the batched torch form and fla's Triton conv (what
+CUDA runs) against the per-row reference (what CPU runs).
 
 Random inputs and conv states (never zeros), varlen rows including empty rows and rows shorter
 than the conv window, rows with and without an earlier state (a fresh slot holds garbage that must
 not be read), slots out of order, fp32 and bf16 conv states, conv widths 2-4. The batched op does
 the reference's multiply-adds in the same order, so outputs and committed windows must be equal
-bit for bit (CPU here; CUDA in the GPU tests below, which skip without CUDA).
+bit for bit (CPU here; CUDA in the GPU tests below, which skip without CUDA). fla's kernel fuses
+its multiply-adds and computes SiLU as ``y * sigmoid(y)``: outputs within ``FLA_TOL`` (absolute
+and relative, fp32 inputs of unit scale), committed windows equal (they are copies of inputs).
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+import vllm_specla.ops.prefill as prefill_mod
 from vllm_specla.ops.prefill import causal_conv1d_prefill, causal_conv1d_prefill_batched
 from vllm_specla.ops.reference import causal_conv1d_prefill_ref
 
 HAVE_CUDA = torch.cuda.is_available()
+FLA_TOL = 1e-5
 LENS = [[5, 0, 1, 2, 130, 3], [7], [0, 0], [64, 65, 1]]
 
 
@@ -35,13 +39,16 @@ def make(lens, W, C=96, dtype=torch.float32, seed=0, num_slots=10):
     return x, w, cu, conv, slots, has_init
 
 
-def check(args, device):
+def check(args, device, op=causal_conv1d_prefill_batched, tol=None):
     x, w, cu, conv, slots, has_init = (t.to(device) for t in args)
     conv_ref, conv_new = conv.clone(), conv.clone()
     y_ref = causal_conv1d_prefill_ref(x, w, cu, conv_ref, slots, has_init)
-    y = causal_conv1d_prefill_batched(x, w, cu, conv_new, slots, has_init)
+    y = op(x, w, cu, conv_new, slots, has_init)
     assert y.dtype == torch.float32 and y.shape == x.shape
-    assert torch.equal(y, y_ref)
+    if tol is None:
+        assert torch.equal(y, y_ref)
+    else:
+        torch.testing.assert_close(y, y_ref, atol=tol, rtol=tol)
     assert torch.equal(conv_new, conv_ref)  # rows' windows committed, every other slot untouched
     R = cu.numel() - 1
     moved = torch.zeros(conv.shape[0], dtype=torch.bool, device=device)
@@ -73,18 +80,27 @@ def test_zero_rows():
     assert y.shape == (0, x.shape[1]) and torch.equal(conv, conv_before)
 
 
-def test_dispatch_cpu_takes_the_reference(monkeypatch):
+def test_dispatch(monkeypatch):
+    """CPU takes the reference; CUDA fla's conv, or the batched form without fla; ``ref`` forces the
+    reference, ``fla`` refuses to fall back, a bad value names the variable."""
     import vllm_specla.ops.prefill as prefill  # noqa: PLC0415
 
     calls = []
-    monkeypatch.setattr(prefill, "causal_conv1d_prefill_ref", lambda *a: calls.append("ref") or "ref")
-    monkeypatch.setattr(prefill, "causal_conv1d_prefill_batched", lambda *a: calls.append("batched") or "batched")
+    for name in ("ref", "batched", "fla"):
+        monkeypatch.setattr(prefill, f"causal_conv1d_prefill_{name}", lambda *a, n=name: calls.append(n) or n)
     x, w, cu, conv, slots, has_init = make([3, 9], 4)
     assert causal_conv1d_prefill(x, w, cu, conv, slots, has_init) == "ref" and calls == ["ref"]
     if HAVE_CUDA:
-        assert causal_conv1d_prefill(x.cuda(), w, cu, conv, slots, has_init) == "batched"
+        xc = x.cuda()
+        assert causal_conv1d_prefill(xc, w, cu, conv, slots, has_init) == (
+            "fla" if prefill._fla_conv() is not None else "batched")
+        monkeypatch.setattr(prefill, "_fla_conv", lambda: None)
+        assert causal_conv1d_prefill(xc, w, cu, conv, slots, has_init) == "batched"
         monkeypatch.setenv("VLLM_SPECLA_PREFILL", "ref")
-        assert causal_conv1d_prefill(x.cuda(), w, cu, conv, slots, has_init) == "ref"
+        assert causal_conv1d_prefill(xc, w, cu, conv, slots, has_init) == "ref"
+    monkeypatch.setenv("VLLM_SPECLA_PREFILL", "fla")
+    with pytest.raises(ValueError, match="VLLM_SPECLA_PREFILL=fla needs CUDA tensors"):
+        causal_conv1d_prefill(x, w, cu, conv, slots, has_init)
     monkeypatch.setenv("VLLM_SPECLA_PREFILL", "fast")
     with pytest.raises(ValueError, match="VLLM_SPECLA_PREFILL must be auto, fla or ref, got 'fast'"):
         causal_conv1d_prefill(x, w, cu, conv, slots, has_init)
@@ -98,6 +114,18 @@ gpu = pytest.mark.skipif(not HAVE_CUDA, reason="needs CUDA")
 @pytest.mark.parametrize("lens", LENS)
 def test_matches_reference_bitwise_cuda(lens, W):
     check(make(lens, W, C=6144 if W == 4 else 96, seed=W + len(lens)), "cuda")
+
+
+fla = pytest.mark.skipif(not HAVE_CUDA or prefill_mod._fla_conv() is None, reason="needs CUDA and fla")
+
+
+@fla
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("W", [4, 3, 2])
+@pytest.mark.parametrize("lens", LENS + [[2048, 512, 3]])
+def test_fla_matches_reference_cuda(lens, W, dtype):
+    check(make(lens, W, C=6144 if W == 4 else 96, dtype=dtype, seed=W + len(lens)), "cuda",
+          op=prefill_mod.causal_conv1d_prefill_fla, tol=FLA_TOL)
 
 
 @gpu
