@@ -55,6 +55,10 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s42d)  # on an H200, s36b (issue 6's verdicts); on another card, s42c
+      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s36b; fi
+      exec bash "$0" s42c
+      ;;
   s42c)  # (any card; after s42b: the batched torch conv took 8.7 ms a layer for 16 prompts of 2,048 tokens on an
         # H100, more than fla's recurrence) fla's Triton conv as the CUDA prompt conv: its tests against the per-row
         # reference (and the batched form's again), then the conv's speed: batched / reference / our verify-window
