@@ -401,3 +401,41 @@ def test_inline_drafts_patch_installed_on_vllm_executors():
     assert MultiprocExecutor.__dict__.get("_specla_inline_drafts")
     assert getattr(Executor.get_class, "_specla", False)
     assert not getattr(Executor.get_class.__wrapped__, "_specla", False)  # wrapped once
+
+
+def test_file_folder_wins_over_a_same_named_working_directory_folder(tmp_path, tiny_dir, monkeypatch):
+    """``"drafter": "drafter"`` in cfg/s.json is cfg/drafter, also when the working directory holds an
+    unrelated ./drafter (it was picked before, silently)."""
+    shutil.copytree(tiny_dir["random_eagle"], tmp_path / "cfg" / "drafter")
+    (tmp_path / "cfg" / "s.json").write_text(json.dumps({"num_speculative_tokens": 2, "drafter": "drafter"}))
+    (tmp_path / "cwd" / "drafter").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "cwd")
+    cfg = SpecLAConfig.parse(str(tmp_path / "cfg" / "s.json"))
+    assert os.path.realpath(cfg.drafter) == os.path.realpath(tmp_path / "cfg" / "drafter")
+    assert cfg.check_drafter() == "eagle"
+
+
+@pytest.mark.parametrize("field,value", [("tree_top_k", 3), ("tree_node_budget", 8), ("prune_tau", 2.0)])
+def test_tree_fields_refused_with_a_chain(field, value):
+    """Tree-only fields set under ``"topology": "chain"`` would be ignored: refused, naming the field."""
+    with pytest.raises(SpecLAConfigError, match=rf'speculative_config\.{field}: only used with topology "tree"'):
+        SpecLAConfig.parse({"num_speculative_tokens": 2, "drafter": "d", field: value})
+    cfg = SpecLAConfig.parse({"num_speculative_tokens": 2, "drafter": "d", "topology": "tree", field: value})
+    assert getattr(cfg, field) == value
+    # a full dump (what the front end hands the workers) parses again
+    assert SpecLAConfig.parse(SpecLAConfig.parse({"num_speculative_tokens": 2, "drafter": "d"}).model_dump())
+
+
+def test_prune_tau_refuses_booleans_and_case_of_choices():
+    with pytest.raises(SpecLAConfigError, match=r"speculative_config\.prune_tau: must be a number >= 0 or null, "
+                                                r"not a boolean"):
+        SpecLAConfig.parse({"num_speculative_tokens": 2, "drafter": "d", "topology": "tree", "prune_tau": True})
+    cfg = SpecLAConfig.parse({"num_speculative_tokens": 2, "drafter": "d", "topology": "Tree",
+                              "drafter_kind": "EAGLE", "recovery": "Factors"})
+    assert (cfg.topology, cfg.drafter_kind, cfg.recovery) == ("tree", "eagle", "factors")
+
+
+def test_step_cost_table_of_the_wrong_type_names_the_allowed_forms():
+    with pytest.raises(SpecLAConfigError, match=r'speculative_config\.step_cost_table: must be a JSON file path or '
+                                                r'an object \{"B": \{"T": seconds\}\} \(got \[1, 2\]\)'):
+        SpecLAConfig.parse({"num_speculative_tokens": "auto", "drafter": "d", "step_cost_table": [1, 2]})

@@ -137,6 +137,33 @@ class SpecLAConfig(BaseModel):
             raise ValueError('num_speculative_tokens="auto" supports topology "chain" only')
         return v
 
+    @field_validator("topology", "drafter_kind", "recovery", mode="before")
+    @classmethod
+    def _lower_case(cls, v: Any) -> Any:
+        return v.strip().lower() if isinstance(v, str) else v  # "Tree", "EAGLE": as "method" is read
+
+    @field_validator("prune_tau", mode="before")
+    @classmethod
+    def _float_not_bool(cls, v: Any) -> Any:
+        if isinstance(v, bool):  # pydantic would take true as 1.0
+            raise ValueError("must be a number >= 0 or null, not a boolean")
+        return v
+
+    @field_validator("step_cost_table", mode="before")
+    @classmethod
+    def _table_type(cls, v: Any) -> Any:
+        if v is not None and not isinstance(v, (str, dict)):
+            raise ValueError('must be a JSON file path or an object {"B": {"T": seconds}}')
+        return v
+
+    @field_validator("tree_top_k", "tree_node_budget", "prune_tau")
+    @classmethod
+    def _tree_only(cls, v: Any, info: ValidationInfo) -> Any:
+        topo = info.data.get("topology")
+        if topo == "chain" and v != cls.model_fields[info.field_name].default:
+            raise ValueError('only used with topology "tree" (topology is "chain")')
+        return v
+
     @property
     def auto_draft_length(self) -> bool:
         """True when K is chosen per step by the draft-length policy (``"auto"``)."""
@@ -186,7 +213,7 @@ class SpecLAConfig(BaseModel):
         for key in ("drafter", "step_cost_table"):
             if base_dir and isinstance(d.get(key), str) and not os.path.isabs(d[key]):
                 cand = os.path.join(base_dir, d[key])
-                if os.path.exists(cand) and not os.path.exists(d[key]):
+                if os.path.exists(cand):  # the file's folder first, even where the working directory has one too
                     d[key] = cand
         try:
             return cls(**d)
