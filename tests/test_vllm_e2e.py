@@ -113,6 +113,52 @@ def test_vllm_specla_lossless(tiny_dir, prompts, reference, drafter, K, deferred
         assert len(page["shapes"]) == 6 and page["shapes"][2][1] == K + 1
 
 
+def test_vllm_auto_seeded_sampling_reproduces(tiny_dir, prompts, reference, monkeypatch):
+    """``"auto"``: K follows measured step times, and vLLM's sampler draws from a seeded request's
+    generator per verified draft position, so seeded sampled requests draft nothing
+    (``proposer.seeded_sampling``): their output stays the same whatever K the policy gives the rest
+    of the batch (pinned here at 2, then at 1; with drafts they differed). Greedy rows of the same
+    batches draft and stay equal to AR."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    monkeypatch.setenv("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # collective_rpc(pin) below
+    model, ref = reference
+
+    def pin(worker, k):  # (runs in the engine process) the policy answers k for every batch size
+        class Pinned:
+            def __init__(self, policy):
+                self.policy = policy
+
+            def choose(self, batch_size):
+                return k if batch_size else 0
+
+            def __getattr__(self, name):
+                return getattr(self.policy, name)
+
+        proposer = worker.model_runner.drafter
+        proposer.policy = Pinned(getattr(proposer.policy, "policy", proposer.policy))
+        return k
+
+    seeded = [0, 1, 3, 5]  # (not prompts[2], one token long: see test_vllm_specla_tree_lossless)
+    plain = [i for i in range(len(prompts)) if i not in seeded]
+    params = [SamplingParams(temperature=0.8, top_p=0.95, max_tokens=16, ignore_eos=True, seed=7 + i) if i in seeded
+              else SamplingParams(temperature=0, max_tokens=MAX_TOKENS[i], ignore_eos=True) for i in range(len(prompts))]
+    spec = {"method": "specla", "num_speculative_tokens": "auto", "max_num_speculative_tokens": 3,
+            "drafter": tiny_dir["perturbed"]}
+    with vllm_engine(tiny_dir["target"], skip_tokenizer_init=True, max_num_seqs=8, speculative_config=spec) as llm:
+        runs = []
+        for k in (2, 1):
+            assert llm.collective_rpc(pin, args=(k,)) == [k]
+            outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+            runs.append([list(o.outputs[0].token_ids) for o in outs])
+            got = [runs[-1][i] for i in plain]
+            assert assert_greedy_equal(model, [prompts[i] for i in plain], [ref[i] for i in plain], got) == 0
+        assert [runs[0][i] for i in seeded] == [runs[1][i] for i in seeded]
+        assert all(len(runs[0][i]) == 16 for i in seeded)
+        assert spec_metrics(llm)["vllm:spec_decode_num_draft_tokens"] > 0  # the greedy rows drafted
+
+
 @pytest.mark.parametrize("deferred", [True])
 def test_vllm_specla_tree_lossless(tiny_dir, prompts, reference, deferred):
     """Draft trees through vLLM: the runner verifies the whole tree in one forward and reports the

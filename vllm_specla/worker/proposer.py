@@ -78,6 +78,18 @@ def tree_acceptance_serves(sp, num_output_tokens: int) -> bool:
         or g("thinking_token_budget") is not None or (sampled and g("seed") is not None))
 
 
+def seeded_sampling(sp) -> bool:
+    """Whether vLLM ``SamplingParams`` ``sp`` sample (temperature > 0) from a per-request ``seed``.
+
+    Under ``"auto"`` such a request drafts nothing: the policy's K follows measured step times,
+    and vLLM's sampler draws from the request's generator once per draft position verified, so a
+    K that varies from run to run would make the seed's output vary too. At K = 0 every step draws
+    alike and the seed reproduces its output (a fixed K does too, and speeds the request up).
+    """
+    g = lambda name, default=None: getattr(sp, name, default)  # noqa: E731
+    return sp is not None and (g("temperature", 1.0) or 0.0) > 1e-5 and g("seed") is not None
+
+
 class SpeclaProposer:
     """Drafter glue for vLLM's ``custom_class`` hook (``speculative_config.model`` points here)."""
 
@@ -226,6 +238,8 @@ class SpeclaProposer:
             if k and st is not None and st.sampling_params is not None and st.sampling_params.max_tokens:
                 remaining = st.sampling_params.max_tokens - len(st.output_token_ids)
                 k = max(0, min(k, remaining - 1))
+            if k and self.policy is not None and st is not None and seeded_sampling(st.sampling_params):
+                k = 0  # "auto" and a seed: reproducible output (seeded_sampling)
             rows.append(DraftRow(slot, toks, feats, fresh=fresh, num_drafts=k))
             row_of.append(i)
         drafts: list[list[int]] = [[] for _ in range(n)]
@@ -308,4 +322,4 @@ class SpeclaProposer:
         return drafts
 
 
-__all__ = ["SpeclaProposer", "np"]
+__all__ = ["SpeclaProposer", "np", "seeded_sampling", "tree_acceptance_serves"]
