@@ -9,10 +9,12 @@ initial states): the median wall time of ``--iters`` calls after a warm-up, CUDA
 row loop; fla's wrapper computes chunk indices on the host). Also the relative error of fla's
 output against the reference. Prints a table and writes JSON to ``--out``.
 
-Then the prompt's short conv (``causal_conv1d_prefill_batched``: all rows at once, no host
-sync) against its per-row reference (``causal_conv1d_prefill_ref``: two host syncs per row), same
-cases, 4 taps over ``C = 2 H K + HV V`` channels, records with ``"op": "conv"`` (their outputs are
-checked equal bit for bit). ``--device cpu`` times only the conv.
+Then the prompt's short conv, same cases, 4 taps over ``C = 2 H K + HV V`` channels, records with
+``"op": "conv"``: the batched torch form (``causal_conv1d_prefill_batched``: all rows at once, no host
+sync; checked equal bit for bit) against the per-row reference (``causal_conv1d_prefill_ref``: two
+host syncs per row), and on CUDA our Triton verify-window conv (``causal_conv1d_prefill_triton``, the
+CUDA default) and fla's Triton conv (the library baseline), with their max abs error against the
+reference. ``--device cpu`` times only the batched form and the reference.
 
     python benchmarks/bench_prefill.py --rows 1,16,64 --lens 512,2048 --out $OUT/prefill.json
 """
@@ -63,6 +65,31 @@ def timed(fn, iters: int) -> float:
     return statistics.median(ts)
 
 
+def _fla_conv():
+    try:
+        from fla.modules.causal_conv1d import causal_conv1d  # noqa: PLC0415
+    except Exception:
+        return None
+    return causal_conv1d
+
+
+def fla_conv_prefill(x, weight, cu_seqlens, conv_state, slots, has_initial_state):
+    """fla 0.6's Triton varlen conv (``fla/modules/causal_conv1d/ops.py``, SiLU fused) with our conv
+    windows: ``[slots, W-1, C]`` histories as its ``[R, C, W]`` initial states (column 0 unused),
+    the last ``W-1`` columns of its final states written back (session 42 shipped it briefly as the
+    CUDA prompt conv; our Triton conv was faster in 11 of 12 cases, prefill_conv_h100_s42c.json)."""
+    R, W = cu_seqlens.numel() - 1, weight.shape[-1]
+    s = slots[:R]
+    hist = conv_state.index_select(0, s).float()
+    hist = torch.where(has_initial_state[:R, None, None], hist, torch.zeros_like(hist))
+    h0 = hist.new_zeros(R, weight.shape[0], W)
+    h0[:, :, 1:] = hist.transpose(1, 2)
+    y, final = _fla_conv()(x.float().unsqueeze(0), weight.float(), None, None, initial_state=h0,
+                           output_final_state=True, activation="silu", backend="triton", cu_seqlens=cu_seqlens.long())
+    conv_state.index_copy_(0, s, final[:, :, 1:].transpose(1, 2).to(conv_state.dtype))
+    return y[0].float()
+
+
 def conv_rows(args, dev: str) -> list[dict]:
     """The prompt conv, batched against the per-row reference (one layer, 4 taps, random windows)."""
     out = []
@@ -91,13 +118,9 @@ def conv_rows(args, dev: str) -> list[dict]:
                               args.iters)
                 rec = dict(op="conv", shape=name, channels=C, rows=R, tokens_per_row=P, batched_ms=1e3 * t_new,
                            ref_ms=1e3 * t_ref, speedup=t_ref / t_new, bitwise_equal=same, device=name_dev)
-                if dev == "cuda":  # the Triton verify-window conv on whole prompts (fresh slots zeroed first)
-                    from vllm_specla.ops import triton_chain  # noqa: PLC0415
-
+                if dev == "cuda":  # our Triton verify-window conv on whole prompts (the CUDA default)
                     def tri(cs):
-                        keep = has_init[:, None, None]  # noqa: B023
-                        cs.index_copy_(0, slots, torch.where(keep, cs.index_select(0, slots), 0.0))  # noqa: B023
-                        return triton_chain.conv_verify(x, w, cu, cs, slots, write_final_state=True)  # noqa: B023
+                        return prefill.causal_conv1d_prefill_triton(x, w, cu, cs, slots, has_init)  # noqa: B023
 
                     c3, c4 = conv.clone(), conv.clone()
                     y3 = tri(c3)
@@ -105,12 +128,12 @@ def conv_rows(args, dev: str) -> list[dict]:
                     err = max(float((y3 - y4).abs().max()), float((c3 - c4).abs().max()))
                     t_tri = timed(lambda: tri(conv), args.iters)  # noqa: B023
                     rec.update(triton_ms=1e3 * t_tri, triton_max_abs_err=err)
-                    if prefill._fla_conv() is not None:  # fla's Triton varlen conv (the CUDA default)
+                    if _fla_conv() is not None:  # fla's Triton varlen conv, the library baseline
                         c3 = conv.clone()
-                        y3 = prefill.causal_conv1d_prefill_fla(x, w, cu, c3, slots, has_init)
+                        y3 = fla_conv_prefill(x, w, cu, c3, slots, has_init)
                         err = max(float((y3 - y4).abs().max()), float((c3 - c4).abs().max()))
-                        t_fla = timed(lambda: prefill.causal_conv1d_prefill_fla(x, w, cu, conv, slots,  # noqa: B023
-                                                                                has_init), args.iters)  # noqa: B023
+                        t_fla = timed(lambda: fla_conv_prefill(x, w, cu, conv, slots, has_init),  # noqa: B023
+                                      args.iters)
                         rec.update(fla_ms=1e3 * t_fla, fla_max_abs_err=err, fla_speedup_vs_ref=t_ref / t_fla)
                 out.append(rec)
                 tri_s = f" triton {rec['triton_ms']:.3f} ms (err {rec['triton_max_abs_err']:.1e})" if "triton_ms" in rec else ""

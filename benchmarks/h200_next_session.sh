@@ -55,6 +55,14 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s42e)  # (any card; after s42c: our Triton verify-window conv was faster than fla's conv in 11 of 12 cases) the CUDA
+        # prompt conv is now ours: its tests (and the batched form's), the model prefill test, and the conv table again
+        # (timeouts 220 + 120 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      pytest_log prefill_conv_e 220 tests/test_prefill_conv.py "tests/test_prefill_gpu.py::test_gdn_model_prefill_on_cuda"
+      timeout 120 python benchmarks/bench_prefill.py --ops conv --rows 1,16,64 --lens 512,2048 \
+          --out "$OUT/prefill_conv_s42e.json" 2>&1 | tail -14
+      ;;
   s42d)  # on an H200, s36b (issue 6's verdicts); on another card, s42c
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s36b; fi
       exec bash "$0" s42c

@@ -88,9 +88,9 @@ def test_forced_reference_on_cuda(monkeypatch):
 @gpu
 def test_gdn_model_prefill_on_cuda(monkeypatch):
     """The embedded default target on CUDA, fp32: a varlen prefill (rows of 5 / 70 / 130 tokens, two
-    of them continuing from a first prefill, so fla's recurrence and conv start from carried states)
-    through the model's forward with fla's kernels gives the logits and states of the same forward
-    with the reference prefill and conv (rel < TOL)."""
+    of them continuing from a first prefill, so the recurrence and the conv start from carried states)
+    through the model's forward with fla's chunk kernel and our Triton conv gives the logits and
+    states of the same forward with the reference prefill and conv (rel < TOL)."""
     import os  # noqa: PLC0415
 
     from vllm_specla.core.state import allocate_layer_states, build_step_plan  # noqa: PLC0415
@@ -104,9 +104,9 @@ def test_gdn_model_prefill_on_cuda(monkeypatch):
     first = [torch.randint(3, 500, (n,), generator=gen).tolist() for n in (1, 9, 40)]
     second = [torch.randint(3, 500, (n,), generator=gen).tolist() for n in (5, 70, 130)]
     res, calls, convs = {}, [], []
-    real, real_conv = prefill._fla_chunk(), prefill._fla_conv()
+    real, real_conv = prefill._fla_chunk(), prefill._triton_conv()
     monkeypatch.setattr(prefill, "_fla_chunk", lambda: lambda *a, **kw: calls.append(1) or real(*a, **kw))
-    monkeypatch.setattr(prefill, "_fla_conv", lambda: lambda *a, **kw: convs.append(1) or real_conv(*a, **kw))
+    monkeypatch.setattr(prefill, "_triton_conv", lambda: lambda *a, **kw: convs.append(1) or real_conv(*a, **kw))
     for mode in ("ref", "auto"):
         monkeypatch.setenv("VLLM_SPECLA_PREFILL", mode)
         states = allocate_layer_states(t.config, 4, 1, device="cuda")
@@ -119,7 +119,7 @@ def test_gdn_model_prefill_on_cuda(monkeypatch):
             last = torch.tensor([5, 75, 205], device="cuda") - 1
             res[mode] = (t.compute_logits(h[last]), torch.stack([st.ssm[[2, 0, 1, 3]] for st in states]))
         assert len(calls) == (0 if mode == "ref" else 2 * t.config.num_hidden_layers)  # fla ran each prefill
-        assert len(convs) == len(calls)  # and fla's conv (the per-row reference conv under "ref")
+        assert len(convs) == len(calls)  # and our Triton conv (the per-row reference conv under "ref")
         calls.clear()
         convs.clear()
     assert prefill.prefill_backend(torch.zeros(1, 1, t.config.head_k_dim, device="cuda")) == "fla"

@@ -11,13 +11,14 @@ Triton, chunked UT/WY form, varlen ``cu_seqlens``, state in our ``[N, HV, V, K]`
 ``VLLM_SPECLA_PREFILL=ref`` forces the references (recurrence and conv), ``fla`` fails loudly where
 fla cannot run (read at call time).
 
-The prompt's short conv (:func:`causal_conv1d_prefill`, :func:`conv_prefill_backend`) on CUDA runs fla's
-Triton conv (``fla.modules.causal_conv1d.causal_conv1d``: varlen rows in 64-token chunks, initial and
-final conv windows; its chunk indices are the recurrence's, computed once per step: fla caches them by
-the ``cu_seqlens`` tensor), or without fla :func:`causal_conv1d_prefill_batched` (plain torch over all
-rows at once, no host sync). The per-row reference
-(:func:`vllm_specla.ops.reference.causal_conv1d_prefill_ref`, two host syncs per row and layer on a
-GPU) runs on CPU, where it is the fastest of the torch forms.
+The prompt's short conv (:func:`causal_conv1d_prefill`, :func:`conv_prefill_backend`) on CUDA runs our
+Triton verify-window conv on the whole prompts (``triton_chain.conv_verify``, the rolling-window kernel
+of verify steps; fresh slots' windows zeroed first): on an H100 0.15-2.4 ms a layer for 1-64 prompts of
+512-2,048 tokens at 6,144 channels, 1.0-4.0x faster than fla's Triton conv and 10-16x the torch forms
+at 16-64 prompts (benchmarks/prefill_conv_h100_s42c.json). Without Triton,
+:func:`causal_conv1d_prefill_batched` (plain torch over all rows at once, no host sync). The per-row
+reference (:func:`vllm_specla.ops.reference.causal_conv1d_prefill_ref`, two host syncs per row and
+layer on a GPU) runs on CPU, where it is the fastest of the torch forms.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ import torch.nn.functional as F
 
 from vllm_specla.ops.reference import causal_conv1d_prefill_ref, chunk_gated_delta_rule_ref
 
-__all__ = ["FLA_MAX_HEAD_DIM", "causal_conv1d_prefill", "causal_conv1d_prefill_batched", "causal_conv1d_prefill_fla",
-           "chunk_prefill", "conv_prefill_backend", "prefill_backend"]
+__all__ = ["FLA_MAX_HEAD_DIM", "causal_conv1d_prefill", "causal_conv1d_prefill_batched",
+           "causal_conv1d_prefill_triton", "chunk_prefill", "conv_prefill_backend", "prefill_backend"]
 
 # fla's chunk kernels tile the key dimension up to 256 (fla/ops/common/chunk_delta_h.py asserts
 # K <= 256); larger key heads stay on the reference.
@@ -48,12 +49,12 @@ def _fla_chunk():
 
 
 @functools.lru_cache(maxsize=1)
-def _fla_conv():
+def _triton_conv():
     try:
-        from fla.modules.causal_conv1d import causal_conv1d  # noqa: PLC0415
-    except Exception:  # fla (or triton) missing, or no GPU backend
+        from vllm_specla.ops import triton_chain  # noqa: PLC0415
+    except Exception:  # no Triton (or no GPU backend)
         return None
-    return causal_conv1d
+    return triton_chain.conv_verify
 
 
 def _mode() -> str:
@@ -124,25 +125,20 @@ def chunk_prefill(
 
 
 def conv_prefill_backend(x: torch.Tensor) -> str:
-    """``"fla"``, ``"batched"`` or ``"ref"``: which implementation :func:`causal_conv1d_prefill` runs.
+    """``"triton"``, ``"batched"`` or ``"ref"``: which implementation :func:`causal_conv1d_prefill` runs.
 
-    CUDA: fla's Triton conv when fla imports, else :func:`causal_conv1d_prefill_batched`; CPU and
-    ``VLLM_SPECLA_PREFILL=ref``: the per-row reference (on CPU the fastest torch form: each row's few
-    MB stay in cache; batched over 16 rows of 128-512 tokens at 6,144 channels took ~2x its time on
-    this project's 2-core CPU, ``bench_prefill.py --device cpu``).
+    CUDA: our Triton verify-window conv when Triton imports, else
+    :func:`causal_conv1d_prefill_batched`; CPU and ``VLLM_SPECLA_PREFILL=ref``: the per-row reference
+    (on CPU the fastest torch form: each row's few MB stay in cache; batched over 16 rows of 128-512
+    tokens at 6,144 channels took ~2x its time on this project's 2-core CPU, ``bench_prefill.py
+    --device cpu``).
 
     Raises:
-        ValueError: ``VLLM_SPECLA_PREFILL`` is not ``auto``, ``fla`` or ``ref``; or it is ``fla``
-        and fla cannot run here (CPU tensors, fla not importable).
+        ValueError: ``VLLM_SPECLA_PREFILL`` is not ``auto``, ``fla`` or ``ref``.
     """
-    mode = _mode()
-    if mode == "ref":
+    if _mode() == "ref" or not x.is_cuda:
         return "ref"
-    ok = x.is_cuda and _fla_conv() is not None
-    if mode == "fla" and not ok:
-        raise ValueError("VLLM_SPECLA_PREFILL=fla needs CUDA tensors and an importable fla "
-                         f"(flash-linear-attention==0.6.0) for the prompt conv (got device {x.device})")
-    return "fla" if ok else ("batched" if x.is_cuda else "ref")
+    return "triton" if _triton_conv() is not None else "batched"
 
 
 def causal_conv1d_prefill(
@@ -153,21 +149,21 @@ def causal_conv1d_prefill(
     slots: torch.Tensor,
     has_initial_state: torch.Tensor,
 ) -> torch.Tensor:
-    """The prompt's short conv, by :func:`conv_prefill_backend`: fla's Triton conv
-    (:func:`causal_conv1d_prefill_fla`), :func:`causal_conv1d_prefill_batched` or the per-row
-    reference :func:`vllm_specla.ops.reference.causal_conv1d_prefill_ref`. Same arguments and result
-    as :func:`causal_conv1d_prefill_batched` (the batched form bit for bit, fla's within fp32
+    """The prompt's short conv, by :func:`conv_prefill_backend`: :func:`causal_conv1d_prefill_triton`,
+    :func:`causal_conv1d_prefill_batched` or the per-row reference
+    :func:`vllm_specla.ops.reference.causal_conv1d_prefill_ref`. Same arguments and result as
+    :func:`causal_conv1d_prefill_batched` (the batched form bit for bit, the Triton one within fp32
     rounding: tests/test_prefill_conv.py).
 
     Raises:
         ValueError: see :func:`conv_prefill_backend`.
     """
-    fn = {"fla": causal_conv1d_prefill_fla, "batched": causal_conv1d_prefill_batched,
+    fn = {"triton": causal_conv1d_prefill_triton, "batched": causal_conv1d_prefill_batched,
           "ref": causal_conv1d_prefill_ref}[conv_prefill_backend(x)]
     return fn(x, weight, cu_seqlens, conv_state, slots, has_initial_state)
 
 
-def causal_conv1d_prefill_fla(
+def causal_conv1d_prefill_triton(
     x: torch.Tensor,
     weight: torch.Tensor,
     cu_seqlens: torch.Tensor,
@@ -175,30 +171,22 @@ def causal_conv1d_prefill_fla(
     slots: torch.Tensor,
     has_initial_state: torch.Tensor,
 ) -> torch.Tensor:
-    """fla's Triton varlen conv (flash-linear-attention 0.6 ``fla/modules/causal_conv1d/ops.py``
-    ``causal_conv1d``, SiLU fused) with our conv windows: ``[slots, W - 1, C]`` histories become fla's
-    ``[R, C, W]`` initial states (oldest input first, column 0 unused), and the last ``W - 1``
-    columns of its final states go back to the slots. fp32 in and out.
+    """Our Triton verify-window conv (``triton_chain.conv_verify``: one program per (channel tile,
+    row) walking the row's tokens with a rolling window for 4 taps) over whole prompts, the new
+    windows written back (``write_final_state``); rows without an earlier state first get a zero
+    window (one ``index_copy_``, no host sync).
 
-    Same arguments, contract and result as :func:`causal_conv1d_prefill_batched` (CUDA tensors,
-    fla importable); outputs within fp32 rounding of the reference (fla fuses its multiply-adds and
-    computes SiLU as ``y * sigmoid(y)``), committed windows equal to it (they are copies).
+    Same arguments, contract and result as :func:`causal_conv1d_prefill_batched` (CUDA tensors);
+    outputs within fp32 rounding of the reference (fused multiply-adds), committed windows equal
+    to it (copies of inputs).
     """
-    N, C = x.shape
-    W = weight.shape[-1]
     R = cu_seqlens.numel() - 1
-    if R <= 0 or N == 0:  # nothing for fla's kernels to launch over (empty rows: windows only)
-        return causal_conv1d_prefill_batched(x, weight, cu_seqlens, conv_state, slots, has_initial_state)
+    if R <= 0:
+        return torch.empty(x.shape, dtype=torch.float32, device=x.device)
     slots = slots[:R]
-    hist = conv_state.index_select(0, slots).float()  # [R, W-1, C]
-    hist = torch.where(has_initial_state[:R, None, None], hist, torch.zeros_like(hist))
-    h0 = hist.new_zeros(R, C, W)
-    h0[:, :, 1:] = hist.transpose(1, 2)
-    y, final = _fla_conv()(x.float().unsqueeze(0), weight.float(), None, None, initial_state=h0,
-                           output_final_state=True, activation="silu", backend="triton",
-                           cu_seqlens=cu_seqlens.long())
-    conv_state.index_copy_(0, slots, final[:, :, 1:].transpose(1, 2).to(conv_state.dtype))
-    return y[0].float()
+    hist = conv_state.index_select(0, slots)
+    conv_state.index_copy_(0, slots, torch.where(has_initial_state[:R, None, None], hist, torch.zeros_like(hist)))
+    return _triton_conv()(x, weight, cu_seqlens, conv_state, slots, write_final_state=True)
 
 
 def causal_conv1d_prefill_batched(
