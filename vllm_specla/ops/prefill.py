@@ -14,9 +14,10 @@ fla cannot run (read at call time).
 The prompt's short conv (:func:`causal_conv1d_prefill`, :func:`conv_prefill_backend`) on CUDA runs our
 Triton verify-window conv on the whole prompts (``triton_chain.conv_verify``, the rolling-window kernel
 of verify steps; fresh slots' windows zeroed first): on an H100 0.15-2.4 ms a layer for 1-64 prompts of
-512-2,048 tokens at 6,144 channels (64 x 2,048 tokens: ~2.7 TB/s of fp32 read and written), 0.92-4.0x
-the speed of fla's Triton conv (slower only for one 2,048-token prompt at map's width), and 11-20x the
-per-row reference at 16-64 prompts (benchmarks/prefill_conv_h100_s42c.json, RESULTS.md session 42). Without Triton,
+512-2,048 tokens at 6,144 channels (64 x 2,048 tokens: ~2.7 TB/s of fp32 read and written), 0.82-4.0x
+the speed of fla's Triton conv (slower only for a single 2,048-token prompt), and 11-20x the per-row
+reference at 16-64 prompts (two runs: benchmarks/prefill_conv_h100_s42c.json / _s42e.json, RESULTS.md
+session 42). Without Triton,
 :func:`causal_conv1d_prefill_batched` (plain torch over all rows at once, no host sync). The per-row
 reference (:func:`vllm_specla.ops.reference.causal_conv1d_prefill_ref`, two host syncs per row and
 layer on a GPU) runs on CPU, where it is the fastest of the torch forms.
