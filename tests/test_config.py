@@ -407,12 +407,18 @@ def test_file_folder_wins_over_a_same_named_working_directory_folder(tmp_path, t
     """``"drafter": "drafter"`` in cfg/s.json is cfg/drafter, also when the working directory holds an
     unrelated ./drafter (it was picked before, silently)."""
     shutil.copytree(tiny_dir["random_eagle"], tmp_path / "cfg" / "drafter")
-    (tmp_path / "cfg" / "s.json").write_text(json.dumps({"num_speculative_tokens": 2, "drafter": "drafter"}))
+    (tmp_path / "cfg" / "s.json").write_text(json.dumps({"method": "specla", "num_speculative_tokens": 2,
+                                                         "drafter": "drafter"}))
     (tmp_path / "cwd" / "drafter").mkdir(parents=True)
     monkeypatch.chdir(tmp_path / "cwd")
     cfg = SpecLAConfig.parse(str(tmp_path / "cfg" / "s.json"))
     assert os.path.realpath(cfg.drafter) == os.path.realpath(tmp_path / "cfg" / "drafter")
     assert cfg.check_drafter() == "eagle"
+    pytest.importorskip("vllm")  # and the path vllm serve / LLM(speculative_config="s.json") take
+    from vllm_specla.worker.patches import translate_speculative_config
+
+    _, specla = translate_speculative_config(str(tmp_path / "cfg" / "s.json"))
+    assert os.path.realpath(specla["drafter"]) == os.path.realpath(tmp_path / "cfg" / "drafter")
 
 
 @pytest.mark.parametrize("field,value", [("tree_top_k", 3), ("tree_node_budget", 8), ("prune_tau", 2.0)])
@@ -422,8 +428,9 @@ def test_tree_fields_refused_with_a_chain(field, value):
         SpecLAConfig.parse({"num_speculative_tokens": 2, "drafter": "d", field: value})
     cfg = SpecLAConfig.parse({"num_speculative_tokens": 2, "drafter": "d", "topology": "tree", field: value})
     assert getattr(cfg, field) == value
-    # a full dump (what the front end hands the workers) parses again
-    assert SpecLAConfig.parse(SpecLAConfig.parse({"num_speculative_tokens": 2, "drafter": "d"}).model_dump())
+    # full dumps (what the front end hands the workers) parse again to the same config
+    chain = SpecLAConfig.parse({"num_speculative_tokens": 2, "drafter": "d"})
+    assert SpecLAConfig.parse(chain.model_dump()) == chain and SpecLAConfig.parse(cfg.model_dump()) == cfg
 
 
 def test_prune_tau_refuses_booleans_and_case_of_choices():

@@ -110,6 +110,8 @@ def test_gdn_model_prefill_on_cuda(monkeypatch):
     for mode in ("ref", "auto"):
         monkeypatch.setenv("VLLM_SPECLA_PREFILL", mode)
         states = allocate_layer_states(t.config, 4, 1, device="cuda")
+        for i, st in enumerate(states):  # garbage in the fresh slots' conv windows: never read
+            st.conv.copy_(torch.randn(st.conv.shape, generator=torch.Generator().manual_seed(i)))
         with torch.no_grad():
             t(torch.tensor(sum(first, []), device="cuda"),
               build_step_plan([1, 9, 40], [2, 0, 3], [True] * 3, [False] * 3, speculative=False, device="cuda"), states)
@@ -117,10 +119,13 @@ def test_gdn_model_prefill_on_cuda(monkeypatch):
                   build_step_plan([5, 70, 130], [2, 0, 1], [True] * 3, [True, True, False], speculative=False,
                                   device="cuda"), states)
             last = torch.tensor([5, 75, 205], device="cuda") - 1
-            res[mode] = (t.compute_logits(h[last]), torch.stack([st.ssm[[2, 0, 1, 3]] for st in states]))
+            res[mode] = (t.compute_logits(h[last]), torch.stack([st.ssm[[2, 0, 1, 3]] for st in states]),
+                         torch.stack([st.conv[[2, 0, 1]] for st in states]))
         assert len(calls) == (0 if mode == "ref" else 2 * t.config.num_hidden_layers)  # fla ran each prefill
         assert len(convs) == len(calls)  # and our Triton conv (the per-row reference conv under "ref")
         calls.clear()
         convs.clear()
     assert prefill.prefill_backend(torch.zeros(1, 1, t.config.head_k_dim, device="cuda")) == "fla"
     assert rel(res["auto"][0], res["ref"][0]) < TOL and rel(res["auto"][1], res["ref"][1]) < TOL
+    assert rel(res["auto"][2], res["ref"][2]) < TOL  # the conv windows after the second prefill
+    assert torch.equal(res["auto"][2][0], res["ref"][2][0])  # (layer 0's: copies of the same embeddings' projections)

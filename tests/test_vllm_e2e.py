@@ -117,8 +117,8 @@ def test_vllm_auto_seeded_sampling_reproduces(tiny_dir, prompts, reference, monk
     """``"auto"``: K follows measured step times, and vLLM's sampler draws from a seeded request's
     generator per verified draft position, so seeded sampled requests draft nothing
     (``proposer.seeded_sampling``): their output stays the same whatever K the policy gives the rest
-    of the batch (pinned here at 2, then at 1; with drafts they differed). Greedy rows of the same
-    batches draft and stay equal to AR."""
+    of the batch (pinned here at 2, then 1, then 0, where nothing drafts; with drafts they differed).
+    Greedy rows of the same batches draft and stay equal to AR."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
@@ -148,13 +148,13 @@ def test_vllm_auto_seeded_sampling_reproduces(tiny_dir, prompts, reference, monk
             "drafter": tiny_dir["perturbed"]}
     with vllm_engine(tiny_dir["target"], skip_tokenizer_init=True, max_num_seqs=8, speculative_config=spec) as llm:
         runs = []
-        for k in (2, 1):
+        for k in (2, 1, 0):
             assert llm.collective_rpc(pin, args=(k,)) == [k]
             outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
             runs.append([list(o.outputs[0].token_ids) for o in outs])
             got = [runs[-1][i] for i in plain]
             assert assert_greedy_equal(model, [prompts[i] for i in plain], [ref[i] for i in plain], got) == 0
-        assert [runs[0][i] for i in seeded] == [runs[1][i] for i in seeded]
+        assert [runs[0][i] for i in seeded] == [runs[1][i] for i in seeded] == [runs[2][i] for i in seeded]
         assert all(len(runs[0][i]) == 16 for i in seeded)
         assert spec_metrics(llm)["vllm:spec_decode_num_draft_tokens"] > 0  # the greedy rows drafted
 

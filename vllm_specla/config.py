@@ -210,11 +210,8 @@ class SpecLAConfig(BaseModel):
         # keys starting with "_" are documentation (JSON has no comments), e.g. "_doc" in examples/specla.json
         d = normalize_method({k: v for k, v in obj.items() if not (isinstance(k, str) and k.startswith("_"))},
                              missing_is_specla=True)
-        for key in ("drafter", "step_cost_table"):
-            if base_dir and isinstance(d.get(key), str) and not os.path.isabs(d[key]):
-                cand = os.path.join(base_dir, d[key])
-                if os.path.exists(cand):  # the file's folder first, even where the working directory has one too
-                    d[key] = cand
+        if base_dir:
+            resolve_file_paths(d, base_dir)
         try:
             return cls(**d)
         except ValidationError as e:
@@ -281,6 +278,19 @@ class SpecLAConfig(BaseModel):
             return None if ids.numel() == len(counts) else ids
         except (OSError, ValueError) as e:
             raise SpecLAConfigError(f"speculative_config.draft_vocab_size: {e}") from None
+
+
+def resolve_file_paths(spec: dict, base_dir: str) -> dict:
+    """Resolve a config file's relative ``drafter`` / ``step_cost_table`` paths (in place) against
+    ``base_dir``, the file's folder, where they exist there, even where the working directory holds
+    a same-named folder (otherwise they stay relative to the working directory). Returns ``spec``."""
+    for key in ("drafter", "step_cost_table"):
+        v = spec.get(key)
+        if isinstance(v, str) and v and not os.path.isabs(v):
+            cand = os.path.join(base_dir, v)
+            if os.path.exists(cand):
+                spec[key] = cand
+    return spec
 
 
 def is_inline_json(s: str) -> bool:

@@ -13,9 +13,10 @@ fla cannot run (read at call time).
 
 The prompt's short conv (:func:`causal_conv1d_prefill`, :func:`conv_prefill_backend`) on CUDA runs our
 Triton verify-window conv on the whole prompts (``triton_chain.conv_verify``, the rolling-window kernel
-of verify steps; fresh slots' windows zeroed first): on an H100 0.15-2.4 ms a layer for 1-64 prompts of
+of verify steps; fresh slots' windows zeroed first): on an H100 0.14-2.4 ms a layer for 1-64 prompts of
 512-2,048 tokens at 6,144 channels (64 x 2,048 tokens: ~2.7 TB/s of fp32 read and written), 0.82-4.0x
-the speed of fla's Triton conv (slower only for a single 2,048-token prompt), and 11-20x the per-row
+the speed of fla's Triton conv called with our windows (layout conversion included; slower only for a
+single 2,048-token prompt), and 11-20x the per-row
 reference at 16-64 prompts (two runs: benchmarks/prefill_conv_h100_s42c.json / _s42e.json, RESULTS.md
 session 42). Without Triton,
 :func:`causal_conv1d_prefill_batched` (plain torch over all rows at once, no host sync). The per-row
@@ -133,7 +134,7 @@ def conv_prefill_backend(x: torch.Tensor) -> str:
     :func:`causal_conv1d_prefill_batched`; CPU and ``VLLM_SPECLA_PREFILL=ref``: the per-row reference
     (on CPU the fastest torch form: each row's few MB stay in cache; batched over 16 rows of 128-512
     tokens at 6,144 channels took ~2x its time on this project's 2-core CPU, ``bench_prefill.py
-    --device cpu``).
+    --device cpu``, benchmarks/prefill_conv_cpu_s42.json).
 
     Raises:
         ValueError: ``VLLM_SPECLA_PREFILL`` is not ``auto``, ``fla`` or ``ref``.
@@ -185,10 +186,13 @@ def causal_conv1d_prefill_triton(
     R = cu_seqlens.numel() - 1
     if R <= 0:
         return torch.empty(x.shape, dtype=torch.float32, device=x.device)
-    slots = slots[:R]
+    dev = x.device
+    cu = cu_seqlens.to(device=dev, dtype=torch.long)
+    slots = slots[:R].to(device=dev, dtype=torch.long)
     hist = conv_state.index_select(0, slots)
-    conv_state.index_copy_(0, slots, torch.where(has_initial_state[:R, None, None], hist, torch.zeros_like(hist)))
-    return _triton_conv()(x, weight, cu_seqlens, conv_state, slots, write_final_state=True)
+    keep = has_initial_state[:R].to(dev)[:, None, None]
+    conv_state.index_copy_(0, slots, torch.where(keep, hist, torch.zeros_like(hist)))
+    return _triton_conv()(x, weight, cu, conv_state, slots, write_final_state=True)
 
 
 def causal_conv1d_prefill_batched(

@@ -37,7 +37,7 @@ import os
 import sys
 
 from vllm_specla.config import (SpecLAConfig, SpecLAConfigError, is_inline_json, load_json_file, normalize_method,
-                                parse_inline_json)
+                                parse_inline_json, resolve_file_paths)
 from vllm_specla.worker.settings import (ADDITIONAL_CONFIG_KEY, INLINE_DRAFTS_ATTR, PROPOSER_QUALNAME,
                                          inline_drafts_enabled)
 
@@ -58,15 +58,11 @@ def _vllm_version() -> tuple[int, int]:
 
 def load_spec_file(path: str) -> dict:
     """Read a speculative-config JSON file; a relative SpecLA ``drafter`` (or ``step_cost_table``)
-    path that does not exist from the working directory is resolved against the file's folder."""
+    path is resolved against the file's folder where it exists there
+    (:func:`vllm_specla.config.resolve_file_paths`)."""
     spec = load_json_file(path)
-    specla = str(spec.get("method", "")).lower() == "specla"  # (any letter case, as normalize_method)
-    for key in ("drafter", "step_cost_table"):
-        d = spec.get(key) if specla else None
-        if isinstance(d, str) and d and not os.path.isabs(d) and not os.path.exists(d):
-            cand = os.path.join(os.path.dirname(os.path.abspath(path)), d)
-            if os.path.exists(cand):
-                spec[key] = cand
+    if str(spec.get("method", "specla")).strip().lower() == "specla":  # (any letter case, as normalize_method)
+        resolve_file_paths(spec, os.path.dirname(os.path.abspath(path)))
     return spec
 
 
