@@ -57,6 +57,11 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s42f)  # (any card; after the review of s42e) the prompt conv's tests again (int32 / host row tensors) and the model
+        # prefill test, which now also compares conv windows from garbage-filled slots (timeout 200 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      pytest_log prefill_conv_f 200 tests/test_prefill_conv.py "tests/test_prefill_gpu.py::test_gdn_model_prefill_on_cuda"
+      ;;
   s42e)  # (any card; after s42c: our Triton verify-window conv was faster than fla's conv in 11 of 12 cases) the CUDA
         # prompt conv is now ours: its tests (and the batched form's), the model prefill test, and the conv table again
         # (timeouts 220 + 120 s)

@@ -127,6 +127,17 @@ def test_triton_matches_reference_cuda(lens, W, dtype):
           op=prefill_mod.causal_conv1d_prefill_triton, tol=TRITON_TOL)
 
 
+@triton
+def test_triton_takes_int32_and_host_row_tensors_cuda():
+    """As the batched form: int32 slots / offsets and host-side row tensors are accepted."""
+    x, w, cu, conv, slots, has_init = make([5, 0, 40], 4)
+    conv_ref, conv_new = conv.clone(), conv.cuda()
+    y_ref = causal_conv1d_prefill_ref(x, w, cu, conv_ref, slots, has_init)
+    y = prefill_mod.causal_conv1d_prefill_triton(x.cuda(), w.cuda(), cu.int(), conv_new, slots.int(), has_init)
+    torch.testing.assert_close(y.cpu(), y_ref, atol=TRITON_TOL, rtol=TRITON_TOL)
+    assert torch.equal(conv_new.cpu(), conv_ref)
+
+
 @gpu
 def test_no_host_sync_cuda():
     x, w, cu, conv, slots, has_init = (t.cuda() for t in make([5, 0, 300, 2], 4, C=1024))
