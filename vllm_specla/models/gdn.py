@@ -113,7 +113,7 @@ def gdn_mix(
                 state.bank_x[int(vf.slots[r]), int(vf.write_bank[r]), : e - s] = xv[s:e]
     else:
         if pf is not None:
-            put(y, pf.token_idx, causal_conv1d_prefill(  # CUDA: all rows at once, no host sync; CPU: the per-row reference
+            put(y, pf.token_idx, causal_conv1d_prefill(  # CUDA: the Triton verify-window conv on whole prompts; CPU: per row
                 pick(x, pf.token_idx), conv_weight, pf.cu_seqlens, state.conv, pf.slots, pf.has_initial_state))
         if vf is not None and vf.parents is not None:
             put(y, vf.token_idx, tree_conv(

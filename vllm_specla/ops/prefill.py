@@ -210,7 +210,8 @@ def causal_conv1d_prefill_batched(
     batched: every row's history (``W - 1`` conv inputs) and tokens are laid out one after another
     in one buffer, the conv runs over that buffer with ``W`` shifted slices (a few rows between
     rows are computed and dropped), the tokens' outputs are gathered from it, and the new windows
-    go back with one ``index_copy_``. No Python loop over rows and no host synchronisation, on CPU and CUDA alike.
+    go back with one ``index_copy_``. No Python loop over rows and no host synchronisation, on CPU
+    and CUDA alike.
 
     Args:
         x: ``[N, C]`` raw conv inputs (the q | k | v projections), any float dtype.

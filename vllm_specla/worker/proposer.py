@@ -69,13 +69,12 @@ def tree_acceptance_serves(sp, num_output_tokens: int) -> bool:
     if sp is None:
         return True
     g = lambda name, default=None: getattr(sp, name, default)  # noqa: E731 (fields differ across vLLM versions)
-    sampled = (g("temperature", 1.0) or 0.0) > 1e-5
     return not (
         g("presence_penalty", 0.0) or g("frequency_penalty", 0.0) or g("repetition_penalty", 1.0) != 1.0
         or (g("min_tokens", 0) or 0) > num_output_tokens or g("min_p", 0.0) or g("logit_bias")
         or g("allowed_token_ids") or g("bad_words") or g("_bad_words_token_ids") or g("structured_outputs")
         or g("logprobs") is not None or g("logprob_token_ids")
-        or g("thinking_token_budget") is not None or (sampled and g("seed") is not None))
+        or g("thinking_token_budget") is not None or seeded_sampling(sp))
 
 
 def seeded_sampling(sp) -> bool:
