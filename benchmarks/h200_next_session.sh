@@ -58,6 +58,14 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s43a)  # session 43's ask: on an H200, s36b (issue 6's verdicts); on another card, s42f (~2 min)
+      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s36b; fi
+      exec bash "$0" s42f
+      ;;
+  s43b)  # (an H200 after s43a's s36b) issue 5's kernel verdicts at today's code: s37a's body without its H200 branch
+      nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo "not an H200: nothing run"; exit 0; }
+      S37A_BODY=1 exec bash "$0" s37a
+      ;;
   s42f)  # (any card; after the review of s42e) the prompt conv's tests again (int32 / host row tensors) and the model
         # prefill test, which now also compares conv windows from garbage-filled slots (timeout 200 s)
       nvidia-smi --query-gpu=name --format=csv,noheader
@@ -399,7 +407,7 @@ print(" ".join(x["what"].split()[1] for x in r[:2]))' "$OUT/ut_sweep_s37d.json" 
         # issue 5's kernel verdicts at today's code on that card: the CUDA step / fused commit vs replay (last: s25d,
         # H200), recover vs per-token replay (last: the session-2 kernel table), trees vs per-node replay at batch 1 /
         # 8 / 32 (last: s10b) (timeouts 150 + 100 + 120 + 150 = 520 s)
-      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s36b; fi
+      if [ -z "${S37A_BODY:-}" ] && nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s36b; fi
       nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader
       export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
       timeout 150 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
