@@ -32,7 +32,9 @@ def ray_served(tmp_path_factory, tiny_dir):
     cluster = RayCluster(num_workers=2, log_path=str(root / "ray.log"))
     cluster.start()
     try:
-        cmd = vllm_serve_command(model, *serve_args(spec, "--tensor-parallel-size", "2",
+        # the model path relative to the server's working directory, as the README's command gives it:
+        # Ray workers run elsewhere, so the plugin must make it absolute (a hub repo id otherwise)
+        cmd = vllm_serve_command(os.path.relpath(model, root), *serve_args(spec, "--tensor-parallel-size", "2",
                                                     "--distributed-executor-backend", "ray"))
         env = {**SERVER_ENV, **cluster.env, "OMP_NUM_THREADS": "1"}
         with Server(cmd, env=env, log_path=str(root / "server.log"), cwd=str(root)) as server:
@@ -94,3 +96,27 @@ def test_dp2_replicas_over_ray(tmp_path, tiny_dir):
             metrics_text = server.get("/metrics")
     assert outs == Reference(model)(prompts, 16)
     assert 'engine="1"' in metrics_text and spec_decode_metrics(metrics_text)["num_drafts"] > 0
+
+
+def test_relative_local_model_path_made_absolute(tmp_path, monkeypatch):
+    """``ray_cpu.absolute_local_paths``: a relative local directory becomes absolute (the served name
+    stays as given); hub ids, absolute paths and an explicit served name are left alone."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    from vllm_specla.worker.ray_cpu import absolute_local_paths
+
+    (tmp_path / "models" / "target").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    args = EngineArgs(model="models/target", tokenizer="models/target")
+    absolute_local_paths(args)
+    assert args.model == str(tmp_path / "models" / "target")
+    assert args.tokenizer == str(tmp_path / "models" / "target")
+    assert args.served_model_name == "models/target"
+
+    named = EngineArgs(model="models/target", served_model_name="mine")
+    absolute_local_paths(named)
+    assert named.model == str(tmp_path / "models" / "target") and named.served_model_name == "mine"
+
+    hub = EngineArgs(model="org/not-here")
+    absolute_local_paths(hub)
+    assert hub.model == "org/not-here" and hub.served_model_name is None

@@ -5,7 +5,7 @@ not support ray``): Ray placement needs a per-worker *device* resource, and only
 XPU platforms name one (``Platform.ray_device_key``). With ``VLLM_SPECLA_CPU_RAY=1`` set in the
 environment of the process that starts vLLM, :func:`install` (called from the plugin's
 ``register()``, i.e. in the front end and in the engine-core process that creates the Ray
-workers) makes three changes, on the CPU platform only:
+workers) makes these changes, on the CPU platform only:
 
 1. ``CpuPlatform.ray_device_key = "vllm_cpu"``: each vLLM worker takes one unit of a custom Ray
    resource named ``vllm_cpu``. Advertise it when you start Ray, one unit per worker you want on
@@ -18,7 +18,11 @@ workers) makes three changes, on the CPU platform only:
    accelerator ids only for known accelerator resources, so the stock method fails with a
    ``KeyError``; on CPU the id only has to be a distinct integer). The subclasses live in this
    module, so Ray actors import them by name; nothing has to be patched inside the actors.
-3. Nothing else: thread placement is Ray's (``OMP_NUM_THREADS`` defaults to 1 per worker; set it
+3. A relative local model or tokenizer path (``vllm serve models/x``) is made absolute before the
+   model config is built (``EngineArgs.create_model_config``): Ray workers run in the Ray
+   session's working directory, where the relative path names nothing and vLLM would read it as a
+   hub repo id. The served model name stays the path as given.
+4. Nothing else: thread placement is Ray's (``OMP_NUM_THREADS`` defaults to 1 per worker; set it
    per your cores), and everything else is vLLM's own Ray executor.
 
 GPU platforms are never touched (``install`` returns before doing anything unless
@@ -89,6 +93,39 @@ else:  # pragma: no cover
     SpeclaCPURayWorkerProc = None
 
 
+def absolute_local_paths(args) -> None:
+    """Make ``args.model`` / ``args.tokenizer`` absolute where they name a local directory relative
+    to this process's working directory, keeping the served model name the path as given.
+
+    ``args``: a vLLM ``EngineArgs`` (changed in place). A path that is not an existing directory
+    here (a hub repo id, an absolute path) is left as it is. Same directory, so same weights: vLLM
+    loads an existing local directory before it tries the hub.
+    """
+    model = args.model
+    if isinstance(model, str) and not os.path.isabs(model) and os.path.isdir(model):
+        if args.served_model_name is None:
+            args.served_model_name = model
+        args.model = os.path.abspath(model)
+    tok = args.tokenizer
+    if isinstance(tok, str) and not os.path.isabs(tok) and os.path.isdir(tok):
+        args.tokenizer = os.path.abspath(tok)
+
+
+def _patch_engine_args() -> None:
+    from vllm.engine.arg_utils import EngineArgs  # noqa: PLC0415
+
+    create = EngineArgs.create_model_config
+    if getattr(create, "_specla_abs_paths", False):
+        return
+
+    def create_model_config(self, *a, **kw):
+        absolute_local_paths(self)
+        return create(self, *a, **kw)
+
+    create_model_config._specla_abs_paths = True
+    EngineArgs.create_model_config = create_model_config
+
+
 def install() -> bool:
     """Enable Ray on the CPU platform (idempotent). Returns True when CPU Ray support is active."""
     global _installed
@@ -121,6 +158,7 @@ def install() -> bool:
     ray_executor.RayWorkerWrapper = SpeclaCPURayWorkerWrapper
     if SpeclaCPURayWorkerProc is not None:
         _ray_executor_v2.RayWorkerProc = SpeclaCPURayWorkerProc
+    _patch_engine_args()
     _installed = True
     logger.info("vllm_specla: Ray enabled on the CPU platform (%s=1): one Ray resource %r per worker",
                 ENV_FLAG, RAY_RESOURCE)
