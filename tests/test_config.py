@@ -446,3 +446,19 @@ def test_step_cost_table_of_the_wrong_type_names_the_allowed_forms():
     with pytest.raises(SpecLAConfigError, match=r'speculative_config\.step_cost_table: must be a JSON file path or '
                                                 r'an object \{"B": \{"T": seconds\}\} \(got \[1, 2\]\)'):
         SpecLAConfig.parse({"num_speculative_tokens": "auto", "drafter": "d", "step_cost_table": [1, 2]})
+
+
+@pytest.mark.parametrize("field,value,want", [
+    ("max_num_speculative_tokens", 17, "an integer 1..16 or null"), ("tree_top_k", 9, "an integer 1..8"),
+    ("tree_top_k", 0, "an integer 1..8"), ("tree_node_budget", 65, "an integer 1..64"),
+    ("max_num_requests", 0, "an integer 1..65536 or null"), ("draft_vocab_size", 0, "an integer >= 1 or null"),
+    ("prune_tau", -0.5, "a number >= 0 or null")])
+def test_out_of_range_numbers_name_the_allowed_range(field, value, want):
+    """pydantic's own text ("Input should be less than or equal to 16") names one bound only."""
+    cfg = {"num_speculative_tokens": 4, "drafter": "d", field: value}
+    if field in ("tree_top_k", "tree_node_budget", "prune_tau"):
+        cfg["topology"] = "tree"
+    if field == "max_num_speculative_tokens":
+        cfg["num_speculative_tokens"] = "auto"
+    with pytest.raises(SpecLAConfigError, match=rf"speculative_config\.{field}: must be {want} \(got {value}\)"):
+        SpecLAConfig.parse(cfg)

@@ -116,11 +116,7 @@ class SpecLAConfig(BaseModel):
     @classmethod
     def _int_not_bool(cls, v: Any, info: ValidationInfo) -> Any:
         if isinstance(v, bool):  # pydantic would take true as 1
-            f = cls.model_fields[info.field_name]
-            lo = next((m.ge for m in f.metadata if getattr(m, "ge", None) is not None), 1)
-            hi = next((m.le for m in f.metadata if getattr(m, "le", None) is not None), None)
-            rng = f"an integer {lo}..{hi}" if hi is not None else f"an integer >= {lo}"
-            raise ValueError(f"must be {rng}{' or null' if f.default is None else ''}, not a boolean")
+            raise ValueError(f"must be {_allowed_range(info.field_name)}, not a boolean")
         return v
 
     @field_validator("drafter")
@@ -329,6 +325,36 @@ def load_json_file(path: str) -> dict:
     return obj
 
 
+_BOUND_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
+
+
+def _allowed_range(name: str) -> str | None:
+    """``"an integer 1..16 or null"`` / ``"a number >= 0"`` from a field's ``Field(ge=, le=, ...)`` bounds
+    (``or null`` where the field's default is None); None for a name that is not a bounded field."""
+    field = SpecLAConfig.model_fields.get(name)
+    if field is None:
+        return None
+    lo = hi = None
+    lo_op, hi_op = ">=", "<="
+    for m in field.metadata:
+        for attr, op in (("ge", ">="), ("gt", ">")):
+            if getattr(m, attr, None) is not None:
+                lo, lo_op = getattr(m, attr), op
+        for attr, op in (("le", "<="), ("lt", "<")):
+            if getattr(m, attr, None) is not None:
+                hi, hi_op = getattr(m, attr), op
+    if lo is None and hi is None:
+        return None
+    kind = "an integer" if "int" in str(field.annotation) else "a number"
+    if lo is not None and hi is not None and lo_op == ">=" and hi_op == "<=":
+        rng = f"{kind} {lo}..{hi}"
+    else:
+        bounds = [f"{lo_op} {lo}"] if lo is not None else []
+        bounds += [f"{hi_op} {hi}"] if hi is not None else []
+        rng = f"{kind} {' and '.join(bounds)}"
+    return rng + (" or null" if field.default is None else "")
+
+
 def format_validation_error(e: ValidationError) -> str:
     """One line per problem: ``speculative_config.<field>: <message>`` (names allowed values)."""
     parts = []
@@ -342,6 +368,8 @@ def format_validation_error(e: ValidationError) -> str:
             parts.append(f"speculative_config.{loc}: unknown field (allowed: {allowed})")
         elif err["type"] == "missing":
             parts.append(f"speculative_config.{loc}: required field is missing")
+        elif err["type"] in _BOUND_ERRORS and _allowed_range(loc):
+            parts.append(f"speculative_config.{loc}: must be {_allowed_range(loc)} (got {err.get('input')!r})")
         else:
             parts.append(f"speculative_config.{loc}: {err['msg']} (got {err.get('input')!r})")
     return "; ".join(parts)
