@@ -120,3 +120,27 @@ def test_relative_local_model_path_made_absolute(tmp_path, monkeypatch):
     hub = EngineArgs(model="org/not-here")
     absolute_local_paths(hub)
     assert hub.model == "org/not-here" and hub.served_model_name is None
+
+    empty = EngineArgs(model="models/target", served_model_name=[])
+    absolute_local_paths(empty)
+    assert empty.served_model_name == "models/target"
+
+
+def test_engine_args_hook_builds_an_absolute_model_config(tmp_path, monkeypatch, tiny_dir):
+    """The hook ``install()`` puts on ``EngineArgs.create_model_config``: the model config that is
+    shipped to the workers holds the absolute path, and the served name is the one typed."""
+    import shutil
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    from vllm_specla.worker.ray_cpu import _patch_engine_args
+
+    shutil.copytree(tiny_dir["target"], tmp_path / "target")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(EngineArgs, "create_model_config", EngineArgs.create_model_config)  # undone after
+    _patch_engine_args()
+    _patch_engine_args()  # idempotent: one wrapper
+    assert getattr(EngineArgs.create_model_config, "_specla_abs_paths", False)
+    mc = EngineArgs(model="target", skip_tokenizer_init=True, dtype="float32").create_model_config()
+    assert mc.model == str(tmp_path / "target")
+    assert mc.served_model_name == "target"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import typing
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, ValidationInfo, field_validator
@@ -142,7 +143,7 @@ class SpecLAConfig(BaseModel):
     @classmethod
     def _float_not_bool(cls, v: Any) -> Any:
         if isinstance(v, bool):  # pydantic would take true as 1.0
-            raise ValueError("must be a number >= 0 or null, not a boolean")
+            raise ValueError(f"must be {_allowed_range('prune_tau')}, not a boolean")
         return v
 
     @field_validator("step_cost_table", mode="before")
@@ -345,7 +346,8 @@ def _allowed_range(name: str) -> str | None:
                 hi, hi_op = getattr(m, attr), op
     if lo is None and hi is None:
         return None
-    kind = "an integer" if "int" in str(field.annotation) else "a number"
+    ann = field.annotation
+    kind = "an integer" if ann is int or int in typing.get_args(ann) else "a number"
     if lo is not None and hi is not None and lo_op == ">=" and hi_op == "<=":
         rng = f"{kind} {lo}..{hi}"
     else:

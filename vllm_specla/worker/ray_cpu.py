@@ -94,20 +94,21 @@ else:  # pragma: no cover
 
 
 def absolute_local_paths(args) -> None:
-    """Make ``args.model`` / ``args.tokenizer`` absolute where they name a local directory relative
-    to this process's working directory, keeping the served model name the path as given.
+    """Make ``args.model`` / ``args.tokenizer`` absolute where they name a local path (a folder or
+    a single-file checkpoint) relative to this process's working directory, keeping the served model
+    name the path as given.
 
-    ``args``: a vLLM ``EngineArgs`` (changed in place). A path that is not an existing directory
-    here (a hub repo id, an absolute path) is left as it is. Same directory, so same weights: vLLM
-    loads an existing local directory before it tries the hub.
+    ``args``: a vLLM ``EngineArgs`` (changed in place). A path that does not exist here (a hub repo
+    id) or is absolute is left as it is. Same path, so same weights: vLLM loads an existing local
+    path before it tries the hub.
     """
     model = args.model
-    if isinstance(model, str) and not os.path.isabs(model) and os.path.isdir(model):
-        if args.served_model_name is None:
+    if isinstance(model, str) and not os.path.isabs(model) and os.path.exists(model):
+        if not args.served_model_name:  # None or empty: vLLM would serve under the model path
             args.served_model_name = model
         args.model = os.path.abspath(model)
     tok = args.tokenizer
-    if isinstance(tok, str) and not os.path.isabs(tok) and os.path.isdir(tok):
+    if isinstance(tok, str) and not os.path.isabs(tok) and os.path.exists(tok):
         args.tokenizer = os.path.abspath(tok)
 
 
