@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 42: no H200; s42b, s42c and s42e ran on H100s
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 43: an H200 ran s43a (= s36b: issue 6's rows,
+# benchmarks/RESULTS.md "Session 43"); an H100 ran s42f; s43b / s43c never ran. NEXT: s43b on an H200 (issue 5's
+# kernel tables; s43c where little device time is left), then s43d (CUDA csrc vs Triton at batch 64 / 256). Have
+# the next command ready: a machine left idle 30 s is released. Session 42: no H200; s42b, s42c and s42e ran on H100s
 # (benchmarks/RESULTS.md "Session 42"; s42c's fla conv was the default only for that call, so s42c now runs today's
 # code under its tag; s42f never ran); NEXT: s42f on any card (~2 min), s36b on an H200 (s37g where little device
 # time is left). Session 41: no H200; s41a and s41c ran on H100s (benchmarks/RESULTS.md
@@ -61,6 +64,27 @@ case "${1:-}" in
   s43a)  # session 43's ask: on an H200, s36b (issue 6's verdicts); on another card, s42f (~2 min)
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s36b; fi
       exec bash "$0" s42f
+      ;;
+  s43d)  # (any card; an H200 for the verdict rows) s43a's grid at batch 64 / 256 ran 10-18 % longer SpecLA steps than
+        # s13e's with the CUDA csrc: the same rows with and without --cuda-csrc in one call (timeouts 150 + 4 x 100
+        # = 550 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
+      timeout 150 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
+      for SH in map flame; do
+        for ARM in triton csrc; do
+          timeout 100 python benchmarks/bench_e2e.py --shapes $SH --batches 64,256 --ks 4 --alphas 0.8 --snapshot-ks "" \
+              $([ $ARM = csrc ] && echo --cuda-csrc) --tag s43d_$ARM --out "$OUT/e2e_s43d.jsonl" 2>&1 | grep "^{" | python -c "$S"
+        done
+      done
+      ;;
+  s43c)  # (an H200; s43b cut to little device time) s37a's tree table (batch 1 / 8 / 32) and Triton kernel table, without
+        # the CUDA csrc build and its commit table (timeouts 150 + 120 = 270 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo "not an H200: nothing run"; exit 0; }
+      timeout 150 python benchmarks/bench_tree.py --batches 1,8,32 --nodes 16,32 --trees binary,beam4 \
+          --shapes 6x256x512,8x256x256 --pending 0 --budget-s 120 --out "$OUT/tree_s43c.json" 2>&1 | grep -E "^B=|worst|^--"
+      timeout 120 python benchmarks/bench_kernels.py --batches 32,128 --Ts 1,5 --budget-s 100 \
+          --json "$OUT/kernels_s43c.json" 2>&1 | grep -E "target|copy|fail" | head -30
       ;;
   s43b)  # (an H200 after s43a's s36b) issue 5's kernel verdicts at today's code: s37a's body without its H200 branch
       nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo "not an H200: nothing run"; exit 0; }
