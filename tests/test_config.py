@@ -109,6 +109,23 @@ def test_file_relative_drafter_in_any_letter_case(tmp_path, tiny_dir, monkeypatc
     assert os.path.realpath(specla["drafter"]) == os.path.realpath(tmp_path / "models" / "d")
 
 
+def test_spec_file_documentation_keys_dropped_for_specla_only(tmp_path):
+    """``--speculative-config FILE`` (argparse's ``json_or_path``): a SpecLA file's ``_doc`` keys are
+    dropped (vLLM prints the parsed dict in its start-up line); another method's file is as read."""
+    pytest.importorskip("vllm")
+    from vllm_specla.worker.patches import json_or_path
+
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({"method": "SpecLA", "num_speculative_tokens": 2, "drafter": "d",
+                             "_doc": {"drafter": "a long text"}, "_note": "x"}))
+    assert json_or_path(str(f)) == {"method": "SpecLA", "num_speculative_tokens": 2, "drafter": "d"}
+    g = tmp_path / "n.json"
+    g.write_text(json.dumps({"method": "ngram", "num_speculative_tokens": 2, "_doc": "kept"}))
+    assert json_or_path(str(g))["_doc"] == "kept"
+    example = json_or_path(os.path.join(os.path.dirname(__file__), "..", "examples", "specla.json"))
+    assert not [k for k in example if k.startswith("_")] and example["num_speculative_tokens"] == 4
+
+
 def _llm_error(model, **kw):
     from vllm import LLM
 

@@ -57,11 +57,14 @@ def _vllm_version() -> tuple[int, int]:
 
 
 def load_spec_file(path: str) -> dict:
-    """Read a speculative-config JSON file; a relative SpecLA ``drafter`` (or ``step_cost_table``)
+    """Read a speculative-config JSON file; for SpecLA, a relative ``drafter`` (or ``step_cost_table``)
     path is resolved against the file's folder where it exists there
-    (:func:`vllm_specla.config.resolve_file_paths`)."""
+    (:func:`vllm_specla.config.resolve_file_paths`) and documentation keys (``"_doc"``: any key
+    starting with ``_``) are dropped, so vLLM's start-up line of non-default arguments does not
+    print them. Other methods' files are returned as read."""
     spec = load_json_file(path)
     if str(spec.get("method", "specla")).strip().lower() == "specla":  # (any letter case, as normalize_method)
+        spec = {k: v for k, v in spec.items() if not (isinstance(k, str) and k.startswith("_"))}
         resolve_file_paths(spec, os.path.dirname(os.path.abspath(path)))
     return spec
 
