@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 from collections import defaultdict
 
 
@@ -90,7 +91,7 @@ def main() -> None:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch (requests)")
         ax.set_ylabel("speedup over AR (tokens/s)")
-        ax.set_title(panel_title(s, recs, args.label), fontsize=8)
+        ax.set_title(textwrap.fill(panel_title(s, recs, args.label), 90), fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
