@@ -659,7 +659,9 @@ def main() -> None:
                     help="how alpha controls a tree's drafts (runtime/decode.py controlled_tree_tau): one first-level "
                          "sibling can match (default), or every node independently (sessions 3-13)")
     ap.add_argument("--snapshot-alphas", default="0.8")
-    ap.add_argument("--steps", type=int, default=24, help="timed steps per run")
+    ap.add_argument("--steps", type=int, default=24,
+                    help="timed steps per run, at least (small batches run more, up to 512 at batch 1, so that the "
+                         "measured acceptance length averages ~1000 row-steps: steps_for)")
     ap.add_argument("--prompt-len", type=int, default=16)
     ap.add_argument("--verify-kernel", default=None, choices=["serial", "ut", "auto"],
                     help="chain verify kernel on CUDA (ops/chain_verify.py VERIFY_KERNEL)")
@@ -685,7 +687,8 @@ def main() -> None:
                          "most --fp8-max-batch rows, runtime/fused_model.py FusedEagle); crossed with --draft-vocabs, "
                          "the first pair feeds --auto and trees")
     ap.add_argument("--out", default=None, help="append JSON lines here")
-    ap.add_argument("--dry-cpu", action="store_true", help="tiny shape, eager, CPU: every code path once")
+    ap.add_argument("--dry-cpu", action="store_true", help="tiny shape, eager, CPU: every code path once, on a fixed grid "
+                    "(--shapes, --batches, --ks, --alphas, --draft-vocabs and --draft-weights are ignored)")
     args = ap.parse_args()
     ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
     floats = lambda s: [float(x) for x in s.split(",") if x]  # noqa: E731
@@ -694,6 +697,16 @@ def main() -> None:
     args.trained_batches = ints(args.trained_batches)
     args.tree_widths = ints(args.tree_widths)
     args.draft_vocabs = ints(args.draft_vocabs) or [0]
+    for flag, vals, lo in (("--batches", args.batches, 1), ("--ks", args.ks, 1), ("--trained-batches", args.trained_batches, 1),
+                           ("--snapshot-ks", args.snapshot_ks, 1), ("--tree-widths", args.tree_widths, 2),
+                           ("--draft-vocabs", args.draft_vocabs, 0)):
+        if any(v < lo for v in vals):
+            ap.error(f"{flag}: each must be an int >= {lo}, got {','.join(map(str, vals))}")
+    if not args.batches or not args.ks:
+        ap.error("--batches and --ks need at least one value each")
+    bad = [s for s in args.shapes.split(",") if s and s not in SHAPES]
+    if bad and not args.dry_cpu:
+        ap.error(f"--shapes: each must be one of {', '.join(SHAPES)}, got {', '.join(bad)}")
     from vllm_specla.runtime.fused_model import DRAFT_WEIGHTS  # noqa: PLC0415
 
     args.draft_weights = [w for w in args.draft_weights.split(",") if w] or ["model"]
@@ -715,7 +728,7 @@ def main() -> None:
     global SETTINGS
     SETTINGS = dict(gemv_rows=gemv_rows, verify_kernel=cv_mod.VERIFY_KERNEL, cuda_csrc=bool(args.cuda_csrc and device == "cuda"),
                     cuda_pdl=args.cuda_csrc and device == "cuda" and args.cuda_pdl == "1", tag=args.tag)
-    if args.dry_cpu:
+    if args.dry_cpu:  # a fixed tiny grid: every code path once (the grid flags are not used)
         global DRY
         DRY = True
         args.batches, args.ks, args.steps = [2], [2], 3

@@ -190,3 +190,65 @@ def test_ar_step_folds_pending_factors(models, accepted):
     got, want = run(True), run(False)
     assert float((got - want).norm() / want.norm()) < 1e-5
     assert torch.equal(got.argmax(-1), want.argmax(-1))
+
+
+@pytest.mark.parametrize("prompts_,max_tokens,match", [
+    ([[5, 6], [], [7]], 4, r"prompts\[1\]: empty prompt"),  # used to read another row's logits
+    ([[5, 6], [7]], [4], r"max_tokens: 1 values for 2 prompts"),  # used to drop the second prompt
+    ([[5, "V"]], 4, r"prompts\[0\]: token id V is not an int in \[0, V\)"),
+    ([[-1]], 4, r"token id -1 is not an int in \[0, V\)"),
+    ([[1.5, 2]], 4, r"token id 1.5 is not an int"),
+    (["hello"], 4, r"prompts\[0\]: must be a list of token ids, got str"),
+    ([[5]], -3, r"max_tokens\[0\]=-3: must be an int >= 0"),
+    ([[5]], 1.5, r"max_tokens\[0\]=1.5: must be an int >= 0"),
+])
+def test_generate_refuses_bad_inputs_naming_the_field(models, prompts_, max_tokens, match):
+    """``V`` stands for the target's vocabulary size."""
+    V = models["target"].config.vocab_size
+    prompts_ = [[V if t == "V" else t for t in p] if isinstance(p, list) else p for p in prompts_]
+    eng = SpecLAEngine(models["target"], _drafter(models, "perturbed", 4), num_speculative_tokens=2, max_batch=4)
+    with pytest.raises(ValueError, match=match.replace("V", str(V))):
+        eng.generate(prompts_, max_tokens)
+
+
+def test_generate_takes_tensor_prompts_and_numpy_ints(models, prompts, ar_out):
+    import numpy as np
+
+    eng = SpecLAEngine(models["target"], max_batch=4)
+    assert eng.generate([torch.tensor(prompts[0])], [np.int64(MAX_TOKENS[0])]) == ar_out[:1]
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"num_speculative_tokens": True}, r"num_speculative_tokens=True: must be an int >= 0"),
+    ({"num_speculative_tokens": 2.5}, r"num_speculative_tokens=2.5: must be an int >= 0"),
+    ({"num_speculative_tokens": None}, r"num_speculative_tokens=None"),
+    ({"num_speculative_tokens": "auto", "max_num_speculative_tokens": 0}, r"max_num_speculative_tokens=0"),
+    ({"max_batch": 0}, r"max_batch=0: must be an int >= 1"),
+    ({"eos_token_id": "V+5"}, r"eos_token_id=V\+5: must be None or an int in \[0, V\)"),
+    ({"temperature": -1.0}, r"temperature=-1.0: must be a finite number >= 0"),
+    ({"temperature": float("nan")}, r"temperature=nan"),
+    ({"top_k": -5}, r"top_k=-5: must be an int >= 0"),
+    ({"top_p": 2.0}, r"top_p=2.0: must be a number in \(0, 1\]"),
+    ({"top_p": 0.0}, r"top_p=0.0"),
+    ({"tree": "tree"}, r"tree='tree': must be None \(chains\) or a TreeSpec"),
+])
+def test_engine_refuses_bad_arguments_naming_them(models, kw, match):
+    """``V`` stands for the target's vocabulary size."""
+    V = models["target"].config.vocab_size
+    if kw.get("eos_token_id") == "V+5":
+        kw, match = {"eos_token_id": V + 5}, match.replace("V\\+5", str(V + 5))
+    match = match.replace("V", str(V))
+    with pytest.raises(ValueError, match=match):
+        SpecLAEngine(models["target"], _drafter(models, "perturbed", 4), max_batch=kw.pop("max_batch", 4), **kw)
+
+
+@pytest.mark.parametrize("kw,match", [({"top_k": 0}, r"TreeSpec.top_k=0: must be an int >= 1"),
+                                      ({"top_k": -1}, r"TreeSpec.top_k=-1"),
+                                      ({"max_depth": 0}, r"TreeSpec.max_depth=0"),
+                                      ({"node_budget": 0}, r"TreeSpec.node_budget=0: must be an int >= 1 or None"),
+                                      ({"tau": -1.0}, r"TreeSpec.tau=-1.0: must be None \(no pruning\) or a number >= 0")])
+def test_tree_spec_refuses_bad_fields(kw, match):
+    from vllm_specla.core.drafting import TreeSpec
+
+    with pytest.raises(ValueError, match=match):
+        TreeSpec(**kw)

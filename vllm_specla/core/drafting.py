@@ -63,6 +63,20 @@ class TreeSpec:
     node_budget: int = 16
     tau: float | None = None
 
+    def __post_init__(self):
+        """Raises ValueError naming a field outside its range (ints >= 1; ``node_budget`` may also be
+        None, no budget: the drafter's whole pool, for :meth:`SlotDrafter.step_tree` only; ``tau``
+        None or >= 0)."""
+        for name in ("top_k", "max_depth", "node_budget"):
+            v = getattr(self, name)
+            if name == "node_budget" and v is None:
+                continue
+            if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+                raise ValueError(f"TreeSpec.{name}={v!r}: must be an int >= 1" + (" or None" if name == "node_budget" else ""))
+        t = self.tau
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0):
+            raise ValueError(f"TreeSpec.tau={t!r}: must be None (no pruning) or a number >= 0")
+
 
 class SlotDrafter:
     """Common absorb + speculate loop over the drafter's own state slots.

@@ -38,6 +38,7 @@ rule), and its drafting glue too (``fused.embed``, ``fused.argmax(out=)``, ``ste
 
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import dataclass
 
@@ -129,7 +130,7 @@ class DecodeRuntime:
             ``"iid"``: every node independently (sessions 3-13's model; it lets several branches
             match and overstates a real drafter's tree acceptance, RESULTS.md "Session 10").
     Raises:
-        ValueError: unknown mode, K < 1 or no drafter for a spec mode, alpha without trace or
+        ValueError: unknown mode, ``batch_size`` < 1, ``output_capacity`` < 0, K < 1 or no drafter for a spec mode, alpha without trace or
             outside [0, 1], alpha/trace with mode "ar", a trace that is not ``[B, L]`` int64.
     """
 
@@ -141,6 +142,10 @@ class DecodeRuntime:
                  tree_alpha_model: str = "siblings"):
         if mode not in RUNTIME_MODES:
             raise ValueError(f"mode must be one of {RUNTIME_MODES}, got {mode!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r}: must be an int >= 1")
+        if isinstance(output_capacity, bool) or not isinstance(output_capacity, numbers.Integral) or output_capacity < 0:
+            raise ValueError(f"output_capacity={output_capacity!r}: must be an int >= 0")
         spec = mode != "ar"
         if tree_alpha_model not in TREE_ALPHA_MODELS:
             raise ValueError(f"tree_alpha_model must be one of {TREE_ALPHA_MODELS}, got {tree_alpha_model!r}")

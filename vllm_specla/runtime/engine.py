@@ -22,6 +22,8 @@ work, and resuming absorbs a bounded backlog.
 
 from __future__ import annotations
 
+import math
+import numbers
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -219,6 +221,51 @@ class SpecStats:
         return (sum(self.num_accepted) + n) / n if n else float("nan")
 
 
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _check_engine_args(target, k, k_max, max_batch, eos, tree, temperature, top_k, top_p) -> None:
+    """:class:`SpecLAEngine`'s argument checks: ValueError naming the argument and its allowed values."""
+    vocab = int(target.config.vocab_size)
+    if not (k == "auto" or hasattr(k, "choose") or (_is_int(k) and k >= 0)):
+        raise ValueError(f"num_speculative_tokens={k!r}: must be an int >= 0 (0 = AR), \"auto\" or a policy object")
+    if k == "auto" and not (_is_int(k_max) and k_max >= 1):
+        raise ValueError(f"max_num_speculative_tokens={k_max!r}: must be an int >= 1")
+    if not (_is_int(max_batch) and max_batch >= 1):
+        raise ValueError(f"max_batch={max_batch!r}: must be an int >= 1 (state slots)")
+    if eos is not None and not (_is_int(eos) and 0 <= eos < vocab):
+        raise ValueError(f"eos_token_id={eos!r}: must be None or an int in [0, {vocab})")
+    if tree is not None and not isinstance(tree, TreeSpec):
+        raise ValueError(f"tree={tree!r}: must be None (chains) or a TreeSpec")
+    if tree is not None and tree.node_budget is None:
+        raise ValueError("tree.node_budget=None: the engine needs an int >= 1 (it sizes the verify window)")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
+            math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature={temperature!r}: must be a finite number >= 0 (0 = greedy)")
+    if not (_is_int(top_k) and top_k >= 0):
+        raise ValueError(f"top_k={top_k!r}: must be an int >= 0 (0 = off)")
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not (0 < top_p <= 1):
+        raise ValueError(f"top_p={top_p!r}: must be a number in (0, 1]")
+
+
+def _check_generate_args(prompts, max_tokens: list, vocab: int) -> None:
+    """:meth:`SpecLAEngine.generate`'s input checks (ValueError naming the field and the allowed values)."""
+    if len(max_tokens) != len(prompts):
+        raise ValueError(f"max_tokens: {len(max_tokens)} values for {len(prompts)} prompts (give one int, or one per prompt)")
+    for i, m in enumerate(max_tokens):
+        if not (_is_int(m) and m >= 0):
+            raise ValueError(f"max_tokens[{i}]={m!r}: must be an int >= 0")
+    for i, p in enumerate(prompts):
+        if isinstance(p, (str, bytes)) or not hasattr(p, "__len__"):
+            raise ValueError(f"prompts[{i}]: must be a list of token ids, got {type(p).__name__}")
+        if len(p) == 0:
+            raise ValueError(f"prompts[{i}]: empty prompt (at least one token id is needed)")
+        for t in p:
+            if not (_is_int(t) and 0 <= t < vocab):
+                raise ValueError(f"prompts[{i}]: token id {t!r} is not an int in [0, {vocab})")
+
+
 class SpecLAEngine:
     """Greedy AR / SpecLA-chain generation with a GDN target on state slots.
 
@@ -240,9 +287,14 @@ class SpecLAEngine:
         tree: draft trees of this shape instead of chains (depth <= K); None = chains.
         temperature, top_k, top_p: sampling (temperature 0 = greedy). Stochastic acceptance is the
             lossless point-mass / residual rule of ``core/sampling.py``.
-        seed: sampling seed.
+        seed: sampling seed (one generator for the run). Under ``"auto"`` sampled output follows the
+            K the policy picks from measured timings, so it reproduces from the seed only with a fixed
+            K (the vLLM path drafts nothing for seeded requests under ``"auto"`` instead).
     Raises:
-        ValueError: K < 0, or K > 0 without a drafter.
+        ValueError: an argument outside its range (named with the allowed values): K not an int >= 0
+            or ``"auto"``, K > 0 without a drafter, ``max_batch`` < 1, ``eos_token_id`` outside the
+            vocabulary, ``temperature`` < 0 or not finite, ``top_k`` < 0, ``top_p`` outside (0, 1],
+            ``tree`` not a :class:`TreeSpec` or deeper than K.
     """
 
     def __init__(
@@ -262,6 +314,8 @@ class SpecLAEngine:
         top_p: float = 1.0,
         seed: int = 0,
     ):
+        _check_engine_args(target, num_speculative_tokens, max_num_speculative_tokens, max_batch, eos_token_id,
+                           tree, temperature, top_k, top_p)
         self.policy = None
         if isinstance(num_speculative_tokens, str):
             if num_speculative_tokens != "auto":
@@ -344,8 +398,19 @@ class SpecLAEngine:
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], max_tokens: int | list[int]) -> list[list[int]]:
-        """Greedy-decode every prompt; returns the generated token ids per prompt (input order)."""
-        mt = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
+        """Decode every prompt (greedy, or sampled with the engine's sampling settings); returns the
+        generated token ids per prompt (input order).
+
+        Args:
+            prompts: lists of token ids, each non-empty, ids in ``[0, vocab_size)``.
+            max_tokens: tokens to generate, one int (>= 0) for all prompts or one per prompt.
+        Raises:
+            ValueError: an empty prompt, a token id that is not an int in the vocabulary, or
+                ``max_tokens`` not an int >= 0 / a list of another length than ``prompts``.
+        """
+        prompts = [p.tolist() if isinstance(p, torch.Tensor) else p for p in prompts]
+        mt = list(max_tokens) if isinstance(max_tokens, (list, tuple)) else [max_tokens] * len(prompts)
+        _check_generate_args(prompts, mt, self.target.config.vocab_size)
         reqs = [_Req(i, list(p), m) for i, (p, m) in enumerate(zip(prompts, mt))]
         waiting = [r for r in reqs if r.max_tokens > 0]
         for r in reqs:
