@@ -687,8 +687,9 @@ def main() -> None:
                          "most --fp8-max-batch rows, runtime/fused_model.py FusedEagle); crossed with --draft-vocabs, "
                          "the first pair feeds --auto and trees")
     ap.add_argument("--out", default=None, help="append JSON lines here")
-    ap.add_argument("--dry-cpu", action="store_true", help="tiny shape, eager, CPU: every code path once, on a fixed grid "
-                    "(--shapes, --batches, --ks, --alphas, --draft-vocabs and --draft-weights are ignored)")
+    ap.add_argument("--dry-cpu", action="store_true", help="tiny shape, eager, CPU: every code path once, on a fixed grid that replaces the grid flags' "
+                    "values (--shapes, --batches, --ks, --steps, alphas, snapshot Ks, tree widths, draft vocabularies "
+                    "and weights)")
     args = ap.parse_args()
     ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
     floats = lambda s: [float(x) for x in s.split(",") if x]  # noqa: E731
@@ -697,6 +698,11 @@ def main() -> None:
     args.trained_batches = ints(args.trained_batches)
     args.tree_widths = ints(args.tree_widths)
     args.draft_vocabs = ints(args.draft_vocabs) or [0]
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    bad = [s for s in shapes if s not in SHAPES]
+    if (bad or not shapes) and not (args.dry_cpu or args.trained):
+        ap.error(f"--shapes: each must be one of {', '.join(SHAPES)}, got {args.shapes!r}")
+    args.shapes = ",".join(shapes)
     for flag, vals, lo in (("--batches", args.batches, 1), ("--ks", args.ks, 1), ("--trained-batches", args.trained_batches, 1),
                            ("--snapshot-ks", args.snapshot_ks, 1), ("--tree-widths", args.tree_widths, 2),
                            ("--draft-vocabs", args.draft_vocabs, 0)):
@@ -704,9 +710,6 @@ def main() -> None:
             ap.error(f"{flag}: each must be an int >= {lo}, got {','.join(map(str, vals))}")
     if not args.batches or not args.ks:
         ap.error("--batches and --ks need at least one value each")
-    bad = [s for s in args.shapes.split(",") if s and s not in SHAPES]
-    if bad and not args.dry_cpu:
-        ap.error(f"--shapes: each must be one of {', '.join(SHAPES)}, got {', '.join(bad)}")
     from vllm_specla.runtime.fused_model import DRAFT_WEIGHTS  # noqa: PLC0415
 
     args.draft_weights = [w for w in args.draft_weights.split(",") if w] or ["model"]

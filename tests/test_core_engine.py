@@ -212,10 +212,17 @@ def test_generate_refuses_bad_inputs_naming_the_field(models, prompts_, max_toke
 
 
 def test_generate_takes_tensor_prompts_and_numpy_ints(models, prompts, ar_out):
+    """Tensors, numpy arrays, tuples and generators of token ids; numpy ints and arrays as max_tokens;
+    numpy scalars as engine arguments and TreeSpec fields (the argument checks take them)."""
     import numpy as np
 
-    eng = SpecLAEngine(models["target"], max_batch=4)
+    from vllm_specla.core.drafting import TreeSpec
+
+    eng = SpecLAEngine(models["target"], max_batch=4, temperature=np.float32(0.0), top_p=np.float64(1.0))
     assert eng.generate([torch.tensor(prompts[0])], [np.int64(MAX_TOKENS[0])]) == ar_out[:1]
+    got = eng.generate([np.array(prompts[0]), tuple(prompts[1]), (t for t in prompts[2])], np.array(MAX_TOKENS[:3]))
+    assert got == ar_out[:3]
+    assert TreeSpec(top_k=np.int64(2), max_depth=np.int32(3), node_budget=np.int64(6), tau=np.float32(1.0)).top_k == 2
 
 
 @pytest.mark.parametrize("kw,match", [

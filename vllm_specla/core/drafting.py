@@ -24,6 +24,7 @@ Drafts are greedy (point-mass), which is what the acceptance rules assume (ALGOR
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -71,10 +72,10 @@ class TreeSpec:
             v = getattr(self, name)
             if name == "node_budget" and v is None:
                 continue
-            if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            if not (isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1):
                 raise ValueError(f"TreeSpec.{name}={v!r}: must be an int >= 1" + (" or None" if name == "node_budget" else ""))
         t = self.tau
-        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0):
+        if t is not None and (isinstance(t, bool) or not isinstance(t, numbers.Real) or not t >= 0):
             raise ValueError(f"TreeSpec.tau={t!r}: must be None (no pruning) or a number >= 0")
 
 

@@ -240,12 +240,12 @@ def _check_engine_args(target, k, k_max, max_batch, eos, tree, temperature, top_
         raise ValueError(f"tree={tree!r}: must be None (chains) or a TreeSpec")
     if tree is not None and tree.node_budget is None:
         raise ValueError("tree.node_budget=None: the engine needs an int >= 1 (it sizes the verify window)")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not (
             math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature={temperature!r}: must be a finite number >= 0 (0 = greedy)")
     if not (_is_int(top_k) and top_k >= 0):
         raise ValueError(f"top_k={top_k!r}: must be an int >= 0 (0 = off)")
-    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not (0 < top_p <= 1):
+    if isinstance(top_p, bool) or not isinstance(top_p, numbers.Real) or not (0 < top_p <= 1):
         raise ValueError(f"top_p={top_p!r}: must be a number in (0, 1]")
 
 
@@ -257,7 +257,7 @@ def _check_generate_args(prompts, max_tokens: list, vocab: int) -> None:
         if not (_is_int(m) and m >= 0):
             raise ValueError(f"max_tokens[{i}]={m!r}: must be an int >= 0")
     for i, p in enumerate(prompts):
-        if isinstance(p, (str, bytes)) or not hasattr(p, "__len__"):
+        if isinstance(p, (str, bytes)):
             raise ValueError(f"prompts[{i}]: must be a list of token ids, got {type(p).__name__}")
         if len(p) == 0:
             raise ValueError(f"prompts[{i}]: empty prompt (at least one token id is needed)")
@@ -318,8 +318,6 @@ class SpecLAEngine:
                            tree, temperature, top_k, top_p)
         self.policy = None
         if isinstance(num_speculative_tokens, str):
-            if num_speculative_tokens != "auto":
-                raise ValueError(f"num_speculative_tokens={num_speculative_tokens!r}: an int >= 0 or 'auto'")
             self.policy = DraftLengthPolicy(k_max=max_num_speculative_tokens)
         elif hasattr(num_speculative_tokens, "choose"):
             self.policy = num_speculative_tokens
@@ -327,8 +325,7 @@ class SpecLAEngine:
             if tree is not None:
                 raise ValueError("num_speculative_tokens='auto' supports chains only (tree given)")
             num_speculative_tokens = int(self.policy.k_max)
-        if num_speculative_tokens < 0:
-            raise ValueError(f"num_speculative_tokens={num_speculative_tokens}: must be >= 0")
+        num_speculative_tokens = int(num_speculative_tokens)  # (a numpy int, say)
         if num_speculative_tokens > 0 and drafter is None:
             raise ValueError("num_speculative_tokens > 0 needs a drafter")
         self.target = target
@@ -408,7 +405,10 @@ class SpecLAEngine:
             ValueError: an empty prompt, a token id that is not an int in the vocabulary, or
                 ``max_tokens`` not an int >= 0 / a list of another length than ``prompts``.
         """
-        prompts = [p.tolist() if isinstance(p, torch.Tensor) else p for p in prompts]
+        prompts = [p.tolist() if hasattr(p, "tolist") else p if isinstance(p, (str, bytes)) else list(p)
+                   for p in prompts]  # tensors, numpy arrays, tuples, generators: lists
+        if hasattr(max_tokens, "tolist"):  # a tensor / numpy array (or a 0-d one: one int)
+            max_tokens = max_tokens.tolist()
         mt = list(max_tokens) if isinstance(max_tokens, (list, tuple)) else [max_tokens] * len(prompts)
         _check_generate_args(prompts, mt, self.target.config.vocab_size)
         reqs = [_Req(i, list(p), m) for i, (p, m) in enumerate(zip(prompts, mt))]
