@@ -259,3 +259,42 @@ def test_tree_spec_refuses_bad_fields(kw, match):
 
     with pytest.raises(ValueError, match=match):
         TreeSpec(**kw)
+
+
+def test_engine_refuses_mismatched_drafters(models):
+    """A drafter with fewer slots than ``max_batch`` (used to fail on an index mid-run), an EAGLE drafter in
+    another dtype than the target (used to fail on a matmul dtype), and a non-drafter object."""
+    with pytest.raises(ValueError, match=r"drafter: built for 2 slots \(max_requests\), fewer than max_batch=4"):
+        SpecLAEngine(models["target"], _drafter(models, "perturbed", 2), num_speculative_tokens=2, max_batch=4)
+    import copy
+
+    half = copy.deepcopy(models["random"]).to(torch.bfloat16)
+    runner = EagleDrafterRunner.for_target(half, models["target"], 4)
+    with pytest.raises(ValueError, match=r"drafter: an EAGLE drafter .* \(torch.float32, cpu\), got \(torch.bfloat16"):
+        SpecLAEngine(models["target"], runner, num_speculative_tokens=2, max_batch=4)
+    with pytest.raises(ValueError, match=r"drafter: must be a SlotDrafter .* got str"):
+        SpecLAEngine(models["target"], "eagle", num_speculative_tokens=2, max_batch=4)
+    # a draft *model* may use its own dtype: it reads tokens only
+    dm = DraftModelDrafter(copy.deepcopy(models["perturbed"]).to(torch.bfloat16), 4)
+    assert SpecLAEngine(models["target"], dm, num_speculative_tokens=2, max_batch=4).generate([[5, 6, 7]], 6)
+
+
+@pytest.mark.parametrize("name,want", [("bf16", torch.bfloat16), ("BFloat16", torch.bfloat16),
+                                       ("torch.float32", torch.float32), ("fp16", torch.float16),
+                                       (torch.bfloat16, torch.bfloat16)])
+def test_dtype_names_accepted(tiny_dir, name, want):
+    from vllm_specla.runtime.fused_model import FusedTarget
+
+    m = load_fla_checkpoint(tiny_dir["target"], dtype=name)
+    assert next(m.parameters()).dtype == want
+    assert FusedTarget(load_fla_checkpoint(tiny_dir["target"]), name, "cpu").dtype == want
+
+
+@pytest.mark.parametrize("bad", ["bf8", "int8", torch.int8, torch.float8_e4m3fn, 16])
+def test_bad_dtype_names_the_field_and_choices(tiny_dir, bad):
+    from vllm_specla.runtime.fused_model import FusedTarget
+
+    with pytest.raises(ValueError, match=r"dtype=.*: must be torch.float32 / torch.bfloat16 / torch.float16 or one of"):
+        load_fla_checkpoint(tiny_dir["target"], dtype=bad)
+    with pytest.raises(ValueError, match=r"dtype=.*: must be torch.float32"):
+        FusedTarget(load_fla_checkpoint(tiny_dir["target"]), bad, "cpu")

@@ -448,6 +448,8 @@ def test_drafter_dtype_must_match_the_target(pair):
     from vllm_specla.models.drafter import load_eagle_drafter
 
     with pytest.raises(ValueError, match="dtype must be the target's"):
+        FusedEagle(load_eagle_drafter("models/specla-gdn-tiny/drafter"), tgt, torch.bfloat16, "cpu")
+    with pytest.raises(ValueError, match=r"dtype=torch.float64: must be torch.float32"):
         FusedEagle(load_eagle_drafter("models/specla-gdn-tiny/drafter"), tgt, torch.float64, "cpu")
 
 

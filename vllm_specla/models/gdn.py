@@ -396,13 +396,41 @@ def iter_safetensors(path: str) -> Iterable[tuple[str, torch.Tensor]]:
 IGNORED_CHECKPOINT_SUFFIXES = (".attn.D",)  # legacy m-a-p scalars that current fla ignores
 
 
-def load_fla_checkpoint(path: str, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> GatedDeltaNetForCausalLM:
-    """Load an fla ``gated_deltanet`` checkpoint directory into :class:`GatedDeltaNetForCausalLM`.
+DTYPE_NAMES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+               "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+               "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
+
+
+def resolve_dtype(dtype, field: str = "dtype") -> torch.dtype:
+    """A model dtype given as a ``torch.dtype`` or a name (``"bf16"``, ``"bfloat16"``, ``"torch.bfloat16"``,
+    ``"fp32"``, ``"float32"``, ``"fp16"``, ``"float16"``, ...; case-insensitive) -> the ``torch.dtype``.
 
     Raises:
+        ValueError: naming ``field`` and the allowed values, for anything else (float8 and integer
+            dtypes included: weights are loaded in float32 / bfloat16 / float16).
+    """
+    if isinstance(dtype, str):
+        name = dtype.strip().lower().removeprefix("torch.")
+        if name in DTYPE_NAMES:
+            return DTYPE_NAMES[name]
+    elif dtype in (torch.float32, torch.bfloat16, torch.float16):
+        return dtype
+    raise ValueError(f"{field}={dtype!r}: must be torch.float32 / torch.bfloat16 / torch.float16 "
+                     f"or one of {sorted(DTYPE_NAMES)}")
+
+
+def load_fla_checkpoint(path: str, dtype: torch.dtype | str = torch.float32,
+                        device: str | torch.device = "cpu") -> GatedDeltaNetForCausalLM:
+    """Load an fla ``gated_deltanet`` checkpoint directory into :class:`GatedDeltaNetForCausalLM`.
+
+    ``dtype``: a ``torch.dtype`` or a name :func:`resolve_dtype` takes (``"bf16"``, ``"float32"``, ...).
+
+    Raises:
+        ValueError: ``dtype`` not a float32 / bfloat16 / float16 dtype or name.
         UnsupportedConfigError: for config fields we do not implement.
         KeyError: for missing or unexpected parameter names.
     """
+    dtype = resolve_dtype(dtype)
     with open(os.path.join(path, "config.json")) as f:
         cfg = GatedDeltaNetConfig(**{k: v for k, v in json.load(f).items() if k != "model_type"})
     model = GatedDeltaNetForCausalLM(cfg)

@@ -249,6 +249,26 @@ def _check_engine_args(target, k, k_max, max_batch, eos, tree, temperature, top_
         raise ValueError(f"top_p={top_p!r}: must be a number in (0, 1]")
 
 
+def _check_drafter(target, drafter, max_batch: int) -> None:
+    """:class:`SpecLAEngine`'s drafter checks (ValueError naming the argument): a :class:`SlotDrafter`, with at
+    least ``max_batch`` slots, and an EAGLE drafter on the target's dtype and device (it reads the target's
+    features, embedding and LM head)."""
+    if drafter is None:
+        return
+    if not isinstance(drafter, SlotDrafter):
+        raise ValueError(f"drafter: must be a SlotDrafter (EagleDrafterRunner / DraftModelDrafter) or None, "
+                         f"got {type(drafter).__name__}")
+    if drafter.max_requests < max_batch:
+        raise ValueError(f"drafter: built for {drafter.max_requests} slots (max_requests), fewer than "
+                         f"max_batch={max_batch}; build it with max_requests >= max_batch")
+    if isinstance(drafter, EagleDrafterRunner):
+        p, q = next(target.parameters()), next(drafter.drafter.parameters())
+        if (p.dtype, p.device) != (q.dtype, q.device):
+            raise ValueError(f"drafter: an EAGLE drafter reads the target's features, so it must share the "
+                             f"target's dtype and device ({p.dtype}, {p.device}), got ({q.dtype}, {q.device}); "
+                             f"move it with drafter.drafter.to(...)")
+
+
 def _check_generate_args(prompts, max_tokens: list, vocab: int) -> None:
     """:meth:`SpecLAEngine.generate`'s input checks (ValueError naming the field and the allowed values)."""
     if len(max_tokens) != len(prompts):
@@ -294,7 +314,8 @@ class SpecLAEngine:
         ValueError: an argument outside its range (named with the allowed values): K not an int >= 0
             or ``"auto"``, K > 0 without a drafter, ``max_batch`` < 1, ``eos_token_id`` outside the
             vocabulary, ``temperature`` < 0 or not finite, ``top_k`` < 0, ``top_p`` outside (0, 1],
-            ``tree`` not a :class:`TreeSpec` or deeper than K.
+            ``tree`` not a :class:`TreeSpec` or deeper than K; a drafter with fewer slots than
+            ``max_batch``, or an EAGLE drafter on another dtype / device than the target.
     """
 
     def __init__(
@@ -316,6 +337,7 @@ class SpecLAEngine:
     ):
         _check_engine_args(target, num_speculative_tokens, max_num_speculative_tokens, max_batch, eos_token_id,
                            tree, temperature, top_k, top_p)
+        _check_drafter(target, drafter, max_batch)
         self.policy = None
         if isinstance(num_speculative_tokens, str):
             self.policy = DraftLengthPolicy(k_max=max_num_speculative_tokens)

@@ -48,7 +48,7 @@ import torch
 
 from vllm_specla.core.draft_vocab import draft_head
 from vllm_specla.core.state import LayerState
-from vllm_specla.models.gdn import GDNDims, GatedDeltaNetBlock, GatedDeltaNetForCausalLM
+from vllm_specla.models.gdn import GDNDims, GatedDeltaNetBlock, GatedDeltaNetForCausalLM, resolve_dtype
 from vllm_specla.ops import fused
 from vllm_specla.ops.chain_verify import chain_verify, chain_verify_snapshots, conv_chain_step, conv_verify
 from vllm_specla.ops.recover import conv_commit
@@ -269,9 +269,14 @@ class FusedTarget:
 
     ``hidden(tokens [B, T], ...) -> [B*T, D]`` final-normed features (``dtype``);
     ``logits(hidden) -> [N, vocab]`` in ``dtype`` (bf16 on GPU: argmax over bf16 logits).
+    ``dtype``: a ``torch.dtype`` or a name (``"bf16"``, ``"float32"``, ...; ``models/gdn.py`` ``resolve_dtype``).
+
+    Raises:
+        ValueError: ``dtype`` not a float32 / bfloat16 / float16 dtype or name.
     """
 
-    def __init__(self, model: GatedDeltaNetForCausalLM, dtype: torch.dtype, device):
+    def __init__(self, model: GatedDeltaNetForCausalLM, dtype: torch.dtype | str, device):
+        dtype = resolve_dtype(dtype)
         self.config = model.config
         self.stack = FusedGDN(model.model.layers, dtype, device)
         self.embed = model.model.embeddings.weight.detach().to(device=device, dtype=dtype)
@@ -344,6 +349,7 @@ class FusedEagle:
 
     def __init__(self, drafter, target: FusedTarget, dtype: torch.dtype, device,
                  draft_vocab: torch.Tensor | None = None, draft_weights: str = "model"):
+        dtype = resolve_dtype(dtype)
         if dtype != target.dtype:  # the drafter's input [embed(x); f] is built in the target's embedding dtype
             raise ValueError(f"dtype must be the target's ({target.dtype}), got {dtype}")
         self.stack = FusedGDN(drafter.layers, dtype, device)
