@@ -526,8 +526,9 @@ def add_kernel_flags(ap: argparse.ArgumentParser) -> None:
                     help="programmatic dependent launch of the Triton kernels (ops/pdl.py ENABLED)")
     ap.add_argument("--skinny-gemm", default=None, type=skinny_flag,
                     help="on, or W,U (its warps, unroll: fused.SKINNY_CONFIG): JIT-build the CUDA skinny GEMM (ops/_cpp.py "
-                         "load_cuda_gemm, needs nvcc) so 2-8-row GEMMs run it instead of cuBLAS (fused.USE_SKINNY_GEMM); "
-                         "off / unset: cuBLAS")
+                         "load_cuda_gemm, needs nvcc) so 2-8-row GEMMs run it instead of cuBLAS (fused.USE_SKINNY_GEMM), "
+                         "or exit if it does not build; off: cuBLAS; unset: the default, on where it builds "
+                         "(ops/_cpp.py load_cuda_kernels)")
     ap.add_argument("--skinny-max-m", default=None, type=int, choices=range(2, 17), metavar="{2..16}",
                     help="token rows up to which bf16 GEMMs run the skinny GEMM (fused.SKINNY_MAX_M, default 8; 9-16: "
                          "two 8-token tiles, slower than cuBLAS in session 30)")
@@ -621,7 +622,7 @@ def apply_kernel_flags(args, device: str) -> dict | None:
     if sg not in (None, "off"):
         if sg != "on":
             fused.SKINNY_CONFIG = tuple(int(v) for v in sg.split(","))
-    if sg is not None:  # (unset: VLLM_SPECLA_SKINNY_GEMM as it is; the kernel is not built then anyway)
+    if sg is not None:  # (unset: VLLM_SPECLA_SKINNY_GEMM as it is: on where load_cuda_kernels built the kernel)
         fused.USE_SKINNY_GEMM = sg != "off"
     if getattr(args, "skinny_prefetch", None) is not None:
         fused.SKINNY_PREFETCH_BYTES = args.skinny_prefetch
@@ -665,11 +666,16 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=16)
     ap.add_argument("--verify-kernel", default=None, choices=["serial", "ut", "auto"],
                     help="chain verify kernel on CUDA (ops/chain_verify.py VERIFY_KERNEL)")
-    ap.add_argument("--cuda-csrc", action="store_true",
-                    help="JIT-build the CUDA csrc chain verify (needs VLLM_SPECLA_CPP_JIT=1 and nvcc) so the "
-                         "dispatcher uses it where faster (ops/chain_verify.py)")
+    csrc = ap.add_mutually_exclusive_group()
+    csrc.add_argument("--cuda-csrc", action="store_true",
+                      help="require the CUDA csrc chain verify (exit if it does not build). It is the default anyway "
+                           "where it builds (ops/_cpp.py load_cuda_kernels; needs nvcc, and the C++ CPU extension: "
+                           "built by pip install, or VLLM_SPECLA_CPP_JIT=1); the dispatcher uses it where faster "
+                           "(ops/chain_verify.py)")
+    csrc.add_argument("--no-cuda-csrc", action="store_true",
+                      help="run the Triton chain kernels only (chain_verify.USE_CUDA_CSRC = False), for A/B runs")
     ap.add_argument("--cuda-pdl", default="1", choices=["0", "1"],
-                    help="with --cuda-csrc: launch its kernels with programmatic dependent launch (1, the default) or "
+                    help="the CUDA csrc kernels with programmatic dependent launch (1, the default) or "
                          "plainly (0; the Triton kernels keep VLLM_SPECLA_PDL's setting, read at import)")
     add_kernel_flags(ap)
     ap.add_argument("--tag", default="", help="label stored in every record (A/B runs)")
@@ -721,16 +727,23 @@ def main() -> None:
 
     if args.verify_kernel:
         cv_mod.VERIFY_KERNEL = args.verify_kernel
-    if args.cuda_csrc and device == "cuda":
+    csrc_on = False
+    if device == "cuda":
         from vllm_specla.ops import _cpp  # noqa: PLC0415
 
-        _cpp.load_cuda()
+        _cpp.load_cuda_kernels()  # (what DecodeRuntime does; here first, so the settings below see it)
+        if args.cuda_csrc and not _cpp.CUDA_LOADED:
+            raise SystemExit("--cuda-csrc: the CUDA csrc chain verify did not build (see the warning above; "
+                             "ops/_cpp.py load_cuda_kernels)")
+        if args.no_cuda_csrc:
+            cv_mod.USE_CUDA_CSRC = False
+        csrc_on = cv_mod.USE_CUDA_CSRC and _cpp.CUDA_LOADED
         if args.cuda_pdl == "0":  # the CUDA binding reads VLLM_SPECLA_PDL per call; ops/pdl.py read it at import
             os.environ["VLLM_SPECLA_PDL"] = "0"
     gemv_rows = apply_kernel_flags(args, device)
     global SETTINGS
-    SETTINGS = dict(gemv_rows=gemv_rows, verify_kernel=cv_mod.VERIFY_KERNEL, cuda_csrc=bool(args.cuda_csrc and device == "cuda"),
-                    cuda_pdl=args.cuda_csrc and device == "cuda" and args.cuda_pdl == "1", tag=args.tag)
+    SETTINGS = dict(gemv_rows=gemv_rows, verify_kernel=cv_mod.VERIFY_KERNEL, cuda_csrc=csrc_on,
+                    cuda_pdl=csrc_on and args.cuda_pdl == "1", tag=args.tag)
     if args.dry_cpu:  # a fixed tiny grid: every code path once (the grid flags are not used)
         global DRY
         DRY = True

@@ -196,7 +196,7 @@ def timeline_stats(evs: list[tuple[float, float, str]], replays: int) -> dict:
     calls: dict = defaultdict(int)
     for r in reps:
         prev_end = r[0][0]
-        for st, en, name in r:
+        for _st, en, name in r:
             inc = max(0.0, en - prev_end)
             prev_end = max(prev_end, en)
             fams[family(name)] += inc / replays
@@ -223,7 +223,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--tree-width", type=int, default=1,
                     help="W >= 2: the specla mode verifies draft trees of W branches of depth --k (as bench_e2e)")
-    ap.add_argument("--cuda-csrc", action="store_true", help="build and dispatch to the CUDA csrc op (as bench_e2e)")
+    csrc = ap.add_mutually_exclusive_group()
+    csrc.add_argument("--cuda-csrc", action="store_true", help="require the CUDA csrc chain verify (the default where it "
+                      "builds: ops/_cpp.py load_cuda_kernels; as bench_e2e)")
+    csrc.add_argument("--no-cuda-csrc", action="store_true", help="the Triton chain kernels only (as bench_e2e)")
     ap.add_argument("--draft-weights", default="model", choices=["model", "fp8"],
                     help="the drafter's one-token passes on the model weights or float8 (up to "
                          "fused_model.FP8_MAX_BATCH rows; as bench_e2e)")
@@ -239,10 +242,15 @@ def main() -> None:
     if args.dry_cpu:
         DEV, args.batches, args.steps = "cpu", "2", 2
         args.shapes = "trained" if args.shapes == "trained" else "tiny"
-    if args.cuda_csrc:
-        from vllm_specla.ops import _cpp  # noqa: PLC0415
+    from vllm_specla.ops import _cpp, chain_verify as _cv  # noqa: PLC0415
 
-        assert _cpp.load_cuda(), "CUDA csrc build failed"
+    if DEV == "cuda":
+        _cpp.load_cuda_kernels()  # (what DecodeRuntime does)
+        if args.cuda_csrc and not _cpp.CUDA_LOADED:
+            raise SystemExit("--cuda-csrc: the CUDA csrc chain verify did not build (ops/_cpp.py load_cuda_kernels)")
+        if args.no_cuda_csrc:
+            _cv.USE_CUDA_CSRC = False
+    args.cuda_csrc = DEV == "cuda" and _cv.USE_CUDA_CSRC and _cpp.CUDA_LOADED  # (what the records say)
     rows = apply_kernel_flags(args, DEV)
     recs = []
     for shape in args.shapes.split(","):

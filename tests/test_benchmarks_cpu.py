@@ -20,7 +20,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
                                         (["--batches", "1,0"], "--batches: each must be an int >= 1, got 1,0"),
                                         (["--ks", "0"], "--ks: each must be an int >= 1, got 0"),
                                         (["--shapes", "flame,"], None), (["--shapes", ""], "--shapes: each must be one of "
-                                                                                          "flame, map, tiny, got ''")])
+                                                                                          "flame, map, tiny, got ''"),
+                                        (["--cuda-csrc", "--no-cuda-csrc"],
+                                         "argument --no-cuda-csrc: not allowed with argument --cuda-csrc")])
 def test_bench_e2e_bad_flags_are_one_line_errors(flags, want):
     """(they were tracebacks: KeyError, ZeroDivisionError, ValueError)"""
     if want is None:  # accepted (a trailing comma is no shape): the --ks check after it fails, so nothing runs

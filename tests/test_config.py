@@ -479,3 +479,29 @@ def test_out_of_range_numbers_name_the_allowed_range(field, value, want):
         cfg["num_speculative_tokens"] = "auto"
     with pytest.raises(SpecLAConfigError, match=rf"speculative_config\.{field}: must be {want} \(got {value}\)"):
         SpecLAConfig.parse(cfg)
+
+
+def test_logprob_token_ids_refused_under_specla_only():
+    """patches.py item 6: vLLM 0.32's rejection sampler failed on ``logprob_token_ids`` and took the engine down;
+    under SpecLA the request is refused up front (a 400 from the server), other methods and no speculation
+    untouched."""
+    from types import SimpleNamespace
+
+    from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError
+
+    import vllm_specla
+    from vllm_specla.worker.settings import PROPOSER_QUALNAME
+
+    vllm_specla.register()  # (idempotent: installs the patches)
+    sp = SamplingParams(temperature=0, max_tokens=4, logprob_token_ids=[5, 6, 7])
+    with pytest.raises(VLLMValidationError, match=r"logprob_token_ids is not supported with SpecLA .* logprobs=N") as e:
+        sp._validate_spec_decode(SimpleNamespace(model=PROPOSER_QUALNAME, method="custom_class"))
+    assert e.value.parameter == "logprob_token_ids"
+    sp._validate_spec_decode(None)
+    sp._validate_spec_decode(SimpleNamespace(model="some/other-draft", method="eagle"))
+    SamplingParams(temperature=0, max_tokens=4, logprobs=3)._validate_spec_decode(
+        SimpleNamespace(model=PROPOSER_QUALNAME, method="custom_class"))
+    with pytest.raises(VLLMValidationError, match="min_p"):  # vLLM's own check still runs first
+        SamplingParams(temperature=0.5, min_p=0.1, logprob_token_ids=[5])._validate_spec_decode(
+            SimpleNamespace(model=PROPOSER_QUALNAME, method="custom_class"))

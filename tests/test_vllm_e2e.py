@@ -111,6 +111,14 @@ def test_vllm_specla_lossless(tiny_dir, prompts, reference, drafter, K, deferred
         assert page["max_memory_usage_bytes"] == page["page_size_bytes"]  # one page per request
         assert page["page_size_bytes"] < (1 + K) * state_bytes  # AR page + factor banks, never 1 + K states
         assert len(page["shapes"]) == 6 and page["shapes"][2][1] == K + 1
+        if drafter == "same":  # logprob_token_ids is refused up front (it used to stop the engine), the engine serves on
+            from vllm import SamplingParams
+            from vllm.exceptions import VLLMValidationError
+
+            with pytest.raises(VLLMValidationError, match="logprob_token_ids"):
+                llm.generate([{"prompt_token_ids": prompts[0]}],
+                             SamplingParams(temperature=0, max_tokens=4, logprob_token_ids=[5, 6, 7]), use_tqdm=False)
+            assert greedy(llm, prompts[:2], MAX_TOKENS[:2]) == out[:2]
 
 
 def test_vllm_auto_seeded_sampling_reproduces(tiny_dir, prompts, reference, monkeypatch):

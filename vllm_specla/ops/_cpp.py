@@ -16,14 +16,17 @@ fake (meta) kernels so they trace under ``torch.compile``.
 * ``VLLM_SPECLA_CPP_CHECK=1`` – debug: every call also runs the torch reference on copies of the
   rows' slots and raises ``RuntimeError`` if any output or mutated slot differs (slow).
 
-The CUDA ops are built on demand: :func:`load_cuda` (the CUDA chain verify, registered for the
+The CUDA ops are JIT-built on first use: :func:`load_cuda` (the CUDA chain verify, registered for the
 schemas above) and :func:`load_cuda_gemm` (the skinny GEMM of batch-1 verify windows, its own schema;
 no fake kernel: the decode runtime calls it eagerly or under CUDA-graph capture, not ``torch.compile``).
+:func:`load_cuda_kernels` builds both where CUDA is available, and the decode runtime, the core engine and
+the vLLM GPU worker call it, so they are the default (``VLLM_SPECLA_CUDA_KERNELS=0`` turns that off).
 """
 
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import sys
 
@@ -96,7 +99,8 @@ def load_cuda(verbose: bool = False) -> bool:
     ``VLLM_SPECLA_CUDA_LINEINFO=1`` at build time adds ``-lineinfo`` (source lines in Nsight Compute).
     """
     if not AVAILABLE:
-        raise RuntimeError(f"the C++ CPU extension (op schemas) is not loaded: {LOAD_ERROR}")
+        raise RuntimeError(f"the C++ CPU extension (op schemas) is not loaded: {LOAD_ERROR} (pip install builds it; "
+                           f"or set VLLM_SPECLA_CPP_JIT=1 to compile it at import)")
     if not torch.cuda.is_available():
         return False
     _jit_cuda("vllm_specla_cuda_jit", ["chain_verify.cu", "chain_verify_ut.cu", "torch_binding_cuda.cpp"], verbose)
@@ -114,6 +118,75 @@ def _jit_cuda(name: str, files: list[str], verbose: bool) -> None:
     load(name=name, sources=[os.path.join(_csrc_dir(), "cuda", f) for f in files], extra_cflags=["-O3"],
          extra_cuda_cflags=["-O3"] + (["-lineinfo"] if lineinfo else []),
          is_python_module=False, verbose=verbose)
+
+
+CUDA_KERNELS_ENV = "VLLM_SPECLA_CUDA_KERNELS"
+CUDA_KERNELS_CHOICES = ("auto", "1", "0")
+_CUDA_KERNELS: dict[str, bool] | None = None  # load_cuda_kernels()'s result, once it has run
+_log = logging.getLogger("vllm.specla")
+
+
+def cuda_kernels_mode() -> str:
+    """``VLLM_SPECLA_CUDA_KERNELS`` (read at each call): ``"auto"`` (unset or empty), ``"1"`` or ``"0"``.
+
+    Raises:
+        ValueError: any other value, naming the variable and its values.
+    """
+    mode = (os.environ.get(CUDA_KERNELS_ENV) or "auto").strip().lower()
+    if mode not in CUDA_KERNELS_CHOICES:
+        raise ValueError(f"{CUDA_KERNELS_ENV}={os.environ.get(CUDA_KERNELS_ENV)!r}: must be 'auto' (build the CUDA "
+                         f"kernels where CUDA is available, else fall back to Triton / cuBLAS with a warning), '1' "
+                         f"(build them or raise) or '0' (never: Triton / cuBLAS)")
+    return mode
+
+
+def load_cuda_kernels() -> dict[str, bool]:
+    """Build (JIT, first use only: cached under ``TORCH_EXTENSIONS_DIR``) and register the CUDA csrc kernels the
+    GPU paths run by default: the chain verify (:func:`load_cuda`) and the skinny GEMM (:func:`load_cuda_gemm`).
+
+    Called by the decode runtime (``runtime/decode.py`` ``DecodeRuntime``), the core engine
+    (``runtime/engine.py`` ``SpecLAEngine``) and the vLLM GPU worker when they run on CUDA, so the measured
+    fastest kernels are the default: on the H200, SpecLA K = 4 steps at batch 64 / 256 took 0.82-0.86x the
+    Triton chain kernels' time with the CUDA chain verify, batch 16 0.95-0.96x, batch 1 the same
+    (benchmarks/RESULTS.md "Session 44"); the skinny GEMM runs the batch-1 verify windows' GEMMs (session 15).
+    Once loaded, the dispatchers pick them per shape (``ops/chain_verify.py`` ``_use_cuda_csrc``,
+    ``ops/fused.py`` ``linear``).
+
+    ``VLLM_SPECLA_CUDA_KERNELS`` (:func:`cuda_kernels_mode`): ``auto`` (default) logs one warning where a build
+    fails (no ``nvcc``, no C++ CPU extension for the op schemas, ...) and the Triton / cuBLAS kernels run
+    instead; ``1`` raises; ``0`` builds nothing. Without CUDA nothing is built in any mode. The first build takes
+    about 1-3 minutes (``nvcc``); later processes load the cached build. The result is kept: later calls return it.
+
+    Returns:
+        ``{"chain_verify": bool, "skinny_gemm": bool}``: which of the two are registered.
+
+    Raises:
+        RuntimeError: mode ``1`` and a build failed (the message carries the cause).
+        ValueError: a bad ``VLLM_SPECLA_CUDA_KERNELS`` value.
+    """
+    global _CUDA_KERNELS
+    mode = cuda_kernels_mode()
+    if _CUDA_KERNELS is not None:
+        return dict(_CUDA_KERNELS)
+    got = {"chain_verify": CUDA_LOADED, "skinny_gemm": GEMM_LOADED}
+    if mode == "0" or not torch.cuda.is_available():
+        return got  # (not cached: a later call with another mode may build)
+    errors = []
+    for name, fn in (("chain_verify", load_cuda), ("skinny_gemm", load_cuda_gemm)):
+        if got[name]:
+            continue
+        try:
+            got[name] = bool(fn())
+        except Exception as e:  # noqa: BLE001  (nvcc missing, compile error, no CPU extension, ...)
+            last = str(e).strip().splitlines()[-1] if str(e).strip() else repr(e)  # (a build log's last line)
+            errors.append(f"{name}: {type(e).__name__}: {last}")
+    if errors and mode == "1":
+        raise RuntimeError(f"{CUDA_KERNELS_ENV}=1 but the CUDA kernels did not build: {'; '.join(errors)}")
+    if errors:
+        _log.warning("vllm_specla: the CUDA csrc kernels did not build, running the Triton / cuBLAS kernels instead "
+                     "(slower at batch 16+; set %s=0 to silence): %s", CUDA_KERNELS_ENV, "; ".join(errors))
+    _CUDA_KERNELS = dict(got)
+    return got
 
 
 # skinny_gemm's default prefetch size: the best on the step's GEMMs (RESULTS.md session 17; ops/fused.py

@@ -46,7 +46,7 @@ import torch
 
 from vllm_specla.ops.tree_reference import compact_path_factors
 from vllm_specla.core.state import LayerState, allocate_layer_states, layer_state_shapes, stacked_view
-from vllm_specla.ops import fused
+from vllm_specla.ops import _cpp, fused
 from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget, StepCtrl
 from vllm_specla.runtime import step_kernels
 from vllm_specla.runtime.step_kernels import AcceptBuffers
@@ -162,6 +162,8 @@ class DecodeRuntime:
             raise ValueError('alpha and trace (acceptance-controlled drafting) need mode "specla" or "snapshot"')
         if trace is not None and (trace.dim() != 2 or trace.shape[0] != batch_size or trace.dtype != torch.long):
             raise ValueError(f"trace must be [batch_size={batch_size}, L] int64, got {tuple(trace.shape)} {trace.dtype}")
+        if target.embed.device.type == "cuda":  # the CUDA csrc kernels, built on first use (before any capture)
+            _cpp.load_cuda_kernels()
         self.tgt, self.dr = target, drafter
         self.B, self.mode = batch_size, mode
         self.K = num_speculative_tokens if spec else 0

@@ -38,6 +38,7 @@ from vllm_specla.core.topology import DraftTree
 from vllm_specla.ops.tree_reference import compact_path_factors
 from vllm_specla.core.state import SlotBook, allocate_layer_states, build_step_plan
 from vllm_specla.models.gdn import GatedDeltaNetForCausalLM
+from vllm_specla.ops import _cpp
 from vllm_specla.ops.recover import conv_commit, recover
 
 
@@ -359,6 +360,8 @@ class SpecLAEngine:
         self.draft_budget = draft_budget
         p = next(target.parameters())
         self.device = p.device
+        if self.device.type == "cuda":  # the CUDA csrc chain verify, built on first use
+            _cpp.load_cuda_kernels()
         self.states = allocate_layer_states(target.config, max_batch, self.K + 1 if self.K else 0, device=self.device)
         self.book = SlotBook(max_batch, device=self.device)
         self.stats = SpecStats()

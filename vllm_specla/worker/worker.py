@@ -112,6 +112,9 @@ def _gpu_worker_cls():
         the CPU path, never run here (the GPU machine has no vLLM)."""
 
         def _make_model_runner(self):
+            from vllm_specla.ops import _cpp  # noqa: PLC0415
+
+            _cpp.load_cuda_kernels()  # the CUDA csrc chain verify where it builds (ops/_cpp.py), as the runtime
             return gpu_runner_cls()(self.vllm_config, self.device)
 
     return SpeclaGPUWorker
