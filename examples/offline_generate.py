@@ -35,7 +35,7 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=DEFAULT_MODEL, help="gated_deltanet checkpoint dir (default: embedded model)")
     p.add_argument("--speculative-config", default=None, help="specla.json path or inline JSON")
-    p.add_argument("--num-prompts", type=_at_least(1), default=80, help="MT-Bench questions, 1..80 (default 80)")
+    p.add_argument("--num-prompts", type=_at_least(1, 80), default=80, help="MT-Bench questions, 1..80 (default 80)")
     p.add_argument("--max-tokens", type=_at_least(1), default=96)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--max-num-seqs", type=_at_least(1), default=16,
@@ -55,14 +55,15 @@ def parse_args():
     return args
 
 
-def _at_least(lo: int):
+def _at_least(lo: int, hi: int | None = None):
     def parse(s: str) -> int:
         try:
             v = int(s)
         except ValueError:
             v = lo - 1
-        if v < lo:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {s!r}")
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"must be an integer {lo}..{hi}, got {s!r}" if hi is not None
+                                             else f"must be an integer >= {lo}, got {s!r}")
         return v
     return parse
 

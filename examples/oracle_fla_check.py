@@ -26,8 +26,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--ckpt", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--n", type=int, default=4)
-    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--device", default="cuda", help="cuda (fla's Triton kernels; the default) or cpu (torch "
+                    "stand-ins for fla's ops: plumbing only)")
     args = ap.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        ap.error("--device cuda: no CUDA GPU here (this check compares with fla's Triton kernels); "
+                 "--device cpu runs it on torch stand-ins")
     from train_target import load_model, maybe_shim  # noqa: PLC0415
 
     maybe_shim("fla", args.device)  # CPU: torch stand-ins for fla's Triton ops (plumbing only)

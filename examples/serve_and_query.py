@@ -103,7 +103,7 @@ def main() -> int:
                 print(f"\n### Q{i + 1}: {q}\n{a.strip()}")
         n_tok = sum(t for _, t in answers)
         print(f"\n{len(answers)} chat completions, {n_tok} tokens in {elapsed:.1f} s "
-              f"({n_tok / max(elapsed, 1e-9):.1f} tok/s, {args.concurrency} concurrent)")
+              f"({n_tok / max(elapsed, 1e-9):.1f} tok/s, up to {min(args.concurrency, len(questions))} concurrent)")
         print(f"streamed answer matches the non-streamed one: {streamed.strip() == answers[0][0].strip()}")
         m = spec_decode_metrics(server.get("/metrics"))
         if m["num_drafts"]:

@@ -335,7 +335,7 @@ def test_max_num_requests_against_max_num_seqs():
 
 @pytest.mark.parametrize("value", ["yes", 1, "true"])
 def test_deferred_commit_takes_booleans_only(value):
-    with pytest.raises(SpecLAConfigError, match=r"speculative_config\.deferred_commit: .*boolean"):
+    with pytest.raises(SpecLAConfigError, match=r"speculative_config\.deferred_commit: must be true or false \(got "):
         SpecLAConfig.parse({"num_speculative_tokens": 2, "drafter": "d", "deferred_commit": value})
 
 
@@ -505,3 +505,28 @@ def test_logprob_token_ids_refused_under_specla_only():
     with pytest.raises(VLLMValidationError, match="min_p"):  # vLLM's own check still runs first
         SamplingParams(temperature=0.5, min_p=0.1, logprob_token_ids=[5])._validate_spec_decode(
             SimpleNamespace(model=PROPOSER_QUALNAME, method="custom_class"))
+
+
+@pytest.mark.parametrize("patch,want", [
+    ({"topology": "tree", "prune_tau": "x"}, r"speculative_config\.prune_tau: must be a number >= 0 or null \(got 'x'\)"),
+    ({"topology": "tree", "tree_top_k": "a"}, r"speculative_config\.tree_top_k: must be an integer 1\.\.8 \(got 'a'\)"),
+    ({"max_num_requests": "x"}, r"speculative_config\.max_num_requests: must be an integer 1\.\.65536 or null"),
+    ({"deferred_commit": "false"}, r"speculative_config\.deferred_commit: must be true or false \(got 'false'\)"),
+    ({"deferred_commit": 0}, r"speculative_config\.deferred_commit: must be true or false \(got 0\)"),
+    ({5: 1}, r"speculative_config: field names must be strings, got 5 \(allowed: method, "),
+])
+def test_wrong_types_name_the_allowed_values(patch, want, tiny_dir):
+    """(a review found pydantic's bare "Input should be a valid number / boolean" for wrong types, and a TypeError
+    for a non-string key)"""
+    d = {"method": "specla", "num_speculative_tokens": 3, "drafter": tiny_dir["random_eagle"], **patch}
+    with pytest.raises(SpecLAConfigError, match=want):
+        SpecLAConfig.parse(d)
+
+
+@pytest.mark.parametrize("spec", [[1, 2], (3,), 4, 2.5, True])
+def test_speculative_config_of_another_type_is_one_line(spec):
+    from vllm_specla.worker.patches import translate_speculative_config
+
+    with pytest.raises(SpecLAConfigError, match=r"speculative_config: must be a dict, inline JSON or a path to a "
+                                                r"JSON file, got " + type(spec).__name__):
+        translate_speculative_config(spec)

@@ -52,7 +52,9 @@ def test_demo_script_reports_both_regimes_and_is_lossless(tmp_path):
      'Error: speculative_config.num_speculative_tokens: must be an integer 1..16 or "auto" (got 0)'),
     (["--speculative-config", '{"method": "SpecLA", "num_speculative_tokens": 2, "drafter": "models/nope"}'],
      "Error: speculative_config.drafter: "),
-    (["--num-prompts", "0"], "argument --num-prompts: must be an integer >= 1, got '0'"),
+    (["--num-prompts", "0"], "argument --num-prompts: must be an integer 1..80, got '0'"),
+    (["--num-prompts", "81"], "argument --num-prompts: must be an integer 1..80, got '81'"),  # (was capped quietly)
+    (["--max-tokens", "0"], "argument --max-tokens: must be an integer >= 1, got '0'"),
     (["--check-lossless"], "--check-lossless needs --speculative-config"),
 ])
 def test_demo_script_rejects_bad_input_before_running(args, message):
@@ -64,3 +66,18 @@ def test_demo_script_rejects_bad_input_before_running(args, message):
     assert r.returncode in (1, 2), r.stdout[-2000:] + r.stderr[-2000:]
     assert message in r.stderr.strip().splitlines()[-1]
     assert "Traceback" not in r.stderr and r.stdout.strip() == ""
+
+
+def test_oracle_check_without_cuda_is_one_line(tmp_path):
+    """``examples/oracle_fla_check.py`` defaults to ``--device cuda``; on a CPU machine it used to end in torch's
+    ``AssertionError: Torch not compiled with CUDA enabled``."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine: the default device exists")
+    cmd = [sys.executable, os.path.join(REPO, "examples", "oracle_fla_check.py"), "--ckpt",
+           os.path.join(REPO, "models", "specla-gdn-tiny", "target"), "--out", str(tmp_path / "o.json")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO, check=False)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1].endswith("--device cuda: no CUDA GPU here (this check compares with fla's "
+                                                      "Triton kernels); --device cpu runs it on torch stand-ins")

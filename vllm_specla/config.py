@@ -204,6 +204,10 @@ class SpecLAConfig(BaseModel):
         if not isinstance(obj, dict):
             raise SpecLAConfigError(f"speculative_config: expected a JSON object of fields, got {type(obj).__name__} "
                                     f"{obj!r:.60}")
+        bad_keys = [k for k in obj if not isinstance(k, str)]
+        if bad_keys:
+            raise SpecLAConfigError(f"speculative_config: field names must be strings, got {bad_keys[0]!r} "
+                                    f"(allowed: {', '.join(cls.model_fields)})")
         # keys starting with "_" are documentation (JSON has no comments), e.g. "_doc" in examples/specla.json
         d = normalize_method({k: v for k, v in obj.items() if not (isinstance(k, str) and k.startswith("_"))},
                              missing_is_specla=True)
@@ -370,8 +374,10 @@ def format_validation_error(e: ValidationError) -> str:
             parts.append(f"speculative_config.{loc}: unknown field (allowed: {allowed})")
         elif err["type"] == "missing":
             parts.append(f"speculative_config.{loc}: required field is missing")
-        elif err["type"] in _BOUND_ERRORS and _allowed_range(loc):
+        elif _allowed_range(loc):  # out of range, or not a number at all: name the range either way
             parts.append(f"speculative_config.{loc}: must be {_allowed_range(loc)} (got {err.get('input')!r})")
+        elif getattr(SpecLAConfig.model_fields.get(loc), "annotation", None) is bool:
+            parts.append(f"speculative_config.{loc}: must be true or false (got {err.get('input')!r})")
         else:
             parts.append(f"speculative_config.{loc}: {err['msg']} (got {err.get('input')!r})")
     return "; ".join(parts)

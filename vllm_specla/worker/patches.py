@@ -90,6 +90,9 @@ def translate_speculative_config(spec, target_model_config=None) -> tuple[dict |
         s = spec.strip()
         spec = parse_inline_json(s) if is_inline_json(s) else load_spec_file(s)
     if not isinstance(spec, dict):
+        if isinstance(spec, (list, tuple, int, float, bool)):  # (vLLM failed on these with an AttributeError)
+            raise SpecLAConfigError(f"speculative_config: must be a dict, inline JSON or a path to a JSON file, "
+                                    f"got {type(spec).__name__} {spec!r:.60}")
         return spec, None
     spec = normalize_method({k.replace("-", "_"): v for k, v in spec.items()})
     if spec.get("method") == "specla":
