@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 43: an H200 ran s43a (= s36b: issue 6's rows,
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 44: an H200 ran s43b, s43d and s44a-s44f
+# (benchmarks/RESULTS.md "Session 44"); the CUDA csrc kernels then became the default (ops/_cpp.py load_cuda_kernels:
+# DecodeRuntime builds them on first use, 1-3 min with nvcc, so a fresh machine's first bench_e2e run takes that
+# much longer; --no-cuda-csrc / --skinny-gemm off for the old arms). NEXT: s44g on any card (the new default as a
+# user gets it: with and without the C++ CPU extension, and VLLM_SPECLA_CUDA_KERNELS=1 / 0; ~4 min). Session 43: an H200 ran s43a (= s36b: issue 6's rows,
 # benchmarks/RESULTS.md "Session 43"); an H100 ran s42f; s43b / s43c never ran. NEXT: s43b on an H200 (issue 5's
 # kernel tables; s43c where little device time is left), then s43d (CUDA csrc vs Triton at batch 64 / 256). Have
 # the next command ready: a machine left idle 30 s is released. Session 42: no H200; s42b, s42c and s42e ran on H100s
@@ -61,6 +65,26 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s44g)  # (any card) the CUDA kernels as the default (session 44): bench_e2e without csrc flags, (1) without the C++
+        # CPU extension (expect one warning naming it; the skinny GEMM built, the csrc chain verify not: the record's
+        # cuda_csrc false), (2) with it (VLLM_SPECLA_CPP_JIT=1: cuda_csrc true, flame batch 64 K = 4 ~6.04 ms on the
+        # H200), (3) VLLM_SPECLA_CUDA_KERNELS=1 without it (expect the RuntimeError), (4) =0 (cuda_csrc false, skinny
+        # None); timeouts 4 x 150 s
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      export MAX_JOBS=16
+      R='import sys,json;[print(r["tag"],r["mode"],round(r["step_ms"],3),"csrc",r["cuda_csrc"],"skinny",r["gemv_rows"]["skinny"]) for r in map(json.loads,sys.stdin)]'
+      for ARM in nocpp cpp strict off; do
+        case $ARM in
+          nocpp) E="VLLM_SPECLA_CPP_JIT=0" ;; cpp) E="VLLM_SPECLA_CPP_JIT=1" ;;
+          strict) E="VLLM_SPECLA_CPP_JIT=0 VLLM_SPECLA_CUDA_KERNELS=1" ;; off) E="VLLM_SPECLA_CPP_JIT=1 VLLM_SPECLA_CUDA_KERNELS=0" ;;
+        esac
+        echo "== $ARM ($E)"
+        env $E timeout 150 python benchmarks/bench_e2e.py --shapes flame --batches 64 --ks 4 --alphas 0.8 \
+            --snapshot-ks "" --tag s44g_$ARM --out "$OUT/e2e_s44g.jsonl" > "$OUT/s44g_$ARM.txt" 2>&1
+        echo "rc $?"; grep -E "vllm_specla|Error|error" "$OUT/s44g_$ARM.txt" | tail -3
+        grep "^{" "$OUT/s44g_$ARM.txt" | python -c "$R"
+      done
+      ;;
   s43a)  # session 43's ask: on an H200, s36b (issue 6's verdicts); on another card, s42f (~2 min)
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s36b; fi
       exec bash "$0" s42f
