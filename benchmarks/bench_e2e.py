@@ -668,9 +668,9 @@ def main() -> None:
                     help="chain verify kernel on CUDA (ops/chain_verify.py VERIFY_KERNEL)")
     csrc = ap.add_mutually_exclusive_group()
     csrc.add_argument("--cuda-csrc", action="store_true",
-                      help="require the CUDA csrc chain verify (exit if it does not build). It is the default anyway "
-                           "where it builds (ops/_cpp.py load_cuda_kernels; needs nvcc, and the C++ CPU extension: "
-                           "built by pip install, or VLLM_SPECLA_CPP_JIT=1); the dispatcher uses it where faster "
+                      help="require the CUDA csrc chain verify (exit, naming the cause, if it does not build). It is "
+                           "the default anyway where it builds (ops/_cpp.py load_cuda_kernels; needs nvcc, and a C++ "
+                           "compiler where the C++ CPU extension is not built); the dispatcher uses it where faster "
                            "(ops/chain_verify.py)")
     csrc.add_argument("--no-cuda-csrc", action="store_true",
                       help="run the Triton chain kernels only (chain_verify.USE_CUDA_CSRC = False), for A/B runs")
@@ -729,14 +729,19 @@ def main() -> None:
         cv_mod.VERIFY_KERNEL = args.verify_kernel
     csrc_on = False
     if device == "cuda":
-        from vllm_specla.ops import _cpp  # noqa: PLC0415
+        from vllm_specla.ops import _cpp, fused as _fused  # noqa: PLC0415
 
+        if args.no_cuda_csrc:  # (switched off before the build: load_cuda_kernels skips it)
+            cv_mod.USE_CUDA_CSRC = False
+        if getattr(args, "skinny_gemm", None) == "off":
+            _fused.USE_SKINNY_GEMM = False
         _cpp.load_cuda_kernels()  # (what DecodeRuntime does; here first, so the settings below see it)
         if args.cuda_csrc and not _cpp.CUDA_LOADED:
-            raise SystemExit("--cuda-csrc: the CUDA csrc chain verify did not build (see the warning above; "
-                             "ops/_cpp.py load_cuda_kernels)")
-        if args.no_cuda_csrc:
-            cv_mod.USE_CUDA_CSRC = False
+            try:  # (again, to name the cause: under VLLM_SPECLA_CUDA_KERNELS=0 nothing was tried)
+                _cpp._ensure_cpu_extension()
+                _cpp.load_cuda()
+            except Exception as e:  # noqa: BLE001
+                raise SystemExit(f"--cuda-csrc: the CUDA csrc chain verify did not build: {e}") from None
         csrc_on = cv_mod.USE_CUDA_CSRC and _cpp.CUDA_LOADED
         if args.cuda_pdl == "0":  # the CUDA binding reads VLLM_SPECLA_PDL per call; ops/pdl.py read it at import
             os.environ["VLLM_SPECLA_PDL"] = "0"

@@ -245,11 +245,19 @@ def main() -> None:
     from vllm_specla.ops import _cpp, chain_verify as _cv  # noqa: PLC0415
 
     if DEV == "cuda":
+        from vllm_specla.ops import fused as _fused  # noqa: PLC0415
+
+        if args.no_cuda_csrc:  # (switched off before the build: load_cuda_kernels skips it)
+            _cv.USE_CUDA_CSRC = False
+        if getattr(args, "skinny_gemm", None) == "off":
+            _fused.USE_SKINNY_GEMM = False
         _cpp.load_cuda_kernels()  # (what DecodeRuntime does)
         if args.cuda_csrc and not _cpp.CUDA_LOADED:
-            raise SystemExit("--cuda-csrc: the CUDA csrc chain verify did not build (ops/_cpp.py load_cuda_kernels)")
-        if args.no_cuda_csrc:
-            _cv.USE_CUDA_CSRC = False
+            try:
+                _cpp._ensure_cpu_extension()
+                _cpp.load_cuda()
+            except Exception as e:  # noqa: BLE001
+                raise SystemExit(f"--cuda-csrc: the CUDA csrc chain verify did not build: {e}") from None
     args.cuda_csrc = DEV == "cuda" and _cv.USE_CUDA_CSRC and _cpp.CUDA_LOADED  # (what the records say)
     rows = apply_kernel_flags(args, DEV)
     recs = []

@@ -12,6 +12,12 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from helpers import make_tiny_pair  # noqa: E402
 
+# The GPU test files choose their kernels themselves (the CUDA csrc / skinny GEMM tests load them, the runtime tests
+# compare against the Triton / cuBLAS forms): the runtime's default of building and using the CUDA kernels on first
+# use (ops/_cpp.py load_cuda_kernels) would otherwise switch them on for every later file of the process. Set
+# VLLM_SPECLA_CUDA_KERNELS=auto to run the GPU tests as a user's process runs (benchmarks/RESULTS.md "Session 44").
+os.environ.setdefault("VLLM_SPECLA_CUDA_KERNELS", "0")
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "vllm: starts vLLM engines (slow; shared per module)")

@@ -530,3 +530,11 @@ def test_speculative_config_of_another_type_is_one_line(spec):
     with pytest.raises(SpecLAConfigError, match=r"speculative_config: must be a dict, inline JSON or a path to a "
                                                 r"JSON file, got " + type(spec).__name__):
         translate_speculative_config(spec)
+
+
+def test_vllm_path_refuses_non_string_keys():
+    """(the vLLM path's key normalisation used to fail on them with an AttributeError)"""
+    from vllm_specla.worker.patches import translate_speculative_config
+
+    with pytest.raises(SpecLAConfigError, match=r"speculative_config: field names must be strings, got 5"):
+        translate_speculative_config({5: 1, "method": "specla", "num_speculative_tokens": 2})

@@ -330,9 +330,6 @@ def load_json_file(path: str) -> dict:
     return obj
 
 
-_BOUND_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
-
-
 def _allowed_range(name: str) -> str | None:
     """``"an integer 1..16 or null"`` / ``"a number >= 0"`` from a field's ``Field(ge=, le=, ...)`` bounds
     (``or null`` where the field's default is None); None for a name that is not a bounded field."""

@@ -122,7 +122,6 @@ def _jit_cuda(name: str, files: list[str], verbose: bool) -> None:
 
 CUDA_KERNELS_ENV = "VLLM_SPECLA_CUDA_KERNELS"
 CUDA_KERNELS_CHOICES = ("auto", "1", "0")
-_CUDA_KERNELS: dict[str, bool] | None = None  # load_cuda_kernels()'s result, once it has run
 _log = logging.getLogger("vllm.specla")
 
 
@@ -140,53 +139,88 @@ def cuda_kernels_mode() -> str:
     return mode
 
 
+def _ensure_cpu_extension() -> None:
+    """The C++ CPU extension (the op schemas the CUDA chain verify registers under), JIT-built now if it did not
+    import (a source checkout without ``pip install``), unless ``VLLM_SPECLA_DISABLE_CPP=1``.
+
+    Raises:
+        RuntimeError: it cannot be loaded or built (the message carries the cause).
+    """
+    global AVAILABLE, LOAD_ERROR
+    if AVAILABLE:
+        return
+    if os.environ.get("VLLM_SPECLA_DISABLE_CPP", "0") not in ("", "0"):
+        raise RuntimeError("the C++ CPU extension (op schemas) is disabled by VLLM_SPECLA_DISABLE_CPP")
+    try:
+        _jit_load()
+    except Exception as e:  # noqa: BLE001
+        raise RuntimeError(f"the C++ CPU extension (op schemas) is not loaded ({LOAD_ERROR}) and its JIT build "
+                           f"failed: {e}") from None
+    if not _registered():
+        raise RuntimeError("the C++ CPU extension was built but torch.ops.vllm_specla ops are missing")
+    _register_fakes()
+    AVAILABLE, LOAD_ERROR = True, None
+
+
+_CUDA_KERNEL_ERRORS: dict[str, str] = {}  # load_cuda_kernels(): a kernel's failed build, tried once per process
+
+
 def load_cuda_kernels() -> dict[str, bool]:
     """Build (JIT, first use only: cached under ``TORCH_EXTENSIONS_DIR``) and register the CUDA csrc kernels the
-    GPU paths run by default: the chain verify (:func:`load_cuda`) and the skinny GEMM (:func:`load_cuda_gemm`).
+    GPU paths run by default: the chain verify (:func:`load_cuda`; its op schemas come from the C++ CPU extension,
+    JIT-built too when a source checkout lacks it) and the skinny GEMM (:func:`load_cuda_gemm`).
 
     Called by the decode runtime (``runtime/decode.py`` ``DecodeRuntime``), the core engine
     (``runtime/engine.py`` ``SpecLAEngine``) and the vLLM GPU worker when they run on CUDA, so the measured
     fastest kernels are the default: on the H200, SpecLA K = 4 steps at batch 64 / 256 took 0.82-0.86x the
-    Triton chain kernels' time with the CUDA chain verify, batch 16 0.95-0.96x, batch 1 the same
-    (benchmarks/RESULTS.md "Session 44"); the skinny GEMM runs the batch-1 verify windows' GEMMs (session 15).
-    Once loaded, the dispatchers pick them per shape (``ops/chain_verify.py`` ``_use_cuda_csrc``,
-    ``ops/fused.py`` ``linear``).
+    Triton chain kernels' time with the CUDA chain verify, at batch 16 0.96x (K = 4) / 0.95x (K = 7), at batch 1
+    the same (benchmarks/RESULTS.md "Session 44"); the skinny GEMM runs the batch-1 verify windows' GEMMs
+    (session 15). Once loaded, the dispatchers pick them per shape (``ops/chain_verify.py`` ``_use_cuda_csrc``,
+    ``ops/fused.py`` ``linear``). A kernel switched off (``chain_verify.USE_CUDA_CSRC`` /
+    ``VLLM_SPECLA_CUDA_CSRC=0``, ``fused.USE_SKINNY_GEMM`` / ``VLLM_SPECLA_SKINNY_GEMM=0``) is not built.
 
-    ``VLLM_SPECLA_CUDA_KERNELS`` (:func:`cuda_kernels_mode`): ``auto`` (default) logs one warning where a build
-    fails (no ``nvcc``, no C++ CPU extension for the op schemas, ...) and the Triton / cuBLAS kernels run
-    instead; ``1`` raises; ``0`` builds nothing. Without CUDA nothing is built in any mode. The first build takes
-    about 1-3 minutes (``nvcc``); later processes load the cached build. The result is kept: later calls return it.
+    ``VLLM_SPECLA_CUDA_KERNELS`` (:func:`cuda_kernels_mode`, read at each call): ``auto`` (default) logs one
+    warning where a build fails (no ``nvcc``, no C++ compiler, ...) and the Triton / cuBLAS kernels run instead
+    (lossless either way; slower); a failed build is not retried in the process. ``1`` raises instead (also for a
+    build that failed earlier under ``auto``); ``0`` builds nothing. Without CUDA nothing is built in any mode.
+    The first build takes about 1-3 minutes (``nvcc``); later processes load the cached build.
 
     Returns:
-        ``{"chain_verify": bool, "skinny_gemm": bool}``: which of the two are registered.
+        ``{"chain_verify": bool, "skinny_gemm": bool}``: which of the two are registered now.
 
     Raises:
         RuntimeError: mode ``1`` and a build failed (the message carries the cause).
         ValueError: a bad ``VLLM_SPECLA_CUDA_KERNELS`` value.
     """
-    global _CUDA_KERNELS
+    from vllm_specla.ops import chain_verify, fused  # noqa: PLC0415  (they import this module)
+
     mode = cuda_kernels_mode()
-    if _CUDA_KERNELS is not None:
-        return dict(_CUDA_KERNELS)
-    got = {"chain_verify": CUDA_LOADED, "skinny_gemm": GEMM_LOADED}
-    if mode == "0" or not torch.cuda.is_available():
-        return got  # (not cached: a later call with another mode may build)
-    errors = []
-    for name, fn in (("chain_verify", load_cuda), ("skinny_gemm", load_cuda_gemm)):
-        if got[name]:
-            continue
-        try:
-            got[name] = bool(fn())
-        except Exception as e:  # noqa: BLE001  (nvcc missing, compile error, no CPU extension, ...)
-            last = str(e).strip().splitlines()[-1] if str(e).strip() else repr(e)  # (a build log's last line)
-            errors.append(f"{name}: {type(e).__name__}: {last}")
-    if errors and mode == "1":
-        raise RuntimeError(f"{CUDA_KERNELS_ENV}=1 but the CUDA kernels did not build: {'; '.join(errors)}")
-    if errors:
-        _log.warning("vllm_specla: the CUDA csrc kernels did not build, running the Triton / cuBLAS kernels instead "
-                     "(slower at batch 16+; set %s=0 to silence): %s", CUDA_KERNELS_ENV, "; ".join(errors))
-    _CUDA_KERNELS = dict(got)
-    return got
+    wanted = {"chain_verify": chain_verify.USE_CUDA_CSRC, "skinny_gemm": fused.USE_SKINNY_GEMM}
+    if mode != "0" and torch.cuda.is_available():
+
+        def build_chain_verify() -> bool:
+            _ensure_cpu_extension()
+            return load_cuda()
+
+        new_errors = []
+        for name, build, loaded in (("chain_verify", build_chain_verify, CUDA_LOADED),
+                                    ("skinny_gemm", load_cuda_gemm, GEMM_LOADED)):
+            if loaded or not wanted[name] or name in _CUDA_KERNEL_ERRORS:
+                continue
+            try:
+                build()
+            except Exception as e:  # noqa: BLE001  (nvcc missing, compile error, no CPU extension, ...)
+                last = str(e).strip().splitlines()[-1] if str(e).strip() else repr(e)  # (a build log's last line)
+                _CUDA_KERNEL_ERRORS[name] = f"{name}: {type(e).__name__}: {last}"
+                new_errors.append(_CUDA_KERNEL_ERRORS[name])
+        failed = [_CUDA_KERNEL_ERRORS[n] for n in wanted if wanted[n] and n in _CUDA_KERNEL_ERRORS]
+        if failed and mode == "1":
+            raise RuntimeError(f"{CUDA_KERNELS_ENV}=1 but the CUDA kernels did not build: {'; '.join(failed)}")
+        if new_errors:
+            _log.warning("vllm_specla: the CUDA csrc kernels did not build, running the Triton / cuBLAS kernels "
+                         "instead (lossless, slower: at batch 16+ without the chain verify, at batch 1 without the "
+                         "skinny GEMM; set %s=0 to silence): %s", CUDA_KERNELS_ENV, "; ".join(new_errors))
+    return {"chain_verify": CUDA_LOADED, "skinny_gemm": GEMM_LOADED}
 
 
 # skinny_gemm's default prefetch size: the best on the step's GEMMs (RESULTS.md session 17; ops/fused.py

@@ -347,7 +347,7 @@ class FusedEagle:
             ``"fp8"`` on a CUDA GPU below compute capability 8.9 (Triton's float8 needs it).
     """
 
-    def __init__(self, drafter, target: FusedTarget, dtype: torch.dtype, device,
+    def __init__(self, drafter, target: FusedTarget, dtype: torch.dtype | str, device,
                  draft_vocab: torch.Tensor | None = None, draft_weights: str = "model"):
         dtype = resolve_dtype(dtype)
         if dtype != target.dtype:  # the drafter's input [embed(x); f] is built in the target's embedding dtype

@@ -94,6 +94,9 @@ def translate_speculative_config(spec, target_model_config=None) -> tuple[dict |
             raise SpecLAConfigError(f"speculative_config: must be a dict, inline JSON or a path to a JSON file, "
                                     f"got {type(spec).__name__} {spec!r:.60}")
         return spec, None
+    bad_keys = [k for k in spec if not isinstance(k, str)]
+    if bad_keys:
+        raise SpecLAConfigError(f"speculative_config: field names must be strings, got {bad_keys[0]!r}")
     spec = normalize_method({k.replace("-", "_"): v for k, v in spec.items()})
     if spec.get("method") == "specla":
         spec = {k: v for k, v in spec.items() if not k.startswith("_")}
