@@ -65,23 +65,25 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s44g)  # (any card) the CUDA kernels as the default (session 44): bench_e2e without csrc flags, (1) without the C++
-        # CPU extension (expect one warning naming it; the skinny GEMM built, the csrc chain verify not: the record's
-        # cuda_csrc false), (2) with it (VLLM_SPECLA_CPP_JIT=1: cuda_csrc true, flame batch 64 K = 4 ~6.04 ms on the
-        # H200), (3) VLLM_SPECLA_CUDA_KERNELS=1 without it (expect the RuntimeError), (4) =0 (cuda_csrc false, skinny
-        # None); timeouts 4 x 150 s
+  s44g)  # (any card) the CUDA kernels as the default (session 44): bench_e2e without csrc flags, (nocpp) without the C++
+        # CPU extension imported (load_cuda_kernels JIT-builds it, then the chain verify: the record's cuda_csrc true;
+        # flame batch 64 K = 4 ~6.04 ms on the H200), (cpp) with it JIT-built at import (the same), (disabled)
+        # VLLM_SPECLA_DISABLE_CPP=1 (one warning naming it; the skinny GEMM built, cuda_csrc false, ~7.16 ms), (strict)
+        # that with VLLM_SPECLA_CUDA_KERNELS=1 (the RuntimeError), (off) VLLM_SPECLA_CUDA_KERNELS=0 (cuda_csrc false,
+        # skinny None); timeouts 5 x 110 s
       nvidia-smi --query-gpu=name --format=csv,noheader
       export MAX_JOBS=16
       R='import sys,json;[print(r["tag"],r["mode"],round(r["step_ms"],3),"csrc",r["cuda_csrc"],"skinny",r["gemv_rows"]["skinny"]) for r in map(json.loads,sys.stdin)]'
-      for ARM in nocpp cpp strict off; do
+      for ARM in nocpp cpp disabled strict off; do
         case $ARM in
           nocpp) E="VLLM_SPECLA_CPP_JIT=0" ;; cpp) E="VLLM_SPECLA_CPP_JIT=1" ;;
-          strict) E="VLLM_SPECLA_CPP_JIT=0 VLLM_SPECLA_CUDA_KERNELS=1" ;; off) E="VLLM_SPECLA_CPP_JIT=1 VLLM_SPECLA_CUDA_KERNELS=0" ;;
+          disabled) E="VLLM_SPECLA_DISABLE_CPP=1" ;; strict) E="VLLM_SPECLA_DISABLE_CPP=1 VLLM_SPECLA_CUDA_KERNELS=1" ;;
+          off) E="VLLM_SPECLA_CUDA_KERNELS=0" ;;
         esac
         echo "== $ARM ($E)"
-        env $E timeout 150 python benchmarks/bench_e2e.py --shapes flame --batches 64 --ks 4 --alphas 0.8 \
+        env $E timeout 110 python benchmarks/bench_e2e.py --shapes flame --batches 64 --ks 4 --alphas 0.8 \
             --snapshot-ks "" --tag s44g_$ARM --out "$OUT/e2e_s44g.jsonl" > "$OUT/s44g_$ARM.txt" 2>&1
-        echo "rc $?"; grep -E "vllm_specla|Error|error" "$OUT/s44g_$ARM.txt" | tail -3
+        echo "rc $?"; grep -E "vllm_specla|Error|error" "$OUT/s44g_$ARM.txt" | tail -3 | cut -c1-400
         grep "^{" "$OUT/s44g_$ARM.txt" | python -c "$R"
       done
       ;;
