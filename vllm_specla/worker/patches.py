@@ -22,7 +22,7 @@
    calls its worker in-process: no RPC to save); ``VLLM_SPECLA_INLINE_DRAFTS=0`` turns it off.
 
 6. ``SamplingParams._validate_spec_decode``: under SpecLA a request with ``logprob_token_ids`` is refused
-   (``VLLMValidationError`` naming the field: HTTP 400 from ``vllm serve``, ``ValueError`` offline) as vLLM
+   (vLLM's ``VLLMValidationError`` naming the field: HTTP 400 from ``vllm serve``, raised by ``LLM.generate``) as vLLM
    refuses ``min_p`` / ``logit_bias``. vLLM 0.32's rejection sampler fails on it (its bonus-token logprobs come
    back already gathered to the requested ids, ``_get_logprobs_tensors``), which killed the engine for every
    request; ``logprobs=N`` works.
