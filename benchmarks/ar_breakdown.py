@@ -23,7 +23,7 @@ from bench_e2e import build  # noqa: E402
 from graph_timing import graph_ms as _graph_ms  # noqa: E402
 
 from vllm_specla.core.state import allocate_layer_states  # noqa: E402
-from vllm_specla.ops import fused  # noqa: E402
+from vllm_specla.ops import _cpp, fused  # noqa: E402
 from vllm_specla.ops.chain_verify import chain_verify, conv_verify  # noqa: E402
 from vllm_specla.runtime.decode import DecodeRuntime  # noqa: E402
 from vllm_specla.runtime.fused_model import StepCtrl  # noqa: E402
@@ -89,7 +89,8 @@ def main() -> None:
         wbytes = sum((L.w_in.numel() + L.w_o.numel() + L.w_gu.numel() + L.w_down.numel()) * 2 for L in layers)
         wbytes += tgt.lm_head.numel() * 2
         r = dict(shape=args.shape, batch=B, step_ms=step, gemms_ms=graph_ms(gemms), recurrent_ms=graph_ms(recurrent),
-                 small_ms=graph_ms(small), weight_bytes=wbytes, gpu=torch.cuda.get_device_name())
+                 small_ms=graph_ms(small), weight_bytes=wbytes, gpu=torch.cuda.get_device_name(),
+                 cuda_kernels=_cpp.load_cuda_kernels())  # (what DecodeRuntime loaded: ops/_cpp.py, session 44)
         r["gemm_TBps"] = wbytes / (r["gemms_ms"] * 1e-3) / 1e12
         r["weight_floor_ms"] = wbytes / 4.3e12 * 1e3
         recs.append(r)
