@@ -167,9 +167,9 @@ def run_kind(bn: Bench, kind: str, T: int, A: int = 0, config=None) -> float:
             for l in range(L):
                 tr.recover(bn.state, bn.slots[l], bn.bank_k, bn.bank_v, bn.bank_g, bn.rb, acc)
                 chain(l, **banks)
-    elif kind == "recover":
-        body = lambda: [tr.recover(bn.state, bn.slots[l], bn.bank_k, bn.bank_v, bn.bank_g, bn.rb, acc)  # noqa: E731
-                        for l in range(L)]
+    elif kind == "recover":  # (config: the recover kernel's (BV, num_warps[, PF]))
+        body = lambda: [tr.recover(bn.state, bn.slots[l], bn.bank_k, bn.bank_v, bn.bank_g, bn.rb, acc,  # noqa: E731
+                                   config=config) for l in range(L)]
     elif kind in ("replay", "replayA"):
         n = T if kind == "replay" else A
 
@@ -252,6 +252,9 @@ def main():
     ap.add_argument("--Ts", default="1,2,3,5,8,9")
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--recover-configs", default="",
+                    help="comma-separated BV/num_warps/PF recover configs: time recover (A = 3, 5, 8) at each, "
+                         "beside A replay launches, at --batches x --shapes first (records carry the config)")
     ap.add_argument("--budget-s", type=float, default=420.0)
     ap.add_argument("--dry-cpu", action="store_true")
     args = ap.parse_args()
@@ -320,6 +323,24 @@ def main():
     else:
         out["tuned"] = {k: list(v) for k, v in tc.TUNED.items()}
 
+    # ---------------- recover configs ----------------
+    rconfigs = [tuple(int(x) for x in c.split("/")) for c in args.recover_configs.split(",") if c]
+    for B in [int(b) for b in args.batches.split(",")] if rconfigs else []:
+        for sname in shapes:
+            bn = Bench(SHAPES[sname], B, L)
+            line = []
+            for A in (3, 5, 8):
+                ra = run_kind(bn, "replayA", 1, A=A)
+                rec(sname, bn, "replayA", 1, A, ra)
+                for cfg in rconfigs:
+                    us = run_kind(bn, "recover", 1, A=A, config=cfg)
+                    rec(sname, bn, "recover", 1, A, us, config=cfg)
+                    line.append(f"A{A} {'/'.join(map(str, cfg))}:{us:.2f} ({ra / us:.2f}x)")
+            print(f"recover {sname} B={B}: " + " ".join(line), flush=True)
+            save()
+            del bn
+            torch.cuda.empty_cache()
+
     # ---------------- main table + targets ----------------
     Ts = [int(t) for t in args.Ts.split(",")]
     for B in [int(b) for b in args.batches.split(",")]:
@@ -365,9 +386,10 @@ def main():
 def summarize(out):
     recs = out["records"]
 
-    def get(shape, B, kind, T, A=0):
+    def get(shape, B, kind, T, A=0):  # (the default config's record: sweeps' records carry theirs)
         for r in recs:
-            if r["shape"] == shape and r["B"] == B and r["kind"] == kind and r["T"] == T and r["A"] == A:
+            if (r["shape"] == shape and r["B"] == B and r["kind"] == kind and r["T"] == T and r["A"] == A
+                    and r.get("config") is None):
                 return r
         return None
 
