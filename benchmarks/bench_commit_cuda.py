@@ -10,7 +10,7 @@ on its own state slots, as ``bench_kernels.py``):
 
 * ``fused T/A``  one verify launch of a T-token window with A pending factors folded first
   (deferred commit: the state is written once);
-* ``sep T/A``    ``triton_recover.recover`` of the A factors, then a verify without pending;
+* ``sep T/A``    ``triton_recover.recover`` of the A factors (``--recover-config``), then a verify without pending;
 * ``step T``     ``fused T/T`` (the production SpecLA step at K = T - 1);
 * ``replay T``   T launches of the T = 1 kernel with the state read and written each time (the
   system without factors), using the same kernel's AR path.
@@ -106,7 +106,11 @@ def main() -> None:
     ap.add_argument("--impls", default="cuda,triton")
     ap.add_argument("--replays", type=int, default=8, help="graph replays per timing (median of 5 timings)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--recover-config", default="",
+                    help="BV/num_warps/PF of the recover kernel in the sep rows (default: triton_chain.TUNED)")
     args = ap.parse_args()
+    if args.recover_config:
+        tc.TUNED["recover"] = tuple(int(x) for x in args.recover_config.split("/"))
     impls = kernels([s for s in args.impls.split(",") if s])
     dev = "cuda"
     recs = []
@@ -157,7 +161,8 @@ def main() -> None:
                                        write_final_state=True)
                     us = 1e3 * graph_ms(body, replays=args.replays) / LAYERS
                     r = dict(shape=sname, B=B, impl=iname, kind=kind, T=T, A=A if kind != "step" else T,
-                             us=round(us, 2), gpu=torch.cuda.get_device_name())
+                             us=round(us, 2), gpu=torch.cuda.get_device_name(),
+                             recover_config=list(tc.TUNED["recover"]) if kind == "sep" else None)
                     recs.append(r)
                     print(json.dumps(r), flush=True)
             del state, banks
