@@ -342,8 +342,8 @@ def main():
             torch.cuda.empty_cache()
 
     # ---------------- main table + targets ----------------
-    Ts = [int(t) for t in args.Ts.split(",")]
-    for B in [int(b) for b in args.batches.split(",")]:
+    Ts = [int(t) for t in args.Ts.split(",") if t]
+    for B in [int(b) for b in args.batches.split(",")] if Ts else []:  # (--Ts "": the sweeps only)
         for sname in shapes:
             if clock.left() < 20:
                 print("budget exhausted; stopping", flush=True)

@@ -77,12 +77,12 @@ case "${1:-}" in
       done
       ;;
   s45a)  # (any card) the recover kernel's factor prefetch (session 45, triton_recover PF): its GPU tests, then recover
-        # of A = 3 / 5 / 8 factors at 11 (BV / warps / PF) configs beside A replay launches, batch 32 / 128, both
-        # shapes, and the kernel table's T = 1 / 5 rows (recover at the default config, fused / sep) (timeouts 150 + 260 s)
+        # of A = 3 / 5 / 8 factors at 8 (BV / warps / PF) configs beside A replay launches, batch 32 / 128, both
+        # shapes (timeouts 150 + 200 s)
       nvidia-smi --query-gpu=name --format=csv,noheader
-      pytest_log recover_s45a 150 tests/test_kernels_gpu.py tests/test_kernel_ut_gpu.py -k "recover or every_accepted"
-      timeout 260 python benchmarks/bench_kernels.py --batches 32,128 --Ts 1,5 --budget-s 240 \
-          --recover-configs 8/1/0,8/1/1,8/1/2,8/1/4,4/1/0,4/1/4,16/1/4,16/2/0,16/2/4,32/2/4,32/4/4 \
+      pytest_log recover_s45a 120 tests/test_kernels_gpu.py tests/test_kernel_ut_gpu.py -k "recover or every_accepted"
+      timeout 200 python benchmarks/bench_kernels.py --batches 32,128 --Ts "" \
+          --recover-configs 8/1/0,8/1/2,8/1/4,4/1/0,4/1/4,16/1/4,16/2/4,32/4/4 \
           --json "$OUT/kernels_s45a.json" 2>&1 | grep -E "^recover|^GPU|B=(32|128):|Error" | cut -c1-2000
       ;;
   s44g)  # (any card) the CUDA kernels as the default (session 44): bench_e2e without csrc flags, (nocpp) without the C++
