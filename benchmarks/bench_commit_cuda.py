@@ -107,7 +107,7 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=8, help="graph replays per timing (median of 5 timings)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--recover-config", default="",
-                    help="BV/num_warps/PF of the recover kernel in the sep rows (default: triton_chain.TUNED)")
+                    help="BV/num_warps of the recover kernel in the sep rows (default: triton_chain.TUNED)")
     args = ap.parse_args()
     if args.recover_config:
         tc.TUNED["recover"] = tuple(int(x) for x in args.recover_config.split("/"))

@@ -65,18 +65,8 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s45b)  # (any card, after s45a; the csrc built, as s44g leaves it) the fused deferred commit vs recover + verify
-        # (the sep rows' recover kernel at the old config and at RC, default 8/1/4), CUDA chain verify, batch 32 / 128
-        # (timeouts 150 + 2 x 80 s)
-      nvidia-smi --query-gpu=name --format=csv,noheader
-      export VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16
-      timeout 150 python -c "from vllm_specla.ops import _cpp; assert _cpp.load_cuda()" 2>&1 | tail -2
-      for C in 8/1/0 "${RC:-8/1/4}"; do
-        timeout 80 python benchmarks/bench_commit_cuda.py --impls cuda --batches 32,128 --replays 20 --recover-config "$C" \
-            --out "$OUT/commit_s45b_${C//\//-}.json" 2>&1 | tail -6
-      done
-      ;;
-  s45a)  # (any card) the recover kernel's factor prefetch (session 45, triton_recover PF): its GPU tests, then recover
+  s45a)  # (as run on an H100, benchmarks/RESULTS.md "Session 45"; the prefetch was removed after it, commit cf720c1 keeps
+        # it: its PF arms now run PF 0) the recover kernel's factor prefetch (triton_recover PF): its GPU tests, then recover
         # of A = 3 / 5 / 8 factors at 8 (BV / warps / PF) configs beside A replay launches, batch 32 / 128, both
         # shapes (timeouts 150 + 200 s)
       nvidia-smi --query-gpu=name --format=csv,noheader

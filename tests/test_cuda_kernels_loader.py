@@ -213,3 +213,109 @@ def test_engine_asks_for_them_on_cuda(fresh):
     fresh.setattr(_cpp, "load_cuda_kernels", hook)
     with pytest.raises(Stop):
         SpecLAEngine(Target(), max_batch=2)
+
+
+# ---- _build_and_load: the JIT builds one process at a time, and a lock left by a killed build ----
+
+
+@pytest.fixture
+def ext_dir(tmp_path, monkeypatch):
+    """``TORCH_EXTENSIONS_DIR`` in tmp_path, and ``cpp_extension.load`` replaced by a fake that keeps torch's
+    protocol (``torch/utils/cpp_extension.py`` ``_jit_compile``): create ``lock`` exclusively, build, remove it;
+    a process that cannot create it polls until it is gone (``FileBaton.wait``), here with a 20 s limit."""
+    import os
+    import time
+
+    from torch.utils import cpp_extension
+    from torch.utils.file_baton import FileBaton
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    built = []
+
+    def fake_load(name, build_directory, **kwargs):
+        baton = FileBaton(os.path.join(build_directory, "lock"))
+        if baton.try_acquire():
+            try:
+                with open(os.path.join(build_directory, f"{name}.so"), "w") as f:
+                    f.write("built")
+                built.append(name)
+            finally:
+                baton.release()
+        else:
+            t0 = time.time()
+            while os.path.exists(baton.lock_file_path):
+                if time.time() - t0 > 20:
+                    raise TimeoutError("waited 20 s on a lock file (torch waits forever)")
+                time.sleep(0.05)
+
+    monkeypatch.setattr(cpp_extension, "load", fake_load)
+    return tmp_path, built
+
+
+def test_build_removes_a_lock_left_by_a_killed_build(ext_dir, caplog):
+    """A torch ``lock`` file with no live builder (a build killed by SIGTERM leaves it) no longer hangs the next
+    start: it is removed with one warning naming it, and the extension builds (saying so first)."""
+    from torch.utils import cpp_extension
+
+    tmp, built = ext_dir
+    d = cpp_extension._get_build_directory("vllm_specla_test_jit", verbose=False)
+    assert d.startswith(str(tmp))
+    open(f"{d}/lock", "w").close()
+    with caplog.at_level(logging.WARNING, logger="vllm.specla"):
+        _cpp._build_and_load("vllm_specla_test_jit", sources=[])
+    assert built == ["vllm_specla_test_jit"]
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any("removing" in m and f"{d}/lock" in m and "interrupted build" in m for m in msgs), msgs
+    assert any("building vllm_specla_test_jit" in m for m in msgs), msgs
+    # built and unlocked: the next load neither warns nor builds
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="vllm.specla"):
+        _cpp._build_and_load("vllm_specla_test_jit", sources=[])
+    assert built == ["vllm_specla_test_jit"] * 2  # (the fake "builds" whenever it holds the lock)
+    assert caplog.records == []
+
+
+def test_build_waits_for_a_live_builder_and_keeps_its_lock(ext_dir, caplog):
+    """While another process builds (holding the flock, its torch ``lock`` file present), a second one waits
+    (one warning), does not remove that process's lock, and goes on once it is done."""
+    import subprocess
+    import sys
+    import time
+
+    from torch.utils import cpp_extension
+
+    tmp, built = ext_dir
+    d = cpp_extension._get_build_directory("vllm_specla_test_jit", verbose=False)
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import fcntl, os, sys, time
+fl = open({d!r} + "/{_cpp._BUILD_FLOCK}", "a")
+fcntl.flock(fl, fcntl.LOCK_EX)
+open({d!r} + "/lock", "w").close()
+print("holding", flush=True)
+time.sleep(2.0)
+open({d!r} + "/vllm_specla_test_jit.so", "w").write("built by the other")
+os.remove({d!r} + "/lock")
+"""], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        t0 = time.time()
+        with caplog.at_level(logging.WARNING, logger="vllm.specla"):
+            _cpp._build_and_load("vllm_specla_test_jit", sources=[])
+        waited = time.time() - t0
+    finally:
+        holder.wait(timeout=30)
+    assert holder.returncode == 0
+    assert waited > 1.0
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any("waiting for another process's build of vllm_specla_test_jit" in m for m in msgs), msgs
+    assert not any("removing" in m or "building" in m for m in msgs), msgs
+
+
+def test_cuda_and_cpu_builds_go_through_the_lock(monkeypatch):
+    """Both JIT builds (the CPU extension and the CUDA kernels) call ``_build_and_load``."""
+    calls = []
+    monkeypatch.setattr(_cpp, "_build_and_load", lambda name, **kw: calls.append((name, sorted(kw))))
+    _cpp._jit_load()
+    _cpp._jit_cuda("vllm_specla_gemm_jit", ["skinny_gemm.cu"], False)
+    assert [c[0] for c in calls] == ["vllm_specla_C_jit", "vllm_specla_gemm_jit"]
+    assert all("sources" in kw for _, kw in calls)

@@ -45,14 +45,62 @@ def _csrc_dir() -> str:
 
 
 def _jit_load() -> None:
-    from torch.utils.cpp_extension import load  # noqa: PLC0415
-
     src = _csrc_dir()
     sources = [os.path.join(src, "torch_bindings.cpp")] + sorted(glob.glob(os.path.join(src, "cpu", "*.cpp")))
     if not os.path.isfile(sources[0]):
         raise ImportError(f"no C++ sources at {src}")
-    load(name="vllm_specla_C_jit", sources=sources, extra_cflags=["-O3", "-fopenmp", "-fno-trapping-math"],
-         extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
+    _build_and_load("vllm_specla_C_jit", sources=sources, extra_cflags=["-O3", "-fopenmp", "-fno-trapping-math"],
+                    extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
+
+
+_BUILD_FLOCK = "vllm_specla_build.flock"
+
+
+def _build_and_load(name: str, **kwargs) -> None:
+    """``torch.utils.cpp_extension.load(name=name, **kwargs)`` in its default build directory
+    (``TORCH_EXTENSIONS_DIR`` / ``~/.cache/torch_extensions/<python>_<cuda>/<name>``), one process at a time.
+
+    torch marks a build in progress with a file ``lock`` in that directory and makes every other process
+    wait until the file is gone (``torch/utils/file_baton.py``, polled without a limit). A process killed
+    while building (a timeout's SIGTERM, ``kill``, a container stop; an exception removes it) leaves that
+    file behind, and every later start then waits on it forever without a message: the first GPU runs of
+    session 45 hung that way (benchmarks/RESULTS.md). So the build here runs under an ``fcntl`` lock on
+    ``vllm_specla_build.flock`` in the same directory, which the kernel releases when its holder dies:
+    whoever holds it is the only builder of ``name`` among these processes, so a torch ``lock`` file found
+    then is stale and is removed (one warning naming it). A process that finds another one building waits for
+    it (one warning), then loads what it built. A build that has to compile (no ``<name>.so`` yet) says so in
+    one warning first, as it takes minutes.
+
+    Raises:
+        whatever ``load`` raises (compiler errors, a missing ``nvcc``, ...).
+    """
+    from torch.utils import cpp_extension  # noqa: PLC0415
+
+    try:
+        import fcntl  # noqa: PLC0415
+    except ImportError:  # (not POSIX: torch's own lock only)
+        fcntl = None
+    build_dir = cpp_extension._get_build_directory(name, verbose=False)
+    if fcntl is None:
+        cpp_extension.load(name=name, build_directory=build_dir, **kwargs)
+        return
+    with open(os.path.join(build_dir, _BUILD_FLOCK), "a") as fl:
+        try:
+            fcntl.flock(fl, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _log.warning("vllm_specla: waiting for another process's build of %s in %s", name, build_dir)
+            fcntl.flock(fl, fcntl.LOCK_EX)
+        try:
+            stale = os.path.join(build_dir, "lock")
+            if os.path.exists(stale):
+                _log.warning("vllm_specla: removing %s, left by an interrupted build of %s", stale, name)
+                os.remove(stale)
+            if not os.path.exists(os.path.join(build_dir, f"{name}.so")):
+                _log.warning("vllm_specla: building %s (first use on this machine; minutes for the CUDA kernels "
+                             "with nvcc, cached in %s)", name, build_dir)
+            cpp_extension.load(name=name, build_directory=build_dir, **kwargs)
+        finally:
+            fcntl.flock(fl, fcntl.LOCK_UN)
 
 
 def load_cuda(verbose: bool = False) -> bool:
@@ -112,12 +160,10 @@ def load_cuda(verbose: bool = False) -> bool:
 def _jit_cuda(name: str, files: list[str], verbose: bool) -> None:
     """``torch.utils.cpp_extension.load`` of ``csrc/cuda/<files>`` as extension ``name`` (-O3;
     ``VLLM_SPECLA_CUDA_LINEINFO=1`` adds ``-lineinfo``), registering its ops."""
-    from torch.utils.cpp_extension import load  # noqa: PLC0415
-
     lineinfo = os.environ.get("VLLM_SPECLA_CUDA_LINEINFO", "0") not in ("", "0")
-    load(name=name, sources=[os.path.join(_csrc_dir(), "cuda", f) for f in files], extra_cflags=["-O3"],
-         extra_cuda_cflags=["-O3"] + (["-lineinfo"] if lineinfo else []),
-         is_python_module=False, verbose=verbose)
+    _build_and_load(name, sources=[os.path.join(_csrc_dir(), "cuda", f) for f in files], extra_cflags=["-O3"],
+                    extra_cuda_cflags=["-O3"] + (["-lineinfo"] if lineinfo else []),
+                    is_python_module=False, verbose=verbose)
 
 
 CUDA_KERNELS_ENV = "VLLM_SPECLA_CUDA_KERNELS"
@@ -183,7 +229,9 @@ def load_cuda_kernels() -> dict[str, bool]:
     warning where a build fails (no ``nvcc``, no C++ compiler, ...) and the Triton / cuBLAS kernels run instead
     (lossless either way; slower); a failed build is not retried in the process. ``1`` raises instead (also for a
     build that failed earlier under ``auto``); ``0`` builds nothing. Without CUDA nothing is built in any mode.
-    The first build takes about 1-3 minutes (``nvcc``); later processes load the cached build.
+    The first build takes about 3 minutes (``nvcc``; an H100 machine with 16 cores, session 45: ~2 min for the
+    chain verify, ~45 s for the skinny GEMM) and says so in one warning; later processes load the cached build
+    (:func:`_build_and_load`: one builder at a time, a lock left by a killed build removed).
 
     Returns:
         ``{"chain_verify": bool, "skinny_gemm": bool}``: which of the two are registered now.

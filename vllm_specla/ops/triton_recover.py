@@ -18,7 +18,6 @@ import triton
 import triton.language as tl
 
 from vllm_specla.ops import triton_chain
-from vllm_specla.ops.triton_chain import _pend_load
 
 
 @triton.jit
@@ -26,7 +25,7 @@ def _recover_kernel(
     state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted,
     Tmax,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, PF: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr,
 ):
     i_v = tl.program_id(0)
     i_hv = tl.program_id(1)
@@ -45,46 +44,10 @@ def _recover_kernel(
         p_s = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K + o_k[None, :]
         b_h = tl.load(p_s, mask=mh, other=0.0)
         base = (slot * 2 + b) * Tmax
-        # PF > 0: factors u + 1 .. u + PF in flight while u is folded (rotating registers, as the
-        # chain kernel's deferred commit, triton_chain._pend_load: indices clamped to n - 1, so a
-        # load past the last factor re-reads it, in bounds and unused). Same arithmetic in the same
-        # order as PF = 0, where each factor's loads wait for the fold of the one before.
-        if PF > 0:
-            fa_k, fa_v, fa_g = _pend_load(bank_k, bank_v, bank_g, base, 0, n, i_h, i_hv, o_k, mk, o_v,
-                                                       mv, H, HV, K, V)
-            if PF > 1:
-                fb_k, fb_v, fb_g = _pend_load(bank_k, bank_v, bank_g, base, 1, n, i_h, i_hv, o_k, mk,
-                                                           o_v, mv, H, HV, K, V)
-            if PF > 2:
-                fc_k, fc_v, fc_g = _pend_load(bank_k, bank_v, bank_g, base, 2, n, i_h, i_hv, o_k, mk,
-                                                           o_v, mv, H, HV, K, V)
-            if PF > 3:
-                fd_k, fd_v, fd_g = _pend_load(bank_k, bank_v, bank_g, base, 3, n, i_h, i_hv, o_k, mk,
-                                                           o_v, mv, H, HV, K, V)
         for u in range(0, n):
-            if PF > 0:
-                b_k, b_v, b_g = fa_k, fa_v, fa_g
-                if PF == 1:
-                    fa_k, fa_v, fa_g = _pend_load(bank_k, bank_v, bank_g, base, u + 1, n, i_h, i_hv, o_k,
-                                                               mk, o_v, mv, H, HV, K, V)
-                else:
-                    fa_k, fa_v, fa_g = fb_k, fb_v, fb_g
-                if PF == 2:
-                    fb_k, fb_v, fb_g = _pend_load(bank_k, bank_v, bank_g, base, u + 2, n, i_h, i_hv, o_k,
-                                                               mk, o_v, mv, H, HV, K, V)
-                elif PF > 2:
-                    fb_k, fb_v, fb_g = fc_k, fc_v, fc_g
-                if PF == 3:
-                    fc_k, fc_v, fc_g = _pend_load(bank_k, bank_v, bank_g, base, u + 3, n, i_h, i_hv, o_k,
-                                                               mk, o_v, mv, H, HV, K, V)
-                elif PF > 3:
-                    fc_k, fc_v, fc_g = fd_k, fd_v, fd_g
-                    fd_k, fd_v, fd_g = _pend_load(bank_k, bank_v, bank_g, base, u + 4, n, i_h, i_hv, o_k,
-                                                               mk, o_v, mv, H, HV, K, V)
-            else:
-                b_k = tl.load(bank_k + ((base + u) * H + i_h) * K + o_k, mask=mk, other=0.0)
-                b_v = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
-                b_g = tl.load(bank_g + (base + u) * HV + i_hv)
+            b_k = tl.load(bank_k + ((base + u) * H + i_h) * K + o_k, mask=mk, other=0.0)
+            b_v = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
+            b_g = tl.load(bank_g + (base + u) * HV + i_hv)
             b_h = b_h * tl.exp(b_g) + b_v[:, None] * b_k[None, :]
         tl.store(p_s, b_h, mask=mh)
 
@@ -97,16 +60,13 @@ def recover(
     bank_g: torch.Tensor,
     bank_idx: torch.Tensor,
     num_accepted: torch.Tensor,
-    config: tuple[int, ...] | None = None,
+    config: tuple[int, int] | None = None,
 ) -> None:
     """Fold the first ``num_accepted[r]`` factors of bank ``bank_idx[r]`` into ``state[slots[r]]``
     in place (see :func:`vllm_specla.ops.reference.recover_ref`).
 
-    ``config``: ``(BV, num_warps[, PF])`` (benchmark sweeps, tests); default
-    ``triton_chain.CONFIG_OVERRIDE[:2]`` when set, else ``triton_chain.TUNED["recover"]``. ``PF``
-    (0-4, default 0): how many factors ahead the kernel loads them (0: each factor's loads wait for
-    the fold of the one before); the same arithmetic in the same order at every ``PF``, so the same
-    bits. Raises ``ValueError`` for a ``PF`` outside 0-4."""
+    ``config``: ``(BV, num_warps)`` (benchmark sweeps: ``bench_kernels.py --recover-configs``); default
+    ``triton_chain.CONFIG_OVERRIDE[:2]`` when set, else ``triton_chain.TUNED["recover"]``."""
     R = slots.numel()
     if R == 0:
         return
@@ -115,17 +75,15 @@ def recover(
     assert state.dtype == torch.float32 and state.is_contiguous()
     BK = triton.next_power_of_2(K)
     if config is None:
-        config = (tuple(triton_chain.CONFIG_OVERRIDE[:2]) if triton_chain.CONFIG_OVERRIDE is not None
-                  else tuple(triton_chain.TUNED["recover"]))
-    BV, nw, PF = (tuple(config) + (0,))[:3]
-    if PF not in (0, 1, 2, 3, 4):
-        raise ValueError(f"recover config PF={PF!r}: allowed values are 0, 1, 2, 3, 4")
+        config = (triton_chain.CONFIG_OVERRIDE if triton_chain.CONFIG_OVERRIDE is not None
+                  else triton_chain.TUNED["recover"])
+    BV, nw = config[:2]
     BV = min(BV, triton.next_power_of_2(V))
     grid = (triton.cdiv(V, BV), HV, R)
     _recover_kernel[grid](
         state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted,
         bank_k.shape[2],
-        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, PF=PF, num_warps=nw, num_stages=1,
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, num_warps=nw, num_stages=1,
     )
 
 
