@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 44: an H200 ran s43b, s43d and s44a-s44f
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 45: no H200; an H100 ran s45a and s44g (its
+# building arms hung on a lock file a killed build left, now removed by ops/_cpp.py _build_and_load) and one inline
+# load_cuda_kernels() (both kernels loaded; benchmarks/RESULTS.md "Session 45"). NEXT: s45c on any card (~6 min: the
+# default's first build timed, s44g's arms, a planted stale lock), then on an H200 s43b (issue 5's tables; its
+# recover rows at the default config; bench_kernels.py --recover-configs sweeps that kernel) and s36b. Session 44: an H200 ran s43b, s43d and s44a-s44f
 # (benchmarks/RESULTS.md "Session 44"); the CUDA csrc kernels then became the default (ops/_cpp.py load_cuda_kernels:
 # DecodeRuntime builds them on first use, 1-3 min with nvcc, so a fresh machine's first bench_e2e run takes that
 # much longer; --no-cuda-csrc / --skinny-gemm off for the old arms). NEXT: s44g on any card (the new default as a
@@ -65,6 +69,32 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s45c)  # (any card) s44g again with the build first (s44g as run in session 45: its first arm was killed by its 110 s
+        # timeout while nvcc built, and the lock file torch left hung the next three arms; _cpp._build_and_load now
+        # removes such a lock): the build as a user's first start gets it (timed; one "building" warning per
+        # extension), then s44g's arms on the cached build, then (stale) a leftover torch lock file planted in the
+        # skinny GEMM's build directory: one "removing" warning, both kernels loaded (timeouts 330 + 6 x 70 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      export MAX_JOBS=16
+      start=$(date +%s)
+      timeout 330 python -c "from vllm_specla.ops import _cpp; print('loaded', _cpp.load_cuda_kernels(), _cpp._CUDA_KERNEL_ERRORS)" 2>&1 | tail -6
+      echo "build secs $(( $(date +%s) - start ))"
+      R='import sys,json;[print(r["tag"],r["mode"],round(r["step_ms"],3),"csrc",r["cuda_csrc"],"skinny",r["gemv_rows"]["skinny"]) for r in map(json.loads,sys.stdin)]'
+      for ARM in nocpp cpp disabled strict off stale; do
+        case $ARM in
+          nocpp) E="VLLM_SPECLA_CPP_JIT=0" ;; cpp) E="VLLM_SPECLA_CPP_JIT=1" ;;
+          disabled) E="VLLM_SPECLA_DISABLE_CPP=1" ;; strict) E="VLLM_SPECLA_DISABLE_CPP=1 VLLM_SPECLA_CUDA_KERNELS=1" ;;
+          off) E="VLLM_SPECLA_CUDA_KERNELS=0" ;;
+          stale) E="VLLM_SPECLA_CPP_JIT=1"
+                 touch "$(python -c "from torch.utils.cpp_extension import _get_build_directory as d; print(d('vllm_specla_gemm_jit', False))")/lock" ;;
+        esac
+        echo "== $ARM ($E)"
+        env $E timeout 70 python benchmarks/bench_e2e.py --shapes flame --batches 64 --ks 4 --alphas 0.8 \
+            --snapshot-ks "" --tag s45c_$ARM --out "$OUT/e2e_s45c.jsonl" > "$OUT/s45c_$ARM.txt" 2>&1
+        echo "rc $?"; grep -E "vllm_specla|Error|error" "$OUT/s45c_$ARM.txt" | tail -3 | cut -c1-400
+        grep "^{" "$OUT/s45c_$ARM.txt" | python -c "$R"
+      done
+      ;;
   s45a)  # (as run on an H100, benchmarks/RESULTS.md "Session 45"; the prefetch was removed after it, commit cf720c1 keeps
         # it: its PF arms now run PF 0) the recover kernel's factor prefetch (triton_recover PF): its GPU tests, then recover
         # of A = 3 / 5 / 8 factors at 8 (BV / warps / PF) configs beside A replay launches, batch 32 / 128, both
@@ -75,7 +105,7 @@ case "${1:-}" in
           --recover-configs 8/1/0,8/1/2,8/1/4,4/1/0,4/1/4,16/1/4,16/2/4,32/4/4 \
           --json "$OUT/kernels_s45a.json" 2>&1 | grep -E "^recover|^GPU|B=(32|128):|Error" | cut -c1-2000
       ;;
-  s44g)  # (any card) the CUDA kernels as the default (session 44): bench_e2e without csrc flags, (nocpp) without the C++
+  s44g)  # (as run on an H100 in session 45: see s45c) the CUDA kernels as the default (session 44): bench_e2e without csrc flags, (nocpp) without the C++
         # CPU extension imported (load_cuda_kernels JIT-builds it, then the chain verify: the record's cuda_csrc true;
         # flame batch 64 K = 4 ~6.04 ms on the H200), (cpp) with it JIT-built at import (the same), (disabled)
         # VLLM_SPECLA_DISABLE_CPP=1 (one warning naming it; the skinny GEMM built, cuda_csrc false, ~7.16 ms), (strict)
