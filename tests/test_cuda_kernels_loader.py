@@ -222,7 +222,8 @@ def test_engine_asks_for_them_on_cuda(fresh):
 def ext_dir(tmp_path, monkeypatch):
     """``TORCH_EXTENSIONS_DIR`` in tmp_path, and ``cpp_extension.load`` replaced by a fake that keeps torch's
     protocol (``torch/utils/cpp_extension.py`` ``_jit_compile``): create ``lock`` exclusively, build, remove it;
-    a process that cannot create it polls until it is gone (``FileBaton.wait``), here with a 20 s limit."""
+    a process that cannot create it polls until it is gone (``FileBaton.wait``), here with a limit (20 s; the third
+    item, a one-element list, sets it)."""
     import os
     import time
 
@@ -230,7 +231,7 @@ def ext_dir(tmp_path, monkeypatch):
     from torch.utils.file_baton import FileBaton
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
-    built = []
+    built, limit = [], [20.0]
 
     def fake_load(name, build_directory, **kwargs):
         baton = FileBaton(os.path.join(build_directory, "lock"))
@@ -244,12 +245,12 @@ def ext_dir(tmp_path, monkeypatch):
         else:
             t0 = time.time()
             while os.path.exists(baton.lock_file_path):
-                if time.time() - t0 > 20:
-                    raise TimeoutError("waited 20 s on a lock file (torch waits forever)")
+                if time.time() - t0 > limit[0]:
+                    raise TimeoutError(f"waited {limit[0]} s on a lock file (torch waits forever)")
                 time.sleep(0.05)
 
     monkeypatch.setattr(cpp_extension, "load", fake_load)
-    return tmp_path, built
+    return tmp_path, built, limit
 
 
 def test_build_removes_a_lock_left_by_a_killed_build(ext_dir, caplog):
@@ -257,7 +258,7 @@ def test_build_removes_a_lock_left_by_a_killed_build(ext_dir, caplog):
     start: it is removed with one warning naming it, and the extension builds (saying so first)."""
     from torch.utils import cpp_extension
 
-    tmp, built = ext_dir
+    tmp, built, _ = ext_dir
     d = cpp_extension._get_build_directory("vllm_specla_test_jit", verbose=False)
     assert d.startswith(str(tmp))
     open(f"{d}/lock", "w").close()
@@ -284,7 +285,7 @@ def test_build_waits_for_a_live_builder_and_keeps_its_lock(ext_dir, caplog):
 
     from torch.utils import cpp_extension
 
-    tmp, built = ext_dir
+    tmp, built, _ = ext_dir
     d = cpp_extension._get_build_directory("vllm_specla_test_jit", verbose=False)
     holder = subprocess.Popen([sys.executable, "-c", f"""
 import fcntl, os, sys, time
@@ -319,3 +320,31 @@ def test_cuda_and_cpu_builds_go_through_the_lock(monkeypatch):
     _cpp._jit_cuda("vllm_specla_gemm_jit", ["skinny_gemm.cu"], False)
     assert [c[0] for c in calls] == ["vllm_specla_C_jit", "vllm_specla_gemm_jit"]
     assert all("sources" in kw for _, kw in calls)
+
+
+def test_build_without_flock_support_uses_torchs_lock_only(ext_dir, monkeypatch, caplog):
+    """Where the file system refuses ``flock`` (some NFS mounts: ENOLCK) the build still runs, under torch's own
+    lock only (a lock file found then is left alone: it may be a live builder's)."""
+    import errno
+    import fcntl
+
+    from torch.utils import cpp_extension
+
+    tmp, built, limit = ext_dir
+    real = fcntl.flock
+
+    def no_flock(f, op):
+        if op & fcntl.LOCK_EX:
+            raise OSError(errno.ENOLCK, "No locks available")
+        return real(f, op)
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    with caplog.at_level(logging.WARNING, logger="vllm.specla"):
+        _cpp._build_and_load("vllm_specla_test_jit", sources=[])
+    assert built == ["vllm_specla_test_jit"]
+    assert caplog.records == []
+    d = cpp_extension._get_build_directory("vllm_specla_test_jit", verbose=False)
+    open(f"{d}/lock", "w").close()
+    limit[0] = 1.0
+    with pytest.raises(TimeoutError):  # torch's wait (the fake's limit): not removed without the flock
+        _cpp._build_and_load("vllm_specla_test_jit", sources=[])

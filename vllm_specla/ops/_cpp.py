@@ -90,6 +90,9 @@ def _build_and_load(name: str, **kwargs) -> None:
         except BlockingIOError:
             _log.warning("vllm_specla: waiting for another process's build of %s in %s", name, build_dir)
             fcntl.flock(fl, fcntl.LOCK_EX)
+        except OSError:  # (a file system without flock, e.g. some NFS mounts: torch's own lock only)
+            cpp_extension.load(name=name, build_directory=build_dir, **kwargs)
+            return
         try:
             stale = os.path.join(build_dir, "lock")
             if os.path.exists(stale):
