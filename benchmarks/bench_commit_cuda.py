@@ -110,7 +110,10 @@ def main() -> None:
                     help="BV/num_warps of the recover kernel in the sep rows (default: triton_chain.TUNED)")
     args = ap.parse_args()
     if args.recover_config:
-        tc.TUNED["recover"] = tuple(int(x) for x in args.recover_config.split("/"))
+        rc = tuple(int(x) for x in args.recover_config.split("/"))
+        if len(rc) != 2:
+            ap.error(f"--recover-config {args.recover_config!r}: must be BV/num_warps")
+        tc.TUNED["recover"] = rc
     impls = kernels([s for s in args.impls.split(",") if s])
     dev = "cuda"
     recs = []

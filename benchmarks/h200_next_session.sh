@@ -3,7 +3,7 @@
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
 # README/device; the s5* / s6* / s8d-s8f calls need neither). Session 45: no H200; an H100 ran s45a and s44g (its
 # building arms hung on a lock file a killed build left, now removed by ops/_cpp.py _build_and_load) and one inline
-# load_cuda_kernels() (both kernels loaded; benchmarks/RESULTS.md "Session 45"). NEXT: s45c on any card (~6 min: the
+# load_cuda_kernels() (both kernels loaded; benchmarks/RESULTS.md "Session 45"). NEXT: s45c on any card (< 9.5 min: the
 # default's first build timed, s44g's arms, a planted stale lock), then on an H200 s43b (issue 5's tables; its
 # recover rows at the default config; bench_kernels.py --recover-configs sweeps that kernel) and s36b. Session 44: an H200 ran s43b, s43d and s44a-s44f
 # (benchmarks/RESULTS.md "Session 44"); the CUDA csrc kernels then became the default (ops/_cpp.py load_cuda_kernels:
@@ -73,11 +73,11 @@ case "${1:-}" in
         # timeout while nvcc built, and the lock file torch left hung the next three arms; _cpp._build_and_load now
         # removes such a lock): the build as a user's first start gets it (timed; one "building" warning per
         # extension), then s44g's arms on the cached build, then (stale) a leftover torch lock file planted in the
-        # skinny GEMM's build directory: one "removing" warning, both kernels loaded (timeouts 330 + 6 x 70 s)
+        # skinny GEMM's build directory: one "removing" warning, both kernels loaded (timeouts 200 + 6 x 60 = 560 s)
       nvidia-smi --query-gpu=name --format=csv,noheader
       export MAX_JOBS=16
       start=$(date +%s)
-      timeout 330 python -c "from vllm_specla.ops import _cpp; print('loaded', _cpp.load_cuda_kernels(), _cpp._CUDA_KERNEL_ERRORS)" 2>&1 | tail -6
+      timeout 200 python -c "from vllm_specla.ops import _cpp; print('loaded', _cpp.load_cuda_kernels(), _cpp._CUDA_KERNEL_ERRORS)" 2>&1 | tail -6
       echo "build secs $(( $(date +%s) - start ))"
       R='import sys,json;[print(r["tag"],r["mode"],round(r["step_ms"],3),"csrc",r["cuda_csrc"],"skinny",r["gemv_rows"]["skinny"]) for r in map(json.loads,sys.stdin)]'
       for ARM in nocpp cpp disabled strict off stale; do
@@ -89,14 +89,14 @@ case "${1:-}" in
                  touch "$(python -c "from torch.utils.cpp_extension import _get_build_directory as d; print(d('vllm_specla_gemm_jit', False))")/lock" ;;
         esac
         echo "== $ARM ($E)"
-        env $E timeout 70 python benchmarks/bench_e2e.py --shapes flame --batches 64 --ks 4 --alphas 0.8 \
+        env $E timeout 60 python benchmarks/bench_e2e.py --shapes flame --batches 64 --ks 4 --alphas 0.8 \
             --snapshot-ks "" --tag s45c_$ARM --out "$OUT/e2e_s45c.jsonl" > "$OUT/s45c_$ARM.txt" 2>&1
-        echo "rc $?"; grep -E "vllm_specla|Error|error" "$OUT/s45c_$ARM.txt" | tail -3 | cut -c1-400
+        echo "rc $?"; grep -E "vllm_specla|Error|error" "$OUT/s45c_$ARM.txt" | tail -4 | cut -c1-400
         grep "^{" "$OUT/s45c_$ARM.txt" | python -c "$R"
       done
       ;;
   s45a)  # (as run on an H100, benchmarks/RESULTS.md "Session 45"; the prefetch was removed after it, commit cf720c1 keeps
-        # it: its PF arms now run PF 0) the recover kernel's factor prefetch (triton_recover PF): its GPU tests, then recover
+        # it: its three-part configs are refused now) the recover kernel's factor prefetch (triton_recover PF): its GPU tests, then recover
         # of A = 3 / 5 / 8 factors at 8 (BV / warps / PF) configs beside A replay launches, batch 32 / 128, both
         # shapes (timeouts 150 + 200 s)
       nvidia-smi --query-gpu=name --format=csv,noheader

@@ -276,9 +276,10 @@ def test_build_removes_a_lock_left_by_a_killed_build(ext_dir, caplog):
     assert caplog.records == []
 
 
-def test_build_waits_for_a_live_builder_and_keeps_its_lock(ext_dir, caplog):
+def test_build_waits_for_a_live_builder_and_keeps_its_lock(ext_dir, caplog, monkeypatch):
     """While another process builds (holding the flock, its torch ``lock`` file present), a second one waits
-    (one warning), does not remove that process's lock, and goes on once it is done."""
+    (one warning once the wait passes the quiet time), does not remove that process's lock, and goes on once it is
+    done."""
     import subprocess
     import sys
     import time
@@ -286,6 +287,7 @@ def test_build_waits_for_a_live_builder_and_keeps_its_lock(ext_dir, caplog):
     from torch.utils import cpp_extension
 
     tmp, built, _ = ext_dir
+    monkeypatch.setattr(_cpp, "_BUILD_QUIET_WAIT_S", 0.5)
     d = cpp_extension._get_build_directory("vllm_specla_test_jit", verbose=False)
     holder = subprocess.Popen([sys.executable, "-c", f"""
 import fcntl, os, sys, time
@@ -308,8 +310,8 @@ os.remove({d!r} + "/lock")
     assert holder.returncode == 0
     assert waited > 1.0
     msgs = [r.getMessage() for r in caplog.records]
-    assert any("waiting for another process's build of vllm_specla_test_jit" in m for m in msgs), msgs
-    assert not any("removing" in m or "building" in m for m in msgs), msgs
+    assert any("waiting for another process building or loading vllm_specla_test_jit" in m for m in msgs), msgs
+    assert not any("removing" in m or "vllm_specla: building" in m for m in msgs), msgs
 
 
 def test_cuda_and_cpu_builds_go_through_the_lock(monkeypatch):
@@ -348,3 +350,112 @@ def test_build_without_flock_support_uses_torchs_lock_only(ext_dir, monkeypatch,
     limit[0] = 1.0
     with pytest.raises(TimeoutError):  # torch's wait (the fake's limit): not removed without the flock
         _cpp._build_and_load("vllm_specla_test_jit", sources=[])
+
+
+def _hold_flock(d: str, seconds: float):
+    """A process holding the build directory's flock for ``seconds`` (no torch lock file: a cached load)."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", f"""
+import fcntl, os, time
+fd = os.open({d!r} + "/{_cpp._BUILD_FLOCK}", os.O_RDONLY | os.O_CREAT, 0o666)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("holding", flush=True)
+time.sleep({seconds})
+"""], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "holding"
+    return p
+
+
+def test_a_short_wait_for_a_cached_load_is_quiet(ext_dir, caplog):
+    """Another process holding the flock briefly (loading a cached build, as tensor-parallel ranks starting
+    together do) is waited for without a warning."""
+    from torch.utils import cpp_extension
+
+    tmp, built, _ = ext_dir
+    d = cpp_extension._get_build_directory("vllm_specla_test_jit", verbose=False)
+    open(f"{d}/vllm_specla_test_jit.so", "w").close()
+    holder = _hold_flock(d, 0.5)
+    try:
+        with caplog.at_level(logging.WARNING, logger="vllm.specla"):
+            _cpp._build_and_load("vllm_specla_test_jit", sources=[])
+    finally:
+        holder.wait(timeout=30)
+    assert caplog.records == []
+
+
+def test_an_interrupted_builds_running_tools_are_waited_for(ext_dir, caplog, tmp_path):
+    """A Python parent killed while its ``ninja`` still compiles leaves torch's lock and a build tool working in
+    the build directory: the next start waits for the tool (one warning naming its pid), then removes the lock
+    and builds, instead of running a second build beside it."""
+    import shutil
+    import subprocess
+    import time
+
+    from torch.utils import cpp_extension
+
+    tmp, built, _ = ext_dir
+    d = cpp_extension._get_build_directory("vllm_specla_test_jit", verbose=False)
+    open(f"{d}/lock", "w").close()
+    ninja = tmp_path / "bin" / "ninja"  # a process named like torch's build tool, working in the build directory
+    ninja.parent.mkdir()
+    shutil.copy(shutil.which("sleep"), ninja)
+    tool = subprocess.Popen([str(ninja), "1.5"], cwd=d)
+    try:
+        time.sleep(0.1)
+        assert _cpp._build_tools_in(d) == [tool.pid]
+        t0 = time.time()
+        with caplog.at_level(logging.WARNING, logger="vllm.specla"):
+            _cpp._build_and_load("vllm_specla_test_jit", sources=[])
+        waited = time.time() - t0
+    finally:
+        tool.wait(timeout=30)
+    assert waited > 1.0
+    assert built == ["vllm_specla_test_jit"]
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any("compilers still run" in m and str(tool.pid) in m for m in msgs), msgs
+    assert any("removing" in m for m in msgs), msgs
+    assert _cpp._build_tools_in(d) == []
+
+
+def test_a_lock_owned_by_another_host_is_kept(ext_dir, caplog):
+    """A torch lock whose owner record names another host (a cache shared between hosts, where ``flock`` may be
+    node-local) is not removed: torch's own wait decides, as before (the fake's limit ends it here)."""
+    from torch.utils import cpp_extension
+
+    tmp, built, limit = ext_dir
+    d = cpp_extension._get_build_directory("vllm_specla_test_jit", verbose=False)
+    open(f"{d}/lock", "w").close()
+    with open(f"{d}/{_cpp._BUILD_OWNER}", "w") as f:
+        f.write("some-other-host.invalid 4242\n")
+    limit[0] = 1.0
+    with caplog.at_level(logging.WARNING, logger="vllm.specla"), pytest.raises(TimeoutError):
+        _cpp._build_and_load("vllm_specla_test_jit", sources=[])
+    assert not any("removing" in r.getMessage() for r in caplog.records)
+    assert built == []
+
+
+def test_the_building_warning_also_covers_edited_sources(ext_dir, caplog, tmp_path):
+    """The "building" warning shows where the build exists but a source is newer (an upgrade, an edit), and not
+    where everything is up to date; the owner record is gone after the load."""
+    import os
+    import time
+
+    from torch.utils import cpp_extension
+
+    tmp, built, _ = ext_dir
+    d = cpp_extension._get_build_directory("vllm_specla_test_jit", verbose=False)
+    src = tmp_path / "k.cu"
+    src.write_text("// kernel")
+    _cpp._build_and_load("vllm_specla_test_jit", sources=[str(src)])
+    assert not os.path.exists(f"{d}/{_cpp._BUILD_OWNER}")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="vllm.specla"):
+        _cpp._build_and_load("vllm_specla_test_jit", sources=[str(src)])
+    assert caplog.records == []
+    later = time.time() + 10
+    os.utime(src, (later, later))
+    with caplog.at_level(logging.WARNING, logger="vllm.specla"):
+        _cpp._build_and_load("vllm_specla_test_jit", sources=[str(src)])
+    assert any("building vllm_specla_test_jit" in r.getMessage() for r in caplog.records)

@@ -322,17 +322,28 @@ def test_every_accepted_prefix(shape):
 
 
 @pytest.mark.parametrize("config", [(4, 1), (16, 2), (64, 4)])
-def test_recover_tile_configs(config):
-    """The recover kernel's tile config (``bench_kernels.py --recover-configs``) changes only the grid: each state
-    element takes the same serial updates, so the state is bit for bit that of the default config and matches
-    ``recover_ref``, with accepted counts 0, 1, a few, a full bank and more than the bank holds (clamped); a row
-    accepting nothing and slots outside the batch are untouched."""
+def test_recover_tile_configs(config, monkeypatch):
+    """The recover kernel's tile config (``bench_kernels.py --recover-configs``) changes only the tiling (grid and
+    warps, and the launch takes them): each state element takes the same serial updates, so the state is bit for bit
+    that of the default config and matches ``recover_ref``, with accepted counts 0, 1, a few, a full bank and more
+    than the bank holds (clamped); a row accepting nothing and slots outside the batch are untouched. A config that
+    is not two positive integers is refused."""
+    seen = []
+    real = tr._recover_kernel
+
+    class Kernel:  # records each launch's grid, BV and num_warps, then launches
+        def __getitem__(self, grid):
+            return lambda *a, **kw: (seen.append((grid, kw["BV"], kw["num_warps"])), real[grid](*a, **kw))[1]
+
+    monkeypatch.setattr(tr, "_recover_kernel", Kernel())
     c = Case((1, 2, 32, 12), [1] * 6, seed=71, Tmax=8)  # GVA 2, 12 values: 1-3 V-tiles (few interpreted programs)
     acc = torch.tensor([0, 1, 3, 5, 8, 11], device=DEV)
     banks = c.banks()
     s0, s1, sr = c.state.clone(), c.state.clone(), c.state.clone()
     tr.recover(s0, c.slots, *banks, c.write_bank, acc)
     tr.recover(s1, c.slots, *banks, c.write_bank, acc, config=config)
+    BV = min(config[0], 16)  # (clamped to next_power_of_2(V))
+    assert seen[1] == (((12 + BV - 1) // BV, 2, 6), BV, config[1])
     ref.recover_ref(sr, c.slots, *banks, c.write_bank, acc)
     assert torch.equal(s1, s0)
     assert rel(s1, sr) < TOL
@@ -341,6 +352,9 @@ def test_recover_tile_configs(config):
     others = torch.ones(c.state.shape[0], dtype=torch.bool, device=DEV)
     others[c.slots] = False
     assert torch.equal(s1[others], c.state[others])
+    for bad in [(8, 1, 2), (8,), (0, 1), (8.0, 1)]:
+        with pytest.raises(ValueError, match="must be \\(BV, num_warps\\)"):
+            tr.recover(s1, c.slots, *banks, c.write_bank, acc, config=bad)
 
 
 def test_snapshot_baseline():

@@ -54,26 +54,85 @@ def _jit_load() -> None:
 
 
 _BUILD_FLOCK = "vllm_specla_build.flock"
+_BUILD_OWNER = "vllm_specla_build.owner"
+_BUILD_QUIET_WAIT_S = 3.0  # a wait for another process's flock shorter than this logs nothing (a cached load)
+
+
+_BUILD_TOOLS = frozenset({"ninja", "nvcc", "cicc", "ptxas", "cudafe++", "fatbinary", "nvlink", "cc1plus", "gcc",
+                          "g++", "c++", "ld", "as", "collect2"})
+
+
+def _build_tools_in(directory: str) -> list[int]:
+    """Pids of this host's build tools (``ninja``, the compilers, the linker: :data:`_BUILD_TOOLS` by process
+    name) whose working directory is ``directory``: torch runs ``ninja`` there, and its commands inherit it. Empty
+    where ``/proc`` cannot be read."""
+    real, found = os.path.realpath(directory), []
+    for entry in glob.glob("/proc/[0-9]*/cwd"):
+        try:
+            if os.path.realpath(os.readlink(entry)) != real:
+                continue
+            with open(entry[:-3] + "comm") as f:
+                if f.read().strip() in _BUILD_TOOLS:
+                    found.append(int(entry.split("/")[2]))
+        except (OSError, ValueError):  # (gone, or another user's process)
+            continue
+    return found
+
+
+def _stale_lock_action(build_dir: str) -> str:
+    """With the flock held, what to do about a torch ``lock`` file in ``build_dir``: ``"remove"`` (its builder is
+    gone), ``"wait"`` (the builder's tools still run in it on this host: an interrupted Python parent whose
+    ``ninja`` lives on) or ``"keep"`` (the owner record names another host: a shared cache whose ``flock`` is node-local;
+    torch's own wait decides)."""
+    import socket  # noqa: PLC0415
+
+    try:
+        with open(os.path.join(build_dir, _BUILD_OWNER)) as f:
+            host = f.read().split()[0]
+    except (OSError, IndexError):
+        host = None
+    if host is not None and host != socket.gethostname():
+        return "keep"
+    return "wait" if _build_tools_in(build_dir) else "remove"
+
+
+def _needs_build(build_dir: str, name: str, sources: list[str]) -> bool:
+    """Whether ``load`` will compile: no ``<name>.so`` yet, or a source newer than it (flag changes not seen)."""
+    so = os.path.join(build_dir, f"{name}.so")
+    try:
+        built = os.path.getmtime(so)
+    except OSError:
+        return True
+    return any(os.path.getmtime(src) > built for src in sources if os.path.exists(src))
 
 
 def _build_and_load(name: str, **kwargs) -> None:
-    """``torch.utils.cpp_extension.load(name=name, **kwargs)`` in its default build directory
-    (``TORCH_EXTENSIONS_DIR`` / ``~/.cache/torch_extensions/<python>_<cuda>/<name>``), one process at a time.
+    """``torch.utils.cpp_extension.load(name=name, **kwargs)`` in torch's default build directory for ``name``
+    (``$TORCH_EXTENSIONS_DIR/<name>``, else ``~/.cache/torch_extensions/<pyXY>_<cuXYZ or cpu>/<name>``), builds
+    one process at a time.
 
     torch marks a build in progress with a file ``lock`` in that directory and makes every other process
     wait until the file is gone (``torch/utils/file_baton.py``, polled without a limit). A process killed
     while building (a timeout's SIGTERM, ``kill``, a container stop; an exception removes it) leaves that
     file behind, and every later start then waits on it forever without a message: the first GPU runs of
     session 45 hung that way (benchmarks/RESULTS.md). So the build here runs under an ``fcntl`` lock on
-    ``vllm_specla_build.flock`` in the same directory, which the kernel releases when its holder dies:
-    whoever holds it is the only builder of ``name`` among these processes, so a torch ``lock`` file found
-    then is stale and is removed (one warning naming it). A process that finds another one building waits for
-    it (one warning), then loads what it built. A build that has to compile (no ``<name>.so`` yet) says so in
-    one warning first, as it takes minutes.
+    ``vllm_specla_build.flock`` in the same directory, which the kernel releases when its holder dies, and the
+    holder records its host in ``vllm_specla_build.owner`` while it builds. A torch ``lock`` file found with the
+    flock held is removed (one warning naming it) when its builder is gone: once no build tool of this host works
+    in that directory any more (a killed Python parent's ``ninja`` may still compile there: waited for, one
+    warning),
+    and unless the owner record names another host (a cache shared between hosts whose ``flock`` is node-local:
+    then the file is kept and torch waits, as it always did). A process that waits more than a few seconds for
+    another one's flock says so once; a build that has to compile (no ``<name>.so`` yet, or a source newer than
+    it) says so once per extension first, as it takes minutes. Where the file system refuses ``flock`` (some NFS
+    mounts) torch's own lock alone serializes, as before (no warnings).
 
     Raises:
+        OSError: the build directory or its lock file cannot be created / opened.
         whatever ``load`` raises (compiler errors, a missing ``nvcc``, ...).
     """
+    import time  # noqa: PLC0415
+
     from torch.utils import cpp_extension  # noqa: PLC0415
 
     try:
@@ -84,26 +143,64 @@ def _build_and_load(name: str, **kwargs) -> None:
     if fcntl is None:
         cpp_extension.load(name=name, build_directory=build_dir, **kwargs)
         return
-    with open(os.path.join(build_dir, _BUILD_FLOCK), "a") as fl:
+    # read-only is enough for flock, and opens a lock file another user of a shared cache created
+    fd = os.open(os.path.join(build_dir, _BUILD_FLOCK), os.O_RDONLY | os.O_CREAT, 0o666)
+    try:
         try:
-            fcntl.flock(fl, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            _log.warning("vllm_specla: waiting for another process's build of %s in %s", name, build_dir)
-            fcntl.flock(fl, fcntl.LOCK_EX)
+            deadline = time.monotonic() + _BUILD_QUIET_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        _log.warning("vllm_specla: waiting for another process building or loading %s in %s",
+                                     name, build_dir)
+                        fcntl.flock(fd, fcntl.LOCK_EX)
+                        break
+                    time.sleep(0.05)
         except OSError:  # (a file system without flock, e.g. some NFS mounts: torch's own lock only)
             cpp_extension.load(name=name, build_directory=build_dir, **kwargs)
             return
-        try:
-            stale = os.path.join(build_dir, "lock")
-            if os.path.exists(stale):
+        stale = os.path.join(build_dir, "lock")
+        warned_wait = False
+        while os.path.exists(stale):
+            action = _stale_lock_action(build_dir)
+            if action == "remove":
                 _log.warning("vllm_specla: removing %s, left by an interrupted build of %s", stale, name)
-                os.remove(stale)
-            if not os.path.exists(os.path.join(build_dir, f"{name}.so")):
-                _log.warning("vllm_specla: building %s (first use on this machine; minutes for the CUDA kernels "
-                             "with nvcc, cached in %s)", name, build_dir)
+                try:
+                    os.remove(stale)
+                except FileNotFoundError:
+                    pass
+                break
+            if action == "keep":
+                break
+            if not warned_wait:
+                _log.warning("vllm_specla: %s is held by an interrupted build of %s whose compilers still run "
+                             "(pids %s); waiting for them", stale, name, _build_tools_in(build_dir))
+                warned_wait = True
+            time.sleep(1.0)
+        if _needs_build(build_dir, name, kwargs.get("sources", [])):
+            _log.warning("vllm_specla: building %s (minutes for the CUDA kernels with nvcc; cached in %s)",
+                         name, build_dir)
+        owner = os.path.join(build_dir, _BUILD_OWNER)
+        try:
+            import socket  # noqa: PLC0415
+
+            with open(owner, "w") as f:
+                f.write(f"{socket.gethostname()} {os.getpid()}\n")
+        except OSError:
+            owner = None
+        try:
             cpp_extension.load(name=name, build_directory=build_dir, **kwargs)
         finally:
-            fcntl.flock(fl, fcntl.LOCK_UN)
+            if owner is not None:
+                try:
+                    os.remove(owner)
+                except OSError:
+                    pass
+    finally:
+        os.close(fd)  # (releases the flock)
 
 
 def load_cuda(verbose: bool = False) -> bool:
@@ -232,9 +329,9 @@ def load_cuda_kernels() -> dict[str, bool]:
     warning where a build fails (no ``nvcc``, no C++ compiler, ...) and the Triton / cuBLAS kernels run instead
     (lossless either way; slower); a failed build is not retried in the process. ``1`` raises instead (also for a
     build that failed earlier under ``auto``); ``0`` builds nothing. Without CUDA nothing is built in any mode.
-    The first build takes about 3 minutes (``nvcc``; an H100 machine with 16 cores, session 45: ~2 min for the
-    chain verify, ~45 s for the skinny GEMM) and says so in one warning; later processes load the cached build
-    (:func:`_build_and_load`: one builder at a time, a lock left by a killed build removed).
+    The first build takes about 2-2.5 minutes (``nvcc``; an H100 machine with 16 cores, session 45: under 2 min
+    for the chain verify, ~45 s for the skinny GEMM), with one warning per extension built; later processes load
+    the cached build (:func:`_build_and_load`: one builder at a time, a lock left by a killed build removed).
 
     Returns:
         ``{"chain_verify": bool, "skinny_gemm": bool}``: which of the two are registered now.

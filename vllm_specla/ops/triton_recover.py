@@ -66,7 +66,11 @@ def recover(
     in place (see :func:`vllm_specla.ops.reference.recover_ref`).
 
     ``config``: ``(BV, num_warps)`` (benchmark sweeps: ``bench_kernels.py --recover-configs``); default
-    ``triton_chain.CONFIG_OVERRIDE[:2]`` when set, else ``triton_chain.TUNED["recover"]``."""
+    ``triton_chain.CONFIG_OVERRIDE[:2]`` when set, else ``triton_chain.TUNED["recover"]``. Each state element
+    takes the same serial updates at every config (bit-identical results).
+
+    Raises:
+        ValueError: ``config`` is not two positive integers."""
     R = slots.numel()
     if R == 0:
         return
@@ -76,8 +80,10 @@ def recover(
     BK = triton.next_power_of_2(K)
     if config is None:
         config = (triton_chain.CONFIG_OVERRIDE if triton_chain.CONFIG_OVERRIDE is not None
-                  else triton_chain.TUNED["recover"])
-    BV, nw = config[:2]
+                  else triton_chain.TUNED["recover"])[:2]
+    if len(config) != 2 or not all(isinstance(c, int) and c > 0 for c in config):
+        raise ValueError(f"recover config={tuple(config)!r}: must be (BV, num_warps), two positive integers")
+    BV, nw = config
     BV = min(BV, triton.next_power_of_2(V))
     grid = (triton.cdiv(V, BV), HV, R)
     _recover_kernel[grid](
