@@ -325,8 +325,8 @@ def test_cuda_and_cpu_builds_go_through_the_lock(monkeypatch):
 
 
 def test_build_without_flock_support_uses_torchs_lock_only(ext_dir, monkeypatch, caplog):
-    """Where the file system refuses ``flock`` (some NFS mounts: ENOLCK) the build still runs, under torch's own
-    lock only (a lock file found then is left alone: it may be a live builder's)."""
+    """Where the file system refuses ``flock`` (ENOLCK) the build still runs, under torch's own lock only (the one
+    warning: "building"); a lock file found then is left alone (it may be a live builder's), with a warning naming it."""
     import errno
     import fcntl
 
@@ -344,12 +344,14 @@ def test_build_without_flock_support_uses_torchs_lock_only(ext_dir, monkeypatch,
     with caplog.at_level(logging.WARNING, logger="vllm.specla"):
         _cpp._build_and_load("vllm_specla_test_jit", sources=[])
     assert built == ["vllm_specla_test_jit"]
-    assert caplog.records == []
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == ["vllm_specla: building vllm_specla_test_jit"]
     d = cpp_extension._get_build_directory("vllm_specla_test_jit", verbose=False)
     open(f"{d}/lock", "w").close()
     limit[0] = 1.0
-    with pytest.raises(TimeoutError):  # torch's wait (the fake's limit): not removed without the flock
-        _cpp._build_and_load("vllm_specla_test_jit", sources=[])
+    with caplog.at_level(logging.WARNING, logger="vllm.specla"), pytest.raises(TimeoutError):
+        _cpp._build_and_load("vllm_specla_test_jit", sources=[])  # torch's wait (the fake's limit): kept
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any("no file lock" in m and f"{d}/lock" in m for m in msgs), msgs
 
 
 def _hold_flock(d: str, seconds: float):
@@ -385,12 +387,13 @@ def test_a_short_wait_for_a_cached_load_is_quiet(ext_dir, caplog):
     assert caplog.records == []
 
 
-def test_an_interrupted_builds_running_tools_are_waited_for(ext_dir, caplog, tmp_path):
-    """A Python parent killed while its ``ninja`` still compiles leaves torch's lock and a build tool working in
-    the build directory: the next start waits for the tool (one warning naming its pid), then removes the lock
-    and builds, instead of running a second build beside it."""
-    import shutil
+def test_an_interrupted_builds_running_tools_are_waited_for(ext_dir, caplog):
+    """A Python parent killed while its ``ninja`` still compiles leaves torch's lock and processes working in the
+    build directory: the next start waits for them (one warning naming them), then removes the lock and builds,
+    instead of running a second build beside them."""
     import subprocess
+    import sys
+    import threading
     import time
 
     from torch.utils import cpp_extension
@@ -398,64 +401,53 @@ def test_an_interrupted_builds_running_tools_are_waited_for(ext_dir, caplog, tmp
     tmp, built, _ = ext_dir
     d = cpp_extension._get_build_directory("vllm_specla_test_jit", verbose=False)
     open(f"{d}/lock", "w").close()
-    ninja = tmp_path / "bin" / "ninja"  # a process named like torch's build tool, working in the build directory
-    ninja.parent.mkdir()
-    shutil.copy(shutil.which("sleep"), ninja)
-    tool = subprocess.Popen([str(ninja), "1.5"], cwd=d)
+    # a process working in the build directory (as ninja and its compilers do) until its stdin closes
+    tool = subprocess.Popen([sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()"], cwd=d,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.1)
-        assert _cpp._build_tools_in(d) == [tool.pid]
+        assert tool.stdout.readline().strip() == "up"
+        assert [pid for pid, _ in _cpp._processes_in(d)] == [tool.pid]
+        timer = threading.Timer(1.5, tool.stdin.close)
+        timer.start()
         t0 = time.time()
         with caplog.at_level(logging.WARNING, logger="vllm.specla"):
             _cpp._build_and_load("vllm_specla_test_jit", sources=[])
         waited = time.time() - t0
+        timer.join()
     finally:
+        if tool.poll() is None:
+            tool.kill()
         tool.wait(timeout=30)
-    assert waited > 1.0
+    assert waited > 1.0  # (the tool lived >= 1.5 s after the call began)
     assert built == ["vllm_specla_test_jit"]
     msgs = [r.getMessage() for r in caplog.records]
-    assert any("compilers still run" in m and str(tool.pid) in m for m in msgs), msgs
+    assert any("processes still run" in m and str(tool.pid) in m for m in msgs), msgs
     assert any("removing" in m for m in msgs), msgs
-    assert _cpp._build_tools_in(d) == []
-
-
-def test_a_lock_owned_by_another_host_is_kept(ext_dir, caplog):
-    """A torch lock whose owner record names another host (a cache shared between hosts, where ``flock`` may be
-    node-local) is not removed: torch's own wait decides, as before (the fake's limit ends it here)."""
-    from torch.utils import cpp_extension
-
-    tmp, built, limit = ext_dir
-    d = cpp_extension._get_build_directory("vllm_specla_test_jit", verbose=False)
-    open(f"{d}/lock", "w").close()
-    with open(f"{d}/{_cpp._BUILD_OWNER}", "w") as f:
-        f.write("some-other-host.invalid 4242\n")
-    limit[0] = 1.0
-    with caplog.at_level(logging.WARNING, logger="vllm.specla"), pytest.raises(TimeoutError):
-        _cpp._build_and_load("vllm_specla_test_jit", sources=[])
-    assert not any("removing" in r.getMessage() for r in caplog.records)
-    assert built == []
+    assert _cpp._processes_in(d) == []
 
 
 def test_the_building_warning_also_covers_edited_sources(ext_dir, caplog, tmp_path):
-    """The "building" warning shows where the build exists but a source is newer (an upgrade, an edit), and not
-    where everything is up to date; the owner record is gone after the load."""
+    """The "building" warning shows where the build exists but a source or a header beside it is newer (an
+    upgrade, an edit), and not where everything is up to date."""
     import os
     import time
 
-    from torch.utils import cpp_extension
 
     tmp, built, _ = ext_dir
-    d = cpp_extension._get_build_directory("vllm_specla_test_jit", verbose=False)
     src = tmp_path / "k.cu"
     src.write_text("// kernel")
     _cpp._build_and_load("vllm_specla_test_jit", sources=[str(src)])
-    assert not os.path.exists(f"{d}/{_cpp._BUILD_OWNER}")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="vllm.specla"):
         _cpp._build_and_load("vllm_specla_test_jit", sources=[str(src)])
     assert caplog.records == []
-    later = time.time() + 10
-    os.utime(src, (later, later))
-    with caplog.at_level(logging.WARNING, logger="vllm.specla"):
-        _cpp._build_and_load("vllm_specla_test_jit", sources=[str(src)])
-    assert any("building vllm_specla_test_jit" in r.getMessage() for r in caplog.records)
+    for edited in (src, tmp_path / "k.cuh"):  # the source, then a header beside it
+        edited.write_text("// edited")
+        later = time.time() + 10
+        os.utime(edited, (later, later))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="vllm.specla"):
+            _cpp._build_and_load("vllm_specla_test_jit", sources=[str(src)])
+        assert any("building vllm_specla_test_jit" in r.getMessage() for r in caplog.records), edited
+        earlier = time.time() - 100  # (older than the rebuilt .so again: only the next edit is newer)
+        os.utime(edited, (earlier, earlier))

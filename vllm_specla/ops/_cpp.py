@@ -54,56 +54,38 @@ def _jit_load() -> None:
 
 
 _BUILD_FLOCK = "vllm_specla_build.flock"
-_BUILD_OWNER = "vllm_specla_build.owner"
 _BUILD_QUIET_WAIT_S = 3.0  # a wait for another process's flock shorter than this logs nothing (a cached load)
 
 
-_BUILD_TOOLS = frozenset({"ninja", "nvcc", "cicc", "ptxas", "cudafe++", "fatbinary", "nvlink", "cc1plus", "gcc",
-                          "g++", "c++", "ld", "as", "collect2"})
-
-
-def _build_tools_in(directory: str) -> list[int]:
-    """Pids of this host's build tools (``ninja``, the compilers, the linker: :data:`_BUILD_TOOLS` by process
-    name) whose working directory is ``directory``: torch runs ``ninja`` there, and its commands inherit it. Empty
-    where ``/proc`` cannot be read."""
+def _processes_in(directory: str) -> list[tuple[int, str]]:
+    """``(pid, name)`` of this host's processes other than this one whose working directory is ``directory``
+    (torch runs ``ninja`` there and its compilers inherit it; any process counts, whatever its name). Empty
+    where ``/proc`` cannot be read (another user's processes are not seen)."""
     real, found = os.path.realpath(directory), []
     for entry in glob.glob("/proc/[0-9]*/cwd"):
         try:
-            if os.path.realpath(os.readlink(entry)) != real:
+            pid = int(entry.split("/")[2])
+            if pid == os.getpid() or os.path.realpath(os.readlink(entry)) != real:
                 continue
-            with open(entry[:-3] + "comm") as f:
-                if f.read().strip() in _BUILD_TOOLS:
-                    found.append(int(entry.split("/")[2]))
+            with open(f"/proc/{pid}/comm") as f:
+                found.append((pid, f.read().strip()))
         except (OSError, ValueError):  # (gone, or another user's process)
             continue
     return found
 
 
-def _stale_lock_action(build_dir: str) -> str:
-    """With the flock held, what to do about a torch ``lock`` file in ``build_dir``: ``"remove"`` (its builder is
-    gone), ``"wait"`` (the builder's tools still run in it on this host: an interrupted Python parent whose
-    ``ninja`` lives on) or ``"keep"`` (the owner record names another host: a shared cache whose ``flock`` is node-local;
-    torch's own wait decides)."""
-    import socket  # noqa: PLC0415
-
-    try:
-        with open(os.path.join(build_dir, _BUILD_OWNER)) as f:
-            host = f.read().split()[0]
-    except (OSError, IndexError):
-        host = None
-    if host is not None and host != socket.gethostname():
-        return "keep"
-    return "wait" if _build_tools_in(build_dir) else "remove"
-
-
 def _needs_build(build_dir: str, name: str, sources: list[str]) -> bool:
-    """Whether ``load`` will compile: no ``<name>.so`` yet, or a source newer than it (flag changes not seen)."""
-    so = os.path.join(build_dir, f"{name}.so")
+    """Whether ``load`` will compile, as far as file times tell: no ``<name>.so`` yet, or a source or a header
+    (``*.h`` / ``*.cuh`` / ``*.hpp`` beside a source) newer than it. Flag changes are not seen."""
     try:
-        built = os.path.getmtime(so)
+        built = os.path.getmtime(os.path.join(build_dir, f"{name}.so"))
     except OSError:
         return True
-    return any(os.path.getmtime(src) > built for src in sources if os.path.exists(src))
+    files = set(sources)
+    for d in {os.path.dirname(src) for src in sources}:
+        for ext in ("h", "cuh", "hpp"):
+            files.update(glob.glob(os.path.join(d, f"*.{ext}")))
+    return any(os.path.getmtime(f) > built for f in files if os.path.exists(f))
 
 
 def _build_and_load(name: str, **kwargs) -> None:
@@ -116,19 +98,20 @@ def _build_and_load(name: str, **kwargs) -> None:
     while building (a timeout's SIGTERM, ``kill``, a container stop; an exception removes it) leaves that
     file behind, and every later start then waits on it forever without a message: the first GPU runs of
     session 45 hung that way (benchmarks/RESULTS.md). So the build here runs under an ``fcntl`` lock on
-    ``vllm_specla_build.flock`` in the same directory, which the kernel releases when its holder dies, and the
-    holder records its host in ``vllm_specla_build.owner`` while it builds. A torch ``lock`` file found with the
-    flock held is removed (one warning naming it) when its builder is gone: once no build tool of this host works
-    in that directory any more (a killed Python parent's ``ninja`` may still compile there: waited for, one
-    warning),
-    and unless the owner record names another host (a cache shared between hosts whose ``flock`` is node-local:
-    then the file is kept and torch waits, as it always did). A process that waits more than a few seconds for
-    another one's flock says so once; a build that has to compile (no ``<name>.so`` yet, or a source newer than
-    it) says so once per extension first, as it takes minutes. Where the file system refuses ``flock`` (some NFS
-    mounts) torch's own lock alone serializes, as before (no warnings).
+    ``vllm_specla_build.flock`` in the same directory, which the kernel releases when its holder dies (on NFS,
+    where Linux emulates it with byte-range locks, it holds across hosts). With it held no other of these
+    processes builds, so a torch ``lock`` file found is left over: it is removed (one warning naming it) once no
+    process of this host works in that directory any more (a Python parent killed alone leaves its ``ninja`` and
+    compilers running there: waited for, one warning naming them). Not covered: a cache shared by hosts whose
+    ``flock`` is node-local (``local_lock=flock`` NFS mounts), where a build killed on one host while its compilers
+    run on would be rebuilt beside them. A process that waits more than a few seconds for another one's flock says
+    so once; a build that has to compile (:func:`_needs_build`) says so once per extension first, as it takes
+    minutes. Where the file system refuses ``flock``, torch's own lock alone serializes, as before (a warning
+    names a ``lock`` file present then, as torch will wait on it).
 
     Raises:
-        OSError: the build directory or its lock file cannot be created / opened.
+        OSError: the build directory or its lock file cannot be created or opened, or a left-over ``lock`` file
+            cannot be removed (another user's, in a shared cache).
         whatever ``load`` raises (compiler errors, a missing ``nvcc``, ...).
     """
     import time  # noqa: PLC0415
@@ -140,67 +123,60 @@ def _build_and_load(name: str, **kwargs) -> None:
     except ImportError:  # (not POSIX: torch's own lock only)
         fcntl = None
     build_dir = cpp_extension._get_build_directory(name, verbose=False)
-    if fcntl is None:
-        cpp_extension.load(name=name, build_directory=build_dir, **kwargs)
-        return
-    # read-only is enough for flock, and opens a lock file another user of a shared cache created
-    fd = os.open(os.path.join(build_dir, _BUILD_FLOCK), os.O_RDONLY | os.O_CREAT, 0o666)
+    stale = os.path.join(build_dir, "lock")
+    fd = None
+    if fcntl is not None:
+        path = os.path.join(build_dir, _BUILD_FLOCK)
+        try:  # (NFS's flock emulation needs a descriptor open for writing)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except PermissionError:  # (another user's file in a shared cache: flock works on a read-only one locally)
+            fd = os.open(path, os.O_RDONLY)
     try:
-        try:
-            deadline = time.monotonic() + _BUILD_QUIET_WAIT_S
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        _log.warning("vllm_specla: waiting for another process building or loading %s in %s",
-                                     name, build_dir)
-                        fcntl.flock(fd, fcntl.LOCK_EX)
+        locked = False
+        if fd is not None:
+            try:
+                deadline = time.monotonic() + _BUILD_QUIET_WAIT_S
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                         break
-                    time.sleep(0.05)
-        except OSError:  # (a file system without flock, e.g. some NFS mounts: torch's own lock only)
-            cpp_extension.load(name=name, build_directory=build_dir, **kwargs)
-            return
-        stale = os.path.join(build_dir, "lock")
-        warned_wait = False
-        while os.path.exists(stale):
-            action = _stale_lock_action(build_dir)
-            if action == "remove":
-                _log.warning("vllm_specla: removing %s, left by an interrupted build of %s", stale, name)
-                try:
-                    os.remove(stale)
-                except FileNotFoundError:
-                    pass
-                break
-            if action == "keep":
-                break
-            if not warned_wait:
-                _log.warning("vllm_specla: %s is held by an interrupted build of %s whose compilers still run "
-                             "(pids %s); waiting for them", stale, name, _build_tools_in(build_dir))
-                warned_wait = True
-            time.sleep(1.0)
+                    except BlockingIOError:
+                        if time.monotonic() > deadline:
+                            _log.warning("vllm_specla: waiting for another process building or loading %s in %s",
+                                         name, build_dir)
+                            fcntl.flock(fd, fcntl.LOCK_EX)
+                            break
+                        time.sleep(0.05)
+                locked = True
+            except OSError:  # (a file system without flock: torch's own lock only)
+                pass
+        if locked:
+            warned = False
+            while os.path.exists(stale):
+                running = _processes_in(build_dir)
+                if not running:
+                    _log.warning("vllm_specla: removing %s, left by an interrupted build of %s", stale, name)
+                    try:
+                        os.remove(stale)
+                    except FileNotFoundError:
+                        pass
+                    break
+                if not warned:
+                    _log.warning("vllm_specla: %s is held by an interrupted build of %s whose processes still run "
+                                 "in %s (%s); waiting for them", stale, name, build_dir,
+                                 ", ".join(f"{pid} {comm}" for pid, comm in running))
+                    warned = True
+                time.sleep(1.0)
+        elif os.path.exists(stale):
+            _log.warning("vllm_specla: no file lock in %s; torch waits until %s is gone (remove it if no build of "
+                         "%s runs)", build_dir, stale, name)
         if _needs_build(build_dir, name, kwargs.get("sources", [])):
             _log.warning("vllm_specla: building %s (minutes for the CUDA kernels with nvcc; cached in %s)",
                          name, build_dir)
-        owner = os.path.join(build_dir, _BUILD_OWNER)
-        try:
-            import socket  # noqa: PLC0415
-
-            with open(owner, "w") as f:
-                f.write(f"{socket.gethostname()} {os.getpid()}\n")
-        except OSError:
-            owner = None
-        try:
-            cpp_extension.load(name=name, build_directory=build_dir, **kwargs)
-        finally:
-            if owner is not None:
-                try:
-                    os.remove(owner)
-                except OSError:
-                    pass
+        cpp_extension.load(name=name, build_directory=build_dir, **kwargs)
     finally:
-        os.close(fd)  # (releases the flock)
+        if fd is not None:
+            os.close(fd)  # (releases the flock)
 
 
 def load_cuda(verbose: bool = False) -> bool:
