@@ -5,7 +5,7 @@
 # building arms hung on a lock file a killed build left, now removed by ops/_cpp.py _build_and_load) and one inline
 # load_cuda_kernels() (both kernels loaded; benchmarks/RESULTS.md "Session 45"). NEXT: s45c on any card (< 9.5 min: the
 # default's first build timed, s44g's arms, a planted stale lock), then on an H200 s43b (issue 5's tables; its
-# recover rows at the default config; bench_kernels.py --recover-configs sweeps that kernel) and s36b. Session 44: an H200 ran s43b, s43d and s44a-s44f
+# recover rows at the default config), s45d (the recover kernel's tile configs, ~2 min) and s36b. Session 44: an H200 ran s43b, s43d and s44a-s44f
 # (benchmarks/RESULTS.md "Session 44"); the CUDA csrc kernels then became the default (ops/_cpp.py load_cuda_kernels:
 # DecodeRuntime builds them on first use, 1-3 min with nvcc, so a fresh machine's first bench_e2e run takes that
 # much longer; --no-cuda-csrc / --skinny-gemm off for the old arms). NEXT: s44g on any card (the new default as a
@@ -69,6 +69,14 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s45d)  # (an H200 for issue 5's verdict) the recover kernel's tile configs at batch 32 / 128 beside A replay launches
+        # (H200 batch 32 missed 4.5x by 1.8 % / 3.8 % in s43b; on the H100, s45a, 4/1 was faster than 8/1
+        # there at A <= 5 (1.1-2.4 %), slower at batch 128, A = 8) (timeout 200 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      timeout 200 python benchmarks/bench_kernels.py --batches 32,128 --Ts "" \
+          --recover-configs 8/1,4/1,2/1,16/1,8/2,16/2,4/2 --json "$OUT/kernels_s45d.json" 2>&1 \
+          | grep -E "^recover|^GPU|Error" | cut -c1-2000
+      ;;
   s45c)  # (any card) s44g again with the build first (s44g as run in session 45: its first arm was killed by its 110 s
         # timeout while nvcc built, and the lock file torch left hung the next three arms; _cpp._build_and_load now
         # removes such a lock): the build as a user's first start gets it (timed; one "building" warning per
