@@ -321,29 +321,33 @@ def test_every_accepted_prefix(shape):
         assert rel(x, y) < TOL
 
 
-@pytest.mark.parametrize("config", [(4, 1), (16, 2), (64, 4)])
+@pytest.mark.parametrize("config", [(4, 1), (16, 2), (64, 4), (4, 1, 1), (16, 2, 1), (64, 4, 1)])
 def test_recover_tile_configs(config, monkeypatch):
     """The recover kernel's tile config (``bench_kernels.py --recover-configs``) changes only the tiling (grid and
-    warps, and the launch takes them): each state element takes the same serial updates, so the state is bit for bit
-    that of the default config and matches ``recover_ref``, with accepted counts 0, 1, a few, a full bank and more
-    than the bank holds (clamped); a row accepting nothing and slots outside the batch are untouched. A config that
-    is not two positive integers is refused."""
+    warps, and the launch takes them): within a fold form (serial, or split with a third entry 1) each state element
+    takes the same operations, so the state is bit for bit that of another tiling of that form (the default config;
+    (2, 1, 1) for the split form) and matches ``recover_ref`` (TOL), with accepted counts 0, 1, a few, a full bank and
+    more than the bank holds (clamped); a row accepting nothing and slots outside the batch are untouched. A config
+    that is not two positive integers and an optional split of 0 / 1 is refused."""
     seen = []
     real = tr._recover_kernel
 
-    class Kernel:  # records each launch's grid, BV and num_warps, then launches
+    class Kernel:  # records each launch's grid, BV, num_warps and SPLIT, then launches
         def __getitem__(self, grid):
-            return lambda *a, **kw: (seen.append((grid, kw["BV"], kw["num_warps"])), real[grid](*a, **kw))[1]
+            return lambda *a, **kw: (seen.append((grid, kw["BV"], kw["num_warps"], kw["SPLIT"])),
+                                     real[grid](*a, **kw))[1]
 
     monkeypatch.setattr(tr, "_recover_kernel", Kernel())
-    c = Case((1, 2, 32, 12), [1] * 6, seed=71, Tmax=8)  # GVA 2, 12 values: 1-3 V-tiles (few interpreted programs)
+    c = Case((1, 2, 32, 12), [1] * 6, seed=71, Tmax=8)  # GVA 2, 12 values: 1-6 V-tiles (few interpreted programs)
     acc = torch.tensor([0, 1, 3, 5, 8, 11], device=DEV)
     banks = c.banks()
+    split = config[2] if len(config) == 3 else 0
     s0, s1, sr = c.state.clone(), c.state.clone(), c.state.clone()
-    tr.recover(s0, c.slots, *banks, c.write_bank, acc)
+    tr.recover(s0, c.slots, *banks, c.write_bank, acc, config=(2, 1, 1) if split else None)
     tr.recover(s1, c.slots, *banks, c.write_bank, acc, config=config)
     BV = min(config[0], 16)  # (clamped to next_power_of_2(V))
-    assert seen[1] == (((12 + BV - 1) // BV, 2, 6), BV, config[1])
+    assert seen[0][3] == split
+    assert seen[1] == (((12 + BV - 1) // BV, 2, 6), BV, config[1], split)
     ref.recover_ref(sr, c.slots, *banks, c.write_bank, acc)
     assert torch.equal(s1, s0)
     assert rel(s1, sr) < TOL
@@ -352,7 +356,7 @@ def test_recover_tile_configs(config, monkeypatch):
     others = torch.ones(c.state.shape[0], dtype=torch.bool, device=DEV)
     others[c.slots] = False
     assert torch.equal(s1[others], c.state[others])
-    for bad in [(8, 1, 2), (8,), (0, 1), (8.0, 1)]:
+    for bad in [(8, 1, 2), (8,), (0, 1), (8.0, 1), (8, 1, 1, 0)]:
         with pytest.raises(ValueError, match="must be \\(BV, num_warps\\)"):
             tr.recover(s1, c.slots, *banks, c.write_bank, acc, config=bad)
 

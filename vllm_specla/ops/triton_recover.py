@@ -6,7 +6,8 @@ Same signatures and semantics as :func:`vllm_specla.ops.reference.recover_ref` a
 
 ``recover``: one program per ``(V-tile, value head, row)`` loads its ``[BV, K]`` state tile once,
 applies the serial flush ``M = e^{g_u} M + v~_u k_u^T`` for ``u < num_accepted`` (same result as the
-closed form of the reference up to fp32 rounding) and stores it once: one state read + one state
+closed form of the reference up to fp32 rounding; ``config`` split 1: the factors folded apart while the
+state tile is in flight, then ``M = d M + acc``) and stores it once: one state read + one state
 write however many tokens were accepted (per-token replay needs one of each per token).
 ``conv_commit``: the new conv window = last ``W-1`` rows of (window ++ accepted raw inputs).
 """
@@ -25,7 +26,7 @@ def _recover_kernel(
     state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted,
     Tmax,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, SPLIT: tl.constexpr,
 ):
     i_v = tl.program_id(0)
     i_hv = tl.program_id(1)
@@ -44,11 +45,27 @@ def _recover_kernel(
         p_s = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K + o_k[None, :]
         b_h = tl.load(p_s, mask=mh, other=0.0)
         base = (slot * 2 + b) * Tmax
-        for u in range(0, n):
-            b_k = tl.load(bank_k + ((base + u) * H + i_h) * K + o_k, mask=mk, other=0.0)
-            b_v = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
-            b_g = tl.load(bank_g + (base + u) * HV + i_hv)
-            b_h = b_h * tl.exp(b_g) + b_v[:, None] * b_k[None, :]
+        if SPLIT:
+            # the factors' part, folded while the state tile is still in flight:
+            # acc = sum_u e^{g_{u+1} + .. + g_{n-1}} v~_u k_u^T (Horner), d = e^{g_0} .. e^{g_{n-1}}
+            # zeros as a load masked off everywhere (o_k >= 0 > K - n - BK, as n > 0 and K <= BK; no memory
+            # is read and the compiler drops it): they take the state tile's register layout, which tl.zeros
+            # does not, so the loop needs no layout conversion through shared memory (sm_90 SASS, Triton 3.6)
+            acc = tl.load(p_s, mask=mh & (o_k[None, :] < K - n - BK), other=0.0)
+            d = tl.full([], 1.0, tl.float32)
+            for u in range(0, n):
+                b_k = tl.load(bank_k + ((base + u) * H + i_h) * K + o_k, mask=mk, other=0.0)
+                b_v = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
+                e = tl.exp(tl.load(bank_g + (base + u) * HV + i_hv))
+                acc = acc * e + b_v[:, None] * b_k[None, :]
+                d = d * e
+            b_h = b_h * d + acc
+        else:
+            for u in range(0, n):
+                b_k = tl.load(bank_k + ((base + u) * H + i_h) * K + o_k, mask=mk, other=0.0)
+                b_v = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
+                b_g = tl.load(bank_g + (base + u) * HV + i_hv)
+                b_h = b_h * tl.exp(b_g) + b_v[:, None] * b_k[None, :]
         tl.store(p_s, b_h, mask=mh)
 
 
@@ -60,17 +77,21 @@ def recover(
     bank_g: torch.Tensor,
     bank_idx: torch.Tensor,
     num_accepted: torch.Tensor,
-    config: tuple[int, int] | None = None,
+    config: tuple[int, ...] | None = None,
 ) -> None:
     """Fold the first ``num_accepted[r]`` factors of bank ``bank_idx[r]`` into ``state[slots[r]]``
     in place (see :func:`vllm_specla.ops.reference.recover_ref`).
 
-    ``config``: ``(BV, num_warps)`` (benchmark sweeps: ``bench_kernels.py --recover-configs``); default
-    ``triton_chain.CONFIG_OVERRIDE[:2]`` when set, else ``triton_chain.TUNED["recover"]``. Each state element
-    takes the same serial updates at every config (bit-identical results).
+    ``config``: ``(BV, num_warps)`` or ``(BV, num_warps, split)`` (benchmark sweeps: ``bench_kernels.py
+    --recover-configs``); default ``triton_chain.CONFIG_OVERRIDE[:2]`` when set, else
+    ``triton_chain.TUNED["recover"]``. ``split`` 0 (default): the serial fold ``M = e^{g_u} M + v~_u k_u^T``,
+    each factor's loads waiting for the fold before; 1: the factors are folded into a separate accumulator
+    (``acc = e^{g_u} acc + v~_u k_u^T``, ``d = d e^{g_u}``) while the state tile's loads are in flight, then
+    ``M = d M + acc`` (the same sum, other fp32 rounding). Within a form every state element takes the same
+    operations at every tiling (bit-identical results).
 
     Raises:
-        ValueError: ``config`` is not two positive integers."""
+        ValueError: ``config`` is not two positive integers and an optional ``split`` of 0 or 1."""
     R = slots.numel()
     if R == 0:
         return
@@ -79,17 +100,20 @@ def recover(
     assert state.dtype == torch.float32 and state.is_contiguous()
     BK = triton.next_power_of_2(K)
     if config is None:
-        config = (triton_chain.CONFIG_OVERRIDE if triton_chain.CONFIG_OVERRIDE is not None
-                  else triton_chain.TUNED["recover"])[:2]
-    if len(config) != 2 or not all(isinstance(c, int) and c > 0 for c in config):
-        raise ValueError(f"recover config={tuple(config)!r}: must be (BV, num_warps), two positive integers")
-    BV, nw = config
+        config = (triton_chain.CONFIG_OVERRIDE[:2] if triton_chain.CONFIG_OVERRIDE is not None
+                  else triton_chain.TUNED["recover"])
+    config = tuple(config)
+    if (len(config) not in (2, 3) or not all(isinstance(c, int) and c > 0 for c in config[:2])
+            or (len(config) == 3 and config[2] not in (0, 1))):
+        raise ValueError(f"recover config={config!r}: must be (BV, num_warps) or (BV, num_warps, split), "
+                         "BV and num_warps positive integers, split 0 (serial fold) or 1 (split fold)")
+    BV, nw, split = (config + (0,))[:3]
     BV = min(BV, triton.next_power_of_2(V))
     grid = (triton.cdiv(V, BV), HV, R)
     _recover_kernel[grid](
         state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted,
         bank_k.shape[2],
-        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, num_warps=nw, num_stages=1,
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, SPLIT=int(split), num_warps=nw, num_stages=1,
     )
 
 
