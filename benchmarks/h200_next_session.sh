@@ -72,8 +72,9 @@ case "${1:-}" in
   s45d)  # (an H200 for issue 5's verdict) the recover kernel's tile configs at batch 32 / 128 beside A replay launches
         # (H200 batch 32 missed 4.5x by 1.8 % / 3.8 % in s43b; on the H100, s45a, 4/1 was faster than 8/1
         # there at A <= 5 (1.1-2.4 %), slower at batch 128, A = 8); /1: session 46's split fold (the factors folded into
-        # an accumulator while the state tile's loads are in flight) (timeout 300 s)
+        # an accumulator while the state tile's loads are in flight), its GPU tests first (timeouts 120 + 300 s)
       nvidia-smi --query-gpu=name --format=csv,noheader
+      pytest_log s45d 120 tests/test_kernels_gpu.py -k "recover or every_accepted"
       timeout 300 python benchmarks/bench_kernels.py --batches 32,128 --Ts "" \
           --recover-configs 8/1,4/1,2/1,16/1,8/2,4/2,8/1/1,4/1/1,2/1/1,4/2/1 --json "$OUT/kernels_s45d.json" 2>&1 \
           | grep -E "^recover|^GPU|Error" | cut -c1-2000
