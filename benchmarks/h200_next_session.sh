@@ -69,6 +69,15 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s46a)  # (an H200 for issue 5's verdict) the recover kernel's scaled fold (/1: Mt += (v~ / sc) k^T, one FMA per
+        # element and factor; session 46's SASS: 70 instead of 93 instructions per factor at 8/2) beside the plain
+        # fold at batch 32 / 128 (s46b: 8/2 best, 8x256x256 batch 32 4.44x), its GPU tests first (timeouts 120 + 200 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      pytest_log s46a 120 tests/test_kernels_gpu.py -k "recover or every_accepted"
+      timeout 200 python benchmarks/bench_kernels.py --batches 32,128 --Ts "" \
+          --recover-configs 8/2/0,8/2/1,4/1/1,8/1/1,16/2/1,4/1/0 --json "$OUT/kernels_s46a.json" 2>&1 \
+          | grep -E "^recover|^GPU|Error" | cut -c1-2000
+      ;;
   s45d)  # (an H200 for issue 5's verdict) the recover kernel's tile configs at batch 32 / 128 beside A replay launches
         # (H200 batch 32 missed 4.5x by 1.8 % / 3.8 % in s43b; on the H100, s45a, 4/1 was faster than 8/1
         # there at A <= 5 (1.1-2.4 %), slower at batch 128, A = 8); /1: session 46's split fold (the factors folded into

@@ -321,36 +321,38 @@ def test_every_accepted_prefix(shape):
         assert rel(x, y) < TOL
 
 
-@pytest.mark.parametrize("config", [(4, 1), (16, 2), (64, 4), (4, 1, 1), (16, 2, 1), (64, 4, 1)])
+@pytest.mark.parametrize("config", [(4, 1), (16, 2), (64, 4), (8, 2, 0), (4, 1, 1), (8, 2, 1), (64, 4, 1)])
 def test_recover_tile_configs(config, monkeypatch):
-    """The recover kernel's tile config (``bench_kernels.py --recover-configs``) changes only the tiling (grid and
-    warps, and the launch takes them): within a fold form (serial, or split with a third entry 1) each state element
-    takes the same operations, so the state is bit for bit that of another tiling of that form (the default config;
-    (2, 1, 1) for the split form) and matches ``recover_ref`` (TOL), with accepted counts 0, 1, a few, a full bank and
-    more than the bank holds (clamped); a row accepting nothing and slots outside the batch are untouched. A config
-    that is not two positive integers and an optional split of 0 / 1 is refused."""
+    """The recover kernel's config (``bench_kernels.py --recover-configs``): the tiling (grid and warps, and the
+    launch takes them) and the fold (third entry: 1 = scaled, ``Mt += (v~ / sc) k^T``; 0 or absent = plain). Every
+    config matches ``recover_ref`` (TOL) and the default config (1e-6: the same sum, rounded differently by the
+    other fold or num_warps, H200 session 46), with accepted counts 0, 1, a few, a full bank and more than the bank
+    holds (clamped), and one (row, head) whose decays fall below the scaled fold's RESCALE_MIN (e^-48: the scaled
+    config folds it plainly, the rest of that row scaled); a row accepting nothing and slots outside the batch are
+    untouched. A config that is not two positive integers and an optional 0 / 1 is refused."""
     seen = []
     real = tr._recover_kernel
 
-    class Kernel:  # records each launch's grid, BV, num_warps and SPLIT, then launches
+    class Kernel:  # records each launch's grid, BV, num_warps and SCALED, then launches
         def __getitem__(self, grid):
-            return lambda *a, **kw: (seen.append((grid, kw["BV"], kw["num_warps"], kw["SPLIT"])),
+            return lambda *a, **kw: (seen.append((grid, kw["BV"], kw["num_warps"], kw["SCALED"])),
                                      real[grid](*a, **kw))[1]
 
     monkeypatch.setattr(tr, "_recover_kernel", Kernel())
-    c = Case((1, 2, 32, 12), [1] * 6, seed=71, Tmax=8)  # GVA 2, 12 values: 1-6 V-tiles (few interpreted programs)
+    c = Case((1, 2, 32, 12), [1] * 6, seed=71, Tmax=8)  # GVA 2, 12 values: 1-3 V-tiles (few interpreted programs)
     acc = torch.tensor([0, 1, 3, 5, 8, 11], device=DEV)
     banks = c.banks()
-    split = config[2] if len(config) == 3 else 0
+    banks[2][c.slots[4], c.write_bank[4], :, 1] = -12.0  # row 4 (8 accepted), value head 1: prefix sums to -96
+    scaled = config[2] if len(config) == 3 else tc.TUNED["recover"][2:3] == (1,)
     s0, s1, sr = c.state.clone(), c.state.clone(), c.state.clone()
-    tr.recover(s0, c.slots, *banks, c.write_bank, acc, config=(2, 1, 1) if split else None)
+    tr.recover(s0, c.slots, *banks, c.write_bank, acc)
     tr.recover(s1, c.slots, *banks, c.write_bank, acc, config=config)
     BV = min(config[0], 16)  # (clamped to next_power_of_2(V))
-    assert seen[0][3] == split
-    assert seen[1] == (((12 + BV - 1) // BV, 2, 6), BV, config[1], split)
+    assert seen[1] == (((12 + BV - 1) // BV, 2, 6), BV, config[1], int(scaled))
     ref.recover_ref(sr, c.slots, *banks, c.write_bank, acc)
-    assert torch.equal(s1, s0)
     assert rel(s1, sr) < TOL
+    assert rel(s1, s0) < 1e-6
+    assert rel(s1[c.slots[4], 1], sr[c.slots[4], 1]) < TOL  # the plain fold's (row, head)
     assert not torch.equal(s1, c.state)  # the factors were folded
     assert torch.equal(s1[c.slots[0]], c.state[c.slots[0]])  # 0 accepted: untouched
     others = torch.ones(c.state.shape[0], dtype=torch.bool, device=DEV)

@@ -66,7 +66,7 @@ TUNED: dict[str, tuple[int, ...]] = {
     "ar_small": (4, 1, 32, 1),
     "verify_large": (8, 1, 0, 0),
     "verify_small": (8, 1, 32, 1),
-    "recover": (8, 1),
+    "recover": (8, 2),
 }
 SMALL_PAIRS = 16  # (row, head) pairs at or below which the "small" configs apply
 

@@ -6,13 +6,15 @@ Same signatures and semantics as :func:`vllm_specla.ops.reference.recover_ref` a
 
 ``recover``: one program per ``(V-tile, value head, row)`` loads its ``[BV, K]`` state tile once,
 applies the serial flush ``M = e^{g_u} M + v~_u k_u^T`` for ``u < num_accepted`` (same result as the
-closed form of the reference up to fp32 rounding; ``config`` split 1: the factors folded apart while the
-state tile is in flight, then ``M = d M + acc``) and stores it once: one state read + one state
-write however many tokens were accepted (per-token replay needs one of each per token).
+closed form of the reference up to fp32 rounding; ``config`` scaled 1: the tile kept as ``sc * Mt``,
+one FMA per element and factor) and stores it once: one state read + one state write however many
+tokens were accepted (per-token replay needs one of each per token).
 ``conv_commit``: the new conv window = last ``W-1`` rows of (window ++ accepted raw inputs).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import triton
@@ -26,7 +28,7 @@ def _recover_kernel(
     state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted,
     Tmax,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, SPLIT: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, SCALED: tl.constexpr, TP: tl.constexpr, LOG_RESCALE_MIN: tl.constexpr,
 ):
     i_v = tl.program_id(0)
     i_hv = tl.program_id(1)
@@ -45,21 +47,25 @@ def _recover_kernel(
         p_s = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K + o_k[None, :]
         b_h = tl.load(p_s, mask=mh, other=0.0)
         base = (slot * 2 + b) * Tmax
-        if SPLIT:
-            # the factors' part, folded while the state tile is still in flight:
-            # acc = sum_u e^{g_{u+1} + .. + g_{n-1}} v~_u k_u^T (Horner), d = e^{g_0} .. e^{g_{n-1}}
-            # zeros as a load masked off everywhere (o_k >= 0 > K - n - BK, as n > 0 and K <= BK; no memory
-            # is read and the compiler drops it): they take the state tile's register layout, which tl.zeros
-            # does not, so the loop needs no layout conversion through shared memory (sm_90 SASS, Triton 3.6)
-            acc = tl.load(p_s, mask=mh & (o_k[None, :] < K - n - BK), other=0.0)
-            d = tl.full([], 1.0, tl.float32)
+        scaled = False
+        if SCALED:
+            # the tile kept scaled, M = sc * Mt (the decay is one scalar per program and factor), as the chain
+            # kernel's deferred commit: Mt += (v~ / sc) k^T is one FMA per element and factor instead of a
+            # multiply and an FMA; multiplied by sc when stored. Taken where no prefix of the decays falls
+            # below RESCALE_MIN (all the g in one load beside the state tile's); else the plain fold below
+            # (a renormalisation test inside the loop would be if-converted into a predicated multiply per
+            # element and factor, as many issue slots as the plain fold)
+            o_u = tl.arange(0, TP)
+            b_gs = tl.load(bank_g + (base + o_u) * HV + i_hv, mask=o_u < n, other=0.0)
+            scaled = tl.min(tl.cumsum(b_gs, 0), 0) >= LOG_RESCALE_MIN
+        if scaled:
+            isc = tl.full([], 1.0, dtype=tl.float32)  # 1 / sc, a scalar: v~ / sc is a multiply per row
             for u in range(0, n):
                 b_k = tl.load(bank_k + ((base + u) * H + i_h) * K + o_k, mask=mk, other=0.0)
                 b_v = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
-                e = tl.exp(tl.load(bank_g + (base + u) * HV + i_hv))
-                acc = acc * e + b_v[:, None] * b_k[None, :]
-                d = d * e
-            b_h = b_h * d + acc
+                isc = isc * tl.exp(-tl.load(bank_g + (base + u) * HV + i_hv))
+                b_h += (b_v * isc)[:, None] * b_k[None, :]
+            b_h = b_h * (1.0 / isc)
         else:
             for u in range(0, n):
                 b_k = tl.load(bank_k + ((base + u) * H + i_h) * K + o_k, mask=mk, other=0.0)
@@ -82,16 +88,15 @@ def recover(
     """Fold the first ``num_accepted[r]`` factors of bank ``bank_idx[r]`` into ``state[slots[r]]``
     in place (see :func:`vllm_specla.ops.reference.recover_ref`).
 
-    ``config``: ``(BV, num_warps)`` or ``(BV, num_warps, split)`` (benchmark sweeps: ``bench_kernels.py
+    ``config``: ``(BV, num_warps)`` or ``(BV, num_warps, scaled)`` (benchmark sweeps: ``bench_kernels.py
     --recover-configs``); default ``triton_chain.CONFIG_OVERRIDE[:2]`` when set, else
-    ``triton_chain.TUNED["recover"]``. ``split`` 0 (default): the serial fold ``M = e^{g_u} M + v~_u k_u^T``,
-    each factor's loads waiting for the fold before; 1: the factors are folded into a separate accumulator
-    (``acc = e^{g_u} acc + v~_u k_u^T``, ``d = d e^{g_u}``) while the state tile's loads are in flight, then
-    ``M = d M + acc`` (the same sum, other fp32 rounding). Within a form every state element takes the same
-    operations at every tiling (bit-identical results).
+    ``triton_chain.TUNED["recover"]``. ``scaled`` 1: the tile kept as ``sc * Mt`` while folding (one FMA per
+    element and factor, as the chain kernel's deferred commit); 0: ``M = e^{g_u} M + v~_u k_u^T`` (a multiply
+    and an FMA); the two round differently (both within fp32 rounding of ``recover_ref``), and so may tilings
+    with other ``num_warps`` (H200, session 46).
 
     Raises:
-        ValueError: ``config`` is not two positive integers and an optional ``split`` of 0 or 1."""
+        ValueError: ``config`` is not two positive integers and an optional ``scaled`` of 0 or 1."""
     R = slots.numel()
     if R == 0:
         return
@@ -105,15 +110,17 @@ def recover(
     config = tuple(config)
     if (len(config) not in (2, 3) or not all(isinstance(c, int) and c > 0 for c in config[:2])
             or (len(config) == 3 and config[2] not in (0, 1))):
-        raise ValueError(f"recover config={config!r}: must be (BV, num_warps) or (BV, num_warps, split), "
-                         "BV and num_warps positive integers, split 0 (serial fold) or 1 (split fold)")
-    BV, nw, split = (config + (0,))[:3]
+        raise ValueError(f"recover config={config!r}: must be (BV, num_warps) or (BV, num_warps, scaled), "
+                         "BV and num_warps positive integers, scaled 0 or 1")
+    BV, nw, scaled = (config + (0,))[:3]
     BV = min(BV, triton.next_power_of_2(V))
     grid = (triton.cdiv(V, BV), HV, R)
     _recover_kernel[grid](
         state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted,
         bank_k.shape[2],
-        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, SPLIT=int(split), num_warps=nw, num_stages=1,
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, SCALED=int(scaled), TP=triton.next_power_of_2(bank_k.shape[2]),
+        LOG_RESCALE_MIN=math.log(triton_chain._RESCALE_MIN),
+        num_warps=nw, num_stages=1,
     )
 
 
