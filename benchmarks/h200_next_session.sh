@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 45: no H200; an H100 ran s45a and s44g (its
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 46: an H200 ran s45d, s45c, s46b (a recover
+# config sweep), s36b, s43b and two test runs (benchmarks/RESULTS.md "Session 46"); recover's default became 8/2, its
+# split fold (s45d's /1 configs) was removed. NEXT, on an H200: s46f (the chain kernel's renormalisation precheck:
+# tests, kernel tables; ~5 min), s46g (its batch-1 e2e A/B, issue 6's rows; ~8 min on a fresh machine), s46a (the
+# recover kernel's scaled fold, issue 5's 8x256x256 batch-32 recover; ~2 min, timeouts 320 s). (s46b / s46c / s46e
+# in RESULTS.md were inline commands of session 46, not cases here.) Session 45: no H200; an H100 ran s45a and s44g (its
 # building arms hung on a lock file a killed build left, now removed by ops/_cpp.py _build_and_load) and one inline
 # load_cuda_kernels() (both kernels loaded; benchmarks/RESULTS.md "Session 45"). NEXT: s45c on any card (< 9.5 min: the
 # default's first build timed, s44g's arms, a planted stale lock), then on an H200 s43b (issue 5's tables; its
@@ -69,6 +74,35 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s46f)  # (any card; the verdict rows are s46g's) the chain kernel's renormalisation precheck (session 46,
+        # VLLM_SPECLA_RESCALE_PRECHECK: its loops without the per-fold / per-token test where no prefix of a program's
+        # decays reaches RESCALE_MIN; sm_90 SASS 261 -> 179 instructions per pending factor, 692 -> 538 per token at
+        # verify_small): its GPU tests, then bench_kernels' table at batch 1 / 2 / 128 with the test everywhere (0)
+        # and by shape (auto), one process each (timeouts 200 + 2 x 110 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      pytest_log s46f 200 tests/test_kernels_gpu.py -k "rescale_precheck or chain_tile_configs or pending_prefetch \
+          or chain_verify_vs_ref or every_accepted or out_slots or ar_decode or token_strided or bf16_inputs \
+          or snapshot_baseline or window_too_long"
+      for P in 0 auto; do
+        echo "== VLLM_SPECLA_RESCALE_PRECHECK=$P"
+        VLLM_SPECLA_RESCALE_PRECHECK=$P timeout 110 python benchmarks/bench_kernels.py --batches 1,2,128 --Ts 1,5,8 \
+            --budget-s 95 --json "$OUT/kernels_s46f_$P.json" 2>&1 | grep -E "^\[|^GPU|Error|fail" | cut -c1-1500
+      done
+      ;;
+  s46g)  # (an H200 for issue 6's verdict) s46f end to end: batch 1, K = 7 (issue 6's 2.2x; AR is batch-1 one-token
+        # rows, precheck on under auto too), flame and map, alternating 0 / auto twice, each a process (the CUDA kernels
+        # built first: ~110 s on a fresh machine) (timeouts 200 + 4 x 70 = 480 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo "not an H200: nothing run"; exit 0; }
+      export MAX_JOBS=16
+      timeout 200 python -c "from vllm_specla.ops import _cpp; print('loaded', _cpp.load_cuda_kernels())" 2>&1 | tail -2
+      for R in 1 2; do
+        for P in 0 auto; do
+          VLLM_SPECLA_RESCALE_PRECHECK=$P timeout 70 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 \
+              --ks 7 --alphas 0.8 --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --tag "s46g_${P}_r$R" \
+              --out "$OUT/e2e_s46g.jsonl" 2>&1 | grep "^{" | python -c "$S"
+        done
+      done
+      ;;
   s46a)  # (an H200 for issue 5's verdict) the recover kernel's scaled fold (/1: Mt += (v~ / sc) k^T, one FMA per
         # element and factor; session 46's SASS: 70 instead of 93 instructions per factor at 8/2) beside the plain
         # fold at batch 32 / 128 (s46b: 8/2 best, 8x256x256 batch 32 4.44x), its GPU tests first (timeouts 120 + 200 s)
@@ -81,7 +115,8 @@ case "${1:-}" in
   s45d)  # (an H200 for issue 5's verdict) the recover kernel's tile configs at batch 32 / 128 beside A replay launches
         # (H200 batch 32 missed 4.5x by 1.8 % / 3.8 % in s43b; on the H100, s45a, 4/1 was faster than 8/1
         # there at A <= 5 (1.1-2.4 %), slower at batch 128, A = 8); /1: session 46's split fold (the factors folded into
-        # an accumulator while the state tile's loads are in flight), its GPU tests first (timeouts 120 + 300 s)
+        # an accumulator while the state tile's loads are in flight), its GPU tests first (timeouts 120 + 300 s). As
+        # run in session 46; the split fold was removed after it, so its /1 configs now run the scaled fold (s46a)
       nvidia-smi --query-gpu=name --format=csv,noheader
       pytest_log s45d 120 tests/test_kernels_gpu.py -k "recover or every_accepted"
       timeout 300 python benchmarks/bench_kernels.py --batches 32,128 --Ts "" \

@@ -227,6 +227,59 @@ def test_chain_tile_configs(config, strong_decay, monkeypatch):
             assert rel(x, y) < TOL
 
 
+@pytest.mark.parametrize("config", [(8, 1, 32, 1), (4, 1, 16, 1)])
+@pytest.mark.parametrize("final", [False, True])
+def test_chain_rescale_precheck(config, final, monkeypatch):
+    """``RESCALE_PRECHECK`` (session 46): programs whose decays (pending, then window) have no prefix below
+    ``RESCALE_MIN`` run the loops without the renormalisation test, the others the tested loops. A launch with
+    rows of both kinds (a window whose decays underflow e^g, pending factors whose decays do, ordinary rows) and
+    one without a bank whose long row's underflowing decays lie past ``TW``: outputs, state and banks match the
+    reference and the launches with the test everywhere (bit for bit under the interpreter, 1e-6 on a GPU); the
+    launches take the mode asked for, and ``auto`` picks it by shape."""
+    monkeypatch.setattr(tc, "CONFIG_OVERRIDE", config)
+    seen = []
+    real = tc._chain_verify_kernel
+
+    class Kernel:  # records each launch's RESCALE_PRECHECK and TW, then launches
+        def __getitem__(self, grid):
+            return lambda *a, **kw: (seen.append((kw["RESCALE_PRECHECK"], kw["TW"])), real[grid](*a, **kw))[1]
+
+    monkeypatch.setattr(tc, "_chain_verify_kernel", Kernel())
+    c = Case((2, 4, 32, 48), [7, 1, 16, 4, 2], seed=65, Tmax=16)
+    c.pending_len = torch.tensor([2, 3, 0, 8, 5], device=DEV)
+    c.g[0:7] = -50.0  # row 0: e^g underflows within its window unless renormalised
+    c.bank_g[c.slots[3], c.read_bank[3]] = -60.0  # row 3: within its pending factors
+    # (rows 1, 2 and 4: ordinary decays, the loops without the test)
+    c2 = Case((2, 4, 32, 48), [20, 3], seed=66)
+    c2.g[16:20] = -100.0  # no bank: row 0's 20 tokens > TW = 16, its decays past token 16 not read: tested loops
+    runs = []
+    for mode in ("0", "1"):
+        monkeypatch.setattr(tc, "RESCALE_PRECHECK", mode)
+        st, b, st2 = c.state.clone(), c.banks(), c2.state.clone()
+        o = tc.chain_verify(*c.inputs(), state=st, bank_k=b[0], bank_v=b[1], bank_g=b[2], scale=c.scale, slots=c.slots,
+                            cu_seqlens=c.cu, write_bank=c.write_bank, write_final_state=final,
+                            pending_len=c.pending_len, read_bank=c.read_bank)
+        o2 = tc.chain_verify(*c2.inputs(), state=st2, scale=c2.scale, slots=c2.slots, cu_seqlens=c2.cu,
+                             write_final_state=final)
+        runs.append((o, st, b, o2, st2))
+    assert seen == [(False, 16), (False, 16), (True, 16), (True, 16)]
+    (o0, s0, b0, p0, t0), (o1, s1, b1, p1, t1) = runs
+    same = torch.equal if INTERPRET else (lambda x, y: rel(x, y) < 1e-6)
+    assert same(o1, o0) and same(s1, s0) and same(p1, p0) and same(t1, t0)
+    sr, br, sr2 = c.state.clone(), c.banks(), c2.state.clone()
+    orf = ref.chain_verify_ref(*c.inputs(), state=sr, bank_k=br[0], bank_v=br[1], bank_g=br[2], scale=c.scale,
+                               slots=c.slots, cu_seqlens=c.cu, write_bank=c.write_bank, write_final_state=final,
+                               pending_len=c.pending_len, read_bank=c.read_bank)
+    orf2 = ref.chain_verify_ref(*c2.inputs(), state=sr2, scale=c2.scale, slots=c2.slots, cu_seqlens=c2.cu,
+                                write_final_state=final)
+    assert rel(o1, orf) < TOL and rel(s1, sr) < TOL and rel(p1, orf2) < TOL and rel(t1, sr2) < TOL
+    for x, y, z in zip(b1, b0, br):
+        assert same(x, y) and rel(x, z) < TOL
+    monkeypatch.setattr(tc, "RESCALE_PRECHECK", "auto")
+    assert tc._rescale_precheck(8, 2, 4) and tc._rescale_precheck(4, 4, 4)  # windows; one-token rows, 16 pairs
+    assert not tc._rescale_precheck(5, 5, 4)  # one-token rows, 20 pairs: the test per token (ar_large)
+
+
 @pytest.mark.parametrize("depth", [0, 1, 2, 3])
 @pytest.mark.parametrize("strong_decay", [False, True])
 def test_chain_pending_prefetch_depths(depth, strong_decay, monkeypatch):
@@ -327,9 +380,10 @@ def test_recover_tile_configs(config, monkeypatch):
     launch takes them) and the fold (third entry: 1 = scaled, ``Mt += (v~ / sc) k^T``; 0 or absent = plain). Every
     config matches ``recover_ref`` (TOL) and the default config (1e-6: the same sum, rounded differently by the
     other fold or num_warps, H200 session 46), with accepted counts 0, 1, a few, a full bank and more than the bank
-    holds (clamped), and one (row, head) whose decays fall below the scaled fold's RESCALE_MIN (e^-48: the scaled
-    config folds it plainly, the rest of that row scaled); a row accepting nothing and slots outside the batch are
-    untouched. A config that is not two positive integers and an optional 0 / 1 is refused."""
+    holds (clamped), and one (row, head) whose decays fall below the scaled fold's RESCALE_MIN (-12 per factor: past
+    log(1e-12) from the third factor, e^-96 at the end; the scaled config folds it plainly, the rest scaled); a row
+    accepting nothing and slots outside the batch are untouched. A config that is not two positive integers and an
+    optional 0 / 1 is refused."""
     seen = []
     real = tr._recover_kernel
 
@@ -343,7 +397,7 @@ def test_recover_tile_configs(config, monkeypatch):
     acc = torch.tensor([0, 1, 3, 5, 8, 11], device=DEV)
     banks = c.banks()
     banks[2][c.slots[4], c.write_bank[4], :, 1] = -12.0  # row 4 (8 accepted), value head 1: prefix sums to -96
-    scaled = config[2] if len(config) == 3 else tc.TUNED["recover"][2:3] == (1,)
+    scaled = config[2] if len(config) == 3 else 0
     s0, s1, sr = c.state.clone(), c.state.clone(), c.state.clone()
     tr.recover(s0, c.slots, *banks, c.write_bank, acc)
     tr.recover(s1, c.slots, *banks, c.write_bank, acc, config=config)

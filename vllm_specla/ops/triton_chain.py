@@ -33,6 +33,7 @@ Rows must use distinct slots (two rows on one slot would race, as in any state-s
 
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -54,7 +55,10 @@ CHECK_BOUNDS = True
 # bandwidth-bound); "verify": several tokens per row (issue-bound per token). "small": at most 16
 # (row, head) pairs (batch 1-2). KI: inner key split of the [BV, K/KI, KI] tile of
 # _chain_verify_kernel; KI = 0 selects the plain [BV, K] kernel (_chain_verify_kernel_2d).
-# "recover": (BV, num_warps) of the recover kernel. From the H200 sweeps of
+# "recover": (BV, num_warps[, scaled]) of the recover kernel: 8/2 from the H200 sweeps of session 46
+# (bench_kernels.py --recover-configs, A = 5 vs 5 replay launches: 4.55-4.58x / 4.44x at batch 32, 6x256x512 /
+# 8x256x256, against 8/1's 4.46x / 4.33-4.34x; 4.75x / 4.73x at batch 128 against 4.67x / 4.69x; RESULTS.md
+# "Session 46"). The others from the H200 sweeps of
 # benchmarks/bench_kernels.py (benchmarks/RESULTS.md "Kernels", docs/KERNELS.md):
 #   ar_large     4/1/16/1   198.1 us vs 202.3 ([BV, K] 8/1) at B=128 6x256x512 (fla 198.0)
 #   ar_small     4/1/32/1     4.4 us vs 4.8 at B=1
@@ -92,6 +96,24 @@ def _env_choice(name: str, default: str, allowed: tuple[str, ...]) -> int:
 # it (_pend_prefetch). Loading tokens two ahead instead of one was measured there too and removed (commit 08293f2
 # keeps it; RESULTS.md: slower verify windows, faster 6x256x512 steps at pending depth 4, no end-to-end run).
 PENDING_PREFETCH = _env_choice("VLLM_SPECLA_PENDING_PREFETCH", "4", ("0", "1", "2", "3", "4"))
+
+
+# Whether _chain_verify_kernel tests its scaled tile for renormalisation per fold and token (0, the default), or
+# once per program from all of its decays (1: _rescale_needed; the loops without the test where nothing can need
+# it), or by shape (auto: windows of more than one token per row, and one-token rows at <= SMALL_PAIRS pairs;
+# large-batch one-token rows keep the test, as the precheck's loops cost the ar_large config 7 registers: 148 ->
+# 155, sm_90 SASS). VLLM_SPECLA_RESCALE_PRECHECK; session 46: opt-in until timed on a GPU
+# (benchmarks/h200_next_session.sh s46f / s46g).
+RESCALE_PRECHECK = os.environ.get("VLLM_SPECLA_RESCALE_PRECHECK") or "0"
+if RESCALE_PRECHECK not in ("auto", "0", "1"):
+    raise ValueError(f"VLLM_SPECLA_RESCALE_PRECHECK={RESCALE_PRECHECK!r}: allowed values are auto, 0, 1")
+
+
+def _rescale_precheck(N: int, R: int, HV: int) -> bool:
+    """``RESCALE_PRECHECK`` of a ``_chain_verify_kernel`` launch of ``N`` tokens in ``R`` rows (shapes only)."""
+    if RESCALE_PRECHECK != "auto":
+        return RESCALE_PRECHECK == "1"
+    return N > R or R * HV <= SMALL_PAIRS
 
 
 def _pend_prefetch(has_pending: bool, N: int, R: int, HV: int) -> int:
@@ -225,6 +247,7 @@ def _chain_verify_kernel_2d(
 
 # Renormalise the scaled state (M = s * Mt) when s falls below this (keeps v~/s far from overflow).
 _RESCALE_MIN = 1e-12
+_LOG_RESCALE_MIN = math.log(_RESCALE_MIN)
 
 
 @triton.jit
@@ -252,6 +275,129 @@ def _pend_load(bank_k, bank_v, bank_g, base, u, n_p, i_h, i_hv, o_kk, mk, o_v, m
 
 
 @triton.jit
+def _pend_fold(b_h, sc, bank_k, bank_v, bank_g, base, n_p, i_h, i_hv, o_kk, mk, o_v, mv,
+               H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+               RESCALE_MIN: tl.constexpr, PEND_PF: tl.constexpr, CHECK: tl.constexpr):
+    """The deferred commit's fold of ``n_p >= 1`` pending factors into the scaled tile ``(b_h, sc)`` (see
+    :func:`_chain_verify_kernel`); ``CHECK``: renormalise when ``sc < RESCALE_MIN`` (False where
+    :func:`_rescale_needed` said no prefix of the decays gets there). Returns ``(b_h, sc)``."""
+    if PEND_PF > 0:  # factors u + 1 .. u + PEND_PF in flight while u is folded
+        pa_k, pa_v, pa_g = _pend_load(bank_k, bank_v, bank_g, base, 0, n_p, i_h, i_hv, o_kk, mk, o_v, mv,
+                                      H, HV, K, V)
+        if PEND_PF > 1:
+            pb_k, pb_v, pb_g = _pend_load(bank_k, bank_v, bank_g, base, 1, n_p, i_h, i_hv, o_kk, mk, o_v,
+                                          mv, H, HV, K, V)
+        if PEND_PF > 2:
+            pc_k, pc_v, pc_g = _pend_load(bank_k, bank_v, bank_g, base, 2, n_p, i_h, i_hv, o_kk, mk, o_v,
+                                          mv, H, HV, K, V)
+        if PEND_PF > 3:
+            pd_k, pd_v, pd_g = _pend_load(bank_k, bank_v, bank_g, base, 3, n_p, i_h, i_hv, o_kk, mk, o_v,
+                                          mv, H, HV, K, V)
+    for u in range(0, n_p):
+        if PEND_PF > 0:
+            b_pk, b_pv, b_pg = pa_k, pa_v, pa_g
+            if PEND_PF == 1:
+                pa_k, pa_v, pa_g = _pend_load(bank_k, bank_v, bank_g, base, u + 1, n_p, i_h, i_hv, o_kk, mk,
+                                              o_v, mv, H, HV, K, V)
+            else:
+                pa_k, pa_v, pa_g = pb_k, pb_v, pb_g
+            if PEND_PF == 2:
+                pb_k, pb_v, pb_g = _pend_load(bank_k, bank_v, bank_g, base, u + 2, n_p, i_h, i_hv, o_kk, mk,
+                                              o_v, mv, H, HV, K, V)
+            elif PEND_PF > 2:
+                pb_k, pb_v, pb_g = pc_k, pc_v, pc_g
+            if PEND_PF == 3:
+                pc_k, pc_v, pc_g = _pend_load(bank_k, bank_v, bank_g, base, u + 3, n_p, i_h, i_hv, o_kk, mk,
+                                              o_v, mv, H, HV, K, V)
+            elif PEND_PF > 3:
+                pc_k, pc_v, pc_g = pd_k, pd_v, pd_g
+                pd_k, pd_v, pd_g = _pend_load(bank_k, bank_v, bank_g, base, u + 4, n_p, i_h, i_hv, o_kk, mk,
+                                              o_v, mv, H, HV, K, V)
+        else:
+            b_pk, b_pv, b_pg = _pend_load(bank_k, bank_v, bank_g, base, u, n_p, i_h, i_hv, o_kk, mk, o_v, mv,
+                                          H, HV, K, V)
+        sc = sc * tl.exp(b_pg)
+        if CHECK:
+            if sc < RESCALE_MIN:
+                b_h = b_h * sc
+                sc = tl.full([], 1.0, dtype=tl.float32)
+        b_h += (b_pv / sc)[:, None, None] * b_pk[None, :, :]
+    return b_h, sc
+
+
+@triton.jit
+def _window(b_h, sc, q, k, v, g, beta, o, bank_k, bank_v, bank_g, snap, wbase, scale, Tmax, sq, sk, sv, sg, sb,
+            bos, eos, i_v, i_h, i_hv, i_r, o_kk, mk, o_v, mv, offs, mh,
+            H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, G: tl.constexpr,
+            HAS_BANK: tl.constexpr, L2NORM: tl.constexpr, SNAPSHOT: tl.constexpr, RESCALE_MIN: tl.constexpr,
+            PREFETCH: tl.constexpr, CHECK: tl.constexpr):
+    """The row's window ``bos .. eos - 1`` through the scaled tile ``(b_h, sc)`` (see :func:`_chain_verify_kernel`):
+    outputs, factors into the write bank at ``wbase``, snapshots; ``CHECK`` as in :func:`_pend_fold`. Returns
+    ``(b_h, sc)``."""
+    T = eos - bos
+    if PREFETCH:
+        # clamped indices instead of masks: always a valid token (the launcher disables PREFETCH
+        # for N == 0); a row's last iteration re-reads its last token, unused
+        n_q, n_k, n_v, n_g, n_b = _tok_load(q, k, v, g, beta, tl.maximum(tl.minimum(bos, eos - 1), 0), sq, sk, sv, sg,
+                                            sb, i_h, i_hv, o_kk, mk, o_v, mv, K, V)
+    for t in range(0, T):
+        i_t = bos + t
+        if PREFETCH:
+            b_q, b_k, b_v, b_g, b_beta = n_q, n_k, n_v, n_g, n_b
+            n_q, n_k, n_v, n_g, n_b = _tok_load(q, k, v, g, beta, tl.minimum(i_t + 1, eos - 1), sq, sk, sv, sg, sb,
+                                                i_h, i_hv, o_kk, mk, o_v, mv, K, V)
+        else:
+            b_q, b_k, b_v, b_g, b_beta = _tok_load(q, k, v, g, beta, i_t, sq, sk, sv, sg, sb, i_h, i_hv, o_kk, mk, o_v,
+                                                   mv, K, V)
+        if L2NORM:
+            b_q = b_q * tl.rsqrt(tl.sum(tl.sum(b_q * b_q, 1), 0) + 1e-6)
+            b_k = b_k * tl.rsqrt(tl.sum(tl.sum(b_k * b_k, 1), 0) + 1e-6)
+        b_q = b_q * scale
+        sc = sc * tl.exp(b_g)
+        if CHECK:
+            if sc < RESCALE_MIN:
+                b_h = b_h * sc
+                sc = tl.full([], 1.0, dtype=tl.float32)
+        hk = tl.sum(tl.sum(b_h * b_k[None, :, :], 1), 1)  # (Mt k): [BV]
+        hq = tl.sum(tl.sum(b_h * b_q[None, :, :], 1), 1)
+        b_vt = b_beta * (b_v - sc * hk)
+        kq = tl.sum(tl.sum(b_k * b_q, 1), 0)
+        b_o = sc * hq + b_vt * kq
+        b_h += (b_vt / sc)[:, None, None] * b_k[None, :, :]
+        tl.store(o + (i_t * HV + i_hv) * V + o_v, b_o, mask=mv)
+        if HAS_BANK:
+            if t < Tmax:
+                tl.store(bank_v + ((wbase + t) * HV + i_hv) * V + o_v, b_vt, mask=mv)
+                if i_v == 0:
+                    tl.store(bank_g + (wbase + t) * HV + i_hv, b_g)
+                    if i_hv % G == 0:
+                        tl.store(bank_k + ((wbase + t) * H + i_h) * K + o_kk, b_k, mask=mk)
+        if SNAPSHOT:
+            # baseline only (vLLM-native style): a full state after every window token
+            p_sn = snap + ((i_r * Tmax + t) * HV + i_hv) * (V * K) + offs
+            tl.store(p_sn, b_h * sc, mask=mh)
+
+    return b_h, sc
+
+
+@triton.jit
+def _rescale_needed(g, bank_g, sg, bos, eos, base, n_p, i_hv, HV: tl.constexpr, TW: tl.constexpr,
+                    TP: tl.constexpr, LOG_RESCALE_MIN: tl.constexpr):
+    """Whether the scaled tile's ``sc`` (1, then times ``e^g`` per pending factor and per window token) can fall
+    below ``RESCALE_MIN``: a prefix sum of the ``n_p`` pending decays (bank ``g`` at ``base``) and then the window's
+    (``g`` rows ``bos .. eos - 1``) below ``LOG_RESCALE_MIN``, or a window longer than ``TW`` (not read). All the
+    decays in two vector loads beside the state tile's."""
+    o_p = tl.arange(0, TP)
+    g_p = tl.load(bank_g + (base + o_p) * HV + i_hv, mask=o_p < n_p, other=0.0)
+    c_p = tl.cumsum(g_p, 0)
+    o_w = tl.arange(0, TW)
+    g_w = tl.load(g + (bos + o_w) * sg + i_hv, mask=o_w < eos - bos, other=0.0).to(tl.float32)
+    c_w = tl.cumsum(g_w, 0) + tl.sum(g_p, 0)
+    lo = tl.minimum(tl.min(c_p, 0), tl.min(c_w, 0))
+    return (lo < LOG_RESCALE_MIN) | (eos - bos > TW)
+
+
+@triton.jit
 def _chain_verify_kernel(
     q, k, v, g, beta, o,
     state, slots, out_slots, cu_seqlens,
@@ -262,7 +408,9 @@ def _chain_verify_kernel(
     BV: tl.constexpr, KO: tl.constexpr, KI: tl.constexpr,
     HAS_BANK: tl.constexpr, HAS_PENDING: tl.constexpr, WRITE_FINAL: tl.constexpr,
     L2NORM: tl.constexpr, SNAPSHOT: tl.constexpr, RESCALE_MIN: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr = False, PEND_PF: tl.constexpr = 0,
+    PDL: tl.constexpr = False, PEND_PF: tl.constexpr = 0, TW: tl.constexpr = 16, TP: tl.constexpr = 16,
+    LOG_RESCALE_MIN: tl.constexpr = -27.631021115928547,  # log(_RESCALE_MIN)
+    RESCALE_PRECHECK: tl.constexpr = False,
 ):
     """State tile as ``[BV, KO, KI]`` (key index ``ko * KI + ki``): Triton gives the warp's threads
     to ``KI`` (4 floats each) and then to ``BV`` (the leading dim wins the tie), so with ``KI`` = 16/32
@@ -273,7 +421,11 @@ def _chain_verify_kernel(
     The state is kept scaled, ``M = s * Mt`` with a scalar ``s`` (the decay is one scalar per head
     and token): ``s <- e^g s`` and ``Mt += (v~ / s) k^T`` is one FMA per element per token instead
     of a multiply and an FMA; ``Mt`` is renormalised (``Mt *= s, s = 1``, a uniform branch) if
-    ``s < RESCALE_MIN`` and multiplied by ``s`` when stored.
+    ``s < RESCALE_MIN`` and multiplied by ``s`` when stored. ``RESCALE_PRECHECK``: that test runs only in programs
+    where :func:`_rescale_needed` finds a prefix of their decays (pending, then window) below ``RESCALE_MIN``; the
+    others run the loops without it: the same operations wherever the test would not fire. (The precheck sums the
+    decays where the loop multiplies their exponentials, so within rounding of ``RESCALE_MIN`` a program may skip
+    a renormalisation the test would have made: the same result within fp32 rounding, ``sc`` still ~1e-12.)
 
     ``PREFETCH``: token ``t+1``'s q/k/v/g/beta are loaded while token ``t`` computes (manual software
     pipelining: the per-token chain is otherwise load latency -> norms -> reductions -> update).
@@ -302,102 +454,47 @@ def _chain_verify_kernel(
     b_h = tl.load(p_s, mask=mh, other=0.0).to(tl.float32)
     sc = tl.full([], 1.0, dtype=tl.float32)
 
+    # ---- the scaled tile's renormalisation test, where some prefix of the decays can need it ----
+    # (a test per fold / token is if-converted into a predicated multiply per tile element: sm_90 SASS of the
+    # verify_small config, Triton 3.6, 261 -> 179 instructions per pending factor and 692 -> 538 per token
+    # without it)
+    n_p = tl.full([], 0, dtype=tl.int32)
+    base = tl.full([], 0, dtype=tl.int64)
+    if HAS_PENDING:
+        n_p = tl.minimum(tl.load(pending_len + i_r).to(tl.int32), Tmax)
+        rb = tl.load(read_bank + i_r).to(tl.int64)
+        base = (slot * 2 + rb) * Tmax
+    if RESCALE_PRECHECK:
+        check = _rescale_needed(g, bank_g, sg, bos, eos, base, n_p, i_hv, HV, TW, TP, LOG_RESCALE_MIN)
+    else:
+        check = True  # (static: only the tested loops are compiled)
+
     # ---- deferred commit: fold the pending factors of bank read_bank, write the state once ----
     if HAS_PENDING:
-        n_p = tl.load(pending_len + i_r).to(tl.int32)
-        n_p = tl.minimum(n_p, Tmax)
         if n_p > 0:
-            rb = tl.load(read_bank + i_r).to(tl.int64)
-            base = (slot * 2 + rb) * Tmax
-            if PEND_PF > 0:  # factors u + 1 .. u + PEND_PF in flight while u is folded
-                pa_k, pa_v, pa_g = _pend_load(bank_k, bank_v, bank_g, base, 0, n_p, i_h, i_hv, o_kk, mk, o_v, mv,
-                                              H, HV, K, V)
-                if PEND_PF > 1:
-                    pb_k, pb_v, pb_g = _pend_load(bank_k, bank_v, bank_g, base, 1, n_p, i_h, i_hv, o_kk, mk, o_v,
-                                                  mv, H, HV, K, V)
-                if PEND_PF > 2:
-                    pc_k, pc_v, pc_g = _pend_load(bank_k, bank_v, bank_g, base, 2, n_p, i_h, i_hv, o_kk, mk, o_v,
-                                                  mv, H, HV, K, V)
-                if PEND_PF > 3:
-                    pd_k, pd_v, pd_g = _pend_load(bank_k, bank_v, bank_g, base, 3, n_p, i_h, i_hv, o_kk, mk, o_v,
-                                                  mv, H, HV, K, V)
-            for u in range(0, n_p):
-                if PEND_PF > 0:
-                    b_pk, b_pv, b_pg = pa_k, pa_v, pa_g
-                    if PEND_PF == 1:
-                        pa_k, pa_v, pa_g = _pend_load(bank_k, bank_v, bank_g, base, u + 1, n_p, i_h, i_hv, o_kk, mk,
-                                                      o_v, mv, H, HV, K, V)
-                    else:
-                        pa_k, pa_v, pa_g = pb_k, pb_v, pb_g
-                    if PEND_PF == 2:
-                        pb_k, pb_v, pb_g = _pend_load(bank_k, bank_v, bank_g, base, u + 2, n_p, i_h, i_hv, o_kk, mk,
-                                                      o_v, mv, H, HV, K, V)
-                    elif PEND_PF > 2:
-                        pb_k, pb_v, pb_g = pc_k, pc_v, pc_g
-                    if PEND_PF == 3:
-                        pc_k, pc_v, pc_g = _pend_load(bank_k, bank_v, bank_g, base, u + 3, n_p, i_h, i_hv, o_kk, mk,
-                                                      o_v, mv, H, HV, K, V)
-                    elif PEND_PF > 3:
-                        pc_k, pc_v, pc_g = pd_k, pd_v, pd_g
-                        pd_k, pd_v, pd_g = _pend_load(bank_k, bank_v, bank_g, base, u + 4, n_p, i_h, i_hv, o_kk, mk,
-                                                      o_v, mv, H, HV, K, V)
-                else:
-                    b_pk, b_pv, b_pg = _pend_load(bank_k, bank_v, bank_g, base, u, n_p, i_h, i_hv, o_kk, mk, o_v, mv,
-                                                  H, HV, K, V)
-                sc = sc * tl.exp(b_pg)
-                if sc < RESCALE_MIN:
-                    b_h = b_h * sc
-                    sc = tl.full([], 1.0, dtype=tl.float32)
-                b_h += (b_pv / sc)[:, None, None] * b_pk[None, :, :]
+            if check:
+                b_h, sc = _pend_fold(b_h, sc, bank_k, bank_v, bank_g, base, n_p, i_h, i_hv, o_kk, mk, o_v, mv,
+                                     H, HV, K, V, RESCALE_MIN, PEND_PF, True)
+            else:
+                b_h, sc = _pend_fold(b_h, sc, bank_k, bank_v, bank_g, base, n_p, i_h, i_hv, o_kk, mk, o_v, mv,
+                                     H, HV, K, V, RESCALE_MIN, PEND_PF, False)
             if not WRITE_FINAL:
                 tl.store(p_s, b_h * sc, mask=mh)
 
+    wbase = tl.full([], 0, dtype=tl.int64)
     if HAS_BANK:
         wb = tl.load(write_bank + i_r).to(tl.int64)
         wbase = (slot * 2 + wb) * Tmax
 
     # ---- the window, state tile on chip ----
-    T = eos - bos
-    if PREFETCH:
-        # clamped indices instead of masks: always a valid token (the launcher disables PREFETCH
-        # for N == 0); a row's last iteration re-reads its last token, unused
-        n_q, n_k, n_v, n_g, n_b = _tok_load(q, k, v, g, beta, tl.maximum(tl.minimum(bos, eos - 1), 0), sq, sk, sv, sg,
-                                            sb, i_h, i_hv, o_kk, mk, o_v, mv, K, V)
-    for t in range(0, T):
-        i_t = bos + t
-        if PREFETCH:
-            b_q, b_k, b_v, b_g, b_beta = n_q, n_k, n_v, n_g, n_b
-            n_q, n_k, n_v, n_g, n_b = _tok_load(q, k, v, g, beta, tl.minimum(i_t + 1, eos - 1), sq, sk, sv, sg, sb,
-                                                i_h, i_hv, o_kk, mk, o_v, mv, K, V)
-        else:
-            b_q, b_k, b_v, b_g, b_beta = _tok_load(q, k, v, g, beta, i_t, sq, sk, sv, sg, sb, i_h, i_hv, o_kk, mk, o_v,
-                                                   mv, K, V)
-        if L2NORM:
-            b_q = b_q * tl.rsqrt(tl.sum(tl.sum(b_q * b_q, 1), 0) + 1e-6)
-            b_k = b_k * tl.rsqrt(tl.sum(tl.sum(b_k * b_k, 1), 0) + 1e-6)
-        b_q = b_q * scale
-        sc = sc * tl.exp(b_g)
-        if sc < RESCALE_MIN:
-            b_h = b_h * sc
-            sc = tl.full([], 1.0, dtype=tl.float32)
-        hk = tl.sum(tl.sum(b_h * b_k[None, :, :], 1), 1)  # (Mt k): [BV]
-        hq = tl.sum(tl.sum(b_h * b_q[None, :, :], 1), 1)
-        b_vt = b_beta * (b_v - sc * hk)
-        kq = tl.sum(tl.sum(b_k * b_q, 1), 0)
-        b_o = sc * hq + b_vt * kq
-        b_h += (b_vt / sc)[:, None, None] * b_k[None, :, :]
-        tl.store(o + (i_t * HV + i_hv) * V + o_v, b_o, mask=mv)
-        if HAS_BANK:
-            if t < Tmax:
-                tl.store(bank_v + ((wbase + t) * HV + i_hv) * V + o_v, b_vt, mask=mv)
-                if i_v == 0:
-                    tl.store(bank_g + (wbase + t) * HV + i_hv, b_g)
-                    if i_hv % G == 0:
-                        tl.store(bank_k + ((wbase + t) * H + i_h) * K + o_kk, b_k, mask=mk)
-        if SNAPSHOT:
-            # baseline only (vLLM-native style): a full state after every window token
-            p_sn = snap + ((i_r * Tmax + t) * HV + i_hv) * (V * K) + offs
-            tl.store(p_sn, b_h * sc, mask=mh)
+    if check:
+        b_h, sc = _window(b_h, sc, q, k, v, g, beta, o, bank_k, bank_v, bank_g, snap, wbase, scale, Tmax,
+                          sq, sk, sv, sg, sb, bos, eos, i_v, i_h, i_hv, i_r, o_kk, mk, o_v, mv, offs, mh,
+                          H, HV, K, V, G, HAS_BANK, L2NORM, SNAPSHOT, RESCALE_MIN, PREFETCH, True)
+    else:
+        b_h, sc = _window(b_h, sc, q, k, v, g, beta, o, bank_k, bank_v, bank_g, snap, wbase, scale, Tmax,
+                          sq, sk, sv, sg, sb, bos, eos, i_v, i_h, i_hv, i_r, o_kk, mk, o_v, mv, offs, mh,
+                          H, HV, K, V, G, HAS_BANK, L2NORM, SNAPSHOT, RESCALE_MIN, PREFETCH, False)
 
     if WRITE_FINAL:
         # re-read the slot so the compiler rebuilds the tile addresses here instead of keeping
@@ -475,9 +572,14 @@ def _launch_chain(
                                       num_warps=nw, num_stages=1)
     else:
         KI = min(KI, BK)
+        # the decays _rescale_needed reads: the bank's (tmax) and the rows' windows (bounded by tmax with a bank or
+        # snapshots; one token per row for AR; longer windows than TW take the renormalisation test)
+        TP = max(2, triton.next_power_of_2(tmax))
+        TW = TP if (has_bank or snap is not None) else (2 if N == R else 16)
         _chain_verify_kernel[grid](*args, H=H, HV=HV, K=K, V=V, BV=BV, KO=BK // KI, KI=KI, **flags,
                                    RESCALE_MIN=_RESCALE_MIN, PREFETCH=PF, PEND_PF=_pend_prefetch(has_pending, N, R, HV),
-                                   num_warps=nw, num_stages=1)
+                                   TW=TW, TP=TP, LOG_RESCALE_MIN=_LOG_RESCALE_MIN,
+                                   RESCALE_PRECHECK=_rescale_precheck(N, R, HV), num_warps=nw, num_stages=1)
     return o
 
 
