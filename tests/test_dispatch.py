@@ -78,6 +78,34 @@ def test_pending_prefetch_rule_and_env():
     assert "VLLM_SPECLA_PENDING_PREFETCH='8': allowed values are 0, 1, 2, 3, 4" in run.stderr
 
 
+def test_rescale_precheck_rule_and_env(monkeypatch):
+    """The serial chain kernel's renormalisation precheck (``triton_chain.RESCALE_PRECHECK``, from
+    ``VLLM_SPECLA_RESCALE_PRECHECK``, default 0 until timed): ``0`` / ``1`` force it for every launch; ``auto`` gives
+    it to windows of more than one token per row and to one-token rows at <= ``SMALL_PAIRS`` (row, value head)
+    pairs, not to larger one-token (AR) launches. The module reads the variable at import; another value is a
+    ValueError naming it and the allowed values."""
+    tc = cv._triton_impl()
+    if tc is None:
+        pytest.skip("triton not importable")
+    shapes = [(8, 1, 6), (40, 5, 6), (2, 2, 6), (3, 3, 6)]  # (N, R, HV): windows; windows; AR at 12 / 18 pairs
+    for mode, want in (("0", [False] * 4), ("1", [True] * 4), ("auto", [True, True, True, False])):
+        monkeypatch.setattr(tc, "RESCALE_PRECHECK", mode)
+        assert [tc._rescale_precheck(*x) for x in shapes] == want, mode
+    code = "from vllm_specla.ops import triton_chain as tc; print(tc.RESCALE_PRECHECK)"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_SPECLA_RESCALE_PRECHECK"}
+    env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    for val, want in ((None, "0"), ("auto", "auto"), ("1", "1")):
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                             env=env if val is None else dict(env, VLLM_SPECLA_RESCALE_PRECHECK=val))
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert run.stdout.split()[-1] == want
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(env, VLLM_SPECLA_RESCALE_PRECHECK="2"))
+    assert run.returncode != 0
+    assert "VLLM_SPECLA_RESCALE_PRECHECK='2': allowed values are auto, 0, 1" in run.stderr
+
+
 def test_cuda_csrc_rule(monkeypatch):
     monkeypatch.setattr(_cpp, "CUDA_LOADED", False)
     assert not cv._use_cuda_csrc(_kw(64, 5)[1])  # not built: Triton

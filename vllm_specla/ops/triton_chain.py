@@ -462,16 +462,18 @@ def _chain_verify_kernel(
     base = tl.full([], 0, dtype=tl.int64)
     if HAS_PENDING:
         n_p = tl.minimum(tl.load(pending_len + i_r).to(tl.int32), Tmax)
-        rb = tl.load(read_bank + i_r).to(tl.int64)
-        base = (slot * 2 + rb) * Tmax
+        if RESCALE_PRECHECK:
+            base = (slot * 2 + tl.load(read_bank + i_r).to(tl.int64)) * Tmax
     if RESCALE_PRECHECK:
         check = _rescale_needed(g, bank_g, sg, bos, eos, base, n_p, i_hv, HV, TW, TP, LOG_RESCALE_MIN)
     else:
-        check = True  # (static: only the tested loops are compiled)
+        check = True  # (static: only the tested loops are compiled, with the loads of the kernel before it)
 
     # ---- deferred commit: fold the pending factors of bank read_bank, write the state once ----
     if HAS_PENDING:
         if n_p > 0:
+            if not RESCALE_PRECHECK:
+                base = (slot * 2 + tl.load(read_bank + i_r).to(tl.int64)) * Tmax
             if check:
                 b_h, sc = _pend_fold(b_h, sc, bank_k, bank_v, bank_g, base, n_p, i_h, i_hv, o_kk, mk, o_v, mv,
                                      H, HV, K, V, RESCALE_MIN, PEND_PF, True)
