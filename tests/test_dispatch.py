@@ -63,19 +63,25 @@ def test_pending_prefetch_rule_and_env():
     assert tc._pend_prefetch(True, 24, 3, 6) == 0  # 18 pairs
     assert tc._pend_prefetch(True, 1, 1, 6) == 0 and tc._pend_prefetch(True, 2, 2, 6) == 0  # one token per row
     assert tc._pend_prefetch(False, 8, 1, 6) == 0  # nothing pending
-    code = "from vllm_specla.ops import triton_chain as tc; print(tc.PENDING_PREFETCH)"
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_SPECLA_PENDING_PREFETCH"}
-    env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     for val, want in ((None, "4"), ("2", "2")):
-        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                             env=env if val is None else dict(env, VLLM_SPECLA_PENDING_PREFETCH=val))
+        run = _import_chain_with("VLLM_SPECLA_PENDING_PREFETCH", val, "PENDING_PREFETCH")
         assert run.returncode == 0, run.stderr[-2000:]
         assert run.stdout.split()[-1] == want
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env=dict(env, VLLM_SPECLA_PENDING_PREFETCH="8"))
+    run = _import_chain_with("VLLM_SPECLA_PENDING_PREFETCH", "8", "PENDING_PREFETCH")
     assert run.returncode != 0
     assert "VLLM_SPECLA_PENDING_PREFETCH='8': allowed values are 0, 1, 2, 3, 4" in run.stderr
+
+
+def _import_chain_with(var: str, val: str | None, attr: str) -> subprocess.CompletedProcess:
+    """A fresh interpreter importing ``triton_chain`` with environment variable ``var`` set to ``val`` (None:
+    unset) and printing its ``attr``: the module reads its variables at import."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != var}
+    env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    if val is not None:
+        env[var] = val
+    code = f"from vllm_specla.ops import triton_chain as tc; print(tc.{attr})"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
 
 
 def test_rescale_precheck_rule_and_env(monkeypatch):
@@ -91,17 +97,11 @@ def test_rescale_precheck_rule_and_env(monkeypatch):
     for mode, want in (("0", [False] * 4), ("1", [True] * 4), ("auto", [True, True, True, False])):
         monkeypatch.setattr(tc, "RESCALE_PRECHECK", mode)
         assert [tc._rescale_precheck(*x) for x in shapes] == want, mode
-    code = "from vllm_specla.ops import triton_chain as tc; print(tc.RESCALE_PRECHECK)"
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_SPECLA_RESCALE_PRECHECK"}
-    env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     for val, want in ((None, "0"), ("auto", "auto"), ("1", "1")):
-        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                             env=env if val is None else dict(env, VLLM_SPECLA_RESCALE_PRECHECK=val))
+        run = _import_chain_with("VLLM_SPECLA_RESCALE_PRECHECK", val, "RESCALE_PRECHECK")
         assert run.returncode == 0, run.stderr[-2000:]
         assert run.stdout.split()[-1] == want
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env=dict(env, VLLM_SPECLA_RESCALE_PRECHECK="2"))
+    run = _import_chain_with("VLLM_SPECLA_RESCALE_PRECHECK", "2", "RESCALE_PRECHECK")
     assert run.returncode != 0
     assert "VLLM_SPECLA_RESCALE_PRECHECK='2': allowed values are auto, 0, 1" in run.stderr
 
