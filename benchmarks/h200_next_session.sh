@@ -74,6 +74,30 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s47a)  # (any card; an H200 gives issue 6's rows) the precheck's auto rule end to end: batch 1, K = 7, flame and map,
+        # 0 / auto (the default: windows, and one-token rows at <= 8 pairs) / windows only (auto with
+        # PRECHECK_AR_MAX_PAIRS = 0: batch-1 AR and draft passes keep the per-token test), twice, each a process (the
+        # CUDA kernels built first), then bench_kernels at batch 1 / 2 with 0 / auto (timeouts 200 + 6 x 70 + 2 x 60)
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      timeout 200 python -c "from vllm_specla.ops import _cpp; print('loaded', _cpp.load_cuda_kernels())" 2>&1 | tail -2
+      E2E="--shapes flame,map --batches 1 --ks 7 --alphas 0.8 --snapshot-ks '' --skinny-gemm on --draft-weights fp8"
+      for R in 1 2; do
+        for P in 0 auto windows; do
+          M=$P; AR=8; [ "$P" = windows ] && { M=auto; AR=0; }
+          VLLM_SPECLA_RESCALE_PRECHECK=$M timeout 70 python -c "import runpy, shlex, sys
+from vllm_specla.ops import triton_chain as tc
+tc.PRECHECK_AR_MAX_PAIRS = $AR
+sys.argv = ['bench_e2e.py'] + shlex.split(sys.argv[1])
+runpy.run_path('benchmarks/bench_e2e.py', run_name='__main__')" "$E2E --tag s47a_${P}_r$R --out $OUT/e2e_s47a.jsonl" \
+              2>&1 | grep "^{" | python -c "$S"
+        done
+      done
+      for P in 0 auto; do
+        echo "== VLLM_SPECLA_RESCALE_PRECHECK=$P"
+        VLLM_SPECLA_RESCALE_PRECHECK=$P timeout 60 python benchmarks/bench_kernels.py --batches 1,2 --Ts 1,5,8 \
+            --budget-s 45 --json "$OUT/kernels_s47a_$P.json" 2>&1 | grep -E "^\[|^GPU|Error|fail" | cut -c1-1500
+      done
+      ;;
   s46f)  # (any card; the verdict rows are s46g's) the chain kernel's renormalisation precheck (session 46,
         # VLLM_SPECLA_RESCALE_PRECHECK: its loops without the per-fold / per-token test where no prefix of a program's
         # decays reaches RESCALE_MIN; sm_90 SASS 261 -> 179 instructions per pending factor, 692 -> 538 per token at

@@ -86,18 +86,20 @@ def _import_chain_with(var: str, val: str | None, attr: str) -> subprocess.Compl
 
 def test_rescale_precheck_rule_and_env(monkeypatch):
     """The serial chain kernel's renormalisation precheck (``triton_chain.RESCALE_PRECHECK``, from
-    ``VLLM_SPECLA_RESCALE_PRECHECK``, default 0 until timed): ``0`` / ``1`` force it for every launch; ``auto`` gives
-    it to windows of more than one token per row and to one-token rows at <= ``SMALL_PAIRS`` (row, value head)
-    pairs, not to larger one-token (AR) launches. The module reads the variable at import; another value is a
-    ValueError naming it and the allowed values."""
+    ``VLLM_SPECLA_RESCALE_PRECHECK``, default auto): ``0`` / ``1`` force it for every launch; ``auto`` gives
+    it to windows of more than one token per row and to one-token rows at <= ``PRECHECK_AR_MAX_PAIRS`` (8) (row,
+    value head) pairs (batch 1 of both GDN-1.3B shapes), not to larger one-token (AR) launches. The module reads
+    the variable at import; another value is a ValueError naming it and the allowed values."""
     tc = cv._triton_impl()
     if tc is None:
         pytest.skip("triton not importable")
-    shapes = [(8, 1, 6), (40, 5, 6), (2, 2, 6), (3, 3, 6)]  # (N, R, HV): windows; windows; AR at 12 / 18 pairs
-    for mode, want in (("0", [False] * 4), ("1", [True] * 4), ("auto", [True, True, True, False])):
+    # (N, R, HV): windows; windows; AR at 6 / 8 / 12 / 16 / 18 pairs
+    shapes = [(8, 1, 6), (40, 5, 6), (1, 1, 6), (1, 1, 8), (2, 2, 6), (2, 2, 8), (3, 3, 6)]
+    auto = [True, True, True, True, False, False, False]
+    for mode, want in (("0", [False] * 7), ("1", [True] * 7), ("auto", auto)):
         monkeypatch.setattr(tc, "RESCALE_PRECHECK", mode)
         assert [tc._rescale_precheck(*x) for x in shapes] == want, mode
-    for val, want in ((None, "0"), ("auto", "auto"), ("1", "1")):
+    for val, want in ((None, "auto"), ("0", "0"), ("1", "1")):
         run = _import_chain_with("VLLM_SPECLA_RESCALE_PRECHECK", val, "RESCALE_PRECHECK")
         assert run.returncode == 0, run.stderr[-2000:]
         assert run.stdout.split()[-1] == want

@@ -276,8 +276,8 @@ def test_chain_rescale_precheck(config, final, monkeypatch):
     for x, y, z in zip(b1, b0, br):
         assert same(x, y) and rel(x, z) < TOL
     monkeypatch.setattr(tc, "RESCALE_PRECHECK", "auto")
-    assert tc._rescale_precheck(8, 2, 4) and tc._rescale_precheck(4, 4, 4)  # windows; one-token rows, 16 pairs
-    assert not tc._rescale_precheck(5, 5, 4)  # one-token rows, 20 pairs: the test per token (ar_large)
+    assert tc._rescale_precheck(8, 2, 4) and tc._rescale_precheck(2, 2, 4)  # windows; one-token rows, 8 pairs
+    assert not tc._rescale_precheck(3, 3, 4)  # one-token rows, 12 pairs: the test per token
 
 
 @pytest.mark.parametrize("depth", [0, 1, 2, 3])
@@ -374,45 +374,42 @@ def test_every_accepted_prefix(shape):
         assert rel(x, y) < TOL
 
 
-@pytest.mark.parametrize("config", [(4, 1), (16, 2), (64, 4), (8, 2, 0), (4, 1, 1), (8, 2, 1), (64, 4, 1)])
+@pytest.mark.parametrize("config", [(4, 1), (8, 1), (16, 2), (64, 4)])
 def test_recover_tile_configs(config, monkeypatch):
-    """The recover kernel's config (``bench_kernels.py --recover-configs``): the tiling (grid and warps, and the
-    launch takes them) and the fold (third entry: 1 = scaled, ``Mt += (v~ / sc) k^T``; 0 or absent = plain). Every
-    config matches ``recover_ref`` (TOL) and the default config (1e-6: the same sum, rounded differently by the
-    other fold or num_warps, H200 session 46), with accepted counts 0, 1, a few, a full bank and more than the bank
-    holds (clamped), and one (row, head) whose decays fall below the scaled fold's RESCALE_MIN (-12 per factor: past
-    log(1e-12) from the third factor, e^-96 at the end; the scaled config folds it plainly, the rest scaled); a row
-    accepting nothing and slots outside the batch are untouched. A config that is not two positive integers and an
-    optional 0 / 1 is refused."""
+    """The recover kernel's tile config (``bench_kernels.py --recover-configs``) changes only the tiling (grid and
+    warps, and the launch takes them): every config matches ``recover_ref`` (TOL) and the default config (1e-6: the
+    same serial updates per state element, rounded differently by another num_warps, H200 session 46), with accepted
+    counts 0, 1, a few, a full bank and more than the bank holds (clamped), and one (row, head) whose decays
+    underflow (-12 per factor, e^-96 at the end); a row accepting nothing and slots outside the batch are untouched.
+    A config that is not two positive integers is refused (session 46's third entry, the scaled fold, was measured
+    slower on an H100 in session 47 and removed)."""
     seen = []
     real = tr._recover_kernel
 
-    class Kernel:  # records each launch's grid, BV, num_warps and SCALED, then launches
+    class Kernel:  # records each launch's grid, BV and num_warps, then launches
         def __getitem__(self, grid):
-            return lambda *a, **kw: (seen.append((grid, kw["BV"], kw["num_warps"], kw["SCALED"])),
-                                     real[grid](*a, **kw))[1]
+            return lambda *a, **kw: (seen.append((grid, kw["BV"], kw["num_warps"])), real[grid](*a, **kw))[1]
 
     monkeypatch.setattr(tr, "_recover_kernel", Kernel())
     c = Case((1, 2, 32, 12), [1] * 6, seed=71, Tmax=8)  # GVA 2, 12 values: 1-3 V-tiles (few interpreted programs)
     acc = torch.tensor([0, 1, 3, 5, 8, 11], device=DEV)
     banks = c.banks()
-    banks[2][c.slots[4], c.write_bank[4], :, 1] = -12.0  # row 4 (8 accepted), value head 1: prefix sums to -96
-    scaled = config[2] if len(config) == 3 else 0
+    banks[2][c.slots[4], c.write_bank[4], :, 1] = -12.0  # row 4 (8 accepted), value head 1: decays to e^-96
     s0, s1, sr = c.state.clone(), c.state.clone(), c.state.clone()
     tr.recover(s0, c.slots, *banks, c.write_bank, acc)
     tr.recover(s1, c.slots, *banks, c.write_bank, acc, config=config)
     BV = min(config[0], 16)  # (clamped to next_power_of_2(V))
-    assert seen[1] == (((12 + BV - 1) // BV, 2, 6), BV, config[1], int(scaled))
+    assert seen[1] == (((12 + BV - 1) // BV, 2, 6), BV, config[1])
     ref.recover_ref(sr, c.slots, *banks, c.write_bank, acc)
     assert rel(s1, sr) < TOL
     assert rel(s1, s0) < 1e-6
-    assert rel(s1[c.slots[4], 1], sr[c.slots[4], 1]) < TOL  # the plain fold's (row, head)
+    assert rel(s1[c.slots[4], 1], sr[c.slots[4], 1]) < TOL  # the underflowing (row, head)
     assert not torch.equal(s1, c.state)  # the factors were folded
     assert torch.equal(s1[c.slots[0]], c.state[c.slots[0]])  # 0 accepted: untouched
     others = torch.ones(c.state.shape[0], dtype=torch.bool, device=DEV)
     others[c.slots] = False
     assert torch.equal(s1[others], c.state[others])
-    for bad in [(8, 1, 2), (8,), (0, 1), (8.0, 1), (8, 1, 1, 0)]:
+    for bad in [(8, 1, 1), (8,), (0, 1), (8.0, 1)]:
         with pytest.raises(ValueError, match="must be \\(BV, num_warps\\)"):
             tr.recover(s1, c.slots, *banks, c.write_bank, acc, config=bad)
 

@@ -98,22 +98,27 @@ def _env_choice(name: str, default: str, allowed: tuple[str, ...]) -> int:
 PENDING_PREFETCH = _env_choice("VLLM_SPECLA_PENDING_PREFETCH", "4", ("0", "1", "2", "3", "4"))
 
 
-# Whether _chain_verify_kernel tests its scaled tile for renormalisation per fold and token (0, the default), or
-# once per program from all of its decays (1: _rescale_needed; the loops without the test where nothing can need
-# it), or by shape (auto: windows of more than one token per row, and one-token rows at <= SMALL_PAIRS pairs;
-# large-batch one-token rows keep the test, as the precheck's loops cost the ar_large config 7 registers: 148 ->
-# 155, sm_90 SASS). VLLM_SPECLA_RESCALE_PRECHECK; session 46: opt-in until timed on a GPU
-# (benchmarks/h200_next_session.sh s46f / s46g).
-RESCALE_PRECHECK = os.environ.get("VLLM_SPECLA_RESCALE_PRECHECK") or "0"
+# Whether _chain_verify_kernel tests its scaled tile for renormalisation per fold and token (0), or once per
+# program from all of its decays (1: _rescale_needed; the loops without the test where nothing can need it), or by
+# shape (auto, the default: windows of more than one token per row, and one-token rows at <= PRECHECK_AR_MAX_PAIRS
+# (row, value head) pairs). VLLM_SPECLA_RESCALE_PRECHECK. Session 47, H100 (RESULTS.md; kernels_h100_s47_s46f_*.json,
+# e2e_h100_s47_s46g.jsonl), the precheck everywhere against 0: verify and step windows at batch 1 / 2 2-6 % faster,
+# batch-1 K = 7 SpecLA steps 6-9 us faster (flame / map); one-token launches at batch 1 4.5 % faster to 3 % slower
+# (the AR step the same (flame) or 5-7 us faster (map)), at batch 2 up to 10 % slower (6x256x512: 6.0 -> 6.5 us per
+# launch), so auto leaves them from 9 pairs on, as it does large-batch AR (whose ar_large config the precheck's
+# loops cost 7 registers, 148 -> 155, sm_90 SASS; at batch 128 windows measured the same with and without it).
+RESCALE_PRECHECK = os.environ.get("VLLM_SPECLA_RESCALE_PRECHECK") or "auto"
 if RESCALE_PRECHECK not in ("auto", "0", "1"):
     raise ValueError(f"VLLM_SPECLA_RESCALE_PRECHECK={RESCALE_PRECHECK!r}: allowed values are auto, 0, 1")
+PRECHECK_AR_MAX_PAIRS = 8
 
 
 def _rescale_precheck(N: int, R: int, HV: int) -> bool:
-    """``RESCALE_PRECHECK`` of a ``_chain_verify_kernel`` launch of ``N`` tokens in ``R`` rows (shapes only)."""
+    """``RESCALE_PRECHECK`` of a ``_chain_verify_kernel`` launch of ``N`` tokens in ``R`` rows of ``HV`` value heads
+    (shapes only)."""
     if RESCALE_PRECHECK != "auto":
         return RESCALE_PRECHECK == "1"
-    return N > R or R * HV <= SMALL_PAIRS
+    return N > R or R * HV <= PRECHECK_AR_MAX_PAIRS
 
 
 def _pend_prefetch(has_pending: bool, N: int, R: int, HV: int) -> int:

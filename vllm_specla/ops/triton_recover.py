@@ -6,15 +6,12 @@ Same signatures and semantics as :func:`vllm_specla.ops.reference.recover_ref` a
 
 ``recover``: one program per ``(V-tile, value head, row)`` loads its ``[BV, K]`` state tile once,
 applies the serial flush ``M = e^{g_u} M + v~_u k_u^T`` for ``u < num_accepted`` (same result as the
-closed form of the reference up to fp32 rounding; ``config`` scaled 1: the tile kept as ``sc * Mt``,
-one FMA per element and factor) and stores it once: one state read + one state write however many
-tokens were accepted (per-token replay needs one of each per token).
+closed form of the reference up to fp32 rounding) and stores it once: one state read + one state
+write however many tokens were accepted (per-token replay needs one of each per token).
 ``conv_commit``: the new conv window = last ``W-1`` rows of (window ++ accepted raw inputs).
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import triton
@@ -28,7 +25,7 @@ def _recover_kernel(
     state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted,
     Tmax,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, SCALED: tl.constexpr, TP: tl.constexpr, LOG_RESCALE_MIN: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr,
 ):
     i_v = tl.program_id(0)
     i_hv = tl.program_id(1)
@@ -47,31 +44,11 @@ def _recover_kernel(
         p_s = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K + o_k[None, :]
         b_h = tl.load(p_s, mask=mh, other=0.0)
         base = (slot * 2 + b) * Tmax
-        scaled = False
-        if SCALED:
-            # the tile kept scaled, M = sc * Mt (the decay is one scalar per program and factor), as the chain
-            # kernel's deferred commit: Mt += (v~ / sc) k^T is one FMA per element and factor instead of a
-            # multiply and an FMA; multiplied by sc when stored. Taken where no prefix of the decays falls
-            # below RESCALE_MIN (all the g in one load beside the state tile's); else the plain fold below
-            # (a renormalisation test inside the loop would be if-converted into a predicated multiply per
-            # element and factor, as many issue slots as the plain fold)
-            o_u = tl.arange(0, TP)
-            b_gs = tl.load(bank_g + (base + o_u) * HV + i_hv, mask=o_u < n, other=0.0)
-            scaled = tl.min(tl.cumsum(b_gs, 0), 0) >= LOG_RESCALE_MIN
-        if scaled:
-            isc = tl.full([], 1.0, dtype=tl.float32)  # 1 / sc, a scalar: v~ / sc is a multiply per row
-            for u in range(0, n):
-                b_k = tl.load(bank_k + ((base + u) * H + i_h) * K + o_k, mask=mk, other=0.0)
-                b_v = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
-                isc = isc * tl.exp(-tl.load(bank_g + (base + u) * HV + i_hv))
-                b_h += (b_v * isc)[:, None] * b_k[None, :]
-            b_h = b_h * (1.0 / isc)
-        else:
-            for u in range(0, n):
-                b_k = tl.load(bank_k + ((base + u) * H + i_h) * K + o_k, mask=mk, other=0.0)
-                b_v = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
-                b_g = tl.load(bank_g + (base + u) * HV + i_hv)
-                b_h = b_h * tl.exp(b_g) + b_v[:, None] * b_k[None, :]
+        for u in range(0, n):
+            b_k = tl.load(bank_k + ((base + u) * H + i_h) * K + o_k, mask=mk, other=0.0)
+            b_v = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
+            b_g = tl.load(bank_g + (base + u) * HV + i_hv)
+            b_h = b_h * tl.exp(b_g) + b_v[:, None] * b_k[None, :]
         tl.store(p_s, b_h, mask=mh)
 
 
@@ -83,20 +60,18 @@ def recover(
     bank_g: torch.Tensor,
     bank_idx: torch.Tensor,
     num_accepted: torch.Tensor,
-    config: tuple[int, ...] | None = None,
+    config: tuple[int, int] | None = None,
 ) -> None:
     """Fold the first ``num_accepted[r]`` factors of bank ``bank_idx[r]`` into ``state[slots[r]]``
     in place (see :func:`vllm_specla.ops.reference.recover_ref`).
 
-    ``config``: ``(BV, num_warps)`` or ``(BV, num_warps, scaled)`` (benchmark sweeps: ``bench_kernels.py
-    --recover-configs``); default ``triton_chain.CONFIG_OVERRIDE[:2]`` when set, else
-    ``triton_chain.TUNED["recover"]``. ``scaled`` 1: the tile kept as ``sc * Mt`` while folding (one FMA per
-    element and factor, as the chain kernel's deferred commit); 0: ``M = e^{g_u} M + v~_u k_u^T`` (a multiply
-    and an FMA); the two round differently (both within fp32 rounding of ``recover_ref``), and so may tilings
-    with other ``num_warps`` (H200, session 46).
+    ``config``: ``(BV, num_warps)`` (benchmark sweeps: ``bench_kernels.py --recover-configs``); default
+    ``triton_chain.CONFIG_OVERRIDE[:2]`` when set, else ``triton_chain.TUNED["recover"]``. Each state element
+    takes the same serial updates at every config, but tilings with another ``num_warps`` may round differently
+    (within fp32 rounding of ``recover_ref``; H200, session 46).
 
     Raises:
-        ValueError: ``config`` is not two positive integers and an optional ``scaled`` of 0 or 1."""
+        ValueError: ``config`` is not two positive integers."""
     R = slots.numel()
     if R == 0:
         return
@@ -105,22 +80,17 @@ def recover(
     assert state.dtype == torch.float32 and state.is_contiguous()
     BK = triton.next_power_of_2(K)
     if config is None:
-        config = (triton_chain.CONFIG_OVERRIDE[:2] if triton_chain.CONFIG_OVERRIDE is not None
-                  else triton_chain.TUNED["recover"])
-    config = tuple(config)
-    if (len(config) not in (2, 3) or not all(isinstance(c, int) and c > 0 for c in config[:2])
-            or (len(config) == 3 and config[2] not in (0, 1))):
-        raise ValueError(f"recover config={config!r}: must be (BV, num_warps) or (BV, num_warps, scaled), "
-                         "BV and num_warps positive integers, scaled 0 or 1")
-    BV, nw, scaled = (config + (0,))[:3]
+        config = (triton_chain.CONFIG_OVERRIDE if triton_chain.CONFIG_OVERRIDE is not None
+                  else triton_chain.TUNED["recover"])[:2]
+    if len(config) != 2 or not all(isinstance(c, int) and c > 0 for c in config):
+        raise ValueError(f"recover config={tuple(config)!r}: must be (BV, num_warps), two positive integers")
+    BV, nw = config
     BV = min(BV, triton.next_power_of_2(V))
     grid = (triton.cdiv(V, BV), HV, R)
     _recover_kernel[grid](
         state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted,
         bank_k.shape[2],
-        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, SCALED=int(scaled), TP=triton.next_power_of_2(bank_k.shape[2]),
-        LOG_RESCALE_MIN=math.log(triton_chain._RESCALE_MIN),
-        num_warps=nw, num_stages=1,
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, num_warps=nw, num_stages=1,
     )
 
 
