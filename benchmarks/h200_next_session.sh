@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 46: an H200 ran s45d, s45c, s46b (a recover
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 47: no H200 (13 asks; two got H100s): s46f,
+# s46g (its H200 check edited out on the device copy: an H100 A/B), s46a and s47a ran on H100s (benchmarks/RESULTS.md
+# "Session 47"); the precheck became the default (auto), recover's scaled fold was removed (s46a's /1 configs
+# now raise). NEXT, on an H200: s37g (issue 6's batch-1 rows at the new default; s36b with ~10 min left), s47a
+# (the precheck's A/B there), s43b (issue 5's tables). Session 46: an H200 ran s45d, s45c, s46b (a recover
 # config sweep), s36b, s43b and two test runs (benchmarks/RESULTS.md "Session 46"); recover's default became 8/2, its
 # split fold (s45d's /1 configs) was removed. NEXT, on an H200: s46f (the chain kernel's renormalisation precheck:
 # tests, kernel tables; ~5 min), s46g (its batch-1 e2e A/B, issue 6's rows; ~8 min on a fresh machine), s46a (the
