@@ -3,8 +3,8 @@
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
 # README/device; the s5* / s6* / s8d-s8f calls need neither). Session 47: no H200 (13 asks; two got H100s): s46f,
 # s46g (its H200 check edited out on the device copy: an H100 A/B), s46a and s47a ran on H100s (benchmarks/RESULTS.md
-# "Session 47"); the precheck became the default (auto), recover's scaled fold was removed (s46a's /1 configs
-# now raise). NEXT, on an H200: s37g (issue 6's batch-1 rows at the new default; s36b with ~10 min left), s47a
+# "Session 47"); the precheck became the default (auto), recover's scaled fold was removed (s46a's three-entry
+# configs, and s45d's, now raise: neither case runs as written). NEXT, on an H200: s37g (issue 6's batch-1 rows at the new default; s36b with ~10 min left), s47a
 # (the precheck's A/B there), s43b (issue 5's tables). Session 46: an H200 ran s45d, s45c, s46b (a recover
 # config sweep), s36b, s43b and two test runs (benchmarks/RESULTS.md "Session 46"); recover's default became 8/2, its
 # split fold (s45d's /1 configs) was removed. NEXT, on an H200: s46f (the chain kernel's renormalisation precheck:
@@ -81,14 +81,15 @@ case "${1:-}" in
   s47a)  # (any card; an H200 gives issue 6's rows) the precheck's auto rule end to end: batch 1, K = 7, flame and map,
         # 0 / auto (the default: windows, and one-token rows at <= 8 pairs) / windows only (auto with
         # PRECHECK_AR_MAX_PAIRS = 0: batch-1 AR and draft passes keep the per-token test), twice, each a process (the
-        # CUDA kernels built first), then bench_kernels at batch 1 / 2 with 0 / auto (timeouts 200 + 6 x 70 + 2 x 60)
+        # CUDA kernels built first), then bench_kernels at batch 1 / 2 with 0 / auto (timeouts 150 + 6 x 50 + 2 x 60 =
+        # 570 s; session 47's H100 ran it in 304 s with the build)
       nvidia-smi --query-gpu=name --format=csv,noheader
-      timeout 200 python -c "from vllm_specla.ops import _cpp; print('loaded', _cpp.load_cuda_kernels())" 2>&1 | tail -2
+      timeout 150 python -c "from vllm_specla.ops import _cpp; print('loaded', _cpp.load_cuda_kernels())" 2>&1 | tail -2
       E2E="--shapes flame,map --batches 1 --ks 7 --alphas 0.8 --snapshot-ks '' --skinny-gemm on --draft-weights fp8"
       for R in 1 2; do
         for P in 0 auto windows; do
           M=$P; AR=8; [ "$P" = windows ] && { M=auto; AR=0; }
-          VLLM_SPECLA_RESCALE_PRECHECK=$M timeout 70 python -c "import runpy, shlex, sys
+          VLLM_SPECLA_RESCALE_PRECHECK=$M timeout 50 python -c "import runpy, shlex, sys
 from vllm_specla.ops import triton_chain as tc
 tc.PRECHECK_AR_MAX_PAIRS = $AR
 sys.argv = ['bench_e2e.py'] + shlex.split(sys.argv[1])
@@ -133,7 +134,8 @@ runpy.run_path('benchmarks/bench_e2e.py', run_name='__main__')" "$E2E --tag s47a
       ;;
   s46a)  # (an H200 for issue 5's verdict) the recover kernel's scaled fold (/1: Mt += (v~ / sc) k^T, one FMA per
         # element and factor; session 46's SASS: 70 instead of 93 instructions per factor at 8/2) beside the plain
-        # fold at batch 32 / 128 (s46b: 8/2 best, 8x256x256 batch 32 4.44x), its GPU tests first (timeouts 120 + 200 s)
+        # fold at batch 32 / 128 (s46b: 8/2 best, 8x256x256 batch 32 4.44x), its GPU tests first (timeouts 120 + 200 s).
+        # As run in session 47 (an H100); the scaled fold was removed after it: its three-entry configs now raise
       nvidia-smi --query-gpu=name --format=csv,noheader
       pytest_log s46a 120 tests/test_kernels_gpu.py -k "recover or every_accepted"
       timeout 200 python benchmarks/bench_kernels.py --batches 32,128 --Ts "" \
@@ -144,7 +146,8 @@ runpy.run_path('benchmarks/bench_e2e.py', run_name='__main__')" "$E2E --tag s47a
         # (H200 batch 32 missed 4.5x by 1.8 % / 3.8 % in s43b; on the H100, s45a, 4/1 was faster than 8/1
         # there at A <= 5 (1.1-2.4 %), slower at batch 128, A = 8); /1: session 46's split fold (the factors folded into
         # an accumulator while the state tile's loads are in flight), its GPU tests first (timeouts 120 + 300 s). As
-        # run in session 46; the split fold was removed after it, so its /1 configs now run the scaled fold (s46a)
+        # run in session 46; the split fold was removed after it, and the scaled fold that took its /1 configs in
+        # session 47: those configs now raise
       nvidia-smi --query-gpu=name --format=csv,noheader
       pytest_log s45d 120 tests/test_kernels_gpu.py -k "recover or every_accepted"
       timeout 300 python benchmarks/bench_kernels.py --batches 32,128 --Ts "" \

@@ -381,8 +381,8 @@ def test_recover_tile_configs(config, monkeypatch):
     same serial updates per state element, rounded differently by another num_warps, H200 session 46), with accepted
     counts 0, 1, a few, a full bank and more than the bank holds (clamped), and one (row, head) whose decays
     underflow (-12 per factor, e^-96 at the end); a row accepting nothing and slots outside the batch are untouched.
-    A config that is not two positive integers is refused (session 46's third entry, the scaled fold, was measured
-    slower on an H100 in session 47 and removed)."""
+    A config (given or the default) that is not two positive integers is refused (session 46's third entry, the
+    scaled fold, was measured slower on an H100 in session 47 and removed)."""
     seen = []
     real = tr._recover_kernel
 
@@ -412,6 +412,9 @@ def test_recover_tile_configs(config, monkeypatch):
     for bad in [(8, 1, 1), (8,), (0, 1), (8.0, 1)]:
         with pytest.raises(ValueError, match="must be \\(BV, num_warps\\)"):
             tr.recover(s1, c.slots, *banks, c.write_bank, acc, config=bad)
+    monkeypatch.setitem(tc.TUNED, "recover", (8, 2, 1))  # a bad default is refused too, not truncated
+    with pytest.raises(ValueError, match="must be \\(BV, num_warps\\)"):
+        tr.recover(s1, c.slots, *banks, c.write_bank, acc)
 
 
 def test_snapshot_baseline():

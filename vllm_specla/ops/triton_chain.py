@@ -55,7 +55,7 @@ CHECK_BOUNDS = True
 # bandwidth-bound); "verify": several tokens per row (issue-bound per token). "small": at most 16
 # (row, head) pairs (batch 1-2). KI: inner key split of the [BV, K/KI, KI] tile of
 # _chain_verify_kernel; KI = 0 selects the plain [BV, K] kernel (_chain_verify_kernel_2d).
-# "recover": (BV, num_warps[, scaled]) of the recover kernel: 8/2 from the H200 sweeps of session 46
+# "recover": (BV, num_warps) of the recover kernel: 8/2 from the H200 sweeps of session 46
 # (bench_kernels.py --recover-configs, A = 5 vs 5 replay launches: 4.55-4.58x / 4.44x at batch 32, 6x256x512 /
 # 8x256x256, against 8/1's 4.46x / 4.33-4.34x; 4.75x / 4.73x at batch 128 against 4.67x / 4.69x; RESULTS.md
 # "Session 46"). The others from the H200 sweeps of

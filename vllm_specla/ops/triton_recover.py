@@ -80,8 +80,8 @@ def recover(
     assert state.dtype == torch.float32 and state.is_contiguous()
     BK = triton.next_power_of_2(K)
     if config is None:
-        config = (triton_chain.CONFIG_OVERRIDE if triton_chain.CONFIG_OVERRIDE is not None
-                  else triton_chain.TUNED["recover"])[:2]
+        config = (triton_chain.CONFIG_OVERRIDE[:2] if triton_chain.CONFIG_OVERRIDE is not None
+                  else triton_chain.TUNED["recover"])
     if len(config) != 2 or not all(isinstance(c, int) and c > 0 for c in config):
         raise ValueError(f"recover config={tuple(config)!r}: must be (BV, num_warps), two positive integers")
     BV, nw = config
