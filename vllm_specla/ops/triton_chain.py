@@ -104,10 +104,10 @@ PENDING_PREFETCH = _env_choice("VLLM_SPECLA_PENDING_PREFETCH", "4", ("0", "1", "
 # (row, value head) pairs). VLLM_SPECLA_RESCALE_PRECHECK. Session 47, H100s (RESULTS.md; kernels_h100_s47_s46f_*.json,
 # e2e_h100_s47_s46g.jsonl, e2e_h100_s47a.jsonl), the precheck against 0: verify and step windows at batch 1 / 2
 # 1.7-6.2 % faster, batch-1 K = 7 SpecLA steps 6-12 us faster (flame / map); one-token launches at batch 1 4.5 %
-# faster to 6.4 % slower (the AR step the same (flame) or 4-9 us faster (map)), at batch 2 up to 10 % slower (6x256x512: 6.0
-# -> 6.5 us per launch), so auto leaves them from 9 pairs on, as it does large-batch AR (whose ar_large config the
-# precheck's loops cost 7 registers, 148 -> 155, sm_90 SASS; at batch 128 windows measured the same with and
-# without it).
+# faster to 6.4 % slower (the AR step the same (flame) or 4-9 us faster (map)), at batch 2 up to 10 % slower
+# (6x256x512: 6.0 -> 6.5 us per launch), so auto leaves them from 9 pairs on, as it does large-batch AR (whose
+# ar_large config the precheck's loops cost 7 registers, 148 -> 155, sm_90 SASS; at batch 128 windows measured the
+# same with and without it).
 RESCALE_PRECHECK = os.environ.get("VLLM_SPECLA_RESCALE_PRECHECK") or "auto"
 if RESCALE_PRECHECK not in ("auto", "0", "1"):
     raise ValueError(f"VLLM_SPECLA_RESCALE_PRECHECK={RESCALE_PRECHECK!r}: allowed values are auto, 0, 1")
