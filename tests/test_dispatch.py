@@ -63,13 +63,8 @@ def test_pending_prefetch_rule_and_env():
     assert tc._pend_prefetch(True, 24, 3, 6) == 0  # 18 pairs
     assert tc._pend_prefetch(True, 1, 1, 6) == 0 and tc._pend_prefetch(True, 2, 2, 6) == 0  # one token per row
     assert tc._pend_prefetch(False, 8, 1, 6) == 0  # nothing pending
-    for val, want in ((None, "4"), ("2", "2")):
-        run = _import_chain_with("VLLM_SPECLA_PENDING_PREFETCH", val, "PENDING_PREFETCH")
-        assert run.returncode == 0, run.stderr[-2000:]
-        assert run.stdout.split()[-1] == want
-    run = _import_chain_with("VLLM_SPECLA_PENDING_PREFETCH", "8", "PENDING_PREFETCH")
-    assert run.returncode != 0
-    assert "VLLM_SPECLA_PENDING_PREFETCH='8': allowed values are 0, 1, 2, 3, 4" in run.stderr
+    _check_chain_env("VLLM_SPECLA_PENDING_PREFETCH", "PENDING_PREFETCH", ((None, "4"), ("2", "2")), "8",
+                     "0, 1, 2, 3, 4")
 
 
 def _import_chain_with(var: str, val: str | None, attr: str) -> subprocess.CompletedProcess:
@@ -82,6 +77,18 @@ def _import_chain_with(var: str, val: str | None, attr: str) -> subprocess.Compl
         env[var] = val
     code = f"from vllm_specla.ops import triton_chain as tc; print(tc.{attr})"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+
+
+def _check_chain_env(var: str, attr: str, cases, bad: str, allowed: str) -> None:
+    """``triton_chain.<attr>`` as imported with ``var`` at each ``(value, expected)`` of ``cases`` (None: unset),
+    and the import's ValueError for ``bad``, naming ``var`` and the ``allowed`` values."""
+    for val, want in cases:
+        run = _import_chain_with(var, val, attr)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert run.stdout.split()[-1] == want, (val, run.stdout)
+    run = _import_chain_with(var, bad, attr)
+    assert run.returncode != 0
+    assert f"{var}={bad!r}: allowed values are {allowed}" in run.stderr
 
 
 def test_rescale_precheck_rule_and_env(monkeypatch):
@@ -99,13 +106,8 @@ def test_rescale_precheck_rule_and_env(monkeypatch):
     for mode, want in (("0", [False] * 7), ("1", [True] * 7), ("auto", auto)):
         monkeypatch.setattr(tc, "RESCALE_PRECHECK", mode)
         assert [tc._rescale_precheck(*x) for x in shapes] == want, mode
-    for val, want in ((None, "auto"), ("0", "0"), ("1", "1")):
-        run = _import_chain_with("VLLM_SPECLA_RESCALE_PRECHECK", val, "RESCALE_PRECHECK")
-        assert run.returncode == 0, run.stderr[-2000:]
-        assert run.stdout.split()[-1] == want
-    run = _import_chain_with("VLLM_SPECLA_RESCALE_PRECHECK", "2", "RESCALE_PRECHECK")
-    assert run.returncode != 0
-    assert "VLLM_SPECLA_RESCALE_PRECHECK='2': allowed values are auto, 0, 1" in run.stderr
+    _check_chain_env("VLLM_SPECLA_RESCALE_PRECHECK", "RESCALE_PRECHECK", ((None, "auto"), ("0", "0"), ("1", "1")),
+                     "2", "auto, 0, 1")
 
 
 def test_cuda_csrc_rule(monkeypatch):
