@@ -78,6 +78,16 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s48a)  # (any card; an H200 for issue 5's verdict) the recover kernel tiled along K as well (session 48: the flush is
+        # elementwise, so a [BV, BK] tile loads A (BV + BK) factor floats per BV BK state elements: 0.64 of the tile's
+        # bytes at [8, 256], A = 5; 0.23 at [32, 64]); its GPU tests, then the configs beside A replay launches at batch
+        # 32 / 128, 8/2 (the default, full K) first and last (timeouts 120 + 420 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      pytest_log s48a 120 tests/test_kernels_gpu.py -k "recover or every_accepted"
+      timeout 420 python benchmarks/bench_kernels.py --batches 32,128 --Ts "" --budget-s 400 \
+          --recover-configs 8/2,8/2/128,16/2/128,32/2/64,64/2/32,16/1/64,32/1/32,16/2/64,32/4/64,32/4/128,64/4/64,8/2 \
+          --json "$OUT/kernels_s48a.json" 2>&1 | grep -E "^recover|^GPU|Error" | cut -c1-3000
+      ;;
   s47a)  # (any card; an H200 gives issue 6's rows) the precheck's auto rule end to end: batch 1, K = 7, flame and map,
         # 0 / auto (the default: windows, and one-token rows at <= 8 pairs) / windows only (auto with
         # PRECHECK_AR_MAX_PAIRS = 0: batch-1 AR and draft passes keep the per-token test), twice, each a process (the

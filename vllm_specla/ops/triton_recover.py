@@ -4,10 +4,13 @@ Same signatures and semantics as :func:`vllm_specla.ops.reference.recover_ref` a
 :func:`~vllm_specla.ops.reference.conv_commit_ref` (ALGORITHMS.md §2); the dispatchers in
 ``recover.py`` call them for CUDA tensors.
 
-``recover``: one program per ``(V-tile, value head, row)`` loads its ``[BV, K]`` state tile once,
+``recover``: one program per ``(V-tile x K-tile, value head, row)`` loads its ``[BV, BK]`` state tile once,
 applies the serial flush ``M = e^{g_u} M + v~_u k_u^T`` for ``u < num_accepted`` (same result as the
 closed form of the reference up to fp32 rounding) and stores it once: one state read + one state
-write however many tokens were accepted (per-token replay needs one of each per token).
+write however many tokens were accepted (per-token replay needs one of each per token). The flush is
+elementwise (no reduction over K, unlike a verify), so the state can be tiled along K as well as V: a program
+then loads ``A (BV + BK)`` factor floats per ``BV BK`` state elements (a full-K ``[8, 256]`` tile: 0.64 of the
+tile's own bytes at ``A = 5``; ``[32, 64]``: 0.23).
 ``conv_commit``: the new conv window = last ``W-1`` rows of (window ++ accepted raw inputs).
 """
 
@@ -25,9 +28,10 @@ def _recover_kernel(
     state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted,
     Tmax,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, NK: tl.constexpr,
 ):
-    i_v = tl.program_id(0)
+    i_v = tl.program_id(0) // NK  # (K-tiles of one V-tile in consecutive programs: their rows are contiguous)
+    i_k = tl.program_id(0) % NK
     i_hv = tl.program_id(1)
     i_r = tl.program_id(2)
     i_h = i_hv // (HV // H)
@@ -36,7 +40,7 @@ def _recover_kernel(
     if n > 0:
         slot = tl.load(slots + i_r).to(tl.int64)
         b = tl.load(bank_idx + i_r).to(tl.int64)
-        o_k = tl.arange(0, BK)
+        o_k = i_k * BK + tl.arange(0, BK)
         o_v = i_v * BV + tl.arange(0, BV)
         mk = o_k < K
         mv = o_v < V
@@ -60,18 +64,19 @@ def recover(
     bank_g: torch.Tensor,
     bank_idx: torch.Tensor,
     num_accepted: torch.Tensor,
-    config: tuple[int, int] | None = None,
+    config: tuple[int, ...] | None = None,
 ) -> None:
     """Fold the first ``num_accepted[r]`` factors of bank ``bank_idx[r]`` into ``state[slots[r]]``
     in place (see :func:`vllm_specla.ops.reference.recover_ref`).
 
-    ``config``: ``(BV, num_warps)`` (benchmark sweeps: ``bench_kernels.py --recover-configs``); default
-    ``triton_chain.CONFIG_OVERRIDE[:2]`` when set, else ``triton_chain.TUNED["recover"]``. Each state element
-    takes the same serial updates at every config, but tilings with another ``num_warps`` may round differently
-    (within fp32 rounding of ``recover_ref``; H200, session 46).
+    ``config``: ``(BV, num_warps)`` (a tile of ``BV`` value rows by all of ``K``) or ``(BV, num_warps, BK)`` (``BK``
+    key columns, a power of two, clamped to ``next_power_of_2(K)``) (benchmark sweeps: ``bench_kernels.py
+    --recover-configs``); default ``triton_chain.CONFIG_OVERRIDE[:2]`` when set, else
+    ``triton_chain.TUNED["recover"]``. Each state element takes the same serial updates at every config, but tilings
+    with another ``num_warps`` may round differently (within fp32 rounding of ``recover_ref``; H200, session 46).
 
     Raises:
-        ValueError: ``config`` is not two positive integers."""
+        ValueError: ``config`` is not two or three positive integers, or its ``BK`` is not a power of two."""
     R = slots.numel()
     if R == 0:
         return
@@ -82,15 +87,19 @@ def recover(
     if config is None:
         config = (triton_chain.CONFIG_OVERRIDE[:2] if triton_chain.CONFIG_OVERRIDE is not None
                   else triton_chain.TUNED["recover"])
-    if len(config) != 2 or not all(isinstance(c, int) and c > 0 for c in config):
-        raise ValueError(f"recover config={tuple(config)!r}: must be (BV, num_warps), two positive integers")
-    BV, nw = config
+    if (len(config) not in (2, 3) or not all(isinstance(c, int) and c > 0 for c in config)
+            or (len(config) == 3 and config[2] & (config[2] - 1))):
+        raise ValueError(f"recover config={tuple(config)!r}: must be (BV, num_warps) or (BV, num_warps, BK), "
+                         "positive integers, BK a power of two")
+    BV, nw = config[:2]
     BV = min(BV, triton.next_power_of_2(V))
-    grid = (triton.cdiv(V, BV), HV, R)
+    BK = min(config[2], BK) if len(config) == 3 else BK
+    NK = triton.cdiv(K, BK)
+    grid = (triton.cdiv(V, BV) * NK, HV, R)
     _recover_kernel[grid](
         state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted,
         bank_k.shape[2],
-        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, num_warps=nw, num_stages=1,
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, NK=NK, num_warps=nw, num_stages=1,
     )
 
 
