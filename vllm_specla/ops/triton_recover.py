@@ -4,13 +4,10 @@ Same signatures and semantics as :func:`vllm_specla.ops.reference.recover_ref` a
 :func:`~vllm_specla.ops.reference.conv_commit_ref` (ALGORITHMS.md §2); the dispatchers in
 ``recover.py`` call them for CUDA tensors.
 
-``recover``: one program per ``(V-tile x K-tile, value head, row)`` loads its ``[BV, BK]`` state tile once,
+``recover``: one program per ``(V-tile, value head, row)`` loads its ``[BV, K]`` state tile once,
 applies the serial flush ``M = e^{g_u} M + v~_u k_u^T`` for ``u < num_accepted`` (same result as the
 closed form of the reference up to fp32 rounding) and stores it once: one state read + one state
-write however many tokens were accepted (per-token replay needs one of each per token). The flush is
-elementwise (no reduction over K, unlike a verify), so the state can be tiled along K as well as V: a program
-then loads ``A (BV + BK)`` factor floats per ``BV BK`` state elements (a full-K ``[8, 256]`` tile: 0.64 of the
-tile's own bytes at ``A = 5``; ``[32, 64]``: 0.23).
+write however many tokens were accepted (per-token replay needs one of each per token).
 ``conv_commit``: the new conv window = last ``W-1`` rows of (window ++ accepted raw inputs).
 """
 
@@ -24,14 +21,25 @@ from vllm_specla.ops import triton_chain
 
 
 @triton.jit
+def _factor(bank_k, bank_v, bank_g, base, u, n, i_h, i_hv, o_k, mk, o_v, mv,
+            H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr):
+    """Factor ``u`` of a bank (``k^ [BK]``, ``v~ [BV]``, ``g``); past ``n`` the last one again (in bounds; the
+    caller skips its fold)."""
+    u = tl.minimum(u, n - 1)
+    b_k = tl.load(bank_k + ((base + u) * H + i_h) * K + o_k, mask=mk, other=0.0)
+    b_v = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
+    b_g = tl.load(bank_g + (base + u) * HV + i_hv)
+    return b_k, b_v, b_g
+
+
+@triton.jit
 def _recover_kernel(
     state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted,
     Tmax,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, NK: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, U: tl.constexpr,
 ):
-    i_v = tl.program_id(0) // NK  # (K-tiles of one V-tile in consecutive programs: their rows are contiguous)
-    i_k = tl.program_id(0) % NK
+    i_v = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_r = tl.program_id(2)
     i_h = i_hv // (HV // H)
@@ -40,7 +48,7 @@ def _recover_kernel(
     if n > 0:
         slot = tl.load(slots + i_r).to(tl.int64)
         b = tl.load(bank_idx + i_r).to(tl.int64)
-        o_k = i_k * BK + tl.arange(0, BK)
+        o_k = tl.arange(0, BK)
         o_v = i_v * BV + tl.arange(0, BV)
         mk = o_k < K
         mv = o_v < V
@@ -48,11 +56,30 @@ def _recover_kernel(
         p_s = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K + o_k[None, :]
         b_h = tl.load(p_s, mask=mh, other=0.0)
         base = (slot * 2 + b) * Tmax
-        for u in range(0, n):
-            b_k = tl.load(bank_k + ((base + u) * H + i_h) * K + o_k, mask=mk, other=0.0)
-            b_v = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
-            b_g = tl.load(bank_g + (base + u) * HV + i_hv)
-            b_h = b_h * tl.exp(b_g) + b_v[:, None] * b_k[None, :]
+        if U == 1:  # each factor's loads wait for the fold of the one before
+            for u in range(0, n):
+                b_k = tl.load(bank_k + ((base + u) * H + i_h) * K + o_k, mask=mk, other=0.0)
+                b_v = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
+                b_g = tl.load(bank_g + (base + u) * HV + i_hv)
+                b_h = b_h * tl.exp(b_g) + b_v[:, None] * b_k[None, :]
+        else:  # U factors' loads issued together, then folded in order; a fold past n is skipped (the same bits)
+            for u in range(0, n, U):
+                k0, v0, g0 = _factor(bank_k, bank_v, bank_g, base, u, n, i_h, i_hv, o_k, mk, o_v, mv, H, HV, K, V)
+                k1, v1, g1 = _factor(bank_k, bank_v, bank_g, base, u + 1, n, i_h, i_hv, o_k, mk, o_v, mv,
+                                     H, HV, K, V)
+                if U > 2:
+                    k2, v2, g2 = _factor(bank_k, bank_v, bank_g, base, u + 2, n, i_h, i_hv, o_k, mk, o_v, mv,
+                                         H, HV, K, V)
+                    k3, v3, g3 = _factor(bank_k, bank_v, bank_g, base, u + 3, n, i_h, i_hv, o_k, mk, o_v, mv,
+                                         H, HV, K, V)
+                b_h = b_h * tl.exp(g0) + v0[:, None] * k0[None, :]
+                if u + 1 < n:
+                    b_h = b_h * tl.exp(g1) + v1[:, None] * k1[None, :]
+                if U > 2:
+                    if u + 2 < n:
+                        b_h = b_h * tl.exp(g2) + v2[:, None] * k2[None, :]
+                    if u + 3 < n:
+                        b_h = b_h * tl.exp(g3) + v3[:, None] * k3[None, :]
         tl.store(p_s, b_h, mask=mh)
 
 
@@ -69,14 +96,15 @@ def recover(
     """Fold the first ``num_accepted[r]`` factors of bank ``bank_idx[r]`` into ``state[slots[r]]``
     in place (see :func:`vllm_specla.ops.reference.recover_ref`).
 
-    ``config``: ``(BV, num_warps)`` (a tile of ``BV`` value rows by all of ``K``) or ``(BV, num_warps, BK)`` (``BK``
-    key columns, a power of two, clamped to ``next_power_of_2(K)``) (benchmark sweeps: ``bench_kernels.py
+    ``config``: ``(BV, num_warps)`` or ``(BV, num_warps, U)`` (benchmark sweeps: ``bench_kernels.py
     --recover-configs``); default ``triton_chain.CONFIG_OVERRIDE[:2]`` when set, else
-    ``triton_chain.TUNED["recover"]``. Each state element takes the same serial updates at every config, but tilings
-    with another ``num_warps`` may round differently (within fp32 rounding of ``recover_ref``; H200, session 46).
+    ``triton_chain.TUNED["recover"]``. ``U`` (1, 2 or 4; default 1): how many factors' loads are issued together
+    (U = 1: each waits for the fold of the one before); the same folds in the same order at every ``U``, so the same
+    bits. Each state element takes the same serial updates at every config, but tilings with another ``num_warps``
+    may round differently (within fp32 rounding of ``recover_ref``; H200, session 46).
 
     Raises:
-        ValueError: ``config`` is not two or three positive integers, or its ``BK`` is not a power of two."""
+        ValueError: ``config`` is not two or three positive integers, or ``U`` is not 1, 2 or 4."""
     R = slots.numel()
     if R == 0:
         return
@@ -88,18 +116,16 @@ def recover(
         config = (triton_chain.CONFIG_OVERRIDE[:2] if triton_chain.CONFIG_OVERRIDE is not None
                   else triton_chain.TUNED["recover"])
     if (len(config) not in (2, 3) or not all(isinstance(c, int) and c > 0 for c in config)
-            or (len(config) == 3 and config[2] & (config[2] - 1))):
-        raise ValueError(f"recover config={tuple(config)!r}: must be (BV, num_warps) or (BV, num_warps, BK), "
-                         "positive integers, BK a power of two")
-    BV, nw = config[:2]
+            or (len(config) == 3 and config[2] not in (1, 2, 4))):
+        raise ValueError(f"recover config={tuple(config)!r}: must be (BV, num_warps) or (BV, num_warps, U), "
+                         "positive integers, U 1, 2 or 4")
+    BV, nw, U = (tuple(config) + (1,))[:3]
     BV = min(BV, triton.next_power_of_2(V))
-    BK = min(config[2], BK) if len(config) == 3 else BK
-    NK = triton.cdiv(K, BK)
-    grid = (triton.cdiv(V, BV) * NK, HV, R)
+    grid = (triton.cdiv(V, BV), HV, R)
     _recover_kernel[grid](
         state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted,
         bank_k.shape[2],
-        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, NK=NK, num_warps=nw, num_stages=1,
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, U=U, num_warps=nw, num_stages=1,
     )
 
 
