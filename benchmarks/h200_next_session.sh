@@ -78,7 +78,8 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s48b)  # (any card; an H200 for issue 5's verdict) the recover kernel with U factors' loads issued together (session
+  s48b)  # (as run on an H100 in session 48: U = 2 / 4 slower at every config at A = 5 / 8, removed, commit e567007
+        # keeps it; its 3-entry configs now raise) the recover kernel with U factors' loads issued together (session
         # 48; U = 1: each factor's loads wait for the fold of the one before, as session 45's prefetch depth 0 but
         # without its register rotation); its GPU tests, then configs BV/warps/U beside A replay launches at batch 32 /
         # 128, the default 8/2 first and last (timeouts 120 + 300 s)
@@ -89,7 +90,7 @@ case "${1:-}" in
           --json "$OUT/kernels_s48b.json" 2>&1 | grep -E "^recover|^GPU|Error" | cut -c1-3000
       ;;
   s48a)  # (as run on an H100 in session 48: slower at every K-tile, removed, commit c081a3d keeps it; its 3-entry configs
-        # now mean U, s48b) the recover kernel tiled along K as well (session 48: the flush is
+        # now raise) the recover kernel tiled along K as well (session 48: the flush is
         # elementwise, so a [BV, BK] tile loads A (BV + BK) factor floats per BV BK state elements: 0.64 of the tile's
         # bytes at [8, 256], A = 5; 0.23 at [32, 64]); its GPU tests, then the configs beside A replay launches at batch
         # 32 / 128, 8/2 (the default, full K) first and last (timeouts 120 + 420 s)

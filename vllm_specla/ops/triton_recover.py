@@ -21,23 +21,11 @@ from vllm_specla.ops import triton_chain
 
 
 @triton.jit
-def _factor(bank_k, bank_v, bank_g, base, u, n, i_h, i_hv, o_k, mk, o_v, mv,
-            H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr):
-    """Factor ``u`` of a bank (``k^ [BK]``, ``v~ [BV]``, ``g``); past ``n`` the last one again (in bounds; the
-    caller skips its fold)."""
-    u = tl.minimum(u, n - 1)
-    b_k = tl.load(bank_k + ((base + u) * H + i_h) * K + o_k, mask=mk, other=0.0)
-    b_v = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
-    b_g = tl.load(bank_g + (base + u) * HV + i_hv)
-    return b_k, b_v, b_g
-
-
-@triton.jit
 def _recover_kernel(
     state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted,
     Tmax,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, U: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr,
 ):
     i_v = tl.program_id(0)
     i_hv = tl.program_id(1)
@@ -56,30 +44,11 @@ def _recover_kernel(
         p_s = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K + o_k[None, :]
         b_h = tl.load(p_s, mask=mh, other=0.0)
         base = (slot * 2 + b) * Tmax
-        if U == 1:  # each factor's loads wait for the fold of the one before
-            for u in range(0, n):
-                b_k = tl.load(bank_k + ((base + u) * H + i_h) * K + o_k, mask=mk, other=0.0)
-                b_v = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
-                b_g = tl.load(bank_g + (base + u) * HV + i_hv)
-                b_h = b_h * tl.exp(b_g) + b_v[:, None] * b_k[None, :]
-        else:  # U factors' loads issued together, then folded in order; a fold past n is skipped (the same bits)
-            for u in range(0, n, U):
-                k0, v0, g0 = _factor(bank_k, bank_v, bank_g, base, u, n, i_h, i_hv, o_k, mk, o_v, mv, H, HV, K, V)
-                k1, v1, g1 = _factor(bank_k, bank_v, bank_g, base, u + 1, n, i_h, i_hv, o_k, mk, o_v, mv,
-                                     H, HV, K, V)
-                if U > 2:
-                    k2, v2, g2 = _factor(bank_k, bank_v, bank_g, base, u + 2, n, i_h, i_hv, o_k, mk, o_v, mv,
-                                         H, HV, K, V)
-                    k3, v3, g3 = _factor(bank_k, bank_v, bank_g, base, u + 3, n, i_h, i_hv, o_k, mk, o_v, mv,
-                                         H, HV, K, V)
-                b_h = b_h * tl.exp(g0) + v0[:, None] * k0[None, :]
-                if u + 1 < n:
-                    b_h = b_h * tl.exp(g1) + v1[:, None] * k1[None, :]
-                if U > 2:
-                    if u + 2 < n:
-                        b_h = b_h * tl.exp(g2) + v2[:, None] * k2[None, :]
-                    if u + 3 < n:
-                        b_h = b_h * tl.exp(g3) + v3[:, None] * k3[None, :]
+        for u in range(0, n):
+            b_k = tl.load(bank_k + ((base + u) * H + i_h) * K + o_k, mask=mk, other=0.0)
+            b_v = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
+            b_g = tl.load(bank_g + (base + u) * HV + i_hv)
+            b_h = b_h * tl.exp(b_g) + b_v[:, None] * b_k[None, :]
         tl.store(p_s, b_h, mask=mh)
 
 
@@ -91,20 +60,18 @@ def recover(
     bank_g: torch.Tensor,
     bank_idx: torch.Tensor,
     num_accepted: torch.Tensor,
-    config: tuple[int, ...] | None = None,
+    config: tuple[int, int] | None = None,
 ) -> None:
     """Fold the first ``num_accepted[r]`` factors of bank ``bank_idx[r]`` into ``state[slots[r]]``
     in place (see :func:`vllm_specla.ops.reference.recover_ref`).
 
-    ``config``: ``(BV, num_warps)`` or ``(BV, num_warps, U)`` (benchmark sweeps: ``bench_kernels.py
-    --recover-configs``); default ``triton_chain.CONFIG_OVERRIDE[:2]`` when set, else
-    ``triton_chain.TUNED["recover"]``. ``U`` (1, 2 or 4; default 1): how many factors' loads are issued together
-    (U = 1: each waits for the fold of the one before); the same folds in the same order at every ``U``, so the same
-    bits. Each state element takes the same serial updates at every config, but tilings with another ``num_warps``
-    may round differently (within fp32 rounding of ``recover_ref``; H200, session 46).
+    ``config``: ``(BV, num_warps)`` (benchmark sweeps: ``bench_kernels.py --recover-configs``); default
+    ``triton_chain.CONFIG_OVERRIDE[:2]`` when set, else ``triton_chain.TUNED["recover"]``. Each state element
+    takes the same serial updates at every config, but tilings with another ``num_warps`` may round differently
+    (within fp32 rounding of ``recover_ref``; H200, session 46).
 
     Raises:
-        ValueError: ``config`` is not two or three positive integers, or ``U`` is not 1, 2 or 4."""
+        ValueError: ``config`` is not two positive integers."""
     R = slots.numel()
     if R == 0:
         return
@@ -115,17 +82,15 @@ def recover(
     if config is None:
         config = (triton_chain.CONFIG_OVERRIDE[:2] if triton_chain.CONFIG_OVERRIDE is not None
                   else triton_chain.TUNED["recover"])
-    if (len(config) not in (2, 3) or not all(isinstance(c, int) and c > 0 for c in config)
-            or (len(config) == 3 and config[2] not in (1, 2, 4))):
-        raise ValueError(f"recover config={tuple(config)!r}: must be (BV, num_warps) or (BV, num_warps, U), "
-                         "positive integers, U 1, 2 or 4")
-    BV, nw, U = (tuple(config) + (1,))[:3]
+    if len(config) != 2 or not all(isinstance(c, int) and c > 0 for c in config):
+        raise ValueError(f"recover config={tuple(config)!r}: must be (BV, num_warps), two positive integers")
+    BV, nw = config
     BV = min(BV, triton.next_power_of_2(V))
     grid = (triton.cdiv(V, BV), HV, R)
     _recover_kernel[grid](
         state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted,
         bank_k.shape[2],
-        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, U=U, num_warps=nw, num_stages=1,
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, num_warps=nw, num_stages=1,
     )
 
 
