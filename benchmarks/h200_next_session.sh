@@ -80,6 +80,32 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s48c)  # (any card) what the recover kernel waits on (sessions 45-48: every cheaper fold was slower): Nsight Compute of
+        # one recover (A = 5, the default 8/2) and the 5 one-token launches of the replay baseline on the same state,
+        # 8x256x256 batch 32 (issue 5's miss) then 6x256x512 batch 32, caches flushed (ncu's default); the details
+        # page's headline metrics and the raw page's warp-stall ratios (timeouts 2 x 150 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      for SH in 8x256x256 6x256x512; do
+        echo "== $SH batch 32"
+        timeout 150 ncu --kernel-name regex:"_recover_kernel|_chain_verify" --launch-skip 12 --launch-count 6 \
+            --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+            --section WarpStateStats --section SchedulerStats -o "$OUT/ncu_s48c_$SH" -f \
+            python benchmarks/ncu_recover.py --shape $SH --batch 32 --A 5 2>&1 | tail -2
+        ncu -i "$OUT/ncu_s48c_$SH.ncu-rep" --page details --csv > "$OUT/ncu_s48c_${SH}_details.csv" 2>&1
+        python benchmarks/ncu_details.py "$OUT/ncu_s48c_${SH}_details.csv" --metrics "Duration,DRAM Throughput,\
+Memory Throughput,L2 Hit Rate,L1/TEX Hit Rate,Registers Per Thread,Achieved Occupancy,Theoretical Occupancy,\
+Block Limit Registers,Warp Cycles Per Issued Instruction,Issued Warp Per Scheduler,Executed Ipc Active,\
+Mem Busy,Max Bandwidth,L2 Compression Input Sectors" | head -40
+        ncu -i "$OUT/ncu_s48c_$SH.ncu-rep" --page raw --csv > "$OUT/ncu_s48c_${SH}_raw.csv" 2>&1
+        python -c 'import csv, sys
+rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith("\""))]
+for r in rows[1:3]:  # (row 0: units) the recover launch, then the first one-token launch
+    st = sorted(((float(v.replace(",", "")), k.split("issue_stalled_")[1].split("_per")[0]) for k, v in r.items()
+                 if "issue_stalled_" in k and k.endswith("per_issue_active.ratio") and v.replace(",", "").replace(".", "").isdigit()), reverse=True)
+    print(r["Kernel Name"][:24], " ".join("%s %.2f" % (n, x) for x, n in st[:8]))' "$OUT/ncu_s48c_${SH}_raw.csv"
+        rm -f "$OUT/ncu_s48c_$SH.ncu-rep"
+      done
+      ;;
   s48b)  # (as run on an H100 in session 48: U = 2 / 4 slower at every config at A = 5 / 8, removed, commit e567007
         # keeps it; its 3-entry configs now raise) the recover kernel with U factors' loads issued together (session
         # 48; U = 1: each factor's loads wait for the fold of the one before, as session 45's prefetch depth 0 but
