@@ -80,6 +80,32 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s48d)  # (any card; an H200 for issue 5's verdicts) the commit kernels (recover, conv_commit) with programmatic
+        # dependent launch (session 48: s48c's Nsight Compute put one recover launch at one one-token launch's time, while
+        # in 21-launch graphs recover took ~3 us more: the one-token chain kernel launches with PDL, recover did not).
+        # Their GPU tests and the PDL graph test; then recover vs replay (bench_kernels, 8/2, A = 3 / 5 / 8) and issue
+        # 5's fused / sep / step table (bench_commit_cuda, CUDA verify) with recover's PDL on and off (off: ops/pdl.py
+        # stubbed in triton_recover only, through runpy) (timeouts 120 + 150 + 2 x 50 + 2 x 90 = 550 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      pytest_log s48d 120 tests/test_fused_gpu.py tests/test_kernels_gpu.py -k "pdl or recover or commit or every_accepted"
+      timeout 150 python -c "from vllm_specla.ops import _cpp; print('csrc', _cpp.load_cuda())" 2>&1 | tail -1
+      RP='import runpy, sys, types
+from vllm_specla.ops import triton_recover as tr
+if sys.argv[1] == "off":
+    tr._pdl = types.SimpleNamespace(enabled=lambda t: False, launch_kw=lambda on: {})
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")'
+      for P in on off; do
+        echo "== recover PDL $P"
+        timeout 50 python -c "$RP" $P benchmarks/bench_kernels.py --batches 32,128 --Ts "" --budget-s 45 \
+            --recover-configs 8/2 --json "$OUT/kernels_s48d_$P.json" 2>&1 | grep -E "^recover|^GPU|Error" | cut -c1-600
+      done
+      for P in on off; do
+        echo "== recover PDL $P"
+        timeout 90 python -c "$RP" $P benchmarks/bench_commit_cuda.py --impls cuda --batches 32,128 --replays 20 \
+            --out "$OUT/commit_s48d_$P.json" 2>&1 | tail -9
+      done
+      ;;
   s48c)  # (any card) what the recover kernel waits on (sessions 45-48: every cheaper fold was slower): Nsight Compute of
         # one recover (A = 5, the default 8/2) and the 5 one-token launches of the replay baseline on the same state,
         # 8x256x256 batch 32 (issue 5's miss) then 6x256x512 batch 32, caches flushed (ncu's default); the details

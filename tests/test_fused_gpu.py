@@ -385,6 +385,79 @@ def test_pdl_chain_in_graph_matches_plain_launches(monkeypatch):
     assert torch.equal(results[True], results[False])
 
 
+@pytest.mark.skipif(not HAVE_CUDA, reason="programmatic dependent launch needs a GPU (sm90+)")
+def test_pdl_recover_in_graph_matches_plain_launches(monkeypatch):
+    """A deferred-commit chain as the runtime runs it, captured in one CUDA graph: the verify-window conv and chain
+    verify of two rows (5 and 3 tokens) record factors into a bank, ``recover`` and ``conv_commit`` fold an accepted
+    prefix (4 and 2 tokens) from that bank into the state and conv window, and a one-token verify reads them; with
+    programmatic dependent launch (session 48: the two commit kernels take it too) the graph gives bit-identical
+    results to plain launches over several replays, each folding what the one before recorded (a missing
+    ``gdc_wait`` in a commit kernel would read its predecessor's factors or state early: differing values)."""
+    from vllm_specla.ops import pdl
+    from vllm_specla.ops import triton_chain as tc
+    from vllm_specla.ops import triton_recover as tr
+
+    if not pdl.enabled(torch.empty(0, device=DEV)):
+        pytest.skip("PDL unavailable here (VLLM_SPECLA_PDL=0 or below sm90)")
+    g = torch.Generator().manual_seed(13)
+    H, HV, K, V, W1, Tmax = 2, 4, 64, 32, 3, 8
+    C = 2 * H * K + HV * V
+    rnd = lambda *s, sc=1.0: (torch.randn(*s, generator=g) * sc).to(DEV)  # noqa: E731
+    conv_w = rnd(C, W1 + 1, sc=0.5)
+    x_in = rnd(8, C)  # 5 + 3 window tokens
+    gb_in = rnd(8, 2 * HV)
+    x1_in = rnd(2, C)  # the one-token verify after the commit
+    cu = torch.tensor([0, 5, 8], dtype=torch.int32, device=DEV)
+    cu1 = torch.tensor([0, 1, 2], dtype=torch.int32, device=DEV)
+    slots = torch.tensor([3, 1], device=DEV)
+    wb = torch.tensor([1, 0], device=DEV)
+    acc = torch.tensor([4, 2], device=DEV)
+    ssm_in, conv_in = rnd(4, HV, V, K, sc=0.1), rnd(4, W1, C)
+
+    def split(y):
+        n = y.shape[0]
+        return (y[:, :H * K].reshape(n, H, K), y[:, H * K: 2 * H * K].reshape(n, H, K),
+                y[:, 2 * H * K:].reshape(n, HV, V))
+
+    def chain(x, gb, x1, ssm, conv, banks):
+        y = tc.conv_verify(x, conv_w, cu, conv, slots, bank_x=banks[3], write_bank=wb)
+        q, k, v = split(y)
+        gg, beta = -torch.nn.functional.softplus(gb[:, :HV]), torch.sigmoid(gb[:, HV:])
+        o = tc.chain_verify(q, k, v, gg, beta, scale=K ** -0.5, state=ssm, slots=slots, cu_seqlens=cu,
+                            bank_k=banks[0], bank_v=banks[1], bank_g=banks[2], write_bank=wb)
+        tr.recover(ssm, slots, banks[0], banks[1], banks[2], wb, acc)
+        tr.conv_commit(conv, slots, banks[3], wb, acc)
+        q1, k1, v1 = split(tc.conv_verify(x1, conv_w, cu1, conv, slots, write_final_state=True))
+        o1 = tc.chain_verify(q1, k1, v1, gg[:2], beta[:2], scale=K ** -0.5, state=ssm, slots=slots,
+                             cu_seqlens=cu1, write_final_state=True)
+        return torch.cat([o.reshape(-1), o1.reshape(-1)])
+
+    results = {}
+    for on in (False, True):
+        monkeypatch.setattr(pdl, "ENABLED", on)
+        x, gb, x1, ssm, conv = x_in.clone(), gb_in.clone(), x1_in.clone(), ssm_in.clone(), conv_in.clone()
+        banks = (torch.zeros(4, 2, Tmax, H, K, device=DEV), torch.zeros(4, 2, Tmax, HV, V, device=DEV),
+                 torch.zeros(4, 2, Tmax, HV, device=DEV), torch.zeros(4, 2, Tmax, C, device=DEV))
+        chain(x, gb, x1, ssm, conv, banks)  # compile outside the capture
+        ssm.copy_(ssm_in), conv.copy_(conv_in)
+        for b in banks:
+            b.zero_()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = chain(x, gb, x1, ssm, conv, banks)
+        seen = []
+        for i in range(4):  # new window inputs each replay; state and conv windows carry over
+            x.copy_(x_in.roll(i, 0)), gb.copy_(gb_in.roll(i, 0)), x1.copy_(x1_in * (1 + i))
+            graph.replay()
+            seen.append(torch.cat([out, ssm.reshape(-1), conv.reshape(-1)] + [b.reshape(-1) for b in banks]).clone())
+        torch.cuda.synchronize()
+        results[on] = torch.stack(seen)
+    assert torch.isfinite(results[False]).all()
+    assert not torch.equal(results[False][0], results[False][1])  # the replays did new work
+    assert torch.equal(results[True], results[False])
+
+
 def test_gemv_rows_rejects_bad_prologue_args():
     w = torch.randn(8, 64, device=DEV)
     x = torch.randn(1, 64, device=DEV)

@@ -9,6 +9,8 @@ applies the serial flush ``M = e^{g_u} M + v~_u k_u^T`` for ``u < num_accepted``
 closed form of the reference up to fp32 rounding) and stores it once: one state read + one state
 write however many tokens were accepted (per-token replay needs one of each per token).
 ``conv_commit``: the new conv window = last ``W-1`` rows of (window ++ accepted raw inputs).
+Both launch with programmatic dependent launch where ``ops/pdl.py`` allows it (they wait for their
+predecessors before any memory access), as the chain kernels do.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import torch
 import triton
 import triton.language as tl
 
+from vllm_specla.ops import pdl as _pdl
 from vllm_specla.ops import triton_chain
+from vllm_specla.ops.triton_fused import pdl_enter
 
 
 @triton.jit
@@ -25,8 +29,9 @@ def _recover_kernel(
     state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted,
     Tmax,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, PDL: tl.constexpr = False,
 ):
+    pdl_enter(PDL)
     i_v = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_r = tl.program_id(2)
@@ -87,10 +92,11 @@ def recover(
     BV, nw = config
     BV = min(BV, triton.next_power_of_2(V))
     grid = (triton.cdiv(V, BV), HV, R)
+    on = _pdl.enabled(state)
     _recover_kernel[grid](
         state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted,
         bank_k.shape[2],
-        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, num_warps=nw, num_stages=1,
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, PDL=on, num_warps=nw, num_stages=1, **_pdl.launch_kw(on),
     )
 
 
@@ -98,8 +104,9 @@ def recover(
 def _conv_commit_kernel(
     conv_state, slots, bank_x, bank_idx, num_accepted,
     Tmax, C,
-    W1: tl.constexpr, BW: tl.constexpr, BC: tl.constexpr,
+    W1: tl.constexpr, BW: tl.constexpr, BC: tl.constexpr, PDL: tl.constexpr = False,
 ):
+    pdl_enter(PDL)
     i_c = tl.program_id(0)
     i_r = tl.program_id(1)
     n = tl.load(num_accepted + i_r).to(tl.int64)
@@ -143,7 +150,8 @@ def conv_commit(
     BC = min(1024, triton.next_power_of_2(C))
     BW = max(2, triton.next_power_of_2(W1))
     grid = (triton.cdiv(C, BC), R)
+    on = _pdl.enabled(conv_state)
     _conv_commit_kernel[grid](
         conv_state, slots, bank_x, bank_idx, num_accepted, bank_x.shape[2], C,
-        W1=W1, BW=BW, BC=BC, num_warps=4,
+        W1=W1, BW=BW, BC=BC, PDL=on, num_warps=4, **_pdl.launch_kw(on),
     )
