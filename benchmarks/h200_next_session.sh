@@ -81,6 +81,25 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s48e)  # (any card) s48c without flushing the caches: does the replay baseline's launches, passing over the same state
+        # back to back, read part of it from L2 (the graph-timed gap between recover and one launch)? Application replay
+        # (each metric pass reruns the script, so each launch sees the caches its predecessors left), DRAM bytes read /
+        # written, L2 hit rate and duration of one recover (A = 5) and the 5 one-token launches after it, batch 32, both
+        # shapes (state 67 / 101 MB against a 50 MB L2) (timeouts 2 x 200 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      for SH in 8x256x256 6x256x512; do
+        echo "== $SH batch 32"
+        timeout 200 ncu --kernel-name regex:"_recover_kernel|_chain_verify" --launch-skip 12 --launch-count 6 \
+            --replay-mode application --cache-control none --clock-control none \
+            --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
+            --csv --page raw python benchmarks/ncu_recover.py --shape $SH --batch 32 --A 5 > "$OUT/ncu_s48e_$SH.csv" 2>&1
+        python -c 'import csv, sys
+rows = list(csv.DictReader(l for l in open(sys.argv[1]) if l.startswith("\"")))
+for r in rows[1:]:
+    print(r["Kernel Name"][:16], " ".join("%s %s" % (k.split("__")[1], r[k]) for k in r if k.startswith(("gpu__", "dram__", "lts__"))))' \
+            "$OUT/ncu_s48e_$SH.csv"
+      done
+      ;;
   s48d)  # (any card; an H200 for issue 5's verdicts) the commit kernels (recover, conv_commit) with programmatic
         # dependent launch (session 48: s48c's Nsight Compute put one recover launch at one one-token launch's time, while
         # in 21-launch graphs recover took ~3 us more: the one-token chain kernel launches with PDL, recover did not).
