@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 48: no H200 (every ask got an H100); s48a-s48d
-# ran there (the recover kernel's K-tiles and grouped factor loads: both slower, removed; its Nsight Compute profile;
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 48: no H200 (every ask got an H100); s48a-s48e
+# ran there (the recover kernel's K-tiles and grouped factor loads: both slower, removed; its Nsight Compute profiles;
 # the commit kernels with PDL, kept; RESULTS.md "Session 48"). NEXT, on an H200: s37g (issue 6's batch-1 rows), s48d
 # (recover with PDL: issue 5's 8x256x256 batch-32 recover), s43b (issue 5's tables), s47a. Session 47: no H200 (13 asks; two got H100s): s46f,
 # s46g (its H200 check edited out on the device copy: an H100 A/B), s46a and s47a ran on H100s (benchmarks/RESULTS.md
