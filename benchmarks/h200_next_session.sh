@@ -81,6 +81,16 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
+  s48f)  # (any card; an H200 for issue 5's verdict) the recover kernel in the one-token chain kernel's [BV, K/KI, KI]
+        # tile layout (s48e: at full clocks recover moved a one-token launch's DRAM bytes in 4-9 % more time; the
+        # layout and its loop are what differ): its GPU tests, then BV/warps/KI configs (4/1/16: ar_large's) beside A
+        # replay launches at batch 32 / 128, the default 8/2 first and last (timeouts 120 + 300 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      pytest_log s48f 120 tests/test_kernels_gpu.py -k "recover or every_accepted"
+      timeout 300 python benchmarks/bench_kernels.py --batches 32,128 --Ts "" --budget-s 280 \
+          --recover-configs 8/2,4/1/16,4/1/32,4/1/64,8/1/16,8/1/32,8/2/16,8/2/32,16/2/16,8/2 \
+          --json "$OUT/kernels_s48f.json" 2>&1 | grep -E "^recover|^GPU|Error" | cut -c1-3000
+      ;;
   s48e)  # (any card) s48c without flushing the caches: does the replay baseline's launches, passing over the same state
         # back to back, read part of it from L2 (the graph-timed gap between recover and one launch)? Application replay
         # (each metric pass reruns the script, so each launch sees the caches its predecessors left), DRAM bytes read /
