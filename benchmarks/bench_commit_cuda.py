@@ -107,12 +107,12 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=8, help="graph replays per timing (median of 5 timings)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--recover-config", default="",
-                    help="BV/num_warps[/KI] of the recover kernel in the sep rows (default: triton_chain.TUNED)")
+                    help="BV/num_warps of the recover kernel in the sep rows (default: triton_chain.TUNED)")
     args = ap.parse_args()
     if args.recover_config:
         rc = tuple(int(x) for x in args.recover_config.split("/"))
-        if len(rc) not in (2, 3):
-            ap.error(f"--recover-config {args.recover_config!r}: must be BV/num_warps or BV/num_warps/KI")
+        if len(rc) != 2:
+            ap.error(f"--recover-config {args.recover_config!r}: must be BV/num_warps")
         tc.TUNED["recover"] = rc
     impls = kernels([s for s in args.impls.split(",") if s])
     dev = "cuda"

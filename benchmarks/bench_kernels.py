@@ -167,7 +167,7 @@ def run_kind(bn: Bench, kind: str, T: int, A: int = 0, config=None) -> float:
             for l in range(L):
                 tr.recover(bn.state, bn.slots[l], bn.bank_k, bn.bank_v, bn.bank_g, bn.rb, acc)
                 chain(l, **banks)
-    elif kind == "recover":  # (config: the recover kernel's (BV, num_warps[, KI]))
+    elif kind == "recover":  # (config: the recover kernel's (BV, num_warps))
         body = lambda: [tr.recover(bn.state, bn.slots[l], bn.bank_k, bn.bank_v, bn.bank_g, bn.rb, acc,  # noqa: E731
                                    config=config) for l in range(L)]
     elif kind in ("replay", "replayA"):
@@ -253,8 +253,7 @@ def main():
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--recover-configs", default="",
-                    help="comma-separated BV/num_warps[/KI] recover configs (KI: a [BV, K/KI, KI] tile): time recover "
-                         "(A = 3, 5, 8) at each, "
+                    help="comma-separated BV/num_warps recover configs: time recover (A = 3, 5, 8) at each, "
                          "beside A replay launches, at --batches x --shapes first (records carry the config)")
     ap.add_argument("--budget-s", type=float, default=420.0)
     ap.add_argument("--dry-cpu", action="store_true")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
 # carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 48: no H200 (every ask got an H100); s48a-s48e
-# ran there (the recover kernel's K-tiles and grouped factor loads: both slower, removed; its Nsight Compute profiles;
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 48: no H200 (every ask got an H100); s48a-s48f
+# ran there (the recover kernel's K-tiles, grouped factor loads and 3-D tile: slower, removed; its Nsight Compute profiles;
 # the commit kernels with PDL, kept; RESULTS.md "Session 48"). NEXT, on an H200: s37g (issue 6's batch-1 rows), s48d
 # (recover with PDL: issue 5's 8x256x256 batch-32 recover), s43b (issue 5's tables), s47a. Session 47: no H200 (13 asks; two got H100s): s46f,
 # s46g (its H200 check edited out on the device copy: an H100 A/B), s46a and s47a ran on H100s (benchmarks/RESULTS.md
@@ -81,7 +81,8 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
 case "${1:-}" in
-  s48f)  # (any card; an H200 for issue 5's verdict) the recover kernel in the one-token chain kernel's [BV, K/KI, KI]
+  s48f)  # (as run on an H100 in session 48: slower at every config, removed, commit 9189880 keeps it; its 3-entry configs
+        # now raise) the recover kernel in the one-token chain kernel's [BV, K/KI, KI]
         # tile layout (s48e: at full clocks recover moved a one-token launch's DRAM bytes in 4-9 % more time; the
         # layout and its loop are what differ): its GPU tests, then BV/warps/KI configs (4/1/16: ar_large's) beside A
         # replay launches at batch 32 / 128, the default 8/2 first and last (timeouts 120 + 300 s)

@@ -29,7 +29,7 @@ def _recover_kernel(
     state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted,
     Tmax,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, PDL: tl.constexpr = False, KO: tl.constexpr = 1, KI: tl.constexpr = 1,
+    BK: tl.constexpr, BV: tl.constexpr, PDL: tl.constexpr = False,
 ):
     pdl_enter(PDL)
     i_v = tl.program_id(0)
@@ -41,33 +41,20 @@ def _recover_kernel(
     if n > 0:
         slot = tl.load(slots + i_r).to(tl.int64)
         b = tl.load(bank_idx + i_r).to(tl.int64)
+        o_k = tl.arange(0, BK)
         o_v = i_v * BV + tl.arange(0, BV)
+        mk = o_k < K
         mv = o_v < V
+        mh = mv[:, None] & mk[None, :]
+        p_s = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K + o_k[None, :]
+        b_h = tl.load(p_s, mask=mh, other=0.0)
         base = (slot * 2 + b) * Tmax
-        if KO == 1:  # a [BV, K] tile
-            o_k = tl.arange(0, BK)
-            mk = o_k < K
-            mh = mv[:, None] & mk[None, :]
-            p_s = state + (slot * HV + i_hv) * (V * K) + o_v[:, None] * K + o_k[None, :]
-            b_h = tl.load(p_s, mask=mh, other=0.0)
-            for u in range(0, n):
-                b_k = tl.load(bank_k + ((base + u) * H + i_h) * K + o_k, mask=mk, other=0.0)
-                b_v = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
-                b_g = tl.load(bank_g + (base + u) * HV + i_hv)
-                b_h = b_h * tl.exp(b_g) + b_v[:, None] * b_k[None, :]
-            tl.store(p_s, b_h, mask=mh)
-        else:  # a [BV, KO, KI] tile (key index ko * KI + ki), the one-token chain kernel's layout
-            o_kk = tl.arange(0, KO)[:, None] * KI + tl.arange(0, KI)[None, :]
-            mk = o_kk < K
-            mh = mv[:, None, None] & mk[None, :, :]
-            p_s = state + (slot * HV + i_hv) * (V * K) + o_v[:, None, None] * K + o_kk[None, :, :]
-            b_h = tl.load(p_s, mask=mh, other=0.0)
-            for u in range(0, n):
-                b_k = tl.load(bank_k + ((base + u) * H + i_h) * K + o_kk, mask=mk, other=0.0)
-                b_v = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
-                b_g = tl.load(bank_g + (base + u) * HV + i_hv)
-                b_h = b_h * tl.exp(b_g) + b_v[:, None, None] * b_k[None, :, :]
-            tl.store(p_s, b_h, mask=mh)
+        for u in range(0, n):
+            b_k = tl.load(bank_k + ((base + u) * H + i_h) * K + o_k, mask=mk, other=0.0)
+            b_v = tl.load(bank_v + ((base + u) * HV + i_hv) * V + o_v, mask=mv, other=0.0)
+            b_g = tl.load(bank_g + (base + u) * HV + i_hv)
+            b_h = b_h * tl.exp(b_g) + b_v[:, None] * b_k[None, :]
+        tl.store(p_s, b_h, mask=mh)
 
 
 def recover(
@@ -78,20 +65,18 @@ def recover(
     bank_g: torch.Tensor,
     bank_idx: torch.Tensor,
     num_accepted: torch.Tensor,
-    config: tuple[int, ...] | None = None,
+    config: tuple[int, int] | None = None,
 ) -> None:
     """Fold the first ``num_accepted[r]`` factors of bank ``bank_idx[r]`` into ``state[slots[r]]``
     in place (see :func:`vllm_specla.ops.reference.recover_ref`).
 
-    ``config``: ``(BV, num_warps)`` (a ``[BV, K]`` tile) or ``(BV, num_warps, KI)`` (a ``[BV, K / KI, KI]`` tile,
-    the one-token chain kernel's layout; ``KI`` a power of two, clamped to ``next_power_of_2(K)``) (benchmark
-    sweeps: ``bench_kernels.py --recover-configs``); default ``triton_chain.CONFIG_OVERRIDE[:2]`` when set, else
-    ``triton_chain.TUNED["recover"]``. Each state element takes the same serial updates at every config, but
-    tilings with another ``num_warps`` may round differently (within fp32 rounding of ``recover_ref``; H200,
-    session 46).
+    ``config``: ``(BV, num_warps)`` (benchmark sweeps: ``bench_kernels.py --recover-configs``); default
+    ``triton_chain.CONFIG_OVERRIDE[:2]`` when set, else ``triton_chain.TUNED["recover"]``. Each state element
+    takes the same serial updates at every config, but tilings with another ``num_warps`` may round differently
+    (within fp32 rounding of ``recover_ref``; H200, session 46).
 
     Raises:
-        ValueError: ``config`` is not two or three positive integers, or its ``KI`` is not a power of two."""
+        ValueError: ``config`` is not two positive integers."""
     R = slots.numel()
     if R == 0:
         return
@@ -102,20 +87,16 @@ def recover(
     if config is None:
         config = (triton_chain.CONFIG_OVERRIDE[:2] if triton_chain.CONFIG_OVERRIDE is not None
                   else triton_chain.TUNED["recover"])
-    if (len(config) not in (2, 3) or not all(isinstance(c, int) and c > 0 for c in config)
-            or (len(config) == 3 and config[2] & (config[2] - 1))):
-        raise ValueError(f"recover config={tuple(config)!r}: must be (BV, num_warps) or (BV, num_warps, KI), "
-                         "positive integers, KI a power of two")
-    BV, nw = config[:2]
+    if len(config) != 2 or not all(isinstance(c, int) and c > 0 for c in config):
+        raise ValueError(f"recover config={tuple(config)!r}: must be (BV, num_warps), two positive integers")
+    BV, nw = config
     BV = min(BV, triton.next_power_of_2(V))
-    KI = min(config[2], BK) if len(config) == 3 else BK
     grid = (triton.cdiv(V, BV), HV, R)
     on = _pdl.enabled(state)
     _recover_kernel[grid](
         state, slots, bank_k, bank_v, bank_g, bank_idx, num_accepted,
         bank_k.shape[2],
-        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, PDL=on, KO=BK // KI, KI=KI, num_warps=nw, num_stages=1,
-        **_pdl.launch_kw(on),
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, PDL=on, num_warps=nw, num_stages=1, **_pdl.launch_kw(on),
     )
 
 
