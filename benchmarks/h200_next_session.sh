@@ -83,7 +83,7 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
 case "${1:-}" in
   s48f)  # (as run on an H100 in session 48: slower at every config, removed, commit 9189880 keeps it; its 3-entry configs
         # now raise) the recover kernel in the one-token chain kernel's [BV, K/KI, KI]
-        # tile layout (s48e: at full clocks recover moved a one-token launch's DRAM bytes in 4-9 % more time; the
+        # tile layout (s48e: at full clocks recover moved a one-token launch's DRAM bytes in 5-10 % more time; the
         # layout and its loop are what differ): its GPU tests, then BV/warps/KI configs (4/1/16: ar_large's) beside A
         # replay launches at batch 32 / 128, the default 8/2 first and last (timeouts 120 + 300 s)
       nvidia-smi --query-gpu=name --format=csv,noheader
