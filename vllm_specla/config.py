@@ -82,7 +82,7 @@ class SpecLAConfig(BaseModel):
     topology: Literal["chain", "tree"] = "chain"
     tree_top_k: int = Field(default=4, ge=1, le=8)
     tree_node_budget: int = Field(default=16, ge=1, le=64)
-    prune_tau: float | None = Field(default=None, ge=0)
+    prune_tau: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     deferred_commit: StrictBool = True
     recovery: Literal["factors", "snapshot", "replay"] = "factors"
     max_num_requests: int | None = Field(default=None, ge=1, le=MAX_REQUESTS)

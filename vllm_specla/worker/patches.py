@@ -4,7 +4,9 @@
    inline JSON), and translate ``"method": "specla"`` into vLLM's ``custom_class`` method
    (``model = vllm_specla.worker.proposer.SpeclaProposer``) before vLLM's ``SpeculativeConfig``
    validates, carrying the SpecLA fields in ``additional_config["specla"]``. Other methods pass
-   through untouched (a file path still works for them).
+   through untouched (a file path still works for them), except on a ``gated_deltanet`` target, where
+   they are refused with one line: vLLM's own methods do not roll its recurrent state back after a
+   rejected draft token (``ngram`` gave output that differed from AR, ``draft_model`` failed to start).
 2. The ``--speculative-config`` CLI argument parses a file path as well as inline JSON, and
    processes that build vLLM's CLI parser (``vllm serve``, the OpenAI api_server module) end with
    one line ``Error: ...`` (exit status 1) on a bad SpecLA config or an unsupported checkpoint,
@@ -75,6 +77,11 @@ def load_spec_file(path: str) -> dict:
     return spec
 
 
+def _is_gdn(model_config) -> bool:
+    """Whether vLLM's ``ModelConfig`` is a ``gated_deltanet`` checkpoint (the models this plugin serves)."""
+    return getattr(model_config.hf_config, "model_type", None) == "gated_deltanet"
+
+
 def translate_speculative_config(spec, target_model_config=None) -> tuple[dict | None, dict | None]:
     """Return ``(vllm_speculative_config_dict, specla_fields_or_None)``.
 
@@ -82,7 +89,8 @@ def translate_speculative_config(spec, target_model_config=None) -> tuple[dict |
 
     Raises:
         SpecLAConfigError: bad file/JSON, invalid SpecLA fields, a drafter that does not exist or
-        has another vocabulary, or ``specla`` on a target that is not ``gated_deltanet``.
+        has another vocabulary, ``specla`` on a target that is not ``gated_deltanet``, or another
+        method (vLLM's ``ngram``, ``draft_model``, ...) on a ``gated_deltanet`` target.
     """
     if spec is None:
         return None, None
@@ -105,6 +113,13 @@ def translate_speculative_config(spec, target_model_config=None) -> tuple[dict |
             # directories) finds the same drafter
             spec["drafter"] = os.path.abspath(spec["drafter"])
     if spec.get("method") != "specla":
+        if target_model_config is not None and _is_gdn(target_model_config):
+            # vLLM's own methods verify drafts on our model without restoring its recurrent state after a rejected
+            # draft token (ngram: greedy output left AR's; draft_model: the engine failed to start; session 48)
+            raise SpecLAConfigError(
+                f"speculative_config.method={spec.get('method')!r}: a gated_deltanet target supports 'specla' only "
+                "(vLLM's other methods cannot roll its recurrent state back after a rejected draft token); use "
+                '{"method": "specla", "num_speculative_tokens": K, "drafter": <path>}, or no speculative_config')
         return spec, None
     cfg = SpecLAConfig.parse(spec)
     if cfg.recovery != "factors":
@@ -114,7 +129,7 @@ def translate_speculative_config(spec, target_model_config=None) -> tuple[dict |
         )
     if target_model_config is not None:
         hf = target_model_config.hf_config
-        if getattr(hf, "model_type", None) != "gated_deltanet":
+        if not _is_gdn(target_model_config):
             raise SpecLAConfigError(
                 f"speculative_config.method='specla' needs a gated_deltanet target; "
                 f"{target_model_config.model!r} is model_type={getattr(hf, 'model_type', None)!r}"
