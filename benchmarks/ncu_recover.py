@@ -35,7 +35,7 @@ def main() -> None:
 
     bk.DEV = "cuda"
     bn = bk.Bench(bk.SHAPES[args.shape], args.batch, args.layers)
-    _, cu, per_tok = bn.tokens(args.A)
+    _, _, per_tok = bn.tokens(args.A)
     cu1 = torch.arange(0, bn.B + 1, dtype=torch.int32, device="cuda")
     acc = bn.full(args.A)
     for _ in range(args.reps):

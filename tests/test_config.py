@@ -237,22 +237,44 @@ def test_other_models_and_methods_untouched(tmp_path):
     assert "vllm_specla" not in vc.parallel_config.worker_cls
 
 
-@pytest.mark.parametrize("spec", [
-    {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1},
-    {"method": "draft_model", "model": "TARGET", "num_speculative_tokens": 3},
-    {"model": "TARGET", "num_speculative_tokens": 3},  # (no method: vLLM would pick one from the model)
+@pytest.mark.parametrize("kw", [
+    dict(speculative_config={"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3,
+                             "prompt_lookup_min": 1}),
+    dict(speculative_config={"method": "draft_model", "model": "TARGET", "num_speculative_tokens": 3}),
+    dict(speculative_config={"model": "TARGET", "num_speculative_tokens": 3}),  # (no method: vLLM picks one)
+    dict(spec_method="ngram", spec_tokens=3),  # vLLM's --spec-method / --spec-tokens flags
+    dict(spec_method="ngram", speculative_config='{"num_speculative_tokens": 3}'),  # a flag and inline JSON
 ])
-def test_other_methods_refused_on_a_gdn_target(spec, tiny_dir):
+def test_other_methods_refused_on_a_gdn_target(kw, tiny_dir):
     """vLLM's own speculative methods on a gated_deltanet target fail at start with one line naming the field and
     the allowed value (session 48, a new user's review: ``ngram`` ran and its greedy output left AR's after the
     first rejected draft, the recurrent state was never rolled back; ``draft_model`` failed with a duplicate-layer
-    error). The same methods on other models stay untouched (test_other_models_and_methods_untouched)."""
+    error), given in ``speculative_config`` or by vLLM's ``--spec-*`` flags (merged first, as vLLM merges them). The
+    same methods on other models stay untouched (test_other_models_and_methods_untouched)."""
     pytest.importorskip("vllm")
-    spec = {k: (tiny_dir["target"] if v == "TARGET" else v) for k, v in spec.items()}
+    if isinstance(kw.get("speculative_config"), dict):
+        kw["speculative_config"] = {k: (tiny_dir["target"] if v == "TARGET" else v)
+                                    for k, v in kw["speculative_config"].items()}
     with pytest.raises(SpecLAConfigError, match=r"speculative_config.method=.*: a gated_deltanet target supports "
                                                 r"'specla' only") as ei:
-        _engine_config(model=tiny_dir["target"], speculative_config=spec)
+        _engine_config(model=tiny_dir["target"], **kw)
     assert '"method": "specla"' in str(ei.value) and "\n" not in str(ei.value)
+
+
+def test_spec_flags_merged_before_translation(tiny_dir, tmp_path):
+    """``--spec-tokens`` with a SpecLA config file works as vLLM's flags do with its own methods (merged into the
+    config, which the plugin then translates); a flag that repeats a key of the config is vLLM's error."""
+    pytest.importorskip("vllm")
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({"method": "specla", "drafter": tiny_dir["random_eagle"]}))
+    vc = _engine_config(model=tiny_dir["target"], speculative_config=str(f), spec_tokens=3)
+    assert vc.speculative_config.method == "custom_class"
+    assert vc.additional_config["specla"]["num_speculative_tokens"] == 3
+    with pytest.raises(ValueError, match="--spec-tokens and --speculative-config\\['num_speculative_tokens'\\] are "
+                                         "mutually exclusive"):
+        _engine_config(model=tiny_dir["target"], spec_tokens=3,
+                       speculative_config={"method": "specla", "num_speculative_tokens": 2,
+                                           "drafter": tiny_dir["random_eagle"]})
 
 
 def test_rejection_sampler_expand_fixed_on_cpu():
@@ -469,7 +491,7 @@ def test_tree_fields_refused_with_a_chain(field, value):
 
 
 def test_prune_tau_refuses_booleans_and_case_of_choices():
-    with pytest.raises(SpecLAConfigError, match=r"speculative_config\.prune_tau: must be a number >= 0 or null, "
+    with pytest.raises(SpecLAConfigError, match=r"speculative_config\.prune_tau: must be a finite number >= 0 or null, "
                                                 r"not a boolean"):
         SpecLAConfig.parse({"num_speculative_tokens": 2, "drafter": "d", "topology": "tree", "prune_tau": True})
     cfg = SpecLAConfig.parse({"num_speculative_tokens": 2, "drafter": "d", "topology": "Tree",
@@ -487,8 +509,8 @@ def test_step_cost_table_of_the_wrong_type_names_the_allowed_forms():
     ("max_num_speculative_tokens", 17, "an integer 1..16 or null"), ("tree_top_k", 9, "an integer 1..8"),
     ("tree_top_k", 0, "an integer 1..8"), ("tree_node_budget", 65, "an integer 1..64"),
     ("max_num_requests", 0, "an integer 1..65536 or null"), ("draft_vocab_size", 0, "an integer >= 1 or null"),
-    ("prune_tau", -0.5, "a number >= 0 or null"), ("prune_tau", float("inf"), "a number >= 0 or null"),
-    ("prune_tau", float("nan"), "a number >= 0 or null")])
+    ("prune_tau", -0.5, "a finite number >= 0 or null"), ("prune_tau", float("inf"), "a finite number >= 0 or null"),
+    ("prune_tau", float("nan"), "a finite number >= 0 or null")])
 def test_out_of_range_numbers_name_the_allowed_range(field, value, want):
     """pydantic's own text ("Input should be less than or equal to 16") names one bound only. prune_tau must be
     finite (JSON's Infinity / NaN were taken before session 48)."""
@@ -528,7 +550,8 @@ def test_logprob_token_ids_refused_under_specla_only():
 
 
 @pytest.mark.parametrize("patch,want", [
-    ({"topology": "tree", "prune_tau": "x"}, r"speculative_config\.prune_tau: must be a number >= 0 or null \(got 'x'\)"),
+    ({"topology": "tree", "prune_tau": "x"},
+     r"speculative_config\.prune_tau: must be a finite number >= 0 or null \(got 'x'\)"),
     ({"topology": "tree", "tree_top_k": "a"}, r"speculative_config\.tree_top_k: must be an integer 1\.\.8 \(got 'a'\)"),
     ({"max_num_requests": "x"}, r"speculative_config\.max_num_requests: must be an integer 1\.\.65536 or null"),
     ({"deferred_commit": "false"}, r"speculative_config\.deferred_commit: must be true or false \(got 'false'\)"),

@@ -387,12 +387,14 @@ def test_pdl_chain_in_graph_matches_plain_launches(monkeypatch):
 
 @pytest.mark.skipif(not HAVE_CUDA, reason="programmatic dependent launch needs a GPU (sm90+)")
 def test_pdl_recover_in_graph_matches_plain_launches(monkeypatch):
-    """A deferred-commit chain as the runtime runs it, captured in one CUDA graph: the verify-window conv and chain
-    verify of two rows (5 and 3 tokens) record factors into a bank, ``recover`` and ``conv_commit`` fold an accepted
-    prefix (4 and 2 tokens) from that bank into the state and conv window, and a one-token verify reads them; with
-    programmatic dependent launch (session 48: the two commit kernels take it too) the graph gives bit-identical
-    results to plain launches over several replays, each folding what the one before recorded (a missing
-    ``gdc_wait`` in a commit kernel would read its predecessor's factors or state early: differing values)."""
+    """A commit chain captured in one CUDA graph: the verify-window conv of two rows (5 and 3 tokens) records the raw
+    conv inputs and ``conv_commit`` folds an accepted prefix (4 and 2 tokens) into the conv windows right after it;
+    the chain verify records factors and ``recover`` folds the same prefix into the state right after it; a
+    one-token conv and verify read both. Each commit kernel directly follows the launch whose output it reads. With
+    programmatic dependent launch (session 48: the commit kernels take it too) the graph gives bit-identical results
+    to plain launches over several replays with new window inputs (a missing ``gdc_wait`` in a commit kernel would
+    read its predecessor's bank early: differing values; a race test, so it catches a missing wait likely, not
+    surely)."""
     from vllm_specla.ops import pdl
     from vllm_specla.ops import triton_chain as tc
     from vllm_specla.ops import triton_recover as tr
@@ -421,12 +423,12 @@ def test_pdl_recover_in_graph_matches_plain_launches(monkeypatch):
 
     def chain(x, gb, x1, ssm, conv, banks):
         y = tc.conv_verify(x, conv_w, cu, conv, slots, bank_x=banks[3], write_bank=wb)
+        tr.conv_commit(conv, slots, banks[3], wb, acc)
         q, k, v = split(y)
         gg, beta = -torch.nn.functional.softplus(gb[:, :HV]), torch.sigmoid(gb[:, HV:])
         o = tc.chain_verify(q, k, v, gg, beta, scale=K ** -0.5, state=ssm, slots=slots, cu_seqlens=cu,
                             bank_k=banks[0], bank_v=banks[1], bank_g=banks[2], write_bank=wb)
         tr.recover(ssm, slots, banks[0], banks[1], banks[2], wb, acc)
-        tr.conv_commit(conv, slots, banks[3], wb, acc)
         q1, k1, v1 = split(tc.conv_verify(x1, conv_w, cu1, conv, slots, write_final_state=True))
         o1 = tc.chain_verify(q1, k1, v1, gg[:2], beta[:2], scale=K ** -0.5, state=ssm, slots=slots,
                              cu_seqlens=cu1, write_final_state=True)
@@ -447,7 +449,7 @@ def test_pdl_recover_in_graph_matches_plain_launches(monkeypatch):
         with torch.cuda.graph(graph):
             out = chain(x, gb, x1, ssm, conv, banks)
         seen = []
-        for i in range(4):  # new window inputs each replay; state and conv windows carry over
+        for i in range(4):  # new window inputs each replay; states and conv windows carry over
             x.copy_(x_in.roll(i, 0)), gb.copy_(gb_in.roll(i, 0)), x1.copy_(x1_in * (1 + i))
             graph.replay()
             seen.append(torch.cat([out, ssm.reshape(-1), conv.reshape(-1)] + [b.reshape(-1) for b in banks]).clone())

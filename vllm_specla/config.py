@@ -349,6 +349,8 @@ def _allowed_range(name: str) -> str | None:
         return None
     ann = field.annotation
     kind = "an integer" if ann is int or int in typing.get_args(ann) else "a number"
+    if kind == "a number" and any(getattr(m, "allow_inf_nan", True) is False for m in field.metadata):
+        kind = "a finite number"
     if lo is not None and hi is not None and lo_op == ">=" and hi_op == "<=":
         rng = f"{kind} {lo}..{hi}"
     else:

@@ -58,8 +58,9 @@ CHECK_BOUNDS = True
 # "recover": (BV, num_warps) of the recover kernel: 8/2 from the H200 sweeps of session 46
 # (bench_kernels.py --recover-configs, A = 5 vs 5 replay launches: 4.55-4.58x / 4.44x at batch 32, 6x256x512 /
 # 8x256x256, against 8/1's 4.46x / 4.33-4.34x; 4.75x / 4.73x at batch 128 against 4.67x / 4.69x; RESULTS.md
-# "Session 46"; K-tiles and grouped factor loads were slower on an H100, "Session 48"). The others from the H200
-# sweeps of benchmarks/bench_kernels.py (benchmarks/RESULTS.md "Kernels", docs/KERNELS.md):
+# "Session 46"; K-tiles, grouped factor loads and the one-token kernel's [BV, K/KI, KI] tile were slower on an H100,
+# "Session 48"). The others from the H200 sweeps of benchmarks/bench_kernels.py (benchmarks/RESULTS.md "Kernels",
+# docs/KERNELS.md):
 #   ar_large     4/1/16/1   198.1 us vs 202.3 ([BV, K] 8/1) at B=128 6x256x512 (fla 198.0)
 #   ar_small     4/1/32/1     4.4 us vs 4.8 at B=1
 #   verify_large [BV, K] 8/1  T=8 B=128: 379.6 vs 382.2 (8/1/32/1); with pending fused (step T=5)

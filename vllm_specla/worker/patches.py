@@ -113,11 +113,12 @@ def translate_speculative_config(spec, target_model_config=None) -> tuple[dict |
             # directories) finds the same drafter
             spec["drafter"] = os.path.abspath(spec["drafter"])
     if spec.get("method") != "specla":
-        if target_model_config is not None and _is_gdn(target_model_config):
+        if target_model_config is not None and _is_gdn(target_model_config) and spec.get("model") != PROPOSER_QUALNAME:
             # vLLM's own methods verify drafts on our model without restoring its recurrent state after a rejected
             # draft token (ngram: greedy output left AR's; draft_model: the engine failed to start; session 48)
             raise SpecLAConfigError(
-                f"speculative_config.method={spec.get('method')!r}: a gated_deltanet target supports 'specla' only "
+                f"speculative_config.method={spec.get('method')!r} (--speculative-config or --spec-method): "
+                "a gated_deltanet target supports 'specla' only "
                 "(vLLM's other methods cannot roll its recurrent state back after a rejected draft token); use "
                 '{"method": "specla", "num_speculative_tokens": K, "drafter": <path>}, or no speculative_config')
         return spec, None
@@ -167,6 +168,38 @@ def cap_max_num_seqs(engine_args) -> None:
         engine_args.max_num_seqs = n
 
 
+_SPEC_FLAGS = (("spec_method", "--spec-method", "method"), ("spec_model", "--spec-model", "model"),
+               ("spec_tokens", "--spec-tokens", "num_speculative_tokens"))
+
+
+def fold_spec_flags(engine_args) -> None:
+    """Merge vLLM's ``--spec-method`` / ``--spec-model`` / ``--spec-tokens`` (``EngineArgs.spec_*``, vLLM 0.32) into
+    ``engine_args.speculative_config`` (a string parsed first: inline JSON or a file path) and clear them, as vLLM's
+    own ``create_speculative_config`` merges them, but before the plugin translates and checks the config (so
+    ``--spec-method ngram`` on a gated_deltanet target is refused like ``{"method": "ngram"}``). Nothing changes
+    when no flag is set.
+
+    Raises:
+        ValueError: a flag and the same key in ``speculative_config`` (vLLM's message).
+        SpecLAConfigError: a ``speculative_config`` string that is neither valid JSON nor a readable file."""
+    flags = [(attr, flag, key, getattr(engine_args, attr, None)) for attr, flag, key in _SPEC_FLAGS]
+    if all(value is None for *_, value in flags):
+        return
+    spec = engine_args.speculative_config
+    if isinstance(spec, str):
+        s = spec.strip()
+        spec = parse_inline_json(s) if is_inline_json(s) else load_spec_file(s)
+    spec = dict(spec or {})
+    for attr, flag, key, value in flags:
+        if value is None:
+            continue
+        if key in spec:
+            raise ValueError(f"{flag} and --speculative-config['{key}'] are mutually exclusive")
+        spec[key] = value
+        setattr(engine_args, attr, None)
+    engine_args.speculative_config = spec
+
+
 def _patch_create_speculative_config() -> None:
     from vllm.engine.arg_utils import EngineArgs  # noqa: PLC0415
 
@@ -175,6 +208,7 @@ def _patch_create_speculative_config() -> None:
         return
 
     def create_speculative_config(self, target_model_config, target_parallel_config):
+        fold_spec_flags(self)
         spec, specla = translate_speculative_config(self.speculative_config, target_model_config)
         self.speculative_config = spec
         reconcile_max_num_seqs(self, specla.get("max_num_requests") if specla is not None else None)
