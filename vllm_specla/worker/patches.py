@@ -7,6 +7,8 @@
    through untouched (a file path still works for them), except on a ``gated_deltanet`` target, where
    they are refused with one line: vLLM's own methods do not roll its recurrent state back after a
    rejected draft token (``ngram`` gave output that differed from AR, ``draft_model`` failed to start).
+   vLLM's ``--spec-method`` / ``--spec-model`` / ``--spec-tokens`` flags are merged in first, as vLLM
+   merges them (``fold_spec_flags``).
 2. The ``--speculative-config`` CLI argument parses a file path as well as inline JSON, and
    processes that build vLLM's CLI parser (``vllm serve``, the OpenAI api_server module) end with
    one line ``Error: ...`` (exit status 1) on a bad SpecLA config or an unsupported checkpoint,
