@@ -79,6 +79,15 @@ def load_spec_file(path: str) -> dict:
     return spec
 
 
+def _parse_spec_string(spec: str) -> dict:
+    """A ``speculative_config`` string as a dict: inline JSON, else a JSON file path (:func:`load_spec_file`).
+
+    Raises:
+        SpecLAConfigError: invalid JSON, JSON that is not an object, or a file that cannot be read."""
+    s = spec.strip()
+    return parse_inline_json(s) if is_inline_json(s) else load_spec_file(s)
+
+
 def _is_gdn(model_config) -> bool:
     """Whether vLLM's ``ModelConfig`` is a ``gated_deltanet`` checkpoint (the models this plugin serves)."""
     return getattr(model_config.hf_config, "model_type", None) == "gated_deltanet"
@@ -97,8 +106,7 @@ def translate_speculative_config(spec, target_model_config=None) -> tuple[dict |
     if spec is None:
         return None, None
     if isinstance(spec, str):
-        s = spec.strip()
-        spec = parse_inline_json(s) if is_inline_json(s) else load_spec_file(s)
+        spec = _parse_spec_string(spec)
     if not isinstance(spec, dict):
         if isinstance(spec, (list, tuple, int, float, bool)):  # (vLLM failed on these with an AttributeError)
             raise SpecLAConfigError(f"speculative_config: must be a dict, inline JSON or a path to a JSON file, "
@@ -188,10 +196,7 @@ def fold_spec_flags(engine_args) -> None:
     if all(value is None for *_, value in flags):
         return
     spec = engine_args.speculative_config
-    if isinstance(spec, str):
-        s = spec.strip()
-        spec = parse_inline_json(s) if is_inline_json(s) else load_spec_file(s)
-    spec = dict(spec or {})
+    spec = dict((_parse_spec_string(spec) if isinstance(spec, str) else spec) or {})
     for attr, flag, key, value in flags:
         if value is None:
             continue
