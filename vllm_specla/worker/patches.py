@@ -196,7 +196,11 @@ def fold_spec_flags(engine_args) -> None:
     if all(value is None for *_, value in flags):
         return
     spec = engine_args.speculative_config
-    spec = dict((_parse_spec_string(spec) if isinstance(spec, str) else spec) or {})
+    spec = (_parse_spec_string(spec) if isinstance(spec, str) else spec) or {}
+    if not isinstance(spec, dict):  # (translate_speculative_config names the type)
+        engine_args.speculative_config = spec
+        return
+    spec = dict(spec)
     for attr, flag, key, value in flags:
         if value is None:
             continue
