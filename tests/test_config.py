@@ -31,6 +31,7 @@ def test_parse_dict_json_and_file(tmp_path, tiny_dir):
     [
         ({"num_speculative_tokens": 0}, "num_speculative_tokens"),
         ({"num_speculative_tokens": "four"}, "num_speculative_tokens"),
+        ({"num_speculative_tokens": "\u0663"}, "num_speculative_tokens"),  # an Arabic-Indic 3: str.isdigit() is True
         ({"bogus": 1}, "bogus"),
         ({"topology": "star"}, "topology"),
         ({"recovery": "magic"}, "recovery"),
@@ -259,6 +260,20 @@ def test_other_methods_refused_on_a_gdn_target(kw, tiny_dir):
                                                 r"'specla' only") as ei:
         _engine_config(model=tiny_dir["target"], **kw)
     assert '"method": "specla"' in str(ei.value) and "\n" not in str(ei.value)
+
+
+def test_async_scheduling_refused_in_one_line(tiny_dir):
+    """``async_scheduling=True`` with SpecLA fails at start with one line naming the field and the allowed values
+    (session 49, a new user's review: vLLM's own refusal was a long pydantic traceback); unset, the engine config
+    builds (vLLM then schedules synchronously)."""
+    pytest.importorskip("vllm")
+    spec = {"method": "specla", "num_speculative_tokens": 2, "drafter": tiny_dir["random_eagle"]}
+    with pytest.raises(SpecLAConfigError, match=r"async_scheduling=True is not supported .*allowed: false or unset") \
+            as ei:
+        _engine_config(model=tiny_dir["target"], speculative_config=dict(spec), async_scheduling=True)
+    assert "\n" not in str(ei.value)
+    vc = _engine_config(model=tiny_dir["target"], speculative_config=dict(spec))
+    assert not vc.scheduler_config.async_scheduling
 
 
 def test_spec_flags_merged_before_translation(tiny_dir, tmp_path):

@@ -93,7 +93,7 @@ class SpecLAConfig(BaseModel):
     def _k_or_auto(cls, v: Any) -> Any:
         if isinstance(v, str) and v.strip().lower() == AUTO:
             return AUTO
-        if isinstance(v, str) and v.strip().isdigit():
+        if isinstance(v, str) and v.strip().isascii() and v.strip().isdigit():  # "4", not "٣"
             v = int(v.strip())
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_K:
             raise ValueError(f"must be an integer 1..{MAX_K} or \"auto\"")

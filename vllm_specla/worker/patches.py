@@ -8,7 +8,8 @@
    they are refused with one line: vLLM's own methods do not roll its recurrent state back after a
    rejected draft token (``ngram`` gave output that differed from AR, ``draft_model`` failed to start).
    vLLM's ``--spec-method`` / ``--spec-model`` / ``--spec-tokens`` flags are merged in first, as vLLM
-   merges them (``fold_spec_flags``).
+   merges them (``fold_spec_flags``). ``async_scheduling=True`` with SpecLA is refused with one line
+   (vLLM's own refusal is a multi-line pydantic error: it schedules asynchronously only for its methods).
 2. The ``--speculative-config`` CLI argument parses a file path as well as inline JSON, and
    processes that build vLLM's CLI parser (``vllm serve``, the OpenAI api_server module) end with
    one line ``Error: ...`` (exit status 1) on a bad SpecLA config or an unsupported checkpoint,
@@ -211,6 +212,11 @@ def fold_spec_flags(engine_args) -> None:
     engine_args.speculative_config = spec
 
 
+ASYNC_SCHEDULING_ERROR = ("async_scheduling=True is not supported with SpecLA speculative decoding (vLLM 0.32 "
+                          "schedules asynchronously only for its EAGLE / MTP / draft-model / n-gram methods): "
+                          "allowed: false or unset (drop --async-scheduling)")
+
+
 def _patch_create_speculative_config() -> None:
     from vllm.engine.arg_utils import EngineArgs  # noqa: PLC0415
 
@@ -224,6 +230,8 @@ def _patch_create_speculative_config() -> None:
         self.speculative_config = spec
         reconcile_max_num_seqs(self, specla.get("max_num_requests") if specla is not None else None)
         if specla is not None:
+            if getattr(self, "async_scheduling", None):
+                raise SpecLAConfigError(ASYNC_SCHEDULING_ERROR)
             if not isinstance(self.additional_config, dict):
                 self.additional_config = dict(self.additional_config or {})
             self.additional_config[ADDITIONAL_CONFIG_KEY] = specla
