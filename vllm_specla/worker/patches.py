@@ -9,7 +9,7 @@
    rejected draft token (``ngram`` gave output that differed from AR, ``draft_model`` failed to start).
    vLLM's ``--spec-method`` / ``--spec-model`` / ``--spec-tokens`` flags are merged in first, as vLLM
    merges them (``fold_spec_flags``). ``async_scheduling=True`` with SpecLA is refused with one line
-   (vLLM's own refusal is a multi-line pydantic error: it schedules asynchronously only for its methods).
+   (vLLM's own refusal is a multi-line pydantic error: it schedules asynchronously only for some of its methods).
 2. The ``--speculative-config`` CLI argument parses a file path as well as inline JSON, and
    processes that build vLLM's CLI parser (``vllm serve``, the OpenAI api_server module) end with
    one line ``Error: ...`` (exit status 1) on a bad SpecLA config or an unsupported checkpoint,
@@ -212,9 +212,9 @@ def fold_spec_flags(engine_args) -> None:
     engine_args.speculative_config = spec
 
 
-ASYNC_SCHEDULING_ERROR = ("async_scheduling=True is not supported with SpecLA speculative decoding (vLLM 0.32 "
-                          "schedules asynchronously only for its EAGLE / MTP / draft-model / n-gram methods): "
-                          "allowed: false or unset (drop --async-scheduling)")
+ASYNC_SCHEDULING_ERROR = ("async_scheduling=True is not supported with SpecLA speculative decoding (vLLM schedules "
+                          "asynchronously only for some of its own methods: EAGLE / MTP, draft_model, ngram_gpu, "
+                          "DSpark, DFlash): allowed: false or unset (drop --async-scheduling)")
 
 
 def _patch_create_speculative_config() -> None:
