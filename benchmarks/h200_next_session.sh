@@ -4,7 +4,7 @@
 # README/device; the s5* / s6* / s8d-s8f calls need neither). Session 48: no H200 (every ask got an H100); s48a-s48f
 # ran there (the recover kernel's K-tiles, grouped factor loads and 3-D tile: slower, removed; its Nsight Compute profiles;
 # the commit kernels with PDL, kept; RESULTS.md "Session 48"). NEXT, on an H200: s37g (issue 6's batch-1 rows), s48d
-# (recover with PDL: issue 5's 8x256x256 batch-32 recover), s43b (issue 5's tables), s47a. Session 47: no H200 (13 asks; two got H100s): s46f,
+# (recover with PDL: issue 5's 8x256x256 batch-32 recover), s43b (issue 5's tables), s47a; s49a is their short form for ~8 minutes. Session 47: no H200 (13 asks; two got H100s): s46f,
 # s46g (its H200 check edited out on the device copy: an H100 A/B), s46a and s47a ran on H100s (benchmarks/RESULTS.md
 # "Session 47"); the precheck became the default (auto), recover's scaled fold was removed (s46a's three-entry
 # configs, and s45d's, now raise: neither case runs as written). NEXT, on an H200: s37g (issue 6's batch-1 rows at the new default; s36b with ~10 min left), s47a
@@ -110,6 +110,27 @@ for r in rows[1:]:
     print(r["Kernel Name"][:16], " ".join("%s %s" % (k.split("__")[1], r[k]) for k in r if k.startswith(("gpu__", "dram__", "lts__"))))' \
             "$OUT/ncu_s48e_$SH.csv"
       done
+      ;;
+  s49a)  # (an H200 only: it exits at once on another card) the short form of s48d and s37g for a session with ~8
+        # minutes of device time left: both CUDA kernels built (as a user's first start), recover with PDL on and off
+        # (issue 5's 8x256x256 batch-32 recover row: 4.44x in session 46, before PDL), then issue 6's batch-1 rows
+        # once at the precheck default, as s37g's runs (timeouts 200 + 2 x 50 + 90 = 390 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo "not an H200: nothing run"; exit 0; }
+      timeout 200 python -c "from vllm_specla.ops import _cpp; print('built', _cpp.load_cuda_kernels())" 2>&1 | tail -1
+      RP='import runpy, sys, types
+from vllm_specla.ops import triton_recover as tr
+if sys.argv[1] == "off":
+    tr._pdl = types.SimpleNamespace(enabled=lambda t: False, launch_kw=lambda on: {})
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")'
+      for P in on off; do
+        echo "== recover PDL $P"
+        timeout 50 python -c "$RP" $P benchmarks/bench_kernels.py --batches 32,128 --Ts "" --budget-s 45 \
+            --recover-configs 8/2 --json "$OUT/kernels_s49a_$P.json" 2>&1 | grep -E "^recover|^GPU|Error" | cut -c1-600
+      done
+      timeout 90 python benchmarks/bench_e2e.py --shapes flame,map --batches 1 --ks 6,7 --alphas 0.8 \
+          --snapshot-ks "" --skinny-gemm on --draft-weights fp8 --tag "s49a" \
+          --out "$OUT/e2e_s49a.jsonl" 2>&1 | grep "^{" | python -c "$S"
       ;;
   s48d)  # (any card; an H200 for issue 5's verdicts) the commit kernels (recover, conv_commit) with programmatic
         # dependent launch (session 48: s48c's Nsight Compute put one recover launch at one one-token launch's time, while
