@@ -199,6 +199,7 @@ def test_ar_step_folds_pending_factors(models, accepted):
     ([[-1]], 4, r"token id -1 is not an int in \[0, V\)"),
     ([[1.5, 2]], 4, r"token id 1.5 is not an int"),
     (["hello"], 4, r"prompts\[0\]: must be a list of token ids, got str"),
+    ([5, 6, 7], 4, r"prompts\[0\]: must be a list of token ids, got int \(prompts is a list of prompts"),  # one prompt
     ([[5]], -3, r"max_tokens\[0\]=-3: must be an int >= 0"),
     ([[5]], 1.5, r"max_tokens\[0\]=1.5: must be an int >= 0"),
 ])
@@ -223,6 +224,11 @@ def test_generate_takes_tensor_prompts_and_numpy_ints(models, prompts, ar_out):
     got = eng.generate([np.array(prompts[0]), tuple(prompts[1]), (t for t in prompts[2])], np.array(MAX_TOKENS[:3]))
     assert got == ar_out[:3]
     assert TreeSpec(top_k=np.int64(2), max_depth=np.int32(3), node_budget=np.int64(6), tau=np.float32(1.0)).top_k == 2
+    # a numpy int K (numpy scalars have a ``choose`` method: not a draft-length policy)
+    spec = SpecLAEngine(models["target"], _drafter(models, "perturbed", 4), num_speculative_tokens=np.int64(3),
+                        max_batch=4)
+    assert spec.K == 3 and spec.policy is None
+    assert spec.generate(prompts[:3], MAX_TOKENS[:3]) == ar_out[:3]
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -274,6 +280,24 @@ def test_engine_refuses_mismatched_drafters(models):
         SpecLAEngine(models["target"], runner, num_speculative_tokens=2, max_batch=4)
     with pytest.raises(ValueError, match=r"drafter: must be a SlotDrafter .* got str"):
         SpecLAEngine(models["target"], "eagle", num_speculative_tokens=2, max_batch=4)
+    # a draft model with another vocabulary, an EAGLE drafter with another hidden size (used to fail mid-generate
+    # on an embedding index / a matmul shape)
+    from vllm_specla.models.drafter import EagleDrafter
+    from vllm_specla.models.gdn import GatedDeltaNetForCausalLM
+
+    cfg = copy.deepcopy(models["perturbed"].config)
+    cfg.vocab_size += 8
+    V = models["target"].config.vocab_size
+    with pytest.raises(ValueError, match=rf"drafter: a draft model must share the target's vocabulary \(vocab_size "
+                                         rf"{V}\), got vocab_size {V + 8}"):
+        SpecLAEngine(models["target"], DraftModelDrafter(GatedDeltaNetForCausalLM(cfg), 4), num_speculative_tokens=2,
+                     max_batch=4)
+    ecfg = copy.deepcopy(models["random"].config)
+    ecfg.hidden_size *= 2
+    D = models["target"].config.hidden_size
+    with pytest.raises(ValueError, match=rf"drafter: an EAGLE drafter .* target's hidden_size \({D}\), got {2 * D}"):
+        SpecLAEngine(models["target"], EagleDrafterRunner.for_target(EagleDrafter(ecfg), models["target"], 4),
+                     num_speculative_tokens=2, max_batch=4)
     # a draft *model* may use its own dtype: it reads tokens only
     dm = DraftModelDrafter(copy.deepcopy(models["perturbed"]).to(torch.bfloat16), 4)
     assert SpecLAEngine(models["target"], dm, num_speculative_tokens=2, max_batch=4).generate([[5, 6, 7]], 6)

@@ -140,6 +140,11 @@ def test_bad_arguments(pair):
             DecodeRuntime(tgt, b, "ar")
     with pytest.raises(ValueError, match=r"output_capacity=-5: must be an int >= 0"):
         DecodeRuntime(tgt, 1, "ar", output_capacity=-5)
+    for k in (4.5, True):
+        with pytest.raises(ValueError, match=rf"num_speculative_tokens={k!r}: must be an int >= 1"):
+            DecodeRuntime(tgt, 1, "specla", k, dr)
+    with pytest.raises(ValueError, match=r"tree_width=2.0: must be an int >= 1"):
+        DecodeRuntime(tgt, 1, "specla", 2, dr, tree_width=2.0)
 
 
 def test_ragged_prompts_prefill_per_request(pair):

@@ -113,8 +113,9 @@ class DecodeRuntime:
         mode: ``"ar"``, ``"specla"`` or ``"snapshot"``.
         num_speculative_tokens: ``K >= 1`` for the spec modes (ignored for ``"ar"``).
         drafter: packed EAGLE drafter (:class:`FusedEagle`), required for the spec modes.
-        output_capacity: tokens stored per request (a benchmark runtime: no stop tokens; tokens
-            emitted beyond the capacity are counted by :meth:`run` but not stored).
+        output_capacity: tokens stored per request, at least (a benchmark runtime: no stop tokens; a
+            step that starts below the capacity stores its whole window, so up to ``capacity + W * K + 1``
+            tokens may be stored; tokens emitted past that are counted by :meth:`run` but not stored).
         alpha: acceptance-controlled drafting (needs ``trace``); None = the drafter's own tokens.
         trace: ``[B, L]`` int64 greedy AR continuation of the same prompts (``out`` of an AR run).
         use_cuda_graphs: capture the step (default: on CUDA).
@@ -130,7 +131,8 @@ class DecodeRuntime:
             ``"iid"``: every node independently (sessions 3-13's model; it lets several branches
             match and overstates a real drafter's tree acceptance, RESULTS.md "Session 10").
     Raises:
-        ValueError: unknown mode, ``batch_size`` < 1, ``output_capacity`` < 0, K < 1 or no drafter for a spec mode, alpha without trace or
+        ValueError: unknown mode, ``batch_size`` < 1, ``output_capacity`` < 0, K not an int >= 1 or no drafter for a
+            spec mode, ``tree_width`` not an int >= 1, alpha without trace or
             outside [0, 1], alpha/trace with mode "ar", a trace that is not ``[B, L]`` int64.
     """
 
@@ -154,6 +156,11 @@ class DecodeRuntime:
         if spec and drafter is not None and tree_width > drafter.draft_vocab_size:
             raise ValueError(f"tree_width={tree_width} exceeds the drafter's draft vocabulary "
                              f"({drafter.draft_vocab_size} tokens): the first level needs W distinct tokens")
+        k = num_speculative_tokens
+        if spec and (isinstance(k, bool) or not isinstance(k, numbers.Integral)):
+            raise ValueError(f"num_speculative_tokens={k!r}: must be an int >= 1 for mode {mode!r}")
+        if isinstance(tree_width, bool) or not isinstance(tree_width, numbers.Integral):
+            raise ValueError(f"tree_width={tree_width!r}: must be an int >= 1")
         if spec and (num_speculative_tokens < 1 or drafter is None):
             raise ValueError(f"mode {mode!r} needs num_speculative_tokens >= 1 and a drafter")
         if alpha is not None and (trace is None or not 0.0 <= alpha <= 1.0):

@@ -6,8 +6,10 @@ It drives the same core the vLLM worker uses (``models/gdn.py`` layers on state 
 ``max_batch``, prefilled, then decoded one verify step at a time; finished requests free their
 slot (pending factors dropped) and waiting requests take it.
 
-Greedy decoding only here (lossless sampling: issue 7). GPU benchmarks (CUDA graphs) build on the
-same step functions.
+Greedy decoding, or sampling with the engine's temperature / top-k / top-p (lossless: the point-mass
+rule for chains, the residual rule for trees, ``core/sampling.py``); draft chains or draft trees
+(``tree=``). The GPU decode runtime (``runtime/decode.py``, CUDA graphs) builds on the same step
+functions.
 
 With ``num_speculative_tokens="auto"`` (or a :class:`~vllm_specla.core.policy.DraftLengthPolicy`)
 K is chosen per step by the draft-length policy: the engine times each pure-decode step's target
@@ -31,7 +33,7 @@ from typing import Callable
 import torch
 
 from vllm_specla.core.acceptance import greedy_accept_chain, greedy_accept_tree
-from vllm_specla.core.drafting import DraftRow, EagleDrafterRunner, SlotDrafter, TreeSpec
+from vllm_specla.core.drafting import DraftModelDrafter, DraftRow, EagleDrafterRunner, SlotDrafter, TreeSpec
 from vllm_specla.core.policy import DraftLengthPolicy
 from vllm_specla.core.sampling import accept_chain_pointmass, accept_tree_residual, apply_sampling_transforms
 from vllm_specla.core.topology import DraftTree
@@ -226,10 +228,15 @@ def _is_int(x) -> bool:
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
+def _is_policy(k) -> bool:
+    """A draft-length policy object (``choose``, ...), not a number (numpy ints have a ``choose`` method)."""
+    return hasattr(k, "choose") and not isinstance(k, numbers.Number) and not hasattr(k, "dtype")
+
+
 def _check_engine_args(target, k, k_max, max_batch, eos, tree, temperature, top_k, top_p) -> None:
     """:class:`SpecLAEngine`'s argument checks: ValueError naming the argument and its allowed values."""
     vocab = int(target.config.vocab_size)
-    if not (k == "auto" or hasattr(k, "choose") or (_is_int(k) and k >= 0)):
+    if not (k == "auto" or _is_policy(k) or (_is_int(k) and k >= 0)):
         raise ValueError(f"num_speculative_tokens={k!r}: must be an int >= 0 (0 = AR), \"auto\" or a policy object")
     if k == "auto" and not (_is_int(k_max) and k_max >= 1):
         raise ValueError(f"max_num_speculative_tokens={k_max!r}: must be an int >= 1")
@@ -262,7 +269,14 @@ def _check_drafter(target, drafter, max_batch: int) -> None:
     if drafter.max_requests < max_batch:
         raise ValueError(f"drafter: built for {drafter.max_requests} slots (max_requests), fewer than "
                          f"max_batch={max_batch}; build it with max_requests >= max_batch")
+    if isinstance(drafter, DraftModelDrafter) and drafter.model.config.vocab_size != target.config.vocab_size:
+        raise ValueError(f"drafter: a draft model must share the target's vocabulary (vocab_size "
+                         f"{target.config.vocab_size}), got vocab_size {drafter.model.config.vocab_size}")
     if isinstance(drafter, EagleDrafterRunner):
+        if drafter.drafter.config.hidden_size != target.config.hidden_size:
+            raise ValueError(f"drafter: an EAGLE drafter reads the target's features, so it must have the "
+                             f"target's hidden_size ({target.config.hidden_size}), got "
+                             f"{drafter.drafter.config.hidden_size}")
         p, q = next(target.parameters()), next(drafter.drafter.parameters())
         if (p.dtype, p.device) != (q.dtype, q.device):
             raise ValueError(f"drafter: an EAGLE drafter reads the target's features, so it must share the "
@@ -288,7 +302,7 @@ def _check_generate_args(prompts, max_tokens: list, vocab: int) -> None:
 
 
 class SpecLAEngine:
-    """Greedy AR / SpecLA-chain generation with a GDN target on state slots.
+    """AR / SpecLA generation (draft chains or trees; greedy or sampled) with a GDN target on state slots.
 
     Args:
         target: the target model (eval mode, any device/dtype).
@@ -342,7 +356,7 @@ class SpecLAEngine:
         self.policy = None
         if isinstance(num_speculative_tokens, str):
             self.policy = DraftLengthPolicy(k_max=max_num_speculative_tokens)
-        elif hasattr(num_speculative_tokens, "choose"):
+        elif _is_policy(num_speculative_tokens):
             self.policy = num_speculative_tokens
         if self.policy is not None:
             if tree is not None:
@@ -430,6 +444,12 @@ class SpecLAEngine:
             ValueError: an empty prompt, a token id that is not an int in the vocabulary, or
                 ``max_tokens`` not an int >= 0 / a list of another length than ``prompts``.
         """
+        if hasattr(prompts, "tolist"):  # a 2-D tensor / numpy array: one row per prompt
+            prompts = prompts.tolist()
+        for i, p in enumerate(prompts):
+            if _is_int(p) or not hasattr(p, "__iter__"):
+                raise ValueError(f"prompts[{i}]: must be a list of token ids, got {type(p).__name__} (prompts is a "
+                                 f"list of prompts: [[5, 6, 7]], not [5, 6, 7])")
         prompts = [p.tolist() if hasattr(p, "tolist") else p if isinstance(p, (str, bytes)) else list(p)
                    for p in prompts]  # tensors, numpy arrays, tuples, generators: lists
         if hasattr(max_tokens, "tolist"):  # a tensor / numpy array (or a 0-d one: one int)
