@@ -651,7 +651,8 @@ def apply_kernel_flags(args, device: str) -> dict | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", default="flame,map")
-    ap.add_argument("--batches", default="1,16,64,256")
+    ap.add_argument("--batches", default=None,
+                    help="batch sizes of the --shapes runs (default 1,16,64,256; --trained takes --trained-batches)")
     ap.add_argument("--ks", default="2,4,6,8")
     ap.add_argument("--alphas", default="0.7,0.8,0.9")
     ap.add_argument("--snapshot-ks", default="4")
@@ -682,7 +683,7 @@ def main() -> None:
     ap.add_argument("--auto", action="store_true", help="also run the automatic draft-length policy per batch/alpha")
     ap.add_argument("--trained", action="store_true", help="run the embedded trained pair instead of --shapes")
     ap.add_argument("--prompts", default=None, help="JSON list of token lists (with --trained)")
-    ap.add_argument("--trained-batches", default="1,16")
+    ap.add_argument("--trained-batches", default="1,16", help="batch sizes of the --trained runs (default 1,16)")
     ap.add_argument("--draft-vocabs", default="0",
                     help="draft vocabulary sizes (frequency-ranked, core/draft_vocab.py) to run SpecLA and snapshots "
                          "with; 0 = the full vocabulary; the first also feeds --auto and trees. Random shapes take "
@@ -697,6 +698,9 @@ def main() -> None:
                     "values (--shapes, --batches, --ks, --steps, alphas, snapshot Ks, tree widths, draft vocabularies "
                     "and weights)")
     args = ap.parse_args()
+    if args.trained and args.batches is not None:
+        ap.error("--batches is not used with --trained: give the trained pair's batch sizes as --trained-batches")
+    args.batches = "1,16,64,256" if args.batches is None else args.batches
     ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
     floats = lambda s: [float(x) for x in s.split(",") if x]  # noqa: E731
     args.batches, args.ks, args.snapshot_ks = ints(args.batches), ints(args.ks), ints(args.snapshot_ks)
@@ -723,6 +727,10 @@ def main() -> None:
     if bad:
         ap.error(f"--draft-weights: each must be one of {', '.join(DRAFT_WEIGHTS)}, got {', '.join(bad)}")
     device = "cuda" if torch.cuda.is_available() and not args.dry_cpu else "cpu"
+    big = [s for s in shapes if s != "tiny"]
+    if device == "cpu" and not args.dry_cpu and not args.trained and big:
+        raise SystemExit(f"bench_e2e.py: no CUDA device: the {','.join(big)} shape(s) would be built and timed on "
+                         "the CPU; run --dry-cpu (tiny shape, every code path once) instead")
     from vllm_specla.ops import chain_verify as cv_mod  # noqa: PLC0415
 
     if args.verify_kernel:

@@ -35,6 +35,8 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if __name__ == "__main__" and "--dry-cpu" in sys.argv:  # must precede the first triton import
+    os.environ["TRITON_INTERPRET"] = "1"
 
 from vllm_specla.ops import triton_chain as tc  # noqa: E402
 from vllm_specla.ops import triton_recover as tr  # noqa: E402
@@ -246,7 +248,8 @@ def copy_bandwidth() -> float:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--json", default="benchmarks/kernels_h200.json")
+    ap.add_argument("--json", default=None, help="write the records here (default: benchmarks/kernels_h200.json on "
+                                                 "a GPU; --dry-cpu writes nothing unless given)")
     ap.add_argument("--layers", type=int, default=21)
     ap.add_argument("--batches", default="128,256,32,8,1")
     ap.add_argument("--Ts", default="1,2,3,5,8,9")
@@ -264,6 +267,10 @@ def main():
         SHAPES["6x256x512"] = (2, 4, 32, 48)
         SHAPES["8x256x256"] = (1, 3, 16, 20)
         SWEEP = [SWEEP[0], (4, 1, 16, 1)]
+        args.layers, args.batches, args.Ts, args.budget_s = 1, "2", "1,5", 1e9  # every path once
+        print("dry run: CPU interpreter, tiny shapes (2, 4, 32, 48) / (1, 3, 16, 20); times meaningless")
+    elif args.json is None:
+        args.json = "benchmarks/kernels_h200.json"
     import warnings  # noqa: PLC0415
 
     warnings.filterwarnings("ignore")
@@ -278,6 +285,8 @@ def main():
     print(f"GPU {out['gpu']}  triton {out['triton']}  device copy {out['copy_TBps']:.2f} TB/s", flush=True)
 
     def save():
+        if args.json is None:
+            return
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -15,10 +15,12 @@ What it does:
    gives the CPU platform the Ray resource ``vllm_cpu`` (``vllm_specla/worker/ray_cpu.py``);
    GPU platforms use Ray's ``GPU`` resource and need nothing;
 3. sends a few MT-Bench questions (``openai`` client), prints answers and the acceptance
-   counters from ``/metrics``, and — on a started cluster — checks that the greedy answers equal
-   a single-process run (``--check`` starts a second, single-process server afterwards);
+   counters from ``/metrics``;
 4. stops the server and the Ray head by PID (never ``ray stop``, which would stop every cluster
-   on the machine).
+   on the machine);
+5. only with ``--check`` (local or your own cluster): starts a second, single-process server
+   (no Ray), asks the same questions and prints how many greedy answers equal the Ray run's
+   (exit status 1 if any differs). Without ``--check`` nothing is compared.
 
 With your own cluster, start each node with ``--resources '{"vllm_cpu": <workers on this node>}'``
 (CPU nodes) and export ``VLLM_SPECLA_CPU_RAY=1`` where vLLM starts.

@@ -40,14 +40,38 @@ def parse_args():
     p.add_argument("--speculative-config", default=DEFAULT_SPEC, help="specla.json path or inline JSON ('' = AR)")
     p.add_argument("--served-model-name", default="specla-gdn")
     p.add_argument("--url", default=None, help="use this running server instead of starting one")
-    p.add_argument("--port", type=int, default=None, help="port for the started server (default: a free one)")
-    p.add_argument("--num-prompts", type=int, default=8)
-    p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--concurrency", type=int, default=8)
-    p.add_argument("--show", type=int, default=3, help="answers to print in full")
-    p.add_argument("--startup-timeout", type=float, default=600)
+    p.add_argument("--port", type=_at_least(0, 65535), default=None,
+                   help="port for the started server, 0..65535 (default or 0: a free one)")
+    p.add_argument("--num-prompts", type=_at_least(1, 80), default=8, help="MT-Bench questions, 1..80 (default 8)")
+    p.add_argument("--max-tokens", type=_at_least(1), default=64)
+    p.add_argument("--concurrency", type=_at_least(1), default=8, help="requests in flight at once")
+    p.add_argument("--show", type=_at_least(0), default=3, help="answers to print in full")
+    p.add_argument("--startup-timeout", type=_positive_float, default=600, help="seconds to wait for /health")
     p.add_argument("vllm_args", nargs=argparse.REMAINDER, help="extra `vllm serve` flags after --")
     return p.parse_args()
+
+
+def _at_least(lo: int, hi: int | None = None):
+    def parse(s: str) -> int:
+        try:
+            v = int(s)
+        except ValueError:
+            v = lo - 1
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"must be an integer {lo}..{hi}, got {s!r}" if hi is not None
+                                             else f"must be an integer >= {lo}, got {s!r}")
+        return v
+    return parse
+
+
+def _positive_float(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        v = 0.0
+    if not v > 0:  # (also NaN)
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {s!r}")
+    return v
 
 
 def start_server(args) -> Server:

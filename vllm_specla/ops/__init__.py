@@ -17,8 +17,18 @@ One notation for every op in this package (ARCHITECTURE.md "State slots"):
   (log decay g <= 0), ``bank_x [num_slots, 2, Tmax, C]`` (raw conv input), all float32.
 
 Each public op lives in its own module (``chain_verify.py``, ``recover.py``, ``tree_verify.py``)
-with a Triton implementation for CUDA and dispatches to the plain-torch version in
-``reference.py`` elsewhere (the CPU path and the test oracle).
+and dispatches by device:
+
+* CUDA tensors: the Triton kernels; the chain verify also takes the CUDA csrc kernels
+  (``csrc/cuda``, JIT-built by :func:`vllm_specla.ops._cpp.load_cuda_kernels`) where its shape
+  rules say so (README "Kernel dispatch on CUDA");
+* CPU tensors: the C++ CPU ops ``torch.ops.vllm_specla.<name>`` (``csrc/cpu``: the extension
+  ``vllm_specla._C`` built at install, loaded by :mod:`vllm_specla.ops._cpp`) when they are built
+  and not turned off (``VLLM_SPECLA_DISABLE_CPP=1``), else the plain-torch versions in
+  ``reference.py`` / ``tree_reference.py`` (a non-chain tree's conv has no C++ op: always the
+  torch reference).
+
+The plain-torch references are also the test oracle.
 """
 
 from vllm_specla.ops.reference import (  # noqa: F401
