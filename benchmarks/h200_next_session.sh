@@ -80,6 +80,14 @@ ncu_ar_cold() {  # NAME BATCH METRICS [RG_AR]: Nsight Compute (caches flushed) o
   python benchmarks/ncu_details.py "$OUT/ncu_${name}_details.csv" --metrics "$metrics" | tee -a "$OUT/ncu_$name.txt"
   rm -f "$OUT/ncu_$name.ncu-rep" "$OUT/ncu_${name}_details.csv"
 }
+# s48d / s49a: `python -c "$RP" on|off SCRIPT ARGS...` runs SCRIPT with recover's PDL as it is (on) or stubbed off in
+# triton_recover only
+RP='import runpy, sys, types
+from vllm_specla.ops import triton_recover as tr
+if sys.argv[1] == "off":
+    tr._pdl = types.SimpleNamespace(enabled=lambda t: False, launch_kw=lambda on: {})
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")'
 case "${1:-}" in
   s48f)  # (as run on an H100 in session 48: slower at every config, removed, commit 9189880 keeps it; its 3-entry configs
         # now raise) the recover kernel in the one-token chain kernel's [BV, K/KI, KI]
@@ -117,12 +125,6 @@ for r in rows[1:]:
         # once at the precheck default, as s37g's runs (timeouts 200 + 2 x 50 + 90 = 390 s)
       nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo "not an H200: nothing run"; exit 0; }
       timeout 200 python -c "from vllm_specla.ops import _cpp; print('built', _cpp.load_cuda_kernels())" 2>&1 | tail -1
-      RP='import runpy, sys, types
-from vllm_specla.ops import triton_recover as tr
-if sys.argv[1] == "off":
-    tr._pdl = types.SimpleNamespace(enabled=lambda t: False, launch_kw=lambda on: {})
-sys.argv = sys.argv[2:]
-runpy.run_path(sys.argv[0], run_name="__main__")'
       for P in on off; do
         echo "== recover PDL $P"
         timeout 50 python -c "$RP" $P benchmarks/bench_kernels.py --batches 32,128 --Ts "" --budget-s 45 \
@@ -141,12 +143,6 @@ runpy.run_path(sys.argv[0], run_name="__main__")'
       nvidia-smi --query-gpu=name --format=csv,noheader
       pytest_log s48d 120 tests/test_fused_gpu.py tests/test_kernels_gpu.py -k "pdl or recover or commit or every_accepted"
       timeout 150 python -c "from vllm_specla.ops import _cpp; print('csrc', _cpp.load_cuda())" 2>&1 | tail -1
-      RP='import runpy, sys, types
-from vllm_specla.ops import triton_recover as tr
-if sys.argv[1] == "off":
-    tr._pdl = types.SimpleNamespace(enabled=lambda t: False, launch_kw=lambda on: {})
-sys.argv = sys.argv[2:]
-runpy.run_path(sys.argv[0], run_name="__main__")'
       for P in on off; do
         echo "== recover PDL $P"
         timeout 50 python -c "$RP" $P benchmarks/bench_kernels.py --batches 32,128 --Ts "" --budget-s 45 \
