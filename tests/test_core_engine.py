@@ -244,6 +244,8 @@ def test_generate_takes_tensor_prompts_and_numpy_ints(models, prompts, ar_out):
     ({"top_p": 2.0}, r"top_p=2.0: must be a number in \(0, 1\]"),
     ({"top_p": 0.0}, r"top_p=0.0"),
     ({"tree": "tree"}, r"tree='tree': must be None \(chains\) or a TreeSpec"),
+    ({"seed": "a"}, r"seed='a': must be an int in \[0, 2\*\*64\)"),  # used to be torch's error, not naming seed
+    ({"seed": 2**70}, r"seed=1180591620717411303424: must be an int"),
 ])
 def test_engine_refuses_bad_arguments_naming_them(models, kw, match):
     """``V`` stands for the target's vocabulary size."""

@@ -61,6 +61,10 @@ def test_topology_basics():
     assert p.tokens == [5, 1, 3] and p.parents == [-1, 0, 1]
     with pytest.raises(ValueError):
         DraftTree([1, 2], [-1, 1])
+    with pytest.raises(ValueError, match="tokens: a draft tree has at least its root"):
+        DraftTree([], [])  # used to be accepted, then fail in max_depth
+    with pytest.raises(ValueError, match=r"logp: 1 values for 2 nodes"):
+        DraftTree([1, 2], [-1, 0], [0.0])
 
 
 @pytest.mark.parametrize(

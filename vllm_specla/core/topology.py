@@ -31,6 +31,11 @@ class DraftTree:
     def __post_init__(self):
         if len(self.tokens) != len(self.parents):
             raise ValueError("tokens and parents must have the same length")
+        if not self.tokens:
+            raise ValueError("tokens: a draft tree has at least its root (node 0, the last committed token)")
+        if self.logp and len(self.logp) != len(self.tokens):
+            raise ValueError(f"logp: {len(self.logp)} values for {len(self.tokens)} nodes "
+                             f"(one per node, 0 for the root)")
         for i, p in enumerate(self.parents):
             if not (-1 <= p < i) or (i == 0) != (p == -1):
                 raise ValueError(f"parents must be topological with a single root at 0: node {i} has parent {p}")

@@ -233,7 +233,7 @@ def _is_policy(k) -> bool:
     return hasattr(k, "choose") and not isinstance(k, numbers.Number) and not hasattr(k, "dtype")
 
 
-def _check_engine_args(target, k, k_max, max_batch, eos, tree, temperature, top_k, top_p) -> None:
+def _check_engine_args(target, k, k_max, max_batch, eos, tree, temperature, top_k, top_p, seed=0) -> None:
     """:class:`SpecLAEngine`'s argument checks: ValueError naming the argument and its allowed values."""
     vocab = int(target.config.vocab_size)
     if not (k == "auto" or _is_policy(k) or (_is_int(k) and k >= 0)):
@@ -255,6 +255,8 @@ def _check_engine_args(target, k, k_max, max_batch, eos, tree, temperature, top_
         raise ValueError(f"top_k={top_k!r}: must be an int >= 0 (0 = off)")
     if isinstance(top_p, bool) or not isinstance(top_p, numbers.Real) or not (0 < top_p <= 1):
         raise ValueError(f"top_p={top_p!r}: must be a number in (0, 1]")
+    if not (_is_int(seed) and 0 <= seed < 2**64):
+        raise ValueError(f"seed={seed!r}: must be an int in [0, 2**64)")
 
 
 def _check_drafter(target, drafter, max_batch: int) -> None:
@@ -351,7 +353,7 @@ class SpecLAEngine:
         seed: int = 0,
     ):
         _check_engine_args(target, num_speculative_tokens, max_num_speculative_tokens, max_batch, eos_token_id,
-                           tree, temperature, top_k, top_p)
+                           tree, temperature, top_k, top_p, seed)
         _check_drafter(target, drafter, max_batch)
         self.policy = None
         if isinstance(num_speculative_tokens, str):
