@@ -29,6 +29,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # run from a checkout without installing
 
 from vllm_specla.serving import Server, spec_decode_metrics, vllm_serve_command  # noqa: E402
+from offline_generate import _at_least  # noqa: E402  (the sibling example: its integer-range argparse type)
 
 DEFAULT_MODEL = os.path.join(REPO, "models", "specla-gdn-tiny", "target")
 DEFAULT_SPEC = os.path.join(REPO, "examples", "specla.json")
@@ -49,19 +50,6 @@ def parse_args():
     p.add_argument("--startup-timeout", type=_positive_float, default=600, help="seconds to wait for /health")
     p.add_argument("vllm_args", nargs=argparse.REMAINDER, help="extra `vllm serve` flags after --")
     return p.parse_args()
-
-
-def _at_least(lo: int, hi: int | None = None):
-    def parse(s: str) -> int:
-        try:
-            v = int(s)
-        except ValueError:
-            v = lo - 1
-        if v < lo or (hi is not None and v > hi):
-            raise argparse.ArgumentTypeError(f"must be an integer {lo}..{hi}, got {s!r}" if hi is not None
-                                             else f"must be an integer >= {lo}, got {s!r}")
-        return v
-    return parse
 
 
 def _positive_float(s: str) -> float:
