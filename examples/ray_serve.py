@@ -37,6 +37,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from vllm_specla.serving import RayCluster, Server, spec_decode_metrics, vllm_serve_command  # noqa: E402
+from offline_generate import _at_least  # noqa: E402  (the sibling examples' argparse types)
+from serve_and_query import _positive_float  # noqa: E402
 
 DEFAULT_MODEL = os.path.join(REPO, "models", "specla-gdn-tiny", "target")
 DEFAULT_SPEC = os.path.join(REPO, "examples", "specla.json")
@@ -47,13 +49,13 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--speculative-config", default=DEFAULT_SPEC)
-    p.add_argument("--tensor-parallel", type=int, default=2)
-    p.add_argument("--data-parallel", type=int, default=1)
+    p.add_argument("--tensor-parallel", type=_at_least(1), default=2)
+    p.add_argument("--data-parallel", type=_at_least(1), default=1)
     p.add_argument("--ray-address", default=None, help="an existing Ray cluster (default: start a local one)")
-    p.add_argument("--num-prompts", type=int, default=4)
-    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--num-prompts", type=_at_least(1, 80), default=4, help="MT-Bench questions, 1..80 (default 4)")
+    p.add_argument("--max-tokens", type=_at_least(1), default=48)
     p.add_argument("--check", action="store_true", help="compare with a single-process server (greedy, fp32)")
-    p.add_argument("--startup-timeout", type=float, default=900)
+    p.add_argument("--startup-timeout", type=_positive_float, default=900, help="seconds to wait for /health")
     return p.parse_args()
 
 

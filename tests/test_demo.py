@@ -81,3 +81,25 @@ def test_oracle_check_without_cuda_is_one_line(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines()[-1].endswith("--device cuda: no CUDA GPU here (this check compares with fla's "
                                                       "Triton kernels); --device cpu runs it on torch stand-ins")
+
+
+@pytest.mark.parametrize("script,args,message", [
+    ("ray_serve.py", ["--tensor-parallel", "0"], "argument --tensor-parallel: must be an integer >= 1, got '0'"),
+    ("ray_serve.py", ["--data-parallel", "two"], "argument --data-parallel: must be an integer >= 1, got 'two'"),
+    ("ray_serve.py", ["--num-prompts", "81"], "argument --num-prompts: must be an integer 1..80, got '81'"),
+    ("ray_serve.py", ["--max-tokens", "-3"], "argument --max-tokens: must be an integer >= 1, got '-3'"),
+    ("ray_serve.py", ["--startup-timeout", "nan"], "argument --startup-timeout: must be a number of seconds > 0, "
+                                                    "got 'nan'"),
+    ("serve_and_query.py", ["--port", "70000"], "argument --port: must be an integer 0..65535, got '70000'"),
+    ("serve_and_query.py", ["--concurrency", "0"], "argument --concurrency: must be an integer >= 1, got '0'"),
+    ("serve_and_query.py", ["--startup-timeout", "0"], "argument --startup-timeout: must be a number of seconds > 0, "
+                                                        "got '0'"),
+])
+def test_serving_examples_reject_bad_flags(script, args, message):
+    """The serving examples check their numeric flags in argparse (exit status 2, one line naming the flag), before
+    they start a Ray head or a server: ``--tensor-parallel 0`` used to reach ``RayCluster(num_workers=0)``."""
+    cmd = [sys.executable, os.path.join(REPO, "examples", script)] + args
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO, check=False)
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1].endswith(message)
+    assert "Traceback" not in r.stderr and r.stdout.strip() == ""
