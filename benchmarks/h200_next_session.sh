@@ -1,53 +1,16 @@
 #!/usr/bin/env bash
-# GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
-# carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
-# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 48: no H200 (every ask got an H100); s48a-s48f
-# ran there (the recover kernel's K-tiles, grouped factor loads and 3-D tile: slower, removed; its Nsight Compute profiles;
-# the commit kernels with PDL, kept; RESULTS.md "Session 48"). NEXT, on an H200: s37g (issue 6's batch-1 rows), s48d
-# (recover with PDL: issue 5's 8x256x256 batch-32 recover), s43b (issue 5's tables), s47a; s49a is their short form for ~8 minutes. Session 47: no H200 (13 asks; two got H100s): s46f,
-# s46g (its H200 check edited out on the device copy: an H100 A/B), s46a and s47a ran on H100s (benchmarks/RESULTS.md
-# "Session 47"); the precheck became the default (auto), recover's scaled fold was removed (s46a's three-entry
-# configs, and s45d's, now raise: neither case runs as written). NEXT, on an H200: s37g (issue 6's batch-1 rows at the new default; s36b with ~10 min left), s47a
-# (the precheck's A/B there), s43b (issue 5's tables). Session 46: an H200 ran s45d, s45c, s46b (a recover
-# config sweep), s36b, s43b and two test runs (benchmarks/RESULTS.md "Session 46"); recover's default became 8/2, its
-# split fold (s45d's /1 configs) was removed. NEXT, on an H200: s46f (the chain kernel's renormalisation precheck:
-# tests, kernel tables; ~5 min), s46g (its batch-1 e2e A/B, issue 6's rows; ~8 min on a fresh machine), s46a (the
-# recover kernel's scaled fold, issue 5's 8x256x256 batch-32 recover; ~2 min, timeouts 320 s). (s46b / s46c / s46e
-# in RESULTS.md were inline commands of session 46, not cases here.) Session 45: no H200; an H100 ran s45a and s44g (its
-# building arms hung on a lock file a killed build left, now removed by ops/_cpp.py _build_and_load) and one inline
-# load_cuda_kernels() (both kernels loaded; benchmarks/RESULTS.md "Session 45"). NEXT: s45c on any card (< 9.5 min: the
-# default's first build timed, s44g's arms, a planted stale lock), then on an H200 s43b (issue 5's tables; its
-# recover rows at the default config), s45d (the recover kernel's tile configs, ~2 min) and s36b. Session 44: an H200 ran s43b, s43d and s44a-s44f
-# (benchmarks/RESULTS.md "Session 44"); the CUDA csrc kernels then became the default (ops/_cpp.py load_cuda_kernels:
-# DecodeRuntime builds them on first use, 1-3 min with nvcc, so a fresh machine's first bench_e2e run takes that
-# much longer; --no-cuda-csrc / --skinny-gemm off for the old arms). NEXT: s44g on any card (the new default as a
-# user gets it: with and without the C++ CPU extension, and VLLM_SPECLA_CUDA_KERNELS=1 / 0; ~4 min). Session 43: an H200 ran s43a (= s36b: issue 6's rows,
-# benchmarks/RESULTS.md "Session 43"); an H100 ran s42f; s43b / s43c never ran. NEXT: s43b on an H200 (issue 5's
-# kernel tables; s43c where little device time is left), then s43d (CUDA csrc vs Triton at batch 64 / 256). Have
-# the next command ready: a machine left idle 30 s is released. Session 42: no H200; s42b, s42c and s42e ran on H100s
-# (benchmarks/RESULTS.md "Session 42"; s42c's fla conv was the default only for that call, so s42c now runs today's
-# code under its tag; s42f never ran); NEXT: s42f on any card (~2 min), s36b on an H200 (s37g where little device
-# time is left). Session 41: no H200; s41a and s41c ran on H100s (benchmarks/RESULTS.md
-# "Session 41"; s41b never ran, s41c is its cut); NEXT unchanged: s36b on an H200 (s37g where little device time is left). Session 40: no H200 (fourteen asks got no machine,
-# three an H100, where s36b / s37g exited at once); NEXT unchanged. Session 39 (an H100): benchmarks/RESULTS.md "Session 39" (s39a, s39c-s39f as run; s39b never ran). Removed after them: the one-launch UT form (UT_ONE; commit bf76235 keeps it), the token depth 2 and the late glue launch (TOKEN_PREFETCH, GLUE_LATE_LAUNCH; 08293f2), REDUCE_KO_FIRST (a8b5c85). So s39a's bench_ut.py line fails now (no --ut1-configs), and its tree runs, s39b, s39c's token-2 arms, s39d's late arms and s39f's KO arms would run today's code under their old tags: none can be rerun as written. NEXT: s36b on an H200 (s37g, its batch-1 half, where little device time is left). Session 38 (an H100): benchmarks/RESULTS.md "Session 38" (s38a-s38h as run; s38c / s38d ran `auto` where they now say `1`). Session 37 (an H100): s37a-s37d, s37f, s37h as run (s37d's "default" was the UT kernel's small config, removed after it), and s37e (in s37d's warm machine: bench_tree.py --batches 1,2,4 --nodes 16,32 --trees binary,beam4 --shapes 8x256x256,6x256x512 --pending 0, once at the default config and once with --ut-config 32/2/16/3). Session 36 (an H100 again): benchmarks/RESULTS.md "Session 36" (s35a, s35b, s36a as run). Session 35 (an H100): benchmarks/RESULTS.md "Session 35" (s32a-s32f as run, on the H100, s32a / s32b with VLLM_SPECLA_SKINNY_PRE=coherent, s32d as `VLLM_SPECLA_CPP_JIT=1 sass_pdl_check.py --build`; the .nc build, VLLM_SPECLA_SKINNY_PRE / _EARLY and --skinny-deep were removed after them, commit 32bc525 keeps them, so s32c / s32e / s32f cannot be rerun as written). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
-# as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them; s29e's out_dtype
-# after it, commit 637b841). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
-# --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
-# run; s27c's --argmax-epilogue was removed after it; s26a is superseded by s27a; s26c, `auto` on the grid, is still unrun). Session 24: benchmarks/RESULTS.md "Session 24" (s24b-s24d as
-# run; their --skinny-fused A/B and the skinny GEMM's fused forms were removed after s24d, so they cannot be rerun as
-# written; s24c also ran s24a's GPU tests). Session 21: benchmarks/RESULTS.md "Session 21" (s21a-s21e as run; s21b's VLLM_SPECLA_CUDA_STORE_SWAP was removed after it, so s21b / s21c cannot be rerun as written; s21d is the final code but the AR body without the factor-bank path). Session 22: benchmarks/RESULTS.md "Session 22" (s22a, s22b as run; the default VLLM_SPECLA_CUDA_RG_AR became 2 after s22b). Session 23: benchmarks/RESULTS.md "Session 23" (s23a-s23d as run; RG_AR 4 (80 registers) of s23a and 5 / 6 of s23b were removed after them, 4 is now the automatic rule and the default). Session 20: s20a (per-instruction stall sampling), s20b (the raw-v prefetch), s20c (tests, kernel table, e2e batch 1), s20d (predicated tile loads; AR layouts). The sb kernel's forced forms (sbXY layouts, VLLM_SPECLA_CUDA_SB_LATE / _SB_SCALED) were removed after session 20: s18*-s20b cannot be rerun as written; session 19: benchmarks/RESULTS.md "Session 19" (s19a-s19e as run). Before: s17c reruns session 17's final code (the runtime with the skinny GEMM's L2 prefetch); session 17: benchmarks/RESULTS.md "Session 17" (s17a-s17d as run). Session 15: benchmarks/RESULTS.md
-# "Session 15" (s15a-s15e as run; s15b-s15d ran a kernel variant removed after them). State after session 13: benchmarks/RESULTS.md "Session 13" (s13a, s13c-s13g as
-# run; session 14: "Session 14" (s14a-s14e as run); s13a's win: settings and --gemm-window were removed after it, s13e's grid ran the first version of the cost split). Session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
-# s12b's rows-s11 and s12c's mma: settings were removed after them). Session 11: "Session 11" (s11a-s11f as run;
-# s11d's multi:* settings were removed after it). Before it: benchmarks/RESULTS.md
-# "Session 10" (s10a-s10f below as run; s10a / s10b ran UT_SOLVE / UT_SPLIT before they became the tree defaults,
-# s10e the 25-node trees on UT before planned trees went back to the heavy-light kernel). 1 / 2: the regression set and kernel tables; s4a-s4g / s5a-s5f / s6a-s6f / s7a-s7f / s8a-s8f:
-# the session 4-8 calls as run (s6e = session 6's GPU tests, commit ratios and e2e at its final
-# UT dispatch, s7d session 7's, s8c session 8's e2e; s6a / s6f forced variants that no longer exist: utv5 lanes,
-# UT_VAR 4 / 5 (other layouts); session 7's UT_VAR 4 / 5 were the tensor-core variants, measured in s8a and
-# removed, so s8a's utv4 / utv5 columns cannot be rerun (VLLM_SPECLA_CUDA_UT_VAR=4 / 5 is an error now); s7a's utp5 / cuda_utp5 columns were the register
-# phase 5 now called P5 = 1; s8e's VLLM_SPECLA_UT_PREP=loop form was removed after s8e; s9b's e2e ran a conv default of
-# TB = 8 chunks at 1024-channel tiles, replaced after s9b: bench_conv.py still times that config).
+# The GPU cases of every session, one device call each (< 10 minutes), run in the repository root on the device:
+#   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
+#   export PYTHONUNBUFFERED=1 VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16; bash benchmarks/h200_next_session.sh CASE
+# where .whl holds fla's wheels (`pip download --no-deps flash-linear-attention==0.6.0 fla-core==0.6.0 einops`) and
+# .devdata the trained model's data, carried for the cases that use them. Each case's comment says what it measures,
+# on which card, and its timeouts; cases marked "as run" kept their session's commands, and the history at the end of
+# this file says which of them no longer run as written. Results: benchmarks/RESULTS.md, one section per session.
+#
+# NEXT, on an H200 (issue 5's and 6's verdicts; an H100 adds nothing new): s49a, the short form (~390 s: both CUDA
+# kernels built, recover with PDL on / off, issue 6's batch-1 rows); with more time s37g (issue 6's batch-1 rows at
+# the precheck default) and s48d (recover with PDL: issue 5's 8x256x256 batch-32 recover, 4.44x before PDL), then
+# s43b (issue 5's tables) and s47a (the precheck's A/B).
 set -u
 S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r.get("alpha"),r.get("tree_width"),r.get("draft_vocab"),r.get("draft_weights"),round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows"),r.get("tag"),r.get("policy")) for r in map(json.loads,sys.stdin)]'
 # the session-15+ skinny GEMM calls: its JIT build, and a GPU test run kept whole under $OUT (s15a's pytest crash was
@@ -2874,5 +2837,57 @@ print(min((r['cuda_utv%d_us' % v], v) for v in (3, 4, 5))[1])")
           --cuda-csrc --tag s5-fix --out "$OUT/e2e_s5_map64.jsonl" 2>&1 | grep "^{" | \
           python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       ;;
-  *) echo "usage: $0 s17a | s16a..s16g | s15a..s15e | s14a..s14e | ... | 1 | 2 (one device call each; see the cases above)"; exit 2 ;;
+  *) echo "usage: $0 CASE, one of:" $(grep -oE '^  [0-9a-z|-]+\)' "$0" | tr -d ' )' | head -12) "... (one device call each)"
+     exit 2 ;;
 esac
+
+# History of the cases, newest first (kept from this file's header, sessions 4-49):
+# GPU runs for the next session, batched into device calls of < 10 minutes (each call: `run` with
+# carry [".whl", ".devdata"] where fla or the trained data is needed, starting with the pip line of
+# README/device; the s5* / s6* / s8d-s8f calls need neither). Session 48: no H200 (every ask got an H100); s48a-s48f
+# ran there (the recover kernel's K-tiles, grouped factor loads and 3-D tile: slower, removed; its Nsight Compute profiles;
+# the commit kernels with PDL, kept; RESULTS.md "Session 48"). NEXT, on an H200: s37g (issue 6's batch-1 rows), s48d
+# (recover with PDL: issue 5's 8x256x256 batch-32 recover), s43b (issue 5's tables), s47a; s49a is their short form for ~8 minutes. Session 47: no H200 (13 asks; two got H100s): s46f,
+# s46g (its H200 check edited out on the device copy: an H100 A/B), s46a and s47a ran on H100s (benchmarks/RESULTS.md
+# "Session 47"); the precheck became the default (auto), recover's scaled fold was removed (s46a's three-entry
+# configs, and s45d's, now raise: neither case runs as written). NEXT, on an H200: s37g (issue 6's batch-1 rows at the new default; s36b with ~10 min left), s47a
+# (the precheck's A/B there), s43b (issue 5's tables). Session 46: an H200 ran s45d, s45c, s46b (a recover
+# config sweep), s36b, s43b and two test runs (benchmarks/RESULTS.md "Session 46"); recover's default became 8/2, its
+# split fold (s45d's /1 configs) was removed. NEXT, on an H200: s46f (the chain kernel's renormalisation precheck:
+# tests, kernel tables; ~5 min), s46g (its batch-1 e2e A/B, issue 6's rows; ~8 min on a fresh machine), s46a (the
+# recover kernel's scaled fold, issue 5's 8x256x256 batch-32 recover; ~2 min, timeouts 320 s). (s46b / s46c / s46e
+# in RESULTS.md were inline commands of session 46, not cases here.) Session 45: no H200; an H100 ran s45a and s44g (its
+# building arms hung on a lock file a killed build left, now removed by ops/_cpp.py _build_and_load) and one inline
+# load_cuda_kernels() (both kernels loaded; benchmarks/RESULTS.md "Session 45"). NEXT: s45c on any card (< 9.5 min: the
+# default's first build timed, s44g's arms, a planted stale lock), then on an H200 s43b (issue 5's tables; its
+# recover rows at the default config), s45d (the recover kernel's tile configs, ~2 min) and s36b. Session 44: an H200 ran s43b, s43d and s44a-s44f
+# (benchmarks/RESULTS.md "Session 44"); the CUDA csrc kernels then became the default (ops/_cpp.py load_cuda_kernels:
+# DecodeRuntime builds them on first use, 1-3 min with nvcc, so a fresh machine's first bench_e2e run takes that
+# much longer; --no-cuda-csrc / --skinny-gemm off for the old arms). NEXT: s44g on any card (the new default as a
+# user gets it: with and without the C++ CPU extension, and VLLM_SPECLA_CUDA_KERNELS=1 / 0; ~4 min). Session 43: an H200 ran s43a (= s36b: issue 6's rows,
+# benchmarks/RESULTS.md "Session 43"); an H100 ran s42f; s43b / s43c never ran. NEXT: s43b on an H200 (issue 5's
+# kernel tables; s43c where little device time is left), then s43d (CUDA csrc vs Triton at batch 64 / 256). Have
+# the next command ready: a machine left idle 30 s is released. Session 42: no H200; s42b, s42c and s42e ran on H100s
+# (benchmarks/RESULTS.md "Session 42"; s42c's fla conv was the default only for that call, so s42c now runs today's
+# code under its tag; s42f never ran); NEXT: s42f on any card (~2 min), s36b on an H200 (s37g where little device
+# time is left). Session 41: no H200; s41a and s41c ran on H100s (benchmarks/RESULTS.md
+# "Session 41"; s41b never ran, s41c is its cut); NEXT unchanged: s36b on an H200 (s37g where little device time is left). Session 40: no H200 (fourteen asks got no machine,
+# three an H100, where s36b / s37g exited at once); NEXT unchanged. Session 39 (an H100): benchmarks/RESULTS.md "Session 39" (s39a, s39c-s39f as run; s39b never ran). Removed after them: the one-launch UT form (UT_ONE; commit bf76235 keeps it), the token depth 2 and the late glue launch (TOKEN_PREFETCH, GLUE_LATE_LAUNCH; 08293f2), REDUCE_KO_FIRST (a8b5c85). So s39a's bench_ut.py line fails now (no --ut1-configs), and its tree runs, s39b, s39c's token-2 arms, s39d's late arms and s39f's KO arms would run today's code under their old tags: none can be rerun as written. NEXT: s36b on an H200 (s37g, its batch-1 half, where little device time is left). Session 38 (an H100): benchmarks/RESULTS.md "Session 38" (s38a-s38h as run; s38c / s38d ran `auto` where they now say `1`). Session 37 (an H100): s37a-s37d, s37f, s37h as run (s37d's "default" was the UT kernel's small config, removed after it), and s37e (in s37d's warm machine: bench_tree.py --batches 1,2,4 --nodes 16,32 --trees binary,beam4 --shapes 8x256x256,6x256x512 --pending 0, once at the default config and once with --ut-config 32/2/16/3). Session 36 (an H100 again): benchmarks/RESULTS.md "Session 36" (s35a, s35b, s36a as run). Session 35 (an H100): benchmarks/RESULTS.md "Session 35" (s32a-s32f as run, on the H100, s32a / s32b with VLLM_SPECLA_SKINNY_PRE=coherent, s32d as `VLLM_SPECLA_CPP_JIT=1 sass_pdl_check.py --build`; the .nc build, VLLM_SPECLA_SKINNY_PRE / _EARLY and --skinny-deep were removed after them, commit 32bc525 keeps them, so s32c / s32e / s32f cannot be rerun as written). Session 31: benchmarks/RESULTS.md "Session 31" (s31a-s31d as run; s31a's prefetches were removed after it; s31d's 200 s pytest timeout cut its test run, a short run of test_decode_runtime_gpu.py followed). Session 30: benchmarks/RESULTS.md "Session 30" (s30b-s30f as run). Session 29: benchmarks/RESULTS.md "Session 29" (s29a-s29e
+# as run; the int4 draft weights of s29c / s29d were removed after them, commit f136f22 keeps them; s29e's out_dtype
+# after it, commit 637b841). Session 28: benchmarks/RESULTS.md "Session 28" (s28a-s28e as run; s28a's int / asm / mix and s28c's
+# --conv-gating were removed after them; s28d ran s26c's `auto` grid without the CUDA csrc). Session 27: benchmarks/RESULTS.md "Session 27" (s26b, s27a-s27c as
+# run; s27c's --argmax-epilogue was removed after it; s26a is superseded by s27a; s26c, `auto` on the grid, is still unrun). Session 24: benchmarks/RESULTS.md "Session 24" (s24b-s24d as
+# run; their --skinny-fused A/B and the skinny GEMM's fused forms were removed after s24d, so they cannot be rerun as
+# written; s24c also ran s24a's GPU tests). Session 21: benchmarks/RESULTS.md "Session 21" (s21a-s21e as run; s21b's VLLM_SPECLA_CUDA_STORE_SWAP was removed after it, so s21b / s21c cannot be rerun as written; s21d is the final code but the AR body without the factor-bank path). Session 22: benchmarks/RESULTS.md "Session 22" (s22a, s22b as run; the default VLLM_SPECLA_CUDA_RG_AR became 2 after s22b). Session 23: benchmarks/RESULTS.md "Session 23" (s23a-s23d as run; RG_AR 4 (80 registers) of s23a and 5 / 6 of s23b were removed after them, 4 is now the automatic rule and the default). Session 20: s20a (per-instruction stall sampling), s20b (the raw-v prefetch), s20c (tests, kernel table, e2e batch 1), s20d (predicated tile loads; AR layouts). The sb kernel's forced forms (sbXY layouts, VLLM_SPECLA_CUDA_SB_LATE / _SB_SCALED) were removed after session 20: s18*-s20b cannot be rerun as written; session 19: benchmarks/RESULTS.md "Session 19" (s19a-s19e as run). Before: s17c reruns session 17's final code (the runtime with the skinny GEMM's L2 prefetch); session 17: benchmarks/RESULTS.md "Session 17" (s17a-s17d as run). Session 15: benchmarks/RESULTS.md
+# "Session 15" (s15a-s15e as run; s15b-s15d ran a kernel variant removed after them). State after session 13: benchmarks/RESULTS.md "Session 13" (s13a, s13c-s13g as
+# run; session 14: "Session 14" (s14a-s14e as run); s13a's win: settings and --gemm-window were removed after it, s13e's grid ran the first version of the cost split). Session 12: benchmarks/RESULTS.md "Session 12" (s12b-s12f as run;
+# s12b's rows-s11 and s12c's mma: settings were removed after them). Session 11: "Session 11" (s11a-s11f as run;
+# s11d's multi:* settings were removed after it). Before it: benchmarks/RESULTS.md
+# "Session 10" (s10a-s10f below as run; s10a / s10b ran UT_SOLVE / UT_SPLIT before they became the tree defaults,
+# s10e the 25-node trees on UT before planned trees went back to the heavy-light kernel). 1 / 2: the regression set and kernel tables; s4a-s4g / s5a-s5f / s6a-s6f / s7a-s7f / s8a-s8f:
+# the session 4-8 calls as run (s6e = session 6's GPU tests, commit ratios and e2e at its final
+# UT dispatch, s7d session 7's, s8c session 8's e2e; s6a / s6f forced variants that no longer exist: utv5 lanes,
+# UT_VAR 4 / 5 (other layouts); session 7's UT_VAR 4 / 5 were the tensor-core variants, measured in s8a and
+# removed, so s8a's utv4 / utv5 columns cannot be rerun (VLLM_SPECLA_CUDA_UT_VAR=4 / 5 is an error now); s7a's utp5 / cuda_utp5 columns were the register
+# phase 5 now called P5 = 1; s8e's VLLM_SPECLA_UT_PREP=loop form was removed after s8e; s9b's e2e ran a conv default of
+# TB = 8 chunks at 1024-channel tiles, replaced after s9b: bench_conv.py still times that config).
