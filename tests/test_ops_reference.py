@@ -263,3 +263,65 @@ def test_conv_chain_step_dispatcher_and_reference(mode):
     with pytest.raises(ValueError, match="out_slots needs write"):
         conv_chain_step_ref(x, w, win, g, beta, scale=scale, state=st, slots=slots, write=False,
                             out_slots=torch.tensor([1, 7, 2]))
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"slots": torch.tensor([-1, 1])}, r"slots must be in \[0, 3\], got -1"),  # a padding slot: would hit slot 3
+    ({"slots": torch.tensor([0, 4])}, r"slots must be in \[0, 3\], got 4"),
+    ({"slots": torch.tensor([0])}, r"slots must have one entry per row \(2\), got 1"),
+    ({"cu_seqlens": torch.tensor([0, 6, 3])}, r"cu_seqlens must be non-decreasing within \[0, 6\], got \[0, 6, 3\]"),
+    ({"cu_seqlens": torch.tensor([0, 3, 7])}, r"cu_seqlens must be non-decreasing within \[0, 6\]"),
+    ({"write_bank": torch.tensor([0, 2])}, r"write_bank must be in \[0, 1\], got 2"),
+    ({"pending_len": torch.tensor([0, 4]), "read_bank": torch.tensor([0, 0])}, r"pending_len must be in \[0, 3\]"),
+    ({"pending_len": torch.tensor([1, 0])}, r"pending_len > 0 needs read_bank"),
+    ({"pending_len": torch.tensor([1, 0]), "read_bank": torch.tensor([-1, 0])}, r"read_bank must be in \[0, 1\]"),
+])
+def test_chain_and_conv_verify_refs_refuse_what_the_cpp_op_refuses(change, message):
+    """The references index with Python ints, so a padding slot -1, a bank index 2 or a descending cu_seqlens used
+    to read or write some other slot's state quietly; they now raise ValueError naming the argument, as the C++ op
+    (csrc/cpu/gdn_verify.cpp) does -- and leave every state, conv window and bank untouched."""
+    q, k, v, g, beta, cu, _ = _inputs([3, 3], seed=11)
+    H, HV, Kd, V = 2, 4, 16, 24
+    state = torch.randn(4, HV, V, Kd)
+    bk, bv, bg = (torch.randn_like(b) for b in _banks(4, 3, H, HV, Kd, V)[:3])
+    kw = dict(scale=0.25, state=state, slots=torch.tensor([2, 1]), cu_seqlens=cu, bank_k=bk, bank_v=bv, bank_g=bg,
+              write_bank=torch.tensor([0, 1]))
+    kw.update(change)
+    before = [t.clone() for t in (state, bk, bv, bg)]
+    with pytest.raises(ValueError, match=message):
+        chain_verify_ref(q, k, v, g, beta, **kw)
+    assert all(torch.equal(a, b) for a, b in zip(before, (state, bk, bv, bg)))
+    # the conv verify reference takes the same per-row arguments
+    C, W = 8, 4
+    x = torch.randn(6, C)
+    conv = torch.randn(4, W - 1, C)
+    bank_x = torch.randn(4, 2, 3, C)
+    ckw = {n: kw[n] for n in ("slots", "cu_seqlens", "write_bank")}
+    ckw.update({n: kw[n] for n in ("pending_len", "read_bank") if n in kw})
+    before = (conv.clone(), bank_x.clone())
+    with pytest.raises(ValueError, match=message):
+        conv_verify_ref(x, torch.randn(C, W), conv_state=conv, bank_x=bank_x, **ckw)
+    assert torch.equal(conv, before[0]) and torch.equal(bank_x, before[1])
+
+
+@pytest.mark.parametrize("args,message", [
+    ((torch.tensor([-1]), torch.tensor([0]), torch.tensor([2])), r"slots must be in \[0, 3\], got -1"),
+    ((torch.tensor([1]), torch.tensor([2]), torch.tensor([2])), r"bank_idx must be in \[0, 1\], got 2"),
+    ((torch.tensor([1]), torch.tensor([0]), torch.tensor([4])), r"num_accepted must be <= 3, got 4"),
+    ((torch.tensor([1, 2]), torch.tensor([0]), torch.tensor([2])), r"bank_idx must have one entry per row \(2\)"),
+])
+def test_recover_and_conv_commit_refs_refuse_bad_rows(args, message):
+    """DeltaConstruct's and the conv commit's references check slots, bank indices and accepted counts as
+    csrc/cpu/commit_conv.cpp does, before touching any state."""
+    H, HV, Kd, V = 2, 4, 16, 24
+    state = torch.randn(4, HV, V, Kd)
+    bk, bv, bg = (torch.randn_like(b) for b in _banks(4, 3, H, HV, Kd, V)[:3])
+    before = state.clone()
+    with pytest.raises(ValueError, match=message):
+        recover_ref(state, *args[:1], bk, bv, bg, *args[1:])
+    assert torch.equal(state, before)
+    conv, bank_x = torch.randn(4, 3, 8), torch.randn(4, 2, 3, 8)
+    before = conv.clone()
+    with pytest.raises(ValueError, match=message):
+        conv_commit_ref(conv, args[0], bank_x, *args[1:])
+    assert torch.equal(conv, before)

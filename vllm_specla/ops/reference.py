@@ -53,9 +53,31 @@ def _expand_heads(x: torch.Tensor, hv: int) -> torch.Tensor:
     return x if h == hv else x.repeat_interleave(hv // h, dim=-2)
 
 
-def _rows(cu_seqlens: torch.Tensor) -> list[tuple[int, int]]:
+def _rows(cu_seqlens: torch.Tensor, num_tokens: int | None = None) -> list[tuple[int, int]]:
+    """``[(start, end)]`` per row of ``cu_seqlens [R+1]``; raises ValueError unless it is non-decreasing within
+    ``[0, num_tokens]`` (the C++ ops' check, ``csrc/cpu/gdn_verify.cpp``)."""
     b = cu_seqlens.tolist()
+    if b and (b[0] < 0 or any(x > y for x, y in zip(b, b[1:])) or (num_tokens is not None and b[-1] > num_tokens)):
+        hi = num_tokens if num_tokens is not None else "N"
+        shown = b if len(b) <= 9 else b[:8] + ["..."]
+        raise ValueError(f"cu_seqlens must be non-decreasing within [0, {hi}], got {shown}")
     return [(b[i], b[i + 1]) for i in range(len(b) - 1)]
+
+
+def _row_ints(name: str, t: torch.Tensor | None, num_rows: int, lo: int | None, hi: int) -> list[int] | None:
+    """``t.tolist()`` for a per-row int argument (None stays None); raises ValueError naming ``name`` unless it has
+    ``num_rows`` entries, each in ``[lo, hi)`` (slots: ``[0, num_slots)`` -- a padding slot ``-1`` would index the
+    last slot; bank indices ``[0, 2)``; pending counts ``[0, Tmax]``; accepted counts ``<= Tmax``: ``lo`` None)."""
+    if t is None:
+        return None
+    vals = t.tolist()
+    if len(vals) != num_rows:
+        raise ValueError(f"{name} must have one entry per row ({num_rows}), got {len(vals)}")
+    bad = [x for x in vals if not ((lo is None or lo <= x) and x < hi)]
+    if bad:
+        allowed = f"<= {hi - 1}" if lo is None else f"in [{lo}, {hi - 1}]"
+        raise ValueError(f"{name} must be {allowed}, got {bad[0]}")
+    return vals
 
 
 # --------------------------------------------------------------------------------------------
@@ -240,7 +262,9 @@ def chain_verify_ref(
     Returns:
         ``o [N, HV, V]`` float32.
     Raises:
-        ValueError: if a window is longer than the bank's ``Tmax``.
+        ValueError: if a window is longer than the bank's ``Tmax``; ``cu_seqlens`` not non-decreasing within
+            ``[0, N]``; a slot outside ``[0, num_slots)``, a bank index outside ``{0, 1}`` or a ``pending_len``
+            outside ``[0, Tmax]`` (the C++ op's checks, ``csrc/cpu/gdn_verify.cpp``).
     """
     HV, V = v.shape[-2:]
     if use_qk_l2norm:
@@ -249,9 +273,15 @@ def chain_verify_ref(
     qe = _expand_heads(q, HV) * scale
     ke = _expand_heads(k, HV)
     v, g, beta = v.float(), g.float(), beta.float()
-    rows = _rows(cu_seqlens)
-    slots_l = slots.tolist()
-    pend = pending_len.tolist() if pending_len is not None else [0] * len(rows)
+    rows = _rows(cu_seqlens, v.shape[0])
+    R, S = len(rows), state.shape[0]
+    slots_l = _row_ints("slots", slots, R, 0, S)
+    Tmax = bank_k.shape[2] if bank_k is not None else 0
+    pend = _row_ints("pending_len", pending_len, R, 0, Tmax + 1) or [0] * R
+    if any(pend) and read_bank is None:
+        raise ValueError("pending_len > 0 needs read_bank (and the factor banks)")
+    _row_ints("read_bank", read_bank if any(pend) else None, R, 0, 2)
+    _row_ints("write_bank", write_bank, R, 0, 2)
     o = torch.empty(v.shape, dtype=torch.float32, device=v.device)
     for r, (s, e) in enumerate(rows):
         slot = slots_l[r]
@@ -333,7 +363,9 @@ def recover_ref(
         bank_*: factor banks (``ops/__init__.py``).
     """
     HV = state.shape[1]
-    for slot, b, n in zip(slots.tolist(), bank_idx.tolist(), num_accepted.tolist()):
+    R = slots.numel()
+    for slot, b, n in zip(_row_ints("slots", slots, R, 0, state.shape[0]), _row_ints("bank_idx", bank_idx, R, 0, 2),
+                          _row_ints("num_accepted", num_accepted, R, None, bank_k.shape[2] + 1)):
         if n <= 0:
             continue
         kk = _expand_heads(bank_k[slot, b, :n], HV)  # [n, HV, K]
@@ -413,9 +445,17 @@ def conv_verify_ref(
     W = weight.shape[-1]
     x32, w32 = x.float(), weight.float()
     y = torch.empty_like(x32)
-    pend = pending_len.tolist() if pending_len is not None else None
-    for r, (s, e) in enumerate(_rows(cu_seqlens)):
-        slot = int(slots[r])
+    rows = _rows(cu_seqlens, x.shape[0])
+    R = len(rows)
+    slots_l = _row_ints("slots", slots, R, 0, conv_state.shape[0])
+    Tmax = bank_x.shape[2] if bank_x is not None else 0
+    pend = _row_ints("pending_len", pending_len, R, 0, Tmax + 1)
+    if pend is not None and any(pend) and read_bank is None:
+        raise ValueError("pending_len > 0 needs read_bank (and bank_x)")
+    _row_ints("read_bank", read_bank if pend is not None and any(pend) else None, R, 0, 2)
+    _row_ints("write_bank", write_bank, R, 0, 2)
+    for r, (s, e) in enumerate(rows):
+        slot = slots_l[r]
         hist = conv_state[slot].float()
         if pend is not None and pend[r] > 0:
             hist = torch.cat([hist, bank_x[slot, int(read_bank[r]), : pend[r]]], 0)[-(W - 1) :]
@@ -500,7 +540,10 @@ def conv_commit_ref(
 ) -> None:
     """Conv-window commit of an accepted prefix: ``conv_state[s] = last W-1 of (conv_state[s] ++ x[:A])``."""
     W1 = conv_state.shape[1]
-    for slot, b, n in zip(slots.tolist(), bank_idx.tolist(), num_accepted.tolist()):
+    R = slots.numel()
+    for slot, b, n in zip(_row_ints("slots", slots, R, 0, conv_state.shape[0]),
+                          _row_ints("bank_idx", bank_idx, R, 0, 2),
+                          _row_ints("num_accepted", num_accepted, R, None, bank_x.shape[2] + 1)):
         if n <= 0:
             continue
         z = torch.cat([conv_state[slot].float(), bank_x[slot, b, :n]], 0)
