@@ -329,3 +329,31 @@ def test_compact_path_factors_stacked_equals_per_layer():
         assert torch.equal(stacks[i][:, 2, 0], before[i][:, 2, 0])
     with pytest.raises(ValueError, match="stacked=True"):
         stacked_view([st.bank_k for st in b])
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"slots": torch.tensor([-1])}, r"slots must be in \[0, 3\], got -1"),
+    ({"read_bank": torch.tensor([2])}, r"read_bank must be in \[0, 1\], got 2"),
+    ({"pending_len": torch.tensor([5])}, r"pending_len must be in \[0, 4\], got 5"),
+    ({"cu_seqlens": torch.tensor([0, 5])}, r"cu_seqlens must be non-decreasing within \[0, 4\]"),
+])
+def test_tree_references_refuse_bad_rows(change, message):
+    """Every tree reference (sequential, UT, heavy-light, tree conv) checks its per-row arguments as the chain
+    references do, before it commits pending factors or writes a bank: a padding slot -1 used to commit into the
+    last slot."""
+    from vllm_specla.ops.tree_reference import tree_verify_hld_ref
+
+    c = Case(1, 2, 8, 8, [[-1, 0, 0, 1]], seed=3, Tmax=4)
+    c.pending_len, c.read_bank = torch.tensor([2]), torch.tensor([0])
+    for n, t in change.items():
+        setattr(c, "cu" if n == "cu_seqlens" else n, t)
+    for ref in (tree_verify_sequential_ref, tree_verify_ut_ref, tree_verify_hld_ref):
+        state, banks = c.state.clone(), c.banks()
+        with pytest.raises(ValueError, match=message):
+            ref(*c.inputs(), parents=c.parents, **c.kw(state, banks))
+        assert torch.equal(state, c.state) and all(torch.equal(a, b) for a, b in zip(banks, c.banks()))
+    conv = c.conv_state.clone()
+    with pytest.raises(ValueError, match=message):
+        tree_conv_ref(c.x, c.weight, c.cu, c.parents, conv, c.slots, bank_x=c.bank_x.clone(),
+                      write_bank=c.write_bank, pending_len=c.pending_len, read_bank=c.read_bank)
+    assert torch.equal(conv, c.conv_state)

@@ -80,6 +80,20 @@ def _row_ints(name: str, t: torch.Tensor | None, num_rows: int, lo: int | None, 
     return vals
 
 
+def _check_row_args(num_rows: int, slots, num_slots: int, Tmax: int, pending_len=None, read_bank=None,
+                    write_bank=None) -> tuple[list[int], list[int]]:
+    """The per-row arguments of the verify references (chain, conv, tree): slots in ``[0, num_slots)``, pending
+    counts in ``[0, Tmax]`` (with a read bank when any is > 0), bank indices 0 / 1. Returns ``(slots, pending)`` as
+    lists (``pending`` all 0 without ``pending_len``). Raises ValueError naming the argument."""
+    slots_l = _row_ints("slots", slots, num_rows, 0, num_slots)
+    pend = _row_ints("pending_len", pending_len, num_rows, 0, Tmax + 1) or [0] * num_rows
+    if any(pend) and read_bank is None:
+        raise ValueError("pending_len > 0 needs read_bank (and the factor banks)")
+    _row_ints("read_bank", read_bank if any(pend) else None, num_rows, 0, 2)
+    _row_ints("write_bank", write_bank, num_rows, 0, 2)
+    return slots_l, pend
+
+
 # --------------------------------------------------------------------------------------------
 # Gated delta rule: per-token recurrence (oracle) and chunked UT form (prefill)
 # --------------------------------------------------------------------------------------------
@@ -274,14 +288,8 @@ def chain_verify_ref(
     ke = _expand_heads(k, HV)
     v, g, beta = v.float(), g.float(), beta.float()
     rows = _rows(cu_seqlens, v.shape[0])
-    R, S = len(rows), state.shape[0]
-    slots_l = _row_ints("slots", slots, R, 0, S)
-    Tmax = bank_k.shape[2] if bank_k is not None else 0
-    pend = _row_ints("pending_len", pending_len, R, 0, Tmax + 1) or [0] * R
-    if any(pend) and read_bank is None:
-        raise ValueError("pending_len > 0 needs read_bank (and the factor banks)")
-    _row_ints("read_bank", read_bank if any(pend) else None, R, 0, 2)
-    _row_ints("write_bank", write_bank, R, 0, 2)
+    slots_l, pend = _check_row_args(len(rows), slots, state.shape[0], bank_k.shape[2] if bank_k is not None else 0,
+                                    pending_len, read_bank, write_bank)
     o = torch.empty(v.shape, dtype=torch.float32, device=v.device)
     for r, (s, e) in enumerate(rows):
         slot = slots_l[r]
@@ -446,18 +454,12 @@ def conv_verify_ref(
     x32, w32 = x.float(), weight.float()
     y = torch.empty_like(x32)
     rows = _rows(cu_seqlens, x.shape[0])
-    R = len(rows)
-    slots_l = _row_ints("slots", slots, R, 0, conv_state.shape[0])
-    Tmax = bank_x.shape[2] if bank_x is not None else 0
-    pend = _row_ints("pending_len", pending_len, R, 0, Tmax + 1)
-    if pend is not None and any(pend) and read_bank is None:
-        raise ValueError("pending_len > 0 needs read_bank (and bank_x)")
-    _row_ints("read_bank", read_bank if pend is not None and any(pend) else None, R, 0, 2)
-    _row_ints("write_bank", write_bank, R, 0, 2)
+    slots_l, pend = _check_row_args(len(rows), slots, conv_state.shape[0], bank_x.shape[2] if bank_x is not None
+                                    else 0, pending_len, read_bank, write_bank)
     for r, (s, e) in enumerate(rows):
         slot = slots_l[r]
         hist = conv_state[slot].float()
-        if pend is not None and pend[r] > 0:
+        if pend[r] > 0:
             hist = torch.cat([hist, bank_x[slot, int(read_bank[r]), : pend[r]]], 0)[-(W - 1) :]
             conv_state[slot] = hist.to(conv_state.dtype)
         y[s:e] = _conv_silu(hist, x32[s:e], w32)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from vllm_specla.ops.reference import _apply_pending_, _expand_heads, _rows, l2norm
+from vllm_specla.ops.reference import _apply_pending_, _check_row_args, _expand_heads, _rows, l2norm
 
 
 def _local_parents(parents: torch.Tensor | list[int], cu_seqlens: torch.Tensor) -> list[list[int]]:
@@ -83,6 +83,15 @@ def _pending_commit(state, slot, r, pending_len, read_bank, bank_k, bank_v, bank
                                       bank_g[slot, rb, :p], HV)
 
 
+def _checked_rows(cu_seqlens, num_nodes, slots, num_slots, bank, pending_len=None, read_bank=None,
+                  write_bank=None):
+    """``_rows(cu_seqlens)`` after the per-row checks of the chain references (ValueError naming the argument)."""
+    rows = _rows(cu_seqlens, num_nodes)
+    _check_row_args(len(rows), slots, num_slots, bank.shape[2] if bank is not None else 0, pending_len, read_bank,
+                    write_bank)
+    return rows
+
+
 def _check_window(T: int, bank_k, write_bank):
     if write_bank is not None and T > bank_k.shape[2]:
         raise ValueError(f"window of {T} nodes exceeds the factor bank (Tmax={bank_k.shape[2]})")
@@ -120,7 +129,8 @@ def tree_verify_sequential_ref(
     q, k, qe, ke, v, g, beta = _prep(q, k, v, g, beta, scale, use_qk_l2norm)
     prow = _local_parents(parents, cu_seqlens)
     o = torch.empty(v.shape, dtype=torch.float32, device=v.device)
-    for r, (s, e) in enumerate(_rows(cu_seqlens)):
+    rows = _checked_rows(cu_seqlens, v.shape[0], slots, state.shape[0], bank_k, pending_len, read_bank, write_bank)
+    for r, (s, e) in enumerate(rows):
         slot = int(slots[r])
         _check_window(e - s, bank_k, write_bank)
         _pending_commit(state, slot, r, pending_len, read_bank, bank_k, bank_v, bank_g, HV)
@@ -177,7 +187,8 @@ def tree_verify_ut_ref(
     prow = _local_parents(parents, cu_seqlens)
     o = torch.empty(v.shape, dtype=torch.float32, device=v.device)
     dev = v.device
-    for r, (s, e) in enumerate(_rows(cu_seqlens)):
+    rows = _checked_rows(cu_seqlens, v.shape[0], slots, state.shape[0], bank_k, pending_len, read_bank, write_bank)
+    for r, (s, e) in enumerate(rows):
         slot = int(slots[r])
         T = e - s
         _check_window(T, bank_k, write_bank)
@@ -246,7 +257,9 @@ def tree_conv_ref(
     x32, w32 = x.float(), weight.float()
     y = torch.empty_like(x32)
     prow = _local_parents(parents, cu_seqlens)
-    for r, (s, e) in enumerate(_rows(cu_seqlens)):
+    rows = _checked_rows(cu_seqlens, x.shape[0], slots, conv_state.shape[0], bank_x, pending_len, read_bank,
+                         write_bank)
+    for r, (s, e) in enumerate(rows):
         slot = int(slots[r])
         hist = _history(conv_state, slot, r, bank_x, pending_len, read_bank)
         T = e - s
@@ -289,7 +302,7 @@ def tree_conv_sequential_ref(
 
     y = torch.empty(x.shape, dtype=torch.float32, device=x.device)
     prow = _local_parents(parents, cu_seqlens)
-    for r, (s, e) in enumerate(_rows(cu_seqlens)):
+    for r, (s, e) in enumerate(_checked_rows(cu_seqlens, x.shape[0], slots, conv_state.shape[0], None)):
         hist = conv_state[int(slots[r])].float()
         for t in range(e - s):
             path = path_of(prow[r], t)
@@ -535,7 +548,8 @@ def tree_verify_hld_ref(
     HV, V = v.shape[-2:]
     q, k, qe, ke, v, g, beta = _prep(q, k, v, g, beta, scale, use_qk_l2norm)
     o = torch.empty(v.shape, dtype=torch.float32, device=v.device)
-    for r, ((s, e), row) in enumerate(zip(_rows(cu_seqlens), hld_schedule_ref(parents, cu_seqlens))):
+    rows = _checked_rows(cu_seqlens, v.shape[0], slots, state.shape[0], bank_k, pending_len, read_bank, write_bank)
+    for r, ((s, e), row) in enumerate(zip(rows, hld_schedule_ref(parents, cu_seqlens))):
         slot = int(slots[r])
         _check_window(e - s, bank_k, write_bank)
         _pending_commit(state, slot, r, pending_len, read_bank, bank_k, bank_v, bank_g, HV)
