@@ -236,6 +236,8 @@ def test_generate_takes_tensor_prompts_and_numpy_ints(models, prompts, ar_out):
     ({"num_speculative_tokens": 2.5}, r"num_speculative_tokens=2.5: must be an int >= 0"),
     ({"num_speculative_tokens": None}, r"num_speculative_tokens=None"),
     ({"num_speculative_tokens": "auto", "max_num_speculative_tokens": 0}, r"max_num_speculative_tokens=0"),
+    ({"num_speculative_tokens": "auto", "max_num_speculative_tokens": 65},  # (was DraftLengthPolicy's k_max error)
+     r"max_num_speculative_tokens=65: must be an int in 1\.\.64"),
     ({"max_batch": 0}, r"max_batch=0: must be an int >= 1"),
     ({"eos_token_id": "V+5"}, r"eos_token_id=V\+5: must be None or an int in \[0, V\)"),
     ({"temperature": -1.0}, r"temperature=-1.0: must be a finite number >= 0"),

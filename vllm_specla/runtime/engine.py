@@ -238,8 +238,8 @@ def _check_engine_args(target, k, k_max, max_batch, eos, tree, temperature, top_
     vocab = int(target.config.vocab_size)
     if not (k == "auto" or _is_policy(k) or (_is_int(k) and k >= 0)):
         raise ValueError(f"num_speculative_tokens={k!r}: must be an int >= 0 (0 = AR), \"auto\" or a policy object")
-    if k == "auto" and not (_is_int(k_max) and k_max >= 1):
-        raise ValueError(f"max_num_speculative_tokens={k_max!r}: must be an int >= 1")
+    if k == "auto" and not (_is_int(k_max) and 1 <= k_max <= 64):  # (DraftLengthPolicy's range)
+        raise ValueError(f"max_num_speculative_tokens={k_max!r}: must be an int in 1..64")
     if not (_is_int(max_batch) and max_batch >= 1):
         raise ValueError(f"max_batch={max_batch!r}: must be an int >= 1 (state slots)")
     if eos is not None and not (_is_int(eos) and 0 <= eos < vocab):
