@@ -268,18 +268,18 @@ def test_conv_chain_step_dispatcher_and_reference(mode):
 @pytest.mark.parametrize("change,message", [
     ({"slots": torch.tensor([-1, 1])}, r"slots must be in \[0, 3\], got -1"),  # a padding slot: would hit slot 3
     ({"slots": torch.tensor([0, 4])}, r"slots must be in \[0, 3\], got 4"),
-    ({"slots": torch.tensor([0])}, r"slots must have one entry per row \(2\), got 1"),
+    ({"slots": torch.tensor([0])}, r"slots must have an entry for each of the 2 rows, got 1"),
     ({"cu_seqlens": torch.tensor([0, 6, 3])}, r"cu_seqlens must be non-decreasing within \[0, 6\], got \[0, 6, 3\]"),
     ({"cu_seqlens": torch.tensor([0, 3, 7])}, r"cu_seqlens must be non-decreasing within \[0, 6\]"),
     ({"write_bank": torch.tensor([0, 2])}, r"write_bank must be in \[0, 1\], got 2"),
-    ({"pending_len": torch.tensor([0, 4]), "read_bank": torch.tensor([0, 0])}, r"pending_len must be in \[0, 3\]"),
     ({"pending_len": torch.tensor([1, 0])}, r"pending_len > 0 needs read_bank"),
     ({"pending_len": torch.tensor([1, 0]), "read_bank": torch.tensor([-1, 0])}, r"read_bank must be in \[0, 1\]"),
 ])
 def test_chain_and_conv_verify_refs_refuse_what_the_cpp_op_refuses(change, message):
     """The references index with Python ints, so a padding slot -1, a bank index 2 or a descending cu_seqlens used
     to read or write some other slot's state quietly; they now raise ValueError naming the argument, as the C++ op
-    (csrc/cpu/gdn_verify.cpp) does -- and leave every state, conv window and bank untouched."""
+    (csrc/cpu/gdn_verify.cpp) does -- and leave every state, conv window and bank untouched. (Pending counts above
+    the bank clamp to it, as the Triton kernels' tests expect: tests/test_kernels_gpu.py.)"""
     q, k, v, g, beta, cu, _ = _inputs([3, 3], seed=11)
     H, HV, Kd, V = 2, 4, 16, 24
     state = torch.randn(4, HV, V, Kd)
@@ -307,12 +307,12 @@ def test_chain_and_conv_verify_refs_refuse_what_the_cpp_op_refuses(change, messa
 @pytest.mark.parametrize("args,message", [
     ((torch.tensor([-1]), torch.tensor([0]), torch.tensor([2])), r"slots must be in \[0, 3\], got -1"),
     ((torch.tensor([1]), torch.tensor([2]), torch.tensor([2])), r"bank_idx must be in \[0, 1\], got 2"),
-    ((torch.tensor([1]), torch.tensor([0]), torch.tensor([4])), r"num_accepted must be <= 3, got 4"),
-    ((torch.tensor([1, 2]), torch.tensor([0]), torch.tensor([2])), r"bank_idx must have one entry per row \(2\)"),
+    ((torch.tensor([1, 2]), torch.tensor([0]), torch.tensor([2])),
+     r"bank_idx must have an entry for each of the 2 rows"),
 ])
 def test_recover_and_conv_commit_refs_refuse_bad_rows(args, message):
-    """DeltaConstruct's and the conv commit's references check slots, bank indices and accepted counts as
-    csrc/cpu/commit_conv.cpp does, before touching any state."""
+    """DeltaConstruct's and the conv commit's references check slots and bank indices as csrc/cpu/commit_conv.cpp
+    does, before touching any state (accepted counts above the bank clamp to it, as the Triton kernels do)."""
     H, HV, Kd, V = 2, 4, 16, 24
     state = torch.randn(4, HV, V, Kd)
     bk, bv, bg = (torch.randn_like(b) for b in _banks(4, 3, H, HV, Kd, V)[:3])
@@ -325,3 +325,22 @@ def test_recover_and_conv_commit_refs_refuse_bad_rows(args, message):
     with pytest.raises(ValueError, match=message):
         conv_commit_ref(conv, args[0], bank_x, *args[1:])
     assert torch.equal(conv, before)
+
+
+def test_counts_above_the_bank_clamp_to_it():
+    """Pending and accepted counts outside ``[0, Tmax]`` are clamped (the Triton kernels' contract, which their GPU
+    tests compare with these references): ``Tmax + 4`` acts as ``Tmax``, ``-1`` as 0."""
+    q, k, v, g, beta, cu, _ = _inputs([3, 3], seed=12)
+    H, HV, Kd, V = 2, 4, 16, 24
+    state = torch.randn(4, HV, V, Kd)
+    bk, bv, bg = (torch.randn_like(b) for b in _banks(4, 3, H, HV, Kd, V)[:3])
+    kw = dict(scale=0.25, slots=torch.tensor([2, 1]), cu_seqlens=cu, bank_k=bk, bank_v=bv, bank_g=bg,
+              read_bank=torch.tensor([1, 0]))
+    s1, s2 = state.clone(), state.clone()
+    o1 = chain_verify_ref(q, k, v, g, beta, state=s1, pending_len=torch.tensor([7, -1]), **kw)
+    o2 = chain_verify_ref(q, k, v, g, beta, state=s2, pending_len=torch.tensor([3, 0]), **kw)
+    assert torch.equal(o1, o2) and torch.equal(s1, s2) and not torch.equal(s1[2], state[2])
+    s1, s2 = state.clone(), state.clone()
+    recover_ref(s1, torch.tensor([2, 1]), bk, bv, bg, torch.tensor([0, 1]), torch.tensor([9, -2]))
+    recover_ref(s2, torch.tensor([2, 1]), bk, bv, bg, torch.tensor([0, 1]), torch.tensor([3, 0]))
+    assert torch.equal(s1, s2) and torch.equal(s1[1], state[1])

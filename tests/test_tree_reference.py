@@ -334,7 +334,6 @@ def test_compact_path_factors_stacked_equals_per_layer():
 @pytest.mark.parametrize("change,message", [
     ({"slots": torch.tensor([-1])}, r"slots must be in \[0, 3\], got -1"),
     ({"read_bank": torch.tensor([2])}, r"read_bank must be in \[0, 1\], got 2"),
-    ({"pending_len": torch.tensor([5])}, r"pending_len must be in \[0, 4\], got 5"),
     ({"cu_seqlens": torch.tensor([0, 5])}, r"cu_seqlens must be non-decreasing within \[0, 4\]"),
 ])
 def test_tree_references_refuse_bad_rows(change, message):

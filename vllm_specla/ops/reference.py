@@ -65,14 +65,15 @@ def _rows(cu_seqlens: torch.Tensor, num_tokens: int | None = None) -> list[tuple
 
 
 def _row_ints(name: str, t: torch.Tensor | None, num_rows: int, lo: int | None, hi: int) -> list[int] | None:
-    """``t.tolist()`` for a per-row int argument (None stays None); raises ValueError naming ``name`` unless it has
-    ``num_rows`` entries, each in ``[lo, hi)`` (slots: ``[0, num_slots)`` -- a padding slot ``-1`` would index the
-    last slot; bank indices ``[0, 2)``; pending counts ``[0, Tmax]``; accepted counts ``<= Tmax``: ``lo`` None)."""
+    """The first ``num_rows`` entries of a per-row int argument as a list (None stays None); raises ValueError naming
+    ``name`` unless it has that many, each in ``[lo, hi)`` (slots: ``[0, num_slots)`` -- a padding slot ``-1``
+    would index the last slot; bank indices ``[0, 2)``; ``lo`` None: no lower bound)."""
     if t is None:
         return None
-    vals = t.tolist()
-    if len(vals) != num_rows:
-        raise ValueError(f"{name} must have one entry per row ({num_rows}), got {len(vals)}")
+    vals = t.reshape(-1).tolist()
+    if len(vals) < num_rows:
+        raise ValueError(f"{name} must have an entry for each of the {num_rows} rows, got {len(vals)}")
+    vals = vals[:num_rows]  # (entries past the rows are not used)
     bad = [x for x in vals if not ((lo is None or lo <= x) and x < hi)]
     if bad:
         allowed = f"<= {hi - 1}" if lo is None else f"in [{lo}, {hi - 1}]"
@@ -82,11 +83,14 @@ def _row_ints(name: str, t: torch.Tensor | None, num_rows: int, lo: int | None, 
 
 def _check_row_args(num_rows: int, slots, num_slots: int, Tmax: int, pending_len=None, read_bank=None,
                     write_bank=None) -> tuple[list[int], list[int]]:
-    """The per-row arguments of the verify references (chain, conv, tree): slots in ``[0, num_slots)``, pending
-    counts in ``[0, Tmax]`` (with a read bank when any is > 0), bank indices 0 / 1. Returns ``(slots, pending)`` as
-    lists (``pending`` all 0 without ``pending_len``). Raises ValueError naming the argument."""
+    """The per-row arguments of the verify references (chain, conv, tree): one slot in ``[0, num_slots)`` per row,
+    bank indices 0 / 1, a read bank where a pending count is > 0. Returns ``(slots, pending)`` as lists, the pending
+    counts clamped to ``[0, Tmax]`` (all 0 without ``pending_len``). Raises ValueError naming the argument."""
     slots_l = _row_ints("slots", slots, num_rows, 0, num_slots)
-    pend = _row_ints("pending_len", pending_len, num_rows, 0, Tmax + 1) or [0] * num_rows
+    # pending counts clamp to [0, Tmax] (the Triton kernels' contract, tests/test_kernels_gpu.py; the C++ op refuses
+    # counts above Tmax)
+    pend = [min(max(p, 0), Tmax) for p in _row_ints("pending_len", pending_len, num_rows, None, 2**63) or
+            [0] * num_rows]
     if any(pend) and read_bank is None:
         raise ValueError("pending_len > 0 needs read_bank (and the factor banks)")
     _row_ints("read_bank", read_bank if any(pend) else None, num_rows, 0, 2)
@@ -277,8 +281,9 @@ def chain_verify_ref(
         ``o [N, HV, V]`` float32.
     Raises:
         ValueError: if a window is longer than the bank's ``Tmax``; ``cu_seqlens`` not non-decreasing within
-            ``[0, N]``; a slot outside ``[0, num_slots)``, a bank index outside ``{0, 1}`` or a ``pending_len``
-            outside ``[0, Tmax]`` (the C++ op's checks, ``csrc/cpu/gdn_verify.cpp``).
+            ``[0, N]``; a slot outside ``[0, num_slots)``; a bank index outside ``{0, 1}`` (the C++ op's checks,
+            ``csrc/cpu/gdn_verify.cpp``). Pending counts outside ``[0, Tmax]`` are clamped to it, as the Triton
+            kernels do (the C++ op refuses them).
     """
     HV, V = v.shape[-2:]
     if use_qk_l2norm:
@@ -373,7 +378,7 @@ def recover_ref(
     HV = state.shape[1]
     R = slots.numel()
     for slot, b, n in zip(_row_ints("slots", slots, R, 0, state.shape[0]), _row_ints("bank_idx", bank_idx, R, 0, 2),
-                          _row_ints("num_accepted", num_accepted, R, None, bank_k.shape[2] + 1)):
+                          _row_ints("num_accepted", num_accepted, R, None, 2**63)):
         if n <= 0:
             continue
         kk = _expand_heads(bank_k[slot, b, :n], HV)  # [n, HV, K]
@@ -545,7 +550,7 @@ def conv_commit_ref(
     R = slots.numel()
     for slot, b, n in zip(_row_ints("slots", slots, R, 0, conv_state.shape[0]),
                           _row_ints("bank_idx", bank_idx, R, 0, 2),
-                          _row_ints("num_accepted", num_accepted, R, None, bank_x.shape[2] + 1)):
+                          _row_ints("num_accepted", num_accepted, R, None, 2**63)):
         if n <= 0:
             continue
         z = torch.cat([conv_state[slot].float(), bank_x[slot, b, :n]], 0)
