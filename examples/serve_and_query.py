@@ -40,7 +40,8 @@ def parse_args():
     p.add_argument("--model", default=DEFAULT_MODEL, help="gated_deltanet checkpoint dir with a tokenizer")
     p.add_argument("--speculative-config", default=DEFAULT_SPEC, help="specla.json path or inline JSON ('' = AR)")
     p.add_argument("--served-model-name", default="specla-gdn")
-    p.add_argument("--url", default=None, help="use this running server instead of starting one")
+    p.add_argument("--url", type=_server_url, default=None,
+                   help="use this running server (http://host:port) instead of starting one")
     p.add_argument("--port", type=_at_least(0, 65535), default=None,
                    help="port for the started server, 0..65535 (default or 0: a free one)")
     p.add_argument("--num-prompts", type=_at_least(1, 80), default=8, help="MT-Bench questions, 1..80 (default 8)")
@@ -50,6 +51,20 @@ def parse_args():
     p.add_argument("--startup-timeout", type=_positive_float, default=600, help="seconds to wait for /health")
     p.add_argument("vllm_args", nargs=argparse.REMAINDER, help="extra `vllm serve` flags after --")
     return p.parse_args()
+
+
+def _server_url(s: str) -> str:
+    """``http://host:port`` (a trailing ``/`` or ``/v1`` is dropped)."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(s.strip())
+    try:
+        port = u.port
+    except ValueError:
+        port = None
+    if u.scheme != "http" or not u.hostname or port is None or u.path.rstrip("/") not in ("", "/v1"):
+        raise argparse.ArgumentTypeError(f"must be a server address http://host:port, got {s!r}")
+    return f"{u.scheme}://{u.netloc}"
 
 
 def _positive_float(s: str) -> float:
@@ -108,6 +123,12 @@ def main() -> int:
     server = None
     try:
         server = Server.attach(args.url) if args.url else start_server(args)
+        if args.url:
+            try:
+                server.get("/health", timeout=10)
+            except OSError as e:
+                print(f"Error: --url {args.url}: no vLLM server answers /health there ({e})", file=sys.stderr)
+                return 1
         answers, elapsed, streamed = query(server.base_url, args.served_model_name, questions, args.max_tokens,
                                            args.concurrency)
         for i, (q, (a, _)) in enumerate(zip(questions, answers)):

@@ -148,6 +148,9 @@ def test_front_end_refuses_bad_specla_and_bad_checkpoints(tmp_path, tiny_dir):
     c["attn"] = {"layers": [1], "num_heads": 2}
     (bad / "config.json").write_text(json.dumps(c))
     assert "attn=" in _llm_error(str(bad))
+    # a TP size that does not split the layers: refused in the front end, before any worker starts (it used to end
+    # in an AssertionError inside each Ray worker's VocabParallelEmbedding)
+    assert "tensor_parallel_size=3: must divide num_heads=" in _llm_error(tiny_dir["target"], tensor_parallel_size=3)
     base = {"method": "specla", "num_speculative_tokens": 2, "drafter": tiny_dir["random_eagle"]}
     assert "speculative_config.num_speculative_tokens" in _llm_error(tiny_dir["target"], speculative_config={**base, "num_speculative_tokens": 0})
     assert "speculative_config.bogus" in _llm_error(tiny_dir["target"], speculative_config={**base, "bogus": 1})
@@ -596,3 +599,23 @@ def test_vllm_path_refuses_non_string_keys():
 
     with pytest.raises(SpecLAConfigError, match=r"speculative_config: field names must be strings, got 5"):
         translate_speculative_config({5: 1, "method": "specla", "num_speculative_tokens": 2})
+
+
+def test_tensor_parallel_size_must_split_the_target():
+    """``check_tensor_parallel`` (run by the plugin's config hook in vLLM's front end): a TP size must divide the
+    heads, the MLP's intermediate size and the vocabulary padded to 64; the error names the field and the sizes that
+    work. vLLM-free."""
+    from vllm_specla.models.config import GatedDeltaNetConfig, UnsupportedConfigError, check_tensor_parallel
+
+    cfg = GatedDeltaNetConfig(hidden_size=96, num_heads=6, num_v_heads=12, head_dim=16, intermediate_size=384,
+                              vocab_size=1000, num_hidden_layers=1)
+    for tp in (1, 2, 3, 6):  # 1000 pads to 1024: not a multiple of 3 -> only 1, 2
+        if tp in (1, 2):
+            check_tensor_parallel(cfg, tp)
+        else:
+            with pytest.raises(UnsupportedConfigError, match=rf"tensor_parallel_size={tp}: must divide num_heads=6, "
+                               r"num_v_heads=12, intermediate_size=384, vocab_size=1024 \(vocab_size padded to a "
+                               r"multiple of 64\); allowed for this model: 1, 2$"):
+                check_tensor_parallel(cfg, tp)
+    check_tensor_parallel(GatedDeltaNetConfig(hidden_size=96, num_heads=6, num_v_heads=12, head_dim=16,
+                                              intermediate_size=384, vocab_size=1152, num_hidden_layers=1), 6)

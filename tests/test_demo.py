@@ -91,6 +91,8 @@ def test_oracle_check_without_cuda_is_one_line(tmp_path):
     ("ray_serve.py", ["--startup-timeout", "nan"], "argument --startup-timeout: must be a number of seconds > 0, "
                                                     "got 'nan'"),
     ("serve_and_query.py", ["--port", "70000"], "argument --port: must be an integer 0..65535, got '70000'"),
+    ("serve_and_query.py", ["--url", "notaurl"], "argument --url: must be a server address http://host:port, "
+                                                 "got 'notaurl'"),  # (was int()'s ValueError from Server.attach)
     ("serve_and_query.py", ["--concurrency", "0"], "argument --concurrency: must be an integer >= 1, got '0'"),
     ("serve_and_query.py", ["--startup-timeout", "0"], "argument --startup-timeout: must be a number of seconds > 0, "
                                                         "got '0'"),
@@ -103,3 +105,18 @@ def test_serving_examples_reject_bad_flags(script, args, message):
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
     assert r.stderr.strip().splitlines()[-1].endswith(message)
     assert "Traceback" not in r.stderr and r.stdout.strip() == ""
+
+
+def test_serve_and_query_url_without_a_server_is_one_line():
+    """``--url`` where nothing listens ends in one ``Error:`` line naming the address (exit status 1), not openai's
+    ``APIConnectionError`` traceback."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, os.path.join(REPO, "examples", "serve_and_query.py"), "--url", f"http://127.0.0.1:{port}/v1"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO, check=False)
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1].startswith(f"Error: --url http://127.0.0.1:{port}: no vLLM server answers")
+    assert "Traceback" not in r.stderr

@@ -171,6 +171,29 @@ def check_supported(config: PretrainedConfig) -> None:
         raise UnsupportedConfigError(f"conv_size={config.conv_size}: allowed values: >= 2")
 
 
+def check_tensor_parallel(config: PretrainedConfig, tp_size: int, vocab_padding: int = 64) -> None:
+    """Refuse a tensor-parallel size that does not split the target's layers (vLLM's parallel layers assert deep
+    inside each worker otherwise, ``worker/model.py``).
+
+    ``tp_size`` must divide ``num_heads``, ``num_v_heads``, the MLP's intermediate size and the vocabulary padded
+    to ``vocab_padding`` (vLLM's ``VocabParallelEmbedding`` / ``ParallelLMHead``, padding 64). The drafter is a
+    full copy on every rank, so it sets no condition.
+
+    Raises:
+        UnsupportedConfigError: naming ``tensor_parallel_size``, the sizes it must divide and the sizes that work.
+    """
+    cfg = as_gdn_config(config)
+    vocab = -(-cfg.vocab_size // vocab_padding) * vocab_padding
+    sizes = {"num_heads": cfg.num_heads, "num_v_heads": cfg.n_v_heads, "intermediate_size": cfg.mlp_intermediate_size,
+             "vocab_size": vocab}
+    if any(n % tp_size for n in sizes.values()):
+        ok = [t for t in range(1, cfg.num_heads + 1) if all(n % t == 0 for n in sizes.values())]
+        raise UnsupportedConfigError(
+            f"tensor_parallel_size={tp_size}: must divide " + ", ".join(f"{k}={n}" for k, n in sizes.items())
+            + f" (vocab_size padded to a multiple of {vocab_padding}); allowed for this model: "
+            + ", ".join(map(str, ok)))
+
+
 def as_gdn_config(config: PretrainedConfig) -> GatedDeltaNetConfig:
     """Our :class:`GatedDeltaNetConfig` for any ``gated_deltanet`` config object.
 

@@ -350,9 +350,10 @@ class SpeclaGDNConfigHook:
     def verify_and_update_config(vllm_config) -> None:
         from vllm.platforms import current_platform  # noqa: PLC0415
 
-        from vllm_specla.models.config import check_supported  # noqa: PLC0415
+        from vllm_specla.models.config import check_supported, check_tensor_parallel  # noqa: PLC0415
 
         check_supported(vllm_config.model_config.hf_config)  # refuse unsupported fields in the front end
+        check_tensor_parallel(vllm_config.model_config.hf_config, vllm_config.parallel_config.tensor_parallel_size)
         cache = vllm_config.cache_config
         if cache.enable_prefix_caching:
             cache.enable_prefix_caching = False
