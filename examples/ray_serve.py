@@ -59,6 +59,21 @@ def parse_args():
     return p.parse_args()
 
 
+def _reachable(address: str, timeout: float = 5.0) -> bool:
+    """Whether a TCP connection to a ``host:port`` Ray address opens (other forms, e.g. ``auto`` or ``ray://``,
+    are left to Ray); vLLM's engine otherwise retries an unreachable GCS until ``--startup-timeout``."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return True
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 def serve_cmd(args, *parallel: str) -> list[str]:
     return vllm_serve_command(
         args.model, "--speculative-config", args.speculative_config, "--served-model-name", NAME,
@@ -101,6 +116,10 @@ def main() -> int:
         parallel += ["--data-parallel-size", str(args.data_parallel), "--data-parallel-backend", "ray"]
     env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"), "VLLM_SPECLA_CPU_RAY": "1",
            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    if args.ray_address and not _reachable(args.ray_address):
+        print(f"Error: --ray-address {args.ray_address}: nothing answers there (a Ray head's GCS address host:port, "
+              "e.g. 10.0.0.5:6379)", file=sys.stderr)
+        return 1
     cluster = None
     try:
         if args.ray_address:

@@ -107,16 +107,23 @@ def test_serving_examples_reject_bad_flags(script, args, message):
     assert "Traceback" not in r.stderr and r.stdout.strip() == ""
 
 
-def test_serve_and_query_url_without_a_server_is_one_line():
-    """``--url`` where nothing listens ends in one ``Error:`` line naming the address (exit status 1), not openai's
-    ``APIConnectionError`` traceback."""
+@pytest.mark.parametrize("script,flag,value,message", [
+    ("serve_and_query.py", "--url", "http://127.0.0.1:{port}/v1", "Error: --url http://127.0.0.1:{port}: no vLLM "
+                                                                  "server answers /health there"),
+    ("ray_serve.py", "--ray-address", "127.0.0.1:{port}", "Error: --ray-address 127.0.0.1:{port}: nothing answers "
+                                                          "there"),
+])
+def test_serving_examples_without_a_server_are_one_line(script, flag, value, message):
+    """An address where nothing listens ends in one ``Error:`` line naming it (exit status 1) at once: not openai's
+    ``APIConnectionError`` traceback (``--url``), not vLLM retrying Ray's GCS until ``--startup-timeout``
+    (``--ray-address``)."""
     import socket
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, os.path.join(REPO, "examples", "serve_and_query.py"), "--url", f"http://127.0.0.1:{port}/v1"]
+    cmd = [sys.executable, os.path.join(REPO, "examples", script), flag, value.format(port=port)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO, check=False)
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
-    assert r.stderr.strip().splitlines()[-1].startswith(f"Error: --url http://127.0.0.1:{port}: no vLLM server answers")
+    assert r.stderr.strip().splitlines()[-1].startswith(message.format(port=port))
     assert "Traceback" not in r.stderr
