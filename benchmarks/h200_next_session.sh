@@ -2837,7 +2837,8 @@ print(min((r['cuda_utv%d_us' % v], v) for v in (3, 4, 5))[1])")
           --cuda-csrc --tag s5-fix --out "$OUT/e2e_s5_map64.jsonl" 2>&1 | grep "^{" | \
           python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       ;;
-  *) echo "usage: $0 CASE, one of:" $(grep -oE '^  [0-9a-z|-]+\)' "$0" | tr -d ' )' | head -12) "... (one device call each)"
+  *) echo "usage: $0 CASE (next: s49a, s37g, s48d, s43b, s47a; the header says why), one of:" \
+          $(grep -oE '^  [0-9a-z|-]+\)' "$0" | tr -d ' )' | head -12) "... (one device call each)"
      exit 2 ;;
 esac
 

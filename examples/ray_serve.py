@@ -68,7 +68,7 @@ def _reachable(address: str, timeout: float = 5.0) -> bool:
     if not sep or "://" in address or not port.isdigit():
         return True
     try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout):  # [::1]:6379
             return True
     except OSError:
         return False

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import http.client
 import os
 import sys
 import time
@@ -126,8 +127,9 @@ def main() -> int:
         if args.url:
             try:
                 server.get("/health", timeout=10)
-            except OSError as e:
-                print(f"Error: --url {args.url}: no vLLM server answers /health there ({e})", file=sys.stderr)
+            except (OSError, http.client.HTTPException) as e:  # (also something that does not speak HTTP)
+                why = " ".join(f"{type(e).__name__}: {e}".split())  # one line (a non-HTTP banner may hold \r\n)
+                print(f"Error: --url {args.url}: no vLLM server answers /health there ({why})", file=sys.stderr)
                 return 1
         answers, elapsed, streamed = query(server.base_url, args.served_model_name, questions, args.max_tokens,
                                            args.concurrency)

@@ -127,3 +127,34 @@ def test_serving_examples_without_a_server_are_one_line(script, flag, value, mes
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
     assert r.stderr.strip().splitlines()[-1].startswith(message.format(port=port))
     assert "Traceback" not in r.stderr
+
+
+def test_serve_and_query_url_of_a_non_http_server_is_one_line():
+    """``--url`` pointing at something that is not an HTTP server (here a banner like SSH's) ends in the same one
+    ``Error:`` line: http.client's ``BadStatusLine`` is not an ``OSError``, and used to end in a traceback."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    port = srv.getsockname()[1]
+
+    def serve():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            c.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+            c.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        cmd = [sys.executable, os.path.join(REPO, "examples", "serve_and_query.py"), "--url", f"http://127.0.0.1:{port}"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO, check=False)
+    finally:
+        srv.close()
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1] == (f"Error: --url http://127.0.0.1:{port}: no vLLM server answers /health "
+                                                 "there (BadStatusLine: SSH-2.0-OpenSSH_9.6)")

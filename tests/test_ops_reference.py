@@ -273,6 +273,8 @@ def test_conv_chain_step_dispatcher_and_reference(mode):
     ({"cu_seqlens": torch.tensor([0, 3, 7])}, r"cu_seqlens must be non-decreasing within \[0, 6\]"),
     ({"write_bank": torch.tensor([0, 2])}, r"write_bank must be in \[0, 1\], got 2"),
     ({"pending_len": torch.tensor([1, 0])}, r"pending_len > 0 needs read_bank"),
+    ({"pending_len": torch.tensor([0, 2]), "read_bank": torch.tensor([0, 0]), "bank_k": None, "bank_v": None,
+      "bank_g": None, "write_bank": None}, r"pending_len > 0 needs read_bank and the factor banks"),
     ({"pending_len": torch.tensor([1, 0]), "read_bank": torch.tensor([-1, 0])}, r"read_bank must be in \[0, 1\]"),
 ])
 def test_chain_and_conv_verify_refs_refuse_what_the_cpp_op_refuses(change, message):
@@ -300,7 +302,8 @@ def test_chain_and_conv_verify_refs_refuse_what_the_cpp_op_refuses(change, messa
     ckw.update({n: kw[n] for n in ("pending_len", "read_bank") if n in kw})
     before = (conv.clone(), bank_x.clone())
     with pytest.raises(ValueError, match=message):
-        conv_verify_ref(x, torch.randn(C, W), conv_state=conv, bank_x=bank_x, **ckw)
+        conv_verify_ref(x, torch.randn(C, W), conv_state=conv, bank_x=bank_x if kw["bank_k"] is not None else None,
+                        **ckw)
     assert torch.equal(conv, before[0]) and torch.equal(bank_x, before[1])
 
 

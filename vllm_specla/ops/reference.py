@@ -81,18 +81,19 @@ def _row_ints(name: str, t: torch.Tensor | None, num_rows: int, lo: int | None, 
     return vals
 
 
-def _check_row_args(num_rows: int, slots, num_slots: int, Tmax: int, pending_len=None, read_bank=None,
+def _check_row_args(num_rows: int, slots, num_slots: int, bank: torch.Tensor | None, pending_len=None, read_bank=None,
                     write_bank=None) -> tuple[list[int], list[int]]:
     """The per-row arguments of the verify references (chain, conv, tree): one slot in ``[0, num_slots)`` per row,
-    bank indices 0 / 1, a read bank where a pending count is > 0. Returns ``(slots, pending)`` as lists, the pending
-    counts clamped to ``[0, Tmax]`` (all 0 without ``pending_len``). Raises ValueError naming the argument."""
+    bank indices 0 / 1, a read bank and a factor bank (``bank``: ``bank_k`` or ``bank_x``, ``[S, 2, Tmax, ...]``)
+    where a pending count is > 0. Returns ``(slots, pending)`` as lists, the pending counts clamped to
+    ``[0, Tmax]`` (all 0 without ``pending_len``). Raises ValueError naming the argument."""
     slots_l = _row_ints("slots", slots, num_rows, 0, num_slots)
+    raw = _row_ints("pending_len", pending_len, num_rows, None, 2**63) or [0] * num_rows
+    if any(p > 0 for p in raw) and (read_bank is None or bank is None):
+        raise ValueError("pending_len > 0 needs read_bank and the factor banks")
     # pending counts clamp to [0, Tmax] (the Triton kernels' contract, tests/test_kernels_gpu.py; the C++ op refuses
     # counts above Tmax)
-    pend = [min(max(p, 0), Tmax) for p in _row_ints("pending_len", pending_len, num_rows, None, 2**63) or
-            [0] * num_rows]
-    if any(pend) and read_bank is None:
-        raise ValueError("pending_len > 0 needs read_bank (and the factor banks)")
+    pend = [min(max(p, 0), bank.shape[2]) for p in raw] if bank is not None else [0] * num_rows
     _row_ints("read_bank", read_bank if any(pend) else None, num_rows, 0, 2)
     _row_ints("write_bank", write_bank, num_rows, 0, 2)
     return slots_l, pend
@@ -293,8 +294,7 @@ def chain_verify_ref(
     ke = _expand_heads(k, HV)
     v, g, beta = v.float(), g.float(), beta.float()
     rows = _rows(cu_seqlens, v.shape[0])
-    slots_l, pend = _check_row_args(len(rows), slots, state.shape[0], bank_k.shape[2] if bank_k is not None else 0,
-                                    pending_len, read_bank, write_bank)
+    slots_l, pend = _check_row_args(len(rows), slots, state.shape[0], bank_k, pending_len, read_bank, write_bank)
     o = torch.empty(v.shape, dtype=torch.float32, device=v.device)
     for r, (s, e) in enumerate(rows):
         slot = slots_l[r]
@@ -459,8 +459,8 @@ def conv_verify_ref(
     x32, w32 = x.float(), weight.float()
     y = torch.empty_like(x32)
     rows = _rows(cu_seqlens, x.shape[0])
-    slots_l, pend = _check_row_args(len(rows), slots, conv_state.shape[0], bank_x.shape[2] if bank_x is not None
-                                    else 0, pending_len, read_bank, write_bank)
+    slots_l, pend = _check_row_args(len(rows), slots, conv_state.shape[0], bank_x, pending_len, read_bank,
+                                    write_bank)
     for r, (s, e) in enumerate(rows):
         slot = slots_l[r]
         hist = conv_state[slot].float()

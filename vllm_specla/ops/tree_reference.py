@@ -87,8 +87,7 @@ def _checked_rows(cu_seqlens, num_nodes, slots, num_slots, bank, pending_len=Non
                   write_bank=None):
     """``_rows(cu_seqlens)`` after the per-row checks of the chain references (ValueError naming the argument)."""
     rows = _rows(cu_seqlens, num_nodes)
-    _check_row_args(len(rows), slots, num_slots, bank.shape[2] if bank is not None else 0, pending_len, read_bank,
-                    write_bank)
+    _check_row_args(len(rows), slots, num_slots, bank, pending_len, read_bank, write_bank)
     return rows
 
 
