@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU cases of every session, one device call each (< 10 minutes), run in the repository root on the device:
-#   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
+#   python3 -m pip install -q --no-index --no-deps --target "$HOME/fla" .whl/*.whl && export PYTHONPATH=$HOME/fla:$PWD
 #   export PYTHONUNBUFFERED=1 VLLM_SPECLA_CPP_JIT=1 MAX_JOBS=16; bash benchmarks/h200_next_session.sh CASE
 # where .whl holds fla's wheels (`pip download --no-deps flash-linear-attention==0.6.0 fla-core==0.6.0 einops`) and
 # .devdata the trained model's data, carried for the cases that use them. Each case's comment says what it measures,
