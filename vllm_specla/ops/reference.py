@@ -70,7 +70,7 @@ def _row_ints(name: str, t: torch.Tensor | None, num_rows: int, lo: int | None, 
     would index the last slot; bank indices ``[0, 2)``; ``lo`` None: no lower bound)."""
     if t is None:
         return None
-    vals = t.reshape(-1).tolist()
+    vals = t.reshape(-1).tolist() if isinstance(t, torch.Tensor) else [int(x) for x in t]  # (a list works too)
     if len(vals) < num_rows:
         raise ValueError(f"{name} must have an entry for each of the {num_rows} rows, got {len(vals)}")
     vals = vals[:num_rows]  # (entries past the rows are not used)
