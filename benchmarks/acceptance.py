@@ -26,6 +26,17 @@ sys.path.insert(0, REPO)
 MODEL = os.path.join(REPO, "models", "specla-gdn-tiny")
 
 
+DATASETS = ("mtbench", "humaneval")
+
+
+def _datasets(s: str) -> str:
+    names = [d.strip() for d in s.split(",")]
+    bad = [d for d in names if d not in DATASETS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"{bad[0] if bad else s!r}: allowed datasets: {', '.join(DATASETS)}")
+    return ",".join(names)
+
+
 def prompts_for(dataset: str, tok, n: int | None):
     from vllm_specla.data import humaneval_problems, mtbench_questions
 
@@ -69,7 +80,8 @@ def summarize(m: dict, K: int) -> dict:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ks", default="1,2,3,4,5,6,7,8")
-    ap.add_argument("--datasets", default="mtbench,humaneval")
+    ap.add_argument("--datasets", type=_datasets, default="mtbench,humaneval",
+                    help="comma-separated, from: " + ", ".join(DATASETS))
     ap.add_argument("--temperatures", default="0,0.7")
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--num-prompts", type=int, default=None)

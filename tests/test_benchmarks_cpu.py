@@ -409,3 +409,12 @@ def test_bench_vllm_ab_small(tmp_path):
     bad = subprocess.run([sys.executable, script, "--engine", "no-equals-sign"], env=env, capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and "expected NAME=SPEC[:force_k=K]" in bad.stderr
+
+
+@pytest.mark.parametrize("datasets,message", [("mtbnech", "'mtbnech': allowed datasets: mtbench, humaneval"),
+                                              ("mtbench,", "'': allowed datasets: mtbench, humaneval")])
+def test_acceptance_script_refuses_unknown_datasets(datasets, message):
+    """``acceptance.py --datasets`` names its choices: a misspelt name used to run HumanEval's prompts under it."""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "acceptance.py"), "--datasets", datasets],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].endswith(message), r.stderr[-2000:]

@@ -7,6 +7,8 @@ batch 1 and 12 requests of different lengths and max_tokens through 4 or 16 slot
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -229,6 +231,13 @@ def test_generate_takes_tensor_prompts_and_numpy_ints(models, prompts, ar_out):
                         max_batch=4)
     assert spec.K == 3 and spec.policy is None
     assert spec.generate(prompts[:3], MAX_TOKENS[:3]) == ar_out[:3]
+    # a numpy int seed (passed the argument check, then failed in torch.Generator.manual_seed)
+    sampled = [SpecLAEngine(models["target"], max_batch=4, temperature=1.0, seed=sd).generate(prompts[:2], 6)
+               for sd in (np.int64(3), 3)]
+    assert sampled[0] == sampled[1]
+    # prompts as a generator / map (read once: it used to give [] with one int max_tokens)
+    assert spec.generate((p for p in prompts[:3]), MAX_TOKENS[:3]) == ar_out[:3]
+    assert spec.generate(map(tuple, prompts[:2]), 4) == [o[:4] for o in ar_out[:2]]
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -326,3 +335,15 @@ def test_bad_dtype_names_the_field_and_choices(tiny_dir, bad):
         load_fla_checkpoint(tiny_dir["target"], dtype=bad)
     with pytest.raises(ValueError, match=r"dtype=.*: must be torch.float32"):
         FusedTarget(load_fla_checkpoint(tiny_dir["target"]), bad, "cpu")
+
+
+def test_load_eagle_drafter_takes_dtype_names():
+    """``load_eagle_drafter(path, dtype="bf16")`` resolves the name as ``load_fla_checkpoint`` does (it used to end in
+    torch's ``to()`` TypeError); an unknown name is a ValueError naming ``dtype``."""
+    path = os.path.join(os.path.dirname(__file__), "..", "models", "specla-gdn-tiny", "drafter")
+    if not os.path.isdir(path):
+        pytest.skip("default model not present")
+    d = load_eagle_drafter(path, dtype="bf16")
+    assert {p.dtype for p in d.parameters()} == {torch.bfloat16}
+    with pytest.raises(ValueError, match="dtype"):
+        load_eagle_drafter(path, dtype="int8")

@@ -26,7 +26,7 @@ import torch.nn as nn
 
 from vllm_specla.core.state import LayerState, StepPlan
 from vllm_specla.models.config import GatedDeltaNetConfig
-from vllm_specla.models.gdn import GatedDeltaNetBlock, RMSNormParams, iter_safetensors
+from vllm_specla.models.gdn import GatedDeltaNetBlock, RMSNormParams, iter_safetensors, resolve_dtype
 
 
 class EagleDrafter(nn.Module):
@@ -77,12 +77,17 @@ def drafter_config_from_target(target: GatedDeltaNetConfig, **overrides) -> Gate
     return GatedDeltaNetConfig(**d)
 
 
-def load_eagle_drafter(path: str, dtype: torch.dtype = torch.float32, device="cpu") -> EagleDrafter:
+def load_eagle_drafter(path: str, dtype: torch.dtype | str = torch.float32, device="cpu") -> EagleDrafter:
     """Load an EAGLE drafter checkpoint directory (format in the module docstring).
 
+    ``dtype``: a ``torch.dtype`` or a name :func:`~vllm_specla.models.gdn.resolve_dtype` takes (``"bf16"``, ...),
+    as :func:`~vllm_specla.models.gdn.load_fla_checkpoint`.
+
     Raises:
-        ValueError: the config is not an EAGLE drafter. KeyError: parameter names do not match.
+        ValueError: the config is not an EAGLE drafter; ``dtype`` not a float32 / bfloat16 / float16 dtype or name.
+        KeyError: parameter names do not match.
     """
+    dtype = resolve_dtype(dtype)
     with open(os.path.join(path, "config.json")) as f:
         raw = json.load(f)
     if raw.get("specla_drafter") != "eagle":

@@ -392,7 +392,7 @@ class SpecLAEngine:
             self.window = 1 + tree.node_budget
             self.states = allocate_layer_states(target.config, max_batch, self.window, device=self.device)
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
-        self.gen = torch.Generator(device="cpu").manual_seed(seed)
+        self.gen = torch.Generator(device="cpu").manual_seed(int(seed))  # (a numpy int is checked, then taken)
         self.tree_stats = {"nodes_verified": 0, "verify_steps": 0}
         self.step_k: list[int] = []  # with a policy: K chosen per drafting step
 
@@ -448,6 +448,8 @@ class SpecLAEngine:
         """
         if hasattr(prompts, "tolist"):  # a 2-D tensor / numpy array: one row per prompt
             prompts = prompts.tolist()
+        elif not isinstance(prompts, (str, bytes)) and hasattr(prompts, "__iter__"):
+            prompts = list(prompts)  # a generator / map(...) of prompts is read once, here (it used to give [])
         for i, p in enumerate(prompts):
             if _is_int(p) or not hasattr(p, "__iter__"):
                 raise ValueError(f"prompts[{i}]: must be a list of token ids, got {type(p).__name__} (prompts is a "
