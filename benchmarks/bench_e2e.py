@@ -701,13 +701,25 @@ def main() -> None:
     if args.trained and args.batches is not None:
         ap.error("--batches is not used with --trained: give the trained pair's batch sizes as --trained-batches")
     args.batches = "1,16,64,256" if args.batches is None else args.batches
-    ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
-    floats = lambda s: [float(x) for x in s.split(",") if x]  # noqa: E731
-    args.batches, args.ks, args.snapshot_ks = ints(args.batches), ints(args.ks), ints(args.snapshot_ks)
-    args.alphas, args.snapshot_alphas = floats(args.alphas), floats(args.snapshot_alphas)
-    args.trained_batches = ints(args.trained_batches)
-    args.tree_widths = ints(args.tree_widths)
-    args.draft_vocabs = ints(args.draft_vocabs) or [0]
+    def numbers(flag: str, conv):
+        raw = getattr(args, flag[2:].replace("-", "_"))
+        try:
+            return [conv(x) for x in raw.split(",") if x.strip()]
+        except ValueError:
+            ap.error(f"{flag}: comma-separated {conv.__name__}s, got {raw!r}")
+
+    args.batches, args.ks = numbers("--batches", int), numbers("--ks", int)
+    args.snapshot_ks = numbers("--snapshot-ks", int)
+    args.alphas, args.snapshot_alphas = numbers("--alphas", float), numbers("--snapshot-alphas", float)
+    if any(not 0 <= a <= 1 for a in args.alphas + args.snapshot_alphas):  # (also NaN)
+        ap.error(f"--alphas / --snapshot-alphas: each must be in [0, 1], got {args.alphas + args.snapshot_alphas}")
+    args.trained_batches = numbers("--trained-batches", int)
+    args.tree_widths = numbers("--tree-widths", int)
+    args.draft_vocabs = numbers("--draft-vocabs", int) or [0]
+    if args.steps < 1 or args.prompt_len < 1:
+        ap.error(f"--steps and --prompt-len: each must be an int >= 1, got {args.steps} / {args.prompt_len}")
+    if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        ap.error(f"--out {args.out}: its folder does not exist (the records would be lost after the run)")
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     bad = [s for s in shapes if s not in SHAPES]
     if (bad or not shapes) and not (args.dry_cpu or args.trained):

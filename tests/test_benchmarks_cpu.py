@@ -22,9 +22,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
                                         (["--shapes", "flame,"], None), (["--shapes", ""], "--shapes: each must be one of "
                                                                                           "flame, map, tiny, got ''"),
                                         (["--cuda-csrc", "--no-cuda-csrc"],
-                                         "argument --no-cuda-csrc: not allowed with argument --cuda-csrc")])
+                                         "argument --no-cuda-csrc: not allowed with argument --cuda-csrc"),
+                                        (["--ks", "abc"], "--ks: comma-separated ints, got 'abc'"),
+                                        (["--alphas", "0.8,nan"], "--alphas / --snapshot-alphas: each must be in "
+                                                                  "[0, 1], got [0.8, nan, 0.8]"),
+                                        (["--steps", "0"], "--steps and --prompt-len: each must be an int >= 1, "
+                                                           "got 0 / 16"),
+                                        (["--out", "no_such_dir/x.jsonl"], "--out no_such_dir/x.jsonl: its folder "
+                                         "does not exist (the records would be lost after the run)")])
 def test_bench_e2e_bad_flags_are_one_line_errors(flags, want):
-    """(they were tracebacks: KeyError, ZeroDivisionError, ValueError)"""
+    """(they were tracebacks: KeyError, ZeroDivisionError, ValueError; --steps 0 ran 512 steps; a missing --out
+    folder failed after the whole run)"""
     if want is None:  # accepted (a trailing comma is no shape): the --ks check after it fails, so nothing runs
         flags, want = [*flags, "--ks", "0"], "--ks: each must be an int >= 1, got 0"
     r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_e2e.py"), *flags],

@@ -482,3 +482,20 @@ def test_absorb_of_the_accepted_rows_drafts_as_the_full_absorb(pair, monkeypatch
     assert runs[True][0] == runs[False][0]
     assert torch.equal(runs[True][1], runs[False][1]) and torch.equal(runs[True][2], runs[False][2])
     assert int(runs[True][2].sum()) > 0
+
+
+def test_prefill_refuses_bool_and_non_int_ids(pair):
+    """Bool ids (a tensor or in lists) and float ids in lists are a ValueError naming ``prompts`` (they were used as
+    masks / failed in torch indexing); a uint8 tensor is taken as ids (cast to int64), not as a mask."""
+    _, tgt, _ = pair
+    rt = DecodeRuntime(tgt, 2, "ar", 0, None, output_capacity=16)
+    for bad in (torch.ones(2, 3, dtype=torch.bool), [[True, 5], [6]], [[1.5], [2]]):
+        with pytest.raises(ValueError, match="prompts: "):
+            rt.prefill(bad)
+    ids = [[5, 6, 7], [9, 10, 11]]
+    rt.prefill(torch.tensor(ids, dtype=torch.uint8))
+    rt.run(4)
+    a = rt.outputs()
+    rt.prefill(torch.tensor(ids))
+    rt.run(4)
+    assert a == rt.outputs() and len(a[0]) == 5

@@ -762,3 +762,18 @@ def _seeded_samples(llm, prompts):
                                         detokenize=False, logprobs=1) for i in range(len(prompts))], use_tqdm=False)
     return [(list(o.outputs[0].token_ids),
              [round(lp[t].logprob, 4) for t, lp in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]) for o in outs]
+
+
+@pytest.mark.parametrize("kw,match", [({"k_max": "4"}, r"k_max='4' must be an int in 1\.\.64"),
+                                      ({"k_max": 4.5}, r"k_max=4\.5 must be an int"),
+                                      ({"k_max": 65}, r"k_max=65 must be an int in 1\.\.64"),
+                                      ({"explore_every": 2.5}, r"explore_every=2\.5 must be an int >= 0"),
+                                      ({"margin": float("nan")}, r"margin=nan a number >= 0")])
+def test_draft_length_policy_refuses_bad_arguments(kw, match):
+    """(``k_max="4"`` was a TypeError from the comparison; ``margin=nan`` and ``explore_every=2.5`` were taken and
+    changed the policy's choices.)"""
+    from vllm_specla.core.policy import DraftLengthPolicy
+
+    with pytest.raises(ValueError, match=match) as ei:
+        DraftLengthPolicy(**kw)
+    assert str(ei.value).startswith("DraftLengthPolicy: ")

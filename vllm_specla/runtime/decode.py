@@ -461,7 +461,7 @@ class DecodeRuntime:
         V = self.tgt.config.vocab_size
         if isinstance(prompts, torch.Tensor):
             ok = prompts.dim() == 2 and prompts.shape[0] == self.B and prompts.shape[1] >= 1
-            if not ok or prompts.is_floating_point() or prompts.is_complex():
+            if not ok or prompts.is_floating_point() or prompts.is_complex() or prompts.dtype == torch.bool:
                 raise ValueError(f"prompts: expected an integer tensor [batch_size={self.B}, P >= 1], got "
                                  f"{tuple(prompts.shape)} {prompts.dtype}")
             if int(prompts.min()) < 0 or int(prompts.max()) >= V:
@@ -469,11 +469,12 @@ class DecodeRuntime:
         else:
             if len(prompts) != self.B or any(len(p) == 0 for p in prompts):
                 raise ValueError(f"prompts: expected {self.B} non-empty token lists, got lengths {[len(p) for p in prompts]}")
-            if any(not 0 <= t < V for p in prompts for t in p):
-                raise ValueError(f"prompts: token ids must be in [0, {V})")
+            if any(isinstance(t, bool) or not isinstance(t, numbers.Integral) or not 0 <= t < V
+                   for p in prompts for t in p):
+                raise ValueError(f"prompts: token ids must be ints in [0, {V})")
         self.reset()
-        if isinstance(prompts, torch.Tensor):
-            first, f = self._prefill_rows(prompts.to(self.dev), self.rows)
+        if isinstance(prompts, torch.Tensor):  # (int64: a uint8 tensor would index as a mask)
+            first, f = self._prefill_rows(prompts.to(device=self.dev, dtype=torch.long), self.rows)
         else:
             parts = [self._prefill_rows(torch.tensor([p], device=self.dev), self.rows[r : r + 1])
                      for r, p in enumerate(prompts)]
