@@ -499,3 +499,10 @@ def test_prefill_refuses_bool_and_non_int_ids(pair):
     rt.prefill(torch.tensor(ids))
     rt.run(4)
     assert a == rt.outputs() and len(a[0]) == 5
+
+
+def test_tree_width_of_another_type_is_a_value_error(pair):
+    """``tree_width="2"`` is a ValueError naming it (the range comparison ran first: a TypeError)."""
+    _, tgt, dr = pair
+    with pytest.raises(ValueError, match=r"tree_width='2': must be an int >= 1"):
+        DecodeRuntime(tgt, 1, "specla", 2, dr, tree_width="2")

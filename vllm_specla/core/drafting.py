@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+from vllm_specla.core import is_int
 from vllm_specla.core.draft_vocab import draft_logits_fn, is_full_vocab
 from vllm_specla.core.state import allocate_layer_states, build_step_plan
 from vllm_specla.models.drafter import EagleDrafter
@@ -72,7 +73,7 @@ class TreeSpec:
             v = getattr(self, name)
             if name == "node_budget" and v is None:
                 continue
-            if not (isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1):
+            if not (is_int(v) and v >= 1):
                 raise ValueError(f"TreeSpec.{name}={v!r}: must be an int >= 1" + (" or None" if name == "node_budget" else ""))
         t = self.tau
         if t is not None and (isinstance(t, bool) or not isinstance(t, numbers.Real) or not t >= 0):

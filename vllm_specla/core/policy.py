@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 import os
 from collections import deque
 from typing import Callable, Iterable, Mapping
+
+from vllm_specla.core import is_int
 
 __all__ = ["AcceptanceEstimator", "DraftLengthPolicy", "StepCostModel", "chain_tau", "load_cost_table"]
 
@@ -467,9 +468,9 @@ class DraftLengthPolicy:
     def __init__(self, k_max: int = 8, costs: StepCostModel | None = None,
                  acceptance: AcceptanceEstimator | None = None, *, margin: float = 0.02,
                  explore_every: int = 16, explore_regret: float | None = 0.1, switch_backlog: float = 8.0):
-        if isinstance(k_max, bool) or not isinstance(k_max, numbers.Integral) or not 1 <= k_max <= 64:
+        if not is_int(k_max) or not 1 <= k_max <= 64:
             raise ValueError(f"DraftLengthPolicy: k_max={k_max!r} must be an int in 1..64")
-        if not (isinstance(explore_every, numbers.Integral) and explore_every >= 0 and margin >= 0):  # (NaN too)
+        if not (is_int(explore_every) and explore_every >= 0 and margin >= 0):  # (NaN too)
             raise ValueError(f"DraftLengthPolicy: explore_every={explore_every!r} must be an int >= 0 and "
                              f"margin={margin!r} a number >= 0")
         if explore_regret is not None and not explore_regret > 0:

@@ -38,13 +38,13 @@ rule), and its drafting glue too (``fused.embed``, ``fused.argmax(out=)``, ``ste
 
 from __future__ import annotations
 
-import numbers
 import time
 from dataclasses import dataclass
 
 import torch
 
 from vllm_specla.ops.tree_reference import compact_path_factors
+from vllm_specla.core import is_int
 from vllm_specla.core.state import LayerState, allocate_layer_states, layer_state_shapes, stacked_view
 from vllm_specla.ops import _cpp, fused
 from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget, StepCtrl
@@ -144,23 +144,23 @@ class DecodeRuntime:
                  tree_alpha_model: str = "siblings"):
         if mode not in RUNTIME_MODES:
             raise ValueError(f"mode must be one of {RUNTIME_MODES}, got {mode!r}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+        if not is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r}: must be an int >= 1")
-        if isinstance(output_capacity, bool) or not isinstance(output_capacity, numbers.Integral) or output_capacity < 0:
+        if not is_int(output_capacity) or output_capacity < 0:
             raise ValueError(f"output_capacity={output_capacity!r}: must be an int >= 0")
         spec = mode != "ar"
         if tree_alpha_model not in TREE_ALPHA_MODELS:
             raise ValueError(f"tree_alpha_model must be one of {TREE_ALPHA_MODELS}, got {tree_alpha_model!r}")
+        if not is_int(tree_width):  # (before the comparisons: tree_width="2" was a TypeError)
+            raise ValueError(f"tree_width={tree_width!r}: must be an int >= 1")
         if tree_width < 1 or (tree_width > 1 and mode != "specla"):
             raise ValueError(f'tree_width must be >= 1, and > 1 only with mode "specla" (got {tree_width}, {mode!r})')
         if spec and drafter is not None and tree_width > drafter.draft_vocab_size:
             raise ValueError(f"tree_width={tree_width} exceeds the drafter's draft vocabulary "
                              f"({drafter.draft_vocab_size} tokens): the first level needs W distinct tokens")
         k = num_speculative_tokens
-        if spec and (isinstance(k, bool) or not isinstance(k, numbers.Integral)):
+        if spec and not is_int(k):
             raise ValueError(f"num_speculative_tokens={k!r}: must be an int >= 1 for mode {mode!r}")
-        if isinstance(tree_width, bool) or not isinstance(tree_width, numbers.Integral):
-            raise ValueError(f"tree_width={tree_width!r}: must be an int >= 1")
         if spec and (num_speculative_tokens < 1 or drafter is None):
             raise ValueError(f"mode {mode!r} needs num_speculative_tokens >= 1 and a drafter")
         if alpha is not None and (trace is None or not 0.0 <= alpha <= 1.0):
@@ -469,7 +469,7 @@ class DecodeRuntime:
         else:
             if len(prompts) != self.B or any(len(p) == 0 for p in prompts):
                 raise ValueError(f"prompts: expected {self.B} non-empty token lists, got lengths {[len(p) for p in prompts]}")
-            if any(isinstance(t, bool) or not isinstance(t, numbers.Integral) or not 0 <= t < V
+            if any(not is_int(t) or not 0 <= t < V
                    for p in prompts for t in p):
                 raise ValueError(f"prompts: token ids must be ints in [0, {V})")
         self.reset()

@@ -32,6 +32,7 @@ from typing import Callable
 
 import torch
 
+from vllm_specla.core import is_int
 from vllm_specla.core.acceptance import greedy_accept_chain, greedy_accept_tree
 from vllm_specla.core.drafting import DraftModelDrafter, DraftRow, EagleDrafterRunner, SlotDrafter, TreeSpec
 from vllm_specla.core.policy import DraftLengthPolicy
@@ -224,8 +225,6 @@ class SpecStats:
         return (sum(self.num_accepted) + n) / n if n else float("nan")
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 def _is_policy(k) -> bool:
@@ -236,13 +235,13 @@ def _is_policy(k) -> bool:
 def _check_engine_args(target, k, k_max, max_batch, eos, tree, temperature, top_k, top_p, seed=0) -> None:
     """:class:`SpecLAEngine`'s argument checks: ValueError naming the argument and its allowed values."""
     vocab = int(target.config.vocab_size)
-    if not (k == "auto" or _is_policy(k) or (_is_int(k) and k >= 0)):
+    if not (k == "auto" or _is_policy(k) or (is_int(k) and k >= 0)):
         raise ValueError(f"num_speculative_tokens={k!r}: must be an int >= 0 (0 = AR), \"auto\" or a policy object")
-    if k == "auto" and not (_is_int(k_max) and 1 <= k_max <= 64):  # (DraftLengthPolicy's range)
+    if k == "auto" and not (is_int(k_max) and 1 <= k_max <= 64):  # (DraftLengthPolicy's range)
         raise ValueError(f"max_num_speculative_tokens={k_max!r}: must be an int in 1..64")
-    if not (_is_int(max_batch) and max_batch >= 1):
+    if not (is_int(max_batch) and max_batch >= 1):
         raise ValueError(f"max_batch={max_batch!r}: must be an int >= 1 (state slots)")
-    if eos is not None and not (_is_int(eos) and 0 <= eos < vocab):
+    if eos is not None and not (is_int(eos) and 0 <= eos < vocab):
         raise ValueError(f"eos_token_id={eos!r}: must be None or an int in [0, {vocab})")
     if tree is not None and not isinstance(tree, TreeSpec):
         raise ValueError(f"tree={tree!r}: must be None (chains) or a TreeSpec")
@@ -251,11 +250,11 @@ def _check_engine_args(target, k, k_max, max_batch, eos, tree, temperature, top_
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not (
             math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature={temperature!r}: must be a finite number >= 0 (0 = greedy)")
-    if not (_is_int(top_k) and top_k >= 0):
+    if not (is_int(top_k) and top_k >= 0):
         raise ValueError(f"top_k={top_k!r}: must be an int >= 0 (0 = off)")
     if isinstance(top_p, bool) or not isinstance(top_p, numbers.Real) or not (0 < top_p <= 1):
         raise ValueError(f"top_p={top_p!r}: must be a number in (0, 1]")
-    if not (_is_int(seed) and 0 <= seed < 2**64):
+    if not (is_int(seed) and 0 <= seed < 2**64):
         raise ValueError(f"seed={seed!r}: must be an int in [0, 2**64)")
 
 
@@ -291,7 +290,7 @@ def _check_generate_args(prompts, max_tokens: list, vocab: int) -> None:
     if len(max_tokens) != len(prompts):
         raise ValueError(f"max_tokens: {len(max_tokens)} values for {len(prompts)} prompts (give one int, or one per prompt)")
     for i, m in enumerate(max_tokens):
-        if not (_is_int(m) and m >= 0):
+        if not (is_int(m) and m >= 0):
             raise ValueError(f"max_tokens[{i}]={m!r}: must be an int >= 0")
     for i, p in enumerate(prompts):
         if isinstance(p, (str, bytes)):
@@ -299,7 +298,7 @@ def _check_generate_args(prompts, max_tokens: list, vocab: int) -> None:
         if len(p) == 0:
             raise ValueError(f"prompts[{i}]: empty prompt (at least one token id is needed)")
         for t in p:
-            if not (_is_int(t) and 0 <= t < vocab):
+            if not (is_int(t) and 0 <= t < vocab):
                 raise ValueError(f"prompts[{i}]: token id {t!r} is not an int in [0, {vocab})")
 
 
@@ -451,7 +450,7 @@ class SpecLAEngine:
         elif not isinstance(prompts, (str, bytes)) and hasattr(prompts, "__iter__"):
             prompts = list(prompts)  # a generator / map(...) of prompts is read once, here (it used to give [])
         for i, p in enumerate(prompts):
-            if _is_int(p) or not hasattr(p, "__iter__"):
+            if is_int(p) or not hasattr(p, "__iter__"):
                 raise ValueError(f"prompts[{i}]: must be a list of token ids, got {type(p).__name__} (prompts is a "
                                  f"list of prompts: [[5, 6, 7]], not [5, 6, 7])")
         prompts = [p.tolist() if hasattr(p, "tolist") else p if isinstance(p, (str, bytes)) else list(p)
