@@ -246,6 +246,29 @@ def copy_bandwidth() -> float:
     return bw
 
 
+def parse_list(ap, flag: str, text: str, *, lo: int = 1, choices=None, allow_empty: bool = False) -> list:
+    """``flag``'s comma-separated value ``text`` as a list: integers >= ``lo``, or names from ``choices``.
+
+    Calls ``ap.error`` (exit 2, one line naming ``flag`` and the allowed values) on an empty list (unless
+    ``allow_empty``), a non-integer, an integer below ``lo`` or a name outside ``choices``.
+    """
+    items = [s.strip() for s in text.split(",") if s.strip()]
+    if not items and not allow_empty:
+        ap.error(f"{flag}: give at least one value, got {text!r}")
+    if choices is not None:
+        bad = [s for s in items if s not in choices]
+        if bad:
+            ap.error(f"{flag}: unknown {', '.join(bad)}; allowed: {', '.join(choices)}")
+        return items
+    try:
+        vals = [int(s) for s in items]
+    except ValueError:
+        vals = None
+    if vals is None or any(v < lo for v in vals):
+        ap.error(f"{flag}: expected comma-separated integers >= {lo}, got {text!r}")
+    return vals
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None, help="write the records here (default: benchmarks/kernels_h200.json on "
@@ -261,13 +284,26 @@ def main():
     ap.add_argument("--budget-s", type=float, default=420.0)
     ap.add_argument("--dry-cpu", action="store_true")
     args = ap.parse_args()
+    if args.layers < 1 or args.budget_s <= 0:
+        ap.error(f"--layers must be >= 1 and --budget-s > 0, got {args.layers} and {args.budget_s}")
+    shapes = parse_list(ap, "--shapes", args.shapes, choices=list(SHAPES))
+    batches = parse_list(ap, "--batches", args.batches)
+    Ts = parse_list(ap, "--Ts", args.Ts, allow_empty=True)  # "": the sweeps only
+    rconfigs = []
+    for c in (s for s in args.recover_configs.split(",") if s.strip()):
+        cfg = c.strip().split("/")
+        if len(cfg) != 2 or not all(x.isdigit() and int(x) > 0 for x in cfg):
+            ap.error(f"--recover-configs: expected BV/num_warps pairs of positive integers such as 8/2, got {c!r}")
+        rconfigs.append(tuple(int(x) for x in cfg))
+    if not args.dry_cpu and not torch.cuda.is_available():
+        ap.error("no CUDA device: this benchmark times GPU kernels; on a CPU, --dry-cpu runs every path once")
     global DEV, DRY, SWEEP
     if args.dry_cpu:
         DEV, DRY = "cpu", True
         SHAPES["6x256x512"] = (2, 4, 32, 48)
         SHAPES["8x256x256"] = (1, 3, 16, 20)
         SWEEP = [SWEEP[0], (4, 1, 16, 1)]
-        args.layers, args.batches, args.Ts, args.budget_s = 1, "2", "1,5", 1e9  # every path once
+        args.layers, batches, Ts, args.budget_s = 1, [2], [1, 5], 1e9  # every path once
         print("dry run: CPU interpreter, tiny shapes (2, 4, 32, 48) / (1, 3, 16, 20); times meaningless")
     elif args.json is None:
         args.json = "benchmarks/kernels_h200.json"
@@ -298,7 +334,6 @@ def main():
         out["records"].append(r)
         return r
 
-    shapes = [s for s in args.shapes.split(",") if s]
     # ---------------- tile-config sweep ----------------
     if args.sweep:
         best = {}
@@ -333,8 +368,7 @@ def main():
         out["tuned"] = {k: list(v) for k, v in tc.TUNED.items()}
 
     # ---------------- recover configs ----------------
-    rconfigs = [tuple(int(x) for x in c.split("/")) for c in args.recover_configs.split(",") if c]
-    for B in [int(b) for b in args.batches.split(",")] if rconfigs else []:
+    for B in batches if rconfigs else []:
         for sname in shapes:
             bn = Bench(SHAPES[sname], B, L)
             line = []
@@ -351,8 +385,7 @@ def main():
             torch.cuda.empty_cache()
 
     # ---------------- main table + targets ----------------
-    Ts = [int(t) for t in args.Ts.split(",") if t]
-    for B in [int(b) for b in args.batches.split(",")] if Ts else []:  # (--Ts "": the sweeps only)
+    for B in batches if Ts else []:  # (--Ts "": the sweeps only)
         for sname in shapes:
             if clock.left() < 20:
                 print("budget exhausted; stopping", flush=True)

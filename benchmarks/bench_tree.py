@@ -44,6 +44,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+if __name__ == "__main__" and "--dry-cpu" in sys.argv:  # must precede the first triton import
+    os.environ["TRITON_INTERPRET"] = "1"
 
 import bench_kernels as bk  # noqa: E402  (time_graph, Clock; not edited)
 import triton  # noqa: E402
@@ -349,6 +351,17 @@ def main():
                     help="force the UT prep kernel's warps at both chunks and in both launch forms "
                          "(triton_chain_ut.PREP_WARPS, PREP_WARPS_SPLIT, PREP_WARPS_32); default: the module's values")
     args = ap.parse_args()
+    if args.budget_s <= 0:
+        ap.error(f"--budget-s must be > 0, got {args.budget_s}")
+    shapes = bk.parse_list(ap, "--shapes", args.shapes, choices=list(SHAPES))
+    batches = bk.parse_list(ap, "--batches", args.batches)
+    nodes = bk.parse_list(ap, "--nodes", args.nodes, lo=2)
+    trees = bk.parse_list(ap, "--trees", args.trees, choices=list(TREES))
+    if not 0 <= args.pending <= min(nodes):
+        ap.error(f"--pending: allowed 0 .. {min(nodes)} (the smallest of --nodes: the factor bank's length), "
+                 f"got {args.pending}")
+    if not args.dry_cpu and not torch.cuda.is_available():
+        ap.error("no CUDA device: this benchmark times GPU kernels; on a CPU, --dry-cpu runs every path once")
     if args.prep_warps is not None:
         if args.prep_warps not in (1, 2, 4, 8):
             ap.error(f"--prep-warps: allowed values are 1, 2, 4, 8, got {args.prep_warps}")
@@ -368,14 +381,13 @@ def main():
     global DEV, DRY, PENDING
     PENDING = args.pending
     if args.dry_cpu:
-        if os.environ.get("TRITON_INTERPRET") != "1":
+        if os.environ.get("TRITON_INTERPRET") != "1":  # main() called from another script
             sys.exit("--dry-cpu needs TRITON_INTERPRET=1 in the environment (set before triton is imported)")
         DEV, DRY = "cpu", True
         bk.DEV, bk.DRY = "cpu", True
         SHAPES.clear()
         SHAPES.update({"2x4x32x48": (2, 4, 32, 48), "1x3x16x20": (1, 3, 16, 20)})
-        args.shapes = ",".join(SHAPES)
-        args.nodes = "6"
+        shapes, nodes = list(SHAPES), [6]
         args.budget_s = 1e9
     import warnings  # noqa: PLC0415
 
@@ -402,10 +414,6 @@ def main():
     def timed(body, L):
         return bk.time_graph(body, L, min_reps=3, max_reps=10, target_ms=40.0)
 
-    shapes = [s for s in args.shapes.split(",") if s]
-    batches = [int(b) for b in args.batches.split(",")]
-    nodes = [int(n) for n in args.nodes.split(",")]
-    trees = [t for t in args.trees.split(",") if t]
     nmax = max(nodes)
     sweep_p = (1, 2, 4, 8)
     for i_s, sname in enumerate(shapes):

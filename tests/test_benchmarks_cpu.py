@@ -41,6 +41,29 @@ def test_bench_e2e_bad_flags_are_one_line_errors(flags, want):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("script,flags,want", [
+    ("bench_kernels", ["--shapes", "6x256x512,bogus"], "--shapes: unknown bogus; allowed: 6x256x512, 8x256x256"),
+    ("bench_kernels", ["--batches", ""], "--batches: give at least one value, got ''"),
+    ("bench_kernels", ["--recover-configs", "8"], "--recover-configs: expected BV/num_warps pairs of positive "
+                                                  "integers such as 8/2, got '8'"),
+    ("bench_kernels", [], "no CUDA device: this benchmark times GPU kernels; on a CPU, --dry-cpu runs every path "
+                          "once"),
+    ("bench_tree", ["--trees", "binary,oak"], "--trees: unknown oak; allowed: binary, beam4, chain_heavy, fork2, "
+                                              "fork4"),
+    ("bench_tree", ["--nodes", "4,16", "--pending", "5"], "--pending: allowed 0 .. 4 (the smallest of --nodes: the "
+                                                          "factor bank's length), got 5"),
+    ("bench_tree", [], "no CUDA device: this benchmark times GPU kernels; on a CPU, --dry-cpu runs every path once"),
+])
+def test_kernel_benchmarks_bad_flags_are_one_line_errors(script, flags, want):
+    """(a bogus shape was a KeyError, a bad list a ValueError, no GPU a CUDA assert deep in a kernel)"""
+    if want.startswith("no CUDA") and torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA (on a GPU it would run the benchmark)")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", f"{script}.py"), *flags],
+                       env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == f"{script}.py: error: {want}"
+    assert "Traceback" not in r.stderr
+
+
 def test_bench_e2e_dry_cpu(tmp_path):
     out = tmp_path / "e2e.jsonl"
     env = dict(os.environ, PYTHONPATH=ROOT)
