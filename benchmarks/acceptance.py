@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import sys
 import time
@@ -35,6 +36,38 @@ def _datasets(s: str) -> str:
     if bad or not names:
         raise argparse.ArgumentTypeError(f"{bad[0] if bad else s!r}: allowed datasets: {', '.join(DATASETS)}")
     return ",".join(names)
+
+
+def _ks(s: str) -> list[int]:
+    """``--ks``: comma-separated draft lengths, each an int in 1..16 (checked before any engine starts)."""
+    try:
+        ks = [int(k) for k in s.split(",")]
+    except ValueError:
+        ks = None
+    if not ks or any(not 1 <= k <= 16 for k in ks):
+        raise argparse.ArgumentTypeError(f"{s!r}: comma-separated ints in 1..16")
+    return ks
+
+
+def _temperatures(s: str) -> list[float]:
+    """``--temperatures``: comma-separated finite numbers >= 0 (0 = greedy)."""
+    try:
+        ts = [float(t) for t in s.split(",")]
+    except ValueError:
+        ts = None
+    if not ts or any(not (math.isfinite(t) and t >= 0) for t in ts):
+        raise argparse.ArgumentTypeError(f"{s!r}: comma-separated finite numbers >= 0 (0 = greedy)")
+    return ts
+
+
+def _positive(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{s!r}: an int >= 1")
+    return v
 
 
 def prompts_for(dataset: str, tok, n: int | None):
@@ -79,14 +112,16 @@ def summarize(m: dict, K: int) -> dict:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--ks", default="1,2,3,4,5,6,7,8")
+    ap.add_argument("--ks", type=_ks, default="1,2,3,4,5,6,7,8")
     ap.add_argument("--datasets", type=_datasets, default="mtbench,humaneval",
                     help="comma-separated, from: " + ", ".join(DATASETS))
-    ap.add_argument("--temperatures", default="0,0.7")
-    ap.add_argument("--max-tokens", type=int, default=96)
-    ap.add_argument("--num-prompts", type=int, default=None)
+    ap.add_argument("--temperatures", type=_temperatures, default="0,0.7")
+    ap.add_argument("--max-tokens", type=_positive, default=96)
+    ap.add_argument("--num-prompts", type=_positive, default=None)
     ap.add_argument("--json", default=os.path.join(REPO, "benchmarks", "acceptance_cpu.json"))
     args = ap.parse_args()
+    if not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+        ap.error(f"--json {args.json}: its folder does not exist (the results would be lost after the run)")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     import vllm_specla
 
@@ -98,13 +133,13 @@ def main():
     tok = AutoTokenizer.from_pretrained(target)
     data = {d: prompts_for(d, tok, args.num_prompts) for d in args.datasets.split(",")}
     results = []
-    for K in [int(k) for k in args.ks.split(",")]:
+    for K in args.ks:
         t0 = time.time()
         llm = LLM(model=target, dtype="float32", enforce_eager=True, max_model_len=2048, max_num_seqs=16,
                   gpu_memory_utilization=0.15, disable_log_stats=False, seed=0,
                   speculative_config={"method": "specla", "num_speculative_tokens": K, "drafter": drafter})
         for ds, prompts in data.items():
-            for temp in [float(t) for t in args.temperatures.split(",")]:
+            for temp in args.temperatures:
                 before = metrics(llm)
                 sp = SamplingParams(temperature=temp, max_tokens=args.max_tokens, seed=0 if temp > 0 else None)
                 t1 = time.time()

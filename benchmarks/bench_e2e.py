@@ -284,6 +284,29 @@ def _draft_passes(dr, batch: int) -> str:
     return "fp8" if dr.draft_weights == "fp8" and batch <= fused_model.FP8_MAX_BATCH else "model"
 
 
+def read_prompts(ap, path: str) -> list[list[int]]:
+    """``--prompts``: a JSON list of non-empty token-id lists, each id an int in the trained pair's vocabulary.
+
+    Calls ``ap.error`` (one line naming ``--prompts``) on a missing / unreadable file, bad JSON, an empty list, or a
+    prompt that is not a non-empty list of such ids (they were tracebacks after the models were built).
+    """
+    try:
+        with open(path) as f:
+            prompts = json.load(f)
+    except (OSError, ValueError) as e:
+        ap.error(f"--prompts {path}: cannot read a JSON list of token lists ({type(e).__name__}: {e})")
+    with open(os.path.join(os.path.dirname(__file__), "..", "models", "specla-gdn-tiny", "target",
+                           "config.json")) as f:
+        vocab = json.load(f)["vocab_size"]
+    if not isinstance(prompts, list) or not prompts:
+        ap.error(f"--prompts {path}: expected a non-empty JSON list of token lists")
+    for i, p in enumerate(prompts):
+        if not (isinstance(p, list) and p and all(type(t) is int and 0 <= t < vocab for t in p)):
+            ap.error(f"--prompts {path}: prompt {i} must be a non-empty list of token ids in [0, {vocab}), "
+                     f"got {str(p)[:60]}")
+    return prompts
+
+
 def build_trained(device):
     """The embedded trained pair (``models/specla-gdn-tiny``) as runtime modules, fp32: ``(target, drafter)``."""
     from vllm_specla.models.drafter import load_eagle_drafter  # noqa: PLC0415
@@ -353,8 +376,7 @@ def bench_trained(args, device: str) -> None:
     bases = {dw: dr.with_draft_weights(dw) for dw in args.draft_weights}  # (float8 copies made once)
     drs = {(dv, dw): bases[dw].with_draft_vocab(draft_vocab_ids(counts, dv) if dv else None) for dv, dw in variants}
     dr = drs[variants[0]]
-    with open(args.prompts) as f:
-        all_prompts = json.load(f)
+    all_prompts = args.prompt_ids  # (read and checked by main before any model is built)
     gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     for B in args.trained_batches:
         prompts = [all_prompts[i % len(all_prompts)] for i in range(B)]
@@ -732,6 +754,10 @@ def main() -> None:
             ap.error(f"{flag}: each must be an int >= {lo}, got {','.join(map(str, vals))}")
     if not args.batches or not args.ks:
         ap.error("--batches and --ks need at least one value each")
+    if args.trained:
+        if not args.prompts:
+            ap.error("--trained needs --prompts FILE (a JSON list of token lists)")
+        args.prompt_ids = read_prompts(ap, args.prompts)
     from vllm_specla.runtime.fused_model import DRAFT_WEIGHTS  # noqa: PLC0415
 
     args.draft_weights = [w for w in args.draft_weights.split(",") if w] or ["model"]
@@ -780,8 +806,6 @@ def main() -> None:
         args.draft_weights = ["model", "fp8"]
         args.shapes = "tiny"
     if args.trained:
-        if not args.prompts:
-            ap.error("--trained needs --prompts FILE (a JSON list of token lists)")
         bench_trained(args, device)
         return
     for shape in args.shapes.split(","):

@@ -41,6 +41,27 @@ def test_bench_e2e_bad_flags_are_one_line_errors(flags, want):
     assert "Traceback" not in r.stderr
 
 
+def test_bench_e2e_trained_prompts_are_checked_up_front(tmp_path):
+    """``--trained --prompts``: a missing file, bad JSON, ``[]`` and out-of-vocabulary ids are one-line errors before
+    any model is built (they were tracebacks: FileNotFoundError, JSONDecodeError, a ZeroDivisionError / IndexError)."""
+    files = {"missing": None, "bad": "[[1, 2", "empty": "[]", "oov": "[[1, 2], [3, 8192]]", "flat": "[5, 6]"}
+    wants = {"missing": "cannot read a JSON list of token lists (FileNotFoundError",
+             "bad": "cannot read a JSON list of token lists (JSONDecodeError",
+             "empty": "expected a non-empty JSON list of token lists",
+             "oov": "prompt 1 must be a non-empty list of token ids in [0, 8192), got [3, 8192]",
+             "flat": "prompt 0 must be a non-empty list of token ids in [0, 8192), got 5"}
+    for name, text in files.items():
+        path = tmp_path / f"{name}.json"
+        if text is not None:
+            path.write_text(text)
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_e2e.py"), "--trained",
+                            "--prompts", str(path), "--out", str(tmp_path / "o.jsonl")],
+                           env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=300)
+        last = r.stderr.strip().splitlines()[-1]
+        assert r.returncode == 2 and last.startswith(f"bench_e2e.py: error: --prompts {path}: ") and wants[name] in last
+        assert "Traceback" not in r.stderr and not (tmp_path / "o.jsonl").exists()
+
+
 @pytest.mark.parametrize("script,flags,want", [
     ("bench_kernels", ["--shapes", "6x256x512,bogus"], "--shapes: unknown bogus; allowed: 6x256x512, 8x256x256"),
     ("bench_kernels", ["--batches", ""], "--batches: give at least one value, got ''"),
@@ -443,9 +464,19 @@ def test_bench_vllm_ab_small(tmp_path):
 
 
 @pytest.mark.parametrize("datasets,message", [("mtbnech", "'mtbnech': allowed datasets: mtbench, humaneval"),
-                                              ("mtbench,", "'': allowed datasets: mtbench, humaneval")])
+                                              ("mtbench,", "'': allowed datasets: mtbench, humaneval"),
+                                              (["--ks", "4,0"], "argument --ks: '4,0': comma-separated ints in 1..16"),
+                                              (["--temperatures", "0,x"], "argument --temperatures: '0,x': "
+                                                                          "comma-separated finite numbers >= 0 (0 = "
+                                                                          "greedy)"),
+                                              (["--max-tokens", "0"], "argument --max-tokens: '0': an int >= 1"),
+                                              (["--json", "no_such_dir/a.json"], "--json no_such_dir/a.json: its "
+                                               "folder does not exist (the results would be lost after the run)")])
 def test_acceptance_script_refuses_unknown_datasets(datasets, message):
-    """``acceptance.py --datasets`` names its choices: a misspelt name used to run HumanEval's prompts under it."""
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "acceptance.py"), "--datasets", datasets],
+    """``acceptance.py --datasets`` names its choices: a misspelt name used to run HumanEval's prompts under it.
+    The other flags too, before any engine starts (a bad --ks / --temperatures used to fail after the first engine's
+    start and its first K's runs; a missing --json folder after the whole run)."""
+    flags = datasets if isinstance(datasets, list) else ["--datasets", datasets]
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "acceptance.py"), *flags],
                        capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].endswith(message), r.stderr[-2000:]

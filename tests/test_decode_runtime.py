@@ -287,6 +287,8 @@ def test_runtime_input_validation(pair):
     rt.prefill([[5, 6], [7]])
     with pytest.raises(ValueError, match="steps"):
         rt.run(0)
+    with pytest.raises(ValueError, match=r"run: steps must be an int >= 1, got 2.0"):  # (was range's TypeError)
+        rt.run(2.0)
     with pytest.raises(ValueError, match="trace"):
         DecodeRuntime(tgt, 2, "specla", 2, dr, alpha=0.5, trace=torch.zeros(3, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="specla"):

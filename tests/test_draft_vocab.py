@@ -186,6 +186,17 @@ def test_core_engine_greedy_equals_ar_with_draft_vocab(models, size):
     assert assert_greedy_equal(tm, prompts, ar, out) == 0
     assert bool(torch.isin(torch.cat(drafted), ids).all())  # every draft token is in the draft vocabulary
     assert eng.stats.mean_acceptance_length > 1.0
+    if size == 64:  # the same ids as a list / numpy array (used to fail on .numel()): the same drafts
+        for same in (ids.tolist(), ids.numpy()):
+            r2 = EagleDrafterRunner.for_target(dm, tm, 4, draft_vocab=same)
+            assert torch.equal(r2.draft_ids, ids)
+            assert SpecLAEngine(tm, r2, num_speculative_tokens=3, max_batch=4).generate(prompts, max_tokens) == out
+        for bad in ([1.0, 2.0], [True, False], [3, 2], "abc", [[1, 2], [3]]):
+            with pytest.raises(ValueError, match="strictly ascending integer ids"):
+                EagleDrafterRunner.for_target(dm, tm, 4, draft_vocab=bad)
+        for bad in (0, -1, 2.0, True):
+            with pytest.raises(ValueError, match=rf"max_requests={bad!r}: must be an int >= 1"):
+                EagleDrafterRunner.for_target(dm, tm, bad)
 
 
 def test_count_tokens_script(tmp_path, capsys):

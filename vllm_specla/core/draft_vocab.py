@@ -103,15 +103,21 @@ def load_token_counts(directory: str, vocab_size: int | None = None) -> list[int
 
 
 def check_ids(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """``ids`` as ``[Vd]`` int64 after checking it is a draft vocabulary.
+    """``ids`` (a tensor, or a list / numpy array of ints) as ``[Vd]`` int64 after checking it is a draft vocabulary.
 
     Raises:
-        ValueError: empty, not strictly ascending, or outside ``0..vocab_size-1``.
+        ValueError: not integer ids, empty, not strictly ascending, or outside ``0..vocab_size-1``.
     """
+    try:
+        ids = torch.as_tensor(ids)
+    except (TypeError, ValueError, RuntimeError):
+        ids = None
+    if ids is None or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise ValueError(f"draft vocabulary ids must be strictly ascending integer ids in 0..{vocab_size - 1}")
     ids = ids.to(torch.int64).reshape(-1)
     if ids.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= vocab_size or \
             (ids.numel() > 1 and not bool((ids[1:] > ids[:-1]).all())):
-        raise ValueError(f"draft vocabulary ids must be strictly ascending ids in 0..{vocab_size - 1}")
+        raise ValueError(f"draft vocabulary ids must be strictly ascending integer ids in 0..{vocab_size - 1}")
     return ids
 
 

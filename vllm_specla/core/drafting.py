@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from vllm_specla.core import is_int
-from vllm_specla.core.draft_vocab import draft_logits_fn, is_full_vocab
+from vllm_specla.core.draft_vocab import check_ids, draft_logits_fn, is_full_vocab
 from vllm_specla.core.state import allocate_layer_states, build_step_plan
 from vllm_specla.models.drafter import EagleDrafter
 from vllm_specla.models.gdn import GatedDeltaNetForCausalLM
@@ -85,11 +85,16 @@ class SlotDrafter:
 
     Slots ``[0, max_requests)`` hold committed drafter states; ``[max_requests, 2*max_requests)``
     are the matching scratch slots.
+
+    Raises:
+        ValueError: ``max_requests`` not an int >= 1.
     """
 
     def __init__(self, config, max_requests: int, device: torch.device | str, dtype: torch.dtype):
+        if not (is_int(max_requests) and max_requests >= 1):
+            raise ValueError(f"max_requests={max_requests!r}: must be an int >= 1 (drafter slots)")
         self.config = config
-        self.max_requests = max_requests
+        self.max_requests = int(max_requests)
         self.device = torch.device(device)
         self.states = allocate_layer_states(config, 2 * max_requests, 0, device=device)
         # a draft vocabulary (core/draft_vocab.py): ``_run``'s logits are over these ``[Vd]``
@@ -288,8 +293,16 @@ class EagleDrafterRunner(SlotDrafter):
     def for_target(cls, drafter: EagleDrafter, target: GatedDeltaNetForCausalLM, max_requests: int,
                    draft_vocab: torch.Tensor | None = None):
         """On a :class:`GatedDeltaNetForCausalLM` target; ``draft_vocab``: ``[Vd]`` ascending token
-        ids of a frequency-ranked draft vocabulary (``core/draft_vocab.py``), None = full vocabulary."""
+        ids of a frequency-ranked draft vocabulary (``core/draft_vocab.py``; a list or numpy array of ints is
+        taken too), None = full vocabulary.
+
+        Raises:
+            ValueError: ``max_requests`` not an int >= 1; ``draft_vocab`` not strictly ascending integer ids in
+                ``0..vocab_size-1`` (:func:`~vllm_specla.core.draft_vocab.check_ids`).
+        """
         logits_fn = target.compute_logits
+        if draft_vocab is not None:  # (a list / numpy array is taken; floats, bools and bad ids are refused)
+            draft_vocab = check_ids(draft_vocab, target.config.vocab_size)
         if draft_vocab is not None and is_full_vocab(draft_vocab, target.config.vocab_size):
             draft_vocab = None
         if draft_vocab is not None:

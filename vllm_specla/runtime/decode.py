@@ -524,9 +524,14 @@ class DecodeRuntime:
 
     @torch.no_grad()
     def run(self, steps: int) -> RunResult:
-        """``steps >= 1`` steps, timed (CUDA events on GPU, wall clock on CPU)."""
-        if steps < 1:
-            raise ValueError(f"run: steps must be >= 1, got {steps}")
+        """``steps >= 1`` steps, timed (CUDA events on GPU, wall clock on CPU).
+
+        Raises:
+            ValueError: ``steps`` not an int >= 1 (a float such as 2.0 included: it used to fail in ``range``).
+        """
+        if not (is_int(steps) and steps >= 1):
+            raise ValueError(f"run: steps must be an int >= 1, got {steps!r}")
+        steps = int(steps)
         n0 = int(self.n.sum())
         acc0 = int(self.acc_sum)
         if self.dev.type == "cuda":

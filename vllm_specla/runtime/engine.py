@@ -232,7 +232,8 @@ def _is_policy(k) -> bool:
     return hasattr(k, "choose") and not isinstance(k, numbers.Number) and not hasattr(k, "dtype")
 
 
-def _check_engine_args(target, k, k_max, max_batch, eos, tree, temperature, top_k, top_p, seed=0) -> None:
+def _check_engine_args(target, k, k_max, max_batch, eos, tree, temperature, top_k, top_p, seed=0,
+                       deferred_commit=True, draft_budget=None) -> None:
     """:class:`SpecLAEngine`'s argument checks: ValueError naming the argument and its allowed values."""
     vocab = int(target.config.vocab_size)
     if not (k == "auto" or _is_policy(k) or (is_int(k) and k >= 0)):
@@ -256,6 +257,10 @@ def _check_engine_args(target, k, k_max, max_batch, eos, tree, temperature, top_
         raise ValueError(f"top_p={top_p!r}: must be a number in (0, 1]")
     if not (is_int(seed) and 0 <= seed < 2**64):
         raise ValueError(f"seed={seed!r}: must be an int in [0, 2**64)")
+    if not isinstance(deferred_commit, bool):
+        raise ValueError(f"deferred_commit={deferred_commit!r}: must be True (fused into the next verify) or False")
+    if draft_budget is not None and not callable(draft_budget):
+        raise ValueError(f"draft_budget={draft_budget!r}: must be None or a callable f(step, request_index) -> int")
 
 
 def _check_drafter(target, drafter, max_batch: int) -> None:
@@ -330,8 +335,10 @@ class SpecLAEngine:
         ValueError: an argument outside its range (named with the allowed values): K not an int >= 0
             or ``"auto"``, K > 0 without a drafter, ``max_batch`` < 1, ``eos_token_id`` outside the
             vocabulary, ``temperature`` < 0 or not finite, ``top_k`` < 0, ``top_p`` outside (0, 1],
-            ``tree`` not a :class:`TreeSpec` or deeper than K; a drafter with fewer slots than
-            ``max_batch``, or an EAGLE drafter on another dtype / device than the target.
+            ``tree`` not a :class:`TreeSpec` or deeper than K, ``deferred_commit`` not a bool,
+            ``draft_budget`` not callable (or, in :meth:`generate`, returning no int >= 0); a drafter
+            with fewer slots than ``max_batch``, or an EAGLE drafter on another dtype / device than the
+            target.
     """
 
     def __init__(
@@ -352,7 +359,7 @@ class SpecLAEngine:
         seed: int = 0,
     ):
         _check_engine_args(target, num_speculative_tokens, max_num_speculative_tokens, max_batch, eos_token_id,
-                           tree, temperature, top_k, top_p, seed)
+                           tree, temperature, top_k, top_p, seed, deferred_commit, draft_budget)
         _check_drafter(target, drafter, max_batch)
         self.policy = None
         if isinstance(num_speculative_tokens, str):
@@ -591,7 +598,12 @@ class SpecLAEngine:
                 self.step_k.append(k_step)
             for dr in draft_rows:
                 r = byslot[dr.slot]
-                budget = k_step if self.draft_budget is None else min(k_step, self.draft_budget(step, r.rid))
+                budget = k_step
+                if self.draft_budget is not None:
+                    b = self.draft_budget(step, r.rid)
+                    if not (is_int(b) and b >= 0):
+                        raise ValueError(f"draft_budget({step}, {r.rid}) returned {b!r}: must be an int >= 0")
+                    budget = min(k_step, int(b))
                 # never draft past max_tokens (a verify emits at most drafts + 1)
                 dr.num_drafts = max(0, min(budget, r.max_tokens - len(r.output) - 1))
             if self.drafter is not None and draft_rows:
