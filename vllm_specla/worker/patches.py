@@ -119,6 +119,11 @@ def translate_speculative_config(spec, target_model_config=None) -> tuple[dict |
     spec = normalize_method({k.replace("-", "_"): v for k, v in spec.items()})
     if spec.get("method") == "specla":
         spec = {k: v for k, v in spec.items() if not k.startswith("_")}
+        if "model" in spec:  # vLLM's name for the draft model (also what --spec-model sets)
+            if "drafter" in spec:
+                raise SpecLAConfigError("speculative_config: 'model' and 'drafter' both name the drafter; give one "
+                                        "(--spec-model sets 'model')")
+            spec["drafter"] = spec.pop("model")
         if isinstance(spec.get("drafter"), str) and spec["drafter"]:
             # absolute, so that every process (engine core, workers, Ray actors in other working
             # directories) finds the same drafter
