@@ -96,7 +96,12 @@ def parse_engine(arg: str) -> tuple[str, dict | None, dict]:
                                              f"{' or none' if key == 'resync' else ''}, got {val!r}") from None
         rest = head
     opts = dict(reversed(opts.items()))  # as given, left to right
+    if opts.get("resync") is not None and opts["resync"] < 0:
+        raise argparse.ArgumentTypeError(f"--engine {name}: resync must be an int >= 0 or none, got {opts['resync']}")
     if rest == "none":
+        if "force_k" in opts:
+            raise argparse.ArgumentTypeError(f"--engine {name}: force_k needs a num_speculative_tokens: \"auto\" "
+                                             "config, got none (AR)")
         return name, None, opts
     from vllm_specla.worker.patches import load_spec_file
 
@@ -104,6 +109,18 @@ def parse_engine(arg: str) -> tuple[str, dict | None, dict]:
         spec = load_spec_file(rest) if os.path.isfile(rest) else json.loads(rest)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"--engine {name}: SPEC is none, a JSON file or inline JSON ({e})") from None
+    if not isinstance(spec, dict):
+        raise argparse.ArgumentTypeError(f"--engine {name}: SPEC must be a JSON object, got {type(spec).__name__}")
+    if "force_k" in opts:  # (the worker refused it only after the engine's start)
+        from vllm_specla.config import DEFAULT_MAX_AUTO_K
+
+        k_max = spec.get("max_num_speculative_tokens") or DEFAULT_MAX_AUTO_K
+        if str(spec.get("num_speculative_tokens")).strip().lower() != "auto":
+            raise argparse.ArgumentTypeError(f"--engine {name}: force_k needs a num_speculative_tokens: \"auto\" "
+                                             f"config, got {spec.get('num_speculative_tokens')!r}")
+        if not (isinstance(k_max, int) and 0 <= opts["force_k"] <= k_max):
+            raise argparse.ArgumentTypeError(f"--engine {name}: force_k must be in 0..{k_max} "
+                                             f"(max_num_speculative_tokens), got {opts['force_k']}")
     d = spec.get("drafter")
     if isinstance(d, str) and not os.path.isabs(d) and not os.path.exists(d):
         spec["drafter"] = os.path.join(REPO, d)
@@ -122,6 +139,17 @@ def main() -> int:
                     help="time the first N prompts one request at a time instead of all at once")
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args()
+    names = [n for n, _, _ in args.engine]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:  # (their timings went into one list, compared with themselves)
+        ap.error(f"--engine: names must differ, got {', '.join(dup)} more than once")
+    for flag, v, lo in (("--rounds", args.rounds, 1), ("--num-prompts", args.num_prompts, 1),
+                        ("--max-tokens", args.max_tokens, 1), ("--max-num-seqs", args.max_num_seqs, 1),
+                        ("--single-stream", args.single_stream, 0)):
+        if v < lo:
+            ap.error(f"{flag}: must be an int >= {lo}, got {v}")
+    if args.json_out and not os.path.isdir(os.path.dirname(os.path.abspath(args.json_out))):
+        ap.error(f"--json-out {args.json_out}: its folder does not exist (the results would be lost after the run)")
     engines_arg = args.engine
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # collective_rpc(_force_k)
     from vllm import LLM, SamplingParams

@@ -407,13 +407,22 @@ def test_bench_vllm_ab_engine_options():
         import bench_vllm_ab as ab
     finally:
         sys.path.pop(0)
-    spec = '{"method": "specla", "drafter": "/x:y"}'
+    spec = '{"method": "specla", "num_speculative_tokens": "auto", "drafter": "/x:y"}'
     assert ab.parse_engine("ar=none") == ("ar", None, {})
-    assert ab.parse_engine(f"a={spec}:resync=32:force_k=0") == ("a", {"method": "specla", "drafter": "/x:y"},
+    assert ab.parse_engine(f"a={spec}:resync=32:force_k=0") == ("a", {"method": "specla", "num_speculative_tokens":
+                                                                      "auto", "drafter": "/x:y"},
                                                                  {"force_k": 0, "resync": 32})
     assert ab.parse_engine("b=none:resync=none") == ("b", None, {"resync": None})
+    fixed = '{"method": "specla", "num_speculative_tokens": 4, "drafter": "/x"}'
+    # (force_k on a fixed-K config, or past K_max, used to fail in the worker after the engine's ~30 s start)
     for arg, msg in (("a=none:resync=x", "resync must be an integer or none"),
-                     ("a=none:force_k=none", "force_k must be an integer"), ("noequals", "expected NAME=SPEC")):
+                     ("a=none:force_k=none", "force_k must be an integer"), ("noequals", "expected NAME=SPEC"),
+                     ("a=none:resync=-1", "resync must be an int >= 0 or none, got -1"),
+                     ("a=none:force_k=1", r"force_k needs a num_speculative_tokens: \"auto\" config, got none"),
+                     (f"a={fixed}:force_k=1", r"force_k needs .* config, got 4"),
+                     (f"a={spec}:force_k=9", r"force_k must be in 0..8 \(max_num_speculative_tokens\), got 9"),
+                     (f"a={spec}:force_k=-1", r"force_k must be in 0..8"),
+                     ("a=[1, 2]", "SPEC must be a JSON object, got list")):
         with pytest.raises(argparse.ArgumentTypeError, match=msg):
             ab.parse_engine(arg)
     # one round's K histogram per batch bucket: cumulative counts now minus before, zeros dropped
@@ -461,6 +470,14 @@ def test_bench_vllm_ab_small(tmp_path):
     bad = subprocess.run([sys.executable, script, "--engine", "no-equals-sign"], env=env, capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and "expected NAME=SPEC[:force_k=K]" in bad.stderr
+    # checked before any engine starts (a duplicate name merged two engines' timings; --rounds 0 failed on an empty
+    # median after the engines' start; a missing --json-out folder after the whole run)
+    for flags, msg in ((["--engine", "a=none", "--engine", "a=none"], "--engine: names must differ, got a more than once"),
+                       (["--engine", "a=none", "--rounds", "0"], "--rounds: must be an int >= 1, got 0"),
+                       (["--engine", "a=none", "--json-out", "no_such_dir/x.json"],
+                        "--json-out no_such_dir/x.json: its folder does not exist")):
+        bad = subprocess.run([sys.executable, script, *flags], env=env, capture_output=True, text=True, timeout=120)
+        assert bad.returncode == 2 and msg in bad.stderr.strip().splitlines()[-1], bad.stderr[-500:]
 
 
 @pytest.mark.parametrize("datasets,message", [("mtbnech", "'mtbnech': allowed datasets: mtbench, humaneval"),
