@@ -472,7 +472,8 @@ def test_bench_vllm_ab_small(tmp_path):
     assert bad.returncode == 2 and "expected NAME=SPEC[:force_k=K]" in bad.stderr
     # checked before any engine starts (a duplicate name merged two engines' timings; --rounds 0 failed on an empty
     # median after the engines' start; a missing --json-out folder after the whole run)
-    for flags, msg in ((["--engine", "a=none", "--engine", "a=none"], "--engine: names must differ, got a more than once"),
+    for flags, msg in ((["--engine", "a=none", "--engine", "a=none"],
+                        "--engine: names must differ, got a more than once"),
                        (["--engine", "a=none", "--rounds", "0"], "--rounds: must be an int >= 1, got 0"),
                        (["--engine", "a=none", "--json-out", "no_such_dir/x.json"],
                         "--json-out no_such_dir/x.json: its folder does not exist")):
