@@ -29,15 +29,17 @@ from types import SimpleNamespace
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MODEL = os.path.join(REPO, "models", "specla-gdn-tiny", "target")
+DTYPES = ("auto", "float32", "float", "bfloat16", "float16", "half")  # vLLM's ModelDType
 
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=DEFAULT_MODEL, help="gated_deltanet checkpoint dir (default: embedded model)")
-    p.add_argument("--speculative-config", default=None, help="specla.json path or inline JSON")
+    p.add_argument("--speculative-config", default=None, help="specla.json path or inline JSON ('' = AR only)")
     p.add_argument("--num-prompts", type=_at_least(1, 80), default=80, help="MT-Bench questions, 1..80 (default 80)")
     p.add_argument("--max-tokens", type=_at_least(1), default=96)
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", default="float32", choices=DTYPES,
+                   help="vLLM's --dtype (default float32: exact greedy comparisons)")
     p.add_argument("--max-num-seqs", type=_at_least(1), default=16,
                    help="requests decoding together in the batched run")
     p.add_argument("--single-stream", type=_at_least(0), default=16, metavar="N",
@@ -46,6 +48,19 @@ def parse_args():
     p.add_argument("--show", type=_at_least(0), default=6, help="how many answers to print in full")
     p.add_argument("--json-out", default=None, help="write a JSON summary here")
     args = p.parse_args()
+    args.speculative_config = args.speculative_config or None  # ('' = AR only, as in serve_and_query.py)
+    cfg = os.path.join(args.model, "config.json")
+    if os.path.isdir(args.model):  # (vLLM's own refusal of another architecture lists all of them, several KB)
+        try:
+            with open(cfg) as f:
+                hf = json.load(f)
+            model_type, drafter = hf.get("model_type"), hf.get("specla_drafter")
+        except (OSError, ValueError, AttributeError) as e:
+            p.error(f"--model {args.model}: no readable config.json ({type(e).__name__})")
+        if model_type != "gated_deltanet" or drafter == "eagle":
+            what = "an EAGLE drafter" if drafter == "eagle" else f"model_type {model_type!r}"
+            p.error(f"--model {args.model}: {what}; this example runs gated_deltanet target checkpoints "
+                    "(a SpecLA drafter goes in --speculative-config's \"drafter\")")
     if args.check_lossless and not args.speculative_config:
         p.error("--check-lossless needs --speculative-config")
     if args.json_out:

@@ -241,9 +241,10 @@ def test_generate_takes_tensor_prompts_and_numpy_ints(models, prompts, ar_out):
 
 
 @pytest.mark.parametrize("kw,match", [
-    ({"num_speculative_tokens": True}, r"num_speculative_tokens=True: must be an int >= 0"),
-    ({"num_speculative_tokens": 2.5}, r"num_speculative_tokens=2.5: must be an int >= 0"),
+    ({"num_speculative_tokens": True}, r"num_speculative_tokens=True: must be an int in 0\.\.64"),
+    ({"num_speculative_tokens": 2.5}, r"num_speculative_tokens=2.5: must be an int in 0\.\.64"),
     ({"num_speculative_tokens": None}, r"num_speculative_tokens=None"),
+    ({"num_speculative_tokens": 65}, r"num_speculative_tokens=65: must be an int in 0\.\.64"),  # (was an allocation)
     ({"num_speculative_tokens": "auto", "max_num_speculative_tokens": 0}, r"max_num_speculative_tokens=0"),
     ({"num_speculative_tokens": "auto", "max_num_speculative_tokens": 65},  # (was DraftLengthPolicy's k_max error)
      r"max_num_speculative_tokens=65: must be an int in 1\.\.64"),
@@ -268,6 +269,16 @@ def test_engine_refuses_bad_arguments_naming_them(models, kw, match):
     match = match.replace("V", str(V))
     with pytest.raises(ValueError, match=match):
         SpecLAEngine(models["target"], _drafter(models, "perturbed", 4), max_batch=kw.pop("max_batch", 4), **kw)
+
+
+def test_generate_refuses_unordered_prompts(models):
+    """A dict of prompts (its keys were taken as prompts) and a set as a prompt (taken in its iteration order)."""
+    eng = SpecLAEngine(models["target"], max_batch=4)
+    with pytest.raises(ValueError, match=r"prompts: must be a list of prompts \(lists of token ids\), got dict"):
+        eng.generate({"a": [5]}, 3)
+    with pytest.raises(ValueError, match=r"prompts\[1\]: must be a list of token ids \(in order\), got set"):
+        eng.generate([[5, 6], {5, 6}], 3)
+    assert eng.generate([(5, 6)], 3) == eng.generate([[5, 6]], 3)  # (a tuple is ordered: taken)
 
 
 def test_engine_refuses_a_bad_draft_budget_value(models):

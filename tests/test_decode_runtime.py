@@ -9,6 +9,7 @@ produce the requested acceptance.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -293,6 +294,17 @@ def test_runtime_input_validation(pair):
         DecodeRuntime(tgt, 2, "specla", 2, dr, alpha=0.5, trace=torch.zeros(3, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="specla"):
         DecodeRuntime(tgt, 2, "ar", alpha=0.5, trace=torch.zeros(2, 5, dtype=torch.long))
+    # (a string alpha was a TypeError in the comparison, a list trace an AttributeError on .dim())
+    with pytest.raises(ValueError, match=r"alpha='0.5': must be a number in \[0, 1\]"):
+        DecodeRuntime(tgt, 2, "specla", 2, dr, alpha="0.5", trace=torch.zeros(2, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"trace: must be a \[batch_size=2, L\] int64 tensor, got list"):
+        DecodeRuntime(tgt, 2, "specla", 2, dr, alpha=0.5, trace=[[1, 2], [3, 4]])
+    ok = DecodeRuntime(tgt, 2, "specla", 2, dr, alpha=np.float64(0.5), trace=torch.zeros(2, 5, dtype=torch.long))
+    for bad in ("1", None, 1.5):
+        with pytest.raises(ValueError, match=rf"set_alpha needs .* got {bad!r}"):
+            ok.set_alpha(bad)
+    ok.set_alpha(np.float32(0.25))
+    assert ok.alpha == 0.25
 
 
 def test_greedy_accept_branches_is_longest_branch_and_agrees_with_core_rule():

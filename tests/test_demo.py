@@ -56,6 +56,11 @@ def test_demo_script_reports_both_regimes_and_is_lossless(tmp_path):
     (["--num-prompts", "81"], "argument --num-prompts: must be an integer 1..80, got '81'"),  # (was capped quietly)
     (["--max-tokens", "0"], "argument --max-tokens: must be an integer >= 1, got '0'"),
     (["--check-lossless"], "--check-lossless needs --speculative-config"),
+    (["--check-lossless", "--speculative-config", ""], "--check-lossless needs --speculative-config"),  # ('' = AR)
+    (["--dtype", "float8"], "argument --dtype: invalid choice: 'float8' (choose from 'auto', 'float32'"),
+    (["--model", "models/specla-gdn-tiny/drafter"], "--model models/specla-gdn-tiny/drafter: an EAGLE drafter; this "
+                                                    "example runs gated_deltanet target checkpoints"),
+    (["--model", "examples"], "--model examples: no readable config.json (FileNotFoundError)"),
 ])
 def test_demo_script_rejects_bad_input_before_running(args, message):
     """A bad speculative config or argument ends the script with one line naming it (exit status 1 or argparse's 2),

@@ -38,6 +38,7 @@ rule), and its drafting glue too (``fused.embed``, ``fused.argmax(out=)``, ``ste
 
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import dataclass
 
@@ -104,6 +105,11 @@ class RunResult:
         return 1e3 * self.seconds / (self.tokens / (batch or self.batch))
 
 
+def _is_real(x) -> bool:
+    """A real number argument (Python / numpy floats and ints), not bool, not a string."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
 class DecodeRuntime:
     """Fixed-batch greedy decoding on state slots; see the module docstring.
 
@@ -163,10 +169,13 @@ class DecodeRuntime:
             raise ValueError(f"num_speculative_tokens={k!r}: must be an int >= 1 for mode {mode!r}")
         if spec and (num_speculative_tokens < 1 or drafter is None):
             raise ValueError(f"mode {mode!r} needs num_speculative_tokens >= 1 and a drafter")
-        if alpha is not None and (trace is None or not 0.0 <= alpha <= 1.0):
-            raise ValueError("alpha must be in [0, 1] and comes with a trace (the AR run's outputs)")
+        if alpha is not None and (not _is_real(alpha) or trace is None or not 0.0 <= alpha <= 1.0):
+            raise ValueError(f"alpha={alpha!r}: must be a number in [0, 1] and comes with a trace (the AR run's "
+                             "outputs)")
         if not spec and (alpha is not None or trace is not None):
             raise ValueError('alpha and trace (acceptance-controlled drafting) need mode "specla" or "snapshot"')
+        if trace is not None and not isinstance(trace, torch.Tensor):
+            raise ValueError(f"trace: must be a [batch_size={batch_size}, L] int64 tensor, got {type(trace).__name__}")
         if trace is not None and (trace.dim() != 2 or trace.shape[0] != batch_size or trace.dtype != torch.long):
             raise ValueError(f"trace must be [batch_size={batch_size}, L] int64, got {tuple(trace.shape)} {trace.dtype}")
         if target.embed.device.type == "cuda":  # the CUDA csrc kernels, built on first use (before any capture)
@@ -260,8 +269,9 @@ class DecodeRuntime:
 
     def set_alpha(self, alpha: float) -> None:
         """Change the controlled acceptance (kept on the device: no re-capture needed)."""
-        if self.alpha is None or not 0.0 <= alpha <= 1.0:
-            raise ValueError("set_alpha needs a runtime built with alpha and trace, and alpha in [0, 1]")
+        if self.alpha is None or not _is_real(alpha) or not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"set_alpha needs a runtime built with alpha and trace, and alpha a number in [0, 1], "
+                             f"got {alpha!r}")
         self.alpha = alpha
         self.alpha_t.fill_(alpha)
 

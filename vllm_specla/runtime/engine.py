@@ -236,8 +236,9 @@ def _check_engine_args(target, k, k_max, max_batch, eos, tree, temperature, top_
                        deferred_commit=True, draft_budget=None) -> None:
     """:class:`SpecLAEngine`'s argument checks: ValueError naming the argument and its allowed values."""
     vocab = int(target.config.vocab_size)
-    if not (k == "auto" or _is_policy(k) or (is_int(k) and k >= 0)):
-        raise ValueError(f"num_speculative_tokens={k!r}: must be an int >= 0 (0 = AR), \"auto\" or a policy object")
+    if not (k == "auto" or _is_policy(k) or (is_int(k) and 0 <= k <= 64)):  # (64: "auto"'s K_max bound too)
+        raise ValueError(f"num_speculative_tokens={k!r}: must be an int in 0..64 (0 = AR), \"auto\" or a policy "
+                         "object")
     if k == "auto" and not (is_int(k_max) and 1 <= k_max <= 64):  # (DraftLengthPolicy's range)
         raise ValueError(f"max_num_speculative_tokens={k_max!r}: must be an int in 1..64")
     if not (is_int(max_batch) and max_batch >= 1):
@@ -332,7 +333,7 @@ class SpecLAEngine:
             K the policy picks from measured timings, so it reproduces from the seed only with a fixed
             K (the vLLM path drafts nothing for seeded requests under ``"auto"`` instead).
     Raises:
-        ValueError: an argument outside its range (named with the allowed values): K not an int >= 0
+        ValueError: an argument outside its range (named with the allowed values): K not an int in 0..64
             or ``"auto"``, K > 0 without a drafter, ``max_batch`` < 1, ``eos_token_id`` outside the
             vocabulary, ``temperature`` < 0 or not finite, ``top_k`` < 0, ``top_p`` outside (0, 1],
             ``tree`` not a :class:`TreeSpec` or deeper than K, ``deferred_commit`` not a bool,
@@ -452,11 +453,15 @@ class SpecLAEngine:
             ValueError: an empty prompt, a token id that is not an int in the vocabulary, or
                 ``max_tokens`` not an int >= 0 / a list of another length than ``prompts``.
         """
+        if isinstance(prompts, (dict, set, frozenset)):  # (a dict's keys were taken as the prompts)
+            raise ValueError(f"prompts: must be a list of prompts (lists of token ids), got {type(prompts).__name__}")
         if hasattr(prompts, "tolist"):  # a 2-D tensor / numpy array: one row per prompt
             prompts = prompts.tolist()
         elif not isinstance(prompts, (str, bytes)) and hasattr(prompts, "__iter__"):
             prompts = list(prompts)  # a generator / map(...) of prompts is read once, here (it used to give [])
         for i, p in enumerate(prompts):
+            if isinstance(p, (dict, set, frozenset)):  # (unordered: a set was taken in its iteration order)
+                raise ValueError(f"prompts[{i}]: must be a list of token ids (in order), got {type(p).__name__}")
             if is_int(p) or not hasattr(p, "__iter__"):
                 raise ValueError(f"prompts[{i}]: must be a list of token ids, got {type(p).__name__} (prompts is a "
                                  f"list of prompts: [[5, 6, 7]], not [5, 6, 7])")
