@@ -284,6 +284,13 @@ def _draft_passes(dr, batch: int) -> str:
     return "fp8" if dr.draft_weights == "fp8" and batch <= fused_model.FP8_MAX_BATCH else "model"
 
 
+def trained_vocab_size() -> int:
+    """The embedded trained pair's vocabulary size (its target's ``config.json``)."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "models", "specla-gdn-tiny", "target",
+                           "config.json")) as f:
+        return json.load(f)["vocab_size"]
+
+
 def read_prompts(ap, path: str) -> list[list[int]]:
     """``--prompts``: a JSON list of non-empty token-id lists, each id an int in the trained pair's vocabulary.
 
@@ -295,9 +302,7 @@ def read_prompts(ap, path: str) -> list[list[int]]:
             prompts = json.load(f)
     except (OSError, ValueError) as e:
         ap.error(f"--prompts {path}: cannot read a JSON list of token lists ({type(e).__name__}: {e})")
-    with open(os.path.join(os.path.dirname(__file__), "..", "models", "specla-gdn-tiny", "target",
-                           "config.json")) as f:
-        vocab = json.load(f)["vocab_size"]
+    vocab = trained_vocab_size()
     if not isinstance(prompts, list) or not prompts:
         ap.error(f"--prompts {path}: expected a non-empty JSON list of token lists")
     for i, p in enumerate(prompts):
@@ -758,6 +763,9 @@ def main() -> None:
         if not args.prompts:
             ap.error("--trained needs --prompts FILE (a JSON list of token lists)")
         args.prompt_ids = read_prompts(ap, args.prompts)
+        if max(args.draft_vocabs) > trained_vocab_size():  # (was a traceback after the models were built)
+            ap.error(f"--draft-vocabs: each must be <= the trained pair's vocabulary ({trained_vocab_size()}; "
+                     f"0 = full), got {','.join(map(str, args.draft_vocabs))}")
     from vllm_specla.runtime.fused_model import DRAFT_WEIGHTS  # noqa: PLC0415
 
     args.draft_weights = [w for w in args.draft_weights.split(",") if w] or ["model"]

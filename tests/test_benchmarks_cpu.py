@@ -60,6 +60,13 @@ def test_bench_e2e_trained_prompts_are_checked_up_front(tmp_path):
         last = r.stderr.strip().splitlines()[-1]
         assert r.returncode == 2 and last.startswith(f"bench_e2e.py: error: --prompts {path}: ") and wants[name] in last
         assert "Traceback" not in r.stderr and not (tmp_path / "o.jsonl").exists()
+    (tmp_path / "ok.json").write_text("[[1, 2]]")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_e2e.py"), "--trained", "--prompts",
+                        str(tmp_path / "ok.json"), "--draft-vocabs", "64,99999"],
+                       env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == (
+        "bench_e2e.py: error: --draft-vocabs: each must be <= the trained pair's vocabulary (8192; 0 = full), "
+        "got 64,99999")
 
 
 @pytest.mark.parametrize("script,flags,want", [
