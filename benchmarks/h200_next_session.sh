@@ -10,7 +10,7 @@
 # NEXT, on an H200 (issue 5's and 6's verdicts; an H100 adds nothing new): s49a, the short form (~390 s: both CUDA
 # kernels built, recover with PDL on / off, issue 6's batch-1 rows); with more time s37g (issue 6's batch-1 rows at
 # the precheck default) and s48d (recover with PDL: issue 5's 8x256x256 batch-32 recover, 4.44x before PDL), then
-# s43b (issue 5's tables) and s47a (the precheck's A/B).
+# s43b (issue 5's tables) and s47a (the precheck's A/B). With only ~4 minutes left: s51a (recover's PDL on / off).
 set -u
 S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r.get("alpha"),r.get("tree_width"),r.get("draft_vocab"),r.get("draft_weights"),round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows"),r.get("tag"),r.get("policy")) for r in map(json.loads,sys.stdin)]'
 # the session-15+ skinny GEMM calls: its JIT build, and a GPU test run kept whole under $OUT (s15a's pytest crash was
@@ -80,6 +80,16 @@ rows = list(csv.DictReader(l for l in open(sys.argv[1]) if l.startswith("\"")))
 for r in rows[1:]:
     print(r["Kernel Name"][:16], " ".join("%s %s" % (k.split("__")[1], r[k]) for k in r if k.startswith(("gpu__", "dram__", "lts__"))))' \
             "$OUT/ncu_s48e_$SH.csv"
+      done
+      ;;
+  s51a)  # (an H200 only: it exits at once on another card) the shortest verdict for ~4 minutes of device time left:
+        # recover with PDL on and off only (issue 5's 8x256x256 batch-32 recover row: 4.44x in session 46, before PDL;
+        # Triton, nothing built) (timeouts 2 x 50 = 100 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo "not an H200: nothing run"; exit 0; }
+      for P in on off; do
+        echo "== recover PDL $P"
+        timeout 50 python -c "$RP" $P benchmarks/bench_kernels.py --batches 32,128 --Ts "" --budget-s 45 \
+            --recover-configs 8/2 --json "$OUT/kernels_s51a_$P.json" 2>&1 | grep -E "^recover|^GPU|Error" | cut -c1-600
       done
       ;;
   s49a)  # (an H200 only: it exits at once on another card) the short form of s48d and s37g for a session with ~8
