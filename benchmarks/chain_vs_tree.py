@@ -5,10 +5,14 @@
 a tree of at most K draft nodes (depth <= K). Prints a table and writes JSON; mean accepted
 length tau = tokens emitted per verify step incl. the bonus; nodes/step = drafts verified per step;
 pruned fraction = 1 - kept / candidate nodes during tree expansion.
+
+    python benchmarks/chain_vs_tree.py                   # writes benchmarks/chain_vs_tree_cpu.json
+    python benchmarks/chain_vs_tree.py --out /tmp/cvt.json
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -16,9 +20,18 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+OUT = os.path.join(REPO, "benchmarks", "chain_vs_tree_cpu.json")
 
 
 def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=OUT, help="write the JSON results here (overwritten; default: the committed "
+                    "benchmarks/chain_vs_tree_cpu.json)")
+    args = ap.parse_args()
+    if os.path.isdir(args.out):
+        ap.error(f"--out {args.out}: is a folder, not a file name")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        ap.error(f"--out {args.out}: its folder does not exist (the results would be lost after the run)")
     from transformers import AutoTokenizer
 
     from vllm_specla.core.drafting import EagleDrafterRunner, TreeSpec
@@ -58,8 +71,8 @@ def main():
                "lossless_vs_ar": sum(a == b for a, b in zip(out, ar)), "prompts": len(prompts)}
         rows.append(row)
         print(row, flush=True)
-    out = os.path.join(REPO, "benchmarks", "chain_vs_tree_cpu.json")
-    json.dump({"model": "models/specla-gdn-tiny", "max_tokens": 48, "rows": rows}, open(out, "w"), indent=1)
+    with open(args.out, "w") as f:
+        json.dump({"model": "models/specla-gdn-tiny", "max_tokens": 48, "rows": rows}, f, indent=1)
     print("\n| topology | verify budget (drafts) | depth | top-k | tau prune | mean accepted length | drafts/step | pruned | lossless |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:

@@ -50,6 +50,26 @@ def fake_int4(w: torch.Tensor, group: int) -> torch.Tensor:
     return ((wg / s).round().clamp(-8, 7) * s).reshape(N, K)
 
 
+FORMATS = ("model", "fp8", "int4-row", "int4-gG")  # (the module docstring's list; G: an int >= 1)
+
+
+def int4_group(fmt: str) -> int | None:
+    """G of an ``int4-gG`` format name (an int >= 1), else None."""
+    g = fmt[6:] if fmt.startswith("int4-g") else ""
+    return int(g) if g.isascii() and g.isdigit() and int(g) >= 1 else None
+
+
+def draft_input_widths() -> list[int]:
+    """The input widths (columns) of the weights :func:`with_format` quantizes, from the embedded drafter's
+    config (no weights loaded): hidden (the block's input projection and gate/up, the draft head), 2 x hidden
+    (fc), the value width (o_proj) and the MLP width (down_proj). An ``int4-gG`` group must divide each."""
+    from vllm_specla.models.config import GatedDeltaNetConfig  # noqa: PLC0415
+
+    with open(os.path.join(REPO, "models", "specla-gdn-tiny", "drafter", "config.json")) as f:
+        cfg = GatedDeltaNetConfig(**{k: v for k, v in json.load(f).items() if k != "model_type"})
+    return sorted({cfg.hidden_size, 2 * cfg.hidden_size, cfg.value_dim, cfg.mlp_intermediate_size})
+
+
 def quantizer(fmt: str):
     """The fake quantization of ``fmt`` (``w [N, K]`` -> dequantized fp32 ``[N, K]``)."""
     from vllm_specla.ops import fused  # noqa: PLC0415
@@ -58,9 +78,9 @@ def quantizer(fmt: str):
         return lambda w: fused.quantize_fp8(w).dequantize().to(w.dtype)
     if fmt == "int4-row":
         return lambda w: fake_int4(w, 0).to(w.dtype)
-    if fmt.startswith("int4-g") and fmt[6:].isdigit():
-        return lambda w: fake_int4(w, int(fmt[6:])).to(w.dtype)
-    raise ValueError(f"format must be model, fp8, int4-row or int4-gG (G an integer), got {fmt!r}")
+    if int4_group(fmt) is not None:
+        return lambda w: fake_int4(w, int4_group(fmt)).to(w.dtype)
+    raise ValueError(f"format must be one of {', '.join(FORMATS)} (G an int >= 1), got {fmt!r}")
 
 
 def with_format(dr, fmt: str):
@@ -86,13 +106,38 @@ def with_format(dr, fmt: str):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--prompts", required=True, help="JSON list of token lists (make_prompts.py)")
-    ap.add_argument("--formats", default="model,fp8,int4-g128,int4-g32,int4-row")
-    ap.add_argument("--ks", default="4,6")
+    ap.add_argument("--formats", default="model,fp8,int4-g128,int4-g32,int4-row",
+                    help=f"comma-separated, from: {', '.join(FORMATS)} (G an int >= 1 dividing the draft passes' "
+                         "input widths)")
+    ap.add_argument("--ks", default="4,6", help="comma-separated draft lengths, each an int >= 1")
     ap.add_argument("--batch", type=int, default=80)
     ap.add_argument("--steps", type=int, default=48)
     ap.add_argument("--out", default=None, help="append JSON lines here")
     args = ap.parse_args()
-    from bench_e2e import agree_rows, build_trained  # noqa: PLC0415
+    # (checked before the models load: each used to fail deep in the runtime, or after the build)
+    try:
+        ks = [int(k) for k in args.ks.split(",")]
+    except ValueError:
+        ks = []
+    if not ks or min(ks) < 1:
+        ap.error(f"--ks: comma-separated ints >= 1, got {args.ks!r}")
+    for flag, v in (("--batch", args.batch), ("--steps", args.steps)):
+        if v < 1:
+            ap.error(f"{flag}: must be an int >= 1, got {v}")
+    if args.out and os.path.isdir(args.out):
+        ap.error(f"--out {args.out}: is a folder, not a file name")
+    if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        ap.error(f"--out {args.out}: its folder does not exist (the records would be lost after the run)")
+    fmts = args.formats.split(",")
+    widths = draft_input_widths()
+    bad = [f for f in fmts if f not in ("model", "fp8", "int4-row")
+           and (int4_group(f) is None or any(w % int4_group(f) for w in widths))]
+    if bad:
+        ap.error(f"--formats: each must be one of {', '.join(FORMATS)} (G an int >= 1 dividing the draft passes' "
+                 f"input widths {', '.join(map(str, widths))}), got {', '.join(map(repr, bad))}")
+    from bench_e2e import agree_rows, build_trained, read_prompts  # noqa: PLC0415
+
+    all_prompts = read_prompts(ap, args.prompts)
 
     from vllm_specla.runtime.decode import DecodeRuntime  # noqa: PLC0415
 
@@ -102,12 +147,8 @@ def main() -> None:
     fused_model.FP8_MAX_BATCH = max(fused_model.FP8_MAX_BATCH, args.batch)
     torch.manual_seed(0)
     tgt, dr = build_trained("cpu")
-    with open(args.prompts) as f:
-        all_prompts = json.load(f)
     B, steps = args.batch, args.steps
     prompts = [all_prompts[i % len(all_prompts)] for i in range(B)]
-    ks = [int(k) for k in args.ks.split(",")]
-    fmts = args.formats.split(",")
     drs = {fmt: with_format(dr, fmt) for fmt in fmts}
     cap = steps * (max(ks) + 1) + 16
     ar = DecodeRuntime(tgt, B, "ar", output_capacity=cap)

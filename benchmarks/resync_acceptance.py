@@ -53,6 +53,33 @@ class Schedule:
         return {"steps": self.i}
 
 
+K_MAX = 64  # SpecLAEngine's bound on K (runtime/engine.py _check_engine_args)
+
+
+def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse bad flags before the models load (``ap.error``: one line naming the flag, exit 2); parses
+    ``args.windows`` into a list of ints / None. Lower bounds: a request is decoded for ``--max-tokens`` >= 1
+    tokens from ``--prompts`` >= 1 questions in ``--batch`` >= 1 state slots; ``--k`` >= 1 drafts per step after
+    ``--hold-steps`` >= 0 held ones (K = 0 throughout would measure no drafting at all); ``--cap`` >= 1 held inputs
+    (the engine keeps min(W, cap) of them); a window is an int >= 0 or none (``hold_or_absorb``)."""
+    for flag, v, lo, hi in (("--prompts", args.prompts, 1, None), ("--max-tokens", args.max_tokens, 1, None),
+                            ("--batch", args.batch, 1, None), ("--k", args.k, 1, K_MAX),
+                            ("--hold-steps", args.hold_steps, 0, None), ("--cap", args.cap, 1, None)):
+        if v < lo or (hi is not None and v > hi):
+            ap.error(f"{flag}: must be an int {f'>= {lo}' if hi is None else f'in {lo}..{hi}'}, got {v}")
+    windows = [w.strip() for w in args.windows.split(",")]
+    try:
+        args.windows = [None if w == "none" else int(w) for w in windows]
+    except ValueError:
+        args.windows = None
+    if args.windows is None or any(w is not None and w < 0 for w in args.windows):
+        ap.error(f"--windows: comma-separated ints >= 0 or 'none', got {','.join(windows)!r}")
+    if args.json and os.path.isdir(args.json):
+        ap.error(f"--json {args.json}: is a folder, not a file name")
+    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+        ap.error(f"--json {args.json}: its folder does not exist (the results would be lost after the run)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompts", type=int, default=16, help="first N MT-Bench questions (first turn)")
@@ -62,8 +89,9 @@ def main() -> None:
     ap.add_argument("--hold-steps", type=int, default=24, help="K = 0 steps at the start")
     ap.add_argument("--cap", type=int, default=256, help="LAZY_ABSORB_MAX for the run (256: the default)")
     ap.add_argument("--windows", default="none,0,8,32,64", help="LAZY_RESYNC_WINDOW values ('none' = absorb)")
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--json", default=None, help="write the rows here as a JSON list")
     args = ap.parse_args()
+    check_args(ap, args)
 
     from transformers import AutoTokenizer
 
@@ -84,8 +112,7 @@ def main() -> None:
 
     engine_mod.LAZY_ABSORB_MAX = args.cap
     rows = []
-    for w in args.windows.split(","):
-        win = None if w == "none" else int(w)
+    for win in args.windows:
         engine_mod.LAZY_RESYNC_WINDOW = win
         runner = EagleDrafterRunner.for_target(drafter, target, args.batch)
         absorbed = {"tokens": 0, "calls": 0, "seconds": 0.0}
