@@ -7,7 +7,7 @@ length tau = tokens emitted per verify step incl. the bonus; nodes/step = drafts
 pruned fraction = 1 - kept / candidate nodes during tree expansion.
 
     python benchmarks/chain_vs_tree.py                   # writes benchmarks/chain_vs_tree_cpu.json
-    python benchmarks/chain_vs_tree.py --out /tmp/cvt.json
+    python benchmarks/chain_vs_tree.py --out chain_vs_tree_mine.json
 """
 
 from __future__ import annotations
