@@ -47,7 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 if __name__ == "__main__" and "--dry-cpu" in sys.argv:  # must precede the first triton import
     os.environ["TRITON_INTERPRET"] = "1"
 
-import bench_kernels as bk  # noqa: E402  (time_graph, Clock; not edited)
+import bench_kernels as bk  # noqa: E402  (time_graph, Clock, parse_list)
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
@@ -60,6 +60,7 @@ SHAPES = {"6x256x512": (6, 6, 256, 512), "8x256x256": (8, 8, 256, 256)}
 DEV = "cuda"
 DRY = False
 PENDING = 3
+DRY_NODES = [6]  # --dry-cpu's tree size
 
 
 # ------------------------------------------------------------------------------------------------
@@ -357,9 +358,10 @@ def main():
     batches = bk.parse_list(ap, "--batches", args.batches)
     nodes = bk.parse_list(ap, "--nodes", args.nodes, lo=2)
     trees = bk.parse_list(ap, "--trees", args.trees, choices=list(TREES))
-    if not 0 <= args.pending <= min(nodes):
-        ap.error(f"--pending: allowed 0 .. {min(nodes)} (the smallest of --nodes: the factor bank's length), "
-                 f"got {args.pending}")
+    nmax = max(DRY_NODES if args.dry_cpu else nodes)  # (the factor banks hold nmax factors)
+    if not 0 <= args.pending <= nmax:
+        ap.error(f"--pending: allowed 0 .. {nmax} (the factor banks' length: the largest tree of --nodes"
+                 f"{', 6 with --dry-cpu' if args.dry_cpu else ''}), got {args.pending}")
     if not args.dry_cpu and not torch.cuda.is_available():
         ap.error("no CUDA device: this benchmark times GPU kernels; on a CPU, --dry-cpu runs every path once")
     if args.prep_warps is not None:
@@ -387,7 +389,7 @@ def main():
         bk.DEV, bk.DRY = "cpu", True
         SHAPES.clear()
         SHAPES.update({"2x4x32x48": (2, 4, 32, 48), "1x3x16x20": (1, 3, 16, 20)})
-        shapes, nodes = list(SHAPES), [6]
+        shapes, nodes = list(SHAPES), DRY_NODES
         args.budget_s = 1e9
     import warnings  # noqa: PLC0415
 

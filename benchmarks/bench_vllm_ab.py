@@ -114,16 +114,23 @@ def parse_engine(arg: str) -> tuple[str, dict | None, dict]:
     if "force_k" in opts:  # (the worker refused it only after the engine's start)
         from vllm_specla.config import DEFAULT_MAX_AUTO_K
 
-        k_max = spec.get("max_num_speculative_tokens") or DEFAULT_MAX_AUTO_K
-        if str(spec.get("num_speculative_tokens")).strip().lower() != "auto":
+        norm = {str(k).replace("-", "_"): v for k, v in spec.items()}  # (hyphenated keys, as vLLM takes them)
+        k_max = norm.get("max_num_speculative_tokens")
+        if str(norm.get("num_speculative_tokens")).strip().lower() != "auto":
             raise argparse.ArgumentTypeError(f"--engine {name}: force_k needs a num_speculative_tokens: \"auto\" "
-                                             f"config, got {spec.get('num_speculative_tokens')!r}")
-        if not (isinstance(k_max, int) and 0 <= opts["force_k"] <= k_max):
+                                             f"config, got {norm.get('num_speculative_tokens')!r}")
+        if k_max is None:
+            k_max = DEFAULT_MAX_AUTO_K
+        if isinstance(k_max, bool) or not isinstance(k_max, int):  # (the engine names it; force_k needs the int)
+            raise argparse.ArgumentTypeError(f"--engine {name}: max_num_speculative_tokens must be an int for force_k, "
+                                             f"got {k_max!r}")
+        if not 0 <= opts["force_k"] <= k_max:
             raise argparse.ArgumentTypeError(f"--engine {name}: force_k must be in 0..{k_max} "
                                              f"(max_num_speculative_tokens), got {opts['force_k']}")
-    d = spec.get("drafter")
-    if isinstance(d, str) and not os.path.isabs(d) and not os.path.exists(d):
-        spec["drafter"] = os.path.join(REPO, d)
+    for key in ("drafter", "model"):  # ("model": vLLM's name for the drafter, taken as "drafter")
+        d = spec.get(key)
+        if isinstance(d, str) and not os.path.isabs(d) and not os.path.exists(d):
+            spec[key] = os.path.join(REPO, d)
     return name, spec, opts
 
 

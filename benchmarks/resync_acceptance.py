@@ -53,7 +53,7 @@ class Schedule:
         return {"steps": self.i}
 
 
-K_MAX = 64  # SpecLAEngine's bound on K (runtime/engine.py _check_engine_args)
+K_MAX = 64  # as SpecLAEngine bounds an int K ("auto"'s K_max too); the Schedule policy here sizes the banks at K
 
 
 def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:

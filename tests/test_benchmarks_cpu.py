@@ -78,8 +78,10 @@ def test_bench_e2e_trained_prompts_are_checked_up_front(tmp_path):
                           "once"),
     ("bench_tree", ["--trees", "binary,oak"], "--trees: unknown oak; allowed: binary, beam4, chain_heavy, fork2, "
                                               "fork4"),
-    ("bench_tree", ["--nodes", "4,16", "--pending", "5"], "--pending: allowed 0 .. 4 (the smallest of --nodes: the "
-                                                          "factor bank's length), got 5"),
+    ("bench_tree", ["--nodes", "4,16", "--pending", "17"], "--pending: allowed 0 .. 16 (the factor banks' length: the "
+                                                           "largest tree of --nodes), got 17"),
+    ("bench_tree", ["--dry-cpu", "--pending", "7"], "--pending: allowed 0 .. 6 (the factor banks' length: the largest "
+                                                    "tree of --nodes, 6 with --dry-cpu), got 7"),
     ("bench_tree", [], "no CUDA device: this benchmark times GPU kernels; on a CPU, --dry-cpu runs every path once"),
 ])
 def test_kernel_benchmarks_bad_flags_are_one_line_errors(script, flags, want):
@@ -420,6 +422,8 @@ def test_bench_vllm_ab_engine_options():
                                                                       "auto", "drafter": "/x:y"},
                                                                  {"force_k": 0, "resync": 32})
     assert ab.parse_engine("b=none:resync=none") == ("b", None, {"resync": None})
+    hyph = '{"method": "specla", "num-speculative-tokens": "auto", "max-num-speculative-tokens": 12}'
+    assert ab.parse_engine(f"h={hyph}:force_k=10")[2] == {"force_k": 10}  # (hyphenated keys, as vLLM takes them)
     fixed = '{"method": "specla", "num_speculative_tokens": 4, "drafter": "/x"}'
     # (force_k on a fixed-K config, or past K_max, used to fail in the worker after the engine's ~30 s start)
     for arg, msg in (("a=none:resync=x", "resync must be an integer or none"),
@@ -429,7 +433,9 @@ def test_bench_vllm_ab_engine_options():
                      (f"a={fixed}:force_k=1", r"force_k needs .* config, got 4"),
                      (f"a={spec}:force_k=9", r"force_k must be in 0..8 \(max_num_speculative_tokens\), got 9"),
                      (f"a={spec}:force_k=-1", r"force_k must be in 0..8"),
-                     ("a=[1, 2]", "SPEC must be a JSON object, got list")):
+                     ("a=[1, 2]", "SPEC must be a JSON object, got list"),
+                     ('a={"num-speculative-tokens": "auto", "max-num-speculative-tokens": "12"}:force_k=1',
+                      "max_num_speculative_tokens must be an int for force_k, got '12'")):
         with pytest.raises(argparse.ArgumentTypeError, match=msg):
             ab.parse_engine(arg)
     # one round's K histogram per batch bucket: cumulative counts now minus before, zeros dropped

@@ -46,8 +46,33 @@ def test_bad_fields_name_the_field(patch, field, tiny_dir):
 
 
 def test_missing_drafter_field():
-    with pytest.raises(SpecLAConfigError, match=r"speculative_config\.drafter: required"):
+    with pytest.raises(SpecLAConfigError, match=r"speculative_config\.drafter: required field is missing \(the "
+                                                r"drafter checkpoint's path; vLLM's \"model\" / --spec-model"):
         SpecLAConfig.parse({"method": "specla", "num_speculative_tokens": 2})
+
+
+def test_model_is_taken_as_the_drafter(tmp_path, tiny_dir, monkeypatch):
+    """``model`` (vLLM's name for the draft model) is ``drafter`` under method specla, relative to a config file too;
+    a ``model`` that is no path, or both keys, is one line naming ``model``; a file without ``method`` keeps its
+    ``model`` as written (it may be one of vLLM's own configs)."""
+    from vllm_specla.worker.patches import load_spec_file
+
+    d = {"method": "specla", "num_speculative_tokens": 2}
+    assert SpecLAConfig.parse({**d, "model": tiny_dir["random_eagle"]}).drafter == tiny_dir["random_eagle"]
+    with pytest.raises(SpecLAConfigError, match=r"speculative_config\.model \(--spec-model, taken as 'drafter'\): "
+                                                r"must be a path to a drafter checkpoint directory, got None"):
+        SpecLAConfig.parse({**d, "model": None})
+    with pytest.raises(SpecLAConfigError, match="'model' and 'drafter' both name the drafter"):
+        SpecLAConfig.parse({**d, "model": "a", "drafter": "b"})
+    (tmp_path / "cfg" / "m").mkdir(parents=True)
+    (tmp_path / "m").mkdir()  # a same-named folder in the working directory
+    monkeypatch.chdir(tmp_path)
+    f = tmp_path / "cfg" / "s.json"
+    f.write_text(json.dumps({**d, "model": "m"}))
+    assert SpecLAConfig.parse(str(f)).drafter == str(tmp_path / "cfg" / "m")  # (the file's folder first)
+    assert load_spec_file(str(f))["model"] == str(tmp_path / "cfg" / "m")
+    f.write_text(json.dumps({"num_speculative_tokens": 3, "model": "m"}))  # no method: as written
+    assert load_spec_file(str(f))["model"] == "m"
 
 
 def test_missing_file_and_invalid_json(tmp_path):

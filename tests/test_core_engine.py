@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -259,6 +260,7 @@ def test_generate_takes_tensor_prompts_and_numpy_ints(models, prompts, ar_out):
     ({"seed": "a"}, r"seed='a': must be an int in \[0, 2\*\*64\)"),  # used to be torch's error, not naming seed
     ({"seed": 2**70}, r"seed=1180591620717411303424: must be an int"),
     ({"deferred_commit": "no"}, r"deferred_commit='no': must be True .* or False"),  # ("no" was truthy: fused)
+    ({"deferred_commit": 0}, r"deferred_commit=0: must be True .* or False"),
     ({"draft_budget": 3}, r"draft_budget=3: must be None or a callable"),  # (used to fail at generate)
 ])
 def test_engine_refuses_bad_arguments_naming_them(models, kw, match):
@@ -282,17 +284,20 @@ def test_generate_refuses_unordered_prompts(models):
 
 
 def test_engine_refuses_a_bad_draft_budget_value(models):
-    """A ``draft_budget`` returning a float / negative number is named at the step (was a TypeError in min)."""
-    for bad in (2.5, -1):
+    """A ``draft_budget`` returning no int (a float, None) is named at the step (a float was a TypeError in the
+    drafter, None one in ``min``); a negative int drafts nothing, as 0 (as before)."""
+    for bad in (2.5, None):
         eng = SpecLAEngine(models["target"], _drafter(models, "perturbed", 4), num_speculative_tokens=3, max_batch=4,
                            draft_budget=lambda step, i, bad=bad: bad)
-        with pytest.raises(ValueError, match=rf"draft_budget\(0, 0\) returned {bad}: must be an int >= 0"):
+        with pytest.raises(ValueError, match=rf"draft_budget\(0, 0\) returned {bad}: must be an int \(<= 0: no "):
             eng.generate([[1, 2, 3]], 5)
-    # the engine is usable after the error, and an int budget is honoured (0: AR steps only)
-    eng.draft_budget = lambda step, i: 0
+    # the engine is usable after the error, and an int budget is honoured (0 or less: AR steps only)
     ar = SpecLAEngine(models["target"], max_batch=4).generate([[1, 2, 3]], 5)
-    n0 = sum(eng.stats.num_drafts)
-    assert eng.generate([[1, 2, 3]], 5) == ar and sum(eng.stats.num_drafts) == n0
+    for none in (0, -1, np.int64(-3)):
+        eng.draft_budget = lambda step, i, none=none: none
+        n0 = sum(eng.stats.num_drafts)
+        assert eng.generate([[1, 2, 3]], 5) == ar and sum(eng.stats.num_drafts) == n0
+    assert SpecLAEngine(models["target"], max_batch=4, deferred_commit=np.False_).deferred is False  # (numpy bools)
 
 
 @pytest.mark.parametrize("kw,match", [({"top_k": 0}, r"TreeSpec.top_k=0: must be an int >= 1"),

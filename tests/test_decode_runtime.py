@@ -305,6 +305,10 @@ def test_runtime_input_validation(pair):
             ok.set_alpha(bad)
     ok.set_alpha(np.float32(0.25))
     assert ok.alpha == 0.25
+    ok.set_alpha(torch.tensor(0.75))  # (a 0-d tensor, e.g. from torch.linspace)
+    assert ok.alpha == 0.75 and float(ok.alpha_t) == 0.75
+    ok.prefill([[5, 6], [7]])
+    assert ok.run(torch.tensor(2)).steps == 2
 
 
 def test_greedy_accept_branches_is_longest_branch_and_agrees_with_core_rule():

@@ -187,11 +187,12 @@ class SpecLAConfig(BaseModel):
         """Build from a dict, a JSON string, a path to a JSON file, or a SpecLAConfig.
 
         A relative ``drafter`` path in a JSON file is resolved against the file's folder when it
-        exists there (else against the working directory).
+        exists there (else against the working directory). ``model`` (vLLM's name for the draft
+        model) is taken as ``drafter`` (:func:`drafter_alias`).
 
         Raises:
-            SpecLAConfigError: missing file, invalid JSON, unknown field, bad value — one line
-            naming the field and the allowed values.
+            SpecLAConfigError: missing file, invalid JSON, unknown field, bad value, both ``model``
+            and ``drafter`` — one line naming the field and the allowed values.
         """
         if isinstance(obj, SpecLAConfig):
             return obj
@@ -211,6 +212,8 @@ class SpecLAConfig(BaseModel):
         # keys starting with "_" are documentation (JSON has no comments), e.g. "_doc" in examples/specla.json
         d = normalize_method({k: v for k, v in obj.items() if not (isinstance(k, str) and k.startswith("_"))},
                              missing_is_specla=True)
+        if d.get("method") == SPECLA_METHOD:
+            d = drafter_alias(d)
         if base_dir:
             resolve_file_paths(d, base_dir)
         try:
@@ -285,8 +288,11 @@ def resolve_file_paths(spec: dict, base_dir: str) -> dict:
     """Resolve a config file's relative ``drafter`` / ``step_cost_table`` paths (in place) against
     ``base_dir``, the file's folder, where they exist there, even where the working directory holds
     a same-named folder (otherwise they stay relative to the working directory). ``model``, vLLM's
-    name for the drafter (the plugin's alias of ``drafter``), too. Returns ``spec``."""
-    for key in ("drafter", "model", "step_cost_table"):
+    name for the drafter (the plugin's alias of ``drafter``), too, where ``method`` is ``specla``
+    itself (a file without ``method`` may be one of vLLM's, whose ``model`` stays as written).
+    Returns ``spec``."""
+    specla = str(spec.get("method", "")).strip().lower() == SPECLA_METHOD
+    for key in ("drafter", "step_cost_table") + (("model",) if specla else ()):
         v = spec.get(key)
         if isinstance(v, str) and v and not os.path.isabs(v):
             cand = os.path.join(base_dir, v)
@@ -373,7 +379,9 @@ def format_validation_error(e: ValidationError) -> str:
             allowed = ", ".join(SpecLAConfig.model_fields)
             parts.append(f"speculative_config.{loc}: unknown field (allowed: {allowed})")
         elif err["type"] == "missing":
-            parts.append(f"speculative_config.{loc}: required field is missing")
+            hint = " (the drafter checkpoint's path; vLLM's \"model\" / --spec-model set it too)" \
+                if loc == "drafter" else ""
+            parts.append(f"speculative_config.{loc}: required field is missing{hint}")
         elif _allowed_range(loc):  # out of range, or not a number at all: name the range either way
             parts.append(f"speculative_config.{loc}: must be {_allowed_range(loc)} (got {err.get('input')!r})")
         elif getattr(SpecLAConfig.model_fields.get(loc), "annotation", None) is bool:
@@ -392,6 +400,26 @@ def _asks_specla(d: Any) -> bool:
     """``method`` is ``specla`` in any letter case (``"SpecLA"`` is how the project writes its name)."""
     m = d.get("method") if isinstance(d, dict) else None
     return isinstance(m, str) and m.strip().lower() == SPECLA_METHOD
+
+
+def drafter_alias(spec: dict) -> dict:
+    """A SpecLA ``spec`` with vLLM's ``model`` (the draft model; what ``--spec-model`` sets) taken as ``drafter``.
+
+    Raises:
+        SpecLAConfigError: both ``model`` and ``drafter`` given, or a ``model`` that is not a non-empty path string.
+    """
+    if "model" not in spec:
+        return spec
+    spec = dict(spec)
+    if "drafter" in spec:
+        raise SpecLAConfigError("speculative_config: 'model' and 'drafter' both name the drafter; give one "
+                                "(--spec-model sets 'model')")
+    v = spec.pop("model")
+    if not (isinstance(v, str) and v.strip()):
+        raise SpecLAConfigError(f"speculative_config.model (--spec-model, taken as 'drafter'): must be a path to a "
+                                f"drafter checkpoint directory, got {v!r}")
+    spec["drafter"] = v
+    return spec
 
 
 def normalize_method(spec: dict, missing_is_specla: bool = False) -> dict:

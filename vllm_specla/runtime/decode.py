@@ -106,7 +106,9 @@ class RunResult:
 
 
 def _is_real(x) -> bool:
-    """A real number argument (Python / numpy floats and ints), not bool, not a string."""
+    """A real number argument (Python / numpy floats and ints, a one-element tensor), not bool, not a string."""
+    if isinstance(x, torch.Tensor):
+        return x.numel() == 1 and not x.is_complex() and x.dtype != torch.bool
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
@@ -169,7 +171,7 @@ class DecodeRuntime:
             raise ValueError(f"num_speculative_tokens={k!r}: must be an int >= 1 for mode {mode!r}")
         if spec and (num_speculative_tokens < 1 or drafter is None):
             raise ValueError(f"mode {mode!r} needs num_speculative_tokens >= 1 and a drafter")
-        if alpha is not None and (not _is_real(alpha) or trace is None or not 0.0 <= alpha <= 1.0):
+        if alpha is not None and (not _is_real(alpha) or trace is None or not 0.0 <= float(alpha) <= 1.0):
             raise ValueError(f"alpha={alpha!r}: must be a number in [0, 1] and comes with a trace (the AR run's "
                              "outputs)")
         if not spec and (alpha is not None or trace is not None):
@@ -187,8 +189,8 @@ class DecodeRuntime:
         self.tree_alpha_model = tree_alpha_model
         self.T = self.W * self.K + 1  # window nodes: root + W branches of K drafts
         self.dev = target.embed.device
-        self.alpha = alpha
-        self.alpha_t = torch.tensor(float(alpha or 0.0), device=target.embed.device)
+        self.alpha = None if alpha is None else float(alpha)
+        self.alpha_t = torch.tensor(self.alpha or 0.0, device=target.embed.device)
         self.trace = trace.to(self.dev).contiguous() if trace is not None else None
         # the Triton coins' key (step_kernels.control_drafts): from torch's generator, so torch.manual_seed
         # before building the runtime picks them; every run of this runtime draws the same coins per step
@@ -269,11 +271,11 @@ class DecodeRuntime:
 
     def set_alpha(self, alpha: float) -> None:
         """Change the controlled acceptance (kept on the device: no re-capture needed)."""
-        if self.alpha is None or not _is_real(alpha) or not 0.0 <= alpha <= 1.0:
+        if self.alpha is None or not _is_real(alpha) or not 0.0 <= float(alpha) <= 1.0:
             raise ValueError(f"set_alpha needs a runtime built with alpha and trace, and alpha a number in [0, 1], "
                              f"got {alpha!r}")
-        self.alpha = alpha
-        self.alpha_t.fill_(alpha)
+        self.alpha = float(alpha)
+        self.alpha_t.fill_(self.alpha)
 
     # ------------------------------------------------------------------ memory
     def state_bytes_per_request(self) -> dict[str, int]:
@@ -539,6 +541,9 @@ class DecodeRuntime:
         Raises:
             ValueError: ``steps`` not an int >= 1 (a float such as 2.0 included: it used to fail in ``range``).
         """
+        if isinstance(steps, torch.Tensor) and steps.numel() == 1 and not steps.is_floating_point() \
+                and steps.dtype != torch.bool:
+            steps = int(steps)  # (a one-element integer tensor)
         if not (is_int(steps) and steps >= 1):
             raise ValueError(f"run: steps must be an int >= 1, got {steps!r}")
         steps = int(steps)

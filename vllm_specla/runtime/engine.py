@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import torch
 
 from vllm_specla.core import is_int
@@ -258,7 +259,7 @@ def _check_engine_args(target, k, k_max, max_batch, eos, tree, temperature, top_
         raise ValueError(f"top_p={top_p!r}: must be a number in (0, 1]")
     if not (is_int(seed) and 0 <= seed < 2**64):
         raise ValueError(f"seed={seed!r}: must be an int in [0, 2**64)")
-    if not isinstance(deferred_commit, bool):
+    if not isinstance(deferred_commit, (bool, np.bool_)):
         raise ValueError(f"deferred_commit={deferred_commit!r}: must be True (fused into the next verify) or False")
     if draft_budget is not None and not callable(draft_budget):
         raise ValueError(f"draft_budget={draft_budget!r}: must be None or a callable f(step, request_index) -> int")
@@ -337,7 +338,7 @@ class SpecLAEngine:
             or ``"auto"``, K > 0 without a drafter, ``max_batch`` < 1, ``eos_token_id`` outside the
             vocabulary, ``temperature`` < 0 or not finite, ``top_k`` < 0, ``top_p`` outside (0, 1],
             ``tree`` not a :class:`TreeSpec` or deeper than K, ``deferred_commit`` not a bool,
-            ``draft_budget`` not callable (or, in :meth:`generate`, returning no int >= 0); a drafter
+            ``draft_budget`` not callable (or, in :meth:`generate`, returning no int); a drafter
             with fewer slots than ``max_batch``, or an EAGLE drafter on another dtype / device than the
             target.
     """
@@ -377,7 +378,7 @@ class SpecLAEngine:
         self.target = target
         self.drafter = drafter
         self.K = num_speculative_tokens
-        self.deferred = deferred_commit
+        self.deferred = bool(deferred_commit)
         self.max_batch = max_batch
         self.eos = eos_token_id
         self.draft_budget = draft_budget
@@ -450,8 +451,9 @@ class SpecLAEngine:
             prompts: lists of token ids, each non-empty, ids in ``[0, vocab_size)``.
             max_tokens: tokens to generate, one int (>= 0) for all prompts or one per prompt.
         Raises:
-            ValueError: an empty prompt, a token id that is not an int in the vocabulary, or
-                ``max_tokens`` not an int >= 0 / a list of another length than ``prompts``.
+            ValueError: an empty prompt, a token id that is not an int in the vocabulary,
+                ``max_tokens`` not an int >= 0 / a list of another length than ``prompts``, ``prompts``
+                a dict or set (or a prompt a set: unordered), or a ``draft_budget`` returning no int.
         """
         if isinstance(prompts, (dict, set, frozenset)):  # (a dict's keys were taken as the prompts)
             raise ValueError(f"prompts: must be a list of prompts (lists of token ids), got {type(prompts).__name__}")
@@ -606,8 +608,9 @@ class SpecLAEngine:
                 budget = k_step
                 if self.draft_budget is not None:
                     b = self.draft_budget(step, r.rid)
-                    if not (is_int(b) and b >= 0):
-                        raise ValueError(f"draft_budget({step}, {r.rid}) returned {b!r}: must be an int >= 0")
+                    if not is_int(b):  # (a negative int drafts nothing, as 0)
+                        raise ValueError(f"draft_budget({step}, {r.rid}) returned {b!r}: must be an int (<= 0: no "
+                                         "drafts)")
                     budget = min(k_step, int(b))
                 # never draft past max_tokens (a verify emits at most drafts + 1)
                 dr.num_drafts = max(0, min(budget, r.max_tokens - len(r.output) - 1))

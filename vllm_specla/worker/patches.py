@@ -47,8 +47,8 @@ import logging
 import os
 import sys
 
-from vllm_specla.config import (SpecLAConfig, SpecLAConfigError, is_inline_json, load_json_file, normalize_method,
-                                parse_inline_json, resolve_file_paths)
+from vllm_specla.config import (SpecLAConfig, SpecLAConfigError, drafter_alias, is_inline_json, load_json_file,
+                                normalize_method, parse_inline_json, resolve_file_paths)
 from vllm_specla.worker.settings import (ADDITIONAL_CONFIG_KEY, INLINE_DRAFTS_ATTR, PROPOSER_QUALNAME,
                                          inline_drafts_enabled)
 
@@ -101,7 +101,8 @@ def translate_speculative_config(spec, target_model_config=None) -> tuple[dict |
 
     Raises:
         SpecLAConfigError: bad file/JSON, invalid SpecLA fields, a drafter that does not exist or
-        has another vocabulary, ``specla`` on a target that is not ``gated_deltanet``, or another
+        has another vocabulary, both ``model`` (vLLM's name for the drafter, taken as ``drafter``)
+        and ``drafter``, ``specla`` on a target that is not ``gated_deltanet``, or another
         method (vLLM's ``ngram``, ``draft_model``, ...) on a ``gated_deltanet`` target.
     """
     if spec is None:
@@ -119,11 +120,7 @@ def translate_speculative_config(spec, target_model_config=None) -> tuple[dict |
     spec = normalize_method({k.replace("-", "_"): v for k, v in spec.items()})
     if spec.get("method") == "specla":
         spec = {k: v for k, v in spec.items() if not k.startswith("_")}
-        if "model" in spec:  # vLLM's name for the draft model (also what --spec-model sets)
-            if "drafter" in spec:
-                raise SpecLAConfigError("speculative_config: 'model' and 'drafter' both name the drafter; give one "
-                                        "(--spec-model sets 'model')")
-            spec["drafter"] = spec.pop("model")
+        spec = drafter_alias(spec)  # vLLM's "model" (the draft model; what --spec-model sets) as "drafter"
         if isinstance(spec.get("drafter"), str) and spec["drafter"]:
             # absolute, so that every process (engine core, workers, Ray actors in other working
             # directories) finds the same drafter
