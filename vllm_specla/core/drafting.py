@@ -24,12 +24,11 @@ Drafts are greedy (point-mass), which is what the acceptance rules assume (ALGOR
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
 import torch
 
-from vllm_specla.core import is_int
+from vllm_specla.core import is_int, is_real
 from vllm_specla.core.draft_vocab import check_ids, draft_logits_fn, is_full_vocab
 from vllm_specla.core.state import allocate_layer_states, build_step_plan
 from vllm_specla.models.drafter import EagleDrafter
@@ -76,7 +75,7 @@ class TreeSpec:
             if not (is_int(v) and v >= 1):
                 raise ValueError(f"TreeSpec.{name}={v!r}: must be an int >= 1" + (" or None" if name == "node_budget" else ""))
         t = self.tau
-        if t is not None and (isinstance(t, bool) or not isinstance(t, numbers.Real) or not t >= 0):
+        if t is not None and (not is_real(t) or not t >= 0):
             raise ValueError(f"TreeSpec.tau={t!r}: must be None (no pruning) or a number >= 0")
 
 

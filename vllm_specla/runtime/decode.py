@@ -38,14 +38,13 @@ rule), and its drafting glue too (``fused.embed``, ``fused.argmax(out=)``, ``ste
 
 from __future__ import annotations
 
-import numbers
 import time
 from dataclasses import dataclass
 
 import torch
 
 from vllm_specla.ops.tree_reference import compact_path_factors
-from vllm_specla.core import is_int
+from vllm_specla.core import is_int, is_real
 from vllm_specla.core.state import LayerState, allocate_layer_states, layer_state_shapes, stacked_view
 from vllm_specla.ops import _cpp, fused
 from vllm_specla.runtime.fused_model import FusedEagle, FusedTarget, StepCtrl
@@ -106,10 +105,10 @@ class RunResult:
 
 
 def _is_real(x) -> bool:
-    """A real number argument (Python / numpy floats and ints, a one-element tensor), not bool, not a string."""
+    """:func:`~vllm_specla.core.is_real`, or a one-element real tensor (e.g. from ``torch.linspace``)."""
     if isinstance(x, torch.Tensor):
         return x.numel() == 1 and not x.is_complex() and x.dtype != torch.bool
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+    return is_real(x)
 
 
 class DecodeRuntime:

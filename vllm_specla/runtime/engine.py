@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from vllm_specla.core import is_int
+from vllm_specla.core import is_int, is_real
 from vllm_specla.core.acceptance import greedy_accept_chain, greedy_accept_tree
 from vllm_specla.core.drafting import DraftModelDrafter, DraftRow, EagleDrafterRunner, SlotDrafter, TreeSpec
 from vllm_specla.core.policy import DraftLengthPolicy
@@ -250,12 +250,12 @@ def _check_engine_args(target, k, k_max, max_batch, eos, tree, temperature, top_
         raise ValueError(f"tree={tree!r}: must be None (chains) or a TreeSpec")
     if tree is not None and tree.node_budget is None:
         raise ValueError("tree.node_budget=None: the engine needs an int >= 1 (it sizes the verify window)")
-    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not (
+    if not is_real(temperature) or not (
             math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature={temperature!r}: must be a finite number >= 0 (0 = greedy)")
     if not (is_int(top_k) and top_k >= 0):
         raise ValueError(f"top_k={top_k!r}: must be an int >= 0 (0 = off)")
-    if isinstance(top_p, bool) or not isinstance(top_p, numbers.Real) or not (0 < top_p <= 1):
+    if not is_real(top_p) or not (0 < top_p <= 1):
         raise ValueError(f"top_p={top_p!r}: must be a number in (0, 1]")
     if not (is_int(seed) and 0 <= seed < 2**64):
         raise ValueError(f"seed={seed!r}: must be an int in [0, 2**64)")
