@@ -24,6 +24,8 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _flags import check_out  # noqa: E402
 MODEL = os.path.join(REPO, "models", "specla-gdn-tiny")
 
 
@@ -120,8 +122,7 @@ def main():
     ap.add_argument("--num-prompts", type=_positive, default=None)
     ap.add_argument("--json", default=os.path.join(REPO, "benchmarks", "acceptance_cpu.json"))
     args = ap.parse_args()
-    if not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
-        ap.error(f"--json {args.json}: its folder does not exist (the results would be lost after the run)")
+    check_out(ap, "--json", args.json)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     import vllm_specla
 

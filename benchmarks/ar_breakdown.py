@@ -19,7 +19,8 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from bench_e2e import build  # noqa: E402
+from _flags import check_out, parse_list  # noqa: E402
+from bench_e2e import SHAPES, build  # noqa: E402
 from graph_timing import graph_ms as _graph_ms  # noqa: E402
 
 from vllm_specla.core.state import allocate_layer_states  # noqa: E402
@@ -37,15 +38,19 @@ def graph_ms(fn) -> float:
 @torch.no_grad()
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shape", default="flame")
+    ap.add_argument("--shape", default="flame", choices=list(SHAPES))
     ap.add_argument("--batches", default="1,16")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    batches = parse_list(ap, "--batches", args.batches)
+    check_out(ap, "--out", args.out)
+    if not torch.cuda.is_available():
+        ap.error("no CUDA device: this benchmark times a CUDA-graph AR step")
     cfg, tgt, _ = build(args.shape, "cuda", torch.bfloat16)
     layers = tgt.stack.layers
     D = cfg.hidden_size
     recs = []
-    for B in [int(b) for b in args.batches.split(",")]:
+    for B in batches:
         rt = DecodeRuntime(tgt, B, "ar", output_capacity=400)
         rt.prefill(torch.randint(3, cfg.vocab_size, (B, 8)))
         step = graph_ms(rt._step)

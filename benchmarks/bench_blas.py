@@ -50,6 +50,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _flags import check_out, parse_list  # noqa: E402
 
 SETTINGS = ["default", "cublas", "cublaslt", "no_reduced", "w_x"]
 # (BN, BK, num_warps) of the row GEMV; BK = 0: one tile per program (skipped where BN * next_pow2(K)
@@ -201,7 +203,14 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--dry-cpu", action="store_true", help="every setting's code path once on tiny CPU tensors")
     args = ap.parse_args()
-    settings = args.settings.split(",")
+    settings = parse_list(ap, "--settings", args.settings, kind=str, lo=None)
+    shapes = parse_list(ap, "--shapes", args.shapes, choices=["flame", "map", "tiny"])  # (bench_e2e.SHAPES)
+    ms = parse_list(ap, "--ms", args.ms)
+    if args.layers is not None and args.layers < 1:
+        ap.error(f"--layers: must be an int >= 1, got {args.layers}")
+    check_out(ap, "--out", args.out)
+    if not args.dry_cpu and not torch.cuda.is_available():
+        ap.error("no CUDA device: this benchmark times GPU GEMMs; on a CPU, --dry-cpu runs every setting once")
     if args.rows_sweep:
         settings += [f"rows:{bn}:{bk}:{nw}" for bn, bk, nw in ROWS_SWEEP]
     if args.multi_sweep:
@@ -221,7 +230,7 @@ def main() -> None:
                 raise SystemExit("the CUDA skinny GEMM did not build (ops/_cpp.py load_cuda_gemm)")
     dtype = torch.float32 if args.dry_cpu else torch.bfloat16
     recs = []
-    for shape in args.shapes.split(","):
+    for shape in shapes:
         # the runtime's own weights (bench_e2e.build: random bf16 at the shape's config), so the shapes,
         # the in-projection's padding and the layer count are the real step's
         from bench_e2e import build  # noqa: PLC0415
@@ -235,7 +244,7 @@ def main() -> None:
         head = tgt.lm_head
         D = head.shape[1]
         wbytes = sum(w.numel() * w.element_size() for ws in weights for w in ws) + head.numel() * head.element_size()
-        for M in [int(m) for m in args.ms.split(",")]:
+        for M in ms:
             base = None
             for name in settings:
                 if name == "w_x" and M != 1:

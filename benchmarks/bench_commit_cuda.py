@@ -33,6 +33,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from _flags import check_out, parse_list, parse_tuple  # noqa: E402
 from graph_timing import graph_ms  # noqa: E402
 
 from vllm_specla.ops import triton_chain as tc  # noqa: E402
@@ -73,6 +74,11 @@ def _forced_ut(fn, nw):
     return wrapped
 
 
+UT_FORCED = ("cuda_ut", "cuda_ut1", "cuda_utv1", "cuda_utv2", "cuda_utv3", "cuda_utp0", "cuda_utp1", "cuda_utp2",
+             "cuda_utrow")
+IMPLS = ("cuda", *UT_FORCED, "triton", "ut")
+
+
 def kernels(names):
     out = {}
     for n in names:
@@ -81,8 +87,7 @@ def kernels(names):
 
             assert _cpp.load_cuda(), "CUDA build unavailable"
             out[n] = _cpp.chain_verify
-        elif n in ("cuda_ut", "cuda_ut1", "cuda_utv1", "cuda_utv2", "cuda_utv3", "cuda_utp0", "cuda_utp1",
-                   "cuda_utp2", "cuda_utrow"):  # the UT-form
+        elif n in UT_FORCED:  # the UT-form
             # CUDA kernel forced (cuda_ut1: 1 warp per CTA; cuda_utvN: build variant N; cuda_utp0 / _utp1 / _utp2: phase 4 / 5 form; cuda_utrow: TMA copies per row)
             from vllm_specla.ops import _cpp  # noqa: PLC0415
 
@@ -95,8 +100,7 @@ def kernels(names):
 
             out[n] = ut.chain_verify_ut
         else:
-            raise ValueError(f"--impls: unknown kernel {n!r} (allowed: cuda, cuda_ut, cuda_ut1, cuda_utv1 .. cuda_utv3, cuda_utp0 .. cuda_utp2, cuda_utrow, "
-                             "triton, ut)")
+            raise ValueError(f"--impls: unknown kernel {n!r} (allowed: {', '.join(IMPLS)})")
     return out
 
 
@@ -109,16 +113,21 @@ def main() -> None:
     ap.add_argument("--recover-config", default="",
                     help="BV/num_warps of the recover kernel in the sep rows (default: triton_chain.TUNED)")
     args = ap.parse_args()
+    names = parse_list(ap, "--impls", args.impls, choices=IMPLS)
+    batches = parse_list(ap, "--batches", args.batches)
+    if args.replays < 1:
+        ap.error(f"--replays: must be an int >= 1, got {args.replays}")
+    check_out(ap, "--out", args.out)
     if args.recover_config:
-        rc = tuple(int(x) for x in args.recover_config.split("/"))
-        if len(rc) != 2:
-            ap.error(f"--recover-config {args.recover_config!r}: must be BV/num_warps")
-        tc.TUNED["recover"] = rc
-    impls = kernels([s for s in args.impls.split(",") if s])
+        tc.TUNED["recover"] = parse_tuple(ap, "--recover-config", args.recover_config, 2, sep="/",
+                                          what="BV/num_warps")
+    if not torch.cuda.is_available():
+        ap.error("no CUDA device: this benchmark times GPU kernels")
+    impls = kernels(names)
     dev = "cuda"
     recs = []
     for sname, (H, K, V) in SHAPES.items():
-        for B in [int(b) for b in args.batches.split(",")]:
+        for B in batches:
             S, Tm, Tx = LAYERS * B, 8, 8  # banks sized to the longest window (8), as the runtime does
             g = torch.Generator(device=dev).manual_seed(B)
             N = B * Tx

@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_kernels as bk  # noqa: E402  (time_graph)
+from _flags import check_out, parse_list  # noqa: E402
 
 from vllm_specla.ops import triton_chain as tc  # noqa: E402
 
@@ -72,11 +73,18 @@ def main() -> None:
     ap.add_argument("--modes", default="verify,ar")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    modes = parse_list(ap, "--modes", args.modes, choices=["verify", "ar"])
+    batches = parse_list(ap, "--batches", args.batches)
+    if args.T < 1 or args.C < 1 or args.layers < 1:
+        ap.error(f"--T, --C and --layers: each must be an int >= 1, got {args.T} / {args.C} / {args.layers}")
+    check_out(ap, "--out", args.out)
+    if not torch.cuda.is_available():
+        ap.error("no CUDA device: this benchmark times GPU kernels")
     dev = "cuda"
     default_cfg = tc._conv4_config
     recs = []
-    for mode in args.modes.split(","):
-        for R in [int(b) for b in args.batches.split(",")]:
+    for mode in modes:
+        for R in batches:
             T = args.T if mode == "verify" else 1
             L = make_layers(mode, R, T, args.C, args.layers, dev)
             nbytes = sum(layer[-1] for layer in L) / len(L)

@@ -38,6 +38,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from _flags import check_out, parse_list  # noqa: E402
 from graph_timing import graph_ms  # noqa: E402
 
 from vllm_specla.ops import _cpp  # noqa: E402
@@ -116,18 +117,21 @@ def main() -> None:
                          "its banks, K + 1; the CUDA UT kernel's window bound follows it), default: max(8, largest T)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    layouts = args.layout.split(",")
-    allowed = ("auto", "rowgroup", "rowgroup8", "rowgroup16", "rowgroup32", "rs", "sb", "ut", "ut1", "utv1",
-               "utv2", "utv3", "utp0", "utp1", "utp2", "utrow")
-    if not all(lay in allowed for lay in layouts):
-        raise SystemExit(f"--layout: each of {layouts} must be one of {', '.join(allowed)}")
-    if any(x not in ("0", "1") for x in args.pdl.split(",")):
-        raise SystemExit(f"--pdl: each of {args.pdl.split(',')} must be 0 or 1")
-    ars = [a for a in args.rg_ar.split(",") if a] or [None]
-    if any(a not in ("0", "1", "2", "3", "4") for a in ars if a is not None):
-        raise SystemExit(f"--rg-ar: each of {ars} must be one of 0, 1, 2, 3, 4")
-    variants = [(int(b), int(c), lay, x == "1", a) for b in args.bv.split(",") for c in args.regcap.split(",")
-                for lay in layouts for x in args.pdl.split(",") for a in ars]
+    layouts = parse_list(ap, "--layout", args.layout, choices=(
+        "auto", "rowgroup", "rowgroup8", "rowgroup16", "rowgroup32", "rs", "sb", "ut", "ut1", "utv1", "utv2", "utv3",
+        "utp0", "utp1", "utp2", "utrow"))
+    pdls = parse_list(ap, "--pdl", args.pdl, choices=("0", "1"))
+    ars = parse_list(ap, "--rg-ar", args.rg_ar, choices=("0", "1", "2", "3", "4"), allow_empty=True) or [None]
+    bvs = [int(b) for b in parse_list(ap, "--bv", args.bv, choices=("0", "4", "8"))]
+    caps = [int(c) for c in parse_list(ap, "--regcap", args.regcap, choices=("0", "1"))]
+    batches, Ts = parse_list(ap, "--batches", args.batches), parse_list(ap, "--Ts", args.Ts)
+    if args.bank_t < -1 or 0 < args.bank_t < max(Ts):
+        ap.error(f"--bank-t: -1 (max(8, largest T)), 0 (each T) or an int >= the largest --Ts ({max(Ts)}), "
+                 f"got {args.bank_t}")
+    check_out(ap, "--out", args.out)
+    variants = [(b, c, lay, x == "1", a) for b in bvs for c in caps for lay in layouts for x in pdls for a in ars]
+    if not torch.cuda.is_available():
+        ap.error("no CUDA device: this benchmark times the CUDA chain verify")
     assert _cpp.load_cuda(), "CUDA build unavailable"
     try:
         from vllm_specla.ops import triton_chain_ut as ut  # noqa: PLC0415
@@ -136,15 +140,14 @@ def main() -> None:
     dev = "cuda"
     recs = []
     for sname, (H, K, V) in SHAPES.items():
-        for B in [int(b) for b in args.batches.split(",")]:
-            for T in [int(t) for t in args.Ts.split(",")]:
+        for B in batches:
+            for T in Ts:
                 for kind in (("ar",) if T == 1 else ("verify", "step")):
                     # factor banks of Tmax = --bank-t tokens (default: the longest window of the run;
                     # 0: this T, as the runtime sizes them, K + 1); the CUDA UT kernel's window bound
                     # and shared memory follow Tmax
                     S = LAYERS * B
-                    Tm = T if args.bank_t == 0 else args.bank_t if args.bank_t > 0 else max(
-                        8, max(int(t) for t in args.Ts.split(",")))
+                    Tm = T if args.bank_t == 0 else args.bank_t if args.bank_t > 0 else max(8, max(Ts))
                     g = torch.Generator(device=dev).manual_seed(B * 100 + T)
                     N = B * T
                     q = torch.randn(N, H, K, device=dev, generator=g, dtype=torch.bfloat16)
@@ -170,7 +173,7 @@ def main() -> None:
                              ("" if cap else "_nocap") + ("" if pdl else "_nopdl") + (f"_ar{a}" if a else ""):
                              _with_env(bv, cap, lay, pdl, a) for bv, cap, lay, pdl, a in variants}
                     impls["triton"] = tc.chain_verify
-                    if "0" in args.pdl.split(","):
+                    if "0" in pdls:
                         impls["triton_nopdl"] = _triton_nopdl
                     if ut is not None and kind != "ar":
                         impls["triton_ut"] = ut.chain_verify_ut

@@ -36,7 +36,9 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (_flags; runpy.run_path does not add it)
 
+from _flags import check_out, parse_list  # noqa: E402
 from vllm_specla.core.policy import chain_tau  # noqa: E402
 from vllm_specla.models.config import GatedDeltaNetConfig  # noqa: E402
 from vllm_specla.models.drafter import EagleDrafter, drafter_config_from_target  # noqa: E402
@@ -728,37 +730,22 @@ def main() -> None:
     if args.trained and args.batches is not None:
         ap.error("--batches is not used with --trained: give the trained pair's batch sizes as --trained-batches")
     args.batches = "1,16,64,256" if args.batches is None else args.batches
-    def numbers(flag: str, conv):
-        raw = getattr(args, flag[2:].replace("-", "_"))
-        try:
-            return [conv(x) for x in raw.split(",") if x.strip()]
-        except ValueError:
-            ap.error(f"{flag}: comma-separated {conv.__name__}s, got {raw!r}")
-
-    args.batches, args.ks = numbers("--batches", int), numbers("--ks", int)
-    args.snapshot_ks = numbers("--snapshot-ks", int)
-    args.alphas, args.snapshot_alphas = numbers("--alphas", float), numbers("--snapshot-alphas", float)
-    if any(not 0 <= a <= 1 for a in args.alphas + args.snapshot_alphas):  # (also NaN)
-        ap.error(f"--alphas / --snapshot-alphas: each must be in [0, 1], got {args.alphas + args.snapshot_alphas}")
-    args.trained_batches = numbers("--trained-batches", int)
-    args.tree_widths = numbers("--tree-widths", int)
-    args.draft_vocabs = numbers("--draft-vocabs", int) or [0]
+    args.batches, args.ks = parse_list(ap, "--batches", args.batches), parse_list(ap, "--ks", args.ks)
+    args.snapshot_ks = parse_list(ap, "--snapshot-ks", args.snapshot_ks, allow_empty=True)
+    args.alphas, args.snapshot_alphas = (parse_list(ap, flag, v, kind=float, lo=0, hi=1, allow_empty=True)
+                                         for flag, v in (("--alphas", args.alphas),
+                                                         ("--snapshot-alphas", args.snapshot_alphas)))
+    args.trained_batches = parse_list(ap, "--trained-batches", args.trained_batches, allow_empty=True)
+    args.tree_widths = parse_list(ap, "--tree-widths", args.tree_widths, lo=2, allow_empty=True)
+    args.draft_vocabs = parse_list(ap, "--draft-vocabs", args.draft_vocabs, lo=0, allow_empty=True) or [0]
     if args.steps < 1 or args.prompt_len < 1:
         ap.error(f"--steps and --prompt-len: each must be an int >= 1, got {args.steps} / {args.prompt_len}")
-    if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
-        ap.error(f"--out {args.out}: its folder does not exist (the records would be lost after the run)")
+    check_out(ap, "--out", args.out)
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     bad = [s for s in shapes if s not in SHAPES]
     if (bad or not shapes) and not (args.dry_cpu or args.trained):
         ap.error(f"--shapes: each must be one of {', '.join(SHAPES)}, got {args.shapes!r}")
     args.shapes = ",".join(shapes)
-    for flag, vals, lo in (("--batches", args.batches, 1), ("--ks", args.ks, 1), ("--trained-batches", args.trained_batches, 1),
-                           ("--snapshot-ks", args.snapshot_ks, 1), ("--tree-widths", args.tree_widths, 2),
-                           ("--draft-vocabs", args.draft_vocabs, 0)):
-        if any(v < lo for v in vals):
-            ap.error(f"{flag}: each must be an int >= {lo}, got {','.join(map(str, vals))}")
-    if not args.batches or not args.ks:
-        ap.error("--batches and --ks need at least one value each")
     if args.trained:
         if not args.prompts:
             ap.error("--trained needs --prompts FILE (a JSON list of token lists)")

@@ -36,7 +36,8 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from bench_e2e import build  # noqa: E402
+from _flags import check_out, parse_list  # noqa: E402
+from bench_e2e import SHAPES, build  # noqa: E402
 from graph_timing import graph_ms  # noqa: E402
 
 from vllm_specla.ops import _cpp, fused, triton_fused  # noqa: E402
@@ -110,18 +111,19 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--out", default=None, help="append one JSON line per row here")
     args = ap.parse_args()
-    modes = args.modes.split(",")
-    bad = [m for m in modes if m not in MODES]
-    if bad:
-        raise SystemExit(f"--modes: unknown {bad}; allowed: {', '.join(MODES)}")
-    if not torch.cuda.is_available():
-        raise SystemExit("bench_fp8_gemv.py needs a CUDA GPU (sm_89+ for float8)")
+    modes = parse_list(ap, "--modes", args.modes, choices=MODES)
+    shapes = parse_list(ap, "--shapes", args.shapes, choices=[s for s in SHAPES if s != "tiny"])
     if not 1 <= args.rows <= 16:
-        raise SystemExit(f"--rows must be in 1..16, got {args.rows}")
+        ap.error(f"--rows: must be an int in 1..16, got {args.rows}")
+    if args.passes < 1 or args.replays < 1:
+        ap.error(f"--passes and --replays: each must be an int >= 1, got {args.passes} / {args.replays}")
+    check_out(ap, "--out", args.out)
+    if not torch.cuda.is_available():
+        ap.error("no CUDA device: this benchmark times GPU GEMVs (sm_89+ for float8)")
     if args.skinny_gemm and not _cpp.load_cuda_gemm():
         raise SystemExit("--skinny-gemm: the CUDA skinny GEMM did not build (ops/_cpp.py load_cuda_gemm)")
     print(f"{'shape':6} {'mode':10} {'ms/pass':>8} {'MB':>7} {'TB/s':>6} {'vs bf16':>7} {'rel':>9}")
-    for shape in args.shapes.split(","):
+    for shape in shapes:
         for rec in bench_shape(shape, modes, args.rows, args.passes, args.replays):
             rel = "" if rec["rel_vs_ref"] is None else f"{rec['rel_vs_ref']:.2e}"
             vs = "" if rec["vs_bf16"] is None else f"{rec['vs_bf16']:.3f}"

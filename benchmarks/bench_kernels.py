@@ -35,9 +35,11 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (_flags; runpy.run_path does not add it)
 if __name__ == "__main__" and "--dry-cpu" in sys.argv:  # must precede the first triton import
     os.environ["TRITON_INTERPRET"] = "1"
 
+from _flags import parse_list  # noqa: E402
 from vllm_specla.ops import triton_chain as tc  # noqa: E402
 from vllm_specla.ops import triton_recover as tr  # noqa: E402
 from vllm_specla.ops import tree_verify as tv  # noqa: E402
@@ -246,29 +248,6 @@ def copy_bandwidth() -> float:
     return bw
 
 
-def parse_list(ap, flag: str, text: str, *, lo: int = 1, choices=None, allow_empty: bool = False) -> list:
-    """``flag``'s comma-separated value ``text`` as a list: integers >= ``lo``, or names from ``choices``.
-
-    Calls ``ap.error`` (exit 2, one line naming ``flag`` and the allowed values) on an empty list (unless
-    ``allow_empty``), a non-integer, an integer below ``lo`` or a name outside ``choices``.
-    """
-    items = [s.strip() for s in text.split(",") if s.strip()]
-    if not items and not allow_empty:
-        ap.error(f"{flag}: give at least one value, got {text!r}")
-    if choices is not None:
-        bad = [s for s in items if s not in choices]
-        if bad:
-            ap.error(f"{flag}: unknown {', '.join(bad)}; allowed: {', '.join(choices)}")
-        return items
-    try:
-        vals = [int(s) for s in items]
-    except ValueError:
-        vals = None
-    if vals is None or any(v < lo for v in vals):
-        ap.error(f"{flag}: expected comma-separated integers >= {lo}, got {text!r}")
-    return vals
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None, help="write the records here (default: benchmarks/kernels_h200.json on "
@@ -292,8 +271,8 @@ def main():
     rconfigs = []
     for c in (s for s in args.recover_configs.split(",") if s.strip()):
         cfg = c.strip().split("/")
-        if len(cfg) != 2 or not all(x.isdigit() and int(x) > 0 for x in cfg):
-            ap.error(f"--recover-configs: expected BV/num_warps pairs of positive integers such as 8/2, got {c!r}")
+        if len(cfg) != 2 or not all(x.isdigit() and int(x) > 0 and int(x) & (int(x) - 1) == 0 for x in cfg):
+            ap.error(f"--recover-configs: expected BV/num_warps pairs of powers of two such as 8/2, got {c!r}")
         rconfigs.append(tuple(int(x) for x in cfg))
     if not args.dry_cpu and not torch.cuda.is_available():
         ap.error("no CUDA device: this benchmark times GPU kernels; on a CPU, --dry-cpu runs every path once")

@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_kernels as bk  # noqa: E402  (time_graph)
+from _flags import check_out, parse_list, parse_tuple  # noqa: E402
 
 from vllm_specla.ops import triton_fused as tf  # noqa: E402
 
@@ -48,13 +49,19 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=24)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    row_counts = parse_list(ap, "--rows", args.rows)
+    heads = [parse_tuple(ap, "--heads", h, 2, sep="x", what="HV x V") for h in args.heads.split(",")]
+    if args.D < 1 or args.layers < 1:
+        ap.error(f"--D and --layers: each must be an int >= 1, got {args.D} / {args.layers}")
+    check_out(ap, "--out", args.out)
+    if not torch.cuda.is_available():
+        ap.error("no CUDA device: this benchmark times GPU kernels")
     dev, bf = "cuda", torch.bfloat16
     gpu = torch.cuda.get_device_name()
     recs = []
     g_default, r_default = tf._gated_norm_config, tf._rms_norm_warps
-    for N in [int(n) for n in args.rows.split(",")]:
-        for hs in args.heads.split(","):
-            HV, V = (int(v) for v in hs.split("x"))
+    for N in row_counts:
+        for HV, V in heads:
             L = [(torch.randn(N, HV, V, device=dev), torch.randn(N, HV * V + 32, device=dev).to(bf)[:, 32:],
                   torch.rand(V, device=dev) + 0.5) for _ in range(args.layers)]
             nbytes = N * HV * V * (4 + 2 + 2)
@@ -71,7 +78,7 @@ def main() -> None:
                 rows.append(dict(kind="gated", N=N, HV=HV, V=V, cfg=cfg, default=cfg == dflt, us=us,
                                  tb_s=nbytes / us / 1e6, gpu=gpu))
             tf._gated_norm_config = g_default
-            _report("gated", hs, rows)
+            _report("gated", f"{HV}x{V}", rows)
             recs += rows
         D = args.D
         L = [(torch.randn(N, D + 64, device=dev).to(bf)[:, 64:], torch.rand(D, device=dev) + 0.5)

@@ -32,6 +32,8 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _flags import check_out, parse_list  # noqa: E402
 from vllm_specla.ops import prefill  # noqa: E402
 from vllm_specla.ops.reference import causal_conv1d_prefill_ref, chunk_gated_delta_rule_ref  # noqa: E402
 
@@ -97,11 +99,11 @@ def conv_rows(args, dev: str) -> list[dict]:
     print(f"\n{name_dev}: the prompt's short conv, one layer, median of {args.iters} calls")
     print("| shape | rows | tokens/row | channels | batched ms | per-row reference ms | speedup |")
     print("|---|---|---|---|---|---|---|")
-    for name in args.shapes.split(","):
+    for name in args.shapes:
         H, HV, K, V = SHAPES[name]
         C = 2 * H * K + HV * V
-        for R in map(int, args.rows.split(",")):
-            for P in map(int, args.lens.split(",")):
+        for R in args.rows:
+            for P in args.lens:
                 gen = torch.Generator(device=dev).manual_seed(R * 7 + P)
                 x = torch.randn(R * P, C, device=dev, generator=gen)
                 w = torch.randn(C, 4, device=dev, generator=gen)
@@ -156,22 +158,26 @@ def main() -> int:
                     help="cpu: only the conv rows (fla needs CUDA)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    args.shapes = parse_list(ap, "--shapes", args.shapes, choices=list(SHAPES))
+    args.rows, args.lens = parse_list(ap, "--rows", args.rows), parse_list(ap, "--lens", args.lens)
+    ops = parse_list(ap, "--ops", args.ops, choices=["chunk", "conv"])
+    if args.iters < 1:
+        ap.error(f"--iters: must be an int >= 1, got {args.iters}")
+    check_out(ap, "--out", args.out)
     if args.device == "cpu":
         return finish(args, conv_rows(args, "cpu"))
     if not torch.cuda.is_available():
-        print("needs CUDA (or --device cpu for the conv rows)")
-        return 1
+        ap.error("no CUDA device: --device cuda times fla's chunk kernel (--device cpu: the conv rows only)")
     os.environ["VLLM_SPECLA_PREFILL"] = "auto"
-    ops = args.ops.split(",")
     rows_out = [] if "chunk" in ops else None
     if rows_out is None:
         return finish(args, conv_rows(args, "cuda"))
     print(f"{torch.cuda.get_device_name()}, fp32 inputs, one layer's recurrence, median of {args.iters} calls")
     print("| shape | rows | tokens/row | fla ms | reference ms | speedup | rel err |")
     print("|---|---|---|---|---|---|---|")
-    for name in args.shapes.split(","):
-        for R in map(int, args.rows.split(",")):
-            for P in map(int, args.lens.split(",")):
+    for name in args.shapes:
+        for R in args.rows:
+            for P in args.lens:
                 a = inputs(SHAPES[name], R, P, "cuda")
                 assert prefill.prefill_backend(a[0]) == "fla"
                 t_fla = timed(lambda: prefill.chunk_prefill(*a), args.iters)  # noqa: B023

@@ -47,7 +47,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 if __name__ == "__main__" and "--dry-cpu" in sys.argv:  # must precede the first triton import
     os.environ["TRITON_INTERPRET"] = "1"
 
-import bench_kernels as bk  # noqa: E402  (time_graph, Clock, parse_list)
+import bench_kernels as bk  # noqa: E402  (time_graph, Clock)
+from _flags import parse_list  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
@@ -354,10 +355,10 @@ def main():
     args = ap.parse_args()
     if args.budget_s <= 0:
         ap.error(f"--budget-s must be > 0, got {args.budget_s}")
-    shapes = bk.parse_list(ap, "--shapes", args.shapes, choices=list(SHAPES))
-    batches = bk.parse_list(ap, "--batches", args.batches)
-    nodes = bk.parse_list(ap, "--nodes", args.nodes, lo=2)
-    trees = bk.parse_list(ap, "--trees", args.trees, choices=list(TREES))
+    shapes = parse_list(ap, "--shapes", args.shapes, choices=list(SHAPES))
+    batches = parse_list(ap, "--batches", args.batches)
+    nodes = parse_list(ap, "--nodes", args.nodes, lo=2)
+    trees = parse_list(ap, "--trees", args.trees, choices=list(TREES))
     nmax = max(DRY_NODES if args.dry_cpu else nodes)  # (the factor banks hold nmax factors)
     if not 0 <= args.pending <= nmax:
         ap.error(f"--pending: allowed 0 .. {nmax} (the factor banks' length: the largest tree of --nodes"

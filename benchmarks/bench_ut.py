@@ -42,6 +42,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import bench_kernels as bk  # noqa: E402
+from _flags import parse_list, parse_tuple  # noqa: E402
 
 from vllm_specla.ops import reference as ref  # noqa: E402
 from vllm_specla.ops import triton_chain as tc  # noqa: E402
@@ -173,10 +174,22 @@ def main():
     ap.add_argument("--kinds", default="ar,verify,step,fused,sep,replay", help="kinds of the main table")
     ap.add_argument("--no-accuracy", action="store_true")
     args = ap.parse_args()
-    for name, got, allowed in (("--kinds", set(args.kinds.split(",")), ("ar", "verify", "step", "fused", "sep", "replay")),
-                               ("--impls", {i for i in args.impls.split(",") if i}, ("ser", "ut"))):
-        if not got <= set(allowed):
-            ap.error(f"{name}: unknown {sorted(got - set(allowed))}; allowed: {', '.join(allowed)}")
+    kinds_on = set(parse_list(ap, "--kinds", args.kinds, choices=["ar", "verify", "step", "fused", "sep", "replay"]))
+    impls = [(i, None) for i in parse_list(ap, "--impls", args.impls, choices=["ser", "ut"], allow_empty=True)]
+    impls += [(f"ut:{c.strip()}", parse_tuple(ap, "--ut-configs", c.strip(), 4, sep="/", what="BV/WARPS/KC/STAGES"))
+              for c in args.ut_configs.split(",") if c.strip()]
+    impls += [(f"ser:{c.strip()}", parse_tuple(ap, "--ser-configs", c.strip(), 4, lo=0, sep="/",
+                                               what="BV/WARPS/KI/PREFETCH"))
+              for c in args.ser_configs.split(",") if c.strip()]
+    if not impls:
+        ap.error("--impls / --ut-configs / --ser-configs: give at least one kernel to time")
+    shapes = parse_list(ap, "--shapes", args.shapes, choices=list(SHAPES))
+    batches, Ts = parse_list(ap, "--batches", args.batches), parse_list(ap, "--Ts", args.Ts)
+    replay_Ts = set(parse_list(ap, "--replay-Ts", args.replay_Ts, allow_empty=True))
+    if args.layers < 1 or args.budget_s <= 0:
+        ap.error(f"--layers must be >= 1 and --budget-s > 0, got {args.layers} and {args.budget_s}")
+    if not args.dry_cpu and not torch.cuda.is_available():
+        ap.error("no CUDA device: this benchmark times GPU kernels; on a CPU, --dry-cpu runs every path once")
     global SWEEP
     if args.dry_cpu:
         bk.DEV, bk.DRY = "cpu", True
@@ -184,9 +197,7 @@ def main():
         SHAPES["8x256x256"] = (1, 3, 16, 20)
         SWEEP = [SWEEP[0], (16, 4, 16, 2)]
         args.layers = 1
-        args.batches = "2"
-        args.Ts = "1,5"
-        args.replay_Ts = "5"
+        batches, Ts, replay_Ts = [2], [1, 5], {5}
         args.budget_s = 1e9  # every path once, however slow the interpreter is
         print("dry run: CPU interpreter, shape names stand for (2, 4, 32, 48) and (1, 3, 16, 20); times meaningless")
     import warnings  # noqa: PLC0415
@@ -201,7 +212,6 @@ def main():
            "dot_precision": ut.DOT_PRECISION}
     out["copy_TBps"] = bk.copy_bandwidth()
     print(f"GPU {out['gpu']}  triton {out['triton']}  device copy {out['copy_TBps']:.2f} TB/s", flush=True)
-    shapes = [s for s in args.shapes.split(",") if s]
 
     if args.out is None and not args.dry_cpu:
         args.out = "benchmarks/ut_h200.json"
@@ -288,12 +298,6 @@ def main():
     out["tuned_ut"] = {k: list(v) for k, v in ut.TUNED_UT.items()}
 
     # ---------------- main table ----------------
-    Ts = [int(t) for t in args.Ts.split(",")]
-    replay_Ts = {int(t) for t in args.replay_Ts.split(",") if t}
-    kinds_on = set(args.kinds.split(","))
-    impls = [(i, None) for i in args.impls.split(",") if i]
-    impls += [(f"ut:{c}", tuple(int(x) for x in c.split("/"))) for c in args.ut_configs.split(",") if c]
-    impls += [(f"ser:{c}", tuple(int(x) for x in c.split("/"))) for c in args.ser_configs.split(",") if c]
 
     def measure_impl(sname, bn, impl, kind, T, A=0):
         base, cfg = impl.split(":")[0], next(c for i, c in impls if i == impl)
@@ -309,7 +313,7 @@ def main():
             r["impl"] = impl
             r["config"] = list(cfg) if cfg else None
         return r
-    for B in [int(b) for b in args.batches.split(",")]:
+    for B in batches:
         for sname in shapes:
             if clock.left() < 10:
                 print("budget exhausted; stopping", flush=True)

@@ -30,6 +30,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "examples"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _flags import check_out  # noqa: E402
 
 
 class FixedK:
@@ -155,8 +157,7 @@ def main() -> int:
                         ("--single-stream", args.single_stream, 0)):
         if v < lo:
             ap.error(f"{flag}: must be an int >= {lo}, got {v}")
-    if args.json_out and not os.path.isdir(os.path.dirname(os.path.abspath(args.json_out))):
-        ap.error(f"--json-out {args.json_out}: its folder does not exist (the results would be lost after the run)")
+    check_out(ap, "--json-out", args.json_out)
     engines_arg = args.engine
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # collective_rpc(_force_k)
     from vllm import LLM, SamplingParams

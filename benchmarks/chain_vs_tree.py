@@ -20,6 +20,8 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _flags import check_out  # noqa: E402
 OUT = os.path.join(REPO, "benchmarks", "chain_vs_tree_cpu.json")
 
 
@@ -28,10 +30,7 @@ def main():
     ap.add_argument("--out", default=OUT, help="write the JSON results here (overwritten; default: the committed "
                     "benchmarks/chain_vs_tree_cpu.json)")
     args = ap.parse_args()
-    if os.path.isdir(args.out):
-        ap.error(f"--out {args.out}: is a folder, not a file name")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
-        ap.error(f"--out {args.out}: its folder does not exist (the results would be lost after the run)")
+    check_out(ap, "--out", args.out)
     from transformers import AutoTokenizer
 
     from vllm_specla.core.drafting import EagleDrafterRunner, TreeSpec

@@ -34,6 +34,7 @@ import torch
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _flags import check_out, parse_list  # noqa: E402
 
 
 def fake_int4(w: torch.Tensor, group: int) -> torch.Tensor:
@@ -115,19 +116,11 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="append JSON lines here")
     args = ap.parse_args()
     # (checked before the models load: each used to fail deep in the runtime, or after the build)
-    try:
-        ks = [int(k) for k in args.ks.split(",")]
-    except ValueError:
-        ks = []
-    if not ks or min(ks) < 1:
-        ap.error(f"--ks: comma-separated ints >= 1, got {args.ks!r}")
+    ks = parse_list(ap, "--ks", args.ks)
     for flag, v in (("--batch", args.batch), ("--steps", args.steps)):
         if v < 1:
             ap.error(f"{flag}: must be an int >= 1, got {v}")
-    if args.out and os.path.isdir(args.out):
-        ap.error(f"--out {args.out}: is a folder, not a file name")
-    if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
-        ap.error(f"--out {args.out}: its folder does not exist (the records would be lost after the run)")
+    check_out(ap, "--out", args.out)
     fmts = args.formats.split(",")
     widths = draft_input_widths()
     bad = [f for f in fmts if f not in ("model", "fp8", "int4-row")

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _flags import check_out, parse_list  # noqa: E402
 from graph_timing import graph_ms  # noqa: E402
 
 TILES = (132, 200, 264, 265, 330, 396, 450, 528, 529, 577, 660, 792, 793)
@@ -32,8 +33,12 @@ def main() -> None:
     ap.add_argument("--per-graph", type=int, default=20, help="GEMMs (on distinct weights) per timed graph")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    tiles_list = parse_list(ap, "--tiles", args.tiles)
+    if args.m < 1 or args.k < 1 or args.per_graph < 1:
+        ap.error(f"--m, --k and --per-graph: each must be an int >= 1, got {args.m} / {args.k} / {args.per_graph}")
+    check_out(ap, "--out", args.out)
     if not torch.cuda.is_available():
-        raise SystemExit("gemm_nsweep.py needs a CUDA GPU")
+        ap.error("no CUDA device: this benchmark times the CUDA skinny GEMM")
     from vllm_specla.ops import _cpp  # noqa: PLC0415
 
     if not _cpp.load_cuda_gemm():
@@ -41,7 +46,7 @@ def main() -> None:
     M, K, n = args.m, args.k, args.per_graph
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     recs = []
-    for tiles in (int(t) for t in args.tiles.split(",")):
+    for tiles in tiles_list:
         N = 16 * tiles
         ws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
         sk = graph_ms(lambda ws=ws: [_cpp.skinny_gemm(x, w, pdl=False) for w in ws]) / n

@@ -14,6 +14,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _flags import parse_tuple  # noqa: E402
 
 
 def main() -> None:
@@ -24,15 +26,15 @@ def main() -> None:
     ap.add_argument("--ar", action="store_true", help="an AR step (T = 1, write_final_state, no banks)")
     args = ap.parse_args()
     if args.batch < 1 or args.T < 1:
-        raise SystemExit(f"--batch and --T must be >= 1, got {args.batch} / {args.T}")
+        ap.error(f"--batch and --T: each must be an int >= 1, got {args.batch} / {args.T}")
+    H, K, V = parse_tuple(ap, "--heads", args.heads, 3, what="H,K,V")
     if not torch.cuda.is_available():
-        raise SystemExit("ncu_chain.py needs a CUDA GPU")
+        ap.error("no CUDA device: this script runs the chain kernels for Nsight Compute")
     from vllm_specla.ops import _cpp  # noqa: PLC0415
     from vllm_specla.ops import triton_chain as tc  # noqa: PLC0415
 
     if not _cpp.load_cuda():
         raise SystemExit("the CUDA chain verify did not build (ops/_cpp.py load_cuda)")
-    H, K, V = (int(x) for x in args.heads.split(","))
     B, T, dev = args.batch, 1 if args.ar else args.T, "cuda"
     g = torch.Generator(device=dev).manual_seed(0)
     N = B * T

@@ -27,6 +27,8 @@ import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _flags import check_out  # noqa: E402
 MODEL = os.path.join(REPO, "models", "specla-gdn-tiny")
 
 
@@ -58,12 +60,16 @@ K_MAX = 64  # as SpecLAEngine bounds an int K ("auto"'s K_max too); the Schedule
 
 def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse bad flags before the models load (``ap.error``: one line naming the flag, exit 2); parses
-    ``args.windows`` into a list of ints / None. Lower bounds: a request is decoded for ``--max-tokens`` >= 1
-    tokens from ``--prompts`` >= 1 questions in ``--batch`` >= 1 state slots; ``--k`` >= 1 drafts per step after
-    ``--hold-steps`` >= 0 held ones (K = 0 throughout would measure no drafting at all); ``--cap`` >= 1 held inputs
-    (the engine keeps min(W, cap) of them); a window is an int >= 0 or none (``hold_or_absorb``)."""
-    for flag, v, lo, hi in (("--prompts", args.prompts, 1, None), ("--max-tokens", args.max_tokens, 1, None),
-                            ("--batch", args.batch, 1, None), ("--k", args.k, 1, K_MAX),
+    ``args.windows`` into a list of ints / None. Bounds: a request is decoded for ``--max-tokens`` >= 1 tokens
+    from ``--prompts`` questions (1 .. 80: MT-Bench's first turns) in ``--batch`` >= 1 state slots; ``--k`` >= 1
+    drafts per step after ``--hold-steps`` >= 0 held ones (K = 0 throughout would measure no drafting at all);
+    ``--cap`` >= 1 held inputs (the engine keeps min(W, cap) of them); a window is an int >= 0 or none
+    (``hold_or_absorb``)."""
+    from vllm_specla.data import mtbench_questions  # noqa: PLC0415
+
+    for flag, v, lo, hi in (("--prompts", args.prompts, 1, len(mtbench_questions())),
+                            ("--max-tokens", args.max_tokens, 1, None), ("--batch", args.batch, 1, None),
+                            ("--k", args.k, 1, K_MAX),
                             ("--hold-steps", args.hold_steps, 0, None), ("--cap", args.cap, 1, None)):
         if v < lo or (hi is not None and v > hi):
             ap.error(f"{flag}: must be an int {f'>= {lo}' if hi is None else f'in {lo}..{hi}'}, got {v}")
@@ -74,10 +80,7 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         args.windows = None
     if args.windows is None or any(w is not None and w < 0 for w in args.windows):
         ap.error(f"--windows: comma-separated ints >= 0 or 'none', got {','.join(windows)!r}")
-    if args.json and os.path.isdir(args.json):
-        ap.error(f"--json {args.json}: is a folder, not a file name")
-    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
-        ap.error(f"--json {args.json}: its folder does not exist (the results would be lost after the run)")
+    check_out(ap, "--json", args.json)
 
 
 def main() -> None:

@@ -38,7 +38,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_e2e import add_kernel_flags, apply_kernel_flags, build, build_trained  # noqa: E402
+from _flags import check_out, parse_list  # noqa: E402
+from bench_e2e import SHAPES, add_kernel_flags, apply_kernel_flags, build, build_trained  # noqa: E402
 
 from vllm_specla.runtime.decode import DecodeRuntime  # noqa: E402
 
@@ -238,10 +239,21 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--dry-cpu", action="store_true", help="tiny shape on the CPU: the code path once (no device times)")
     args = ap.parse_args()
+    shapes = parse_list(ap, "--shapes", args.shapes, choices=[*SHAPES, "trained"])
+    batches = parse_list(ap, "--batches", args.batches)
+    modes = parse_list(ap, "--modes", args.modes, choices=["ar", "specla", "snapshot"])
+    for flag, v in (("--k", args.k), ("--steps", args.steps), ("--tree-width", args.tree_width), ("--top", args.top)):
+        if v < 1:
+            ap.error(f"{flag}: must be an int >= 1, got {v}")
+    if args.graph < 0 or not 0 <= args.alpha <= 1:  # (also a NaN alpha)
+        ap.error(f"--graph must be >= 0 and --alpha in [0, 1], got {args.graph} / {args.alpha}")
+    check_out(ap, "--out", args.out)
     global DEV
     if args.dry_cpu:
-        DEV, args.batches, args.steps = "cpu", "2", 2
-        args.shapes = "trained" if args.shapes == "trained" else "tiny"
+        DEV, batches, args.steps = "cpu", [2], 2
+        shapes = ["trained" if shapes == ["trained"] else "tiny"]
+    elif not torch.cuda.is_available():
+        ap.error("no CUDA device: this profiles GPU steps; on a CPU, --dry-cpu runs the code path once")
     from vllm_specla.ops import _cpp, chain_verify as _cv  # noqa: PLC0415
 
     if DEV == "cuda":
@@ -261,7 +273,7 @@ def main() -> None:
     args.cuda_csrc = DEV == "cuda" and _cv.USE_CUDA_CSRC and _cpp.CUDA_LOADED  # (what the records say)
     rows = apply_kernel_flags(args, DEV)
     recs = []
-    for shape in args.shapes.split(","):
+    for shape in shapes:
         trained = shape == "trained"  # the embedded pair, fp32, real acceptance (no trace, no alpha)
         if trained:
             tgt, dr = build_trained(DEV)
@@ -270,7 +282,7 @@ def main() -> None:
             cfg, tgt, dr = build(shape, DEV, torch.bfloat16 if DEV == "cuda" else torch.float32)
         if dr is not None and args.draft_weights != "model":
             dr = dr.with_draft_weights(args.draft_weights)
-        for B in [int(b) for b in args.batches.split(",")]:
+        for B in batches:
             prompts = torch.randint(3, cfg.vocab_size, (B, 16), generator=torch.Generator().manual_seed(B))
             if trained and args.prompts:
                 with open(args.prompts) as f:
@@ -282,7 +294,7 @@ def main() -> None:
             ar.prefill(prompts)
             ar.run(L - 8)
             trace = torch.stack([torch.tensor(o[: L - 4]) for o in ar.outputs()]).to(DEV)
-            for mode in args.modes.split(","):
+            for mode in modes:
                 if mode == "ar":
                     rt = ar
                 else:

@@ -61,8 +61,9 @@ def test_chain_vs_tree_bad_out(tmp_path, out, want):
 # ---- resync_acceptance.py ----
 
 @pytest.mark.parametrize("flags,want", [
-    (["--prompts", "0"], "--prompts: must be an int >= 1, got 0"),  # (ran on no prompts: "lossless True")
-    (["--prompts", "-2"], "--prompts: must be an int >= 1, got -2"),  # (was all but the last 2 questions)
+    (["--prompts", "0"], "--prompts: must be an int in 1..80, got 0"),  # (ran on no prompts: "lossless True")
+    (["--prompts", "-2"], "--prompts: must be an int in 1..80, got -2"),  # (was all but the last 2 questions)
+    (["--prompts", "81"], "--prompts: must be an int in 1..80, got 81"),  # (MT-Bench has 80: ran on 80 silently)
     (["--max-tokens", "0"], "--max-tokens: must be an int >= 1, got 0"),
     (["--batch", "0"], "--batch: must be an int >= 1, got 0"),  # (engine ValueError after the models loaded)
     (["--k", "0"], "--k: must be an int in 1..64, got 0"),  # (measured no drafting at all)
@@ -115,12 +116,12 @@ def test_make_prompts_writes_every_nth_question(tmp_path):
     (["--formats", "int4-g256,int4-g0"], "--formats: each must be one of model, fp8, int4-row, int4-gG (G an int >= 1 "
                                          "dividing the draft passes' input widths 384, 512, 768, 1024), got "
                                          "'int4-g256', 'int4-g0'"),
-    (["--ks", "0"], "--ks: comma-separated ints >= 1, got '0'"),
-    (["--ks", "4,x"], "--ks: comma-separated ints >= 1, got '4,x'"),
+    (["--ks", "0"], "--ks: expected comma-separated integers >= 1, got '0'"),
+    (["--ks", "4,x"], "--ks: expected comma-separated integers >= 1, got '4,x'"),
     (["--batch", "0"], "--batch: must be an int >= 1, got 0"),
     (["--steps", "0"], "--steps: must be an int >= 1, got 0"),
     (["--out", "{tmp}/no_such_dir/f.jsonl"],
-     "--out {tmp}/no_such_dir/f.jsonl: its folder does not exist (the records would be lost after the run)"),
+     "--out {tmp}/no_such_dir/f.jsonl: its folder does not exist (the results would be lost after the run)"),
 ])
 def test_draft_format_acceptance_bad_flags(tmp_path, prompts_file, flags, want):
     r = run("draft_format_acceptance.py", "--prompts", prompts_file, *(f.format(tmp=tmp_path) for f in flags))
@@ -181,3 +182,114 @@ def test_plot_e2e_png_folder_and_valid_table(tmp_path):
     r = run("plot_e2e.py", str(path))
     assert r.returncode == 0 and r.stderr == "", r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1] == "| tiny | 2 | 0.8 | 2 | 2.40 | 150 | 100 | 1.50 | - | - |"
+
+
+# ---- benchmarks/_flags.py: the list / tuple / output checks every script shares ----
+
+def _parser():
+    import argparse  # noqa: PLC0415
+
+    class Refused(Exception):
+        pass
+
+    class P(argparse.ArgumentParser):
+        def error(self, message):  # (argparse prints and exits 2; the message is what the scripts show)
+            raise Refused(message)
+
+    return P(), Refused
+
+
+def test_flags_parse_list_and_tuple():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from _flags import check_out, parse_list, parse_tuple  # noqa: PLC0415
+
+    ap, refused = _parser()
+    assert parse_list(ap, "--b", " 1, 16 ,,64 ") == [1, 16, 64]
+    assert parse_list(ap, "--t", "", allow_empty=True) == []
+    assert parse_list(ap, "--w", "0,8", lo=0) == [0, 8]
+    assert parse_list(ap, "--a", "0,0.8,1", kind=float, lo=0, hi=1) == [0.0, 0.8, 1.0]
+    assert parse_list(ap, "--m", "ar,verify", choices=("verify", "ar")) == ["ar", "verify"]
+    assert parse_tuple(ap, "--heads", "8x256", 2, sep="x") == (8, 256)
+    assert parse_tuple(ap, "--c", "4/1/0/0", 4, lo=0, sep="/") == (4, 1, 0, 0)
+    for call, want in [
+        (lambda: parse_list(ap, "--b", ""), "--b: give at least one value, got ''"),
+        (lambda: parse_list(ap, "--b", " , "), "--b: give at least one value, got ' , '"),
+        (lambda: parse_list(ap, "--b", "1,0"), "--b: expected comma-separated integers >= 1, got '1,0'"),
+        (lambda: parse_list(ap, "--b", "1,2.5"), "--b: expected comma-separated integers >= 1, got '1,2.5'"),
+        (lambda: parse_list(ap, "--k", "9", hi=8), "--k: expected comma-separated integers in [1, 8], got '9'"),
+        (lambda: parse_list(ap, "--a", "0.8,nan", kind=float, lo=0, hi=1),
+         "--a: expected comma-separated finite numbers in [0, 1], got '0.8,nan'"),
+        (lambda: parse_list(ap, "--a", "inf", kind=float, lo=None),
+         "--a: expected comma-separated finite numbers, got 'inf'"),
+        (lambda: parse_list(ap, "--a", "1.5", kind=float, lo=0, hi=1),
+         "--a: expected comma-separated finite numbers in [0, 1], got '1.5'"),
+        (lambda: parse_list(ap, "--m", "ar,x,y", choices=("verify", "ar")), "--m: unknown x, y; allowed: verify, ar"),
+        (lambda: parse_tuple(ap, "--heads", "8x", 2, sep="x", what="HV x V"),
+         "--heads: expected 2 'x'-separated integers >= 1 (HV x V), got '8x'"),
+        (lambda: parse_tuple(ap, "--c", "4/1/0", 4, lo=0, sep="/"),
+         "--c: expected 4 '/'-separated integers >= 0, got '4/1/0'"),
+        (lambda: parse_tuple(ap, "--c", "4/0", 2, sep="/"), "--c: expected 2 '/'-separated integers >= 1, got '4/0'"),
+        (lambda: check_out(ap, "--out", ROOT), f"--out {ROOT}: is a folder, not a file name"),
+        (lambda: check_out(ap, "--out", os.path.join(ROOT, "no_such_dir", "x.json")),
+         f"--out {os.path.join(ROOT, 'no_such_dir', 'x.json')}: its folder does not exist (the results would be lost "
+         "after the run)"),
+    ]:
+        with pytest.raises(refused) as e:
+            call()
+        assert str(e.value) == want
+    check_out(ap, "--out", None)
+    check_out(ap, "--out", os.path.join(ROOT, "not_written_here.json"))  # (checked, not created)
+    assert not os.path.exists(os.path.join(ROOT, "not_written_here.json"))
+
+
+# ---- the GPU benchmarks and profilers: their flags are checked before any CUDA call (a bad list was a ValueError
+# traceback, a missing --out folder lost the results after the run, no GPU a CUDA error deep in a kernel) ----
+
+@pytest.mark.parametrize("script,flags,want", [
+    ("ar_breakdown.py", ["--batches", "1,x"], "--batches: expected comma-separated integers >= 1, got '1,x'"),
+    ("bench_norms.py", ["--heads", "8x256,8x"], "--heads: expected 2 'x'-separated integers >= 1 (HV x V), got '8x'"),
+    ("bench_conv.py", ["--modes", "verify,bogus"], "--modes: unknown bogus; allowed: verify, ar"),
+    ("bench_conv.py", ["--out", "{tmp}/no_such_dir/c.json"],
+     "--out {tmp}/no_such_dir/c.json: its folder does not exist (the results would be lost after the run)"),
+    ("gemm_nsweep.py", ["--tiles", "8,0"], "--tiles: expected comma-separated integers >= 1, got '8,0'"),
+    ("ncu_chain.py", ["--heads", "6,256"], "--heads: expected 3 ','-separated integers >= 1 (H,K,V), got '6,256'"),
+    ("bench_prefill.py", ["--ops", "chunk,bogus"], "--ops: unknown bogus; allowed: chunk, conv"),
+    ("bench_prefill.py", ["--device", "cpu", "--lens", "512,0"],
+     "--lens: expected comma-separated integers >= 1, got '512,0'"),
+    ("bench_ut.py", ["--ser-configs", "4/1/32"],
+     "--ser-configs: expected 4 '/'-separated integers >= 0 (BV/WARPS/KI/PREFETCH), got '4/1/32'"),
+    ("bench_ut.py", ["--kinds", "ar,steps"], "--kinds: unknown steps; allowed: ar, verify, step, fused, sep, replay"),
+    ("bench_ut.py", ["--impls", "", "--ut-configs", ""],
+     "--impls / --ut-configs / --ser-configs: give at least one kernel to time"),
+    ("step_breakdown.py", ["--modes", "ar,bogus"], "--modes: unknown bogus; allowed: ar, specla, snapshot"),
+    ("step_breakdown.py", ["--alpha", "nan"], "--graph must be >= 0 and --alpha in [0, 1], got 0 / nan"),
+    ("bench_commit_cuda.py", ["--impls", "cuda,bogus"],
+     "--impls: unknown bogus; allowed: cuda, cuda_ut, cuda_ut1, cuda_utv1, cuda_utv2, cuda_utv3, cuda_utp0, "
+     "cuda_utp1, cuda_utp2, cuda_utrow, triton, ut"),
+    ("bench_commit_cuda.py", ["--recover-config", "8"],
+     "--recover-config: expected 2 '/'-separated integers >= 1 (BV/num_warps), got '8'"),
+    ("bench_fp8_gemv.py", ["--shapes", "flame,tiny"], "--shapes: unknown tiny; allowed: flame, map"),
+    ("bench_blas.py", ["--ms", "1,0"], "--ms: expected comma-separated integers >= 1, got '1,0'"),
+    ("bench_csrc_cuda.py", ["--bv", "0,2"], "--bv: unknown 2; allowed: 0, 4, 8"),
+    ("bench_csrc_cuda.py", ["--bank-t", "4"],
+     "--bank-t: -1 (max(8, largest T)), 0 (each T) or an int >= the largest --Ts (8), got 4"),
+])
+def test_gpu_benchmarks_check_flags_first(tmp_path, script, flags, want):
+    r = run(script, *[f.format(tmp=tmp_path) for f in flags], timeout=120)
+    assert_refused(r, script, want.format(tmp=tmp_path))
+
+
+@pytest.mark.parametrize("script,want", [
+    ("ar_breakdown.py", "no CUDA device: this benchmark times a CUDA-graph AR step"),
+    ("bench_conv.py", "no CUDA device: this benchmark times GPU kernels"),
+    ("bench_ut.py", "no CUDA device: this benchmark times GPU kernels; on a CPU, --dry-cpu runs every path once"),
+    ("bench_commit_cuda.py", "no CUDA device: this benchmark times GPU kernels"),
+    ("bench_csrc_cuda.py", "no CUDA device: this benchmark times the CUDA chain verify"),
+    ("step_breakdown.py", "no CUDA device: this profiles GPU steps; on a CPU, --dry-cpu runs the code path once"),
+])
+def test_gpu_benchmarks_without_cuda_say_so(script, want):
+    import torch  # noqa: PLC0415
+
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA (on a GPU it would run the benchmark)")
+    assert_refused(run(script, timeout=120), script, want)

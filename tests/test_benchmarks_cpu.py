@@ -17,24 +17,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize("flags,want", [(["--shapes", "nope"], "--shapes: each must be one of flame, map, tiny, got 'nope'"),
-                                        (["--batches", "1,0"], "--batches: each must be an int >= 1, got 1,0"),
-                                        (["--ks", "0"], "--ks: each must be an int >= 1, got 0"),
+                                        (["--batches", "1,0"],
+                                         "--batches: expected comma-separated integers >= 1, got '1,0'"),
+                                        (["--ks", "0"], "--ks: expected comma-separated integers >= 1, got '0'"),
                                         (["--shapes", "flame,"], None), (["--shapes", ""], "--shapes: each must be one of "
                                                                                           "flame, map, tiny, got ''"),
                                         (["--cuda-csrc", "--no-cuda-csrc"],
                                          "argument --no-cuda-csrc: not allowed with argument --cuda-csrc"),
-                                        (["--ks", "abc"], "--ks: comma-separated ints, got 'abc'"),
-                                        (["--alphas", "0.8,nan"], "--alphas / --snapshot-alphas: each must be in "
-                                                                  "[0, 1], got [0.8, nan, 0.8]"),
+                                        (["--ks", "abc"], "--ks: expected comma-separated integers >= 1, got 'abc'"),
+                                        (["--alphas", "0.8,nan"], "--alphas: expected comma-separated finite "
+                                                                  "numbers in [0, 1], got '0.8,nan'"),
                                         (["--steps", "0"], "--steps and --prompt-len: each must be an int >= 1, "
                                                            "got 0 / 16"),
                                         (["--out", "no_such_dir/x.jsonl"], "--out no_such_dir/x.jsonl: its folder "
-                                         "does not exist (the records would be lost after the run)")])
+                                         "does not exist (the results would be lost after the run)")])
 def test_bench_e2e_bad_flags_are_one_line_errors(flags, want):
     """(they were tracebacks: KeyError, ZeroDivisionError, ValueError; --steps 0 ran 512 steps; a missing --out
     folder failed after the whole run)"""
-    if want is None:  # accepted (a trailing comma is no shape): the --ks check after it fails, so nothing runs
-        flags, want = [*flags, "--ks", "0"], "--ks: each must be an int >= 1, got 0"
+    if want is None:  # accepted (a trailing comma is no shape): the --draft-weights check after it fails
+        flags, want = [*flags, "--draft-weights", "bogus"], "--draft-weights: each must be one of model, fp8, got bogus"
     r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_e2e.py"), *flags],
                        env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == f"bench_e2e.py: error: {want}"
@@ -72,8 +73,10 @@ def test_bench_e2e_trained_prompts_are_checked_up_front(tmp_path):
 @pytest.mark.parametrize("script,flags,want", [
     ("bench_kernels", ["--shapes", "6x256x512,bogus"], "--shapes: unknown bogus; allowed: 6x256x512, 8x256x256"),
     ("bench_kernels", ["--batches", ""], "--batches: give at least one value, got ''"),
-    ("bench_kernels", ["--recover-configs", "8"], "--recover-configs: expected BV/num_warps pairs of positive "
-                                                  "integers such as 8/2, got '8'"),
+    ("bench_kernels", ["--recover-configs", "8"], "--recover-configs: expected BV/num_warps pairs of powers of "
+                                                  "two such as 8/2, got '8'"),
+    ("bench_kernels", ["--recover-configs", "8/2,6/2"], "--recover-configs: expected BV/num_warps pairs of powers "
+                                                        "of two such as 8/2, got '6/2'"),  # (tl.arange's BV)
     ("bench_kernels", [], "no CUDA device: this benchmark times GPU kernels; on a CPU, --dry-cpu runs every path "
                           "once"),
     ("bench_tree", ["--trees", "binary,oak"], "--trees: unknown oak; allowed: binary, beam4, chain_heavy, fork2, "
