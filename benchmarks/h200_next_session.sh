@@ -82,6 +82,33 @@ for r in rows[1:]:
             "$OUT/ncu_s48e_$SH.csv"
       done
       ;;
+  s52a)  # (any card) the GPU-only benchmark scripts once each at small sizes after session 52 moved their flag checks
+        # to benchmarks/_flags.py (CI runs only their flag errors): Triton / cuBLAS paths, nothing built
+        # (VLLM_SPECLA_CUDA_KERNELS=0), fla from PYTHONPATH; each prints its last lines (timeouts sum to 455 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      export VLLM_SPECLA_CUDA_KERNELS=0
+      run1() {  # TIMEOUT SCRIPT ARGS...
+        local t=$1 s=$2; shift 2
+        echo "== $s $*"; timeout "$t" python "benchmarks/$s" "$@" > "$OUT/s52a_${s%.py}.txt" 2>&1
+        echo "rc $?"; grep -v "^\s*$" "$OUT/s52a_${s%.py}.txt" | tail -3 | cut -c1-300
+      }
+      run1 45 bench_kernels.py --shapes 8x256x256 --batches 8 --Ts 1,5 --budget-s 30 --recover-configs 8/2 \
+          --json "$OUT/s52a_kernels.json"
+      run1 45 bench_tree.py --shapes 8x256x256 --batches 1 --nodes 16 --trees binary --budget-s 30
+      run1 60 bench_ut.py --shapes 8x256x256 --batches 8 --Ts 1,5 --replay-Ts 5 --no-sweep --no-accuracy --impls ut \
+          --kinds verify,step --budget-s 40 --out "$OUT/s52a_ut.json"
+      run1 30 bench_commit_cuda.py --impls triton --batches 32 --replays 4 --out "$OUT/s52a_commit.json"
+      run1 30 bench_conv.py --batches 8 --layers 4 --out "$OUT/s52a_conv.json"
+      run1 30 bench_norms.py --rows 64 --heads 8x256 --layers 4 --out "$OUT/s52a_norms.json"
+      run1 60 bench_e2e.py --shapes flame --batches 1 --ks 4 --alphas 0.8 --snapshot-ks "" --steps 8 \
+          --no-cuda-csrc --out "$OUT/s52a_e2e.jsonl"
+      run1 40 step_breakdown.py --shapes tiny --batches 2 --modes ar,specla --steps 2 --no-cuda-csrc \
+          --out "$OUT/s52a_step.json"
+      run1 30 ar_breakdown.py --shape tiny --batches 1 --out "$OUT/s52a_ar.jsonl"
+      run1 30 bench_prefill.py --shapes map --rows 1 --lens 512 --iters 1 --out "$OUT/s52a_prefill.json"
+      run1 25 bench_fp8_gemv.py --shapes flame --modes bf16,fp8 --passes 2 --replays 2 --out "$OUT/s52a_fp8.jsonl"
+      run1 30 bench_blas.py --shapes flame --ms 1 --settings default,cublas --layers 2 --out "$OUT/s52a_blas.json"
+      ;;
   s51a)  # (an H200 only: it exits at once on another card) the shortest verdict for ~4 minutes of device time left:
         # recover with PDL on and off only (issue 5's 8x256x256 batch-32 recover row: 4.44x in session 46, before PDL;
         # Triton, nothing built) (timeouts 2 x 50 = 100 s)
