@@ -11,6 +11,7 @@
 # kernels built, recover with PDL on / off, issue 6's batch-1 rows); with more time s37g (issue 6's batch-1 rows at
 # the precheck default) and s48d (recover with PDL: issue 5's 8x256x256 batch-32 recover, 4.44x before PDL), then
 # s43b (issue 5's tables) and s47a (the precheck's A/B). With only ~4 minutes left: s51a (recover's PDL on / off).
+# On any card (an H100 will do): s52a, the GPU-only benchmark scripts once each after session 52's flag checks.
 set -u
 S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r.get("alpha"),r.get("tree_width"),r.get("draft_vocab"),r.get("draft_weights"),round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows"),r.get("tag"),r.get("policy")) for r in map(json.loads,sys.stdin)]'
 # the session-15+ skinny GEMM calls: its JIT build, and a GPU test run kept whole under $OUT (s15a's pytest crash was
