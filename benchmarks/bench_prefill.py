@@ -31,9 +31,10 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
 from _flags import check_out, parse_list  # noqa: E402
+
 from vllm_specla.ops import prefill  # noqa: E402
 from vllm_specla.ops.reference import causal_conv1d_prefill_ref, chunk_gated_delta_rule_ref  # noqa: E402
 
