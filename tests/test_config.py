@@ -313,11 +313,30 @@ def test_spec_flags_merged_before_translation(tiny_dir, tmp_path):
     vc = _engine_config(model=tiny_dir["target"], speculative_config=str(f), spec_tokens=3)
     assert vc.speculative_config.method == "custom_class"
     assert vc.additional_config["specla"]["num_speculative_tokens"] == 3
-    with pytest.raises(ValueError, match="--spec-tokens and --speculative-config\\['num_speculative_tokens'\\] are "
-                                         "mutually exclusive"):
+    with pytest.raises(SpecLAConfigError, match="--spec-tokens and --speculative-config\\['num_speculative_tokens'\\] "
+                                                "are mutually exclusive: give num_speculative_tokens one way"):
         _engine_config(model=tiny_dir["target"], spec_tokens=3,
                        speculative_config={"method": "specla", "num_speculative_tokens": 2,
                                            "drafter": tiny_dir["random_eagle"]})
+
+
+def test_cli_spec_method_takes_specla():
+    """vLLM's CLI parser (``vllm serve``'s) takes ``--spec-method specla`` in any letter case after the plugin loads:
+    vLLM 0.32 lists only its own methods as the flag's choices, so the README's ``--spec-method specla`` form was an
+    argparse error (a new user's review, session 52); vLLM's own methods parse as before, others stay refused."""
+    pytest.importorskip("vllm")
+    import vllm_specla
+
+    vllm_specla.register()
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+    assert [parser.parse_args(["--spec-method", m]).spec_method for m in ("specla", "SpecLA", " SPECLA ", "ngram")] \
+        == ["specla", "specla", "specla", "ngram"]
+    assert parser.parse_args([]).spec_method is None
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--spec-method", "spec-la"])
 
 
 def test_spec_flags_alone_and_model_as_the_drafter(tiny_dir, tmp_path):

@@ -193,8 +193,9 @@ def fold_spec_flags(engine_args) -> None:
     when no flag is set.
 
     Raises:
-        ValueError: a flag and the same key in ``speculative_config`` (vLLM's message).
-        SpecLAConfigError: a ``speculative_config`` string that is neither valid JSON nor a readable file."""
+        SpecLAConfigError: a flag and the same key in ``speculative_config`` (vLLM's message; a ``ValueError``, as
+            vLLM raises it, that ``vllm serve`` ends with one line), or a ``speculative_config`` string that is
+            neither valid JSON nor a readable file."""
     flags = [(attr, flag, key, getattr(engine_args, attr, None)) for attr, flag, key in _SPEC_FLAGS]
     if all(value is None for *_, value in flags):
         return
@@ -208,7 +209,8 @@ def fold_spec_flags(engine_args) -> None:
         if value is None:
             continue
         if key in spec:
-            raise ValueError(f"{flag} and --speculative-config['{key}'] are mutually exclusive")
+            raise SpecLAConfigError(f"{flag} and --speculative-config['{key}'] are mutually exclusive: give "
+                                    f"{key} one way")
         spec[key] = value
         setattr(engine_args, attr, None)
     engine_args.speculative_config = spec
@@ -323,6 +325,18 @@ _SC_HELP = (" (vllm_specla: or a path to a JSON file such as specla.json; "
             '"method": "specla" selects SpecLA for gated_deltanet models)')
 
 
+def _specla_method_type(orig):
+    """``--spec-method``'s argparse type: ``specla`` in any letter case (as ``"method"`` in a config) is
+    ``"specla"``; anything else goes to vLLM's own type (``orig``; None: the string as given)."""
+
+    def spec_method(value: str):
+        if isinstance(value, str) and value.strip().lower() == "specla":
+            return "specla"
+        return orig(value) if orig is not None else value
+
+    return spec_method
+
+
 def _patch_cli() -> None:
     from vllm.engine.arg_utils import EngineArgs  # noqa: PLC0415
 
@@ -338,6 +352,10 @@ def _patch_cli() -> None:
             act.type = json_or_path
             if act.help and "vllm_specla" not in act.help:
                 act.help = act.help.rstrip() + _SC_HELP
+        act = parser._option_string_actions.get("--spec-method")  # (vLLM 0.32: its choices are its own methods)
+        if act is not None and act.choices is not None and "specla" not in act.choices:
+            act.choices = [*act.choices, "specla"]
+            act.type = _specla_method_type(act.type)
         _install_cli_excepthook()  # only processes that build vLLM's CLI parser get here
         return parser
 
