@@ -3,7 +3,8 @@ or engine starts, with one argparse-style line (``ap.error``: exit 2) that names
 a traceback deep in a run, a run on nothing, or results lost after the run.
 
 The scripts run as ``python benchmarks/NAME.py`` (their folder is ``sys.path[0]``) or through ``runpy.run_path``
-(``h200_next_session.sh``; each script puts its folder on ``sys.path`` itself), so they import this as ``_flags``.
+(``h200_next_session.sh``), which does not put the script's folder on ``sys.path``: each script that imports this as
+``_flags`` inserts its own folder first.
 """
 
 from __future__ import annotations
@@ -14,11 +15,16 @@ import os
 from collections.abc import Callable, Sequence
 
 
+def _sep_name(sep: str) -> str:
+    return "comma" if sep == "," else repr(sep)
+
+
 def parse_list(ap: argparse.ArgumentParser, flag: str, text: str, *, kind: Callable = int, lo: float | None = 1,
                hi: float | None = None, choices: Sequence[str] | None = None, allow_empty: bool = False,
                sep: str = ",") -> list:
     """``flag``'s ``sep``-separated value ``text`` as a list (blank items dropped): numbers of ``kind`` (``int`` or
-    ``float``; floats must be finite) in ``[lo, hi]`` (``None``: unbounded on that side), or names from ``choices``.
+    ``float``; floats must be finite) in ``[lo, hi]`` (``None``: unbounded on that side), names from ``choices``, or
+    with ``kind=str`` the names as given (the script checks them itself; ``lo`` / ``hi`` unused).
 
     Calls ``ap.error`` (exit 2, one line naming ``flag`` and the allowed values) on an empty list (unless
     ``allow_empty``), an item that is not a number of ``kind``, a number outside ``[lo, hi]`` or a name outside
@@ -32,6 +38,8 @@ def parse_list(ap: argparse.ArgumentParser, flag: str, text: str, *, kind: Calla
         if bad:
             ap.error(f"{flag}: unknown {', '.join(bad)}; allowed: {', '.join(choices)}")
         return items
+    if kind is str:
+        return items
     try:
         vals = [kind(s) for s in items]
     except ValueError:
@@ -42,22 +50,24 @@ def parse_list(ap: argparse.ArgumentParser, flag: str, text: str, *, kind: Calla
         what = {int: "integers", float: "finite numbers"}.get(kind, kind.__name__)
         rng = (f" in [{lo}, {hi}]" if lo is not None and hi is not None else f" >= {lo}" if lo is not None
                else f" <= {hi}" if hi is not None else "")
-        sep_name = "comma" if sep == "," else repr(sep)
-        ap.error(f"{flag}: expected {sep_name}-separated {what}{rng}, got {text!r}")
+        ap.error(f"{flag}: expected {_sep_name(sep)}-separated {what}{rng}, got {text!r}")
     return vals
 
 
-def parse_tuple(ap: argparse.ArgumentParser, flag: str, text: str, length: int, *, lo: int = 1, sep: str = ",",
-                what: str = "") -> tuple[int, ...]:
-    """``text`` as exactly ``length`` integers >= ``lo``, ``sep``-separated (e.g. ``--heads 6,256,512``; ``what``
-    names them in the error: ``"H,K,V"``). Calls ``ap.error`` naming ``flag`` otherwise."""
+def parse_tuple(ap: argparse.ArgumentParser, flag: str, text: str, length: int, *,
+                lo: int | Sequence[int] = 1, sep: str = ",", what: str = "") -> tuple[int, ...]:
+    """``text`` as exactly ``length`` integers, ``sep``-separated (e.g. ``--heads 6,256,512``; ``what`` names them
+    in the error: ``"H,K,V"``), each >= ``lo`` (one bound for all, or one per entry). Calls ``ap.error`` naming
+    ``flag`` otherwise."""
+    los = tuple(lo) if isinstance(lo, Sequence) else (lo,) * length
     try:
-        vals = tuple(int(s) for s in text.split(sep))
+        vals = tuple(int(s) for s in text.strip().split(sep))
     except ValueError:
         vals = ()
-    if len(vals) != length or any(v < lo for v in vals):
-        ap.error(f"{flag}: expected {length} {sep!r}-separated integers >= {lo}{f' ({what})' if what else ''}, "
-                 f"got {text!r}")
+    if len(vals) != length or any(v < b for v, b in zip(vals, los)):
+        bound = f">= {lo}" if len(set(los)) == 1 else "each >= " + sep.join(map(str, los))
+        ap.error(f"{flag}: expected {length} {_sep_name(sep)}-separated integers {bound}"
+                 f"{f' ({what})' if what else ''}, got {text!r}")
     return vals
 
 

@@ -203,9 +203,9 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--dry-cpu", action="store_true", help="every setting's code path once on tiny CPU tensors")
     args = ap.parse_args()
-    settings = parse_list(ap, "--settings", args.settings, kind=str, lo=None)
+    settings = parse_list(ap, "--settings", args.settings, kind=str)  # (names: check_settings below)
     shapes = parse_list(ap, "--shapes", args.shapes, choices=["flame", "map", "tiny"])  # (bench_e2e.SHAPES)
-    ms = parse_list(ap, "--ms", args.ms)
+    m_rows = parse_list(ap, "--ms", args.ms)  # (not `ms`: the loop below times into that name)
     if args.layers is not None and args.layers < 1:
         ap.error(f"--layers: must be an int >= 1, got {args.layers}")
     check_out(ap, "--out", args.out)
@@ -244,7 +244,7 @@ def main() -> None:
         head = tgt.lm_head
         D = head.shape[1]
         wbytes = sum(w.numel() * w.element_size() for ws in weights for w in ws) + head.numel() * head.element_size()
-        for M in ms:
+        for M in m_rows:
             base = None
             for name in settings:
                 if name == "w_x" and M != 1:

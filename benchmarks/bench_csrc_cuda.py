@@ -37,6 +37,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (_flags; runpy.run_path does not add it)
 
 from _flags import check_out, parse_list  # noqa: E402
 from graph_timing import graph_ms  # noqa: E402

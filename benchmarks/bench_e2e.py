@@ -735,7 +735,11 @@ def main() -> None:
     args.alphas, args.snapshot_alphas = (parse_list(ap, flag, v, kind=float, lo=0, hi=1, allow_empty=True)
                                          for flag, v in (("--alphas", args.alphas),
                                                          ("--snapshot-alphas", args.snapshot_alphas)))
-    args.trained_batches = parse_list(ap, "--trained-batches", args.trained_batches, allow_empty=True)
+    if not args.alphas and not args.trained:  # (was an IndexError after the models were built)
+        ap.error("--alphas: give at least one value (the controlled drafter's acceptance), got ''")
+    if args.snapshot_ks and not args.snapshot_alphas:
+        ap.error("--snapshot-alphas: give at least one value for the --snapshot-ks rows, got ''")
+    args.trained_batches = parse_list(ap, "--trained-batches", args.trained_batches, allow_empty=not args.trained)
     args.tree_widths = parse_list(ap, "--tree-widths", args.tree_widths, lo=2, allow_empty=True)
     args.draft_vocabs = parse_list(ap, "--draft-vocabs", args.draft_vocabs, lo=0, allow_empty=True) or [0]
     if args.steps < 1 or args.prompt_len < 1:

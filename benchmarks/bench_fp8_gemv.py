@@ -112,7 +112,7 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="append one JSON line per row here")
     args = ap.parse_args()
     modes = parse_list(ap, "--modes", args.modes, choices=MODES)
-    shapes = parse_list(ap, "--shapes", args.shapes, choices=[s for s in SHAPES if s != "tiny"])
+    shapes = parse_list(ap, "--shapes", args.shapes, choices=list(SHAPES))
     if not 1 <= args.rows <= 16:
         ap.error(f"--rows: must be an int in 1..16, got {args.rows}")
     if args.passes < 1 or args.replays < 1:

@@ -50,7 +50,8 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     row_counts = parse_list(ap, "--rows", args.rows)
-    heads = [parse_tuple(ap, "--heads", h, 2, sep="x", what="HV x V") for h in args.heads.split(",")]
+    heads = [parse_tuple(ap, "--heads", h, 2, sep="x", what="HV x V") for h in parse_list(ap, "--heads", args.heads,
+                                                                                       kind=str)]
     if args.D < 1 or args.layers < 1:
         ap.error(f"--D and --layers: each must be an int >= 1, got {args.D} / {args.layers}")
     check_out(ap, "--out", args.out)

@@ -178,7 +178,7 @@ def main():
     impls = [(i, None) for i in parse_list(ap, "--impls", args.impls, choices=["ser", "ut"], allow_empty=True)]
     impls += [(f"ut:{c.strip()}", parse_tuple(ap, "--ut-configs", c.strip(), 4, sep="/", what="BV/WARPS/KC/STAGES"))
               for c in args.ut_configs.split(",") if c.strip()]
-    impls += [(f"ser:{c.strip()}", parse_tuple(ap, "--ser-configs", c.strip(), 4, lo=0, sep="/",
+    impls += [(f"ser:{c.strip()}", parse_tuple(ap, "--ser-configs", c.strip(), 4, lo=(1, 1, 0, 0), sep="/",
                                                what="BV/WARPS/KI/PREFETCH"))
               for c in args.ser_configs.split(",") if c.strip()]
     if not impls:

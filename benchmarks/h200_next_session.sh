@@ -95,7 +95,8 @@ for r in rows[1:]:
       }
       run1 45 bench_kernels.py --shapes 8x256x256 --batches 8 --Ts 1,5 --budget-s 30 --recover-configs 8/2 \
           --json "$OUT/s52a_kernels.json"
-      run1 45 bench_tree.py --shapes 8x256x256 --batches 1 --nodes 16 --trees binary --budget-s 30
+      run1 45 bench_tree.py --shapes 8x256x256 --batches 1 --nodes 16 --trees binary --budget-s 30 \
+          --out "$OUT/s52a_tree.json"
       run1 60 bench_ut.py --shapes 8x256x256 --batches 8 --Ts 1,5 --replay-Ts 5 --no-sweep --no-accuracy --impls ut \
           --kinds verify,step --budget-s 40 --out "$OUT/s52a_ut.json"
       run1 30 bench_commit_cuda.py --impls triton --batches 32 --replays 4 --out "$OUT/s52a_commit.json"
@@ -2875,7 +2876,8 @@ print(min((r['cuda_utv%d_us' % v], v) for v in (3, 4, 5))[1])")
           --cuda-csrc --tag s5-fix --out "$OUT/e2e_s5_map64.jsonl" 2>&1 | grep "^{" | \
           python -c "import sys,json;[print(r['shape'],r['batch'],r['mode'],r.get('K'),round(r.get('step_ms',0),3),round(r.get('speedup',0),3),r.get('lossless_rows')) for r in map(json.loads,sys.stdin)]"
       ;;
-  *) echo "usage: $0 CASE (next: s49a, s37g, s48d, s43b, s47a; the header says why), one of:" \
+  *) echo "usage: $0 CASE (next on an H200: s49a, s37g, s48d, s43b, s47a, s51a; on any card: s52a;" \
+          "the header says why), one of:" \
           $(grep -oE '^  [0-9a-z|-]+\)' "$0" | tr -d ' )' | head -12) "... (one device call each)"
      exit 2 ;;
 esac

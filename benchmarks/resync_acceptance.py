@@ -55,6 +55,7 @@ class Schedule:
         return {"steps": self.i}
 
 
+MT_BENCH_QUESTIONS = 80  # (vllm_specla.data.mtbench_questions(); a constant, so a bad flag needs no data download)
 K_MAX = 64  # as SpecLAEngine bounds an int K ("auto"'s K_max too); the Schedule policy here sizes the banks at K
 
 
@@ -65,9 +66,7 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     drafts per step after ``--hold-steps`` >= 0 held ones (K = 0 throughout would measure no drafting at all);
     ``--cap`` >= 1 held inputs (the engine keeps min(W, cap) of them); a window is an int >= 0 or none
     (``hold_or_absorb``)."""
-    from vllm_specla.data import mtbench_questions  # noqa: PLC0415
-
-    for flag, v, lo, hi in (("--prompts", args.prompts, 1, len(mtbench_questions())),
+    for flag, v, lo, hi in (("--prompts", args.prompts, 1, MT_BENCH_QUESTIONS),
                             ("--max-tokens", args.max_tokens, 1, None), ("--batch", args.batch, 1, None),
                             ("--k", args.k, 1, K_MAX),
                             ("--hold-steps", args.hold_steps, 0, None), ("--cap", args.cap, 1, None)):

@@ -41,8 +41,8 @@ def parse_args():
     p.add_argument("--model", default=DEFAULT_MODEL, help="gated_deltanet checkpoint dir with a tokenizer")
     p.add_argument("--speculative-config", default=DEFAULT_SPEC, help="specla.json path or inline JSON ('' = AR)")
     p.add_argument("--served-model-name", default=None,
-                   help="the model name to serve and query (default: specla-gdn-tiny, as README's vllm serve line; "
-                        "with --url, the server's own from /v1/models)")
+                   help="the model name to serve and query (default: the served one, from /v1/models; a server this "
+                        "starts for the embedded model serves it as specla-gdn-tiny, as README's vllm serve line)")
     p.add_argument("--url", type=_server_url, default=None,
                    help="use this running server (http://host:port) instead of starting one")
     p.add_argument("--port", type=_at_least(0, 65535), default=None,
@@ -84,23 +84,28 @@ SERVED_NAME = "specla-gdn-tiny"  # (README's `vllm serve` line serves the embedd
 
 
 def served_model_name(server: Server, wanted: str | None) -> str:
-    """The model name to query on a server someone else started: ``wanted`` if the server lists it in
-    ``/v1/models``, else its only model. Raises ValueError naming the served models otherwise (the queries would
-    all be 404s: a wrong ``--served-model-name``)."""
+    """The model name to query: ``wanted`` if the server lists it in ``/v1/models``, else (``wanted`` None) its only
+    model.
+
+    Raises:
+        ValueError: ``wanted`` is not served, or None while the server serves several models or none (the queries
+            would all be 404s); the message names the served models.
+        OSError, http.client.HTTPException: ``/v1/models`` did not answer (e.g. 401 from a server started with
+            ``--api-key``)."""
     import json  # noqa: PLC0415
 
-    names = [m.get("id") for m in json.loads(server.get("/v1/models")).get("data", [])]
-    if wanted is None and len(names) == 1:
-        return names[0]
-    if wanted is not None and wanted in names:
-        return wanted
-    raise ValueError(f"--served-model-name: the server at {server.url} serves {', '.join(map(str, names)) or 'none'}"
-                     f", got {wanted if wanted is not None else 'none (give one)'}")
+    names = [str(m.get("id")) for m in json.loads(server.get("/v1/models")).get("data", [])]
+    if (wanted is None and len(names) == 1) or (wanted is not None and wanted in names):
+        return wanted or names[0]
+    served = f"serves {', '.join(names)}" if names else "serves no model"
+    raise ValueError(f"--served-model-name: the server at {server.url} {served}, got "
+                     f"{wanted if wanted is not None else 'none (give one of them)'}")
 
 
 def start_server(args) -> Server:
     extra = [a for a in args.vllm_args if a != "--"]
-    flags = ["--served-model-name", args.served_model_name or SERVED_NAME, "--dtype", "float32", "--enforce-eager",
+    name = args.served_model_name or (SERVED_NAME if args.model == DEFAULT_MODEL else None)  # (None: vLLM's, the path)
+    flags = [*(["--served-model-name", name] if name else []), "--dtype", "float32", "--enforce-eager",
              "--gpu-memory-utilization", "0.15", "--max-model-len", "2048", "--max-num-seqs", "16"]
     if args.speculative_config:
         flags = ["--speculative-config", args.speculative_config, *flags]
@@ -151,13 +156,15 @@ def main() -> int:
                 why = " ".join(f"{type(e).__name__}: {e}".split())  # one line (a non-HTTP banner may hold \r\n)
                 print(f"Error: --url {args.url}: no vLLM server answers /health there ({why})", file=sys.stderr)
                 return 1
-            try:
-                name = served_model_name(server, args.served_model_name)
-            except ValueError as e:
-                print(f"Error: {e}", file=sys.stderr)
-                return 1
-        else:
-            name = args.served_model_name or SERVED_NAME
+        try:
+            name = served_model_name(server, args.served_model_name)
+        except ValueError as e:
+            print(f"Error: {e}", file=sys.stderr)
+            return 1
+        except (OSError, http.client.HTTPException) as e:
+            why = " ".join(f"{type(e).__name__}: {e}".split())
+            print(f"Error: {server.url}/v1/models did not answer ({why})", file=sys.stderr)
+            return 1
         answers, elapsed, streamed = query(server.base_url, name, questions, args.max_tokens, args.concurrency)
         for i, (q, (a, _)) in enumerate(zip(questions, answers)):
             if i < args.show:

@@ -199,8 +199,8 @@ def _parser():
     return P(), Refused
 
 
-def test_flags_parse_list_and_tuple():
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+def test_flags_parse_list_and_tuple(monkeypatch):
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
     from _flags import check_out, parse_list, parse_tuple  # noqa: PLC0415
 
     ap, refused = _parser()
@@ -209,8 +209,10 @@ def test_flags_parse_list_and_tuple():
     assert parse_list(ap, "--w", "0,8", lo=0) == [0, 8]
     assert parse_list(ap, "--a", "0,0.8,1", kind=float, lo=0, hi=1) == [0.0, 0.8, 1.0]
     assert parse_list(ap, "--m", "ar,verify", choices=("verify", "ar")) == ["ar", "verify"]
+    assert parse_list(ap, "--s", "default, rows:8:0:4,", kind=str) == ["default", "rows:8:0:4"]
     assert parse_tuple(ap, "--heads", "8x256", 2, sep="x") == (8, 256)
     assert parse_tuple(ap, "--c", "4/1/0/0", 4, lo=0, sep="/") == (4, 1, 0, 0)
+    assert parse_tuple(ap, "--c", "4/1/0/0", 4, lo=(1, 1, 0, 0), sep="/") == (4, 1, 0, 0)
     for call, want in [
         (lambda: parse_list(ap, "--b", ""), "--b: give at least one value, got ''"),
         (lambda: parse_list(ap, "--b", " , "), "--b: give at least one value, got ' , '"),
@@ -229,6 +231,11 @@ def test_flags_parse_list_and_tuple():
         (lambda: parse_tuple(ap, "--c", "4/1/0", 4, lo=0, sep="/"),
          "--c: expected 4 '/'-separated integers >= 0, got '4/1/0'"),
         (lambda: parse_tuple(ap, "--c", "4/0", 2, sep="/"), "--c: expected 2 '/'-separated integers >= 1, got '4/0'"),
+        (lambda: parse_tuple(ap, "--c", "0/1/0/0", 4, lo=(1, 1, 0, 0), sep="/"),
+         "--c: expected 4 '/'-separated integers each >= 1/1/0/0, got '0/1/0/0'"),
+        (lambda: parse_tuple(ap, "--h", "6,256", 3, what="H,K,V"),
+         "--h: expected 3 comma-separated integers >= 1 (H,K,V), got '6,256'"),
+        (lambda: parse_list(ap, "--s", ",", kind=str), "--s: give at least one value, got ','"),
         (lambda: check_out(ap, "--out", ROOT), f"--out {ROOT}: is a folder, not a file name"),
         (lambda: check_out(ap, "--out", os.path.join(ROOT, "no_such_dir", "x.json")),
          f"--out {os.path.join(ROOT, 'no_such_dir', 'x.json')}: its folder does not exist (the results would be lost "
@@ -248,16 +255,19 @@ def test_flags_parse_list_and_tuple():
 @pytest.mark.parametrize("script,flags,want", [
     ("ar_breakdown.py", ["--batches", "1,x"], "--batches: expected comma-separated integers >= 1, got '1,x'"),
     ("bench_norms.py", ["--heads", "8x256,8x"], "--heads: expected 2 'x'-separated integers >= 1 (HV x V), got '8x'"),
+    ("bench_norms.py", ["--heads", ","], "--heads: give at least one value, got ','"),
     ("bench_conv.py", ["--modes", "verify,bogus"], "--modes: unknown bogus; allowed: verify, ar"),
     ("bench_conv.py", ["--out", "{tmp}/no_such_dir/c.json"],
      "--out {tmp}/no_such_dir/c.json: its folder does not exist (the results would be lost after the run)"),
     ("gemm_nsweep.py", ["--tiles", "8,0"], "--tiles: expected comma-separated integers >= 1, got '8,0'"),
-    ("ncu_chain.py", ["--heads", "6,256"], "--heads: expected 3 ','-separated integers >= 1 (H,K,V), got '6,256'"),
+    ("ncu_chain.py", ["--heads", "6,256"], "--heads: expected 3 comma-separated integers >= 1 (H,K,V), got '6,256'"),
     ("bench_prefill.py", ["--ops", "chunk,bogus"], "--ops: unknown bogus; allowed: chunk, conv"),
     ("bench_prefill.py", ["--device", "cpu", "--lens", "512,0"],
      "--lens: expected comma-separated integers >= 1, got '512,0'"),
     ("bench_ut.py", ["--ser-configs", "4/1/32"],
-     "--ser-configs: expected 4 '/'-separated integers >= 0 (BV/WARPS/KI/PREFETCH), got '4/1/32'"),
+     "--ser-configs: expected 4 '/'-separated integers each >= 1/1/0/0 (BV/WARPS/KI/PREFETCH), got '4/1/32'"),
+    ("bench_ut.py", ["--ser-configs", "4/1/32/1,0/0/0/0"],
+     "--ser-configs: expected 4 '/'-separated integers each >= 1/1/0/0 (BV/WARPS/KI/PREFETCH), got '0/0/0/0'"),
     ("bench_ut.py", ["--kinds", "ar,steps"], "--kinds: unknown steps; allowed: ar, verify, step, fused, sep, replay"),
     ("bench_ut.py", ["--impls", "", "--ut-configs", ""],
      "--impls / --ut-configs / --ser-configs: give at least one kernel to time"),
@@ -268,7 +278,7 @@ def test_flags_parse_list_and_tuple():
      "cuda_utp1, cuda_utp2, cuda_utrow, triton, ut"),
     ("bench_commit_cuda.py", ["--recover-config", "8"],
      "--recover-config: expected 2 '/'-separated integers >= 1 (BV/num_warps), got '8'"),
-    ("bench_fp8_gemv.py", ["--shapes", "flame,tiny"], "--shapes: unknown tiny; allowed: flame, map"),
+    ("bench_fp8_gemv.py", ["--shapes", "flame,big"], "--shapes: unknown big; allowed: flame, map, tiny"),
     ("bench_blas.py", ["--ms", "1,0"], "--ms: expected comma-separated integers >= 1, got '1,0'"),
     ("bench_csrc_cuda.py", ["--bv", "0,2"], "--bv: unknown 2; allowed: 0, 4, 8"),
     ("bench_csrc_cuda.py", ["--bank-t", "4"],
@@ -286,6 +296,12 @@ def test_gpu_benchmarks_check_flags_first(tmp_path, script, flags, want):
     ("bench_commit_cuda.py", "no CUDA device: this benchmark times GPU kernels"),
     ("bench_csrc_cuda.py", "no CUDA device: this benchmark times the CUDA chain verify"),
     ("step_breakdown.py", "no CUDA device: this profiles GPU steps; on a CPU, --dry-cpu runs the code path once"),
+    ("bench_norms.py", "no CUDA device: this benchmark times GPU kernels"),
+    ("gemm_nsweep.py", "no CUDA device: this benchmark times the CUDA skinny GEMM"),
+    ("ncu_chain.py", "no CUDA device: this script runs the chain kernels for Nsight Compute"),
+    ("bench_fp8_gemv.py", "no CUDA device: this benchmark times GPU GEMVs (sm_89+ for float8)"),
+    ("bench_blas.py", "no CUDA device: this benchmark times GPU GEMMs; on a CPU, --dry-cpu runs every setting once"),
+    ("bench_prefill.py", "no CUDA device: --device cuda times fla's chunk kernel (--device cpu: the conv rows only)"),
 ])
 def test_gpu_benchmarks_without_cuda_say_so(script, want):
     import torch  # noqa: PLC0415
@@ -293,3 +309,41 @@ def test_gpu_benchmarks_without_cuda_say_so(script, want):
     if torch.cuda.is_available():
         pytest.skip("needs a machine without CUDA (on a GPU it would run the benchmark)")
     assert_refused(run(script, timeout=120), script, want)
+
+
+def test_bench_blas_two_shapes_dry_cpu(tmp_path):
+    """``bench_blas.py`` over two shapes and two row counts (the list of row counts and the per-setting time once
+    shared a name: the second shape crashed, ``'float' object is not iterable``); the dry run builds the tiny shape
+    under each name."""
+    out = tmp_path / "b.json"
+    r = run("bench_blas.py", "--dry-cpu", "--shapes", "flame,map", "--ms", "1,5", "--settings", "default",
+            "--layers", "1", "--out", str(out), timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [(x["shape"], x["M"]) for x in json.loads(out.read_text())] == [("flame", 1), ("flame", 5), ("map", 1),
+                                                                         ("map", 5)]
+
+
+def test_resync_acceptance_question_count_matches_the_data(monkeypatch):
+    """``resync_acceptance.py --prompts`` is bounded by a constant (so a bad flag needs no data download): it must
+    be MT-Bench's question count."""
+    try:
+        from vllm_specla.data import mtbench_questions  # noqa: PLC0415
+
+        n = len(mtbench_questions())
+    except Exception as e:  # noqa: BLE001 - the pinned MT-Bench wheel is not cached and cannot be fetched
+        pytest.skip(f"MT-Bench questions unavailable: {e}")
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    import resync_acceptance  # noqa: PLC0415
+
+    assert resync_acceptance.MT_BENCH_QUESTIONS == n == 80
+
+
+@pytest.mark.parametrize("flags,want", [
+    (["--alphas", ""], "--alphas: give at least one value (the controlled drafter's acceptance), got ''"),
+    (["--snapshot-ks", "4", "--snapshot-alphas", ","], "--snapshot-alphas: give at least one value for the "
+                                                       "--snapshot-ks rows, got ''"),
+    (["--trained", "--trained-batches", ""], "--trained-batches: give at least one value, got ''"),
+])
+def test_bench_e2e_empty_grids_refused(flags, want):
+    """(an empty --alphas / --snapshot-alphas was an IndexError after the models were built)"""
+    assert_refused(run("bench_e2e.py", *flags, timeout=120), "bench_e2e.py", want)

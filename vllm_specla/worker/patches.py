@@ -10,7 +10,8 @@
    vLLM's ``--spec-method`` / ``--spec-model`` / ``--spec-tokens`` flags are merged in first, as vLLM
    merges them (``fold_spec_flags``). ``async_scheduling=True`` with SpecLA is refused with one line
    (vLLM's own refusal is a multi-line pydantic error: it schedules asynchronously only for some of its methods).
-2. The ``--speculative-config`` CLI argument parses a file path as well as inline JSON, and
+2. The ``--speculative-config`` CLI argument parses a file path as well as inline JSON,
+   ``--spec-method`` takes ``specla`` (any letter case; vLLM 0.32's choices are its own methods), and
    processes that build vLLM's CLI parser (``vllm serve``, the OpenAI api_server module) end with
    one line ``Error: ...`` (exit status 1) on a bad SpecLA config or an unsupported checkpoint,
    instead of a traceback.
@@ -193,9 +194,9 @@ def fold_spec_flags(engine_args) -> None:
     when no flag is set.
 
     Raises:
-        SpecLAConfigError: a flag and the same key in ``speculative_config`` (vLLM's message; a ``ValueError``, as
-            vLLM raises it, that ``vllm serve`` ends with one line), or a ``speculative_config`` string that is
-            neither valid JSON nor a readable file."""
+        SpecLAConfigError: a flag and the same key in ``speculative_config`` (vLLM's message and what to do; a
+            ``ValueError``, as vLLM raises, that ``vllm serve`` ends with one line), or a ``speculative_config``
+            string that is neither valid JSON nor a readable file."""
     flags = [(attr, flag, key, getattr(engine_args, attr, None)) for attr, flag, key in _SPEC_FLAGS]
     if all(value is None for *_, value in flags):
         return
