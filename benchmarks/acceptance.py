@@ -120,7 +120,9 @@ def main():
     ap.add_argument("--temperatures", type=_temperatures, default="0,0.7")
     ap.add_argument("--max-tokens", type=_positive, default=96)
     ap.add_argument("--num-prompts", type=_positive, default=None)
-    ap.add_argument("--json", default=os.path.join(REPO, "benchmarks", "acceptance_cpu.json"))
+    ap.add_argument("--json", default=os.path.join(REPO, "benchmarks", "acceptance_cpu.json"),
+                    help="write the JSON results here (overwritten; default: the committed "
+                         "benchmarks/acceptance_cpu.json: give another path for a partial run)")
     args = ap.parse_args()
     check_out(ap, "--json", args.json)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")

@@ -140,7 +140,9 @@ def main() -> None:
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 16])
     ap.add_argument("--min-time", type=float, default=0.3, help="seconds of timed calls per op and impl")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_ops.json"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_ops.json"),
+                    help="write the JSON results here (overwritten; default: the committed benchmarks/cpu_ops.json, "
+                         "which RESULTS.md quotes: give another path for a partial run)")
     args = ap.parse_args()
     if not _cpp.AVAILABLE:
         raise SystemExit(f"C++ ops not built: {_cpp.LOAD_ERROR}")

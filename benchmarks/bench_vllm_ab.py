@@ -152,11 +152,11 @@ def main() -> int:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:  # (their timings went into one list, compared with themselves)
         ap.error(f"--engine: names must differ, got {', '.join(dup)} more than once")
-    for flag, v, lo in (("--rounds", args.rounds, 1), ("--num-prompts", args.num_prompts, 1),
-                        ("--max-tokens", args.max_tokens, 1), ("--max-num-seqs", args.max_num_seqs, 1),
-                        ("--single-stream", args.single_stream, 0)):
-        if v < lo:
-            ap.error(f"{flag}: must be an int >= {lo}, got {v}")
+    for flag, v, lo, hi in (("--rounds", args.rounds, 1, None), ("--num-prompts", args.num_prompts, 1, 80),
+                            ("--max-tokens", args.max_tokens, 1, None), ("--max-num-seqs", args.max_num_seqs, 1, None),
+                            ("--single-stream", args.single_stream, 0, None)):
+        if v < lo or (hi is not None and v > hi):  # (--num-prompts: MT-Bench's 80 questions; 81 ran 80 silently)
+            ap.error(f"{flag}: must be an int {f'>= {lo}' if hi is None else f'in {lo}..{hi}'}, got {v}")
     check_out(ap, "--json-out", args.json_out)
     engines_arg = args.engine
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # collective_rpc(_force_k)

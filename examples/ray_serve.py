@@ -51,12 +51,23 @@ def parse_args():
     p.add_argument("--speculative-config", default=DEFAULT_SPEC)
     p.add_argument("--tensor-parallel", type=_at_least(1), default=2)
     p.add_argument("--data-parallel", type=_at_least(1), default=1)
-    p.add_argument("--ray-address", default=None, help="an existing Ray cluster (default: start a local one)")
+    p.add_argument("--ray-address", type=_ray_address, default=None,
+                   help="an existing Ray cluster: host:port of its head, auto or ray://host:port (default: start a "
+                        "local one)")
     p.add_argument("--num-prompts", type=_at_least(1, 80), default=4, help="MT-Bench questions, 1..80 (default 4)")
     p.add_argument("--max-tokens", type=_at_least(1), default=48)
     p.add_argument("--check", action="store_true", help="compare with a single-process server (greedy, fp32)")
     p.add_argument("--startup-timeout", type=_positive_float, default=900, help="seconds to wait for /health")
     return p.parse_args()
+
+
+def _ray_address(s: str) -> str:
+    """``--ray-address``: ``host:port`` (a Ray head's GCS address), ``auto`` or ``ray://host:port`` (Ray's forms);
+    anything else was passed to vLLM and ended in an engine-start traceback."""
+    host, sep, port = s.rpartition(":")
+    if s == "auto" or (s.startswith("ray://") and len(s) > len("ray://")) or (sep and host and port.isdigit()):
+        return s
+    raise argparse.ArgumentTypeError(f"{s!r}: expected host:port (e.g. 10.0.0.5:6379), auto or ray://host:port")
 
 
 def _reachable(address: str, timeout: float = 5.0) -> bool:

@@ -491,6 +491,8 @@ def test_bench_vllm_ab_small(tmp_path):
     for flags, msg in ((["--engine", "a=none", "--engine", "a=none"],
                         "--engine: names must differ, got a more than once"),
                        (["--engine", "a=none", "--rounds", "0"], "--rounds: must be an int >= 1, got 0"),
+                       (["--engine", "a=none", "--num-prompts", "81"],
+                        "--num-prompts: must be an int in 1..80, got 81"),
                        (["--engine", "a=none", "--json-out", "no_such_dir/x.json"],
                         "--json-out no_such_dir/x.json: its folder does not exist")):
         bad = subprocess.run([sys.executable, script, *flags], env=env, capture_output=True, text=True, timeout=120)

@@ -379,3 +379,17 @@ def test_load_eagle_drafter_takes_dtype_names():
     assert {p.dtype for p in d.parameters()} == {torch.bfloat16}
     with pytest.raises(ValueError, match="dtype"):
         load_eagle_drafter(path, dtype="int8")
+
+
+def test_load_fla_checkpoint_names_the_drafter_loader():
+    """The EAGLE drafter's folder given to ``load_fla_checkpoint`` (the target loader) is a ValueError pointing at
+    ``load_eagle_drafter`` (it was ``KeyError: unexpected parameter 'fc.weight'``; a new user's review, session 52);
+    the reverse was already one clear error."""
+    root = os.path.join(os.path.dirname(__file__), "..", "models", "specla-gdn-tiny")
+    if not os.path.isdir(root):
+        pytest.skip("default model not present")
+    with pytest.raises(ValueError, match=r"is an EAGLE drafter checkpoint .*load_eagle_drafter"):
+        load_fla_checkpoint(os.path.join(root, "drafter"))
+    with pytest.raises(ValueError, match="not an EAGLE drafter"):
+        load_eagle_drafter(os.path.join(root, "target"))
+    assert load_fla_checkpoint(os.path.join(root, "target")).config.hidden_size > 0

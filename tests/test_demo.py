@@ -92,6 +92,8 @@ def test_oracle_check_without_cuda_is_one_line(tmp_path):
     ("ray_serve.py", ["--tensor-parallel", "0"], "argument --tensor-parallel: must be an integer >= 1, got '0'"),
     ("ray_serve.py", ["--data-parallel", "two"], "argument --data-parallel: must be an integer >= 1, got 'two'"),
     ("ray_serve.py", ["--num-prompts", "81"], "argument --num-prompts: must be an integer 1..80, got '81'"),
+    ("ray_serve.py", ["--ray-address", "nohost"], "argument --ray-address: 'nohost': expected host:port (e.g. "
+                                                  "10.0.0.5:6379), auto or ray://host:port"),  # (an engine traceback)
     ("ray_serve.py", ["--max-tokens", "-3"], "argument --max-tokens: must be an integer >= 1, got '-3'"),
     ("ray_serve.py", ["--startup-timeout", "nan"], "argument --startup-timeout: must be a number of seconds > 0, "
                                                     "got 'nan'"),

@@ -426,13 +426,18 @@ def load_fla_checkpoint(path: str, dtype: torch.dtype | str = torch.float32,
     ``dtype``: a ``torch.dtype`` or a name :func:`resolve_dtype` takes (``"bf16"``, ``"float32"``, ...).
 
     Raises:
-        ValueError: ``dtype`` not a float32 / bfloat16 / float16 dtype or name.
+        ValueError: ``dtype`` not a float32 / bfloat16 / float16 dtype or name, or ``path`` an EAGLE drafter
+            checkpoint (``config.json`` ``"specla_drafter": "eagle"``: ``models.drafter.load_eagle_drafter`` loads it).
         UnsupportedConfigError: for config fields we do not implement.
         KeyError: for missing or unexpected parameter names.
     """
     dtype = resolve_dtype(dtype)
     with open(os.path.join(path, "config.json")) as f:
-        cfg = GatedDeltaNetConfig(**{k: v for k, v in json.load(f).items() if k != "model_type"})
+        raw = json.load(f)
+    if raw.get("specla_drafter") == "eagle":  # (its fc.weight was a KeyError "unexpected parameter")
+        raise ValueError(f"{path!r} is an EAGLE drafter checkpoint (config.json \"specla_drafter\": \"eagle\"): load "
+                         "it with vllm_specla.models.drafter.load_eagle_drafter")
+    cfg = GatedDeltaNetConfig(**{k: v for k, v in raw.items() if k != "model_type"})
     model = GatedDeltaNetForCausalLM(cfg)
     params = dict(model.named_parameters())
     seen = set()
