@@ -144,3 +144,27 @@ def test_engine_args_hook_builds_an_absolute_model_config(tmp_path, monkeypatch,
     mc = EngineArgs(model="target", skip_tokenizer_init=True, dtype="float32").create_model_config()
     assert mc.model == str(tmp_path / "target")
     assert mc.served_model_name == "target"
+
+
+def test_ray_cluster_authenticates_with_its_own_token(tmp_path, monkeypatch):
+    """A ``~/.ray/auth_token`` left by another cluster made Ray 2.60's ``ray start --head`` turn token
+    authentication on while the engine's Ray client sent no token: every Ray test's server failed to start
+    ("Authentication token is missing or incorrect", session 52). ``RayCluster`` gives the head and, through
+    :attr:`RayCluster.env`, its clients one token of its own; a client connects with a stale token file in HOME, and
+    no token file is written there."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("0" * 64)  # another cluster's token
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    code = "import ray; ray.init(address='auto'); print('vllm_cpu', ray.cluster_resources().get('vllm_cpu'))"
+    with RayCluster(num_workers=1, log_path=str(tmp_path / "ray.log")) as cluster:
+        assert cluster.env["RAY_AUTH_MODE"] == "token" and len(cluster.env["RAY_AUTH_TOKEN"]) == 64
+        r = subprocess.run([sys.executable, "-c", code], env={**os.environ, **cluster.env}, capture_output=True,
+                           text=True, timeout=120)
+    assert r.returncode == 0 and "vllm_cpu 1.0" in r.stdout, r.stderr[-2000:]
+    assert (home / ".ray" / "auth_token").read_text() == "0" * 64

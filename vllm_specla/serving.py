@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import os
 import shutil
 import signal
@@ -227,7 +228,11 @@ class RayCluster:
     ``vllm_specla/worker/ray_cpu.py``), uses free ports and its own temp dir, and is stopped by
     PID (its process group) — never ``ray stop``, which would stop every Ray cluster on the
     machine. :attr:`env` holds what a vLLM process needs to use it (``RAY_ADDRESS``,
-    ``VLLM_SPECLA_CPU_RAY=1``).
+    ``VLLM_SPECLA_CPU_RAY=1``, and ``RAY_AUTH_MODE=token`` with ``RAY_AUTH_TOKEN``, the cluster's own token:
+    Ray 2.60's ``ray start --head`` turns token authentication on whenever it finds a token, e.g. a
+    ``~/.ray/auth_token`` another cluster left, while a client without ``RAY_AUTH_MODE`` sent none, so the
+    engine's start failed with "Authentication token is missing or incorrect" (session 52); with both set on
+    the head and its clients, the cluster authenticates with its own token whatever ``~/.ray`` holds).
     """
 
     def __init__(self, num_workers: int = 2, num_cpus: int | None = None, log_path: str | None = None):
@@ -239,6 +244,7 @@ class RayCluster:
         self.temp_dir = tempfile.mkdtemp(prefix="rs", dir=os.environ.get("VLLM_SPECLA_RAY_TMPDIR", "/tmp"))
         self.log_path = log_path or os.path.join(self.temp_dir, "ray_start.log")
         self.proc: subprocess.Popen | None = None
+        self.auth_token = secrets.token_hex(32)
 
     @property
     def address(self) -> str:
@@ -246,7 +252,12 @@ class RayCluster:
 
     @property
     def env(self) -> dict:
-        return {"RAY_ADDRESS": self.address, "VLLM_SPECLA_CPU_RAY": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+        return {"RAY_ADDRESS": self.address, "VLLM_SPECLA_CPU_RAY": "1", "RAY_USAGE_STATS_ENABLED": "0",
+                **self._auth_env}
+
+    @property
+    def _auth_env(self) -> dict:
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.auth_token}
 
     def start(self, timeout: float = 120) -> "RayCluster":
         ray = _bin("ray")
@@ -261,7 +272,7 @@ class RayCluster:
         log = open(self.log_path, "w")
         try:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                         env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+                                         env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **self._auth_env})
         finally:
             log.close()
         deadline = time.monotonic() + timeout
