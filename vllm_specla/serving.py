@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import secrets
 import os
+import secrets
 import shutil
 import signal
 import socket
