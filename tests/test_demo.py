@@ -1,6 +1,7 @@
 """``make demo`` (``examples/offline_generate.py``) end to end through vLLM on the embedded model, shortened: the
 same script and config a new user runs, on 3 MT-Bench prompts (12 tokens each) submitted at once and 2 one request at
-a time. It starts its own two engines (AR, then SpecLA), ~1 minute on the 2-core CPU (the bad-input checks start none)."""
+a time. It starts its own two engines (AR, then SpecLA), ~1 minute on the 2-core CPU (the bad-input checks start none).
+Also ``examples/core_generate.py`` and the README's vLLM-free snippet (no vLLM engine: seconds)."""
 
 from __future__ import annotations
 
@@ -165,3 +166,88 @@ def test_serve_and_query_url_of_a_non_http_server_is_one_line():
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert r.stderr.strip().splitlines()[-1] == (f"Error: --url http://127.0.0.1:{port}: no vLLM server answers /health "
                                                  "there (BadStatusLine: SSH-2.0-OpenSSH_9.6)")
+
+
+def _core_generate(*args, timeout=300):
+    cmd = [sys.executable, os.path.join(REPO, "examples", "core_generate.py"), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False)
+
+
+def _core_lines(text: str) -> dict:
+    """Tokens of the AR and SpecLA lines, the acceptance length and the lossless line of core_generate's output."""
+    toks = dict(re.findall(r"^(AR|SpecLA): +(\d+) tokens in [\d.]+ s = [\d.]+ tok/s$", text, re.MULTILINE))
+    acc = re.search(r"^mean acceptance length ([\d.]+) tokens/verify step \(incl. bonus\), (\d+) verify steps$", text,
+                    re.MULTILINE)
+    lossless = re.search(r"^lossless: (\d+)/(\d+) identical$", text, re.MULTILINE)
+    return {"tokens": {k: int(v) for k, v in toks.items()}, "acceptance": acc and float(acc.group(1)),
+            "steps": acc and int(acc.group(2)), "lossless": lossless and lossless.groups()}
+
+
+@pytest.mark.parametrize("drafter", ["eagle", "draft_model"])
+def test_core_generate_without_vllm_is_lossless(tmp_path, drafter):
+    """``examples/core_generate.py`` (the README's vLLM-free example): the embedded target with its EAGLE drafter, or
+    with a gated_deltanet LM as draft model (here the target itself, so every draft is accepted), decodes 3 prompts
+    on 2 state slots (a freed slot is reused) greedily in fp32: exit status 0, SpecLA emits AR's token count and
+    ``lossless: 3/3 identical``; the acceptance length is in [1, 1 + K], exactly 1 + K = 4 (up to the last step of
+    each request) with the target as its own drafter."""
+    model_dir = os.path.dirname(TARGET)
+    if drafter == "draft_model":
+        model_dir = tmp_path / "pair"
+        model_dir.mkdir()
+        os.symlink(TARGET, model_dir / "target")
+        os.symlink(TARGET, model_dir / "drafter")
+    r = _core_generate("--model-dir", str(model_dir), "--prompt", "Name three rivers.", "--prompt", "Hi",
+                       "--prompt", "Explain state space models in one sentence.", "--max-tokens", "24",
+                       "--batch", "2", "-K", "3", "--show", "1")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = _core_lines(r.stdout)
+    assert out["tokens"]["AR"] == out["tokens"]["SpecLA"] > 3 and out["lossless"] == ("3", "3"), r.stdout
+    assert 1.0 <= out["acceptance"] <= 4.0 and out["steps"] > 0
+    if drafter == "draft_model":  # 3 prompts x <= 24 tokens at 4 tokens a step: a few short last steps at most
+        assert out["acceptance"] >= 3.5, r.stdout
+    assert "Traceback" not in r.stderr
+
+
+def test_core_generate_sampled_and_auto():
+    """Sampled (temperature 0.8) with ``-K auto`` at batch 1: exit status 0, both engines emit tokens, no lossless
+    line (a sampled run is not compared token for token) and the sampled note instead."""
+    r = _core_generate("--prompt", "Tell me a story.", "--max-tokens", "16", "--batch", "1", "-K", "auto",
+                       "--temperature", "0.8", "--show", "0")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = _core_lines(r.stdout)
+    assert out["tokens"]["AR"] > 0 and out["tokens"]["SpecLA"] > 0 and out["lossless"] is None
+    assert "sampled: outputs follow the target distribution" in r.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-K", "0"], "argument --num-speculative-tokens/-K: must be an integer 1..16 or auto, got '0'"),
+    (["-K", "x"], "argument --num-speculative-tokens/-K: must be an integer 1..16 or auto, got 'x'"),
+    (["--batch", "0"], "argument --batch: must be an integer 1..256, got '0'"),
+    (["--num-prompts", "81"], "argument --num-prompts: must be an integer 1..80, got '81'"),
+    (["--temperature", "nan"], "--temperature nan: must be a finite number >= 0"),
+    (["--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
+    (["--model-dir", "examples"], "--model-dir examples: no target/config.json (the folder holds target/ and "
+                                  "drafter/)"),
+])
+def test_core_generate_rejects_bad_input(args, message):
+    """A bad flag is one argparse line (exit status 2) naming it and its allowed values, before any model loads."""
+    r = _core_generate(*args, timeout=60)
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    assert message in r.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in r.stderr and r.stdout.strip() == ""
+
+
+def test_readme_core_engine_snippet_runs(tmp_path):
+    """The README's "Without vLLM" code block runs as printed from the repository root: it prints the decoded answer
+    and a mean acceptance length in [1, 1 + K = 5]."""
+    text = open(os.path.join(REPO, "README.md")).read()
+    section = text.split("### Without vLLM: the core engine", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    script = tmp_path / "snippet.py"
+    script.write_text(code)
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=REPO,
+                       env=env, check=False)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    last = r.stdout.strip().splitlines()[-1]
+    assert len(last.rsplit(" ", 1)[0]) > 10 and 1.0 <= float(last.rsplit(" ", 1)[1]) <= 5.0, r.stdout
