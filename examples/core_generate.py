@@ -13,8 +13,9 @@ on the target's embedding and LM head (:meth:`~vllm_specla.core.drafting.EagleDr
 decoding the same prompts twice with :class:`~vllm_specla.runtime.engine.SpecLAEngine`: AR
 (``num_speculative_tokens=0``), then SpecLA (chain verify, factor recovery, deferred commit). It prints tokens/s
 of both, the mean acceptance length (tokens per verify step, bonus included; ALGORITHMS.md §9b) and, greedy,
-whether every output is the AR one token for token (exit status 1 when one differs). The prompts are MT-Bench's first turns (fetched once into ``.cache/data``, as ``make demo``
-does) in the model's chat template, or ``--prompt`` strings.
+whether every output is the AR one token for token (exit status 1 when one differs). The prompts are MT-Bench's
+first turns (fetched once into ``.cache/data``, as ``make demo`` does) in the model's chat template, or
+``--prompt`` strings.
 
 This is the loop the tests drive (``tests/test_core_engine.py``): plain torch on the CPU (the C++ CPU ops where
 built), with no CUDA graphs. It is not the GPU decode runtime the benchmarks time (``vllm_specla/runtime/decode.py``,
