@@ -8,7 +8,8 @@
 What it does:
 
 1. starts ``vllm serve MODEL --speculative-config specla.json --served-model-name NAME`` on
-   127.0.0.1 (fp32, eager, small memory; add vLLM flags after ``--``), waits for ``/health``;
+   127.0.0.1 (fp32, eager, small memory; vLLM flags after ``--`` are added last, so they override these,
+   except ``--served-model-name``, this script's own flag, and ``--host`` / ``--port``), waits for ``/health``;
 2. sends the first turn of MT-Bench questions (``vllm_specla.data.mtbench_questions()``) as chat
    completions with the ``openai`` client, concurrently, greedy; streams one more answer;
 3. prints the answers and the speculative-decoding counters scraped from ``/metrics``
@@ -53,7 +54,15 @@ def parse_args():
     p.add_argument("--show", type=_at_least(0), default=3, help="answers to print in full")
     p.add_argument("--startup-timeout", type=_positive_float, default=600, help="seconds to wait for /health")
     p.add_argument("vllm_args", nargs=argparse.REMAINDER, help="extra `vllm serve` flags after --")
-    return p.parse_args()
+    args = p.parse_args()
+    extra = [a for a in args.vllm_args if a != "--"]
+    if any(a == "--served-model-name" or a.startswith("--served-model-name=") for a in extra):
+        # (vLLM would serve that name while the queries asked for this script's: every one a 404)
+        p.error("--served-model-name after --: give it before -- (the script serves and queries that name)")
+    if args.url and extra:
+        p.error(f"--url {args.url}: the extra vllm serve flags after -- ({' '.join(extra)}) need a server this "
+                "script starts; leave out --url or the flags")
+    return args
 
 
 def _server_url(s: str) -> str:

@@ -104,6 +104,12 @@ def test_oracle_check_without_cuda_is_one_line(tmp_path):
     ("serve_and_query.py", ["--concurrency", "0"], "argument --concurrency: must be an integer >= 1, got '0'"),
     ("serve_and_query.py", ["--startup-timeout", "0"], "argument --startup-timeout: must be a number of seconds > 0, "
                                                         "got '0'"),
+    ("serve_and_query.py", ["--", "--served-model-name", "mine"], "--served-model-name after --: give it before -- "
+                                                                  "(the script serves and queries that name)"),
+    ("serve_and_query.py", ["--", "--served-model-name=mine", "--enforce-eager"], "serves and queries that name)"),
+    ("serve_and_query.py", ["--url", "http://127.0.0.1:8000", "--", "--max-num-seqs", "4"],
+     "--url http://127.0.0.1:8000: the extra vllm serve flags after -- (--max-num-seqs 4) need a server this script "
+     "starts; leave out --url or the flags"),  # (they were ignored)
 ])
 def test_serving_examples_reject_bad_flags(script, args, message):
     """The serving examples check their numeric flags in argparse (exit status 2, one line naming the flag), before
