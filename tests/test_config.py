@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -684,3 +685,28 @@ def test_tensor_parallel_size_must_split_the_target():
                 check_tensor_parallel(cfg, tp)
     check_tensor_parallel(GatedDeltaNetConfig(hidden_size=96, num_heads=6, num_v_heads=12, head_dim=16,
                                               intermediate_size=384, vocab_size=1152, num_hidden_layers=1), 6)
+
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(distributed_executor_backend="ray", tensor_parallel_size=2), "distributed_executor_backend"),
+    (dict(distributed_executor_backend="ray"), "distributed_executor_backend"),
+    (dict(data_parallel_backend="ray", data_parallel_size=2), "data_parallel_backend"),
+])
+def test_cpu_ray_without_the_opt_in_is_one_line(kw, field, tiny_dir, monkeypatch):
+    """On vLLM-CPU a Ray executor or Ray data-parallel backend without ``VLLM_SPECLA_CPU_RAY=1`` fails when the engine
+    config is built, in one line naming the field, the variable and the allowed values (vLLM-CPU's own refusal was
+    an engine-core traceback after the engine had started; session 52's review). With the variable set the same
+    config builds (``test_ray.py`` runs such engines); ``"mp"`` never needs it."""
+    pytest.importorskip("vllm")
+    from vllm_specla.worker.patches import config_error_line
+
+    monkeypatch.delenv("VLLM_SPECLA_CPU_RAY", raising=False)
+    with pytest.raises(Exception) as ei:  # (pydantic's ValidationError of VllmConfig around the plugin's error)
+        _engine_config(model=tiny_dir["target"], **kw)
+    line = config_error_line(ei.value)  # what `vllm serve` prints, alone (its CLI exception hook)
+    assert re.fullmatch(rf"{field}='ray' on vLLM-CPU needs VLLM_SPECLA_CPU_RAY=1 .*allowed without it: 'mp' or unset",
+                        line or ""), line
+    _engine_config(model=tiny_dir["target"], **{k: ("mp" if v == "ray" else v) for k, v in kw.items()})
+    monkeypatch.setenv("VLLM_SPECLA_CPU_RAY", "1")
+    vc = _engine_config(model=tiny_dir["target"], **kw)
+    assert getattr(vc.parallel_config, field) == "ray"

@@ -381,6 +381,7 @@ class SpeclaGDNConfigHook:
             logger.info("vllm_specla: prefix caching is off for gated_deltanet models (state pages hold SpecLA "
                         "factor banks; vLLM's mamba 'align' state copies are not supported by this plugin)")
         par = vllm_config.parallel_config
+        _check_cpu_ray(par, current_platform)
         if par.worker_cls == "auto":
             if current_platform.is_cpu():
                 par.worker_cls = "vllm_specla.worker.worker.SpeclaCPUWorker"
@@ -395,6 +396,26 @@ class SpeclaGDNConfigHook:
 def cpu_ray_requested() -> bool:
     """``VLLM_SPECLA_CPU_RAY=1``: enable Ray on the vLLM-CPU platform (``worker/ray_cpu.py``)."""
     return os.environ.get("VLLM_SPECLA_CPU_RAY", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _check_cpu_ray(par, platform) -> None:
+    """A Ray executor or Ray data-parallel backend on vLLM-CPU without ``VLLM_SPECLA_CPU_RAY=1`` fails at start, in
+    one line saying what to set (vLLM-CPU's own refusal, "current platform cpu does not support ray", came as an
+    engine-core traceback ~20 s later: a new user's review, session 52).
+
+    Raises:
+        UnsupportedConfigError: naming ``distributed_executor_backend`` / ``data_parallel_backend``.
+    """
+    from vllm_specla.models.config import UnsupportedConfigError  # noqa: PLC0415
+
+    if not platform.is_cpu() or cpu_ray_requested():
+        return
+    for field in ("data_parallel_backend", "distributed_executor_backend"):  # (vLLM sets the second from the first)
+        if getattr(par, field, None) == "ray" and (field != "data_parallel_backend" or par.data_parallel_size > 1):
+            raise UnsupportedConfigError(
+                f"{field}='ray' on vLLM-CPU needs VLLM_SPECLA_CPU_RAY=1 in the environment that starts vLLM and one "
+                "'vllm_cpu' Ray resource per worker (ray start --resources '{\"vllm_cpu\": N}'; README \"Ray\"); "
+                "allowed without it: 'mp' or unset")
 
 
 _INLINE_EXECUTORS = (("vllm.v1.executor.multiproc_executor", "MultiprocExecutor"),
