@@ -226,7 +226,13 @@ def test_count_tokens_script(tmp_path, capsys):
                      (args[:2] + ["--text", str(tmp_path / "b.jsonl"), "--out", str(out), "--force"], "b.jsonl:2"),
                      (args[:2] + ["--text", str(tmp_path / "nope.txt"), "--out", str(out), "--force"], "nope.txt"),
                      (args[:2] + ["--text", str(tmp_path / "empty.txt"), "--out", str(out), "--force"], "no tokens"),
-                     (args + ["--force", "--limit", "3"], "--limit applies to --sharegpt only")):
+                     (args + ["--force", "--limit", "3"], "--limit applies to --sharegpt only"),
+                     (args + ["--force", "--vocab-size", "0"], "argument --vocab-size: must be an integer >= 1, "
+                                                               "got '0'"),
+                     (args + ["--force", "--vocab-size", "10"], "the tokenizer has 8192 ids but the vocabulary size "
+                                                                "is 10 (--vocab-size)"),
+                     (["--sharegpt", "--limit", "-1"] + args[:2] + args[4:] + ["--force"],
+                      "argument --limit: must be an integer >= 1, got '-1'")):
         with pytest.raises(SystemExit):
             ct.main(bad)
         assert msg in capsys.readouterr().err
