@@ -105,8 +105,12 @@ def parse_engine(arg: str) -> tuple[str, dict | None, dict]:
             raise argparse.ArgumentTypeError(f"--engine {name}: force_k needs a num_speculative_tokens: \"auto\" "
                                              "config, got none (AR)")
         return name, None, opts
+    from vllm_specla.config import is_inline_json
     from vllm_specla.worker.patches import load_spec_file
 
+    if not is_inline_json(rest) and not os.path.isfile(rest):  # (was json.loads' "Expecting value: line 1 column 1")
+        raise argparse.ArgumentTypeError(f"--engine {name}: SPEC {rest!r} is no file here; SPEC is none, a JSON file "
+                                         "or inline JSON")
     try:
         spec = load_spec_file(rest) if os.path.isfile(rest) else json.loads(rest)
     except ValueError as e:

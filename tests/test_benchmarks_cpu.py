@@ -437,6 +437,9 @@ def test_bench_vllm_ab_engine_options():
                      (f"a={spec}:force_k=9", r"force_k must be in 0..8 \(max_num_speculative_tokens\), got 9"),
                      (f"a={spec}:force_k=-1", r"force_k must be in 0..8"),
                      ("a=[1, 2]", "SPEC must be a JSON object, got list"),
+                     ("a=nothere.json", "SPEC 'nothere.json' is no file here; SPEC is none, a JSON file or inline "
+                                        "JSON"),  # (was json's "Expecting value: line 1 column 1 (char 0)")
+                     ('a={"method": ', "SPEC is none, a JSON file or inline JSON"),
                      ('a={"num-speculative-tokens": "auto", "max-num-speculative-tokens": "12"}:force_k=1',
                       "max_num_speculative_tokens must be an int for force_k, got '12'")):
         with pytest.raises(argparse.ArgumentTypeError, match=msg):
