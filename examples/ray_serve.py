@@ -36,7 +36,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from vllm_specla.serving import RayCluster, Server, spec_decode_metrics, vllm_serve_command  # noqa: E402
+from vllm_specla.serving import (RayCluster, Server, ServerStartError, spec_decode_metrics,  # noqa: E402
+                                 vllm_serve_command)
 from offline_generate import _at_least  # noqa: E402  (the sibling examples' argparse types)
 from serve_and_query import _positive_float  # noqa: E402
 
@@ -141,6 +142,9 @@ def main() -> int:
             print(f"local Ray head (pid {cluster.proc.pid}) at {cluster.address} with {workers} x vllm_cpu", flush=True)
         label = f"ray TP={args.tensor_parallel} DP={args.data_parallel}"
         answers, m = run(serve_cmd(args, *parallel), env, questions, args, label)
+    except ServerStartError as e:  # (a refused config: the log's one line, not a traceback with the log's tail)
+        print(f"Error: {e.one_line()}", file=sys.stderr)
+        return 1
     finally:
         if cluster is not None:
             cluster.stop()
@@ -150,8 +154,12 @@ def main() -> int:
     print(f"\nSpecLA over Ray (from /metrics): {m['num_accepted_tokens']}/{m['num_draft_tokens']} draft tokens "
           f"accepted, mean acceptance length {m['mean_acceptance_length']:.2f}, per position {m['accepted_per_pos']}")
     if args.check:
-        single, _ = run(serve_cmd(args), {"VLLM_CPU_KVCACHE_SPACE": env["VLLM_CPU_KVCACHE_SPACE"]}, questions, args,
-                        "single process")
+        try:
+            single, _ = run(serve_cmd(args), {"VLLM_CPU_KVCACHE_SPACE": env["VLLM_CPU_KVCACHE_SPACE"]}, questions,
+                            args, "single process")
+        except ServerStartError as e:
+            print(f"Error: {e.one_line()}", file=sys.stderr)
+            return 1
         same = sum(a == b for a, b in zip(answers, single))
         print(f"identical to the single-process run: {same}/{len(answers)}")
         return 0 if same == len(answers) else 1

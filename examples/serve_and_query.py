@@ -30,7 +30,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # run from a checkout without installing
 
-from vllm_specla.serving import Server, spec_decode_metrics, vllm_serve_command  # noqa: E402
+from vllm_specla.serving import Server, ServerStartError, spec_decode_metrics, vllm_serve_command  # noqa: E402
 from offline_generate import _at_least  # noqa: E402  (the sibling example: its integer-range argparse type)
 
 DEFAULT_MODEL = os.path.join(REPO, "models", "specla-gdn-tiny", "target")
@@ -192,6 +192,9 @@ def main() -> int:
         else:
             print("no speculative-decoding counters in /metrics (AR server?)")
         return 0
+    except ServerStartError as e:  # (a refused config, a port in use, ...: the log's one line, not a traceback)
+        print(f"Error: {e.one_line()}", file=sys.stderr)
+        return 1
     finally:
         if server is not None and server.proc is not None:
             server.stop()

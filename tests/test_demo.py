@@ -257,3 +257,50 @@ def test_readme_core_engine_snippet_runs(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     last = r.stdout.strip().splitlines()[-1]
     assert len(last.rsplit(" ", 1)[0]) > 10 and 1.0 <= float(last.rsplit(" ", 1)[1]) <= 5.0, r.stdout
+
+
+def test_server_start_error_names_the_logs_error_line(tmp_path):
+    """``Server.wait_ready`` on a server that exits before serving raises ``ServerStartError`` (a RuntimeError) with
+    the exit status and, as ``reason``, the log's last ``Error: `` line (the plugin's one-line refusal), else the last
+    exception line, else the last line; ``one_line()`` is what the serving examples print. A server that never
+    answers is stopped and reported with status None."""
+    from vllm_specla.serving import Server, ServerStartError, startup_error_line
+
+    fake = ("import sys; print('INFO starting'); print('Traceback (most recent call last):'); "
+            "print('ValueError: inner'); print('Error: speculative_config.topology: must be chain or tree'); "
+            "print('INFO bye'); sys.exit(3)")
+    server = Server([sys.executable, "-c", fake], log_path=str(tmp_path / "a.log"), ready_timeout=60).start()
+    with pytest.raises(ServerStartError) as ei:
+        server.wait_ready()
+    e = ei.value
+    assert isinstance(e, RuntimeError) and e.status == 3 and e.log_path == str(tmp_path / "a.log")
+    assert e.reason == "Error: speculative_config.topology: must be chain or tree"
+    assert e.one_line() == ("vllm serve exited with status 3 before it served: speculative_config.topology: must be "
+                            f"chain or tree (log: {tmp_path / 'a.log'})")
+    assert "INFO bye" in str(e)  # (the log's tail stays in the message)
+    assert startup_error_line("a\nTraceback:\n  File x\nvllm.Foo.BarError: boom\n\n") == "vllm.Foo.BarError: boom"
+    assert startup_error_line("one\ntwo\n") == "two" and startup_error_line("") == ""
+    hung = Server([sys.executable, "-c", "import time; time.sleep(60)"], log_path=str(tmp_path / "b.log"))
+    hung.start()
+    with pytest.raises(ServerStartError) as ei:
+        hung.wait_ready(timeout=1)
+    assert ei.value.status is None and hung.proc.poll() is not None
+    assert ei.value.one_line().startswith("vllm serve did not answer /health in time (stopped) before it served: "
+                                          "its log is empty")
+
+
+@pytest.mark.vllm
+def test_serve_and_query_refused_config_is_one_line():
+    """``examples/serve_and_query.py`` with a config the plugin refuses: exit status 1 and a last line naming the
+    field (from the server's log), not a traceback carrying the log's last 40 lines. Starts ``vllm serve`` (it exits
+    in its front end, ~10 s)."""
+    spec = '{"method": "specla", "num_speculative_tokens": 2, "drafter": "models/specla-gdn-tiny/drafter", ' \
+           '"topology": "ring"}'
+    cmd = [sys.executable, os.path.join(REPO, "examples", "serve_and_query.py"), "--num-prompts", "1",
+           "--speculative-config", spec]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO, check=False)
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(r"Error: vllm serve exited with status 1 before it served: speculative_config\.topology: "
+                        r".*'chain' or 'tree' \(got 'ring'\) \(log: .*\.log\)", last), r.stderr[-2000:]
+    assert "Traceback" not in r.stderr

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -65,6 +66,38 @@ def _kill_group(proc: subprocess.Popen, timeout: float) -> None:
         os.killpg(proc.pid, signal.SIGKILL)  # stragglers of our own session only
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
+
+
+class ServerStartError(RuntimeError):
+    """A server that exited, or never answered ``/health``, before it served.
+
+    Attributes: ``status`` (the exit status; None after a timeout), ``reason`` (one line: the last ``Error: ...`` line
+    of its log, which is what the plugin prints for a refused config, else the last exception line, else the last
+    line), ``log_path``. ``str()`` keeps the log's last lines."""
+
+    def __init__(self, what: str, status: int | None, log_path: str, tail: str):
+        self.status, self.log_path = status, log_path
+        self.reason = startup_error_line(tail)
+        super().__init__(f"{what}:\n{tail}")
+
+    def one_line(self) -> str:
+        """``vllm serve exited with status 1 before it served: <reason> (log: <path>)``: for a CLI's last line."""
+        what = (f"exited with status {self.status}" if self.status is not None
+                else "did not answer /health in time (stopped)")
+        why = self.reason.removeprefix("Error: ") or "its log is empty"
+        return f"vllm serve {what} before it served: {why} (log: {self.log_path})"
+
+
+def startup_error_line(log: str) -> str:
+    """The one line of a failed server log that says why: the last line starting ``Error: `` (the plugin's
+    one-line refusals, ``worker/patches.py``), else the last ``SomethingError: ...`` / ``...Exception: ...`` line
+    (a traceback's last), else the last non-empty line; ``""`` for an empty log."""
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    for pat in (r"^Error: ", r"^[\w.]*(Error|Exception)\b.*: "):
+        hits = [ln for ln in lines if re.search(pat, ln)]
+        if hits:
+            return hits[-1]
+    return lines[-1] if lines else ""
 
 
 class Server:
@@ -125,11 +158,17 @@ class Server:
         return self
 
     def wait_ready(self, timeout: float | None = None) -> "Server":
-        """Poll ``/health`` until 200 (bounded); raise with the log tail if the server exits."""
+        """Poll ``/health`` until 200 (bounded).
+
+        Raises:
+            ServerStartError: the server exited (``status`` its exit status) or did not answer within ``timeout``
+                (default ``ready_timeout``; ``status`` None, the server stopped); it carries the log tail and its
+                one-line ``reason``."""
         deadline = time.monotonic() + (timeout or self.ready_timeout)
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with status {self.proc.returncode}:\n{self.log_tail()}")
+                raise ServerStartError(f"server exited with status {self.proc.returncode}", self.proc.returncode,
+                                       self.log_path, self.log_tail())
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
                     if r.status == 200:
@@ -138,7 +177,8 @@ class Server:
                 pass
             time.sleep(0.5)
         self.stop()
-        raise TimeoutError(f"server not healthy after {timeout or self.ready_timeout} s:\n{self.log_tail()}")
+        raise ServerStartError(f"server not healthy after {timeout or self.ready_timeout} s", None, self.log_path,
+                               self.log_tail())
 
     def alive(self) -> bool:
         try:
