@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from vllm.config import VllmConfig, get_current_vllm_config
 from vllm.distributed import get_tensor_model_parallel_world_size
 from vllm.forward_context import get_forward_context
-from vllm.model_executor.layers.linear import ColumnParallelLinear, RowParallelLinear
+from vllm.model_executor.layers.linear import MergedColumnParallelLinear, RowParallelLinear
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from vllm.model_executor.layers.mamba.abstract import MambaBase
 from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
@@ -44,6 +44,14 @@ from vllm_specla.worker.settings import specla_settings
 def _max_window(vllm_config: VllmConfig) -> int:
     s = specla_settings(vllm_config)
     return s.max_window if s is not None else 0
+
+
+# fla's separate projections -> (merged layer, shard index): in_proj = q | k | v | a | b (| g), gate_up_proj =
+# gate | up (the order of the merged layers' output_sizes)
+STACKED_PARAMS = ((".attn.in_proj.", ".attn.q_proj.", 0), (".attn.in_proj.", ".attn.k_proj.", 1),
+                  (".attn.in_proj.", ".attn.v_proj.", 2), (".attn.in_proj.", ".attn.a_proj.", 3),
+                  (".attn.in_proj.", ".attn.b_proj.", 4), (".attn.in_proj.", ".attn.g_proj.", 5),
+                  (".mlp.gate_up_proj.", ".mlp.gate_proj.", 0), (".mlp.gate_up_proj.", ".mlp.up_proj.", 1))
 
 
 class _ShardedParam(nn.Module):
@@ -78,15 +86,14 @@ class SpeclaGDNAttention(nn.Module, MambaBase):
         self.max_window = max_window
         D = config.hidden_size
 
-        def col(out, name):
-            return ColumnParallelLinear(D, out, bias=False, quant_config=quant_config, prefix=f"{prefix}.{name}")
-
-        self.q_proj = col(config.key_dim, "q_proj")
-        self.k_proj = col(config.key_dim, "k_proj")
-        self.v_proj = col(config.value_dim, "v_proj")
-        self.a_proj = col(config.n_v_heads, "a_proj")
-        self.b_proj = col(config.n_v_heads, "b_proj")
-        self.g_proj = col(config.value_dim, "g_proj") if config.use_gate else None
+        # the checkpoint's q / k / v / a / b (/ g) projections as one GEMM (vLLM's merged layer, as Llama's qkv_proj;
+        # load_weights maps their names onto its shards: STACKED_PARAMS); each rank holds its heads' columns
+        sizes = [config.key_dim, config.key_dim, config.value_dim, config.n_v_heads, config.n_v_heads]
+        if config.use_gate:
+            sizes.append(config.value_dim)
+        self.in_proj = MergedColumnParallelLinear(D, sizes, bias=False, quant_config=quant_config,
+                                                  prefix=f"{prefix}.in_proj")
+        self.in_sizes = [n // self.tp_size for n in sizes]  # this rank's columns per shard
         self.A_log = nn.Parameter(torch.empty(d.HV), requires_grad=False)
         self.dt_bias = nn.Parameter(torch.empty(d.HV), requires_grad=False)
         set_weight_attrs(self.A_log, {"weight_loader": sharded_weight_loader(0)})
@@ -126,11 +133,12 @@ class SpeclaGDNAttention(nn.Module, MambaBase):
     def forward(self, h: torch.Tensor, plan: StepPlan | None) -> torch.Tensor:
         if plan is None:  # profile / dummy run: no state yet; keep shapes and weight traffic
             return self.o_proj(torch.zeros(h.shape[0], self.dims.value_dim, dtype=h.dtype, device=h.device))[0]
-        x = torch.cat([self.q_proj(h)[0], self.k_proj(h)[0], self.v_proj(h)[0]], -1)
-        gate = self.g_proj(h)[0] if self.g_proj is not None else None
+        y = self.in_proj(h)[0]
+        x, a, b, *g = y.split([sum(self.in_sizes[:3]), *self.in_sizes[3:]], -1)  # q | k | v, a, b (, g)
+        gate = g[0] if g else None
         conv_w = (torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight], 0)[:, 0, :]
                   if self.config.use_short_conv else None)
-        o = gdn_mix(x, self.a_proj(h)[0], self.b_proj(h)[0], gate, dims=self.dims, conv_weight=conv_w,
+        o = gdn_mix(x, a, b, gate, dims=self.dims, conv_weight=conv_w,
                     A_log=self.A_log, dt_bias=self.dt_bias, o_norm_weight=self.o_norm.weight,
                     norm_eps=self.config.norm_eps, gate_act=self.config.output_gate_activation,
                     allow_neg_eigval=self.config.allow_neg_eigval, plan=plan, state=self.layer_state())
@@ -151,13 +159,15 @@ class _MLP(nn.Module):
     def __init__(self, config, prefix: str, quant_config=None):
         super().__init__()
         D, I = config.hidden_size, config.mlp_intermediate_size
-        self.gate_proj = ColumnParallelLinear(D, I, bias=False, quant_config=quant_config, prefix=f"{prefix}.gate_proj")
-        self.up_proj = ColumnParallelLinear(D, I, bias=False, quant_config=quant_config, prefix=f"{prefix}.up_proj")
+        # gate_proj | up_proj as one GEMM (load_weights: STACKED_PARAMS)
+        self.gate_up_proj = MergedColumnParallelLinear(D, [I, I], bias=False, quant_config=quant_config,
+                                                       prefix=f"{prefix}.gate_up_proj")
         self.down_proj = RowParallelLinear(I, D, bias=False, input_is_parallel=True, quant_config=quant_config,
                                            prefix=f"{prefix}.down_proj")
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)[0]) * self.up_proj(x)[0])[0]
+        gate, up = self.gate_up_proj(x)[0].chunk(2, -1)
+        return self.down_proj(F.silu(gate) * up)[0]
 
 
 class _Block(nn.Module):
@@ -281,6 +291,9 @@ class SpeclaGDNForCausalLM(nn.Module, HasInnerState, IsHybrid):
         return self.logits_processor(self.lm_head, hidden_states)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Load fla checkpoint tensors; the separate projections go into their merged layer's shards (vLLM's
+        ``stacked_params_mapping`` pattern, e.g. ``vllm/model_executor/models/llama.py``). Returns the loaded
+        parameter names. Raises KeyError on a tensor the model has no parameter for."""
         params = dict(self.named_parameters())
         loaded: set[str] = set()
         for name, w in weights:
@@ -288,11 +301,19 @@ class SpeclaGDNForCausalLM(nn.Module, HasInnerState, IsHybrid):
                 continue
             if name == "lm_head.weight" and self.config.tie_word_embeddings:
                 continue
+            shard = None
+            for merged, part, shard_id in STACKED_PARAMS:
+                if part in name:
+                    name, shard = name.replace(part, merged), shard_id
+                    break
             if name not in params:
                 raise KeyError(f"unexpected parameter {name!r} in the checkpoint")
             p = params[name]
             loader = getattr(p, "weight_loader", default_weight_loader)
-            loader(p, w)
+            if shard is None:
+                loader(p, w)
+            else:
+                loader(p, w, shard)
             loaded.add(name)
         if self.config.tie_word_embeddings:
             loaded.add("lm_head.weight")
