@@ -393,3 +393,50 @@ def test_load_fla_checkpoint_names_the_drafter_loader():
     with pytest.raises(ValueError, match="not an EAGLE drafter"):
         load_eagle_drafter(os.path.join(root, "target"))
     assert load_fla_checkpoint(os.path.join(root, "target")).config.hidden_size > 0
+
+
+def test_packed_projections_match_the_separate_layers():
+    """``PackedProjections`` (the mixer's q / k / v / a / b / g and the MLP's gate / up as one GEMM without grad)
+    equals the separate layers on random inputs (fp32: atol 1e-5 + rtol 1e-6, one GEMM's summation order against
+    six; float64: 1e-12), follows
+    in-place weight updates (``load_state_dict``, an optimizer step) and ``.to(float64)`` (its cached copy is rebuilt),
+    and with grad runs the layers one by one, so gradients reach each parameter as before."""
+    from vllm_specla.models.config import GatedDeltaNetConfig
+    from vllm_specla.models.gdn import GatedDeltaNetBlock
+
+    torch.manual_seed(0)
+    cfg = GatedDeltaNetConfig(hidden_size=64, num_heads=2, head_dim=16, expand_v=2.0, num_hidden_layers=1,
+                              vocab_size=96, use_gate=True)
+    blk = GatedDeltaNetBlock(cfg)
+    for p in blk.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    mix, mlp = blk.attn, blk.mlp
+    h = torch.randn(5, 64)
+
+    def separate(m, h):
+        x = torch.cat([m.q_proj(h), m.k_proj(h), m.v_proj(h)], -1)
+        return x, m.a_proj(h), m.b_proj(h), m.g_proj(h)
+
+    def check(dtype=torch.float32, atol=1e-5):
+        hh = h.to(dtype)
+        with torch.inference_mode():
+            for got, want in zip(mix._proj(hh), separate(mix, hh)):
+                assert got.dtype == dtype and torch.allclose(got, want, atol=atol, rtol=atol / 10), \
+                    (got - want).abs().max()
+            want_mlp = mlp.down_proj(torch.nn.functional.silu(mlp.gate_proj(hh)) * mlp.up_proj(hh))
+            assert torch.allclose(mlp(hh), want_mlp, atol=atol, rtol=atol / 10)
+
+    check()
+    sd = {k: torch.randn_like(v) for k, v in blk.state_dict().items()}
+    blk.load_state_dict(sd)  # (in place: the packed copy must not keep the old weights)
+    check()
+    opt = torch.optim.SGD(blk.parameters(), lr=0.5)
+    x, a, b, g = mix._proj(h)  # with grad: the separate layers
+    (x.square().sum() + a.sum() + b.sum() + g.sum() + mlp(h).sum()).backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0
+               for m in (mix.q_proj, mix.k_proj, mix.v_proj, mix.a_proj, mix.b_proj, mix.g_proj, mlp.gate_proj,
+                         mlp.up_proj) for p in m.parameters())
+    opt.step()
+    check()
+    blk.to(torch.float64)
+    check(torch.float64, atol=1e-12)
