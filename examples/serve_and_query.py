@@ -8,13 +8,14 @@
 What it does:
 
 1. starts ``vllm serve MODEL --speculative-config specla.json --served-model-name NAME`` on
-   127.0.0.1 (fp32, eager, small memory; vLLM flags after ``--`` are added last, so they override these,
-   except ``--served-model-name``, this script's own flag, and ``--host`` / ``--port``), waits for ``/health``;
+   127.0.0.1 (fp32, eager, small memory; vLLM flags after ``--`` are added last, so they override these, except
+   ``--host`` / ``--port``), waits for ``/health``; the queries use the name ``/v1/models`` lists;
 2. sends the first turn of MT-Bench questions (``vllm_specla.data.mtbench_questions()``) as chat
    completions with the ``openai`` client, concurrently, greedy; streams one more answer;
 3. prints the answers and the speculative-decoding counters scraped from ``/metrics``
    (``vllm:spec_decode_num_drafts``, ``..._num_draft_tokens``, ``..._num_accepted_tokens``,
-   ``..._num_accepted_tokens_per_pos``) with the mean acceptance length;
+   ``..._num_accepted_tokens_per_pos``) with the mean acceptance length: this run's share (scraped before and
+   after its queries, so a ``--url`` server's earlier traffic is not counted);
 4. stops the server by PID (SIGTERM, bounded wait, then SIGKILL of its process group).
 """
 
@@ -30,11 +31,13 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # run from a checkout without installing
 
-from vllm_specla.serving import Server, ServerStartError, spec_decode_metrics, vllm_serve_command  # noqa: E402
+from vllm_specla.serving import (Server, ServerStartError, spec_decode_delta, spec_decode_metrics,  # noqa: E402
+                                 vllm_serve_command)
 from offline_generate import _at_least  # noqa: E402  (the sibling example: its integer-range argparse type)
 
 DEFAULT_MODEL = os.path.join(REPO, "models", "specla-gdn-tiny", "target")
 DEFAULT_SPEC = os.path.join(REPO, "examples", "specla.json")
+STARTUP_TIMEOUT = 600.0
 
 
 def parse_args():
@@ -52,16 +55,21 @@ def parse_args():
     p.add_argument("--max-tokens", type=_at_least(1), default=64)
     p.add_argument("--concurrency", type=_at_least(1), default=8, help="requests in flight at once")
     p.add_argument("--show", type=_at_least(0), default=3, help="answers to print in full")
-    p.add_argument("--startup-timeout", type=_positive_float, default=600, help="seconds to wait for /health")
+    p.add_argument("--startup-timeout", type=_positive_float, default=STARTUP_TIMEOUT,
+                   help=f"seconds to wait for /health (default {STARTUP_TIMEOUT:g})")
     p.add_argument("vllm_args", nargs=argparse.REMAINDER, help="extra `vllm serve` flags after --")
     args = p.parse_args()
     extra = [a for a in args.vllm_args if a != "--"]
-    if any(a == "--served-model-name" or a.startswith("--served-model-name=") for a in extra):
-        # (vLLM would serve that name while the queries asked for this script's: every one a 404)
-        p.error("--served-model-name after --: give it before -- (the script serves and queries that name)")
-    if args.url and extra:
-        p.error(f"--url {args.url}: the extra vllm serve flags after -- ({' '.join(extra)}) need a server this "
-                "script starts; leave out --url or the flags")
+    if args.url:  # (these only shape a server this script starts: with --url they were ignored)
+        unused = [flag for flag, given in (("--model", args.model != DEFAULT_MODEL),
+                                           ("--speculative-config", args.speculative_config != DEFAULT_SPEC),
+                                           ("--port", args.port is not None),
+                                           ("--startup-timeout", args.startup_timeout != STARTUP_TIMEOUT),
+                                           (f"the vllm serve flags after -- ({' '.join(extra)})", bool(extra)))
+                  if given]
+        if unused:
+            p.error(f"--url {args.url}: {', '.join(unused)} shape a server this script starts; leave out --url or "
+                    "them")
     return args
 
 
@@ -174,6 +182,7 @@ def main() -> int:
             why = " ".join(f"{type(e).__name__}: {e}".split())
             print(f"Error: {server.url}/v1/models did not answer ({why})", file=sys.stderr)
             return 1
+        before = spec_decode_metrics(server.get("/metrics"))  # (a running server's totals so far: --url)
         answers, elapsed, streamed = query(server.base_url, name, questions, args.max_tokens, args.concurrency)
         for i, (q, (a, _)) in enumerate(zip(questions, answers)):
             if i < args.show:
@@ -182,7 +191,7 @@ def main() -> int:
         print(f"\n{len(answers)} chat completions, {n_tok} tokens in {elapsed:.1f} s "
               f"({n_tok / max(elapsed, 1e-9):.1f} tok/s, up to {min(args.concurrency, len(questions))} concurrent)")
         print(f"streamed answer matches the non-streamed one: {streamed.strip() == answers[0][0].strip()}")
-        m = spec_decode_metrics(server.get("/metrics"))
+        m = spec_decode_delta(spec_decode_metrics(server.get("/metrics")), before)  # this run's share
         if m["num_drafts"]:
             print(f"SpecLA (from /metrics): {m['num_drafts']} verify steps with drafts, "
                   f"{m['num_accepted_tokens']}/{m['num_draft_tokens']} draft tokens accepted "

