@@ -386,6 +386,25 @@ def test_load_eagle_drafter_takes_dtype_names():
         load_eagle_drafter(path, dtype="int8")
 
 
+def test_load_fla_checkpoint_refuses_other_model_types(tiny_dir, tmp_path):
+    """A checkpoint whose ``config.json`` names another ``model_type`` is refused by name (a ``mamba2`` config loaded
+    silently into a GDN model; a llama one ended in ``KeyError: unexpected parameter``)."""
+    import json
+    import shutil
+
+    from vllm_specla.models.config import UnsupportedConfigError
+
+    d = tmp_path / "other"
+    shutil.copytree(tiny_dir["target"], d)
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps(dict(cfg, model_type="mamba2")))
+    with pytest.raises(UnsupportedConfigError, match=r"model_type='mamba2': vllm_specla loads 'gated_deltanet' "
+                                                     r"checkpoints only"):
+        load_fla_checkpoint(str(d))
+    (d / "config.json").write_text(json.dumps(cfg))
+    assert load_fla_checkpoint(str(d)).config.vocab_size == cfg["vocab_size"]
+
+
 def test_load_fla_checkpoint_names_the_drafter_loader():
     """The EAGLE drafter's folder given to ``load_fla_checkpoint`` (the target loader) is a ValueError pointing at
     ``load_eagle_drafter`` (it was ``KeyError: unexpected parameter 'fc.weight'``; a new user's review, session 52);

@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from vllm_specla.core.state import LayerState, StepPlan
-from vllm_specla.models.config import GatedDeltaNetConfig, check_supported
+from vllm_specla.models.config import GatedDeltaNetConfig, UnsupportedConfigError, check_supported
 from vllm_specla.ops import fused
 from vllm_specla.ops.chain_verify import chain_verify, conv_verify
 from vllm_specla.ops.prefill import causal_conv1d_prefill, chunk_prefill
@@ -467,7 +467,7 @@ def load_fla_checkpoint(path: str, dtype: torch.dtype | str = torch.float32,
     Raises:
         ValueError: ``dtype`` not a float32 / bfloat16 / float16 dtype or name, or ``path`` an EAGLE drafter
             checkpoint (``config.json`` ``"specla_drafter": "eagle"``: ``models.drafter.load_eagle_drafter`` loads it).
-        UnsupportedConfigError: for config fields we do not implement.
+        UnsupportedConfigError: a ``model_type`` other than ``gated_deltanet``, or config fields we do not implement.
         KeyError: for missing or unexpected parameter names.
     """
     dtype = resolve_dtype(dtype)
@@ -476,6 +476,10 @@ def load_fla_checkpoint(path: str, dtype: torch.dtype | str = torch.float32,
     if raw.get("specla_drafter") == "eagle":  # (its fc.weight was a KeyError "unexpected parameter")
         raise ValueError(f"{path!r} is an EAGLE drafter checkpoint (config.json \"specla_drafter\": \"eagle\"): load "
                          "it with vllm_specla.models.drafter.load_eagle_drafter")
+    if raw.get("model_type", "gated_deltanet") != "gated_deltanet":  # (a mamba2 config loaded silently, a llama one
+        # ended in KeyError "unexpected parameter": a new user's review, session 53)
+        raise UnsupportedConfigError(f"{path!r}: model_type={raw['model_type']!r}: vllm_specla loads 'gated_deltanet' "
+                                     "checkpoints only")
     cfg = GatedDeltaNetConfig(**{k: v for k, v in raw.items() if k != "model_type"})
     model = GatedDeltaNetForCausalLM(cfg)
     params = dict(model.named_parameters())
