@@ -11,7 +11,8 @@
 # kernels built, recover with PDL on / off, issue 6's batch-1 rows); with more time s37g (issue 6's batch-1 rows at
 # the precheck default) and s48d (recover with PDL: issue 5's 8x256x256 batch-32 recover, 4.44x before PDL), then
 # s43b (issue 5's tables) and s47a (the precheck's A/B). With only ~4 minutes left: s51a (recover's PDL on / off).
-# On any card (an H100 will do): s52a, the GPU-only benchmark scripts once each after session 52's flag checks.
+# On any card (an H100 will do): s53c, the GPU tests of the files that run the core GDN model (session 53 changed
+# its projections). s52a ran on an H100 in session 53 (s53b reran its four timed-out scripts).
 set -u
 S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r.get("alpha"),r.get("tree_width"),r.get("draft_vocab"),r.get("draft_weights"),round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows"),r.get("tag"),r.get("policy")) for r in map(json.loads,sys.stdin)]'
 # the session-15+ skinny GEMM calls: its JIT build, and a GPU test run kept whole under $OUT (s15a's pytest crash was
@@ -83,7 +84,9 @@ for r in rows[1:]:
             "$OUT/ncu_s48e_$SH.csv"
       done
       ;;
-  s52a)  # (any card) the GPU-only benchmark scripts once each at small sizes after session 52 moved their flag checks
+  s52a)  # (as run on an H100 in session 53: bench_kernels, bench_conv, bench_norms and bench_prefill hit their
+        # timeouts, s53b reran them; only 8 of its files came back, the device returns at most 8) (any card) the
+        # GPU-only benchmark scripts once each at small sizes after session 52 moved their flag checks
         # to benchmarks/_flags.py (CI runs only their flag errors): Triton / cuBLAS paths, nothing built
         # (VLLM_SPECLA_CUDA_KERNELS=0), fla from PYTHONPATH; each prints its last lines (timeouts sum to 455 s)
       nvidia-smi --query-gpu=name --format=csv,noheader
@@ -110,6 +113,24 @@ for r in rows[1:]:
       run1 30 bench_prefill.py --shapes map --rows 1 --lens 512 --iters 1 --out "$OUT/s52a_prefill.json"
       run1 25 bench_fp8_gemv.py --shapes flame --modes bf16,fp8 --passes 2 --replays 2 --out "$OUT/s52a_fp8.jsonl"
       run1 30 bench_blas.py --shapes flame --ms 1 --settings default,cublas --layers 2 --out "$OUT/s52a_blas.json"
+      ;;
+  s53c)  # (any card) after session 53 packed the core GDN model's projections (models/gdn.py PackedProjections) and
+        # refused other model types in load_fla_checkpoint: the GPU tests of the files that build that model on CUDA
+        # (Triton / cuBLAS, nothing built; timeout 280 s)
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      export VLLM_SPECLA_CUDA_KERNELS=0
+      pytest_log s53c 280 -x tests/test_decode_runtime_gpu.py tests/test_fused_gpu.py tests/test_prefill_gpu.py
+      ;;
+  s53b)  # (as run on a warm H100 in session 53) s52a's four timed-out scripts again with longer timeouts (45-75 s;
+        # the C++ CPU ops already built): bench_prefill still printed no row in 75 s
+      export VLLM_SPECLA_CUDA_KERNELS=0
+      for c in "60 bench_conv.py --batches 8 --layers 4 --out $OUT/conv.json" \
+               "60 bench_kernels.py --shapes 8x256x256 --batches 8 --Ts 1,5 --budget-s 40 --json $OUT/kernels.json" \
+               "75 bench_prefill.py --shapes map --rows 1 --lens 256 --iters 1 --out $OUT/prefill.json" \
+               "45 bench_norms.py --rows 64 --heads 8x256 --layers 4 --out $OUT/norms.json"; do
+        set -- $c; t=$1; shift; echo "== $*"
+        timeout "$t" python benchmarks/"$@" 2>&1 | grep -v "^\s*$" | tail -6 | cut -c1-250; echo "rc ${PIPESTATUS[0]}"
+      done
       ;;
   s51a)  # (an H200 only: it exits at once on another card) the shortest verdict for ~4 minutes of device time left:
         # recover with PDL on and off only (issue 5's 8x256x256 batch-32 recover row: 4.44x in session 46, before PDL;
