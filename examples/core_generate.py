@@ -35,25 +35,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MODEL = os.path.join(REPO, "models", "specla-gdn-tiny")
 DTYPES = ("float32", "bfloat16", "float16")
 
-
-def _int_in(lo: int, hi: int | None = None):
-    def parse(s: str) -> int:
-        try:
-            v = int(s)
-        except ValueError:
-            v = None
-        if v is None or v < lo or (hi is not None and v > hi):
-            raise argparse.ArgumentTypeError(f"must be an integer {lo}..{hi}, got {s!r}" if hi is not None
-                                             else f"must be an integer >= {lo}, got {s!r}")
-        return v
-    return parse
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (for an import from elsewhere, e.g. the tests)
+from offline_generate import _at_least  # noqa: E402  (the sibling example: its integer-range argparse type)
 
 
 def _k(s: str):
     if s == "auto":
         return s
     try:
-        return _int_in(1, 16)(s)
+        return _at_least(1, 16)(s)
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"must be an integer 1..16 or auto, got {s!r}") from None
 
@@ -66,12 +56,12 @@ def parse_args(argv=None):
                         "default: the embedded models/specla-gdn-tiny")
     p.add_argument("--prompt", action="append", default=None, metavar="TEXT",
                    help="a user message (repeatable); default: the first --num-prompts MT-Bench questions")
-    p.add_argument("--num-prompts", type=_int_in(1, 80), default=None,
+    p.add_argument("--num-prompts", type=_at_least(1, 80), default=None,
                    help="MT-Bench questions, 1..80 (default 8; not with --prompt)")
-    p.add_argument("--max-tokens", type=_int_in(1, 4096), default=64, help="tokens per prompt (default 64)")
+    p.add_argument("--max-tokens", type=_at_least(1, 4096), default=64, help="tokens per prompt (default 64)")
     p.add_argument("--num-speculative-tokens", "-K", type=_k, default=4, metavar="K",
                    help="draft tokens per verify step, 1..16, or auto (default 4)")
-    p.add_argument("--batch", type=_int_in(1, 256), default=8,
+    p.add_argument("--batch", type=_at_least(1, 256), default=8,
                    help="state slots: requests decoding together (default 8)")
     p.add_argument("--temperature", type=float, default=0.0,
                    help="0 = greedy (default; the lossless check needs it), > 0 = sampled")
@@ -79,7 +69,7 @@ def parse_args(argv=None):
                    help="weights and states (default float32: the lossless check; in bfloat16 / float16 rounding "
                         "depends on the batch's composition, so AR itself is not reproducible and the comparison is "
                         "only reported)")
-    p.add_argument("--show", type=_int_in(0), default=2, help="answers to print (default 2)")
+    p.add_argument("--show", type=_at_least(0), default=2, help="answers to print (default 2)")
     args = p.parse_args(argv)
     if args.prompt and args.num_prompts is not None:  # (--prompt used to win silently)
         p.error("--num-prompts counts MT-Bench questions: give it or --prompt, not both")

@@ -25,6 +25,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from offline_generate import _at_least  # noqa: E402  (the sibling example: its integer-range argparse type)
+
 
 def sharegpt_train_texts(limit: int | None) -> list[str]:
     """The embedded target's training conversations, rendered with its chat template."""
@@ -68,27 +70,15 @@ def file_texts(paths: list[str]) -> list[str]:
     return out
 
 
-def _positive_int(s: str) -> int:
-    """An int >= 1 (``--vocab-size 0`` used to mean the default; ``--limit 0`` counted nothing and ended in
-    "no tokens")."""
-    try:
-        v = int(s)
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {s!r}")
-    return v
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokenizer", required=True, help="the target's directory (its tokenizer.json)")
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--sharegpt", action="store_true", help="the embedded target's training conversations")
     src.add_argument("--text", nargs="+", help="plain-text or .jsonl ({\"text\": ...} per line) files")
-    ap.add_argument("--limit", type=_positive_int, default=None,
+    ap.add_argument("--limit", type=_at_least(1), default=None,
                     help="with --sharegpt: at most this many conversations")
-    ap.add_argument("--vocab-size", type=_positive_int, default=None,
+    ap.add_argument("--vocab-size", type=_at_least(1), default=None,
                     help="the target's vocabulary size (default: vocab_size of <tokenizer>/config.json, else the "
                          "tokenizer's; models often pad it past the tokenizer's ids)")
     ap.add_argument("--out", required=True, help="the drafter checkpoint directory")

@@ -171,8 +171,10 @@ def _build_and_load(name: str, **kwargs) -> None:
             _log.warning("vllm_specla: no file lock in %s; torch waits until %s is gone (remove it if no build of "
                          "%s runs)", build_dir, stale, name)
         if _needs_build(build_dir, name, kwargs.get("sources", [])):
-            _log.warning("vllm_specla: building %s (minutes for the CUDA kernels with nvcc; cached in %s)",
-                         name, build_dir)
+            cuda = any(str(f).endswith(".cu") for f in kwargs.get("sources", []))  # (the C++ CPU ops: under a minute)
+            _log.warning("vllm_specla: building %s (%s; cached in %s)", name,
+                         "minutes for the CUDA kernels with nvcc" if cuda else "the C++ CPU ops with the host compiler",
+                         build_dir)
         cpp_extension.load(name=name, build_directory=build_dir, **kwargs)
     finally:
         if fd is not None:
