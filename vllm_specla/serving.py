@@ -248,17 +248,17 @@ def spec_decode_metrics(text: str) -> dict:
             per_pos[int(pos)] = per_pos.get(int(pos), 0.0) + v
         else:
             sums[name] = sums.get(name, 0.0) + v
-    drafts = sums.get("num_drafts", 0.0)
-    dtoks = sums.get("num_draft_tokens", 0.0)
-    acc = sums.get("num_accepted_tokens", 0.0)
-    return {
-        "num_drafts": int(drafts),
-        "num_draft_tokens": int(dtoks),
-        "num_accepted_tokens": int(acc),
-        "accepted_per_pos": [int(per_pos[k]) for k in sorted(per_pos)],
-        "acceptance_rate": acc / dtoks if dtoks else 0.0,
-        "mean_acceptance_length": 1.0 + acc / drafts if drafts else 0.0,
-    }
+    return _with_rates({"num_drafts": int(sums.get("num_drafts", 0.0)),
+                        "num_draft_tokens": int(sums.get("num_draft_tokens", 0.0)),
+                        "num_accepted_tokens": int(sums.get("num_accepted_tokens", 0.0)),
+                        "accepted_per_pos": [int(per_pos[k]) for k in sorted(per_pos)]})
+
+
+def _with_rates(d: dict) -> dict:
+    """``d`` with ``acceptance_rate`` and ``mean_acceptance_length`` derived from its counters (0.0 without drafts)."""
+    d["acceptance_rate"] = d["num_accepted_tokens"] / d["num_draft_tokens"] if d["num_draft_tokens"] else 0.0
+    d["mean_acceptance_length"] = 1.0 + d["num_accepted_tokens"] / d["num_drafts"] if d["num_drafts"] else 0.0
+    return d
 
 
 def spec_decode_delta(after: dict, before: dict) -> dict:
@@ -268,9 +268,7 @@ def spec_decode_delta(after: dict, before: dict) -> dict:
     d = {k: after[k] - before.get(k, 0) for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")}
     old = before.get("accepted_per_pos", [])
     d["accepted_per_pos"] = [a - (old[i] if i < len(old) else 0) for i, a in enumerate(after["accepted_per_pos"])]
-    d["acceptance_rate"] = d["num_accepted_tokens"] / d["num_draft_tokens"] if d["num_draft_tokens"] else 0.0
-    d["mean_acceptance_length"] = 1.0 + d["num_accepted_tokens"] / d["num_drafts"] if d["num_drafts"] else 0.0
-    return d
+    return _with_rates(d)
 
 
 class RayCluster:
