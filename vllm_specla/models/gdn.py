@@ -217,41 +217,6 @@ class GatedRMSNormParams(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
 
-class PackedProjections:
-    """Several bias-free ``nn.Linear`` layers on the same input as one GEMM at inference time.
-
-    ``self(x [N, D]) -> [N, sum(out_features)]`` (their outputs side by side, in the given order). Without grad
-    (``torch.no_grad`` / ``inference_mode``, how every decode path runs) it multiplies by one weight
-    ``[sum(out), D]`` concatenated from theirs, rebuilt whenever a weight changes (new storage after ``.to()``, or
-    an in-place update: ``load_state_dict``, an optimizer step; keyed on each weight's data pointer, version,
-    dtype and device; weights made under ``inference_mode`` have no version, so an in-place update of those is not
-    seen); with grad it runs them one by one, so training sees the parameters as they are. The layers
-    keep their own parameters, so checkpoints load under fla's names. The concatenated copy costs their weights'
-    memory once more (the drafter's block, or the vLLM-free core engine's target; the vLLM model merges its
-    layers itself, ``worker/model.py``; the GPU decode runtime packs its own, ``runtime/fused_model.py``).
-
-    One GEMM instead of 6 (a mixer's q / k / v / a / b / g) or 2 (a gated MLP's gate / up) a layer: on the 2-core
-    CPU a batch-1 drafter pass of the embedded model's block took 54 -> 31 us for the 6 in-projections (session 53).
-    """
-
-    def __init__(self, *linears: nn.Linear):
-        self.linears = linears
-        self._key: tuple | None = None
-        self._weight: torch.Tensor | None = None
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        ws = [lin.weight for lin in self.linears]
-        if torch.is_grad_enabled() and any(w.requires_grad for w in ws):
-            return torch.cat([F.linear(x, w) for w in ws], -1)
-        key = tuple((w.data_ptr(), -1 if w.is_inference() else w._version, w.dtype, w.device) for w in ws)
-        if key != self._key:
-            self._weight, self._key = None, None  # (the old copy is freed before the new one is made)
-            with torch.no_grad():
-                self._weight = torch.cat(ws, 0)
-            self._key = key
-        return F.linear(x, self._weight)
-
-
 class GatedDeltaNetMixer(nn.Module):
     """fla ``GatedDeltaNet`` layer (same parameter names) running on state slots."""
 
@@ -276,9 +241,6 @@ class GatedDeltaNetMixer(nn.Module):
             self.g_proj = nn.Linear(D, d.value_dim, bias=False)
         self.o_norm = GatedRMSNormParams(d.V)
         self.o_proj = nn.Linear(d.value_dim, D, bias=False)
-        ins = [self.q_proj, self.k_proj, self.v_proj, self.a_proj, self.b_proj]
-        self._in_proj = PackedProjections(*ins, *([self.g_proj] if config.use_gate else []))
-        self._in_split = [2 * d.key_dim + d.value_dim, d.HV, d.HV, *([d.value_dim] if config.use_gate else [])]
 
     def conv_weight(self) -> torch.Tensor | None:
         """The q / k / v depthwise conv weights as one ``[conv_dim, W]`` tensor (channels in q, k, v
@@ -288,8 +250,9 @@ class GatedDeltaNetMixer(nn.Module):
         return torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight], 0)[:, 0, :]
 
     def _proj(self, h: torch.Tensor):
-        x, a, b, *g = self._in_proj(h).split(self._in_split, -1)  # q | k | v (the conv's channels), a, b (, g)
-        return x, a, b, (g[0] if g else None)
+        x = torch.cat([self.q_proj(h), self.k_proj(h), self.v_proj(h)], -1)
+        gate = self.g_proj(h) if self.config.use_gate else None
+        return x, self.a_proj(h), self.b_proj(h), gate
 
     def _kw(self) -> dict:
         c = self.config
@@ -316,11 +279,9 @@ class GatedMLP(nn.Module):
         self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
-        self._gate_up = PackedProjections(self.gate_proj, self.up_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self._gate_up(x).chunk(2, -1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class RMSNormParams(nn.Module):
