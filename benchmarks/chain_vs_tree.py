@@ -65,7 +65,7 @@ def main():
         row = {"topology": topo, "verify_budget_drafts": budget, "K_or_depth": K,
                "top_k": spec.top_k if spec else 1, "tau_prune": spec.tau if spec else None,
                "mean_accepted_length": st.mean_acceptance_length,
-               "draft_nodes_per_step": sum(st.num_drafts) / len(st.num_drafts),
+               "draft_nodes_per_step": sum(st.num_drafts) / max(st.verify_steps, 1),  # (per verify step, as tau)
                "pruned_fraction": (1 - tc["kept"] / tc["candidates"]) if tc and tc["candidates"] else 0.0,
                "lossless_vs_ar": sum(a == b for a, b in zip(out, ar)), "prompts": len(prompts)}
         rows.append(row)

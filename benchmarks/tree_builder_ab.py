@@ -82,7 +82,7 @@ def main() -> None:
                 row = {"config": name, "builder": which, "top_k": spec.top_k, "node_budget": spec.node_budget,
                        "K": spec.max_depth, "prune_tau": spec.tau,
                        "mean_acceptance_length": round(st.mean_acceptance_length, 3),
-                       "draft_nodes_per_step": round(sum(st.num_drafts) / len(st.num_drafts), 2),
+                       "draft_nodes_per_step": round(sum(st.num_drafts) / max(st.verify_steps, 1), 2),  # (as tau)
                        "lossless_vs_ar": f"{sum(a == b for a, b in zip(out, ar))}/{len(prompts)}"}
                 rows.append(row)
                 print(f"{name:40s} {which:4s} tau {row['mean_acceptance_length']:.3f}  nodes/step "

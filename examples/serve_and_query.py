@@ -137,6 +137,15 @@ def start_server(args) -> Server:
     return server
 
 
+def _scrape(server: Server) -> dict | None:
+    """The server's speculative-decoding counters (:func:`spec_decode_metrics`), None where ``/metrics`` does not
+    answer (a proxy, another server)."""
+    try:
+        return spec_decode_metrics(server.get("/metrics"))
+    except (OSError, http.client.HTTPException):  # (urllib's HTTPError is an OSError)
+        return None
+
+
 def query(base_url: str, model_name: str, questions: list[str], max_tokens: int, concurrency: int):
     from openai import OpenAI
 
@@ -182,7 +191,7 @@ def main() -> int:
             why = " ".join(f"{type(e).__name__}: {e}".split())
             print(f"Error: {server.url}/v1/models did not answer ({why})", file=sys.stderr)
             return 1
-        before = spec_decode_metrics(server.get("/metrics"))  # (a running server's totals so far: --url)
+        before = _scrape(server)  # (a running server's totals so far: --url)
         answers, elapsed, streamed = query(server.base_url, name, questions, args.max_tokens, args.concurrency)
         for i, (q, (a, _)) in enumerate(zip(questions, answers)):
             if i < args.show:
@@ -191,8 +200,13 @@ def main() -> int:
         print(f"\n{len(answers)} chat completions, {n_tok} tokens in {elapsed:.1f} s "
               f"({n_tok / max(elapsed, 1e-9):.1f} tok/s, up to {min(args.concurrency, len(questions))} concurrent)")
         print(f"streamed answer matches the non-streamed one: {streamed.strip() == answers[0][0].strip()}")
-        m = spec_decode_delta(spec_decode_metrics(server.get("/metrics")), before)  # this run's share
-        if m["num_drafts"]:
+        after = _scrape(server)
+        m = spec_decode_delta(after, before) if before is not None and after is not None else None  # this run's share
+        if m is not None and min(m["num_drafts"], m["num_draft_tokens"], m["num_accepted_tokens"]) < 0:
+            print("the server's /metrics counters went back during the run (a restart?): no acceptance to report")
+        elif m is None:
+            print("no /metrics on this server: no acceptance to report")
+        elif m["num_drafts"]:
             print(f"SpecLA (from /metrics): {m['num_drafts']} verify steps with drafts, "
                   f"{m['num_accepted_tokens']}/{m['num_draft_tokens']} draft tokens accepted "
                   f"({100 * m['acceptance_rate']:.1f}%), mean acceptance length "

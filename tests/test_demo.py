@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -227,7 +228,7 @@ def test_core_generate_sampled_and_auto():
 
 def test_core_generate_bad_model_dir_offline_and_bf16(tmp_path):
     """``core_generate.py`` past its flags: a ``--model-dir`` whose checkpoints do not load (target and drafter
-    swapped, a drafter config that is not JSON) and MT-Bench unreachable (no cached wheel, no index) each end in one
+    swapped, a drafter config that is not JSON, a truncated safetensors file) and MT-Bench unreachable (no cached wheel, no index) each end in one
     line with exit status 2 (they were tracebacks; a new user's review, session 53); in bfloat16 the AR comparison is
     reported, not judged (its rounding depends on the batch: exit status 0)."""
     tiny = os.path.dirname(TARGET)
@@ -237,8 +238,14 @@ def test_core_generate_bad_model_dir_offline_and_bf16(tmp_path):
     os.symlink(TARGET, swap / "drafter")
     os.symlink(TARGET, bad / "target")
     (bad / "drafter" / "config.json").write_text("{bad")
+    trunc = tmp_path / "trunc"
+    trunc.mkdir()
+    os.symlink(TARGET, trunc / "target")
+    shutil.copytree(os.path.join(tiny, "drafter"), trunc / "drafter")
+    os.truncate(trunc / "drafter" / "model.safetensors", 1000)
     for model_dir, msg in ((swap, "ValueError: '{0}/target' is an EAGLE drafter checkpoint"),
-                           (bad, "JSONDecodeError: Expecting property name")):
+                           (bad, "JSONDecodeError: Expecting property name"),
+                           (trunc, "SafetensorError: Error while deserializing header")):
         r = _core_generate("--model-dir", str(model_dir), "--prompt", "hi", timeout=120)
         last = r.stderr.strip().splitlines()[-1]
         assert r.returncode == 2 and last.startswith(f"core_generate.py: error: --model-dir {model_dir}: ") and \
@@ -328,6 +335,11 @@ def test_server_start_error_names_the_logs_error_line(tmp_path):
     assert "INFO bye" in str(e)  # (the log's tail stays in the message)
     assert startup_error_line("a\nTraceback:\n  File x\nvllm.Foo.BarError: boom\n\n") == "vllm.Foo.BarError: boom"
     assert startup_error_line("one\ntwo\n") == "two" and startup_error_line("") == ""
+    engine = ("INFO start\n(EngineCore pid=7) ERROR 12-07 [core.py:1] RuntimeError: Not enough allowed NUMA nodes\n"
+              "(EngineCore pid=7) ERROR Traceback (most recent call last):\nINFO shutting down\n"
+              "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n")
+    assert startup_error_line(engine).endswith("RuntimeError: Not enough allowed NUMA nodes")  # (not vLLM's summary)
+    assert startup_error_line(engine.split("\n", 2)[2]).startswith("RuntimeError: Engine core initialization")
     hung = Server([sys.executable, "-c", "import time; time.sleep(60)"], log_path=str(tmp_path / "b.log"))
     hung.start()
     with pytest.raises(ServerStartError) as ei:
@@ -352,3 +364,38 @@ def test_serve_and_query_refused_config_is_one_line():
     assert re.fullmatch(r"Error: vllm serve exited with status 1 before it served: speculative_config\.topology: "
                         r".*'chain' or 'tree' \(got 'ring'\) \(log: .*\.log\)", last), r.stderr[-2000:]
     assert "Traceback" not in r.stderr
+
+
+def test_serve_and_query_scrape_without_metrics_is_none():
+    """``serve_and_query._scrape``: a server whose ``/metrics`` answers 404 (a proxy, another server) gives None, which
+    the example reports as "no /metrics" after its answers (the scrape before the queries used to end the run in
+    urllib's HTTPError traceback); a vLLM-style counter text is parsed."""
+    import http.server
+    import threading
+
+    sys.path.insert(0, os.path.join(REPO, "examples"))
+    try:
+        import serve_and_query as sq
+    finally:
+        sys.path.pop(0)
+    body = {"/metrics": b'vllm:spec_decode_num_drafts_total{engine="0"} 3\n'}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            data = body.get(self.path)
+            self.send_response(200 if data else 404)
+            self.end_headers()
+            self.wfile.write(data or b"")
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        server = sq.Server.attach(f"http://127.0.0.1:{srv.server_address[1]}")
+        assert sq._scrape(server)["num_drafts"] == 3
+        body.clear()
+        assert sq._scrape(server) is None
+    finally:
+        srv.shutdown()

@@ -73,12 +73,12 @@ class ServerStartError(RuntimeError):
 
     Attributes: ``status`` (the exit status; None after a timeout), ``reason`` (one line: the last ``Error: ...`` line
     of its log, which is what the plugin prints for a refused config, else the last exception line, else the last
-    line), ``log_path``. ``str()`` keeps the log's last lines."""
+    line), ``log_path``. ``str()`` keeps the log's last 40 lines."""
 
     def __init__(self, what: str, status: int | None, log_path: str, tail: str):
         self.status, self.log_path = status, log_path
-        self.reason = startup_error_line(tail)
-        super().__init__(f"{what}:\n{tail}")
+        self.reason = startup_error_line(tail)  # (from up to 400 lines: an engine's cause precedes its shutdown)
+        super().__init__(f"{what}:\n" + "\n".join(tail.splitlines()[-40:]))
 
     def one_line(self) -> str:
         """``vllm serve exited with status 1 before it served: <reason> (log: <path>)``: for a CLI's last line."""
@@ -88,15 +88,24 @@ class ServerStartError(RuntimeError):
         return f"vllm serve {what} before it served: {why} (log: {self.log_path})"
 
 
+# vLLM's front-end summary of an engine that died while starting: the cause is on an earlier line
+_GENERIC_STARTUP_ERRORS = ("Engine core initialization failed", "See root cause above", "Worker failed with error",
+                           "WorkerProc initialization failed")
+
+
 def startup_error_line(log: str) -> str:
     """The one line of a failed server log that says why: the last line starting ``Error: `` (the plugin's
-    one-line refusals, ``worker/patches.py``), else the last ``SomethingError: ...`` / ``...Exception: ...`` line
-    (a traceback's last), else the last non-empty line; ``""`` for an empty log."""
+    one-line refusals, ``worker/patches.py``); else the last exception line (``SomethingError: ...``, also behind
+    vLLM's ``(EngineCore pid=...) ERROR ...`` prefixes) that is not vLLM's generic "engine core initialization
+    failed" summary; else that summary; else the last non-empty line; ``""`` for an empty log."""
     lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
-    for pat in (r"^Error: ", r"^[\w.]*(Error|Exception)\b.*: "):
-        hits = [ln for ln in lines if re.search(pat, ln)]
-        if hits:
-            return hits[-1]
+    hits = [ln for ln in lines if ln.startswith("Error: ")]
+    if hits:
+        return hits[-1]
+    hits = [ln for ln in lines if re.search(r"\b[\w.]*(Error|Exception): ", ln)]
+    specific = [ln for ln in hits if not any(g in ln for g in _GENERIC_STARTUP_ERRORS)]
+    if specific or hits:
+        return (specific or hits)[-1]
     return lines[-1] if lines else ""
 
 
@@ -168,7 +177,7 @@ class Server:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise ServerStartError(f"server exited with status {self.proc.returncode}", self.proc.returncode,
-                                       self.log_path, self.log_tail())
+                                       self.log_path, self.log_tail(400))
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
                     if r.status == 200:
@@ -178,7 +187,7 @@ class Server:
             time.sleep(0.5)
         self.stop()
         raise ServerStartError(f"server not healthy after {timeout or self.ready_timeout} s", None, self.log_path,
-                               self.log_tail())
+                               self.log_tail(400))
 
     def alive(self) -> bool:
         try:

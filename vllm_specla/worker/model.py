@@ -46,11 +46,13 @@ def _max_window(vllm_config: VllmConfig) -> int:
     return s.max_window if s is not None else 0
 
 
-# fla's separate projections -> (merged layer, shard index): in_proj = q | k | v | a | b (| g), gate_up_proj =
-# gate | up (the order of the merged layers' output_sizes)
-STACKED_PARAMS = ((".attn.in_proj.", ".attn.q_proj.", 0), (".attn.in_proj.", ".attn.k_proj.", 1),
-                  (".attn.in_proj.", ".attn.v_proj.", 2), (".attn.in_proj.", ".attn.a_proj.", 3),
-                  (".attn.in_proj.", ".attn.b_proj.", 4), (".attn.in_proj.", ".attn.g_proj.", 5),
+# fla's separate projections -> (merged layer, shard index), in the order of the merged layers' output_sizes:
+# in_proj_qkvg = q | k | v (| g), in_proj_ab = a | b, gate_up_proj = gate | up. As vLLM's Qwen3-Next keeps its
+# in_proj_qkvz and in_proj_ba apart: the tiny a / b shards (num_v_heads rows) stay out of the big merged layer, whose
+# every shard but the last a block-quantized checkpoint needs a multiple of its block size.
+STACKED_PARAMS = ((".attn.in_proj_qkvg.", ".attn.q_proj.", 0), (".attn.in_proj_qkvg.", ".attn.k_proj.", 1),
+                  (".attn.in_proj_qkvg.", ".attn.v_proj.", 2), (".attn.in_proj_qkvg.", ".attn.g_proj.", 3),
+                  (".attn.in_proj_ab.", ".attn.a_proj.", 0), (".attn.in_proj_ab.", ".attn.b_proj.", 1),
                   (".mlp.gate_up_proj.", ".mlp.gate_proj.", 0), (".mlp.gate_up_proj.", ".mlp.up_proj.", 1))
 
 
@@ -86,14 +88,14 @@ class SpeclaGDNAttention(nn.Module, MambaBase):
         self.max_window = max_window
         D = config.hidden_size
 
-        # the checkpoint's q / k / v / a / b (/ g) projections as one GEMM (vLLM's merged layer, as Llama's qkv_proj;
-        # load_weights maps their names onto its shards: STACKED_PARAMS); each rank holds its heads' columns
-        sizes = [config.key_dim, config.key_dim, config.value_dim, config.n_v_heads, config.n_v_heads]
-        if config.use_gate:
-            sizes.append(config.value_dim)
-        self.in_proj = MergedColumnParallelLinear(D, sizes, bias=False, quant_config=quant_config,
-                                                  prefix=f"{prefix}.in_proj")
-        self.in_sizes = [n // self.tp_size for n in sizes]  # this rank's columns per shard
+        # the checkpoint's q / k / v (/ g) and a / b projections as two GEMMs (vLLM's merged layers, as Llama's
+        # qkv_proj; load_weights maps their names onto the shards: STACKED_PARAMS); each rank holds its heads' columns
+        sizes = [config.key_dim, config.key_dim, config.value_dim] + ([config.value_dim] if config.use_gate else [])
+        self.in_proj_qkvg = MergedColumnParallelLinear(D, sizes, bias=False, quant_config=quant_config,
+                                                       prefix=f"{prefix}.in_proj_qkvg")
+        self.in_proj_ab = MergedColumnParallelLinear(D, [config.n_v_heads] * 2, bias=False, quant_config=quant_config,
+                                                     prefix=f"{prefix}.in_proj_ab")
+        self.conv_channels = (2 * config.key_dim + config.value_dim) // self.tp_size  # q | k | v on this rank
         self.A_log = nn.Parameter(torch.empty(d.HV), requires_grad=False)
         self.dt_bias = nn.Parameter(torch.empty(d.HV), requires_grad=False)
         set_weight_attrs(self.A_log, {"weight_loader": sharded_weight_loader(0)})
@@ -133,9 +135,9 @@ class SpeclaGDNAttention(nn.Module, MambaBase):
     def forward(self, h: torch.Tensor, plan: StepPlan | None) -> torch.Tensor:
         if plan is None:  # profile / dummy run: no state yet; keep shapes and weight traffic
             return self.o_proj(torch.zeros(h.shape[0], self.dims.value_dim, dtype=h.dtype, device=h.device))[0]
-        y = self.in_proj(h)[0]
-        x, a, b, *g = y.split([sum(self.in_sizes[:3]), *self.in_sizes[3:]], -1)  # q | k | v, a, b (, g)
-        gate = g[0] if g else None
+        y = self.in_proj_qkvg(h)[0]
+        x, gate = (y[:, :self.conv_channels], y[:, self.conv_channels:]) if self.config.use_gate else (y, None)
+        a, b = self.in_proj_ab(h)[0].chunk(2, -1)
         conv_w = (torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight], 0)[:, 0, :]
                   if self.config.use_short_conv else None)
         o = gdn_mix(x, a, b, gate, dims=self.dims, conv_weight=conv_w,
@@ -199,6 +201,11 @@ class SpeclaGDNForCausalLM(nn.Module, HasInnerState, IsHybrid):
     ``forward`` returns the final-normed hidden states ``[num_tokens, D]`` (the LM head's input,
     also the EAGLE drafter's feature). The runner sets the step plan with :meth:`set_step_plan`.
     """
+
+    # the checkpoint's names of the merged layers' parts (STACKED_PARAMS): vLLM's quantization configs match ignore
+    # lists written with them (``is_layer_skipped``), as for its own models
+    packed_modules_mapping = {"in_proj_qkvg": ["q_proj", "k_proj", "v_proj", "g_proj"],
+                              "in_proj_ab": ["a_proj", "b_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
 
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
         super().__init__()
@@ -303,7 +310,7 @@ class SpeclaGDNForCausalLM(nn.Module, HasInnerState, IsHybrid):
                 continue
             shard = None
             for merged, part, shard_id in STACKED_PARAMS:
-                if part in name:
+                if part in name and (part != ".attn.g_proj." or self.config.use_gate):  # (a stray g_proj: KeyError)
                     name, shard = name.replace(part, merged), shard_id
                     break
             if name not in params:
