@@ -11,8 +11,8 @@
 # kernels built, recover with PDL on / off, issue 6's batch-1 rows); with more time s37g (issue 6's batch-1 rows at
 # the precheck default) and s48d (recover with PDL: issue 5's 8x256x256 batch-32 recover, 4.44x before PDL), then
 # s43b (issue 5's tables) and s47a (the precheck's A/B). With only ~4 minutes left: s51a (recover's PDL on / off).
-# On any card (an H100 will do): s53c, the GPU tests of the files that run the core GDN model (session 53 changed
-# its projections). s52a ran on an H100 in session 53 (s53b reran its four timed-out scripts).
+# On any card: nothing queued. Session 53 (an H100): s52a, s53b (its four timed-out scripts again) and s53c (cut at
+# 150 s of the last device time, no failure; the core-model packing it checked was reverted after it).
 set -u
 S='import sys,json;[print(r["shape"],r["batch"],r["mode"],r.get("K"),r.get("alpha"),r.get("tree_width"),r.get("draft_vocab"),r.get("draft_weights"),round(r.get("step_ms",0),3),round(r.get("speedup",0),3),r.get("tau"),r.get("lossless_rows"),r.get("tag"),r.get("policy")) for r in map(json.loads,sys.stdin)]'
 # the session-15+ skinny GEMM calls: its JIT build, and a GPU test run kept whole under $OUT (s15a's pytest crash was
@@ -114,7 +114,7 @@ for r in rows[1:]:
       run1 25 bench_fp8_gemv.py --shapes flame --modes bf16,fp8 --passes 2 --replays 2 --out "$OUT/s52a_fp8.jsonl"
       run1 30 bench_blas.py --shapes flame --ms 1 --settings default,cublas --layers 2 --out "$OUT/s52a_blas.json"
       ;;
-  s53c)  # (any card) after session 53 packed the core GDN model's projections (models/gdn.py PackedProjections) and
+  s53c)  # (as run on an H100 in session 53, with the pytest timeout at 150 s) (any card) after session 53 packed the core GDN model's projections (models/gdn.py PackedProjections) and
         # refused other model types in load_fla_checkpoint: the GPU tests of the files that build that model on CUDA
         # (Triton / cuBLAS, nothing built; timeout 280 s)
       nvidia-smi --query-gpu=name --format=csv,noheader
