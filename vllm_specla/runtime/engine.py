@@ -413,7 +413,9 @@ class SpecLAEngine:
             self.states = allocate_layer_states(target.config, max_batch, self.window, device=self.device)
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
         self.gen = torch.Generator(device="cpu").manual_seed(int(seed))  # (a numpy int is checked, then taken)
-        self.tree_stats = {"nodes_verified": 0, "verify_steps": 0}
+        # window nodes the target verified, and the request rows it verified them in (drafted or not: a row with
+        # no drafts verifies its one input token); `stats.verify_steps` counts only the rows with drafts
+        self.tree_stats = {"nodes_verified": 0, "rows_verified": 0}
         self.step_k: list[int] = []  # with a policy: K chosen per drafting step
 
     # ------------------------------------------------------------------------------------------
@@ -561,7 +563,7 @@ class SpecLAEngine:
                     self.stats.num_drafts.append(n_nodes - 1)
                     self.stats.num_accepted.append(len(e) - 1)
                     self.tree_stats["nodes_verified"] += n_nodes
-                    self.tree_stats["verify_steps"] += 1
+                    self.tree_stats["rows_verified"] += 1
                     n_emit_l.append(len(e))
                     self._emit(r, e)
                     if not r.done and self.drafter is not None:
