@@ -21,7 +21,7 @@ and dispatches by device:
 
 * CUDA tensors: the Triton kernels; the chain verify also takes the CUDA csrc kernels
   (``csrc/cuda``, JIT-built by :func:`vllm_specla.ops._cpp.load_cuda_kernels`) where its shape
-  rules say so (README "Kernel dispatch on CUDA");
+  rules say so (docs/GPU_RUNTIME.md "Kernel dispatch on CUDA");
 * CPU tensors: the C++ CPU ops ``torch.ops.vllm_specla.<name>`` (``csrc/cpu``: the extension
   ``vllm_specla._C`` built at install, loaded by :mod:`vllm_specla.ops._cpp`) when they are built
   and not turned off (``VLLM_SPECLA_DISABLE_CPP=1``), else the plain-torch versions in
