@@ -97,7 +97,28 @@ void check_unique_slots(const std::vector<int64_t>& slots, const std::vector<int
   std::unordered_set<int64_t> seen;
   for (size_t r = 0; r < slots.size(); ++r)
     if (active[r] > 0)
-      TORCH_CHECK(seen.insert(slots[r]).second, "a state slot is written by two rows (slot ", slots[r], ")");
+      TORCH_CHECK_VALUE(seen.insert(slots[r]).second, "slots: a state slot is written by two rows (slot ", slots[r],
+                        ")");
+}
+
+// The rows of a commit (recover / conv_commit) with num_accepted > 0, checked as
+// vllm_specla/ops/reference.py _commit_rows does (ValueError naming the argument); rows with 0 or less
+// are skipped unread, as in the Triton kernels.
+std::vector<int64_t> commit_rows(const std::vector<int64_t>& sl, const std::vector<int64_t>& bi,
+                                 const std::vector<int64_t>& na, int64_t S, int64_t Tmax) {
+  const int64_t R = static_cast<int64_t>(sl.size());
+  check_rows(bi, R, "bank_idx");
+  check_rows(na, R, "num_accepted");
+  std::vector<int64_t> act;
+  for (int64_t r = 0; r < R; ++r) {
+    if (na[r] <= 0) continue;
+    check_in(sl[r], 0, S, "slots");
+    check_in(bi[r], 0, 2, "bank_idx");
+    TORCH_CHECK_VALUE(na[r] <= Tmax, "num_accepted ", na[r], " exceeds the factor bank (Tmax=", Tmax, ")");
+    act.push_back(r);
+  }
+  check_unique_slots(sl, na);
+  return act;
 }
 
 }  // namespace
@@ -121,18 +142,7 @@ void recover(const at::Tensor& state, const at::Tensor& slots, const at::Tensor&
   const std::vector<int64_t> sl = to_vec(slots, "slots");
   const std::vector<int64_t> bi = to_vec(bank_idx, "bank_idx");
   const std::vector<int64_t> na = to_vec(num_accepted, "num_accepted");
-  const int64_t R = static_cast<int64_t>(sl.size());
-  TORCH_CHECK(static_cast<int64_t>(bi.size()) == R && static_cast<int64_t>(na.size()) == R,
-              "slots, bank_idx, num_accepted must all be [R]");
-  std::vector<int64_t> act;  // active rows
-  for (int64_t r = 0; r < R; ++r) {
-    if (na[r] <= 0) continue;
-    TORCH_CHECK(0 <= sl[r] && sl[r] < S, "slot out of range");
-    TORCH_CHECK(0 <= bi[r] && bi[r] < 2, "bank index must be 0 or 1");
-    TORCH_CHECK(na[r] <= Tmax, "num_accepted ", na[r], " exceeds the factor bank (Tmax=", Tmax, ")");
-    act.push_back(r);
-  }
-  check_unique_slots(sl, na);
+  const std::vector<int64_t> act = commit_rows(sl, bi, na, S, Tmax);  // active rows
   if (act.empty()) return;
   RecoverArgs a{Strided(state), Strided(bank_k), Strided(bank_v), Strided(bank_g), HV, V, K, HV / H};
   const int64_t NVB = (V + kBlockV - 1) / kBlockV;
@@ -160,42 +170,46 @@ at::Tensor conv_verify(const at::Tensor& x, const at::Tensor& weight, const at::
   TORCH_CHECK(weight.size(0) == C && conv_state.size(1) == W1 && conv_state.size(2) == C && W >= 1,
               "conv_verify: shape mismatch (x ", x.sizes(), ", weight ", weight.sizes(), ", conv_state ",
               conv_state.sizes(), ")");
-  const std::vector<int64_t> sl = to_vec(slots, "slots");
+  // caller-provided values: ValueError naming the argument, as vllm_specla/ops/reference.py (_check_row_args)
   const std::vector<int64_t> cu = to_vec(cu_seqlens, "cu_seqlens");
-  const int64_t R = static_cast<int64_t>(sl.size());
-  TORCH_CHECK(static_cast<int64_t>(cu.size()) == R + 1, "cu_seqlens must have len(slots) + 1 entries");
+  check_cu_seqlens(cu, N);
+  const int64_t R = std::max<int64_t>(static_cast<int64_t>(cu.size()) - 1, 0);
+  std::vector<int64_t> sl = to_vec(slots, "slots");
+  check_rows(sl, R, "slots");
+  sl.resize(R);  // (entries past the rows are not used)
   const std::vector<int64_t> wbv = opt_vec(write_bank, "write_bank");
   std::vector<int64_t> plv = opt_vec(pending_len, "pending_len");
   const std::vector<int64_t> rbv = opt_vec(read_bank, "read_bank");
   const bool record = write_bank.has_value();
+  if (pending_len.has_value()) check_rows(plv, R, "pending_len");
   if (plv.empty()) plv.assign(R, 0);
-  TORCH_CHECK(static_cast<int64_t>(plv.size()) == R, "pending_len must be [R]");
-  TORCH_CHECK(!record || static_cast<int64_t>(wbv.size()) == R, "write_bank must be [R]");
+  if (record) check_rows(wbv, R, "write_bank");
   bool need_bank = record;
   std::vector<int64_t> writes(R, 0);
   for (int64_t r = 0; r < R; ++r) {
-    TORCH_CHECK(0 <= cu[r] && cu[r] <= cu[r + 1] && cu[r + 1] <= N, "cu_seqlens must be non-decreasing in [0, N]");
-    TORCH_CHECK(0 <= sl[r] && sl[r] < S, "slot out of range");
+    check_in(sl[r], 0, S, "slots");
     if (plv[r] > 0) {
       need_bank = true;
-      TORCH_CHECK(static_cast<int64_t>(rbv.size()) == R, "pending inputs need read_bank [R]");
-      TORCH_CHECK(0 <= rbv[r] && rbv[r] < 2, "bank index must be 0 or 1");
+      TORCH_CHECK_VALUE(read_bank.has_value() && bank_x.has_value(),
+                        "pending_len > 0 needs read_bank and the factor banks");
+      check_rows(rbv, R, "read_bank");
+      check_in(rbv[r], 0, 2, "read_bank");
     }
-    if (record) TORCH_CHECK(0 <= wbv[r] && wbv[r] < 2, "bank index must be 0 or 1");
+    if (record) check_in(wbv[r], 0, 2, "write_bank");
     writes[r] = (plv[r] > 0 || write_final_state) ? 1 : 0;
   }
+  TORCH_CHECK_VALUE(!record || bank_x.has_value(), "write_bank needs the factor banks");
   check_unique_slots(sl, writes);
   Strided bx;
   int64_t Tmax = 0;
   if (need_bank) {
-    TORCH_CHECK(bank_x.has_value(), "bank_x is required with write_bank or pending inputs");
     check_f32(*bank_x, "bank_x");
     TORCH_CHECK(bank_x->dim() == 4 && bank_x->size(0) == S && bank_x->size(1) == 2 && bank_x->size(3) == C,
                 "bank_x must be [S, 2, Tmax, C]");
     Tmax = bank_x->size(2);
     bx = Strided(*bank_x);
     for (int64_t r = 0; r < R; ++r) {
-      TORCH_CHECK(plv[r] <= Tmax, "pending_len exceeds the factor bank (Tmax=", Tmax, ")");
+      TORCH_CHECK_VALUE(plv[r] <= Tmax, "pending_len ", plv[r], " exceeds the factor bank (Tmax=", Tmax, ")");
       if (record)
         TORCH_CHECK_VALUE(cu[r + 1] - cu[r] <= Tmax, "window of ", cu[r + 1] - cu[r],
                           " tokens exceeds the factor bank (Tmax=", Tmax, ")");
@@ -268,18 +282,7 @@ void conv_commit(const at::Tensor& conv_state, const at::Tensor& slots, const at
   const std::vector<int64_t> sl = to_vec(slots, "slots");
   const std::vector<int64_t> bi = to_vec(bank_idx, "bank_idx");
   const std::vector<int64_t> na = to_vec(num_accepted, "num_accepted");
-  const int64_t R = static_cast<int64_t>(sl.size());
-  TORCH_CHECK(static_cast<int64_t>(bi.size()) == R && static_cast<int64_t>(na.size()) == R,
-              "slots, bank_idx, num_accepted must all be [R]");
-  std::vector<int64_t> act;
-  for (int64_t r = 0; r < R; ++r) {
-    if (na[r] <= 0) continue;
-    TORCH_CHECK(0 <= sl[r] && sl[r] < S, "slot out of range");
-    TORCH_CHECK(0 <= bi[r] && bi[r] < 2, "bank index must be 0 or 1");
-    TORCH_CHECK(na[r] <= Tmax, "num_accepted exceeds the factor bank (Tmax=", Tmax, ")");
-    act.push_back(r);
-  }
-  check_unique_slots(sl, na);
+  const std::vector<int64_t> act = commit_rows(sl, bi, na, S, Tmax);
   if (act.empty() || W1 == 0) return;
   const Strided bx(bank_x);
   const int64_t NCB = (C + kBlockC - 1) / kBlockC;

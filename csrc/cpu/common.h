@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace vllm_specla {
@@ -111,6 +112,29 @@ inline std::vector<int64_t> to_vec(const at::Tensor& t, const char* name) {
 inline std::vector<int64_t> opt_vec(const std::optional<at::Tensor>& t, const char* name) {
   if (!t.has_value()) return {};
   return to_vec(*t, name);
+}
+
+// Checks of caller-provided per-row values (slots, bank indices, row bounds, counts) raise ValueError
+// (TORCH_CHECK_VALUE) with the references' messages (vllm_specla/ops/reference.py _row_ints / _rows);
+// dtype, device and shape checks stay TORCH_CHECK (RuntimeError), as torch's own ops raise.
+
+// A per-row argument holds an entry for each of the R rows (entries past them are not used).
+inline void check_rows(const std::vector<int64_t>& vals, int64_t R, const char* name) {
+  TORCH_CHECK_VALUE(static_cast<int64_t>(vals.size()) >= R, name, " must have an entry for each of the ", R,
+                    " rows, got ", vals.size());
+}
+
+// One entry of a per-row argument lies in [lo, hi).
+inline void check_in(int64_t x, int64_t lo, int64_t hi, const char* name) {
+  TORCH_CHECK_VALUE(lo <= x && x < hi, name, " must be in [", lo, ", ", hi - 1, "], got ", x);
+}
+
+// cu_seqlens [R+1]: non-decreasing within [0, N].
+inline void check_cu_seqlens(const std::vector<int64_t>& cu, int64_t N) {
+  for (size_t i = 0; i < cu.size(); ++i)
+    TORCH_CHECK_VALUE(cu[i] >= 0 && cu[i] <= N && (i == 0 || cu[i - 1] <= cu[i]),
+                      "cu_seqlens must be non-decreasing within [0, ", N, "], got ", cu[i], " at index ", i,
+                      i > 0 ? " after " : "", i > 0 ? std::to_string(cu[i - 1]) : std::string());
 }
 
 // dst[0:n] = src[0:n*stride:stride]

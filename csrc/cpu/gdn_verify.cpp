@@ -161,16 +161,19 @@ at::Tensor verify_impl(const at::Tensor& q, const at::Tensor& k, const at::Tenso
               " does not match [*, HV=", HV, ", V=", V, ", K=", K, "]");
   TORCH_CHECK(g.numel() == N * HV && beta.numel() == N * HV, "g, beta must be [N, HV]");
 
-  const std::vector<int64_t> sl = to_vec(slots, "slots");
+  // caller-provided values: ValueError naming the argument, as vllm_specla/ops/reference.py (_check_row_args)
   const std::vector<int64_t> cu = to_vec(cu_seqlens, "cu_seqlens");
-  const int64_t R = static_cast<int64_t>(sl.size());
-  TORCH_CHECK(static_cast<int64_t>(cu.size()) == R + 1, "cu_seqlens must have len(slots) + 1 entries");
+  check_cu_seqlens(cu, N);
+  const int64_t R = std::max<int64_t>(static_cast<int64_t>(cu.size()) - 1, 0);
+  const std::vector<int64_t> sl = to_vec(slots, "slots");
+  check_rows(sl, R, "slots");
   const std::vector<int64_t> wbv = opt_vec(write_bank, "write_bank");
   const std::vector<int64_t> plv = opt_vec(pending_len, "pending_len");
   const std::vector<int64_t> rbv = opt_vec(read_bank, "read_bank");
   const bool record = write_bank.has_value();
-  TORCH_CHECK(!record || static_cast<int64_t>(wbv.size()) == R, "write_bank must be [R]");
-  TORCH_CHECK(plv.empty() || static_cast<int64_t>(plv.size()) == R, "pending_len must be [R]");
+  const bool have_banks = bank_k.has_value() && bank_v.has_value() && bank_g.has_value();
+  if (pending_len.has_value()) check_rows(plv, R, "pending_len");
+  if (record) check_rows(wbv, R, "write_bank");
 
   bool need_banks = record;
   std::vector<Row> rows(R);
@@ -178,24 +181,24 @@ at::Tensor verify_impl(const at::Tensor& q, const at::Tensor& k, const at::Tenso
     Row& w = rows[r];
     w.s = cu[r];
     w.e = cu[r + 1];
-    TORCH_CHECK(0 <= w.s && w.s <= w.e && w.e <= N, "cu_seqlens must be non-decreasing within [0, N]");
     w.slot = sl[r];
-    TORCH_CHECK(0 <= w.slot && w.slot < S, "slot ", w.slot, " out of range [0, ", S, ")");
+    check_in(w.slot, 0, S, "slots");
     w.p = plv.empty() ? 0 : std::max<int64_t>(plv[r], 0);
     w.rb = 0;
     if (w.p > 0) {
-      TORCH_CHECK(static_cast<int64_t>(rbv.size()) == R, "pending factors need read_bank [R]");
+      TORCH_CHECK_VALUE(read_bank.has_value() && have_banks, "pending_len > 0 needs read_bank and the factor banks");
+      check_rows(rbv, R, "read_bank");
       w.rb = rbv[r];
+      check_in(w.rb, 0, 2, "read_bank");
+      need_banks = true;
     }
     w.wb = record ? wbv[r] : 0;
-    if (w.p > 0) need_banks = true;
-    TORCH_CHECK(0 <= w.rb && w.rb < 2 && 0 <= w.wb && w.wb < 2, "bank index must be 0 or 1");
+    if (record) check_in(w.wb, 0, 2, "write_bank");
   }
+  TORCH_CHECK_VALUE(!record || have_banks, "write_bank needs the factor banks");
   Strided bk, bv, bg;
   int64_t Tmax = 0;
   if (need_banks) {
-    TORCH_CHECK(bank_k.has_value() && bank_v.has_value() && bank_g.has_value(),
-                "bank_k, bank_v, bank_g are required with write_bank or pending factors");
     check_f32(*bank_k, "bank_k");
     check_f32(*bank_v, "bank_v");
     check_f32(*bank_g, "bank_g");
@@ -216,18 +219,20 @@ at::Tensor verify_impl(const at::Tensor& q, const at::Tensor& k, const at::Tenso
   bool conflict = false;  // a row reads and writes the same bank: fold everything before any window
   std::unordered_set<int64_t> written;
   for (const Row& w : rows) {
-    TORCH_CHECK(w.p <= Tmax || w.p == 0, "pending_len ", w.p, " exceeds the factor bank (Tmax=", Tmax, ")");
+    TORCH_CHECK_VALUE(w.p <= Tmax || w.p == 0, "pending_len ", w.p, " exceeds the factor bank (Tmax=", Tmax, ")");
     if (record)
       TORCH_CHECK_VALUE(w.e - w.s <= Tmax, "window of ", w.e - w.s, " tokens exceeds the factor bank (Tmax=",
                         Tmax, ")");
     if (w.p > 0 && record && w.rb == w.wb) conflict = true;
     if (w.p > 0 || write_final_state)
-      TORCH_CHECK(written.insert(w.slot).second, "a state slot is written by two rows (slot ", w.slot, ")");
+      TORCH_CHECK_VALUE(written.insert(w.slot).second, "slots: a state slot is written by two rows (slot ", w.slot,
+                        ")");
   }
   std::vector<int64_t> par;
   if (parents.has_value()) {
     par = to_vec(*parents, "parents");
-    TORCH_CHECK(static_cast<int64_t>(par.size()) == N, "parents must be [N]");
+    TORCH_CHECK_VALUE(static_cast<int64_t>(par.size()) == N, "parents must be [N]: one entry per node (N=", N,
+                      "), got ", par.size());
     for (const Row& w : rows)
       for (int64_t t = 0; t < w.e - w.s; ++t) {
         const int64_t pp = par[w.s + t];

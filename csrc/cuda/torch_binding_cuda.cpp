@@ -224,9 +224,12 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   p.pending_len = opt_idx(pending_len, pl);
   p.read_bank = opt_idx(read_bank, rb);
   const bool banks = bank_k.has_value() && bank_v.has_value() && bank_g.has_value();
-  TORCH_CHECK(banks || (p.write_bank == nullptr && p.pending_len == nullptr),
-              "bank_k, bank_v, bank_g are required with write_bank or pending_len");
-  TORCH_CHECK(p.pending_len == nullptr || p.read_bank != nullptr, "read_bank is required with pending_len");
+  // caller-provided arguments: ValueError naming them, as the CPU op and vllm_specla/ops/reference.py (their
+  // values, read on the host there, are not checked here: that needs a host sync)
+  TORCH_CHECK_VALUE(banks || p.write_bank == nullptr, "write_bank needs the factor banks");
+  TORCH_CHECK_VALUE(banks || p.pending_len == nullptr, "pending_len needs read_bank and the factor banks");
+  TORCH_CHECK_VALUE(p.pending_len == nullptr || p.read_bank != nullptr,
+                    "pending_len needs read_bank and the factor banks");
   if (banks) {
     p.bank_k = bank_k->data_ptr<float>();
     p.bank_v = bank_v->data_ptr<float>();
@@ -237,7 +240,7 @@ at::Tensor chain_verify_cuda(const at::Tensor& q, const at::Tensor& k, const at:
     p.Tmax = static_cast<int>(bank_k->size(2));
   }
   p.R = static_cast<int>(std::max<int64_t>(cu.numel() - 1, 0));
-  TORCH_CHECK(sl.numel() >= p.R, "slots must cover the rows of cu_seqlens");
+  TORCH_CHECK_VALUE(sl.numel() >= p.R, "slots must have an entry for each of the ", p.R, " rows, got ", sl.numel());
   p.N = static_cast<int>(q.size(0));
   p.bv = bv_override();
   p.reg_cap = reg_cap();
