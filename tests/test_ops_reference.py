@@ -315,7 +315,8 @@ def test_chain_and_conv_verify_refs_refuse_what_the_cpp_op_refuses(change, messa
 ])
 def test_recover_and_conv_commit_refs_refuse_bad_rows(args, message):
     """DeltaConstruct's and the conv commit's references check slots and bank indices as csrc/cpu/commit_conv.cpp
-    does, before touching any state (accepted counts above the bank clamp to it, as the Triton kernels do)."""
+    does, before touching any state (on the rows that accept something: the others are skipped unread, as in the
+    C++ and Triton kernels)."""
     H, HV, Kd, V = 2, 4, 16, 24
     state = torch.randn(4, HV, V, Kd)
     bk, bv, bg = (torch.randn_like(b) for b in _banks(4, 3, H, HV, Kd, V)[:3])
@@ -330,9 +331,11 @@ def test_recover_and_conv_commit_refs_refuse_bad_rows(args, message):
     assert torch.equal(conv, before)
 
 
-def test_counts_above_the_bank_clamp_to_it():
-    """Pending and accepted counts outside ``[0, Tmax]`` are clamped (the Triton kernels' contract, which their GPU
-    tests compare with these references): ``Tmax + 4`` acts as ``Tmax``, ``-1`` as 0."""
+def test_pending_counts_clamp_and_accepted_counts_above_the_bank_are_refused():
+    """Pending counts outside ``[0, Tmax]`` are clamped (the Triton kernels' contract, which their GPU tests compare
+    with these references): ``Tmax + 4`` acts as ``Tmax``, ``-1`` as 0. An accepted count above ``Tmax`` given to a
+    commit (recover / conv commit) is a ValueError naming it, as in the C++ ops (it used to be truncated quietly),
+    before any state is touched; a count of 0 or less is a no-op."""
     q, k, v, g, beta, cu, _ = _inputs([3, 3], seed=12)
     H, HV, Kd, V = 2, 4, 16, 24
     state = torch.randn(4, HV, V, Kd)
@@ -343,7 +346,14 @@ def test_counts_above_the_bank_clamp_to_it():
     o1 = chain_verify_ref(q, k, v, g, beta, state=s1, pending_len=torch.tensor([7, -1]), **kw)
     o2 = chain_verify_ref(q, k, v, g, beta, state=s2, pending_len=torch.tensor([3, 0]), **kw)
     assert torch.equal(o1, o2) and torch.equal(s1, s2) and not torch.equal(s1[2], state[2])
-    s1, s2 = state.clone(), state.clone()
-    recover_ref(s1, torch.tensor([2, 1]), bk, bv, bg, torch.tensor([0, 1]), torch.tensor([9, -2]))
-    recover_ref(s2, torch.tensor([2, 1]), bk, bv, bg, torch.tensor([0, 1]), torch.tensor([3, 0]))
-    assert torch.equal(s1, s2) and torch.equal(s1[1], state[1])
+    s1 = state.clone()
+    with pytest.raises(ValueError, match=r"num_accepted 4 exceeds the factor bank \(Tmax=3\)"):
+        recover_ref(s1, torch.tensor([2, 1]), bk, bv, bg, torch.tensor([0, 1]), torch.tensor([1, 4]))
+    assert torch.equal(s1, state)
+    conv, bank_x = torch.randn(4, 3, 8), torch.randn(4, 2, 3, 8)
+    c1 = conv.clone()
+    with pytest.raises(ValueError, match=r"num_accepted 4 exceeds the factor bank \(Tmax=3\)"):
+        conv_commit_ref(c1, torch.tensor([2, 1]), bank_x, torch.tensor([0, 1]), torch.tensor([1, 4]))
+    assert torch.equal(c1, conv)
+    recover_ref(s1, torch.tensor([2, 1]), bk, bv, bg, torch.tensor([0, 1]), torch.tensor([3, -2]))
+    assert not torch.equal(s1[2], state[2]) and torch.equal(s1[1], state[1])

@@ -84,19 +84,34 @@ def _row_ints(name: str, t: torch.Tensor | None, num_rows: int, lo: int | None, 
 def _check_row_args(num_rows: int, slots, num_slots: int, bank: torch.Tensor | None, pending_len=None, read_bank=None,
                     write_bank=None) -> tuple[list[int], list[int]]:
     """The per-row arguments of the verify references (chain, conv, tree): one slot in ``[0, num_slots)`` per row,
-    bank indices 0 / 1, a read bank and a factor bank (``bank``: ``bank_k`` or ``bank_x``, ``[S, 2, Tmax, ...]``)
-    where a pending count is > 0. Returns ``(slots, pending)`` as lists, the pending counts clamped to
-    ``[0, Tmax]`` (all 0 without ``pending_len``). Raises ValueError naming the argument."""
+    bank indices 0 / 1 (``write_bank`` on every row, ``read_bank`` on the rows with a pending count > 0, as the
+    C++ ops check them), a read bank and the factor banks (``bank``: ``bank_k`` or ``bank_x``, ``[S, 2, Tmax, ...]``;
+    None when any of them is missing) where a pending count is > 0 or a ``write_bank`` is given. Returns
+    ``(slots, pending)`` as lists, the pending counts clamped to ``[0, Tmax]`` (all 0 without ``pending_len``).
+    Raises ValueError naming the argument."""
     slots_l = _row_ints("slots", slots, num_rows, 0, num_slots)
     raw = _row_ints("pending_len", pending_len, num_rows, None, 2**63) or [0] * num_rows
     if any(p > 0 for p in raw) and (read_bank is None or bank is None):
         raise ValueError("pending_len > 0 needs read_bank and the factor banks")
+    if write_bank is not None and bank is None:
+        raise ValueError("write_bank needs the factor banks")
     # pending counts clamp to [0, Tmax] (the Triton kernels' contract, tests/test_kernels_gpu.py; the C++ op refuses
     # counts above Tmax)
     pend = [min(max(p, 0), bank.shape[2]) for p in raw] if bank is not None else [0] * num_rows
-    _row_ints("read_bank", read_bank if any(pend) else None, num_rows, 0, 2)
+    if any(pend):
+        rb = _row_ints("read_bank", read_bank, num_rows, None, 2**63)
+        used = [b for b, p in zip(rb, pend) if p > 0]
+        _row_ints("read_bank", used, len(used), 0, 2)
     _row_ints("write_bank", write_bank, num_rows, 0, 2)
     return slots_l, pend
+
+
+def check_f32_state(state: torch.Tensor, name: str = "state") -> None:
+    """The recurrent state (and the factor banks) are float32 in every backend: the C++ ops refuse another dtype
+    with this RuntimeError (torch's own ops raise RuntimeError for a tensor of the wrong dtype), the Triton kernels
+    assert it; the references refuse it the same way instead of computing in another precision."""
+    if state.dtype != torch.float32:
+        raise RuntimeError(f"{name} must be float32, got {state.dtype}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -282,10 +297,18 @@ def chain_verify_ref(
         ``o [N, HV, V]`` float32.
     Raises:
         ValueError: if a window is longer than the bank's ``Tmax``; ``cu_seqlens`` not non-decreasing within
-            ``[0, N]``; a slot outside ``[0, num_slots)``; a bank index outside ``{0, 1}`` (the C++ op's checks,
-            ``csrc/cpu/gdn_verify.cpp``). Pending counts outside ``[0, Tmax]`` are clamped to it, as the Triton
-            kernels do (the C++ op refuses them).
+            ``[0, N]``; ``slots`` (or ``write_bank``, ``pending_len``, ``read_bank``) without an entry per row; a
+            slot outside ``[0, num_slots)``; a bank index outside ``{0, 1}``; ``pending_len > 0`` without
+            ``read_bank`` and the banks, or ``write_bank`` without the banks. The C++ op
+            (``csrc/cpu/gdn_verify.cpp``) raises ValueError with the same messages for these.
+        RuntimeError: ``state`` not float32 (as the C++ op; the Triton kernels assert it).
+
+    Backend differences (intended): pending counts outside ``[0, Tmax]`` are clamped to it here and by the
+    Triton kernels (which cannot raise without a host sync), while the C++ op refuses a count above ``Tmax``
+    (ValueError); the C++ op also refuses two rows that write the same state slot (ValueError), where this
+    reference runs the rows in order.
     """
+    check_f32_state(state)
     HV, V = v.shape[-2:]
     if use_qk_l2norm:
         q, k = l2norm(q), l2norm(k)
@@ -294,7 +317,8 @@ def chain_verify_ref(
     ke = _expand_heads(k, HV)
     v, g, beta = v.float(), g.float(), beta.float()
     rows = _rows(cu_seqlens, v.shape[0])
-    slots_l, pend = _check_row_args(len(rows), slots, state.shape[0], bank_k, pending_len, read_bank, write_bank)
+    banks = bank_k if bank_v is not None and bank_g is not None else None
+    slots_l, pend = _check_row_args(len(rows), slots, state.shape[0], banks, pending_len, read_bank, write_bank)
     o = torch.empty(v.shape, dtype=torch.float32, device=v.device)
     for r, (s, e) in enumerate(rows):
         slot = slots_l[r]
@@ -356,6 +380,22 @@ def chain_verify_snapshots_ref(
     return o
 
 
+def _commit_rows(slots, bank_idx, num_accepted, num_slots: int, tmax: int) -> list[tuple[int, int, int]]:
+    """``(slot, bank, count)`` of the rows of a commit (recover / conv commit) with a count > 0, checked as the
+    C++ ops check them (``csrc/cpu/commit_conv.cpp``): ValueError naming the argument."""
+    R = slots.numel() if isinstance(slots, torch.Tensor) else len(slots)
+    sl = _row_ints("slots", slots, R, None, 2**63)
+    bi = _row_ints("bank_idx", bank_idx, R, None, 2**63)
+    na = _row_ints("num_accepted", num_accepted, R, None, 2**63)
+    act = [(s, b, n) for s, b, n in zip(sl, bi, na) if n > 0]
+    _row_ints("slots", [s for s, _, _ in act], len(act), 0, num_slots)
+    _row_ints("bank_idx", [b for _, b, _ in act], len(act), 0, 2)
+    for _, _, n in act:
+        if n > tmax:
+            raise ValueError(f"num_accepted {n} exceeds the factor bank (Tmax={tmax})")
+    return act
+
+
 def recover_ref(
     state: torch.Tensor,
     slots: torch.Tensor,
@@ -374,13 +414,16 @@ def recover_ref(
     Args:
         state: ``[num_slots, HV, V, K]`` float32; slots, bank_idx, num_accepted: ``[R]`` int.
         bank_*: factor banks (``ops/__init__.py``).
+    Raises:
+        ValueError: ``bank_idx`` or ``num_accepted`` without an entry per slot; on a row with ``num_accepted > 0``
+            (rows with 0 or less are skipped unread, in every backend) a slot outside ``[0, num_slots)``, a bank
+            index outside ``{0, 1}`` or ``num_accepted`` above the bank's ``Tmax``: the C++ op's checks and
+            messages (``csrc/cpu/commit_conv.cpp``). The Triton kernel cannot raise: it clamps counts to ``Tmax``.
+        RuntimeError: ``state`` not float32 (as the C++ op; the Triton kernel asserts it).
     """
+    check_f32_state(state)
     HV = state.shape[1]
-    R = slots.numel()
-    for slot, b, n in zip(_row_ints("slots", slots, R, 0, state.shape[0]), _row_ints("bank_idx", bank_idx, R, 0, 2),
-                          _row_ints("num_accepted", num_accepted, R, None, 2**63)):
-        if n <= 0:
-            continue
+    for slot, b, n in _commit_rows(slots, bank_idx, num_accepted, state.shape[0], bank_k.shape[2]):
         kk = _expand_heads(bank_k[slot, b, :n], HV)  # [n, HV, K]
         vv = bank_v[slot, b, :n]  # [n, HV, V]
         G = bank_g[slot, b, :n].cumsum(0)  # [n, HV]
@@ -454,6 +497,10 @@ def conv_verify_ref(
 
     Returns:
         ``y [N, C]`` float32.
+    Raises:
+        ValueError: the per-row argument checks of :func:`chain_verify_ref` (``bank_x`` for the banks); the C++ op
+            (``csrc/cpu/commit_conv.cpp``) raises ValueError with the same messages. Backend differences as there:
+            pending counts above ``Tmax`` are clamped here and by Triton, refused by the C++ op.
     """
     W = weight.shape[-1]
     x32, w32 = x.float(), weight.float()
@@ -545,13 +592,12 @@ def conv_commit_ref(
     bank_idx: torch.Tensor,
     num_accepted: torch.Tensor,
 ) -> None:
-    """Conv-window commit of an accepted prefix: ``conv_state[s] = last W-1 of (conv_state[s] ++ x[:A])``."""
+    """Conv-window commit of an accepted prefix: ``conv_state[s] = last W-1 of (conv_state[s] ++ x[:A])``.
+
+    Raises:
+        ValueError: as :func:`recover_ref` (``num_accepted`` above ``bank_x``'s ``Tmax`` included).
+    """
     W1 = conv_state.shape[1]
-    R = slots.numel()
-    for slot, b, n in zip(_row_ints("slots", slots, R, 0, conv_state.shape[0]),
-                          _row_ints("bank_idx", bank_idx, R, 0, 2),
-                          _row_ints("num_accepted", num_accepted, R, None, 2**63)):
-        if n <= 0:
-            continue
+    for slot, b, n in _commit_rows(slots, bank_idx, num_accepted, conv_state.shape[0], bank_x.shape[2]):
         z = torch.cat([conv_state[slot].float(), bank_x[slot, b, :n]], 0)
         conv_state[slot] = z[-W1:].to(conv_state.dtype)

@@ -25,13 +25,28 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from vllm_specla.ops.reference import _apply_pending_, _check_row_args, _expand_heads, _rows, l2norm
+from vllm_specla.ops.reference import (
+    _apply_pending_,
+    _check_row_args,
+    _expand_heads,
+    _rows,
+    check_f32_state,
+    l2norm,
+)
 
 
-def _local_parents(parents: torch.Tensor | list[int], cu_seqlens: torch.Tensor) -> list[list[int]]:
-    p = parents.tolist() if isinstance(parents, torch.Tensor) else list(parents)
+def _local_parents(parents: torch.Tensor | list[int], cu_seqlens: torch.Tensor,
+                   num_nodes: int | None = None) -> list[list[int]]:
+    """Each row's parents as window positions. Raises ValueError (the C++ op's checks, ``csrc/cpu/gdn_verify.cpp``)
+    unless ``parents`` has one entry per node (``num_nodes``, the tokens of the call; without it, at least the
+    rows' ``cu_seqlens[-1]``) and each row's are topological and local to the row."""
+    p = parents.reshape(-1).tolist() if isinstance(parents, torch.Tensor) else list(parents)
+    rows = _rows(cu_seqlens, num_nodes)
+    need = num_nodes if num_nodes is not None else (rows[-1][1] if rows else 0)
+    if len(p) < need or (num_nodes is not None and len(p) != need):
+        raise ValueError(f"parents must be [N]: one entry per node (N={need}), got {len(p)}")
     out = []
-    for s, e in _rows(cu_seqlens):
+    for s, e in rows:
         row = [int(x) for x in p[s:e]]
         for t, par in enumerate(row):
             if not (-1 <= par < t):
@@ -123,10 +138,16 @@ def tree_verify_sequential_ref(
     doc). Pending factors are committed into ``state[slot]`` first; the tree's node states are
     never written to ``state``. If ``node_states`` is a list, each row's ``[T_r, HV, V, K]`` node
     states are appended to it (tests). Returns ``o [N, HV, V]`` float32.
+
+    Raises:
+        ValueError: ``parents`` without one entry per node (``[N]``), not topological or not local to its row;
+            the per-row arguments as :func:`~vllm_specla.ops.reference.chain_verify_ref` (the C++ ``tree_verify``'s
+            checks, ``csrc/cpu/gdn_verify.cpp``).
     """
+    check_f32_state(state)
     HV, V = v.shape[-2:]
     q, k, qe, ke, v, g, beta = _prep(q, k, v, g, beta, scale, use_qk_l2norm)
-    prow = _local_parents(parents, cu_seqlens)
+    prow = _local_parents(parents, cu_seqlens, v.shape[0])
     o = torch.empty(v.shape, dtype=torch.float32, device=v.device)
     rows = _checked_rows(cu_seqlens, v.shape[0], slots, state.shape[0], bank_k, pending_len, read_bank, write_bank)
     for r, (s, e) in enumerate(rows):
@@ -181,9 +202,10 @@ def tree_verify_ut_ref(
     ``V~ = T (beta V) - T ((e^{g+} beta) K) S_0`` and ``O = (e^{g+} Q) S_0 + (Mi * Q K^T * D) V~``
     (``S_0 = M_0^T``, [K, V] form). Same arguments/returns as :func:`tree_verify_sequential_ref`.
     """
+    check_f32_state(state)
     HV, V = v.shape[-2:]
     q, k, qe, ke, v, g, beta = _prep(q, k, v, g, beta, scale, use_qk_l2norm)
-    prow = _local_parents(parents, cu_seqlens)
+    prow = _local_parents(parents, cu_seqlens, v.shape[0])
     o = torch.empty(v.shape, dtype=torch.float32, device=v.device)
     dev = v.device
     rows = _checked_rows(cu_seqlens, v.shape[0], slots, state.shape[0], bank_k, pending_len, read_bank, write_bank)
@@ -255,7 +277,7 @@ def tree_conv_ref(
     W = weight.shape[-1]
     x32, w32 = x.float(), weight.float()
     y = torch.empty_like(x32)
-    prow = _local_parents(parents, cu_seqlens)
+    prow = _local_parents(parents, cu_seqlens, x.shape[0])
     rows = _checked_rows(cu_seqlens, x.shape[0], slots, conv_state.shape[0], bank_x, pending_len, read_bank,
                          write_bank)
     for r, (s, e) in enumerate(rows):
@@ -300,7 +322,7 @@ def tree_conv_sequential_ref(
     from vllm_specla.ops.reference import _conv_silu  # noqa: PLC0415
 
     y = torch.empty(x.shape, dtype=torch.float32, device=x.device)
-    prow = _local_parents(parents, cu_seqlens)
+    prow = _local_parents(parents, cu_seqlens, x.shape[0])
     for r, (s, e) in enumerate(_checked_rows(cu_seqlens, x.shape[0], slots, conv_state.shape[0], None)):
         hist = conv_state[int(slots[r])].float()
         for t in range(e - s):
@@ -544,11 +566,13 @@ def tree_verify_hld_ref(
     :func:`tree_verify_sequential_ref`. ``boundary_log`` (tests): appended ``(row, node)`` for every
     materialised state.
     """
+    check_f32_state(state)
     HV, V = v.shape[-2:]
     q, k, qe, ke, v, g, beta = _prep(q, k, v, g, beta, scale, use_qk_l2norm)
     o = torch.empty(v.shape, dtype=torch.float32, device=v.device)
     rows = _checked_rows(cu_seqlens, v.shape[0], slots, state.shape[0], bank_k, pending_len, read_bank, write_bank)
-    for r, ((s, e), row) in enumerate(zip(rows, hld_schedule_ref(parents, cu_seqlens))):
+    sched = [HLDRow(row) for row in _local_parents(parents, cu_seqlens, v.shape[0])]
+    for r, ((s, e), row) in enumerate(zip(rows, sched)):
         slot = int(slots[r])
         _check_window(e - s, bank_k, write_bank)
         _pending_commit(state, slot, r, pending_len, read_bank, bank_k, bank_v, bank_g, HV)
