@@ -415,6 +415,201 @@ def test_conv_commit_every_prefix(conv_dtype):
 
 
 # --------------------------------------------------------------------------------------------
+# argument checks: the C++ ops and the references refuse the same inputs with the same ValueError
+# --------------------------------------------------------------------------------------------
+
+BACKENDS = {
+    "reference": dict(chain=chain_verify_ref, tree=tree_verify_sequential_ref, conv=conv_verify_ref,
+                      recover=recover_ref, commit=conv_commit_ref),
+    "cpp": dict(chain=_cpp.chain_verify, tree=_cpp.tree_verify, conv=_cpp.conv_verify, recover=_cpp.recover,
+                commit=_cpp.conv_commit),
+}
+# (rows [3, 2] on slots [3, 1] of 5, Tmax 4; a change to the call's keyword arguments, and the error it raises)
+BAD_ROWS = [
+    ({"slots": [3, 5]}, r"slots must be in \[0, 4\], got 5"),
+    ({"slots": [-1, 1]}, r"slots must be in \[0, 4\], got -1"),
+    ({"slots": [3]}, r"slots must have an entry for each of the 2 rows, got 1"),
+    ({"cu_seqlens": [0, 4, 3]}, r"cu_seqlens must be non-decreasing within \[0, 5\]"),
+    ({"cu_seqlens": [0, 3, 6]}, r"cu_seqlens must be non-decreasing within \[0, 5\]"),
+    ({"cu_seqlens": [-1, 3, 5]}, r"cu_seqlens must be non-decreasing within \[0, 5\]"),
+    ({"write_bank": [0, 2]}, r"write_bank must be in \[0, 1\], got 2"),
+    ({"write_bank": [1]}, r"write_bank must have an entry for each of the 2 rows, got 1"),
+    ({"read_bank": [2, 0]}, r"read_bank must be in \[0, 1\], got 2"),
+    ({"read_bank": [0]}, r"read_bank must have an entry for each of the 2 rows, got 1"),
+    ({"pending_len": [2]}, r"pending_len must have an entry for each of the 2 rows, got 1"),
+    ({"read_bank": None}, r"pending_len > 0 needs read_bank and the factor banks"),
+    ({"banks": None, "write_bank": None}, r"pending_len > 0 needs read_bank and the factor banks"),
+    ({"banks": None, "pending_len": None, "read_bank": None}, r"write_bank needs the factor banks"),
+]
+
+
+def _bad_call(change):
+    """The keyword arguments of a verify call on rows [3, 2] (row 0 with 2 pending factors) with ``change``
+    applied (lists become int64 tensors; ``banks``: None drops the factor banks)."""
+    c = Case([3, 2], 2, 6, 24, 40, seed=21, pending=[2, 0], Tmax=4)
+    c.slots = torch.tensor([3, 1])
+    c.read_bank, c.write_bank = torch.tensor([1, 0]), torch.tensor([0, 1])
+    kw = c.kwargs(c.clone_mutables())
+    for name, val in change.items():
+        if name == "banks":
+            kw.update(bank_k=None, bank_v=None, bank_g=None)
+        else:
+            kw[name] = None if val is None else torch.tensor(val)
+    return c, kw
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("change,message", BAD_ROWS)
+def test_chain_and_tree_verify_refuse_bad_rows(backend, change, message):
+    """A slot outside the cache (a padding -1 included), a bank index of 2, a decreasing or out-of-range
+    cu_seqlens, a per-row argument shorter than the rows, pending factors without a read bank / banks, or a write
+    bank without banks: the C++ chain / tree verify raise the references' ValueError (they raised RuntimeError), with
+    the same message naming the argument, before any state or bank is written."""
+    ops = BACKENDS[backend]
+    for op, extra in ((ops["chain"], {}), (ops["tree"], {"parents": torch.tensor([-1, 0, 0, -1, 0])})):
+        c, kw = _bad_call(change)
+        before = [t.clone() for t in c.mutables()]
+        muts = [kw["state"], kw["bank_k"], kw["bank_v"], kw["bank_g"]]
+        with pytest.raises(ValueError, match=message):
+            op(*c.tensors(), **kw, **extra)
+        assert all(m is None or torch.equal(m, b) for m, b in zip(muts, before))
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("change,message", BAD_ROWS)
+def test_conv_verify_refuses_bad_rows(backend, change, message):
+    """The conv verify of the same rows refuses the same inputs with the same ValueError, conv windows and bank
+    untouched."""
+    _, kw = _bad_call(change)
+    cc = ConvCase([3, 2], C=20, S=5, Tmax=4, seed=21)
+    conv, bank_x = cc.conv.clone(), cc.bank_x.clone()
+    ckw = {n: kw[n] for n in ("slots", "cu_seqlens", "write_bank", "pending_len", "read_bank")}
+    with pytest.raises(ValueError, match=message):
+        BACKENDS[backend]["conv"](cc.x, cc.w, conv_state=conv, bank_x=None if kw["bank_k"] is None else bank_x,
+                                  **ckw)
+    assert torch.equal(conv, cc.conv) and torch.equal(bank_x, cc.bank_x)
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_read_bank_is_checked_only_where_factors_are_pending(backend):
+    """read_bank is read only on rows with pending factors: both backends check it there alone (the reference used to
+    refuse a bad entry on a row without pending factors, which the C++ op accepted), and slots / banks past the rows
+    of cu_seqlens are not used."""
+    ops = BACKENDS[backend]
+    c, kw = _bad_call({"read_bank": [1, 5], "slots": [3, 1, -1]})
+    c2, kw2 = _bad_call({})
+    o1 = ops["chain"](*c.tensors(), **kw)
+    o2 = ops["chain"](*c2.tensors(), **kw2)
+    torch.testing.assert_close(o1, o2, **TOL)
+    assert torch.equal(kw["state"], kw2["state"])
+    cc = ConvCase([3, 2], C=20, S=5, Tmax=4, seed=21)
+    ckw = {n: kw[n] for n in ("slots", "cu_seqlens", "write_bank", "pending_len", "read_bank")}
+    ops["conv"](cc.x, cc.w, conv_state=cc.conv.clone(), bank_x=cc.bank_x.clone(), **ckw)
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("slots,bank_idx,num_accepted,message", [
+    ([3, 5], [0, 1], [2, 1], r"slots must be in \[0, 4\], got 5"),
+    ([-1, 1], [0, 1], [2, 1], r"slots must be in \[0, 4\], got -1"),
+    ([3, 1], [0, 2], [2, 1], r"bank_idx must be in \[0, 1\], got 2"),
+    ([3, 1], [0], [2, 1], r"bank_idx must have an entry for each of the 2 rows, got 1"),
+    ([3, 1], [0, 1], [2], r"num_accepted must have an entry for each of the 2 rows, got 1"),
+    ([3, 1], [0, 1], [2, 5], r"num_accepted 5 exceeds the factor bank \(Tmax=4\)"),
+])
+def test_recover_and_conv_commit_refuse_bad_rows(backend, slots, bank_idx, num_accepted, message):
+    """recover / conv_commit: a slot outside the cache, a bank index of 2, an argument shorter than the slots or an
+    accepted count above the bank's Tmax is the same ValueError in the C++ ops and the references (the reference
+    used to truncate the count to Tmax; the C++ ops raised RuntimeError), nothing committed."""
+    ops = BACKENDS[backend]
+    c = Case([3, 2], 2, 6, 24, 40, seed=22, Tmax=4)
+    st, bk, bv, bg = c.clone_mutables()
+    args = [torch.tensor(a) for a in (slots, bank_idx, num_accepted)]
+    with pytest.raises(ValueError, match=message):
+        ops["recover"](st, args[0], bk, bv, bg, *args[1:])
+    assert torch.equal(st, c.state)
+    cc = ConvCase([3, 2], C=20, S=5, Tmax=4, seed=22)
+    conv = cc.conv.clone()
+    with pytest.raises(ValueError, match=message):
+        ops["commit"](conv, args[0], cc.bank_x, *args[1:])
+    assert torch.equal(conv, cc.conv)
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_commit_rows_accepting_nothing_are_not_checked(backend):
+    """A row that accepts nothing (0 or a negative count) is skipped unread by every backend (the Triton kernels
+    too): its slot and bank index are not checked, so padding rows may carry any value."""
+    ops = BACKENDS[backend]
+    c = Case([3, 2], 2, 6, 24, 40, seed=23, Tmax=4)
+    st, bk, bv, bg = c.clone_mutables()
+    slots, banks, acc = torch.tensor([3, -1]), torch.tensor([0, 7]), torch.tensor([2, 0])
+    ops["recover"](st, slots, bk, bv, bg, banks, acc)
+    assert not torch.equal(st[3], c.state[3]) and torch.equal(st[:3], c.state[:3])
+    cc = ConvCase([3, 2], C=20, S=5, Tmax=4, seed=23)
+    conv = cc.conv.clone()
+    ops["commit"](conv, slots, cc.bank_x, banks, torch.tensor([2, -3]))
+    assert not torch.equal(conv[3], cc.conv[3]) and torch.equal(conv[:3], cc.conv[:3])
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("parents,message", [
+    ([-1, 0, 0, -1], r"parents must be \[N\]: one entry per node \(N=5\), got 4"),
+    ([-1, 0, 0, -1, 0, 1], r"parents must be \[N\]: one entry per node \(N=5\), got 6"),
+    ([-1, 0, 2, -1, 0], r"parents must be topological"),
+    ([-1, 0, 1, 0, 0], r"parents must be topological"),  # node 0 of row 1 has a parent: not local to the row
+])
+def test_tree_verify_refuses_bad_parents(backend, parents, message):
+    """``parents`` with another length than the N nodes is a ValueError naming it in both backends (the reference
+    raised a bare IndexError for a short one), as are non-topological or non-local parents."""
+    c, kw = _bad_call({})
+    with pytest.raises(ValueError, match=message):
+        BACKENDS[backend]["tree"](*c.tensors(), parents=torch.tensor(parents), **kw)
+    assert torch.equal(kw["state"], c.state)
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_non_fp32_state_is_refused(backend):
+    """The recurrent state is float32 in every backend: a bf16 state is refused by the C++ ops and the references
+    alike (RuntimeError, as torch's own ops for a tensor of the wrong dtype; the reference used to compute in it)."""
+    ops = BACKENDS[backend]
+    c, kw = _bad_call({})
+    kw["state"] = c.state.to(torch.bfloat16)
+    for op, extra in ((ops["chain"], {}), (ops["tree"], {"parents": torch.tensor([-1, 0, 0, -1, 0])})):
+        with pytest.raises(RuntimeError, match="state must be float32"):
+            op(*c.tensors(), **kw, **extra)
+    with pytest.raises(RuntimeError, match="state must be float32"):
+        ops["recover"](kw["state"], c.slots, kw["bank_k"], kw["bank_v"], kw["bank_g"], c.read_bank,
+                       torch.tensor([1, 1]))
+
+
+def test_cpp_ops_refuse_two_rows_writing_one_slot():
+    """Intended difference: the C++ ops refuse two rows that write the same state slot (their rows run in
+    parallel), a ValueError naming ``slots``; the references run such rows one after the other."""
+    c, kw = _bad_call({"slots": [1, 1], "pending_len": [2, 1]})  # (both rows fold pending factors into the slot)
+    with pytest.raises(ValueError, match=r"slots: a state slot is written by two rows \(slot 1\)"):
+        _cpp.chain_verify(*c.tensors(), **kw)
+    st, bk, bv, bg = c.clone_mutables()
+    with pytest.raises(ValueError, match=r"slots: a state slot is written by two rows \(slot 1\)"):
+        _cpp.recover(st, torch.tensor([1, 1]), bk, bv, bg, torch.tensor([0, 1]), torch.tensor([1, 1]))
+
+
+def test_pending_len_above_the_bank_clamped_by_the_reference_refused_by_cpp():
+    """Intended difference (documented in chain_verify_ref / conv_verify_ref): a pending count above Tmax is
+    clamped to Tmax by the reference (and the Triton kernels, which cannot raise), refused by the C++ ops with a
+    ValueError naming ``pending_len``."""
+    c, kw = _bad_call({"pending_len": [6, 0]})
+    with pytest.raises(ValueError, match=r"pending_len 6 exceeds the factor bank \(Tmax=4\)"):
+        _cpp.chain_verify(*c.tensors(), **kw)
+    kw2 = dict(kw, state=c.state.clone(), pending_len=torch.tensor([4, 0]))
+    o1 = chain_verify_ref(*c.tensors(), **kw)
+    o2 = chain_verify_ref(*c.tensors(), **kw2)
+    assert torch.equal(o1, o2) and torch.equal(kw["state"], kw2["state"])
+    cc = ConvCase([3, 2], C=20, S=5, Tmax=4, seed=21)
+    with pytest.raises(ValueError, match=r"pending_len 6 exceeds the factor bank \(Tmax=4\)"):
+        _cpp.conv_verify(cc.x, cc.w, kw["cu_seqlens"], cc.conv.clone(), kw["slots"], bank_x=cc.bank_x,
+                         pending_len=kw["pending_len"], read_bank=kw["read_bank"])
+
+
+# --------------------------------------------------------------------------------------------
 # registration: schemas, fake kernels (torch.compile)
 # --------------------------------------------------------------------------------------------
 
