@@ -424,6 +424,22 @@ def test_step_plan_out_slots_and_read_only_are_ar_only():
     assert int(book.pending_len[0]) == 3
 
 
+def test_step_plan_refuses_a_prefill_continuation_on_pending_factors():
+    """A prefill continuation (``has_initial_state``) on a slot whose factors are still pending is the caller's
+    error (worker/runner.py flushes such slots first): a ValueError naming the slot (it was a RuntimeError), raised
+    before the book changes (a fresh row's slot in the same step is not reset either). A fresh prefill drops the
+    slot's stale pending factors."""
+    from vllm_specla.core.state import SlotBook, build_step_plan
+
+    book = SlotBook(4)
+    book.pending_len[1], book.pending_len[2] = 3, 2
+    with pytest.raises(ValueError, match=r"prefill continuation on a slot with pending factors \(slots \[1\]\)"):
+        build_step_plan([4, 4], [2, 1], [True, True], [False, True], speculative=True, book=book)
+    assert book.pending_len.tolist() == [0, 3, 2, 0]
+    plan = build_step_plan([4], [2], [True], [False], speculative=True, book=book)
+    assert plan.prefill.slots.tolist() == [2] and book.pending_len.tolist() == [0, 3, 0, 0]
+
+
 def test_tree_draft_steps_onto_scratch_equal_copy_then_step(models, prompts):
     """Tree drafting's per-level steps read the parent's slot and write the node's scratch slot
     (``out_slots``, siblings reading one slot): the trees equal those of copying each parent's state

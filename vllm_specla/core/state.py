@@ -228,7 +228,10 @@ def build_step_plan(
         write_state: False: AR verify rows only read their state (outputs, nothing written).
     Raises:
         ValueError: when ``speculative`` and no ``book`` is given; ``out_slots`` or
-            ``write_state=False`` with ``speculative`` or with prefill rows.
+            ``write_state=False`` with ``speculative`` or with prefill rows; a prefill row with
+            ``has_initial_state`` (a continuation) on a slot whose factors are still pending in ``book``
+            (the caller flushes it first: ``worker/runner.py``), before the book changes; a tree row
+            whose parents do not match its token count.
     """
     ql = torch.as_tensor(query_lens, dtype=torch.int64).tolist()
     sl = torch.as_tensor(slots, dtype=torch.int64).tolist()
@@ -261,10 +264,12 @@ def build_step_plan(
             tok, cu, s, has_initial_state=torch.tensor([hi[r] for r in prow], dtype=torch.bool, device=device)
         )
         if book is not None:
-            fresh = s[~plan.prefill.has_initial_state]
-            book.reset(fresh)
-            if bool((book.pending_len[s] > 0).any()):
-                raise RuntimeError("prefill continuation on a slot with pending factors: flush it first")
+            cont = s[plan.prefill.has_initial_state]
+            if bool((book.pending_len[cont] > 0).any()):  # (checked before the book changes)
+                bad = [int(x) for x in cont[book.pending_len[cont] > 0].tolist()]
+                raise ValueError(f"prefill continuation on a slot with pending factors (slots {bad}): flush it "
+                                 "first")
+            book.reset(s[~plan.prefill.has_initial_state])
     if vrow:
         tok, cu, s = group(vrow)
         if speculative:
