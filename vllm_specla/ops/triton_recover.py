@@ -68,7 +68,9 @@ def recover(
     config: tuple[int, int] | None = None,
 ) -> None:
     """Fold the first ``num_accepted[r]`` factors of bank ``bank_idx[r]`` into ``state[slots[r]]``
-    in place (see :func:`vllm_specla.ops.reference.recover_ref`).
+    in place (see :func:`vllm_specla.ops.reference.recover_ref`). The counts are read on the device
+    (no host sync), so they are not checked: one above the bank's ``Tmax`` is clamped to it, where the
+    reference and the C++ op raise ValueError.
 
     ``config``: ``(BV, num_warps)`` (benchmark sweeps: ``bench_kernels.py --recover-configs``); default
     ``triton_chain.CONFIG_OVERRIDE[:2]`` when set, else ``triton_chain.TUNED["recover"]``. Each state element
@@ -141,7 +143,8 @@ def conv_commit(
     num_accepted: torch.Tensor,
 ) -> None:
     """``conv_state[s] = last W-1 rows of (conv_state[s] ++ bank_x[s, b, :A])`` in place
-    (see :func:`vllm_specla.ops.reference.conv_commit_ref`)."""
+    (see :func:`vllm_specla.ops.reference.conv_commit_ref`); an ``A`` above the bank's ``Tmax`` is
+    clamped to it (unchecked, no host sync), where the reference and the C++ op raise ValueError."""
     R = slots.numel()
     if R == 0:
         return
