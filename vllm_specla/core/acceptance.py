@@ -38,36 +38,6 @@ def greedy_accept_chain(
     return emitted, num_emitted
 
 
-def per_position_acceptance(num_drafts: list[int], num_accepted_drafts: list[int], K: int) -> dict:
-    """Acceptance measures of ALGORITHMS.md §9b from per-step (drafted, accepted-drafts) counts.
-
-    Returns ``{"draft_tokens", "accepted_tokens", "verify_steps", "mean_acceptance_length"
-    (tokens emitted per verify step incl. the bonus), "per_position_rate" [K] (accepted at i /
-    drafted at i), "conditional_alpha" [K] (P(accept i | accepted 1..i-1))}``.
-    """
-    drafted = [0] * K
-    acc = [0] * K
-    for n, a in zip(num_drafts, num_accepted_drafts):
-        for i in range(n):
-            drafted[i] += 1
-            if i < a:
-                acc[i] += 1
-    steps = len(num_drafts)
-    cond = []
-    for i in range(K):
-        # drafted at i and all previous accepted  == reached position i
-        denom = sum(1 for n, a in zip(num_drafts, num_accepted_drafts) if n > i and a >= i)
-        cond.append(acc[i] / denom if denom else float("nan"))
-    return {
-        "draft_tokens": sum(num_drafts),
-        "accepted_tokens": sum(num_accepted_drafts),
-        "verify_steps": steps,
-        "mean_acceptance_length": (sum(num_accepted_drafts) + steps) / steps if steps else float("nan"),
-        "per_position_rate": [acc[i] / drafted[i] if drafted[i] else float("nan") for i in range(K)],
-        "conditional_alpha": cond,
-    }
-
-
 def greedy_accept_tree(parents: list[int], tokens: list[int], target_argmax: list[int]) -> tuple[list[int], list[int]]:
     """Greedy tree acceptance (ALGORITHMS.md §9): from the root, move to the child whose token is
     ``argmax p_node``; stop when none matches and emit ``argmax p_node``.
