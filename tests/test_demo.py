@@ -63,16 +63,59 @@ def test_demo_script_reports_both_regimes_and_is_lossless(tmp_path):
     (["--model", "models/specla-gdn-tiny/drafter"], "--model models/specla-gdn-tiny/drafter: an EAGLE drafter; this "
                                                     "example runs gated_deltanet target checkpoints"),
     (["--model", "examples"], "--model examples: no readable config.json (FileNotFoundError)"),
+    (["--model", "models/specla-gdn-tiny"],
+     "--model models/specla-gdn-tiny: no readable config.json (FileNotFoundError); it holds target/: --model "
+     "models/specla-gdn-tiny/target"),
+    (["--model", "/nonexistent"], "argument --model: must be a local checkpoint folder (with config.json), got "
+                                  "'/nonexistent' (no such folder)"),  # (was exit status 1 without a usage line)
+    (["--model", "README.md"], "argument --model: must be a local checkpoint folder (with config.json), got "
+                               "'README.md' (a file)"),
 ])
 def test_demo_script_rejects_bad_input_before_running(args, message):
-    """A bad speculative config or argument ends the script with one line naming it (exit status 1 or argparse's 2),
-    before any engine starts (nothing is printed to stdout) and without a traceback. Not marked ``vllm``: these
-    checks run before the script imports vLLM, so they run in the vLLM-free core set too."""
+    """A bad speculative config ends the script with one ``Error:`` line naming it (exit status 1), a bad argument
+    with argparse's usage and one line naming it (exit status 2), before any engine starts (nothing is printed to
+    stdout) and without a traceback. Not marked ``vllm``: these checks run before the script imports vLLM, so they run
+    in the vLLM-free core set too."""
     cmd = [sys.executable, os.path.join(REPO, "examples", "offline_generate.py")] + args
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO, check=False)
-    assert r.returncode in (1, 2), r.stdout[-2000:] + r.stderr[-2000:]
+    argparse_error = not message.startswith("Error:")
+    assert r.returncode == (2 if argparse_error else 1), r.stdout[-2000:] + r.stderr[-2000:]
+    assert ("usage: offline_generate.py" in r.stderr) == argparse_error
     assert message in r.stderr.strip().splitlines()[-1]
     assert "Traceback" not in r.stderr and r.stdout.strip() == ""
+
+
+def _offline_generate_module():
+    sys.path.insert(0, os.path.join(REPO, "examples"))
+    try:
+        import offline_generate
+    finally:
+        sys.path.pop(0)
+    return offline_generate
+
+
+def test_demo_compare_line_judges_only_float32():
+    """``offline_generate --check-lossless``: in float32 the comparison is a verdict (``lossless: N/M identical``, a
+    difference fails the run); in bfloat16 / float16 it is only reported, never a failure, with the reason in the
+    line (their rounding depends on which requests share a step: AR is not reproducible itself), as
+    ``core_generate.py`` does. ``--dtype auto`` is the checkpoint's dtype (the embedded model's is bfloat16)."""
+    og = _offline_generate_module()
+    assert og.compare_line(5, 5, "float32", " (3 at once, 2 one at a time)") == (
+        "lossless: 5/5 identical (3 at once, 2 one at a time)", False)
+    assert og.compare_line(4, 5, "float32") == ("lossless: 4/5 identical", True)
+    assert og.compare_line(4, 5, "float") == ("lossless: 4/5 identical", True)
+    for dtype in ("bfloat16", "float16", "half"):
+        line, failed = og.compare_line(3, 5, dtype, " (3 at once, 2 one at a time)")
+        assert not failed and line == (f"identical to AR: 3/5 (3 at once, 2 one at a time) (not a lossless check in "
+                                       f"{dtype}: its rounding depends on which requests share a step; float32 "
+                                       "checks it)")
+    with open(os.path.join(TARGET, "config.json")) as f:
+        assert og.resolved_dtype("auto", json.load(f)) == "bfloat16"
+    assert og.resolved_dtype("auto", {"dtype": "float32"}) == "float32" == og.resolved_dtype("auto", {})
+    assert og.resolved_dtype("float16", {"torch_dtype": "bfloat16"}) == "float16"
+    for same, total in ((6, 5), (-1, 5)):
+        with pytest.raises(ValueError, match=f"same={same} must be in 0..total={total}"):
+            og.compare_line(same, total, "float32")
 
 
 def test_oracle_check_without_cuda_is_one_line(tmp_path):
