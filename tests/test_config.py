@@ -79,10 +79,34 @@ def test_model_is_taken_as_the_drafter(tmp_path, tiny_dir, monkeypatch):
 def test_missing_file_and_invalid_json(tmp_path):
     with pytest.raises(SpecLAConfigError, match="does not exist"):
         SpecLAConfig.parse(str(tmp_path / "nope.json"))
+    # (a directory was "file ... does not exist")
+    want = f"speculative_config: '{tmp_path}' is a directory, not a JSON file"
+    with pytest.raises(SpecLAConfigError, match="^" + re.escape(want) + "$"):
+        SpecLAConfig.parse(str(tmp_path))
     bad = tmp_path / "bad.json"
     bad.write_text("{ not json")
     with pytest.raises(SpecLAConfigError, match="not valid JSON"):
         SpecLAConfig.parse(str(bad))
+
+
+def test_step_cost_table_errors_name_the_input_once(tmp_path, tiny_dir, monkeypatch):
+    """A bad ``step_cost_table`` is one line that names what it got once (its file or entry; it used to end in a
+    second "(got ...)"), a missing or directory file by its resolved absolute path, as the drafter's error does."""
+    monkeypatch.chdir(tmp_path)
+    base = {"method": "specla", "num_speculative_tokens": "auto", "drafter": tiny_dir["random_eagle"]}
+    (tmp_path / "tables").mkdir()
+    for table, want in (
+            ("missing.json", f"cost table file '{tmp_path / 'missing.json'}' does not exist"),
+            ("tables", f"cost table '{tmp_path / 'tables'}' is a directory, not a JSON file"),
+            ({"a": 1}, "batch size must be an integer >= 1, got 'a'"),
+            ({"2": {"1": -1}}, "cost table['2']['1'] must be seconds > 0, got -1")):
+        with pytest.raises(SpecLAConfigError) as ei:
+            SpecLAConfig.parse({**base, "step_cost_table": table})
+        assert str(ei.value) == f"speculative_config.step_cost_table: {want}"
+    with pytest.raises(SpecLAConfigError) as ei:  # (validators that do not name the input still get one "got")
+        SpecLAConfig.parse({**base, "step_cost_table": 3})
+    assert str(ei.value) == ('speculative_config.step_cost_table: must be a JSON file path or an object '
+                             '{"B": {"T": seconds}} (got 3)')
 
 
 def test_drafter_checks(tmp_path, tiny_dir):
@@ -641,6 +665,15 @@ def test_logprob_token_ids_refused_under_specla_only():
     ({"deferred_commit": "false"}, r"speculative_config\.deferred_commit: must be true or false \(got 'false'\)"),
     ({"deferred_commit": 0}, r"speculative_config\.deferred_commit: must be true or false \(got 0\)"),
     ({5: 1}, r"speculative_config: field names must be strings, got 5 \(allowed: method, "),
+    # (Literal fields and a non-string drafter ended in pydantic's "Input should be 'chain' or 'tree'" / "a valid
+    # string" while every other field says "must be ...")
+    ({"topology": "ring"}, r"^speculative_config\.topology: must be one of 'chain', 'tree' \(got 'ring'\)$"),
+    ({"topology": 3}, r"^speculative_config\.topology: must be one of 'chain', 'tree' \(got 3\)$"),
+    ({"recovery": "x"}, r"^speculative_config\.recovery: must be one of 'factors', 'snapshot', 'replay' \(got 'x'\)$"),
+    ({"drafter_kind": "x"}, r"^speculative_config\.drafter_kind: must be one of 'auto', 'eagle', 'draft_model' "
+                            r"\(got 'x'\)$"),
+    ({"drafter": 5}, r"^speculative_config\.drafter: must be a path to a drafter checkpoint directory \(got 5\)$"),
+    ({"drafter": ""}, r"^speculative_config\.drafter: must be a path to a drafter checkpoint directory \(got ''\)$"),
 ])
 def test_wrong_types_name_the_allowed_values(patch, want, tiny_dir):
     """(a review found pydantic's bare "Input should be a valid number / boolean" for wrong types, and a TypeError

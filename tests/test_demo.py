@@ -405,7 +405,7 @@ def test_serve_and_query_refused_config_is_one_line():
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
     last = r.stderr.strip().splitlines()[-1]
     assert re.fullmatch(r"Error: vllm serve exited with status 1 before it served: speculative_config\.topology: "
-                        r".*'chain' or 'tree' \(got 'ring'\) \(log: .*\.log\)", last), r.stderr[-2000:]
+                        r"must be one of 'chain', 'tree' \(got 'ring'\) \(log: .*\.log\)", last), r.stderr[-2000:]
     assert "Traceback" not in r.stderr
 
 

@@ -28,6 +28,11 @@ class SpecLAConfigError(ValueError):
     """A SpecLA speculative config is invalid; the message names the field and allowed values."""
 
 
+class _NamesInput(ValueError):
+    """A validator's message that already names the offending input (a path, a table entry):
+    :func:`format_validation_error` adds no ``(got ...)`` to it."""
+
+
 class SpecLAConfig(BaseModel):
     """SpecLA speculative decoding settings (every field of ``examples/specla.json``).
 
@@ -108,8 +113,13 @@ class SpecLAConfig(BaseModel):
         if v is not None and info.field_name == "step_cost_table":
             from vllm_specla.core.policy import load_cost_table  # noqa: PLC0415
 
-            # a file is read here, so every worker process gets the table itself, not a path
-            v = {str(b): {str(t): s for t, s in row.items()} for b, row in load_cost_table(v).items()}
+            # a file is read here, so every worker process gets the table itself, not a path; a path is reported
+            # absolute (as the drafter's), where a relative one was looked for
+            try:
+                table = load_cost_table(os.path.abspath(v) if isinstance(v, str) else v)
+            except ValueError as e:  # (its message names the file or the entry, with what it got)
+                raise _NamesInput(str(e)) from None
+            v = {str(b): {str(t): s for t, s in row.items()} for b, row in table.items()}
         return v
 
     @field_validator("draft_vocab_size", "max_num_requests", "max_num_speculative_tokens", "tree_top_k",
@@ -124,7 +134,7 @@ class SpecLAConfig(BaseModel):
     @classmethod
     def _drafter_exists(cls, v: str) -> str:
         if not v:
-            raise ValueError("drafter must be a path to a drafter checkpoint directory")
+            raise ValueError(_DRAFTER_WANTED)
         return v
 
     @field_validator("topology")
@@ -324,7 +334,13 @@ def parse_inline_json(s: str) -> dict:
 
 
 def load_json_file(path: str) -> dict:
-    """Read a JSON object from ``path``. Raises SpecLAConfigError naming the file."""
+    """Read a JSON object from ``path``.
+
+    Raises:
+        SpecLAConfigError: naming the file: it does not exist, is a directory, is not valid JSON or not an object.
+    """
+    if os.path.isdir(path):
+        raise SpecLAConfigError(f"speculative_config: {path!r} is a directory, not a JSON file")
     if not os.path.isfile(path):
         raise SpecLAConfigError(f"speculative_config: file {path!r} does not exist")
     try:
@@ -335,6 +351,20 @@ def load_json_file(path: str) -> dict:
     if not isinstance(obj, dict):
         raise SpecLAConfigError(f"speculative_config: {path!r} must hold a JSON object")
     return obj
+
+
+_DRAFTER_WANTED = "must be a path to a drafter checkpoint directory"
+
+
+def _allowed_values(name: str) -> str | None:
+    """``"one of 'chain', 'tree'"`` (``"'specla'"`` for one value) for a field typed ``Literal[...]``; None for a
+    name that is not such a field."""
+    field = SpecLAConfig.model_fields.get(name)
+    ann = getattr(field, "annotation", None)
+    if typing.get_origin(ann) is not Literal:
+        return None
+    values = ", ".join(repr(v) for v in typing.get_args(ann))
+    return values if len(typing.get_args(ann)) == 1 else f"one of {values}"
 
 
 def _allowed_range(name: str) -> str | None:
@@ -374,7 +404,8 @@ def format_validation_error(e: ValidationError) -> str:
         loc = ".".join(str(x) for x in err["loc"]) or "(root)"
         if err["type"] == "value_error":  # our validators: the message names the allowed values
             msg = str(err["msg"]).removeprefix("Value error, ")
-            parts.append(f"speculative_config.{loc}: {msg} (got {err.get('input')!r})")
+            got = "" if isinstance(err.get("ctx", {}).get("error"), _NamesInput) else f" (got {err.get('input')!r})"
+            parts.append(f"speculative_config.{loc}: {msg}{got}")
         elif err["type"] == "extra_forbidden":
             allowed = ", ".join(SpecLAConfig.model_fields)
             parts.append(f"speculative_config.{loc}: unknown field (allowed: {allowed})")
@@ -384,6 +415,10 @@ def format_validation_error(e: ValidationError) -> str:
             parts.append(f"speculative_config.{loc}: required field is missing{hint}")
         elif _allowed_range(loc):  # out of range, or not a number at all: name the range either way
             parts.append(f"speculative_config.{loc}: must be {_allowed_range(loc)} (got {err.get('input')!r})")
+        elif _allowed_values(loc):  # a Literal field: pydantic's "Input should be 'chain' or 'tree'"
+            parts.append(f"speculative_config.{loc}: must be {_allowed_values(loc)} (got {err.get('input')!r})")
+        elif loc == "drafter":  # (not a string)
+            parts.append(f"speculative_config.{loc}: {_DRAFTER_WANTED} (got {err.get('input')!r})")
         elif getattr(SpecLAConfig.model_fields.get(loc), "annotation", None) is bool:
             parts.append(f"speculative_config.{loc}: must be true or false (got {err.get('input')!r})")
         else:

@@ -63,11 +63,13 @@ def load_cost_table(table: str | os.PathLike | Mapping) -> dict[int, dict[int, f
     Keys are batch sizes and windows (ints >= 1, JSON strings allowed), values seconds (> 0).
 
     Raises:
-        ValueError: missing file, invalid JSON, or a key / value that is not as above (the
+        ValueError: missing file, a directory, invalid JSON, or a key / value that is not as above (the
         message names the offending entry).
     """
     if isinstance(table, (str, os.PathLike)):
         path = os.fspath(table)
+        if os.path.isdir(path):
+            raise ValueError(f"cost table {path!r} is a directory, not a JSON file")
         if not os.path.isfile(path):
             raise ValueError(f"cost table file {path!r} does not exist")
         try:
