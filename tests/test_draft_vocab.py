@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 
@@ -41,9 +43,11 @@ def test_ids_are_the_most_frequent_in_ascending_order_ties_to_lower_id():
     ids = draft_vocab_ids(c, 40)
     assert ids.tolist() == sorted(ids.tolist()) and len(set(ids.tolist())) == 40
     assert int(c[ids].min()) >= int(c[[i for i in range(300) if i not in set(ids.tolist())]].max())
-    for bad in (0, 9):
-        with pytest.raises(ValueError, match="the size must be in 1..8"):
+    for bad in (0, 9, 2.5, 2.0, True, "2", None):  # (2.5 was a TypeError from slicing, True taken as 1)
+        with pytest.raises(ValueError, match=re.escape(f"size must be an integer 1..8 (the vocabulary size), "
+                                                       f"got {bad!r}")):
             draft_vocab_ids(counts, bad)
+    assert draft_vocab_ids(counts, np.int64(2)).tolist() == [2, 5]
     with pytest.raises(ValueError, match="non-negative"):
         draft_vocab_ids([1, -1], 1)
 
@@ -122,7 +126,7 @@ def test_config_field(tmp_path):
     for bad in (0, True, "abc"):
         with pytest.raises(SpecLAConfigError, match="draft_vocab_size"):
             _cfg(draft_vocab_size=bad)
-    with pytest.raises(SpecLAConfigError, match=r"draft_vocab_size: the size must be in 1..8192"):
+    with pytest.raises(SpecLAConfigError, match=r"draft_vocab_size: size must be an integer 1..8192"):
         _cfg(draft_vocab_size=8193).check_drafter(8192)
     # an EAGLE drafter without token counts: the error says which file and how to write it
     d = tmp_path / "drafter"

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from vllm_specla.core import is_int
+
 TOKEN_COUNTS_FILE = "token_counts.json"
 
 
@@ -32,18 +34,18 @@ def draft_vocab_ids(counts: Sequence[int] | torch.Tensor, size: int) -> torch.Te
 
     Args:
         counts: ``[V]`` non-negative token counts (int).
-        size: draft vocabulary size ``Vd``, ``1 <= size <= V``.
+        size: draft vocabulary size ``Vd``, an integer ``1 <= size <= V`` (not a bool).
     Returns:
         ``[Vd]`` int64 on the CPU. Ties in count go to the lower id; ascending order makes an
         argmax over the draft logits pick the lowest id among equal logits, as an argmax over
         full logits masked to the draft vocabulary does.
     Raises:
-        ValueError: ``size`` outside ``1..V``, or a negative count.
+        ValueError: ``size`` not an integer in ``1..V`` (a float, a bool), or a negative count.
     """
     c = torch.as_tensor(counts, dtype=torch.int64).reshape(-1)
     V = c.numel()
-    if not 1 <= size <= V:
-        raise ValueError(f"the size must be in 1..{V} (the vocabulary size), got {size}")
+    if not is_int(size) or not 1 <= size <= V:  # (2.5 failed in slicing with a TypeError; True was taken as 1)
+        raise ValueError(f"size must be an integer 1..{V} (the vocabulary size), got {size!r}")
     if int(c.min()) < 0:
         raise ValueError("token counts must be non-negative")  # (load_token_counts names the file)
     # stable sort by descending count: equal counts keep ascending id order
