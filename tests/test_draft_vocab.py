@@ -245,30 +245,37 @@ def test_count_tokens_script(tmp_path, capsys):
 
 
 def test_core_tree_with_draft_vocab_smaller_than_top_k(models):
-    """Trees over a 2-token draft vocabulary with top_k = 4 (the config refuses it; the core must not
-    make nodes of the -inf logits outside it): lossless, every node in the vocabulary."""
+    """A draft vocabulary smaller than the tree's top_k: the core engine refuses it as the vLLM config does
+    (draft_vocab_size >= tree_top_k; it used to run, accepting ~1.04 tokens a step), naming both; equal sizes run
+    lossless. The drafter on its own still makes no nodes of the -inf logits outside its vocabulary."""
     from helpers import assert_greedy_equal
-    from vllm_specla.core.drafting import EagleDrafterRunner, TreeSpec
+    from vllm_specla.core.drafting import DraftRow, EagleDrafterRunner, TreeSpec
     from vllm_specla.runtime.engine import SpecLAEngine
 
     tm, dm = models
     prompts, max_tokens = _prompts(3, 4), [14, 9, 11]
-    ar = SpecLAEngine(tm, max_batch=3).generate(prompts, max_tokens)
+    spec = TreeSpec(top_k=4, max_depth=3)
     ids = _cfg(draft_vocab_size=2).draft_vocab_ids(8192, "eagle")
     runner = EagleDrafterRunner.for_target(dm, tm, 3, draft_vocab=ids)
-    nodes = []
-    inner = runner.step_tree
-
-    def spy(*a, **kw):
-        trees = inner(*a, **kw)
-        nodes.extend(t for tr in trees for t in tr.tokens[1:])
-        return trees
-
-    runner.step_tree = spy
-    eng = SpecLAEngine(tm, runner, num_speculative_tokens=3, max_batch=3, tree=TreeSpec(top_k=4, max_depth=3))
-    out = eng.generate(prompts, max_tokens)
-    assert assert_greedy_equal(tm, prompts, ar, out) == 0
+    with pytest.raises(ValueError, match=re.escape("drafter: its draft vocabulary has 2 tokens (draft_vocab), fewer "
+                                                   "than tree.top_k=4: a tree level needs top_k distinct draft "
+                                                   "tokens")):
+        SpecLAEngine(tm, runner, num_speculative_tokens=3, max_batch=3, tree=spec)
+    SpecLAEngine(tm, runner, num_speculative_tokens=3, max_batch=3)  # (chains: any draft vocabulary)
+    runner.enable_trees(spec.top_k)
+    rows = []
+    for i, p in enumerate(prompts):
+        with torch.no_grad():
+            f = tm.hidden_sequence(torch.tensor([p]))[0]
+        rows.append(DraftRow(slot=i, tokens=p[1:] + [int(tm.compute_logits(f[-1:]).argmax())], feats=f, fresh=True,
+                             num_drafts=3))
+    nodes = [t for tr in runner.step_tree(rows, spec) for t in tr.tokens[1:]]
     assert nodes and set(nodes) <= set(ids.tolist())
+    ar = SpecLAEngine(tm, max_batch=3).generate(prompts, max_tokens)
+    ids4 = _cfg(draft_vocab_size=4).draft_vocab_ids(8192, "eagle")
+    eng = SpecLAEngine(tm, EagleDrafterRunner.for_target(dm, tm, 3, draft_vocab=ids4), num_speculative_tokens=3,
+                       max_batch=3, tree=spec)
+    assert assert_greedy_equal(tm, prompts, ar, eng.generate(prompts, max_tokens)) == 0
 
 
 def test_runtime_draft_vocab_lossless_and_full_size_is_identity(models):

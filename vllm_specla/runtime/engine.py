@@ -277,10 +277,10 @@ def _check_engine_args(target, k, k_max, max_batch, eos, tree, temperature, top_
         raise ValueError(f"draft_budget={draft_budget!r}: must be None or a callable f(step, request_index) -> int")
 
 
-def _check_drafter(target, drafter, max_batch: int) -> None:
+def _check_drafter(target, drafter, max_batch: int, tree: TreeSpec | None = None) -> None:
     """:class:`SpecLAEngine`'s drafter checks (ValueError naming the argument): a :class:`SlotDrafter`, with at
-    least ``max_batch`` slots, and an EAGLE drafter on the target's dtype and device (it reads the target's
-    features, embedding and LM head)."""
+    least ``max_batch`` slots, an EAGLE drafter on the target's dtype and device (it reads the target's
+    features, embedding and LM head), and with ``tree`` a draft vocabulary of at least ``tree.top_k`` tokens."""
     if drafter is None:
         return
     if not isinstance(drafter, SlotDrafter):
@@ -302,6 +302,12 @@ def _check_drafter(target, drafter, max_batch: int) -> None:
             raise ValueError(f"drafter: an EAGLE drafter reads the target's features, so it must share the "
                              f"target's dtype and device ({p.dtype}, {p.device}), got ({q.dtype}, {q.device}); "
                              f"move it with drafter.drafter.to(...)")
+    if tree is not None:  # (as the vLLM config's draft_vocab_size >= tree_top_k; it ran, accepting ~nothing)
+        vd = target.config.vocab_size if drafter.draft_ids is None else int(drafter.draft_ids.numel())
+        if vd < tree.top_k:
+            raise ValueError(f"drafter: its draft vocabulary has {vd} tokens (draft_vocab), fewer than "
+                             f"tree.top_k={tree.top_k}: a tree level needs top_k distinct draft tokens (a larger "
+                             f"draft vocabulary or a smaller TreeSpec.top_k)")
 
 
 def _check_generate_args(prompts, max_tokens: list, vocab: int) -> None:
@@ -351,8 +357,8 @@ class SpecLAEngine:
             vocabulary, ``temperature`` < 0 or not finite, ``top_k`` < 0, ``top_p`` outside (0, 1],
             ``tree`` not a :class:`TreeSpec` or deeper than K, ``deferred_commit`` not a bool,
             ``draft_budget`` not callable (or, in :meth:`generate`, returning no int); a drafter
-            with fewer slots than ``max_batch``, or an EAGLE drafter on another dtype / device than the
-            target.
+            with fewer slots than ``max_batch``, an EAGLE drafter on another dtype / device than the
+            target, or with ``tree`` a drafter whose draft vocabulary is smaller than ``tree.top_k``.
     """
 
     def __init__(
@@ -374,7 +380,7 @@ class SpecLAEngine:
     ):
         _check_engine_args(target, num_speculative_tokens, max_num_speculative_tokens, max_batch, eos_token_id,
                            tree, temperature, top_k, top_p, seed, deferred_commit, draft_budget)
-        _check_drafter(target, drafter, max_batch)
+        _check_drafter(target, drafter, max_batch, tree)
         self.policy = None
         if isinstance(num_speculative_tokens, str):
             self.policy = DraftLengthPolicy(k_max=max_num_speculative_tokens)
