@@ -56,6 +56,7 @@ def test_vllm_ar_matches_reference_and_batching(tiny_dir, prompts, reference):
         assert alone[0] == out[5], "same prompt alone and inside a batch"
         page = llm.collective_rpc("specla_state_page")[0]
         assert page["num_speculative_blocks"] == 0 and len(page["shapes"]) == 2  # conv + state only
+        assert page["contiguous"] == [True, True]  # one [slots, *shape] tensor per state (the GPU kernels' layout)
 
 
 @pytest.mark.parametrize(
@@ -118,7 +119,7 @@ def test_vllm_specla_lossless(tiny_dir, prompts, reference, drafter, K, deferred
         out_stop = greedy(llm, prompts, MAX_TOKENS, stop_token_ids=[stop])
         assert out_stop == ar_stop
         page = llm.collective_rpc("specla_state_page")[0]
-        assert page["num_speculative_blocks"] == 0
+        assert page["num_speculative_blocks"] == 0 and all(page["contiguous"])  # conv, state and factor banks
         conv, ssm = page["shapes"][0], page["shapes"][1]
         state_bytes = 4 * (torch.Size(conv).numel() + torch.Size(ssm).numel())
         assert page["max_memory_usage_bytes"] == page["page_size_bytes"]  # one page per request

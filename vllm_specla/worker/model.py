@@ -16,6 +16,7 @@ no attention metadata (and on CPU with no bound cache), so the mixer is skipped 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable
 
 import torch
@@ -127,6 +128,34 @@ class SpeclaGDNAttention(nn.Module, MambaBase):
         # one state page per request (+ the factor banks inside it), never 1 + K pages
         spec = super().get_kv_cache_spec(vllm_config)
         return dataclasses.replace(spec, num_speculative_blocks=0)
+
+    def bind_kv_cache(self, kv_cache: torch.Tensor) -> None:
+        """Lay the layer's states out as one contiguous ``[B, *shape]`` tensor each (``LayerState``: conv window,
+        recurrent state, factor banks; ``B`` state slots = vLLM blocks), in the layer's own page region.
+
+        vLLM's ``MambaBase.bind_kv_cache`` slices each state out of every block's page, which gives strided views
+        (block stride = the page); the Triton kernels of the GPU path index slots as contiguous rows and assert it
+        (a new user's review, session 54). A pure GDN model has one KV-cache group, so a contiguous ``[B, 1, 1, C]``
+        page view is this layer's alone (no other group overlays its bytes) and nothing in vLLM reads the states
+        by page (no prefix caching, no KV transfer; its block zeroer skips mamba pages), so the region can be
+        re-laid out: state ``i`` of slot ``b`` sits at ``offset_i + b * size_i``. A non-contiguous page view
+        (a block-outermost layout) keeps vLLM's strided views, which the C++ CPU ops and the references take.
+        """
+        if not kv_cache.is_contiguous():
+            super().bind_kv_cache(kv_cache)
+            return
+        raw, B, off = kv_cache.reshape(-1), kv_cache.shape[0], 0
+        states = []
+        for shape, dtype in zip(self.get_state_shape(), self.get_state_dtype(), strict=True):
+            item = torch.empty((), dtype=dtype).element_size()
+            n = B * math.prod(shape) * item
+            if off % item:
+                raise RuntimeError(f"state offset {off} is not a multiple of {dtype}'s {item} bytes")
+            states.append(raw[off:off + n].view(dtype).view(B, *shape))
+            off += n
+        if off > raw.numel():
+            raise RuntimeError(f"the layer's states need {off} bytes, its page region has {raw.numel()}")
+        self.kv_cache = tuple(states)
 
     def layer_state(self) -> LayerState:
         return LayerState(*self.kv_cache)

@@ -364,6 +364,25 @@ def _patch_cli() -> None:
     EngineArgs.add_cli_args = staticmethod(add_cli_args)
 
 
+def _gpu_runner_settings(model_config) -> None:
+    """On a GPU platform, what the SpecLA runner needs of vLLM 0.32 (a new user's review of the GPU path, session 54;
+    the GPU worker has not run on a GPU, see README "Limitations"):
+
+    * **eager mode** (``enforce_eager``): the GDN mixer plans each step on the host (``gdn_mix``: rows, slots,
+      pending factors), which a CUDA graph replay would not redo; vLLM captures its graphs through ``_dummy_run``,
+      which calls the model without a step plan, so the graphs would hold a step without the recurrence. vLLM then
+      also turns torch.compile off.
+    * **the V1 model runner** (``VLLM_USE_V2_MODEL_RUNNER=0`` unless set): the SpecLA runner subclasses vLLM's V1
+      ``GPUModelRunner``; vLLM 0.32 picks V2 on GPU for a run without speculation (AR), whose worker and scheduler
+      calls the V1 runner lacks. Set before the engine core starts, so its processes inherit it.
+    """
+    if not model_config.enforce_eager:
+        model_config.enforce_eager = True
+        logger.info("vllm_specla: gated_deltanet models run in eager mode (enforce_eager=True): the SpecLA runner "
+                    "plans each step's state slots on the host, which CUDA graph replay would skip")
+    os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
+
+
 class SpeclaGDNConfigHook:
     """``MODELS_CONFIG_MAP`` entry for our architecture (runs before vLLM's mamba config)."""
 
@@ -387,6 +406,8 @@ class SpeclaGDNConfigHook:
                 par.worker_cls = "vllm_specla.worker.worker.SpeclaCPUWorker"
             elif current_platform.is_cuda_alike():
                 par.worker_cls = "vllm_specla.worker.worker.SpeclaGPUWorker"
+        if current_platform.is_cuda_alike():
+            _gpu_runner_settings(vllm_config.model_config)
 
     @staticmethod
     def verify_and_update_model_config(model_config) -> None:

@@ -30,12 +30,8 @@ prefill of the first token, and the placeholders are rejected as usual.
 
 from __future__ import annotations
 
+import functools
 import zlib
-
-from vllm.v1.worker import cpu_worker as _cpu_worker_mod
-from vllm.v1.worker.cpu_worker import CPUWorker
-
-from vllm_specla.worker.runner import cpu_runner_cls
 
 
 class _SpeclaWorkerMixin:
@@ -80,28 +76,49 @@ class _SpeclaWorkerMixin:
         return dict(self.model_runner.specla_counters())
 
     def specla_state_page(self) -> dict:
-        """State page facts of the first GDN layer: per-state shapes, bytes, num_speculative_blocks."""
+        """State page facts of the first GDN layer: per-state shapes, bytes, num_speculative_blocks, whether each bound
+        state tensor is contiguous (``SpeclaGDNAttention.bind_kv_cache``)."""
         from vllm_specla.worker.model import SpeclaGDNAttention  # noqa: PLC0415
 
         layer = next(m for m in self.model_runner.model.modules() if isinstance(m, SpeclaGDNAttention))
         spec = layer.get_kv_cache_spec(self.vllm_config)
         return {"shapes": [list(s) for s in spec.shapes], "page_size_bytes": spec.page_size_bytes,
+                "contiguous": [t.is_contiguous() for t in layer.kv_cache],
                 "num_speculative_blocks": spec.num_speculative_blocks,
                 "max_memory_usage_bytes": spec.max_memory_usage_bytes(self.vllm_config)}
 
 
-class SpeclaCPUWorker(_SpeclaWorkerMixin, CPUWorker):
-    """vLLM-CPU's worker with the SpecLA model runner (``runner.cpu_runner_cls``): the path CI tests."""
-
-    def init_device(self):
-        original = _cpu_worker_mod.CPUModelRunner
-        _cpu_worker_mod.CPUModelRunner = cpu_runner_cls()
-        try:
-            return super().init_device()
-        finally:
-            _cpu_worker_mod.CPUModelRunner = original
+def _named(cls):
+    """Give a lazily built worker class the module-level name vLLM resolves it by (``worker_cls`` is
+    ``"vllm_specla.worker.worker.SpeclaCPUWorker"`` / ``"...SpeclaGPUWorker"``), so pickle finds it by reference."""
+    cls.__module__, cls.__qualname__ = __name__, cls.__name__
+    return cls
 
 
+@functools.cache
+def _cpu_worker_cls():
+    # vLLM-CPU's cpu_worker module is imported only here: importing it runs vllm.v1.worker.cpu.shm, which replaces
+    # torch.accelerator / torch.cuda functions (memory info, events, streams, pin_memory) with CPU stand-ins for the
+    # whole process; at module level it would break a GPU worker (a new user's review, session 54)
+    from vllm.v1.worker import cpu_worker as _cpu_worker_mod  # noqa: PLC0415
+
+    from vllm_specla.worker.runner import cpu_runner_cls  # noqa: PLC0415
+
+    class SpeclaCPUWorker(_SpeclaWorkerMixin, _cpu_worker_mod.CPUWorker):
+        """vLLM-CPU's worker with the SpecLA model runner (``runner.cpu_runner_cls``): the path CI tests."""
+
+        def init_device(self):
+            original = _cpu_worker_mod.CPUModelRunner
+            _cpu_worker_mod.CPUModelRunner = cpu_runner_cls()
+            try:
+                return super().init_device()
+            finally:
+                _cpu_worker_mod.CPUModelRunner = original
+
+    return _named(SpeclaCPUWorker)
+
+
+@functools.cache
 def _gpu_worker_cls():
     from vllm.v1.worker.gpu_worker import Worker  # noqa: PLC0415
 
@@ -114,13 +131,20 @@ def _gpu_worker_cls():
         def _make_model_runner(self):
             from vllm_specla.ops import _cpp  # noqa: PLC0415
 
+            if getattr(self, "use_v2_model_runner", False):
+                raise RuntimeError(
+                    "vllm_specla's GPU worker builds vLLM's V1 model runner (GPUModelRunner) but this engine was "
+                    "configured for the V2 model runner: set VLLM_USE_V2_MODEL_RUNNER=0 in the environment that "
+                    "starts vLLM (the plugin sets it for gated_deltanet models when vLLM's config is checked)")
             _cpp.load_cuda_kernels()  # the CUDA csrc chain verify where it builds (ops/_cpp.py), as the runtime
             return gpu_runner_cls()(self.vllm_config, self.device)
 
-    return SpeclaGPUWorker
+    return _named(SpeclaGPUWorker)
 
 
 def __getattr__(name):
+    if name == "SpeclaCPUWorker":
+        return _cpu_worker_cls()
     if name == "SpeclaGPUWorker":
         return _gpu_worker_cls()
     raise AttributeError(name)
