@@ -10,7 +10,7 @@ into ``.cache/data``), formats each first turn with the model's chat template an
 speculative config it runs AR first and SpecLA second (one engine at a time), prints outputs,
 tokens/s of both, mean acceptance length and per-position acceptance, and with
 ``--check-lossless`` a last line ``lossless: N/N identical`` (greedy, fp32; exit status 1 when an output differs).
-In bfloat16 / float16 (also ``--dtype auto`` on a bfloat16 checkpoint) the count is only reported, ``identical to AR:
+In bfloat16 / float16 (also where ``--dtype auto`` makes vLLM run one) the count is only reported, ``identical to AR:
 N/N``, exit status 0: rounding there depends on which requests share a step, so AR is not reproducible itself.
 
 Two regimes per engine: all prompts submitted at once (up to ``--max-num-seqs`` decoding together: throughput),
@@ -89,19 +89,18 @@ def _model_dir(s: str) -> str:
     return s
 
 
-def resolved_dtype(dtype: str, hf_config: dict) -> str:
-    """The dtype vLLM runs for ``--dtype``: ``auto`` takes the checkpoint's (``torch_dtype`` / ``dtype`` in its
-    config.json; float32 when it names none), any other value is itself."""
-    if dtype != "auto":
-        return dtype
-    return str(hf_config.get("torch_dtype") or hf_config.get("dtype") or "float32")
+def engine_dtype(llm) -> str:
+    """The dtype the engine runs (``bfloat16``, ``float32``, ...), read from vLLM's resolved model config: with
+    ``--dtype auto`` vLLM may run another dtype than the checkpoint names (it casts a float32 checkpoint, or one
+    naming none, to the platform's first supported dtype: bfloat16 on vLLM-CPU)."""
+    return str(llm.llm_engine.model_config.dtype).removeprefix("torch.")
 
 
 def compare_line(same: int, total: int, dtype: str, what: str = "") -> tuple[str, bool]:
     """The ``--check-lossless`` line for ``same`` of ``total`` SpecLA outputs identical to AR's, and whether it is a
     failure (exit status 1).
 
-    ``dtype`` is the resolved one (``--dtype auto``: the checkpoint's). float32 is a verdict (``lossless: N/N
+    ``dtype`` is the one the engine ran (:func:`engine_dtype`). float32 is a verdict (``lossless: N/N
     identical``); in bfloat16 / float16 rounding depends on which requests share a step, so AR is not reproducible by
     itself and the count is only reported (never a failure).
 
@@ -165,6 +164,7 @@ def run(model: str, prompts: list[str], args, speculative_config=None):
                   "num_prompts": len(one)}
     metrics = {m.name: (m.values if hasattr(m, "values") else m.value) for m in llm.get_metrics()
                if m.name.startswith("vllm:spec_decode")}
+    dtype = engine_dtype(llm)
     llm.llm_engine.engine_core.shutdown()
     del llm
     gc.collect()
@@ -172,7 +172,8 @@ def run(model: str, prompts: list[str], args, speculative_config=None):
     texts = [o.outputs[0].text for o in outs]
     n_out = sum(len(t) for t in toks)
     return {"tokens": toks, "texts": texts, "elapsed_s": elapsed, "startup_s": startup,
-            "output_tokens": n_out, "tokens_per_s": n_out / elapsed, "metrics": metrics, "single": single}
+            "output_tokens": n_out, "tokens_per_s": n_out / elapsed, "metrics": metrics, "single": single,
+            "dtype": dtype}
 
 
 def acceptance(metrics: dict) -> dict:
@@ -259,7 +260,7 @@ def main():
             pairs += list(zip(ar["single"]["tokens"], spec["single"]["tokens"]))
         same = sum(a == b for a, b in pairs)
         what = f" ({len(prompts)} at once, {ar['single']['num_prompts']} one at a time)" if ar["single"] else ""
-        dtype = resolved_dtype(args.dtype, hf)
+        dtype = ar["dtype"]
         line, failed = compare_line(same, len(pairs), dtype, what)
         summary["lossless" if dtype in EXACT_DTYPES else "identical_to_ar"] = f"{same}/{len(pairs)}"
         print(line)

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -98,7 +99,7 @@ def test_demo_compare_line_judges_only_float32():
     """``offline_generate --check-lossless``: in float32 the comparison is a verdict (``lossless: N/M identical``, a
     difference fails the run); in bfloat16 / float16 it is only reported, never a failure, with the reason in the
     line (their rounding depends on which requests share a step: AR is not reproducible itself), as
-    ``core_generate.py`` does. ``--dtype auto`` is the checkpoint's dtype (the embedded model's is bfloat16)."""
+    ``core_generate.py`` does. The dtype judged is the one the engine ran (``--dtype auto``: vLLM's choice)."""
     og = _offline_generate_module()
     assert og.compare_line(5, 5, "float32", " (3 at once, 2 one at a time)") == (
         "lossless: 5/5 identical (3 at once, 2 one at a time)", False)
@@ -109,10 +110,11 @@ def test_demo_compare_line_judges_only_float32():
         assert not failed and line == (f"identical to AR: 3/5 (3 at once, 2 one at a time) (not a lossless check in "
                                        f"{dtype}: its rounding depends on which requests share a step; float32 "
                                        "checks it)")
-    with open(os.path.join(TARGET, "config.json")) as f:
-        assert og.resolved_dtype("auto", json.load(f)) == "bfloat16"
-    assert og.resolved_dtype("auto", {"dtype": "float32"}) == "float32" == og.resolved_dtype("auto", {})
-    assert og.resolved_dtype("float16", {"torch_dtype": "bfloat16"}) == "float16"
+    import torch
+
+    for t in (torch.bfloat16, torch.float32):  # the engine's resolved dtype, not the checkpoint's or the flag's
+        llm = types.SimpleNamespace(llm_engine=types.SimpleNamespace(model_config=types.SimpleNamespace(dtype=t)))
+        assert og.engine_dtype(llm) == str(t).removeprefix("torch.")
     for same, total in ((6, 5), (-1, 5)):
         with pytest.raises(ValueError, match=f"same={same} must be in 0..total={total}"):
             og.compare_line(same, total, "float32")

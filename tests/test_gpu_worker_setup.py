@@ -110,3 +110,22 @@ def _hf_config(path):
     from vllm_specla.models.config import GatedDeltaNetConfig
 
     return GatedDeltaNetConfig.from_pretrained(path)
+
+
+def test_kv_connectors_and_offloading_are_refused():
+    """A KV connector or KV offloading would move the state page by page; the plugin lays a layer's states out per
+    state (``bind_kv_cache``), so they are refused at start, naming the field."""
+    from vllm_specla.models.config import UnsupportedConfigError
+    from vllm_specla.worker.patches import _check_no_kv_transfer
+
+    def vc(connector=None, offload=None):
+        kv = None if connector is None else types.SimpleNamespace(kv_connector=connector)
+        return types.SimpleNamespace(kv_transfer_config=kv,
+                                     cache_config=types.SimpleNamespace(kv_offloading_size=offload))
+
+    _check_no_kv_transfer(vc())
+    _check_no_kv_transfer(vc(connector=""))  # a KVTransferConfig without a connector moves nothing
+    with pytest.raises(UnsupportedConfigError, match=r"^kv_transfer_config: KV connector 'NixlConnector'"):
+        _check_no_kv_transfer(vc(connector="NixlConnector"))
+    with pytest.raises(UnsupportedConfigError, match=r"^kv_offloading_size=4\.0: .*allowed: unset"):
+        _check_no_kv_transfer(vc(offload=4.0))

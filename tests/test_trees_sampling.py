@@ -440,6 +440,21 @@ def test_step_plan_refuses_a_prefill_continuation_on_pending_factors():
     assert plan.prefill.slots.tolist() == [2] and book.pending_len.tolist() == [0, 3, 0, 0]
 
 
+def test_step_plan_refuses_bad_parents_before_the_book_changes():
+    """A tree row whose parent array does not match its token count is refused before the step takes the slot's
+    pending factors (and before a fresh row's slot is reset): the refused step loses nothing."""
+    from vllm_specla.core.state import SlotBook, build_step_plan
+
+    book = SlotBook(4)
+    book.pending_len[1], book.pending_len[3], book.bank_sel[1] = 3, 2, 1
+    with pytest.raises(ValueError, match=r"row 1: 2 parents for 3 tokens"):
+        build_step_plan([4, 3], [3, 1], [True, False], [False, True], speculative=True, book=book,
+                        parents=[None, [-1, 0]])
+    assert book.pending_len.tolist() == [0, 3, 0, 2] and book.bank_sel.tolist() == [0, 1, 0, 0]
+    plan = build_step_plan([3], [1], [False], [True], speculative=True, book=book, parents=[[-1, 0, 0]])
+    assert plan.verify.parents.tolist() == [-1, 0, 0] and plan.verify.pending_len.tolist() == [3]
+
+
 def test_tree_draft_steps_onto_scratch_equal_copy_then_step(models, prompts):
     """Tree drafting's per-level steps read the parent's slot and write the node's scratch slot
     (``out_slots``, siblings reading one slot): the trees equal those of copying each parent's state

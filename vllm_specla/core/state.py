@@ -240,6 +240,10 @@ def build_step_plan(
         raise ValueError("out_slots / write_state=False apply to AR verify rows only (speculative=False, "
                          "no prefill rows)")
     hi = [bool(x) for x in torch.as_tensor(has_initial_state).tolist()]
+    if parents is not None:  # checked before the book changes (a refused step loses no pending factors)
+        for r, pr in enumerate(parents):
+            if pr is not None and r < len(ql) and not pf[r] and len(pr) != ql[r]:
+                raise ValueError(f"row {r}: {len(pr)} parents for {ql[r]} tokens")
     starts = [0]
     for n in ql:
         starts.append(starts[-1] + n)
@@ -282,8 +286,6 @@ def build_step_plan(
                 flat = []
                 for r in vrow:
                     pr = parents[r] if parents[r] is not None else list(range(-1, ql[r] - 1))
-                    if len(pr) != ql[r]:
-                        raise ValueError(f"row {r}: {len(pr)} parents for {ql[r]} tokens")
                     flat.extend(pr)
                 plan.verify.parents = torch.tensor(flat, dtype=torch.int64, device=device)
         else:

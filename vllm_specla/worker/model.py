@@ -136,12 +136,18 @@ class SpeclaGDNAttention(nn.Module, MambaBase):
         vLLM's ``MambaBase.bind_kv_cache`` slices each state out of every block's page, which gives strided views
         (block stride = the page); the Triton kernels of the GPU path index slots as contiguous rows and assert it
         (a new user's review, session 54). A pure GDN model has one KV-cache group, so a contiguous ``[B, 1, 1, C]``
-        page view is this layer's alone (no other group overlays its bytes) and nothing in vLLM reads the states
-        by page (no prefix caching, no KV transfer; its block zeroer skips mamba pages), so the region can be
-        re-laid out: state ``i`` of slot ``b`` sits at ``offset_i + b * size_i``. A non-contiguous page view
-        (a block-outermost layout) keeps vLLM's strided views, which the C++ CPU ops and the references take.
+        page view is this layer's alone (no other group overlays its bytes), and nothing in vLLM reads the states
+        by page (no prefix caching; KV connectors and offloading are refused at start,
+        ``patches._check_no_kv_transfer``; its block zeroer skips mamba pages), so the region can be re-laid out:
+        state ``i`` of slot ``b`` sits at ``offset_i + b * size_i``. A non-contiguous page view (a block-outermost
+        layout, ``VLLM_KV_CACHE_LAYOUT``) keeps vLLM's strided views on the CPU, which the C++ CPU ops and the
+        references take, and is refused on CUDA.
         """
         if not kv_cache.is_contiguous():
+            if kv_cache.is_cuda:  # the Triton kernels need one contiguous tensor per state
+                raise RuntimeError("vllm_specla: a block-outermost KV cache layout gives gated_deltanet layers "
+                                   "strided state pages, which its GPU kernels cannot take; leave "
+                                   "VLLM_KV_CACHE_LAYOUT unset (or a layer-outermost layout)")
             super().bind_kv_cache(kv_cache)
             return
         raw, B, off = kv_cache.reshape(-1), kv_cache.shape[0], 0

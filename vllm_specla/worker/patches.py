@@ -364,6 +364,26 @@ def _patch_cli() -> None:
     EngineArgs.add_cli_args = staticmethod(add_cli_args)
 
 
+def _check_no_kv_transfer(vllm_config) -> None:
+    """KV connectors (prefill / decode disaggregation, LMCache, ...) and KV offloading move a mamba layer's state
+    page by page; a SpecLA state page region is laid out per state (``SpeclaGDNAttention.bind_kv_cache``) and holds
+    factor banks, so a page would carry other slots' bytes (a review, session 54). Refused at start.
+
+    Raises:
+        UnsupportedConfigError: naming ``kv_transfer_config`` or ``kv_offloading_size`` (allowed: unset).
+    """
+    from vllm_specla.models.config import UnsupportedConfigError  # noqa: PLC0415
+
+    kv = getattr(vllm_config, "kv_transfer_config", None)
+    if kv is not None and getattr(kv, "kv_connector", None):
+        raise UnsupportedConfigError(f"kv_transfer_config: KV connector {kv.kv_connector!r} is not supported for "
+                                     "gated_deltanet models with vllm_specla (allowed: unset)")
+    size = getattr(vllm_config.cache_config, "kv_offloading_size", None)
+    if size is not None:
+        raise UnsupportedConfigError(f"kv_offloading_size={size}: KV offloading is not supported for gated_deltanet "
+                                     "models with vllm_specla (allowed: unset)")
+
+
 def _gpu_runner_settings(model_config) -> None:
     """On a GPU platform, what the SpecLA runner needs of vLLM 0.32 (a new user's review of the GPU path, session 54;
     the GPU worker has not run on a GPU, see README "Limitations"):
@@ -399,6 +419,7 @@ class SpeclaGDNConfigHook:
             cache.enable_prefix_caching = False
             logger.info("vllm_specla: prefix caching is off for gated_deltanet models (state pages hold SpecLA "
                         "factor banks; vLLM's mamba 'align' state copies are not supported by this plugin)")
+        _check_no_kv_transfer(vllm_config)
         par = vllm_config.parallel_config
         _check_cpu_ray(par, current_platform)
         if par.worker_cls == "auto":
